@@ -1,0 +1,418 @@
+// Package config is warden's configuration: the schema, the embedded
+// defaults, WARDEN_* environment overrides and validation.
+//
+// One YAML file configures a gateway, a worker or `warden up`; each process
+// reads the sections it needs. A configuration is built in layers, later
+// layers winning:
+//
+//  1. the embedded defaults (defaults.yaml in this package, see Default);
+//  2. the user's YAML file (Load, LoadBytes): only the keys it names
+//     change; lists (models, worker.gateways) replace the default list
+//     as a whole; unknown keys are an error naming the key;
+//  3. environment variables WARDEN_<SECTION>_<FIELD> for scalar fields
+//     (ApplyEnv; the naming rule is documented there).
+//
+// Validate reports every problem at once, each naming the field path and
+// the reason. Durations are Go duration strings ("30s", "10m"); byte sizes
+// are ByteSize values ("512MiB", "2GB" or a plain integer of bytes).
+//
+// The field reference lives on the types below and, as tables, in
+// config/README.md.
+package config
+
+import "time"
+
+// Config is the whole configuration of one warden process.
+type Config struct {
+	// Gateway configures the gateway: the OpenAI-compatible API, the admin
+	// API and the worker registry.
+	Gateway Gateway `yaml:"gateway"`
+	// Cluster configures how gateways and workers authenticate each other
+	// (invariant I10).
+	Cluster Cluster `yaml:"cluster"`
+	// Tenants configures the tenant store and API-key authentication.
+	Tenants Tenants `yaml:"tenants"`
+	// Models lists the served models and their serving policy. At least
+	// one model is required; names must be unique.
+	Models []Model `yaml:"models"`
+	// Worker configures a worker process (and the workers `warden up`
+	// starts).
+	Worker Worker `yaml:"worker"`
+	// Observability configures logs, metrics and traces.
+	Observability Observability `yaml:"observability"`
+}
+
+// Gateway configures the gateway process.
+type Gateway struct {
+	// Listen is the host:port of the OpenAI-compatible HTTPS API.
+	// Default "127.0.0.1:8443".
+	Listen string `yaml:"listen"`
+	// AdminListen is the host:port of the admin HTTPS API, which requires
+	// the admin token. Default "127.0.0.1:8444".
+	AdminListen string `yaml:"admin_listen"`
+	// RegistryListen is the host:port of the gRPC registry where workers
+	// register and heartbeat (cluster auth, see Cluster).
+	// Default "127.0.0.1:8445".
+	RegistryListen string `yaml:"registry_listen"`
+	// TLS holds the certificate of the API and admin listeners.
+	TLS ServerTLS `yaml:"tls"`
+	// AdminTokenFile is a file holding the admin API bearer token
+	// (surrounding whitespace is ignored). A standalone gateway needs it
+	// or AdminToken.
+	AdminTokenFile string `yaml:"admin_token_file" warden:"path"`
+	// AdminToken is the admin token inline. Discouraged: prefer
+	// AdminTokenFile, or the WARDEN_GATEWAY_ADMIN_TOKEN variable. Setting
+	// both is an error. Render redacts it.
+	AdminToken string `yaml:"admin_token"`
+	// MaxBodyBytes caps a request body; larger bodies get HTTP 413.
+	// Default 4MiB.
+	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// RequestTimeout bounds a request from arrival to its last byte; the
+	// request is aborted everywhere when it passes. Default 10m.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// HeartbeatTimeout is how long a worker may stay silent before the
+	// gateway declares it lost and aborts its requests. Default 6s.
+	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
+	// Queue bounds the admission queue used when workers are busy.
+	Queue Queue `yaml:"queue"`
+	// TrustClientRequestID, when true, records a client's X-Request-ID as
+	// client_request_id in logs, traces and the admin API. The gateway
+	// always assigns its own request ID (I6); when false the client's
+	// header is ignored. Default false.
+	TrustClientRequestID bool `yaml:"trust_client_request_id"`
+}
+
+// ServerTLS is the certificate a public listener presents.
+type ServerTLS struct {
+	// CertFile is a PEM certificate chain. Set it together with KeyFile.
+	CertFile string `yaml:"cert_file" warden:"path"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file" warden:"path"`
+	// Plaintext serves plain HTTP. Only an explicit true does this; it is
+	// meant for a gateway behind a TLS-terminating proxy. Default false.
+	Plaintext bool `yaml:"plaintext"`
+}
+
+// Queue bounds the admission queue.
+type Queue struct {
+	// MaxWaiting is how many admitted requests may wait for capacity;
+	// beyond it requests get 429. 0 disables waiting. Default 256.
+	MaxWaiting int `yaml:"max_waiting"`
+	// MaxWait is how long a request may wait before it gets 429.
+	// Default 30s.
+	MaxWait time.Duration `yaml:"max_wait"`
+}
+
+// ClusterAuth names how gateways and workers authenticate each other.
+type ClusterAuth string
+
+// Cluster authentication modes.
+const (
+	// ClusterMTLS: both sides present certificates signed by CAFile; a
+	// worker accepts only the gateway identity, the gateway only workers.
+	ClusterMTLS ClusterAuth = "mtls"
+	// ClusterSharedSecret: callers present the secret of
+	// SharedSecretFile; the channel is still TLS (server certificates from
+	// CertFile/KeyFile, verified against CAFile) unless InsecurePlaintext.
+	ClusterSharedSecret ClusterAuth = "shared_secret"
+)
+
+// Cluster configures gateway<->worker authentication (invariant I10):
+// worker control and transfer endpoints accept only authenticated peers.
+type Cluster struct {
+	// Auth is mtls (default) or shared_secret.
+	Auth ClusterAuth `yaml:"auth"`
+	// CAFile is the PEM CA that signs every cluster certificate.
+	CAFile string `yaml:"ca_file" warden:"path"`
+	// CertFile is this process's cluster certificate (PEM). With mtls it
+	// must carry the URI SAN spiffe://warden/gateway or
+	// spiffe://warden/worker (see internal/tlsutil).
+	CertFile string `yaml:"cert_file" warden:"path"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file" warden:"path"`
+	// SharedSecretFile holds the cluster secret (auth shared_secret only;
+	// at least 16 bytes after trimming whitespace).
+	SharedSecretFile string `yaml:"shared_secret_file" warden:"path"`
+	// InsecurePlaintext runs the cluster channels without TLS. Allowed only
+	// with auth shared_secret, on a network you trust. Default false.
+	InsecurePlaintext bool `yaml:"insecure_plaintext"`
+}
+
+// StoreKind names a tenant store implementation.
+type StoreKind string
+
+// Tenant stores.
+const (
+	// StoreMemory keeps tenants in the gateway's memory (lost on exit).
+	StoreMemory StoreKind = "memory"
+	// StoreRedis keeps tenants, keys, limits and usage in Redis.
+	StoreRedis StoreKind = "redis"
+)
+
+// Tenants configures the tenant store and API-key authentication.
+type Tenants struct {
+	// Store is memory (default) or redis.
+	Store StoreKind `yaml:"store"`
+	// Redis is used when Store is redis.
+	Redis Redis `yaml:"redis"`
+	// KeySecretFile holds the HMAC secret under which API keys are
+	// stored hashed. Required with the redis store (keys must verify
+	// across restarts); with memory a random secret is used when empty.
+	KeySecretFile string `yaml:"key_secret_file" warden:"path"`
+	// AuthCacheTTL is how long the gateway caches a verified key and its
+	// tenant's limits. 0 disables the cache. Default 1s.
+	AuthCacheTTL time.Duration `yaml:"auth_cache_ttl"`
+	// OutageGrace is how long cached authentications keep being honoured
+	// while the store is unreachable. Default 30s.
+	OutageGrace time.Duration `yaml:"outage_grace"`
+	// FailOpen decides what happens after OutageGrace: false (default)
+	// rejects requests with 503, true admits known keys without limits.
+	FailOpen bool `yaml:"fail_open"`
+}
+
+// Redis locates the Redis tenant store.
+type Redis struct {
+	// Addr is the host:port of Redis. Default "127.0.0.1:6379".
+	Addr string `yaml:"addr"`
+	// Username is the Redis ACL user; empty for the default user.
+	Username string `yaml:"username"`
+	// PasswordFile holds the Redis password; empty for none.
+	PasswordFile string `yaml:"password_file" warden:"path"`
+	// DB is the Redis database number. Default 0.
+	DB int `yaml:"db"`
+	// TLS connects to Redis over TLS (system roots). Default false.
+	TLS bool `yaml:"tls"`
+	// KeyPrefix prefixes every Redis key, so several warden deployments
+	// can share one Redis. Default "warden:".
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+// ContextPolicy decides what happens when a model's configured context is
+// larger than the KV pool of a worker that serves it (invariant I2).
+type ContextPolicy string
+
+// Context policies.
+const (
+	// ContextClamp advertises and enforces the smaller window, warns and
+	// exports a metric.
+	ContextClamp ContextPolicy = "clamp"
+	// ContextRefuse does not serve the model (503) until they agree.
+	ContextRefuse ContextPolicy = "refuse"
+)
+
+// Model is the serving policy of one model.
+type Model struct {
+	// Name is the model name clients send ("model" in requests) and
+	// workers serve. Letters, digits and . _ - : / only, at most 128.
+	Name string `yaml:"name"`
+	// ContextLength is the configured (advertised) context window in
+	// tokens: prompt plus output. The effective window is the smaller of
+	// this and every serving worker's KV pool (I2). Must be > 0.
+	ContextLength int `yaml:"context_length"`
+	// ContextPolicy is clamp (default when omitted) or refuse.
+	ContextPolicy ContextPolicy `yaml:"context_policy"`
+	// MaxOutputTokens caps the output tokens of one request; 0 means no
+	// cap beyond the context window. Must be < ContextLength.
+	MaxOutputTokens int `yaml:"max_output_tokens"`
+}
+
+// Role is what a worker does.
+type Role string
+
+// Worker roles.
+const (
+	// RoleBoth prefills and decodes (no KV transfer).
+	RoleBoth Role = "both"
+	// RolePrefill computes prompt KV and pushes it to a decode worker.
+	RolePrefill Role = "prefill"
+	// RoleDecode receives prompt KV and generates tokens.
+	RoleDecode Role = "decode"
+)
+
+// Backend is the compute backend of a worker.
+type Backend string
+
+// Compute backends.
+const (
+	// BackendCPU is the pure-Go backend (always available).
+	BackendCPU Backend = "cpu"
+	// BackendCUDA needs a binary built with -tags cuda and an NVIDIA GPU.
+	BackendCUDA Backend = "cuda"
+)
+
+// Worker configures a worker process.
+type Worker struct {
+	// ID names the worker in the registry, logs and metrics. Empty means
+	// "<hostname>-<role>-<listen port>" (see ResolvedID).
+	ID string `yaml:"id"`
+	// Role is both (default), prefill or decode.
+	Role Role `yaml:"role"`
+	// Model is the served model's name; ValidateWorker requires it to be
+	// listed in Models. Default "tiny".
+	Model string `yaml:"model"`
+	// ModelDir is a Hugging Face layout directory (config.json,
+	// model.safetensors, tokenizer.json). Required for a standalone worker;
+	// `warden up` generates a dev model when empty.
+	ModelDir string `yaml:"model_dir" warden:"path"`
+	// Backend is cpu (default) or cuda.
+	Backend Backend `yaml:"backend"`
+	// Threads is the number of compute threads; 0 uses every core.
+	Threads int `yaml:"threads"`
+	// Listen is the host:port of the worker's gRPC control server
+	// (cluster auth). Default "127.0.0.1:9001".
+	Listen string `yaml:"listen"`
+	// AdvertiseAddr is the host:port gateways dial to reach Listen. Empty
+	// means Listen; required when Listen binds every interface.
+	AdvertiseAddr string `yaml:"advertise_addr"`
+	// Gateways are the registry addresses (gateway.registry_listen) this
+	// worker registers with. At least one. From the environment, a
+	// comma-separated list. Default ["127.0.0.1:8445"].
+	Gateways []string `yaml:"gateways"`
+	// HeartbeatInterval is how often the worker heartbeats to each
+	// gateway; at most half of gateway.heartbeat_timeout. Default 2s.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// KV sizes and hardens the paged KV pool.
+	KV KV `yaml:"kv"`
+	// PrefillChunkTokens is how many prompt tokens one prefill step
+	// processes. Default 512.
+	PrefillChunkTokens int `yaml:"prefill_chunk_tokens"`
+	// MaxBatch is the most sequences in one batched step. Default 32.
+	MaxBatch int `yaml:"max_batch"`
+	// Transfer configures the KV data plane between prefill and decode.
+	Transfer Transfer `yaml:"transfer"`
+}
+
+// KV sizes and hardens a worker's paged KV pool.
+type KV struct {
+	// PageTokens is the number of token slots per page (1..4096).
+	// Default 16.
+	PageTokens int `yaml:"page_tokens"`
+	// MemoryBytes is the pool budget. 0 means MemoryFraction of the
+	// memory available after loading the weights. Default 0.
+	MemoryBytes ByteSize `yaml:"memory_bytes"`
+	// MemoryFraction is used when MemoryBytes is 0; in (0, 1].
+	// Default 0.5.
+	MemoryFraction float64 `yaml:"memory_fraction"`
+	// ZeroOnRelease zeroes pages when they are freed (I9). Default false:
+	// owner tags already make unwritten slots unreadable.
+	ZeroOnRelease bool `yaml:"zero_on_release"`
+	// PoisonOnReserve fills pages with a poison pattern when reserved, so
+	// a read of an unwritten slot shows in the output. Test mode.
+	PoisonOnReserve bool `yaml:"poison_on_reserve"`
+}
+
+// TransferBackend names a KV transfer implementation.
+type TransferBackend string
+
+// Transfer backends.
+const (
+	// TransferTCP: the receiver writes pages it receives over TCP (fenced).
+	TransferTCP TransferBackend = "tcp"
+	// TransferSHM: the sender writes into the receiver's shared memory
+	// (one-sided, like RDMA); same host only.
+	TransferSHM TransferBackend = "shm"
+)
+
+// Transfer configures the KV data plane of a worker.
+type Transfer struct {
+	// Backend is tcp (default) or shm.
+	Backend TransferBackend `yaml:"backend"`
+	// Listen is the host:port where a decode worker accepts transfers.
+	// Default "127.0.0.1:9101".
+	Listen string `yaml:"listen"`
+	// AdvertiseAddr is the host:port prefill workers dial to reach
+	// Listen. Empty means the host of worker.advertise_addr (or of Listen)
+	// with the port of Listen.
+	AdvertiseAddr string `yaml:"advertise_addr"`
+	// SHMDir is where shm pools are created. Default "/dev/shm".
+	SHMDir string `yaml:"shm_dir" warden:"path"`
+	// DrainTimeout is how long aborted pages wait for every one-sided
+	// writer to acknowledge its drain before they are quarantined (I5).
+	// Default 5s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// Observability configures logs, metrics and traces.
+type Observability struct {
+	// LogLevel is debug, info (default), warn or error (as parsed by
+	// slog.Level.UnmarshalText, so "warn+2" also works).
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is json (default) or text.
+	LogFormat LogFormat `yaml:"log_format"`
+	// Metrics configures Prometheus metrics.
+	Metrics Metrics `yaml:"metrics"`
+	// Tracing configures OpenTelemetry tracing.
+	Tracing Tracing `yaml:"tracing"`
+}
+
+// LogFormat is the log line encoding.
+type LogFormat string
+
+// Log formats.
+const (
+	// LogJSON writes one JSON object per line.
+	LogJSON LogFormat = "json"
+	// LogText writes key=value lines.
+	LogText LogFormat = "text"
+)
+
+// Metrics configures Prometheus metrics.
+type Metrics struct {
+	// Listen is an optional extra plain-HTTP listener serving /metrics,
+	// for workers (which have no HTTP API) or a separate scrape port.
+	// Empty: the gateway serves /metrics on its API listener only.
+	Listen string `yaml:"listen"`
+	// TenantLabelCap bounds the distinct tenant label values per metric;
+	// further tenants are counted under tenant="other". 0 drops the
+	// tenant label. Default 100.
+	TenantLabelCap int `yaml:"tenant_label_cap"`
+}
+
+// Exporter names where spans go.
+type Exporter string
+
+// Trace exporters.
+const (
+	// ExporterNone records nothing.
+	ExporterNone Exporter = "none"
+	// ExporterStdout writes spans as JSON to standard output.
+	ExporterStdout Exporter = "stdout"
+	// ExporterOTLP sends spans with OTLP over HTTP (protobuf).
+	ExporterOTLP Exporter = "otlp"
+)
+
+// IncomingTrace decides what the gateway does with a client's
+// traceparent header.
+type IncomingTrace string
+
+// Incoming trace policies.
+const (
+	// IncomingFollow continues the client's trace (spans become children).
+	IncomingFollow IncomingTrace = "follow"
+	// IncomingLink starts a new trace that links to the client's span.
+	IncomingLink IncomingTrace = "link"
+	// IncomingIgnore starts a new trace and drops the client's context.
+	IncomingIgnore IncomingTrace = "ignore"
+)
+
+// Tracing configures OpenTelemetry tracing.
+type Tracing struct {
+	// Exporter is none (default), stdout or otlp.
+	Exporter Exporter `yaml:"exporter"`
+	// Endpoint is the OTLP/HTTP collector: a URL
+	// ("https://collector:4318", path defaults to /v1/traces) or a
+	// host:port (HTTPS unless Insecure). Required for otlp.
+	Endpoint string `yaml:"endpoint"`
+	// Insecure sends OTLP over plain HTTP when Endpoint is a host:port.
+	// A URL's scheme decides by itself. Default false.
+	Insecure bool `yaml:"insecure"`
+	// Headers are sent with every OTLP export (e.g. an auth header).
+	// Render redacts the values. Not settable from the environment (the
+	// exporter also honours OTEL_EXPORTER_OTLP_HEADERS).
+	Headers map[string]string `yaml:"headers"`
+	// SampleRatio is the fraction of new traces recorded, in [0, 1];
+	// sampled parents are always followed. Default 1.0.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// Incoming is follow (default), link or ignore.
+	Incoming IncomingTrace `yaml:"incoming"`
+}

@@ -1,0 +1,144 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// messages reads the chat messages: a non-empty array of objects with a
+// known role and text content.
+func (d *decoder) messages() *Error {
+	raw := d.f.get("messages")
+	if raw == nil {
+		return missing("messages")
+	}
+	items, e := decodeArray(raw, "messages", "an array")
+	if e != nil {
+		return e
+	}
+	if len(items) == 0 {
+		return InvalidRequest("messages", CodeEmptyArray,
+			"Invalid 'messages': empty array. Expected an array with at least 1 element.")
+	}
+	d.r.Messages = make([]Message, 0, len(items))
+	for i, item := range items {
+		m, e := decodeMessage(item, fmt.Sprintf("messages[%d]", i))
+		if e != nil {
+			return e
+		}
+		d.r.Messages = append(d.r.Messages, m)
+	}
+	return nil
+}
+
+func decodeMessage(raw json.RawMessage, param string) (Message, *Error) {
+	f, e := decodeObject(raw, param)
+	if e != nil {
+		return Message{}, e
+	}
+	rawRole := f.get("role")
+	if rawRole == nil {
+		return Message{}, missing(param + ".role")
+	}
+	role, e := decodeString(rawRole, param+".role")
+	if e != nil {
+		return Message{}, e
+	}
+	switch role {
+	case "system", "user", "assistant", "developer", "tool":
+	default:
+		return Message{}, InvalidRequest(param+".role", CodeInvalidValue, fmt.Sprintf(
+			"Invalid value for '%s.role': expected one of system, user, assistant, developer, tool; got %q.", param, role))
+	}
+	// Tool and function calls are not supported, so a history holding
+	// them cannot be rendered faithfully.
+	for _, name := range []string{"tool_calls", "function_call", "audio"} {
+		if v := f.get(name); v != nil && string(v) != "[]" {
+			return Message{}, unsupportedParameter(param + "." + name)
+		}
+	}
+	content, e := decodeContent(f.get("content"), param+".content")
+	if e != nil {
+		return Message{}, e
+	}
+	return Message{Role: role, Content: content}, nil
+}
+
+// decodeContent accepts a string or an array of text parts.
+func decodeContent(raw json.RawMessage, param string) (string, *Error) {
+	if raw == nil {
+		return "", missing(param)
+	}
+	if raw[0] == '"' {
+		return decodeString(raw, param)
+	}
+	parts, e := decodeArray(raw, param, "a string or an array of content parts")
+	if e != nil {
+		return "", e
+	}
+	var b strings.Builder
+	for i, part := range parts {
+		pp := fmt.Sprintf("%s[%d]", param, i)
+		f, e := decodeObject(part, pp)
+		if e != nil {
+			return "", e
+		}
+		rawType := f.get("type")
+		if rawType == nil {
+			return "", missing(pp + ".type")
+		}
+		typ, e := decodeString(rawType, pp+".type")
+		if e != nil {
+			return "", e
+		}
+		switch typ {
+		case "text":
+		case "image_url", "input_audio", "file", "refusal":
+			return "", InvalidRequest(pp+".type", CodeUnsupportedValue,
+				fmt.Sprintf("Unsupported content part type %q: only text parts are supported.", typ))
+		default:
+			return "", InvalidRequest(pp+".type", CodeInvalidValue,
+				fmt.Sprintf("Invalid value for '%s.type': expected \"text\", got %q.", pp, typ))
+		}
+		rawText := f.get("text")
+		if rawText == nil {
+			return "", missing(pp + ".text")
+		}
+		text, e := decodeString(rawText, pp+".text")
+		if e != nil {
+			return "", e
+		}
+		b.WriteString(text)
+	}
+	return b.String(), nil
+}
+
+// prompt reads a completion prompt: a string, or an array holding exactly
+// one string. Batches and token-ID prompts are not supported.
+func (d *decoder) prompt() *Error {
+	raw := d.f.get("prompt")
+	if raw == nil {
+		return missing("prompt")
+	}
+	if raw[0] == '"' {
+		p, e := decodeString(raw, "prompt")
+		d.r.Prompt = p
+		return e
+	}
+	items, e := decodeArray(raw, "prompt", "a string or an array of one string")
+	switch {
+	case e != nil:
+		return e
+	case len(items) == 0:
+		return InvalidRequest("prompt", CodeEmptyArray, "Invalid 'prompt': empty array. Expected one string.")
+	case len(items) > 1:
+		return InvalidRequest("prompt", CodeUnsupportedValue,
+			fmt.Sprintf("Unsupported value for 'prompt': batches are not supported, send one prompt per request (got %d).", len(items)))
+	case items[0][0] == '[' || describe(items[0]) == "a number":
+		return InvalidRequest("prompt", CodeUnsupportedValue, "Unsupported value for 'prompt': send text, not token IDs.")
+	}
+	p, e := decodeString(items[0], "prompt[0]")
+	d.r.Prompt = p
+	return e
+}

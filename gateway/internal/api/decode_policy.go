@@ -1,0 +1,96 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// checkOtherField decides about one top-level field. The policy:
+//
+//   - Fields the decoder reads are validated there.
+//   - Standard fields (and common engine extensions) that would change the
+//     output are accepted at their default value only, and otherwise
+//     answered 400 unsupported_parameter: silently ignoring, say,
+//     "logprobs": true or "top_k": 5 would return something the client
+//     did not ask for.
+//   - Engine and routing internals (cache salts, transfer parameters,
+//     worker choice, priorities, request IDs, any "warden…" field) are
+//     never client-steerable (I8): always 400 unsupported_parameter.
+//   - Every other field is ignored, like OpenAI-compatible servers commonly
+//     do, so newer SDKs keep working. This covers standard fields with no
+//     effect on the generated text (store, metadata, service_tier,
+//     safety_identifier, prompt_cache_key, parallel_tool_calls, ...).
+func checkOtherField(name string, raw json.RawMessage) *Error {
+	if isNull(raw) {
+		return nil // null means absent, for every field
+	}
+	if isInternalField(name) {
+		return InvalidRequest(name, CodeUnsupportedParameter,
+			fmt.Sprintf("Unsupported parameter: '%s' is controlled by the gateway and cannot be set by clients.", name))
+	}
+	defaults, semantic := fieldDefaults(name)
+	if semantic && !isDefault(raw, defaults...) {
+		return InvalidRequest(name, CodeUnsupportedParameter,
+			fmt.Sprintf("Unsupported parameter: '%s' is only accepted at its default value by this server.", name))
+	}
+	return nil
+}
+
+func isInternalField(name string) bool {
+	switch name {
+	case "cache_salt", "kv_transfer_params", "transfer_params", "priority",
+		"request_id", "tenant", "tenant_id", "worker", "worker_id", "worker_address",
+		"prefill_worker", "decode_worker", "page_ids", "epoch", "data_parallel_rank":
+		return true
+	}
+	return strings.HasPrefix(strings.ToLower(name), "warden")
+}
+
+// fieldDefaults returns the values besides null at which a semantic field
+// is a no-op, and whether name is such a field. Values are as
+// encoding/json decodes them into any.
+func fieldDefaults(name string) ([]any, bool) {
+	switch name {
+	case "logprobs": // bool for chat, integer for completions
+		return []any{false, 0.0}, true
+	case "top_logprobs", "presence_penalty", "frequency_penalty", "min_p", "min_tokens":
+		return []any{0.0}, true
+	case "logit_bias":
+		return []any{map[string]any{}}, true
+	case "echo", "ignore_eos":
+		return []any{false}, true
+	case "suffix":
+		return []any{""}, true
+	case "best_of", "repetition_penalty":
+		return []any{1.0}, true
+	case "top_k":
+		return []any{0.0, -1.0}, true
+	case "tools", "functions", "stop_token_ids":
+		return []any{[]any{}}, true
+	case "tool_choice", "function_call":
+		return []any{"none", "auto"}, true
+	case "response_format":
+		return []any{map[string]any{"type": "text"}}, true
+	case "modalities":
+		return []any{[]any{"text"}}, true
+	case "audio", "prediction", "web_search_options":
+		return nil, true
+	}
+	return nil, false
+}
+
+// isDefault reports whether raw equals one of defaults.
+func isDefault(raw json.RawMessage, defaults ...any) bool {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return false
+	}
+	for _, d := range defaults {
+		if reflect.DeepEqual(v, d) {
+			return true
+		}
+	}
+	return false
+}

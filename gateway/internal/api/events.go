@@ -1,0 +1,64 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// errBrokenContract marks a Generation that broke the Event contract; the
+// client gets a generic 500 or error event, the log gets the detail.
+var errBrokenContract = errors.New("api: generation broke the Event contract")
+
+// tracker checks a Generation's events against the Event contract and
+// keeps the finish reason and usage.
+type tracker struct {
+	finish string
+	usage  *Usage
+}
+
+func (t *tracker) observe(ev Event) error {
+	switch {
+	case !utf8.ValidString(ev.TextDelta):
+		return fmt.Errorf("%w: text delta is not valid UTF-8", errBrokenContract)
+	case t.finish != "" && (ev.TextDelta != "" || ev.FinishReason != ""):
+		return fmt.Errorf("%w: event after the finish reason", errBrokenContract)
+	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0):
+		return fmt.Errorf("%w: negative usage %+v", errBrokenContract, *ev.Usage)
+	}
+	if ev.FinishReason != "" {
+		t.finish = ev.FinishReason
+	}
+	if ev.Usage != nil {
+		u := *ev.Usage
+		t.usage = &u
+	}
+	return nil
+}
+
+// next reads the next event and checks it against the contract. done is
+// true once the generation ended complete; err is set if it failed or
+// broke the contract.
+func (t *tracker) next(ctx context.Context, gen Generation) (ev Event, done bool, err error) {
+	ev, err = gen.Next(ctx)
+	switch {
+	case errors.Is(err, io.EOF):
+		return Event{}, true, t.end()
+	case err != nil:
+		return Event{}, false, err
+	}
+	return ev, false, t.observe(ev)
+}
+
+// end checks the generation is complete once Next returned io.EOF.
+func (t *tracker) end() error {
+	switch {
+	case t.finish == "":
+		return fmt.Errorf("%w: ended without a finish reason", errBrokenContract)
+	case t.usage == nil:
+		return fmt.Errorf("%w: ended without usage", errBrokenContract)
+	}
+	return nil
+}

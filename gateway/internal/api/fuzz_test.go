@@ -1,0 +1,127 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// fuzzSeeds returns request bodies covering the accepted forms and the
+// rejections.
+func fuzzSeeds() []string {
+	return []string{
+		goodChat,
+		chatWith(`"stream":true,"stream_options":{"include_usage":true},"max_tokens":5,"temperature":1.2,"top_p":0.5,"seed":1,"stop":["a","b"]`),
+		chatWith(`"max_completion_tokens":1e3,"stop":"x","n":1,"user":"u","logprobs":false,"metadata":{"k":"v"}`),
+		`{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
+		`{"model":"tiny","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]}`,
+		`{"model":"tiny","prompt":"hello","max_tokens":16,"echo":false}`,
+		`{"model":"tiny","prompt":["hello"]}`,
+		`{"model":"tiny","prompt":[[1,2]]}`,
+		`{"model":"tiny","messages":{}}`,
+		chatWith(`"max_tokens":"ten"`),
+		chatWith(`"max_tokens":1e400,"seed":-1e30`),
+		chatWith(`"temperature":2.0000001,"top_p":-0`),
+		chatWith(`"cache_salt":"x","kv_transfer_params":{}`),
+		`{"model":"tiny","messages":[{"role":"user","content":"\ud800"}]}`,
+		"{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}",
+		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
+		`{"model":"tiny","model":7}`,
+		``, `null`, `{}`, `"x"`, `1`,
+	}
+}
+
+// checkDecoded asserts the decoder's contract on one body.
+func checkDecoded(t *testing.T, kind Kind, body []byte) {
+	req, e := decodeRequest(kind, body, DefaultMaxTokensLimit)
+	if (req == nil) == (e == nil) {
+		t.Fatalf("want exactly one of request and error, got %v and %v", req, e)
+	}
+	if e != nil {
+		if e.Status != http.StatusBadRequest || e.Type != TypeInvalidRequest || e.Code == "" || e.Message == "" ||
+			!utf8.ValidString(e.Message) || !utf8.ValidString(e.Param) {
+			t.Fatalf("bad error %#v", e)
+		}
+		_ = marshal(e.envelope())
+		return
+	}
+	if req.Kind != kind || req.Model == "" || len(req.Model) > maxModelNameLen || !utf8.ValidString(req.Model) ||
+		!utf8.ValidString(req.Prompt) || !utf8.ValidString(req.User) {
+		t.Fatalf("bad request %+v", req)
+	}
+	if kind == KindChat && len(req.Messages) == 0 {
+		t.Fatal("chat request without messages")
+	}
+	for _, m := range req.Messages {
+		if !strings.Contains("|system|user|assistant|developer|tool|", "|"+m.Role+"|") || !utf8.ValidString(m.Content) {
+			t.Fatalf("bad message %+v", m)
+		}
+	}
+	if req.MaxTokens != nil && (*req.MaxTokens < 1 || *req.MaxTokens > DefaultMaxTokensLimit) {
+		t.Fatalf("max tokens %d", *req.MaxTokens)
+	}
+	if req.Temperature != nil && !(*req.Temperature >= 0 && *req.Temperature <= 2) {
+		t.Fatalf("temperature %v", *req.Temperature)
+	}
+	if req.TopP != nil && !(*req.TopP > 0 && *req.TopP <= 1) {
+		t.Fatalf("top_p %v", *req.TopP)
+	}
+	if len(req.Stop) > maxStopSequences {
+		t.Fatalf("%d stop sequences", len(req.Stop))
+	}
+	for _, s := range req.Stop {
+		if s == "" || !utf8.ValidString(s) {
+			t.Fatalf("bad stop %q", s)
+		}
+	}
+	if req.IncludeUsage && !req.Stream {
+		t.Fatal("include_usage without stream")
+	}
+}
+
+func FuzzDecodeChatRequest(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkDecoded(t, KindChat, body) })
+}
+
+func FuzzDecodeCompletionRequest(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkDecoded(t, KindCompletion, body) })
+}
+
+// FuzzChatHandler drives the whole handler: every body gets a well-formed
+// answer with a request ID, never a panic or a 5xx.
+func FuzzChatHandler(f *testing.F) {
+	for _, s := range fuzzSeeds() {
+		f.Add(s, "application/json")
+	}
+	f.Add(goodChat, "text/plain")
+	f.Add(goodChat, "application/json; charset=latin1")
+	svc := &fakeService{gen: func(req *GenerateRequest) (Generation, error) {
+		if req.Model != "tiny" {
+			return nil, ModelNotFound(req.Model)
+		}
+		return newFakeGen(standardEvents()...), nil
+	}}
+	h := newTestHandler(svc)
+	f.Fuzz(func(t *testing.T, body, contentType string) {
+		header := authJSON()
+		header.Set("Content-Type", contentType)
+		rec := do(h, "POST", "/v1/chat/completions", body, header)
+		if !requestIDPattern.MatchString(rec.Header().Get("X-Request-Id")) {
+			t.Fatalf("no request ID")
+		}
+		switch rec.Code {
+		case 200:
+		case 400, 404, 413, 415:
+			decodeEnvelope(t, rec.Body.Bytes())
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+	})
+}

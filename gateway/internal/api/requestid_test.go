@@ -1,0 +1,139 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var requestIDPattern = regexp.MustCompile(`^req_[0-9a-f]{24}$`)
+
+func TestRequestIDOnEveryResponse(t *testing.T) {
+	h := newTestHandler(&fakeService{})
+	wrongKey := http.Header{"Authorization": {"Bearer sk-wrong"}}
+	cases := []struct {
+		name, method, path, body string
+		header                   http.Header
+		status                   int
+	}{
+		{"200", "POST", "/v1/chat/completions", goodChat, authJSON(), 200},
+		{"200 stream", "POST", "/v1/chat/completions", streamBody(""), authJSON(), 200},
+		{"200 health", "GET", "/healthz", "", nil, 200},
+		{"400", "POST", "/v1/chat/completions", "{", authJSON(), 400},
+		{"401", "GET", "/v1/models", "", wrongKey, 401},
+		{"404", "GET", "/nowhere", "", nil, 404},
+		{"405", "PATCH", "/healthz", "", nil, 405},
+		{"413", "POST", "/v1/completions", strings.Repeat(" ", 65<<10), authJSON(), 413},
+		{"415", "POST", "/v1/completions", "{}", http.Header{"Authorization": {"Bearer " + goodKey}, "Content-Type": {"text/csv"}}, 415},
+		{"500 panic", "POST", "/v1/chat/completions", `{"model":"panic","messages":[{"role":"user","content":"x"}]}`, authJSON(), 500},
+	}
+	seen := map[string]bool{}
+	for _, tc := range cases {
+		header := tc.header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		header.Set("X-Request-Id", "client-chosen")
+		rec := do(h, tc.method, tc.path, tc.body, header)
+		id := rec.Header().Get("X-Request-Id")
+		if rec.Code != tc.status || !requestIDPattern.MatchString(id) || seen[id] {
+			t.Errorf("%s: status %d, x-request-id %q (want %d and a fresh req_ ID)", tc.name, rec.Code, id, tc.status)
+		}
+		seen[id] = true
+		if tc.status == 500 {
+			if _, code, _, msg := decodeEnvelope(t, rec.Body.Bytes()); code != CodeInternal || strings.Contains(msg, "exploded") {
+				t.Errorf("panic answer: %s", rec.Body)
+			}
+		}
+	}
+}
+
+func TestClientRequestIDKeptSeparately(t *testing.T) {
+	for _, tc := range []struct{ header, value, want string }{
+		{"X-Request-Id", "trace-42", "trace-42"},
+		{"X-Client-Request-Id", "abc", "abc"},
+		{"X-Request-Id", "has space", ""},
+		{"X-Request-Id", strings.Repeat("a", 129), ""},
+	} {
+		svc := &fakeService{}
+		header := authJSON()
+		header.Set(tc.header, tc.value)
+		rec := do(newTestHandler(svc), "POST", "/v1/chat/completions", goodChat, header)
+		req := svc.lastRequest(t)
+		if req.ClientRequestID != tc.want || req.RequestID != rec.Header().Get("X-Request-Id") || req.RequestID == tc.value {
+			t.Errorf("%s=%q: client id %q, request id %q, header %q", tc.header, tc.value, req.ClientRequestID, req.RequestID, rec.Header().Get("X-Request-Id"))
+		}
+	}
+}
+
+// The access log has the fields operators need and never the prompt or
+// the output.
+func TestAccessLog(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := NewHandler(Config{}, fakeAuth{}, &fakeService{}, logger)
+	const secret = "my-secret-prompt-text"
+	rec := do(h, "POST", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"`+secret+`"}]}`, authJSON())
+	do(h, "POST", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"`+secret+`"}],"n":"x"}`, authJSON())
+	do(h, "POST", "/v1/chat/completions", goodChat, http.Header{"Authorization": {"Bearer " + brokenKey}})
+
+	logs := buf.String()
+	if strings.Contains(logs, secret) || strings.Contains(logs, fakeText) || strings.Contains(logs, goodKey) {
+		t.Fatalf("log leaks request or response content:\n%s", logs)
+	}
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["msg"] == "http request" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d access lines, want 3:\n%s", len(lines), logs)
+	}
+	first := lines[0]
+	if first["request_id"] != rec.Header().Get("X-Request-Id") || first["tenant"] != "acme" || first["method"] != "POST" ||
+		first["path"] != "/v1/chat/completions" || first["status"] != 200.0 || first["duration"] == nil {
+		t.Errorf("access line %v", first)
+	}
+	if lines[1]["status"] != 400.0 || lines[2]["status"] != 500.0 {
+		t.Errorf("statuses %v, %v", lines[1]["status"], lines[2]["status"])
+	}
+	if !strings.Contains(logs, "connection refused") {
+		t.Errorf("internal cause of the 500 not logged:\n%s", logs)
+	}
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	ready := errors.New("no worker registered")
+	cfg := Config{
+		Ready:   func(context.Context) error { return ready },
+		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("warden_up 1\n")) }),
+	}
+	h := NewHandler(cfg, fakeAuth{}, &fakeService{}, nil)
+	check := func(path string, status int, body string) {
+		t.Helper()
+		rec := do(h, "GET", path, "", nil)
+		if rec.Code != status || strings.TrimSpace(rec.Body.String()) != body {
+			t.Errorf("%s: %d %q, want %d %q", path, rec.Code, rec.Body, status, body)
+		}
+	}
+	check("/healthz", 200, `{"status":"ok"}`)
+	check("/readyz", 503, `{"status":"not_ready"}`)
+	ready = nil
+	check("/readyz", 200, `{"status":"ready"}`)
+	check("/metrics", 200, "warden_up 1")
+
+	if rec := do(newTestHandler(&fakeService{}), "GET", "/metrics", "", nil); rec.Code != 404 {
+		t.Errorf("/metrics without a handler: %d", rec.Code)
+	}
+}

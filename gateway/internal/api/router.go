@@ -1,0 +1,115 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultMaxBodyBytes   = 4 << 20
+	DefaultMaxTokensLimit = 1 << 24
+	DefaultWriteTimeout   = time.Minute
+)
+
+// Config tunes the HTTP layer. The zero value is usable.
+type Config struct {
+	// MaxBodyBytes caps request bodies (413 above); 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxTokensLimit is the largest max_tokens accepted before the core's
+	// own context checks; 0 means DefaultMaxTokensLimit.
+	MaxTokensLimit int64
+	// WriteTimeout bounds each write to a client; a client that stops
+	// reading for longer is dropped and its request aborted. 0 means
+	// DefaultWriteTimeout. The http.Server's own WriteTimeout must be 0,
+	// since it would cut long streams.
+	WriteTimeout time.Duration
+	// Ready reports readiness for GET /readyz; nil means always ready.
+	Ready func(ctx context.Context) error
+	// Metrics, if set, is served at GET /metrics without authentication.
+	Metrics http.Handler
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// server holds the handlers' dependencies.
+type server struct {
+	cfg    Config
+	auth   Authenticator
+	svc    Service
+	logger *slog.Logger
+}
+
+func (s *server) now() time.Time { return s.cfg.Now() }
+
+// NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
+// /v1/completions, /v1/chat/completions, /healthz, /readyz and, if
+// configured, /metrics. A nil logger discards logs.
+func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxTokensLimit <= 0 {
+		cfg.MaxTokensLimit = DefaultMaxTokensLimit
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{cfg: cfg, auth: auth, svc: svc, logger: logger}
+
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.observe, s.limitBody)
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		writeError(w, notFound(req.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			if r.Match(chi.NewRouteContext(), m, req.URL.Path) {
+				w.Header().Add("Allow", m)
+			}
+		}
+		writeError(w, methodNotAllowed(req.Method, req.URL.Path))
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	if cfg.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	}
+	r.Group(func(r chi.Router) {
+		r.Use(s.authenticate)
+		r.Get("/v1/models", s.models)
+		r.With(requireJSON).Post("/v1/chat/completions", s.generate(KindChat))
+		r.With(requireJSON).Post("/v1/completions", s.generate(KindCompletion))
+	})
+	return r
+}
+
+type healthStatus struct {
+	Status string `json:"status"`
+}
+
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, healthStatus{"ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Ready != nil {
+		if err := s.cfg.Ready(r.Context()); err != nil {
+			s.logger.DebugContext(r.Context(), "not ready", "request_id", infoFrom(r.Context()).id, "err", err)
+			writeJSON(w, http.StatusServiceUnavailable, healthStatus{"not_ready"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, healthStatus{"ready"})
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Principal is the authenticated caller of a request.
+type Principal struct {
+	Tenant string // tenant ID; every request is charged and isolated by it
+	KeyID  string // ID of the API key used (never the key itself)
+}
+
+// Authenticator resolves an API key to a Principal.
+//
+// A rejected key (unknown, wrong, revoked, tenant disabled) must be reported
+// as an *Error, normally InvalidAPIKey(...). Any other error is treated as a
+// failure of the key store and answered 500, so an outage never looks like a
+// bad key to the client.
+type Authenticator interface {
+	Authenticate(ctx context.Context, apiKey string) (Principal, error)
+}
+
+// Service is the gateway core as seen by the HTTP layer.
+type Service interface {
+	// Models lists the models the principal may use.
+	Models(ctx context.Context, p Principal) ([]Model, error)
+	// Generate admits and starts one request. Rejections (unknown model,
+	// context too long, rate limits, no capacity) are returned here as
+	// *Error, before any byte of the response is written.
+	Generate(ctx context.Context, p Principal, req *GenerateRequest) (Generation, error)
+}
+
+// Generation is one running request.
+//
+// The handler calls Next until it returns an error (io.EOF after the final
+// event), then calls Close exactly once. Close is also called when the
+// handler stops early (client disconnect, write failure, panic), and must
+// then abort the request everywhere. Next and Close are never called
+// concurrently.
+type Generation interface {
+	// Next blocks for the next event and returns io.EOF after the final one.
+	// It must return promptly (with ctx.Err() or any error) once ctx is
+	// done: ctx is the HTTP request's context, cancelled when the client
+	// disconnects.
+	Next(ctx context.Context) (Event, error)
+	// Close aborts the request if it has not finished; it is a no-op after
+	// Next returned io.EOF.
+	Close()
+}
+
+// Event is one step of a Generation. Any field may be empty.
+//
+// The final event carries FinishReason and Usage (Usage may also come in a
+// later event, before io.EOF). A Generation that ends without a finish
+// reason, or without usage, is treated as failed: the client sees an error,
+// never a response that looks complete.
+type Event struct {
+	// TextDelta is the next piece of output text. It must be valid UTF-8
+	// (the core decodes tokens incrementally); invalid text fails the request.
+	TextDelta string
+	// FinishReason is "stop", "length" or "content_filter" on the final event.
+	FinishReason string
+	// Usage is the honest token count of the whole request (I7).
+	Usage *Usage
+	// Headers (rate-limit state, for instance) are sent with the response
+	// if they arrive before its first byte, and ignored afterwards.
+	Headers http.Header
+}
+
+// Usage counts the tokens of one request.
+type Usage struct {
+	PromptTokens     int64 // prompt tokens actually prefilled
+	CompletionTokens int64 // tokens actually generated
+}
+
+// Model describes one model served to a principal.
+type Model struct {
+	ID      string
+	Created int64  // Unix seconds
+	OwnedBy string // shown as owned_by
+	// ContextLength is the effective context window: the smaller of the
+	// configured window and every serving worker's KV pool (I2).
+	ContextLength int64
+	// ConfiguredContextLength is the window set in configuration.
+	ConfiguredContextLength int64
+}
+
+// Kind says which endpoint a request came from.
+type Kind string
+
+// The two kinds of generation request.
+const (
+	KindChat       Kind = "chat"       // POST /v1/chat/completions
+	KindCompletion Kind = "completion" // POST /v1/completions
+)
+
+// Message is one chat message. Content is plain text: text parts of an
+// array-form content are concatenated in order, without separator.
+type Message struct {
+	Role    string // system, user, assistant, developer or tool
+	Content string
+}
+
+// GenerateRequest is the validated, normalised form of both generation
+// endpoints. Pointer fields are nil when the client did not send them; the
+// core applies its defaults and its context-window checks.
+type GenerateRequest struct {
+	// RequestID is assigned by the gateway (I6); clients cannot choose it.
+	RequestID string
+	// ClientRequestID is the client's own x-client-request-id or
+	// x-request-id header, kept for correlation only (printable ASCII,
+	// at most 128 bytes; empty when absent or unusable).
+	ClientRequestID string
+	// User is the client's end-user identifier ("user"), opaque.
+	User       string
+	ReceivedAt time.Time
+	Model      string
+	Kind       Kind
+	Messages   []Message // KindChat only; at least one
+	Prompt     string    // KindCompletion only
+
+	// MaxTokens is max_tokens or max_completion_tokens, in
+	// [1, Config.MaxTokensLimit]; nil lets the core choose.
+	MaxTokens   *int64
+	Temperature *float64 // [0, 2]
+	TopP        *float64 // (0, 1]
+	Seed        *int64
+	Stop        []string // at most 4, none empty
+
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage (streaming only)
+}

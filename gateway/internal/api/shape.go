@@ -1,0 +1,180 @@
+package api
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// shape builds the OpenAI wire objects of one endpoint: the chunks of a
+// stream and the single non-streaming response.
+type shape interface {
+	// first is the chunk sent before any text, or nil.
+	first() any
+	delta(text string) any
+	finish(reason string) any
+	// usage is the extra chunk of stream_options.include_usage.
+	usage(u Usage) any
+	response(text, reason string, u Usage) any
+}
+
+func newShape(req *GenerateRequest, created int64) shape {
+	id := strings.TrimPrefix(req.RequestID, "req_")
+	if req.Kind == KindChat {
+		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage}
+	}
+	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage}
+}
+
+type wireUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+func toWire(u Usage) *wireUsage {
+	return &wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		TotalTokens: u.PromptTokens + u.CompletionTokens}
+}
+
+// chunkUsage is a stream chunk's usage field: absent without
+// include_usage; with it, null on every chunk but the usage chunk, as
+// OpenAI sends it.
+type chunkUsage struct {
+	shown bool
+	u     *wireUsage
+}
+
+// IsZero makes omitzero drop the field when it is not shown.
+func (c chunkUsage) IsZero() bool { return !c.shown }
+
+// MarshalJSON writes the usage object or null.
+func (c chunkUsage) MarshalJSON() ([]byte, error) { return json.Marshal(c.u) }
+
+// nullLogprobs marshals as null: log probabilities are never returned.
+type nullLogprobs *struct{}
+
+// --- /v1/chat/completions ---
+
+type chatShape struct {
+	id, model    string
+	created      int64
+	includeUsage bool
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      chatMessage  `json:"message"`
+	Logprobs     nullLogprobs `json:"logprobs"`
+	FinishReason string       `json:"finish_reason"`
+}
+
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *wireUsage   `json:"usage"`
+}
+
+type chatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChunkChoice struct {
+	Index        int          `json:"index"`
+	Delta        chatDelta    `json:"delta"`
+	Logprobs     nullLogprobs `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+type chatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []chatChunkChoice `json:"choices"`
+	Usage   chunkUsage        `json:"usage,omitzero"`
+}
+
+func (s *chatShape) chunk(choices []chatChunkChoice, u *wireUsage) chatChunk {
+	return chatChunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: choices, Usage: chunkUsage{shown: s.includeUsage, u: u}}
+}
+
+func (s *chatShape) first() any {
+	empty := ""
+	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}}, nil)
+}
+
+func (s *chatShape) delta(text string) any {
+	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}}}, nil)
+}
+
+func (s *chatShape) finish(reason string) any {
+	return s.chunk([]chatChunkChoice{{FinishReason: &reason}}, nil)
+}
+
+func (s *chatShape) usage(u Usage) any {
+	return s.chunk([]chatChunkChoice{}, toWire(u))
+}
+
+func (s *chatShape) response(text, reason string, u Usage) any {
+	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
+		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: reason}},
+		Usage:   toWire(u)}
+}
+
+// --- /v1/completions ---
+
+type completionShape struct {
+	id, model    string
+	created      int64
+	includeUsage bool
+}
+
+type textChoice struct {
+	Text         string       `json:"text"`
+	Index        int          `json:"index"`
+	Logprobs     nullLogprobs `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+// textCompletion is both the response and each stream chunk, as in OpenAI.
+type textCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []textChoice `json:"choices"`
+	Usage   chunkUsage   `json:"usage,omitzero"`
+}
+
+func (s *completionShape) object(choices []textChoice, showUsage bool, u *wireUsage) textCompletion {
+	return textCompletion{ID: s.id, Object: "text_completion", Created: s.created, Model: s.model,
+		Choices: choices, Usage: chunkUsage{shown: showUsage, u: u}}
+}
+
+func (s *completionShape) first() any { return nil }
+
+func (s *completionShape) delta(text string) any {
+	return s.object([]textChoice{{Text: text}}, s.includeUsage, nil)
+}
+
+func (s *completionShape) finish(reason string) any {
+	return s.object([]textChoice{{FinishReason: &reason}}, s.includeUsage, nil)
+}
+
+func (s *completionShape) usage(u Usage) any {
+	return s.object([]textChoice{}, true, toWire(u))
+}
+
+func (s *completionShape) response(text, reason string, u Usage) any {
+	return s.object([]textChoice{{Text: text, FinishReason: &reason}}, true, toWire(u))
+}

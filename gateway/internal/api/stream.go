@@ -1,0 +1,94 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// sseWriter writes server-sent events, one flushed write per event, each
+// under a fresh write deadline so a client that stops reading is dropped.
+type sseWriter struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	now     func() time.Time
+	started bool
+}
+
+// start sends the status line and headers.
+func (s *sseWriter) start() {
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // keep reverse proxies from buffering the stream
+	s.w.WriteHeader(http.StatusOK)
+	s.started = true
+}
+
+// data sends one "data: <json>" event.
+func (s *sseWriter) data(v any) error {
+	return s.raw(marshal(v))
+}
+
+func (s *sseWriter) raw(payload []byte) error {
+	buf := make([]byte, 0, len(payload)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, payload...)
+	buf = append(buf, "\n\n"...)
+	if err := s.rc.SetWriteDeadline(s.now().Add(s.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	if _, err := s.w.Write(buf); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// stream relays a generation as server-sent events.
+//
+// Headers are written when the first event arrives, so a failure before it
+// is still a plain HTTP error. A failure after it is sent as one
+// `data: {"error": {...}}` event and the stream ends without `data: [DONE]`:
+// a truncated stream never looks complete. If the client goes away, the
+// handler returns and Generation.Close aborts the request.
+func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh shape, includeUsage bool) {
+	sse := &sseWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout, now: s.now}
+	var t tracker
+	for {
+		ev, done, err := t.next(r.Context(), gen)
+		if err != nil {
+			if !sse.started {
+				s.fail(w, r, err)
+			} else if r.Context().Err() == nil {
+				_ = sse.data(s.toError(r, err).envelope())
+			}
+			return
+		}
+		if done {
+			break
+		}
+		if !sse.started {
+			copyHeaders(w.Header(), ev.Headers)
+			sse.start()
+			if first := sh.first(); first != nil {
+				err = sse.data(first)
+			}
+		}
+		if err == nil && ev.TextDelta != "" {
+			err = sse.data(sh.delta(ev.TextDelta))
+		}
+		if err == nil && ev.FinishReason != "" {
+			err = sse.data(sh.finish(ev.FinishReason))
+		}
+		if err != nil {
+			return // the client is gone or stalled
+		}
+	}
+	if includeUsage {
+		if sse.data(sh.usage(*t.usage)) != nil {
+			return
+		}
+	}
+	_ = sse.raw([]byte("[DONE]"))
+}

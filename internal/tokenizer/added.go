@@ -1,0 +1,182 @@
+package tokenizer
+
+import (
+	"unicode"
+	"unicode/utf8"
+)
+
+// addedToken is an entry of tokenizer.json's added_tokens.
+type addedToken struct {
+	id         int32
+	content    string
+	singleWord bool // match only where not inside a word
+	lstrip     bool // the match swallows whitespace on its left
+	rstrip     bool // the match swallows whitespace on its right
+	normalized bool // matched in the second pass (see addedMatcher)
+	special    bool // a control token
+}
+
+// addedMatcher finds added tokens in text the way Hugging Face does: tokens
+// with normalized=false are matched first, leftmost-longest; tokens with
+// normalized=true are then matched in the text between those matches. (No
+// normalizer is supported, so both passes see the same text.)
+//
+// With skipSpecial, a match of a special token is passed over and left as
+// text, like Hugging Face's encode_special_tokens (split_special_tokens).
+type addedMatcher struct {
+	passes      []*trie // empty: no tokens
+	skipSpecial bool
+}
+
+// plainView returns a matcher over the same tokens that skips special ones.
+func (m *addedMatcher) plainView() *addedMatcher {
+	return &addedMatcher{passes: m.passes, skipSpecial: true}
+}
+
+func newAddedMatcher(toks []addedToken) *addedMatcher {
+	var raw, norm []addedToken
+	for _, t := range toks {
+		if t.normalized {
+			norm = append(norm, t)
+		} else {
+			raw = append(raw, t)
+		}
+	}
+	m := &addedMatcher{}
+	for _, set := range [][]addedToken{raw, norm} {
+		if len(set) > 0 {
+			m.passes = append(m.passes, newTrie(set))
+		}
+	}
+	return m
+}
+
+// split calls text for each stretch of plain text and token for each added
+// token found in s, in order. Stretches are non-empty.
+func (m *addedMatcher) split(s string, text func(string) error, token func(int32) error) error {
+	return m.splitFrom(0, s, text, token)
+}
+
+func (m *addedMatcher) splitFrom(pass int, s string, text func(string) error, token func(int32) error) error {
+	if pass == len(m.passes) {
+		return text(s)
+	}
+	return m.passes[pass].scan(s, m.skipSpecial, func(gap string) error {
+		return m.splitFrom(pass+1, gap, text, token)
+	}, token)
+}
+
+// trie is a byte trie over the contents of a set of added tokens.
+type trie struct {
+	edges map[uint64]int32 // node<<8 | byte → child node; the root is node 0
+	term  []int32          // node → index in toks of the token ending there, or -1
+	first [256]bool        // bytes that start some token
+	toks  []addedToken
+}
+
+func newTrie(toks []addedToken) *trie {
+	tr := &trie{edges: make(map[uint64]int32), term: []int32{-1}, toks: toks}
+	for i, t := range toks {
+		node := int32(0)
+		for j := range len(t.content) {
+			key := uint64(node)<<8 | uint64(t.content[j])
+			child, ok := tr.edges[key]
+			if !ok {
+				child = int32(len(tr.term))
+				tr.term = append(tr.term, -1)
+				tr.edges[key] = child
+			}
+			node = child
+		}
+		tr.term[node] = int32(i)
+		tr.first[t.content[0]] = true
+	}
+	return tr
+}
+
+// longestAt returns the end of the longest token starting at s[i] and its
+// index in toks, or -1.
+func (tr *trie) longestAt(s string, i int) (end int, tok int32) {
+	tok = -1
+	node := int32(0)
+	for j := i; j < len(s); j++ {
+		child, ok := tr.edges[uint64(node)<<8|uint64(s[j])]
+		if !ok {
+			break
+		}
+		node = child
+		if k := tr.term[node]; k >= 0 {
+			end, tok = j+1, k
+		}
+	}
+	return end, tok
+}
+
+// scan splits s at the tokens of the trie, honouring single_word, lstrip and
+// rstrip, and passing over special tokens when skipSpecial is set.
+func (tr *trie) scan(s string, skipSpecial bool, gap func(string) error, token func(int32) error) error {
+	done := 0 // s[:done] has been emitted
+	for i := 0; i < len(s); {
+		if !tr.first[s[i]] {
+			i++
+			continue
+		}
+		end, k := tr.longestAt(s, i)
+		if k < 0 {
+			i++
+			continue
+		}
+		t := &tr.toks[k]
+		start, stop := i, end
+		if (skipSpecial && t.special) ||
+			(t.singleWord && (endsWithWordChar(s[:start]) || startsWithWordChar(s[stop:]))) {
+			i = end // like Aho-Corasick's iterator, resume after the match
+			continue
+		}
+		if t.lstrip {
+			for start > done {
+				r, n := utf8.DecodeLastRuneInString(s[:start])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				start -= n
+			}
+		}
+		if t.rstrip {
+			for stop < len(s) {
+				r, n := utf8.DecodeRuneInString(s[stop:])
+				if !unicode.IsSpace(r) {
+					break
+				}
+				stop += n
+			}
+		}
+		if start > done {
+			if err := gap(s[done:start]); err != nil {
+				return err
+			}
+		}
+		if err := token(t.id); err != nil {
+			return err
+		}
+		done, i = stop, stop
+	}
+	if done < len(s) {
+		return gap(s[done:])
+	}
+	return nil
+}
+
+func isWordChar(r rune) bool {
+	return r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.Is(unicode.Mn, r)
+}
+
+func endsWithWordChar(s string) bool {
+	r, n := utf8.DecodeLastRuneInString(s)
+	return n > 0 && isWordChar(r)
+}
+
+func startsWithWordChar(s string) bool {
+	r, n := utf8.DecodeRuneInString(s)
+	return n > 0 && isWordChar(r)
+}

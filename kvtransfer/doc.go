@@ -1,0 +1,92 @@
+// Package kvtransfer is warden's KV data plane: it moves a prompt's KV
+// pages from a prefill worker (Sender) into pages a decode worker reserved
+// (Receiver), so that a page is only ever written for the (request, epoch)
+// it is reserved for, a transfer never "completes" short, and pages an
+// aborted one-sided writer may still touch are not reused (DESIGN.md §1,
+// §5, invariants I4, I5, I10).
+//
+// # Flow
+//
+// Decode reserves pages and issues a Ticket (random transfer ID, owner,
+// destination page IDs, page geometry, prompt token count, a random
+// 32-byte auth token, its transfer address, backend and shm path). The
+// gateway hands it to prefill over the mTLS control plane. Prefill opens a
+// Stream (dial plus the handshake below), pushes page chunks as they are
+// computed — a layer range of a page is one contiguous byte range, so
+// prefill can stream layer by layer; within a page chunks arrive in byte
+// order — and completes with the token count and its first sampled token.
+// Decode verifies (I4) and calls Sink.Complete or Sink.Fail exactly once.
+//
+// Backends:
+//   - tcp: DATA frames carry (page index, page ID, offset, length,
+//     checksum) and their payload. The receiver asks Sink.CheckWrite right
+//     before each copy and reads the payload from the socket straight into
+//     the page (no intermediate buffer), hashing it there while it is in
+//     cache.
+//   - shm: decode's KV slab is a shared-memory Segment (CreateSegment,
+//     mode 0600). Prefill maps it (OpenSegment) and copies pages directly
+//     into decode's memory (one-sided, like RDMA), then writes each page's
+//     header (owner tag, epoch, transfer ID, bytes written, checksum). Every
+//     MiB it lists finished pages in a PAGES_DONE frame so decode verifies
+//     them while the next ones are written; COMPLETE carries every page's
+//     checksum, and decode checks each page header and recomputes each
+//     page's checksum over its own memory before it accepts.
+//
+// # Handshake and frames (I10)
+//
+// The sender proves the ticket's token (HMAC-SHA-256 over both nonces)
+// before the receiver reads anything else; the receiver proves it back
+// (its Accept is MAC'd with a key only the token holder can derive) before
+// the sender writes a byte. A connection that fails is closed before any
+// page is looked at: no Sink method but Lookup runs. See handshake.go.
+// Every frame header then carries a sequence number and a truncated
+// HMAC-SHA-256 under a per-direction session key; control payloads
+// (COMPLETE's checksums and token count, RESULT, …) are covered by the MAC
+// too. A repeated sequence number is ErrDuplicate, a skipped one
+// ErrIncomplete; a frame naming another transfer or epoch is dropped and
+// counted (Stats). Checksums are xxh3-64: on this hardware about four
+// times faster than hardware crc32c (BenchmarkChecksum) and 64 bits wide.
+//
+// # Threat model
+//
+// Off-path attackers (anyone who can connect to the transfer port) cannot
+// read or write a page: without the per-transfer token they fail the
+// handshake, and they cannot inject into an established TCP stream. Frame
+// MACs additionally bind every header to its connection, transfer, epoch
+// and position, so buggy or confused peers cannot splice frames across
+// transfers. An on-path attacker without TLS can read page bytes and
+// alter DATA payloads consistently with their non-cryptographic checksum
+// (headers and control payloads stay authenticated): set
+// ReceiverConfig.TLS and SenderConfig.TLS where the network is not
+// trusted. shm is same-host only; its protection is file ownership and
+// mode (0600, the worker's user), and the checksums and page headers guard
+// against bugs and stale writers, not against a malicious process of the
+// same user.
+//
+// # Abort and drain (I5)
+//
+// Prefill: cancelling the context of a Stream (or calling Abort) stops it
+// promptly — a blocked tcp write is interrupted, an shm copy stops at the
+// next 256 KiB — and once no write is in flight it sends DRAIN_ACK for
+// (transfer, epoch) and returns the Drain, which the worker reports as
+// AbortResponse.drained. Decode: after fencing (bumping the pool epoch) the
+// worker calls Receiver.Abort for every transfer that did not complete.
+// With tcp, decode is the only writer: Abort closes the connection, waits
+// out a copy in flight and releases at once. With shm the sender may still
+// be writing: Abort sends ABORT and parks the release in a
+// DeferredRelease until the DRAIN_ACK (or COMPLETE) for exactly that
+// (transfer, epoch) arrives — an ack for another epoch releases nothing —
+// or quarantines after ReceiverConfig.DrainTimeout. OnRelease reports the
+// outcome (immediate, drained, timeout, late_drain).
+//
+// # Wiring into the worker
+//
+// Decode: CreateSegment for shm and give Data() to the KV pool as its
+// slab; implement Sink over the pool (CheckWrite/Written ask the pool
+// about owner and epoch, PageData returns the page's slab bytes); serve a
+// Receiver on the transfer listener; export Stats and OnRelease as
+// metrics. Prefill: one Sender per process; per request Open (in parallel
+// with computing the first layer), Push chunks, Complete, and cancel on
+// abort. The protobuf ticket converts field by field; its transfer_id is
+// TransferID.String (ParseTransferID reverses it).
+package kvtransfer

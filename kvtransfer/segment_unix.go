@@ -1,0 +1,110 @@
+//go:build unix
+
+package kvtransfer
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// CreateSegment creates the shared-memory file at path (mode 0600, any
+// stale file there is replaced) sized for pages pages of pageBytes bytes,
+// maps it shared read-write and writes its header with a fresh random ID.
+// Decode calls it at start-up; Close unmaps and removes the file.
+func CreateSegment(path string, pages, pageBytes int) (*Segment, error) {
+	l, err := newLayout(pages, pageBytes)
+	if err != nil {
+		return nil, err
+	}
+	rand.Read(l.id[:])
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: remove stale %s: %w", ErrSegment, path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create: %w", ErrSegment, err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	fail := func(err error) (*Segment, error) {
+		os.Remove(path)
+		return nil, fmt.Errorf("%w: create %s: %w", ErrSegment, path, err)
+	}
+	if err := f.Chmod(0o600); err != nil {
+		return fail(err)
+	}
+	if err := f.Truncate(int64(l.size)); err != nil {
+		return fail(err)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, l.size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return fail(err)
+	}
+	s := &Segment{path: path, mem: mem, created: true}
+	l.marshal(mem[:segHeaderSize])
+	s.init(l)
+	return s, nil
+}
+
+// OpenSegment maps an existing segment read-write (prefill). The file
+// must be a regular file owned by this user with no group or other
+// permissions, and its header must describe exactly its size.
+func OpenSegment(path string) (*Segment, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open: %w", ErrSegment, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%w: stat: %w", ErrSegment, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.Mode().IsRegular() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: %s is not a private regular file of this user", ErrSegment, path)
+	}
+	var hdr [64]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return nil, fmt.Errorf("%w: read header: %w", ErrSegment, err)
+	}
+	l, err := parseLayout(hdr[:], fi.Size())
+	if err != nil {
+		return nil, err
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, l.size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mmap: %w", ErrSegment, err)
+	}
+	s := &Segment{path: path, mem: mem}
+	s.init(l)
+	return s, nil
+}
+
+func (s *Segment) unmap() error {
+	err := syscall.Munmap(s.mem)
+	if s.created && s.fileIsOurs() {
+		if rerr := os.Remove(s.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return err
+}
+
+// fileIsOurs reports whether the file at s.path is still this segment, so
+// Close never removes a segment a newer process created at the same path.
+func (s *Segment) fileIsOurs() bool {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var hdr [64]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return false
+	}
+	return string(hdr[0:8]) == segMagic && [16]byte(hdr[48:64]) == s.id
+}

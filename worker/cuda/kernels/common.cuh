@@ -1,0 +1,146 @@
+// Shared definitions of warden's CUDA kernels. Every kernel is extern "C"
+// (stable names for cuModuleGetFunction) and takes only 8-byte parameters:
+// device pointers, long long and double. The Go launcher passes each
+// parameter as one 64-bit word.
+//
+// Layouts shared with the Go side (worker/cuda) are spelled out here and in
+// layout.go; both must change together.
+#pragma once
+
+#include <cuda_fp16.h>
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+// Geometry is the model and pool shape, uploaded once (Go: geometry).
+struct Geometry {
+  i64 hidden, inter, layers, heads, kv_heads, head_dim;
+  i64 qkv_dim, vocab, max_pos, page_tokens, page_floats, num_pages;
+  double eps, scale;
+};
+
+// Tag is one KV page's owner tag on the device (Go: devTag). state is 1
+// when the page may be read and written (Reserved or InUse), else 0.
+struct Tag {
+  u64 hash, epoch;
+  int written, state;
+};
+
+// A chunk descriptor is CH_WORDS i64 words (Go: chunkWords).
+enum {
+  CH_START = 0,  // position of the chunk's first token
+  CH_TABLE = 1,  // offset of the chunk's page table in the tables array
+  CH_PAGES = 2,  // page table length
+  CH_HASH = 3,   // expected owner hash
+  CH_EPOCH = 4,  // expected owner epoch
+  CH_WORDS = 5
+};
+
+// Device error record (Go: errWords): [0] count of refused page accesses,
+// [1] reason of the first, [2] its page, [3] its chunk.
+enum {
+  REASON_NO_PAGE = 1,     // page id outside the pool or the table
+  REASON_UNREADABLE = 2,  // page free or quarantined
+  REASON_FOREIGN = 3,     // owner hash differs
+  REASON_EPOCH = 4,       // same owner hash, other epoch
+  REASON_UNWRITTEN = 5    // slot not written for the owner
+};
+
+// Element types of weight matrices: tag structs so that f16 and bf16
+// (both 16-bit) select different loaders.
+struct bf16_t { unsigned short bits; };
+struct f16_t { unsigned short bits; };
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(bf16_t v) { return __uint_as_float(((unsigned)v.bits) << 16); }
+__device__ __forceinline__ float to_f32(f16_t v) { return __half2float(__ushort_as_half(v.bits)); }
+
+__device__ __forceinline__ float bf16_bits(unsigned b) { return __uint_as_float(b << 16); }
+__device__ __forceinline__ float f16_bits(unsigned b) { return __half2float(__ushort_as_half((unsigned short)b)); }
+
+// load8 reads 8 consecutive elements at p (16-byte aligned) as floats.
+__device__ __forceinline__ void load8(const float* p, float v[8]) {
+  float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+  v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+__device__ __forceinline__ void load8(const bf16_t* p, float v[8]) {
+  uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  v[0] = bf16_bits(u.x & 0xffffu); v[1] = bf16_bits(u.x >> 16);
+  v[2] = bf16_bits(u.y & 0xffffu); v[3] = bf16_bits(u.y >> 16);
+  v[4] = bf16_bits(u.z & 0xffffu); v[5] = bf16_bits(u.z >> 16);
+  v[6] = bf16_bits(u.w & 0xffffu); v[7] = bf16_bits(u.w >> 16);
+}
+
+__device__ __forceinline__ void load8(const f16_t* p, float v[8]) {
+  uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  v[0] = f16_bits(u.x & 0xffffu); v[1] = f16_bits(u.x >> 16);
+  v[2] = f16_bits(u.y & 0xffffu); v[3] = f16_bits(u.y >> 16);
+  v[4] = f16_bits(u.z & 0xffffu); v[5] = f16_bits(u.z >> 16);
+  v[6] = f16_bits(u.w & 0xffffu); v[7] = f16_bits(u.w >> 16);
+}
+
+// flag records a refused page access: the first one's details are kept.
+__device__ __forceinline__ void flag(int* err, int reason, int page, int chunk) {
+  if (atomicAdd(&err[0], 1) == 0) {
+    err[1] = reason;
+    err[2] = page;
+    err[3] = chunk;
+  }
+}
+
+// check_page is the device-side owner check: page must exist, be readable,
+// carry the chunk's expected owner hash and epoch, and have at least
+// `need` written slots. It returns 0 or a REASON_ code.
+__device__ __forceinline__ int check_page(const Tag* tags, i64 num_pages, int page, const i64* ch, int need) {
+  if (page < 0 || page >= num_pages) return REASON_NO_PAGE;
+  const Tag t = tags[page];
+  if (t.state == 0) return REASON_UNREADABLE;
+  if (t.hash != (u64)ch[CH_HASH]) return REASON_FOREIGN;
+  if (t.epoch != (u64)ch[CH_EPOCH]) return REASON_EPOCH;
+  if (t.written < need) return REASON_UNWRITTEN;
+  return 0;
+}
+
+// page_of returns the page holding position pos of a chunk's sequence, or
+// -1 when the table is too short.
+__device__ __forceinline__ int page_of(const int* tables, const i64* ch, i64 pos, i64 page_tokens) {
+  i64 p = pos / page_tokens;
+  if (p >= ch[CH_PAGES]) return -1;
+  return tables[ch[CH_TABLE] + p];
+}
+
+// Block-wide reductions over blockDim.x threads (a multiple of 32, at most
+// 1024) in a fixed order: a butterfly inside each warp, then warp 0 adds the
+// warp results in warp order. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = 0.f;
+    for (int i = 0; i < nw; i++) s += scratch[i];
+    if (lane == 0) scratch[32] = s;
+  }
+  __syncthreads();
+  return scratch[32];
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0 && lane == 0) {
+    float m = scratch[0];
+    for (int i = 1; i < nw; i++) m = fmaxf(m, scratch[i]);
+    scratch[32] = m;
+  }
+  __syncthreads();
+  return scratch[32];
+}

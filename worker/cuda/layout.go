@@ -1,0 +1,102 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"unsafe"
+
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// Go mirrors of the layouts in kernels/common.cuh; both must change
+// together.
+
+// geometry mirrors struct Geometry: the model and pool shape the kernels
+// read from device memory.
+type geometry struct {
+	Hidden, Inter, Layers, Heads, KVHeads, HeadDim      int64
+	QKVDim, Vocab, MaxPos, PageTokens, PageFloats, Pages int64
+	Eps, Scale                                           float64
+}
+
+// devTag mirrors struct Tag: one page's owner tag on the device.
+type devTag struct {
+	Hash, Epoch uint64
+	// Written is the page's written slots; State is 1 when the page is
+	// readable (Reserved or InUse), else 0.
+	Written, State int32
+}
+
+// Compile-time checks that the Go structs have the C sizes.
+var (
+	_ [112]byte = [unsafe.Sizeof(geometry{})]byte{}
+	_ [24]byte  = [unsafe.Sizeof(devTag{})]byte{}
+)
+
+// A chunk descriptor is chunkWords int64 words: start position, offset and
+// length of its page table, expected owner hash and epoch.
+const (
+	chStart = iota
+	chTable
+	chPages
+	chHash
+	chEpoch
+	chunkWords
+)
+
+// The device error record is errWords int32 words: count of refused page
+// accesses, then the first one's reason, page and chunk.
+const errWords = 4
+
+// Device refusal reasons (REASON_* in common.cuh).
+const (
+	reasonNoPage = iota + 1
+	reasonUnreadable
+	reasonForeign
+	reasonEpoch
+	reasonUnwritten
+)
+
+// Linear kernel modes (MODE_* in linear.cu).
+const (
+	modeStore = iota
+	modeAdd
+	modeSwiGLU
+)
+
+// bytesOf views a fixed-layout value as bytes, for uploads.
+func bytesOf[T any](v *T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(v)), unsafe.Sizeof(*v))
+}
+
+// sliceBytes views a slice of fixed-layout values as bytes.
+func sliceBytes[T any](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}
+
+// poolReason maps a device refusal to the kvpool reason it corresponds to,
+// refined by the page's host metadata where the device code is coarser.
+func poolReason(code int32, info kvpool.PageInfo, want kvpool.Owner) kvpool.Reason {
+	switch code {
+	case reasonNoPage:
+		return kvpool.ReasonNoSuchPage
+	case reasonUnreadable:
+		if info.State == kvpool.Quarantined {
+			return kvpool.ReasonQuarantined
+		}
+		return kvpool.ReasonFree
+	case reasonForeign:
+		if info.Owner.Tenant != want.Tenant {
+			return kvpool.ReasonForeignTenant
+		}
+		return kvpool.ReasonForeignRequest
+	case reasonEpoch:
+		return kvpool.ReasonStaleEpoch
+	default:
+		return kvpool.ReasonUnwritten
+	}
+}

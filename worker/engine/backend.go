@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// Backend runs the model's forward pass on one device. Implementations:
+// the cpu backend (worker/internal/cpu) and the cuda backend (worker/cuda,
+// build tag cuda).
+//
+// A Backend is driven by one goroutine at a time (the engine's loop).
+type Backend interface {
+	// Forward runs one step over a batch of chunks. For every chunk it
+	// computes positions [Start, Start+len(Tokens)), writes their K/V into
+	// the chunk's pages (position t lives in Pages[t/PageTokens], slot
+	// t%PageTokens) and, when the chunk's Logits is non-nil, fills it with
+	// the logits of the chunk's last position. The engine has verified the
+	// pages (owner and written slots) before calling.
+	//
+	// The result for a chunk must not depend on the other chunks in the
+	// batch nor on how a prompt was split into chunks (determinism).
+	Forward(ctx context.Context, batch []Chunk) error
+	// VocabSize is the length of a logits row.
+	VocabSize() int
+	// MaxBatchTokens is the most tokens one Forward call accepts.
+	MaxBatchTokens() int
+}
+
+// Chunk is one sequence's slice of work in a forward step.
+type Chunk struct {
+	Tokens []int32
+	// Start is the position of Tokens[0]; positions [0, Start) are already
+	// in the KV cache.
+	Start int
+	Pages []kvpool.PageID
+	// Logits receives the last position's logits, or is nil when the chunk
+	// is an intermediate prefill chunk.
+	Logits []float32
+}

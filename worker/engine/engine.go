@@ -1,0 +1,438 @@
+// Package engine schedules sequences onto a compute Backend with
+// continuous batching, samples tokens, and enforces the KV ownership check
+// (DESIGN I3) before every forward step.
+//
+// The engine never reserves or releases KV pages: the worker does, because
+// only the worker knows whether a release must wait for a transfer to drain
+// (I5). The engine's promise is narrower and absolute: it reads a page only
+// after the pool has confirmed, in the same step, that the page belongs to
+// the sequence and that every slot read was written for it; and once a
+// stream's final event is delivered it no longer touches the sequence's
+// pages.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// Errors a sequence can finish with.
+var (
+	// ErrAborted: the request's context ended or its stream was closed.
+	ErrAborted = errors.New("engine: sequence aborted")
+	// ErrStopped: the engine stopped while the sequence was running.
+	ErrStopped = errors.New("engine: engine stopped")
+	// ErrBadRequest: the request is inconsistent (pages too few, bad
+	// prompt, bad sampling).
+	ErrBadRequest = errors.New("engine: bad request")
+)
+
+// Config tunes the scheduler.
+type Config struct {
+	// PageTokens is the KV pool's page size in tokens.
+	PageTokens int
+	// ChunkTokens bounds the prompt tokens one step prefills across all
+	// sequences (chunked prefill).
+	ChunkTokens int
+	// MaxBatch bounds the sequences running at once.
+	MaxBatch int
+	// EOS lists the model's end-of-sequence token ids.
+	EOS []int32
+	// VocabSize bounds valid token ids in prompts.
+	VocabSize int
+}
+
+// Request is one sequence to run. The caller has reserved Pages for it.
+type Request struct {
+	Owner kvpool.Owner
+	// Pages must cover len(Prompt)+Sampling.MaxTokens-1 positions
+	// (len(Prompt) for PrefillOnly).
+	Pages  []kvpool.PageID
+	Prompt []int32
+	// Prefilled, when true, says the whole prompt is already in Pages
+	// (decode after a verified transfer) and FirstToken was sampled by the
+	// prefill worker.
+	Prefilled  bool
+	FirstToken int32
+	Sampling   Sampling
+	// PrefillOnly stops after the prompt is in the cache and the first
+	// token is sampled (the prefill role).
+	PrefillOnly bool
+	// ReportProgress asks for EventProgress after every prefill chunk (so
+	// a prefill worker can start sending finished pages).
+	ReportProgress bool
+}
+
+// Stats are cumulative engine counters.
+type Stats struct {
+	Steps, PrefillTokens, DecodeTokens uint64
+	Running, Waiting                   int
+}
+
+// Engine runs sequences. Create it with New, start Run in a goroutine, and
+// Submit requests.
+type Engine struct {
+	cfg     Config
+	backend Backend
+	pool    *kvpool.Pool
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	pending []*sequence
+	stopped bool
+	wake    chan struct{}
+
+	// Owned by the Run goroutine.
+	running []*sequence
+	batch   []Chunk
+	members []*sequence
+	logits  [][]float32
+	sampler sampler
+
+	steps, prefillTokens, decodeTokens atomic.Uint64
+	nRunning, nWaiting                 atomic.Int64
+}
+
+type sequence struct {
+	req    Request
+	ctx    context.Context
+	stream *Stream
+
+	pos       int   // positions in the KV cache
+	generated int   // tokens sampled
+	next      int32 // decode input token
+	first     int32
+	prompt    int // prompt positions in the cache, for usage
+}
+
+// New creates an engine over backend and pool.
+func New(cfg Config, backend Backend, pool *kvpool.Pool, logger *slog.Logger) (*Engine, error) {
+	if cfg.PageTokens <= 0 || cfg.ChunkTokens <= 0 || cfg.MaxBatch <= 0 {
+		return nil, fmt.Errorf("engine: PageTokens, ChunkTokens and MaxBatch must be > 0 (got %d, %d, %d)",
+			cfg.PageTokens, cfg.ChunkTokens, cfg.MaxBatch)
+	}
+	if max := backend.MaxBatchTokens(); cfg.ChunkTokens+cfg.MaxBatch > max {
+		return nil, fmt.Errorf("engine: ChunkTokens+MaxBatch = %d exceeds the backend's %d tokens per step",
+			cfg.ChunkTokens+cfg.MaxBatch, max)
+	}
+	if cfg.VocabSize == 0 {
+		cfg.VocabSize = backend.VocabSize()
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{
+		cfg:     cfg,
+		backend: backend,
+		pool:    pool,
+		log:     logger,
+		wake:    make(chan struct{}, 1),
+		logits:  make([][]float32, cfg.MaxBatch),
+	}
+	for i := range e.logits {
+		e.logits[i] = make([]float32, backend.VocabSize())
+	}
+	return e, nil
+}
+
+// Submit queues a request. The returned stream delivers its events;
+// cancelling ctx or closing the stream aborts it.
+func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
+	if err := e.validate(&req); err != nil {
+		return nil, err
+	}
+	s := &sequence{req: req, ctx: ctx, stream: newStream(), first: -1}
+	if req.Prefilled {
+		s.pos = len(req.Prompt)
+		s.prompt = len(req.Prompt)
+	}
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		return nil, ErrStopped
+	}
+	e.pending = append(e.pending, s)
+	e.nWaiting.Add(1)
+	e.mu.Unlock()
+	e.signal()
+	return s.stream, nil
+}
+
+func (e *Engine) validate(req *Request) error {
+	if len(req.Prompt) == 0 {
+		return fmt.Errorf("%w: empty prompt", ErrBadRequest)
+	}
+	for i, t := range req.Prompt {
+		if t < 0 || int(t) >= e.cfg.VocabSize {
+			return fmt.Errorf("%w: prompt token %d at position %d is outside the vocabulary (%d)", ErrBadRequest, t, i, e.cfg.VocabSize)
+		}
+	}
+	if err := req.Sampling.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if req.Prefilled && (req.PrefillOnly || req.FirstToken < 0 || int(req.FirstToken) >= e.cfg.VocabSize) {
+		return fmt.Errorf("%w: a prefilled request needs a valid first token and cannot be prefill-only", ErrBadRequest)
+	}
+	need := len(req.Prompt) + req.Sampling.MaxTokens - 1
+	if req.PrefillOnly {
+		need = len(req.Prompt)
+	}
+	if have := len(req.Pages) * e.cfg.PageTokens; have < need {
+		return fmt.Errorf("%w: %d pages hold %d positions, the sequence needs %d", ErrBadRequest, len(req.Pages), have, need)
+	}
+	return nil
+}
+
+// Stats returns cumulative counters and the current load.
+func (e *Engine) Stats() Stats {
+	return Stats{
+		Steps:         e.steps.Load(),
+		PrefillTokens: e.prefillTokens.Load(),
+		DecodeTokens:  e.decodeTokens.Load(),
+		Running:       int(e.nRunning.Load()),
+		Waiting:       int(e.nWaiting.Load()),
+	}
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run drives the engine until ctx is done. Sequences still running then
+// finish with ErrStopped.
+func (e *Engine) Run(ctx context.Context) error {
+	defer e.shutdown()
+	for {
+		e.admit()
+		if len(e.running) == 0 {
+			select {
+			case <-e.wake:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		e.step(ctx)
+	}
+}
+
+func (e *Engine) shutdown() {
+	e.mu.Lock()
+	e.stopped = true
+	pending := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	for _, s := range append(e.running, pending...) {
+		e.finish(s, FinishError, ErrStopped)
+	}
+	e.running = nil
+	e.nRunning.Store(0)
+	e.nWaiting.Store(0)
+}
+
+// admit moves pending sequences into the running set, up to MaxBatch.
+func (e *Engine) admit() {
+	e.mu.Lock()
+	var gone []*sequence
+	e.pending = slices.DeleteFunc(e.pending, func(s *sequence) bool {
+		if s.ctx.Err() != nil || s.stream.isClosed() {
+			gone = append(gone, s)
+			return true
+		}
+		return false
+	})
+	e.nWaiting.Add(int64(-len(gone)))
+	n := min(len(e.pending), e.cfg.MaxBatch-len(e.running))
+	if n <= 0 {
+		e.mu.Unlock()
+		for _, s := range gone {
+			e.finish(s, FinishError, ErrAborted)
+		}
+		return
+	}
+	admitted := e.pending[:n:n]
+	e.pending = slices.Clone(e.pending[n:])
+	e.nWaiting.Add(int64(-n))
+	e.nRunning.Add(int64(n))
+	e.mu.Unlock()
+	for _, s := range gone {
+		e.finish(s, FinishError, ErrAborted)
+	}
+	e.running = append(e.running, admitted...)
+	for _, s := range admitted {
+		if !s.req.Prefilled {
+			continue
+		}
+		// The prefill worker sampled the first token from its own cache.
+		// Deliver it only if the transferred prompt is verifiably this
+		// sequence's, then decode from it.
+		if err := e.pool.Verify(s.req.Owner, s.req.Pages, s.pos); err != nil {
+			e.violation(s, err)
+			continue
+		}
+		e.emit(s, s.req.FirstToken)
+	}
+	e.compact()
+}
+
+// step builds one batch — every decoding sequence contributes one token,
+// prefilling sequences share the chunk budget in arrival order — checks
+// ownership, runs the backend and samples.
+func (e *Engine) step(ctx context.Context) {
+	e.batch = e.batch[:0]
+	e.members = e.members[:0]
+	budget := e.cfg.ChunkTokens
+	for _, s := range e.running {
+		if s.ctx.Err() != nil || s.stream.isClosed() {
+			e.finish(s, FinishError, ErrAborted)
+			continue
+		}
+		var c Chunk
+		if s.pos >= len(s.req.Prompt) {
+			c = Chunk{Tokens: []int32{s.next}, Start: s.pos}
+		} else {
+			if budget == 0 {
+				continue
+			}
+			n := min(len(s.req.Prompt)-s.pos, budget)
+			budget -= n
+			c = Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos}
+		}
+		c.Pages = s.req.Pages
+		if err := e.checkPages(s, c); err != nil {
+			e.violation(s, err)
+			continue
+		}
+		if c.Start+len(c.Tokens) == len(s.req.Prompt) || c.Start >= len(s.req.Prompt) {
+			c.Logits = e.logits[len(e.batch)]
+		}
+		e.batch = append(e.batch, c)
+		e.members = append(e.members, s)
+	}
+	e.compact()
+	if len(e.batch) == 0 {
+		return
+	}
+	e.steps.Add(1)
+	if err := e.backend.Forward(ctx, e.batch); err != nil {
+		for _, s := range e.members {
+			e.finish(s, FinishError, fmt.Errorf("engine: forward step: %w", err))
+		}
+		e.compact()
+		return
+	}
+	for i, s := range e.members {
+		e.advance(s, e.batch[i])
+	}
+	e.compact()
+}
+
+// checkPages is the I3 gate: every page of the sequence's table must be
+// tagged with its owner (the pages this chunk writes included), and the
+// positions the chunk reads ([0, Start)) must have been written for it.
+func (e *Engine) checkPages(s *sequence, c Chunk) error {
+	return e.pool.Verify(s.req.Owner, c.Pages, c.Start)
+}
+
+// violation ends a sequence whose ownership check failed, loudly. The
+// pool counts the violation (warden_kv_owner_violations_total).
+func (e *Engine) violation(s *sequence, err error) {
+	e.log.Error("KV ownership check failed; aborting sequence without output",
+		"request_id", s.req.Owner.Request, "tenant", s.req.Owner.Tenant,
+		"epoch", s.req.Owner.Epoch, "err", err)
+	e.finish(s, FinishError, err)
+}
+
+// advance records what a chunk wrote and samples if it produced logits.
+func (e *Engine) advance(s *sequence, c Chunk) {
+	end := c.Start + len(c.Tokens)
+	if err := e.pool.MarkTokensWritten(s.req.Owner, c.Pages, end); err != nil {
+		e.finish(s, FinishError, err)
+		return
+	}
+	prefill := c.Start < len(s.req.Prompt)
+	s.pos = end
+	if prefill {
+		e.prefillTokens.Add(uint64(len(c.Tokens)))
+		s.prompt = s.pos
+		if s.req.ReportProgress {
+			s.stream.push(Event{Kind: EventProgress, Positions: s.pos})
+		}
+	} else {
+		e.decodeTokens.Add(1)
+	}
+	if c.Logits == nil {
+		return
+	}
+	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
+	e.emit(s, tok)
+}
+
+// emit handles a newly sampled token: stop checks, the event, and what
+// the sequence does next.
+func (e *Engine) emit(s *sequence, tok int32) {
+	s.generated++
+	if s.first < 0 {
+		s.first = tok
+	}
+	if e.isStop(s, tok) {
+		e.finish(s, FinishStop, nil)
+		return
+	}
+	s.stream.push(Event{Kind: EventToken, Token: tok})
+	switch {
+	case s.req.PrefillOnly:
+		e.finish(s, FinishPrefilled, nil)
+	case s.generated >= s.req.Sampling.MaxTokens:
+		e.finish(s, FinishLength, nil)
+	default:
+		s.next = tok
+	}
+}
+
+func (e *Engine) isStop(s *sequence, tok int32) bool {
+	if slices.Contains(s.req.Sampling.StopTokens, tok) {
+		return true
+	}
+	return !s.req.Sampling.IgnoreEOS && slices.Contains(e.cfg.EOS, tok)
+}
+
+// finish delivers the final event; the sequence leaves the running set at
+// the next compact.
+func (e *Engine) finish(s *sequence, reason FinishReason, err error) {
+	if s.stream == nil {
+		return
+	}
+	s.stream.push(Event{Kind: EventDone, Result: &Result{
+		Finish:           reason,
+		PromptTokens:     s.prompt,
+		CompletionTokens: s.generated,
+		FirstToken:       s.first,
+		Err:              err,
+	}})
+	s.stream = nil
+}
+
+// compact drops finished sequences from the running set.
+func (e *Engine) compact() {
+	before := len(e.running)
+	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.stream == nil })
+	if d := before - len(e.running); d > 0 {
+		e.nRunning.Add(int64(-d))
+		e.signal()
+	}
+	e.members = slices.DeleteFunc(e.members, func(s *sequence) bool { return s.stream == nil })
+}

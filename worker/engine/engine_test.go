@@ -1,0 +1,480 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/cpu"
+	"github.com/warden-ai/warden/worker/kvpool"
+	"github.com/warden-ai/warden/worker/model"
+)
+
+const pageTokens = 16
+
+var (
+	tinyOnce sync.Once
+	tinyDir  string
+	tinyErr  error
+)
+
+// tinyModel writes the tiny preset once per test binary.
+func tinyModel(t *testing.T) *model.Model {
+	t.Helper()
+	tinyOnce.Do(func() {
+		dir, err := tempDirForPackage()
+		if err != nil {
+			tinyErr = err
+			return
+		}
+		tinyDir = dir
+		tinyErr = model.Init(dir, model.PresetTiny, 1, model.F32)
+	})
+	if tinyErr != nil {
+		t.Fatal(tinyErr)
+	}
+	m, err := model.Load(tinyDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+type rig struct {
+	eng  *engine.Engine
+	pool *kvpool.Pool
+	m    *model.Model
+}
+
+type rigOptions struct {
+	threads, chunk, maxBatch, pages int
+}
+
+func newRig(t *testing.T, o rigOptions) *rig {
+	t.Helper()
+	m := tinyModel(t)
+	spec := cpu.SpecFor(&m.Config)
+	if o.pages == 0 {
+		o.pages = 256
+	}
+	pool, err := kvpool.New(kvpool.Config{Pages: o.pages, PageTokens: pageTokens,
+		PageBytes: spec.PageBytes(pageTokens), PoisonOnReserve: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := cpu.FromModel(m, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, MaxBatch: o.maxBatch,
+		EOS: m.EOSTokenIDs()}, be, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { eng.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &rig{eng: eng, pool: pool, m: m}
+}
+
+type outcome struct {
+	tokens []int32
+	res    *engine.Result
+}
+
+// collect drains a stream.
+func collect(t *testing.T, s *engine.Stream) outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var o outcome
+	for {
+		ev, err := s.Next(ctx)
+		if err != nil {
+			if o.res == nil {
+				t.Fatalf("stream ended without a result: %v", err)
+			}
+			return o
+		}
+		switch ev.Kind {
+		case engine.EventToken:
+			o.tokens = append(o.tokens, ev.Token)
+		case engine.EventDone:
+			o.res = ev.Result
+		}
+	}
+}
+
+func owner(name string) kvpool.Owner {
+	return kvpool.Owner{Tenant: "t-" + name, Request: "req-" + name, Epoch: 1}
+}
+
+// run reserves pages, runs one request to the end and releases its pages.
+func (r *rig) run(t *testing.T, o kvpool.Owner, prompt []int32, s engine.Sampling) outcome {
+	t.Helper()
+	st := r.submit(t, o, prompt, s)
+	out := collect(t, st)
+	if _, err := r.pool.Release(o); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (r *rig) submit(t *testing.T, o kvpool.Owner, prompt []int32, s engine.Sampling) *engine.Stream {
+	t.Helper()
+	pages, err := r.pool.Reserve(o, len(prompt)+s.MaxTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.pool.Activate(o); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func prompt(seed uint64, n, vocab int) []int32 {
+	r := rand.New(rand.NewPCG(seed, 99))
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(r.IntN(vocab))
+	}
+	return p
+}
+
+func greedy(n int) engine.Sampling { return engine.Sampling{MaxTokens: n, IgnoreEOS: true} }
+
+func TestGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
+	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
+	vocab := ref.m.Config.VocabSize
+	p := prompt(1, 45, vocab)
+	want := ref.run(t, owner("ref"), p, greedy(24))
+	if len(want.tokens) != 24 {
+		t.Fatalf("reference produced %d tokens", len(want.tokens))
+	}
+	if distinct := len(slices.Compact(slices.Sorted(slices.Values(want.tokens)))); distinct < 3 {
+		t.Fatalf("reference output is degenerate (%d distinct tokens): %v", distinct, want.tokens)
+	}
+	for _, o := range []rigOptions{
+		{threads: 2, chunk: 7, maxBatch: 8},
+		{threads: 3, chunk: 1, maxBatch: 8},
+		{threads: 4, chunk: 64, maxBatch: 8},
+	} {
+		t.Run(fmt.Sprintf("threads%d-chunk%d", o.threads, o.chunk), func(t *testing.T) {
+			r := newRig(t, o)
+			// Seven neighbours of different lengths join before and after.
+			var streams []*engine.Stream
+			for i := range 4 {
+				streams = append(streams, r.submit(t, owner(fmt.Sprint("n", i)), prompt(uint64(10+i), 5+11*i, vocab), greedy(3+7*i)))
+			}
+			target := r.submit(t, owner("target"), p, greedy(24))
+			for i := 4; i < 7; i++ {
+				streams = append(streams, r.submit(t, owner(fmt.Sprint("n", i)), prompt(uint64(10+i), 5+11*i, vocab), greedy(3+7*i)))
+			}
+			got := collect(t, target)
+			if !slices.Equal(got.tokens, want.tokens) {
+				t.Fatalf("tokens differ from the single-sequence reference\n got %v\nwant %v", got.tokens, want.tokens)
+			}
+			for _, s := range streams {
+				if o := collect(t, s); o.res.Err != nil {
+					t.Fatal(o.res.Err)
+				}
+			}
+		})
+	}
+}
+
+func TestPrefillThenDecodeEqualsWholeRun(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 32, maxBatch: 4})
+	p := prompt(3, 70, r.m.Config.VocabSize)
+	for _, s := range []engine.Sampling{greedy(12), {Temperature: 0.9, TopP: 0.95, TopK: 40, Seed: 7, MaxTokens: 12, IgnoreEOS: true}} {
+		whole := r.run(t, owner("whole"), p, s)
+
+		// Prefill on one owner's pages, "transfer" the bytes into another
+		// owner's pages, decode from there.
+		pre := owner("pre")
+		prePages, err := r.pool.Reserve(pre, len(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: pre, Pages: prePages, Prompt: p, Sampling: s, PrefillOnly: true, ReportProgress: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf := collect(t, st)
+		if pf.res.Finish != engine.FinishPrefilled || pf.res.PromptTokens != len(p) || len(pf.tokens) != 1 {
+			t.Fatalf("prefill result %+v tokens %v", pf.res, pf.tokens)
+		}
+		dec := owner("dec")
+		decPages, err := r.pool.Reserve(dec, len(p)+s.MaxTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range prePages {
+			copy(r.pool.Data(decPages[i]), r.pool.Data(prePages[i]))
+		}
+		if err := r.pool.MarkTokensWritten(dec, decPages, len(p)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.pool.Release(pre); err != nil {
+			t.Fatal(err)
+		}
+		st, err = r.eng.Submit(context.Background(), engine.Request{Owner: dec, Pages: decPages, Prompt: p, Sampling: s,
+			Prefilled: true, FirstToken: pf.res.FirstToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := collect(t, st)
+		r.pool.Release(dec)
+		if !slices.Equal(got.tokens, whole.tokens) {
+			t.Fatalf("temperature %v: P/D tokens %v, whole run %v", s.Temperature, got.tokens, whole.tokens)
+		}
+		if got.res.PromptTokens != len(p) || got.res.CompletionTokens != whole.res.CompletionTokens {
+			t.Fatalf("usage differs: %+v vs %+v", got.res, whole.res)
+		}
+	}
+}
+
+// expectViolation runs a request that must be refused by the ownership
+// check: no token, an ErrOwnerViolation result, and one more violation
+// counted by the pool.
+func expectViolation(t *testing.T, r *rig, req engine.Request) {
+	t.Helper()
+	before := r.pool.Stats().Violations
+	st, err := r.eng.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := collect(t, st)
+	if len(out.tokens) != 0 {
+		t.Fatalf("a refused sequence produced tokens %v", out.tokens)
+	}
+	if !errors.Is(out.res.Err, kvpool.ErrOwnerViolation) {
+		t.Fatalf("result error %v, want an owner violation", out.res.Err)
+	}
+	if after := r.pool.Stats().Violations; after != before+1 {
+		t.Fatalf("violations %d -> %d, want +1", before, after)
+	}
+}
+
+func TestOwnershipViolationsProduceNoTokens(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
+	p := prompt(5, 40, r.m.Config.VocabSize)
+
+	// A victim whose prompt is in the cache.
+	victim := owner("victim")
+	vPages, err := r.pool.Reserve(victim, len(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.eng.Submit(context.Background(), engine.Request{Owner: victim, Pages: vPages, Prompt: p, Sampling: greedy(1), PrefillOnly: true})
+	vRes := collect(t, st).res
+
+	t.Run("another tenant's pages", func(t *testing.T) {
+		expectViolation(t, r, engine.Request{Owner: owner("thief"), Pages: vPages, Prompt: p, Sampling: greedy(4),
+			Prefilled: true, FirstToken: vRes.FirstToken})
+	})
+	t.Run("same tenant, other request", func(t *testing.T) {
+		o := victim
+		o.Request = "req-other"
+		expectViolation(t, r, engine.Request{Owner: o, Pages: vPages, Prompt: p, Sampling: greedy(4), Prefilled: true, FirstToken: 1})
+	})
+	t.Run("one foreign page among own pages", func(t *testing.T) {
+		mine := owner("mixed")
+		pages, err := r.pool.Reserve(mine, len(p)+4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.pool.Release(mine)
+		for i := range pages {
+			copy(r.pool.Data(pages[i]), r.pool.Data(vPages[min(i, len(vPages)-1)]))
+		}
+		if err := r.pool.MarkTokensWritten(mine, pages, len(p)); err != nil {
+			t.Fatal(err)
+		}
+		mixed := slices.Clone(pages)
+		mixed[1] = vPages[1]
+		expectViolation(t, r, engine.Request{Owner: mine, Pages: mixed, Prompt: p, Sampling: greedy(4), Prefilled: true, FirstToken: 1})
+	})
+	t.Run("unwritten slots", func(t *testing.T) {
+		o := owner("unwritten")
+		pages, err := r.pool.Reserve(o, len(p)+4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.pool.Release(o)
+		// Only part of the prompt arrived.
+		if err := r.pool.MarkTokensWritten(o, pages, len(p)-1); err != nil {
+			t.Fatal(err)
+		}
+		expectViolation(t, r, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(4), Prefilled: true, FirstToken: 1})
+	})
+	t.Run("old epoch", func(t *testing.T) {
+		o := owner("fenced")
+		pages, err := r.pool.Reserve(o, len(p)+4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.pool.MarkTokensWritten(o, pages, len(p)); err != nil {
+			t.Fatal(err)
+		}
+		next, err := r.pool.BumpEpoch(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.pool.Release(next)
+		expectViolation(t, r, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(4), Prefilled: true, FirstToken: 1})
+	})
+	t.Run("fenced mid-generation", func(t *testing.T) {
+		o := owner("midway")
+		pages, err := r.pool.Reserve(o, len(p)+200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(200)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for {
+			ev, err := st.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Kind == engine.EventToken {
+				break
+			}
+		}
+		// Retag the pages underneath the running sequence: its next step
+		// must refuse to read them.
+		next, err := r.pool.BumpEpoch(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.pool.Release(next)
+		out := collect(t, st)
+		if !errors.Is(out.res.Err, kvpool.ErrOwnerViolation) && !errors.Is(out.res.Err, kvpool.ErrFenced) {
+			t.Fatalf("result %v, want a refused read or write", out.res.Err)
+		}
+		if out.res.CompletionTokens >= 200 {
+			t.Fatal("sequence ran to completion over retagged pages")
+		}
+	})
+	r.pool.Release(victim)
+	if s := r.pool.Stats(); s.Free != s.Total {
+		t.Fatalf("pool not all free at the end: %+v", s)
+	}
+}
+
+func TestStopTokensAndMaxTokens(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
+	p := prompt(8, 20, r.m.Config.VocabSize)
+	base := r.run(t, owner("base"), p, greedy(10))
+	if base.res.Finish != engine.FinishLength || base.res.CompletionTokens != 10 || len(base.tokens) != 10 {
+		t.Fatalf("max tokens: %+v, %d tokens", base.res, len(base.tokens))
+	}
+	stop := base.tokens[3]
+	first := slices.Index(base.tokens, stop)
+	s := greedy(10)
+	s.StopTokens = []int32{stop}
+	got := r.run(t, owner("stop"), p, s)
+	if got.res.Finish != engine.FinishStop || got.res.CompletionTokens != first+1 || !slices.Equal(got.tokens, base.tokens[:first]) {
+		t.Fatalf("stop token %d: %+v tokens %v (base %v)", stop, got.res, got.tokens, base.tokens)
+	}
+	if got.res.PromptTokens != len(p) {
+		t.Fatalf("prompt tokens %d, want %d", got.res.PromptTokens, len(p))
+	}
+}
+
+func TestAbortEndsSequence(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
+	p := prompt(9, 30, r.m.Config.VocabSize)
+	o := owner("abort")
+	pages, err := r.pool.Reserve(o, len(p)+3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := r.eng.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(3000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := st.Next(context.Background())
+	if err != nil || ev.Kind != engine.EventToken {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	cancel()
+	out := collect(t, st)
+	if !errors.Is(out.res.Err, engine.ErrAborted) {
+		t.Fatalf("result %+v, want aborted", out.res)
+	}
+	if _, err := r.pool.Release(o); err != nil {
+		t.Fatal(err)
+	}
+
+	// A closed stream aborts too.
+	st = r.submit(t, owner("closed"), p, greedy(3000))
+	st.Close()
+	if out := collect(t, st); !errors.Is(out.res.Err, engine.ErrAborted) {
+		t.Fatalf("closed stream result %+v", out.res)
+	}
+	r.pool.Release(owner("closed"))
+	if s := r.pool.Stats(); s.Free != s.Total {
+		t.Fatalf("pool not all free: %+v", s)
+	}
+}
+
+func TestSeededSamplingIsReproducible(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
+	p := prompt(4, 25, r.m.Config.VocabSize)
+	s := engine.Sampling{Temperature: 1.2, Seed: 42, MaxTokens: 16, IgnoreEOS: true}
+	a := r.run(t, owner("a"), p, s)
+	b := r.run(t, owner("b"), p, s)
+	if !slices.Equal(a.tokens, b.tokens) {
+		t.Fatalf("same seed gave %v and %v", a.tokens, b.tokens)
+	}
+	s.Seed = 43
+	c := r.run(t, owner("c"), p, s)
+	if slices.Equal(a.tokens, c.tokens) {
+		t.Fatalf("seeds 42 and 43 gave identical samples %v", a.tokens)
+	}
+}
+
+func TestSubmitRejectsInconsistentRequests(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 1, chunk: 16, maxBatch: 2})
+	o := owner("bad")
+	pages, err := r.pool.Reserve(o, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.pool.Release(o)
+	vocab := int32(r.m.Config.VocabSize)
+	cases := map[string]engine.Request{
+		"empty prompt":       {Owner: o, Pages: pages, Sampling: greedy(1)},
+		"token out of vocab": {Owner: o, Pages: pages, Prompt: []int32{vocab}, Sampling: greedy(1)},
+		"negative token":     {Owner: o, Pages: pages, Prompt: []int32{-1}, Sampling: greedy(1)},
+		"pages too few":      {Owner: o, Pages: pages, Prompt: make([]int32, 30), Sampling: greedy(4)},
+		"zero max tokens":    {Owner: o, Pages: pages, Prompt: []int32{1}, Sampling: greedy(0)},
+		"negative temperature": {Owner: o, Pages: pages, Prompt: []int32{1},
+			Sampling: engine.Sampling{Temperature: -1, MaxTokens: 1}},
+		"prefilled without first token": {Owner: o, Pages: pages, Prompt: []int32{1}, Sampling: greedy(1), Prefilled: true, FirstToken: -1},
+	}
+	for name, req := range cases {
+		if _, err := r.eng.Submit(context.Background(), req); !errors.Is(err, engine.ErrBadRequest) {
+			t.Errorf("%s: Submit error %v, want ErrBadRequest", name, err)
+		}
+	}
+}

@@ -1,0 +1,415 @@
+// Package cpu is warden's pure-Go compute backend: a Llama-family forward
+// pass in float32 over the paged KV pool, on the SIMD kernels of
+// worker/internal/kernels.
+//
+// Every output element is computed by one deterministic code path whatever
+// the batch, the prefill chunking or the thread count (see the kernels
+// package), so a sequence's greedy tokens do not depend on its neighbours.
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/kernels"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// Spec is the model geometry the backend needs.
+type Spec struct {
+	Hidden, Intermediate, Layers int
+	Heads, KVHeads, HeadDim      int
+	Vocab, MaxPositions          int
+	RMSNormEps                   float32
+	// InvFreq holds the HeadDim/2 RoPE inverse frequencies (scaling
+	// already applied).
+	InvFreq []float64
+}
+
+// KVDim is the width of one position's K (or V) in one layer.
+func (s Spec) KVDim() int { return s.KVHeads * s.HeadDim }
+
+// PageBytes is the size of one KV page of pageTokens positions in the
+// layout [layer][k|v][slot][kv_heads*head_dim]float32.
+func (s Spec) PageBytes(pageTokens int) int { return s.Layers * 2 * pageTokens * s.KVDim() * 4 }
+
+// LayerWeights are one decoder layer's tensors in Hugging Face layout
+// ([out_features, in_features], row-major).
+type LayerWeights struct {
+	AttnNorm, Wq, Wk, Wv, Wo   []float32
+	MLPNorm, WGate, WUp, WDown []float32
+}
+
+// Weights are the whole model's tensors. LMHead may alias Embed (tied).
+type Weights struct {
+	Embed  []float32
+	Layers []LayerWeights
+	Norm   []float32
+	LMHead []float32
+}
+
+// Pages gives the backend the bytes of KV pages; *kvpool.Pool satisfies it.
+type Pages interface {
+	Data(id kvpool.PageID) []byte
+}
+
+var _ Pages = (*kvpool.Pool)(nil)
+
+// Options configure a Backend.
+type Options struct {
+	// Threads for the kernels' pool (0 = 1).
+	Threads int
+	// MaxBatchTokens bounds the tokens of one Forward call.
+	MaxBatchTokens int
+	// PageTokens is the KV page size.
+	PageTokens int
+}
+
+// Backend implements engine.Backend on the CPU.
+type Backend struct {
+	spec  Spec
+	w     Weights
+	pages Pages
+	opt   Options
+	pool  *kernels.Pool
+	scale float32
+
+	ropeCos, ropeSin []float32 // [MaxPositions][HeadDim/2]
+
+	// Scratch, sized for MaxBatchTokens rows.
+	x, h, q, k, v, att, gate, up []float32
+	logits                       []float32
+	scores                       [][]float32 // per attention worker
+	items                        []attnItem
+
+	// Per-call state read by the attention workers.
+	batch    []engine.Chunk
+	layer    int
+	attnFunc func(lo, hi int)
+}
+
+var _ engine.Backend = (*Backend)(nil)
+
+// attnItem is one (chunk, token, head) attention job.
+type attnItem struct {
+	chunk, row, pos, head int32
+}
+
+// ErrShape reports weights that do not match the Spec.
+var ErrShape = errors.New("cpu: weight shape mismatch")
+
+// New builds a backend. It checks every weight's length against spec.
+func New(spec Spec, w Weights, pages Pages, opt Options) (*Backend, error) {
+	if err := checkWeights(spec, w); err != nil {
+		return nil, err
+	}
+	if opt.MaxBatchTokens <= 0 || opt.PageTokens <= 0 {
+		return nil, fmt.Errorf("cpu: MaxBatchTokens and PageTokens must be > 0")
+	}
+	if opt.Threads <= 0 {
+		opt.Threads = 1
+	}
+	b := &Backend{
+		spec:  spec,
+		w:     w,
+		pages: pages,
+		opt:   opt,
+		pool:  kernels.NewPool(opt.Threads),
+		scale: float32(1 / math.Sqrt(float64(spec.HeadDim))),
+	}
+	b.buildRope()
+	t := opt.MaxBatchTokens
+	qDim := spec.Heads * spec.HeadDim
+	b.x = make([]float32, t*spec.Hidden)
+	b.h = make([]float32, t*spec.Hidden)
+	b.q = make([]float32, t*qDim)
+	b.k = make([]float32, t*spec.KVDim())
+	b.v = make([]float32, t*spec.KVDim())
+	b.att = make([]float32, t*qDim)
+	b.gate = make([]float32, t*spec.Intermediate)
+	b.up = make([]float32, t*spec.Intermediate)
+	b.scores = make([][]float32, opt.Threads)
+	for i := range b.scores {
+		b.scores[i] = make([]float32, spec.MaxPositions)
+	}
+	b.items = make([]attnItem, 0, t*spec.Heads)
+	b.attnFunc = b.attendRange
+	return b, nil
+}
+
+// Close releases the kernel threads.
+func (b *Backend) Close() { b.pool.Close() }
+
+// VocabSize implements engine.Backend.
+func (b *Backend) VocabSize() int { return b.spec.Vocab }
+
+// MaxBatchTokens implements engine.Backend.
+func (b *Backend) MaxBatchTokens() int { return b.opt.MaxBatchTokens }
+
+func checkWeights(s Spec, w Weights) error {
+	if s.HeadDim%2 != 0 || s.Heads%s.KVHeads != 0 || len(s.InvFreq) != s.HeadDim/2 {
+		return fmt.Errorf("%w: head_dim %d, heads %d, kv heads %d, %d rope frequencies",
+			ErrShape, s.HeadDim, s.Heads, s.KVHeads, len(s.InvFreq))
+	}
+	check := func(name string, got []float32, want int) error {
+		if len(got) != want {
+			return fmt.Errorf("%w: %s has %d elements, want %d", ErrShape, name, len(got), want)
+		}
+		return nil
+	}
+	qDim, kv := s.Heads*s.HeadDim, s.KVDim()
+	errs := []error{
+		check("embed", w.Embed, s.Vocab*s.Hidden),
+		check("norm", w.Norm, s.Hidden),
+		check("lm_head", w.LMHead, s.Vocab*s.Hidden),
+	}
+	if len(w.Layers) != s.Layers {
+		errs = append(errs, fmt.Errorf("%w: %d layers, want %d", ErrShape, len(w.Layers), s.Layers))
+	}
+	for i, l := range w.Layers {
+		p := fmt.Sprintf("layer %d ", i)
+		errs = append(errs,
+			check(p+"attn_norm", l.AttnNorm, s.Hidden),
+			check(p+"q_proj", l.Wq, qDim*s.Hidden),
+			check(p+"k_proj", l.Wk, kv*s.Hidden),
+			check(p+"v_proj", l.Wv, kv*s.Hidden),
+			check(p+"o_proj", l.Wo, s.Hidden*qDim),
+			check(p+"mlp_norm", l.MLPNorm, s.Hidden),
+			check(p+"gate_proj", l.WGate, s.Intermediate*s.Hidden),
+			check(p+"up_proj", l.WUp, s.Intermediate*s.Hidden),
+			check(p+"down_proj", l.WDown, s.Hidden*s.Intermediate),
+		)
+	}
+	return errors.Join(errs...)
+}
+
+// buildRope tabulates cos and sin for every position, computed in float64
+// and rounded once, so prefill and decode use the same values.
+func (b *Backend) buildRope() {
+	half := b.spec.HeadDim / 2
+	n := b.spec.MaxPositions * half
+	b.ropeCos = make([]float32, n)
+	b.ropeSin = make([]float32, n)
+	for p := 0; p < b.spec.MaxPositions; p++ {
+		for i := 0; i < half; i++ {
+			a := float64(p) * b.spec.InvFreq[i]
+			b.ropeCos[p*half+i] = float32(math.Cos(a))
+			b.ropeSin[p*half+i] = float32(math.Sin(a))
+		}
+	}
+}
+
+// Forward implements engine.Backend.
+func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
+	s := &b.spec
+	rows := 0
+	for i, c := range batch {
+		if end := c.Start + len(c.Tokens); end > s.MaxPositions {
+			return fmt.Errorf("cpu: chunk %d reaches position %d, beyond the model's %d", i, end, s.MaxPositions)
+		}
+		if need := (c.Start + len(c.Tokens) + b.opt.PageTokens - 1) / b.opt.PageTokens; len(c.Pages) < need {
+			return fmt.Errorf("cpu: chunk %d has %d pages, needs %d", i, len(c.Pages), need)
+		}
+		rows += len(c.Tokens)
+	}
+	if rows > b.opt.MaxBatchTokens {
+		return fmt.Errorf("cpu: batch of %d tokens exceeds %d", rows, b.opt.MaxBatchTokens)
+	}
+	b.batch = batch
+	defer func() { b.batch = nil }()
+
+	hid := s.Hidden
+	r := 0
+	for _, c := range batch {
+		for _, t := range c.Tokens {
+			if t < 0 || int(t) >= s.Vocab {
+				return fmt.Errorf("cpu: token %d outside the vocabulary", t)
+			}
+			copy(b.x[r*hid:(r+1)*hid], b.w.Embed[int(t)*hid:(int(t)+1)*hid])
+			r++
+		}
+	}
+	b.buildItems()
+	for l := range b.w.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		b.layerForward(l, rows)
+	}
+	return b.computeLogits(batch)
+}
+
+func (b *Backend) layerForward(l, rows int) {
+	s := &b.spec
+	w := &b.w.Layers[l]
+	hid, qDim, kvDim := s.Hidden, s.Heads*s.HeadDim, s.KVDim()
+	x, h := b.x[:rows*hid], b.h[:rows*hid]
+	for r := 0; r < rows; r++ {
+		kernels.RMSNorm(h[r*hid:(r+1)*hid], x[r*hid:(r+1)*hid], w.AttnNorm, s.RMSNormEps)
+	}
+	q, k, v := b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]
+	b.pool.MatMulT(q, h, w.Wq, rows, qDim, hid)
+	b.pool.MatMulT(k, h, w.Wk, rows, kvDim, hid)
+	b.pool.MatMulT(v, h, w.Wv, rows, kvDim, hid)
+	b.ropeAndStore(l, q, k, v)
+	b.layer = l
+	b.attend()
+	att := b.att[:rows*qDim]
+	b.pool.MatMulT(h, att, w.Wo, rows, hid, qDim)
+	kernels.Add(x, x, h)
+
+	for r := 0; r < rows; r++ {
+		kernels.RMSNorm(h[r*hid:(r+1)*hid], x[r*hid:(r+1)*hid], w.MLPNorm, s.RMSNormEps)
+	}
+	inter := s.Intermediate
+	gate, up := b.gate[:rows*inter], b.up[:rows*inter]
+	b.pool.MatMulT(gate, h, w.WGate, rows, inter, hid)
+	b.pool.MatMulT(up, h, w.WUp, rows, inter, hid)
+	kernels.SiLUMul(gate, up)
+	b.pool.MatMulT(h, gate, w.WDown, rows, hid, inter)
+	kernels.Add(x, x, h)
+}
+
+// ropeAndStore rotates q and k in place (Hugging Face rotate_half
+// convention) and writes k and v into each token's page slot.
+func (b *Backend) ropeAndStore(layer int, q, k, v []float32) {
+	s := &b.spec
+	hd, half, kvDim, pt := s.HeadDim, s.HeadDim/2, s.KVDim(), b.opt.PageTokens
+	r := 0
+	for _, c := range b.batch {
+		for i := range c.Tokens {
+			pos := c.Start + i
+			cos := b.ropeCos[pos*half : (pos+1)*half]
+			sin := b.ropeSin[pos*half : (pos+1)*half]
+			for hh := 0; hh < s.Heads; hh++ {
+				rotate(q[(r*s.Heads+hh)*hd:(r*s.Heads+hh+1)*hd], cos, sin)
+			}
+			for g := 0; g < s.KVHeads; g++ {
+				rotate(k[(r*s.KVHeads+g)*hd:(r*s.KVHeads+g+1)*hd], cos, sin)
+			}
+			page := asFloats(b.pages.Data(c.Pages[pos/pt]))
+			slot := pos % pt
+			kOff := ((layer*2+0)*pt + slot) * kvDim
+			vOff := ((layer*2+1)*pt + slot) * kvDim
+			copy(page[kOff:kOff+kvDim], k[r*kvDim:(r+1)*kvDim])
+			copy(page[vOff:vOff+kvDim], v[r*kvDim:(r+1)*kvDim])
+			r++
+		}
+	}
+}
+
+func rotate(x, cos, sin []float32) {
+	half := len(cos)
+	for i := 0; i < half; i++ {
+		x1, x2 := x[i], x[i+half]
+		// The explicit conversions forbid fusing into an FMA, which some
+		// GOARCH/GOAMD64 settings would do and change the bits.
+		x[i] = float32(x1*cos[i]) - float32(x2*sin[i])
+		x[i+half] = float32(x2*cos[i]) + float32(x1*sin[i])
+	}
+}
+
+// buildItems lists the (chunk, token, head) attention jobs of the batch.
+func (b *Backend) buildItems() {
+	b.items = b.items[:0]
+	r := 0
+	for ci, c := range b.batch {
+		for i := range c.Tokens {
+			for hh := 0; hh < b.spec.Heads; hh++ {
+				b.items = append(b.items, attnItem{chunk: int32(ci), row: int32(r), pos: int32(c.Start + i), head: int32(hh)})
+			}
+			r++
+		}
+	}
+}
+
+// attend runs every attention job, split into one contiguous range per
+// thread so each thread owns one scores buffer.
+func (b *Backend) attend() {
+	b.pool.For(len(b.scores), b.attnFunc)
+}
+
+func (b *Backend) attendRange(lo, hi int) {
+	n := len(b.items)
+	per := (n + len(b.scores) - 1) / len(b.scores)
+	for w := lo; w < hi; w++ {
+		for j := w * per; j < min((w+1)*per, n); j++ {
+			b.attendOne(b.items[j], b.scores[w])
+		}
+	}
+}
+
+// attendOne computes softmax(q·Kᵀ·scale)·V for one query head over
+// positions [0, pos], reading K and V from the sequence's pages in
+// position order.
+func (b *Backend) attendOne(it attnItem, scratch []float32) {
+	s := &b.spec
+	hd, kvDim, pt := s.HeadDim, s.KVDim(), b.opt.PageTokens
+	g := int(it.head) / (s.Heads / s.KVHeads)
+	row, head := int(it.row), int(it.head)
+	q := b.q[(row*s.Heads+head)*hd : (row*s.Heads+head+1)*hd]
+	pages := b.batch[it.chunk].Pages
+	n := int(it.pos) + 1
+	scores := scratch[:n]
+	kBase := (b.layer*2+0)*pt*kvDim + g*hd
+	vBase := (b.layer*2+1)*pt*kvDim + g*hd
+	for p := 0; p*pt < n; p++ {
+		cnt := min(pt, n-p*pt)
+		kernels.DotStrided(scores[p*pt:p*pt+cnt], q, asFloats(b.pages.Data(pages[p]))[kBase:], kvDim)
+	}
+	kernels.Scale(scores, b.scale)
+	kernels.Softmax(scores)
+	out := b.att[(row*s.Heads+head)*hd : (row*s.Heads+head+1)*hd]
+	clear(out)
+	for p := 0; p*pt < n; p++ {
+		cnt := min(pt, n-p*pt)
+		kernels.AxpyStrided(out, scores[p*pt:p*pt+cnt], asFloats(b.pages.Data(pages[p]))[vBase:], kvDim)
+	}
+}
+
+// computeLogits normalises the last row of every chunk that wants logits
+// and multiplies by the LM head.
+func (b *Backend) computeLogits(batch []engine.Chunk) error {
+	s := &b.spec
+	hid := s.Hidden
+	m := 0
+	r := 0
+	for _, c := range batch {
+		r += len(c.Tokens)
+		if c.Logits == nil {
+			continue
+		}
+		if len(c.Logits) != s.Vocab {
+			return fmt.Errorf("cpu: logits buffer has %d entries, want %d", len(c.Logits), s.Vocab)
+		}
+		kernels.RMSNorm(b.h[m*hid:(m+1)*hid], b.x[(r-1)*hid:r*hid], b.w.Norm, s.RMSNormEps)
+		m++
+	}
+	if m == 0 {
+		return nil
+	}
+	if need := m * s.Vocab; len(b.logits) < need {
+		b.logits = make([]float32, need)
+	}
+	b.pool.MatMulT(b.logits[:m*s.Vocab], b.h[:m*hid], b.w.LMHead, m, s.Vocab, hid)
+	i := 0
+	for _, c := range batch {
+		if c.Logits != nil {
+			copy(c.Logits, b.logits[i*s.Vocab:(i+1)*s.Vocab])
+			i++
+		}
+	}
+	return nil
+}
+
+// asFloats views a page's bytes as float32s (pages are 4-byte aligned).
+func asFloats(p []byte) []float32 {
+	if len(p) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&p[0])), len(p)/4)
+}

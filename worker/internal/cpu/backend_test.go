@@ -1,0 +1,320 @@
+package cpu
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// testPages is a plain page store for backend tests.
+type testPages [][]byte
+
+func (p testPages) Data(id kvpool.PageID) []byte { return p[id] }
+
+func newTestPages(n, pageBytes int) testPages {
+	p := make(testPages, n)
+	for i := range p {
+		p[i] = make([]byte, pageBytes)
+	}
+	return p
+}
+
+func testSpec() Spec {
+	s := Spec{Hidden: 32, Intermediate: 72, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 8,
+		Vocab: 61, MaxPositions: 96, RMSNormEps: 1e-5}
+	s.InvFreq = make([]float64, s.HeadDim/2)
+	for i := range s.InvFreq {
+		s.InvFreq[i] = 1 / math.Pow(10000, float64(2*i)/float64(s.HeadDim))
+	}
+	return s
+}
+
+func randWeights(s Spec, seed uint64) Weights {
+	r := rand.New(rand.NewPCG(seed, 1))
+	mat := func(out, in int) []float32 {
+		m := make([]float32, out*in)
+		std := 1 / math.Sqrt(float64(in))
+		for i := range m {
+			m[i] = float32(r.NormFloat64() * std)
+		}
+		return m
+	}
+	norm := func() []float32 {
+		v := make([]float32, s.Hidden)
+		for i := range v {
+			v[i] = float32(1 + 0.1*r.NormFloat64())
+		}
+		return v
+	}
+	qDim := s.Heads * s.HeadDim
+	w := Weights{Embed: mat(s.Vocab, s.Hidden), Norm: norm()}
+	for range s.Layers {
+		w.Layers = append(w.Layers, LayerWeights{
+			AttnNorm: norm(), Wq: mat(qDim, s.Hidden), Wk: mat(s.KVDim(), s.Hidden), Wv: mat(s.KVDim(), s.Hidden),
+			Wo: mat(s.Hidden, qDim), MLPNorm: norm(),
+			WGate: mat(s.Intermediate, s.Hidden), WUp: mat(s.Intermediate, s.Hidden), WDown: mat(s.Hidden, s.Intermediate),
+		})
+	}
+	w.LMHead = mat(s.Vocab, s.Hidden)
+	for i := range w.LMHead {
+		w.LMHead[i] *= 4
+	}
+	return w
+}
+
+// reference computes every position's logits in float64 with a plain,
+// unpaged implementation of the Llama forward pass.
+func reference(s Spec, w Weights, tokens []int32) [][]float64 {
+	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
+	qDim, kvDim := s.Heads*hd, s.KVDim()
+	matmul := func(x [][]float64, wt []float32, out, in int) [][]float64 {
+		y := make([][]float64, len(x))
+		for i := range x {
+			y[i] = make([]float64, out)
+			for o := 0; o < out; o++ {
+				var acc float64
+				for j := 0; j < in; j++ {
+					acc += x[i][j] * float64(wt[o*in+j])
+				}
+				y[i][o] = acc
+			}
+		}
+		return y
+	}
+	rms := func(x [][]float64, wt []float32) [][]float64 {
+		y := make([][]float64, len(x))
+		for i, row := range x {
+			var ss float64
+			for _, v := range row {
+				ss += v * v
+			}
+			inv := 1 / math.Sqrt(ss/float64(len(row))+float64(s.RMSNormEps))
+			y[i] = make([]float64, len(row))
+			for j, v := range row {
+				y[i][j] = v * inv * float64(wt[j])
+			}
+		}
+		return y
+	}
+	rope := func(x []float64, pos int) {
+		half := hd / 2
+		for i := 0; i < half; i++ {
+			a := float64(pos) * s.InvFreq[i]
+			c, sn := math.Cos(a), math.Sin(a)
+			x1, x2 := x[i], x[i+half]
+			x[i] = x1*c - x2*sn
+			x[i+half] = x2*c + x1*sn
+		}
+	}
+	x := make([][]float64, n)
+	for i, t := range tokens {
+		x[i] = make([]float64, hid)
+		for j := range x[i] {
+			x[i][j] = float64(w.Embed[int(t)*hid+j])
+		}
+	}
+	for _, lw := range w.Layers {
+		h := rms(x, lw.AttnNorm)
+		q, k, v := matmul(h, lw.Wq, qDim, hid), matmul(h, lw.Wk, kvDim, hid), matmul(h, lw.Wv, kvDim, hid)
+		for i := 0; i < n; i++ {
+			for hh := 0; hh < s.Heads; hh++ {
+				rope(q[i][hh*hd:(hh+1)*hd], i)
+			}
+			for g := 0; g < s.KVHeads; g++ {
+				rope(k[i][g*hd:(g+1)*hd], i)
+			}
+		}
+		att := make([][]float64, n)
+		for i := 0; i < n; i++ {
+			att[i] = make([]float64, qDim)
+			for hh := 0; hh < s.Heads; hh++ {
+				g := hh / (s.Heads / s.KVHeads)
+				sc := make([]float64, i+1)
+				mx := math.Inf(-1)
+				for t := 0; t <= i; t++ {
+					var d float64
+					for j := 0; j < hd; j++ {
+						d += q[i][hh*hd+j] * k[t][g*hd+j]
+					}
+					sc[t] = d / math.Sqrt(float64(hd))
+					mx = math.Max(mx, sc[t])
+				}
+				var sum float64
+				for t := range sc {
+					sc[t] = math.Exp(sc[t] - mx)
+					sum += sc[t]
+				}
+				for t := range sc {
+					for j := 0; j < hd; j++ {
+						att[i][hh*hd+j] += sc[t] / sum * v[t][g*hd+j]
+					}
+				}
+			}
+		}
+		o := matmul(att, lw.Wo, hid, qDim)
+		for i := range x {
+			for j := range x[i] {
+				x[i][j] += o[i][j]
+			}
+		}
+		h = rms(x, lw.MLPNorm)
+		gt, up := matmul(h, lw.WGate, s.Intermediate, hid), matmul(h, lw.WUp, s.Intermediate, hid)
+		for i := range gt {
+			for j := range gt[i] {
+				gt[i][j] = gt[i][j] / (1 + math.Exp(-gt[i][j])) * up[i][j]
+			}
+		}
+		d := matmul(gt, lw.WDown, hid, s.Intermediate)
+		for i := range x {
+			for j := range x[i] {
+				x[i][j] += d[i][j]
+			}
+		}
+	}
+	return matmul(rms(x, w.Norm), w.LMHead, s.Vocab, hid)
+}
+
+func randTokens(r *rand.Rand, n, vocab int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(r.IntN(vocab))
+	}
+	return t
+}
+
+// runPrompt feeds tokens through b in chunks of chunk tokens and returns
+// the logits after every chunk's last position.
+func runPrompt(t *testing.T, b *Backend, tokens []int32, pages []kvpool.PageID, chunk int) map[int][]float32 {
+	t.Helper()
+	out := map[int][]float32{}
+	for start := 0; start < len(tokens); start += chunk {
+		end := min(start+chunk, len(tokens))
+		logits := make([]float32, b.VocabSize())
+		c := engine.Chunk{Tokens: tokens[start:end], Start: start, Pages: pages, Logits: logits}
+		if err := b.Forward(context.Background(), []engine.Chunk{c}); err != nil {
+			t.Fatal(err)
+		}
+		out[end-1] = logits
+	}
+	return out
+}
+
+func pageIDs(first, n int) []kvpool.PageID {
+	ids := make([]kvpool.PageID, n)
+	for i := range ids {
+		ids[i] = kvpool.PageID(first + i)
+	}
+	return ids
+}
+
+func TestForwardMatchesFloat64Reference(t *testing.T) {
+	s := testSpec()
+	w := randWeights(s, 7)
+	const pt = 4
+	pages := newTestPages(64, s.PageBytes(pt))
+	b, err := New(s, w, pages, Options{Threads: 2, MaxBatchTokens: 96, PageTokens: pt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tokens := randTokens(rand.New(rand.NewPCG(1, 2)), 37, s.Vocab)
+	want := reference(s, w, tokens)
+	got := runPrompt(t, b, tokens, pageIDs(0, 10), 1) // one position per step: every position's logits
+	for pos := range tokens {
+		var maxDiff, maxRef float64
+		for j, v := range got[pos] {
+			maxDiff = math.Max(maxDiff, math.Abs(float64(v)-want[pos][j]))
+			maxRef = math.Max(maxRef, math.Abs(want[pos][j]))
+		}
+		if rel := maxDiff / maxRef; rel > 1e-4 || math.IsNaN(rel) {
+			t.Fatalf("position %d: relative error %.3g exceeds 1e-4", pos, rel)
+		}
+	}
+}
+
+func TestChunkingAndBatchingAreBitIdentical(t *testing.T) {
+	s := testSpec()
+	w := randWeights(s, 3)
+	const pt = 4
+	r := rand.New(rand.NewPCG(5, 6))
+	tokens := randTokens(r, 41, s.Vocab)
+	var ref []float32
+	var refPages [][]byte
+	for i, cfg := range []struct{ chunk, threads int }{{41, 1}, {1, 1}, {7, 2}, {16, 3}, {41, 4}} {
+		pages := newTestPages(12, s.PageBytes(pt))
+		b, err := New(s, w, pages, Options{Threads: cfg.threads, MaxBatchTokens: 96, PageTokens: pt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := runPrompt(t, b, tokens, pageIDs(0, 11), cfg.chunk)[len(tokens)-1]
+		b.Close()
+		if i == 0 {
+			ref, refPages = got, pages
+			continue
+		}
+		for j := range ref {
+			if math.Float32bits(got[j]) != math.Float32bits(ref[j]) {
+				t.Fatalf("chunk %d threads %d: logit %d = %v, want %v (bit-identical)", cfg.chunk, cfg.threads, j, got[j], ref[j])
+			}
+		}
+		for p := 0; p < 11; p++ {
+			if string(pages[p]) != string(refPages[p]) {
+				t.Fatalf("chunk %d threads %d: KV page %d differs", cfg.chunk, cfg.threads, p)
+			}
+		}
+	}
+
+	// The same chunk computed alone and inside a batch with neighbours.
+	pages := newTestPages(40, s.PageBytes(pt))
+	b, err := New(s, w, pages, Options{Threads: 2, MaxBatchTokens: 96, PageTokens: pt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	alone := runPrompt(t, b, tokens, pageIDs(0, 11), 41)[len(tokens)-1]
+	other1, other2 := randTokens(r, 9, s.Vocab), randTokens(r, 23, s.Vocab)
+	batch := []engine.Chunk{
+		{Tokens: other1, Pages: pageIDs(11, 3), Logits: make([]float32, s.Vocab)},
+		{Tokens: tokens, Pages: pageIDs(14, 11), Logits: make([]float32, s.Vocab)},
+		{Tokens: other2, Pages: pageIDs(25, 6)},
+	}
+	if err := b.Forward(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	for j := range alone {
+		if math.Float32bits(alone[j]) != math.Float32bits(batch[1].Logits[j]) {
+			t.Fatalf("logit %d differs between alone and batched", j)
+		}
+	}
+}
+
+func TestForwardRejectsBadChunks(t *testing.T) {
+	s := testSpec()
+	const pt = 4
+	b, err := New(s, randWeights(s, 1), newTestPages(8, s.PageBytes(pt)), Options{Threads: 1, MaxBatchTokens: 16, PageTokens: pt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	cases := map[string]engine.Chunk{
+		"too few pages":    {Tokens: make([]int32, 9), Pages: pageIDs(0, 2)},
+		"token out of vocab": {Tokens: []int32{int32(s.Vocab)}, Pages: pageIDs(0, 1)},
+		"beyond positions": {Tokens: []int32{1}, Start: s.MaxPositions, Pages: pageIDs(0, 8)},
+		"too many tokens":  {Tokens: make([]int32, 17), Pages: pageIDs(0, 8)},
+	}
+	for name, c := range cases {
+		if err := b.Forward(ctx, []engine.Chunk{c}); err == nil {
+			t.Errorf("%s: Forward succeeded", name)
+		}
+	}
+	bad := randWeights(s, 1)
+	bad.Layers[1].Wk = bad.Layers[1].Wk[:10]
+	if _, err := New(s, bad, newTestPages(1, 1), Options{MaxBatchTokens: 1, PageTokens: 1}); err == nil {
+		t.Error("New accepted a wrong-size k_proj")
+	}
+}

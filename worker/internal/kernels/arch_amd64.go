@@ -1,0 +1,181 @@
+//go:build amd64
+
+package kernels
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// useAsm selects the AVX2+FMA assembly. It is decided once at start-up (the
+// CPU cannot change under a running process); tests flip it to compare the
+// two paths.
+var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("WARDEN_KERNELS_PUREGO") == ""
+
+// Assembly in kernels_amd64.s. Pointers must be valid for the lengths
+// given; the Go wrappers check that.
+
+//go:noescape
+func gemm4x3(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x3(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x8(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+
+//go:noescape
+func axpyAVX2(alpha float32, x *float32, y *float32, n int)
+
+//go:noescape
+func axpyRowsAVX2(y *float32, n int, alpha *float32, count int, rows *float32, stride int)
+
+//go:noescape
+func scaleAVX2(x *float32, s float32, n int)
+
+//go:noescape
+func addAVX2(dst *float32, a *float32, b *float32, n int)
+
+//go:noescape
+func mulScaleAVX2(out *float32, x *float32, w *float32, s float32, n int)
+
+func fmaPeakAVX2(iters int)
+
+//go:noescape
+func streamReadAVX2(p *byte, n int) uint64
+
+func dot(a, b []float32) float32 {
+	if !useAsm {
+		return dotGo(a, b)
+	}
+	var r float32
+	gemm1x1(&r, 0, &a[0], 0, &b[0], 0, len(a), 1)
+	return r
+}
+
+func axpy(alpha float32, x, y []float32) {
+	if !useAsm {
+		axpyGo(alpha, x, y)
+		return
+	}
+	axpyAVX2(alpha, &x[0], &y[0], len(x))
+}
+
+func axpyRows(y, alpha, rows []float32, stride int) {
+	if !useAsm {
+		axpyRowsGo(y, alpha, rows, stride)
+		return
+	}
+	axpyRowsAVX2(&y[0], len(y), &alpha[0], len(alpha), &rows[0], stride)
+}
+
+func scale(x []float32, s float32) {
+	if !useAsm {
+		scaleGo(x, s)
+		return
+	}
+	scaleAVX2(&x[0], s, len(x))
+}
+
+func add(dst, a, b []float32) {
+	if !useAsm {
+		addGo(dst, a, b)
+		return
+	}
+	addAVX2(&dst[0], &a[0], &b[0], len(dst))
+}
+
+func mulScale(out, x, w []float32, s float32) {
+	if !useAsm {
+		mulScaleGo(out, x, w, s)
+		return
+	}
+	mulScaleAVX2(&out[0], &x[0], &w[0], s, len(out))
+}
+
+// gemmKernel is one register-blocked micro-kernel: a block of rows of A
+// against tiles of cols rows of W.
+type gemmKernel struct {
+	cols int
+	fn   func(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+	// one handles the columns left over when fewer than cols remain.
+	one func(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+}
+
+// gemmKernels[r] serves a block of r rows of A (r = 1..4).
+var gemmKernels = [5]gemmKernel{
+	1: {8, gemm1x8, gemm1x1},
+	2: {4, gemm2x4, gemm2x1},
+	3: {3, gemm3x3, gemm3x1},
+	4: {3, gemm4x3, gemm4x1},
+}
+
+// l2Panel is the byte budget for the panel of W rows kept hot in L2 while
+// every 4-row block of A sweeps over it.
+const l2Panel = 256 << 10
+
+// matMulT computes c[i*ldc+j] = Dot(a[i*k:][:k], w[j*ldw:][:k]) for
+// i < m, j < n. Lengths are checked by the caller; m, n, k > 0.
+func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
+	if !useAsm {
+		matMulTGo(c, ldc, a, w, ldw, m, n, k)
+		return
+	}
+	// Panel height: a multiple of every kernel's cols, so only the last
+	// panel has leftover columns.
+	panel := n
+	if m > 1 {
+		panel = max(12, l2Panel/(4*k)/12*12)
+	}
+	for j0 := 0; j0 < n; j0 += panel {
+		nj := min(panel, n-j0)
+		for i := 0; i < m; i += 4 {
+			kr := &gemmKernels[min(4, m-i)]
+			ci := &c[i*ldc+j0]
+			ai := &a[i*k]
+			full := nj / kr.cols
+			if full > 0 {
+				kr.fn(ci, ldc, ai, k, &w[j0*ldw], ldw, k, full)
+			}
+			if left := nj - full*kr.cols; left > 0 {
+				j := j0 + full*kr.cols
+				kr.one(&c[i*ldc+j], ldc, ai, k, &w[j*ldw], ldw, k, left)
+			}
+		}
+	}
+}
+
+func fmaPeakLoop(iters int) (flops float64) {
+	if !useAsm {
+		return fmaPeakGo(iters)
+	}
+	fmaPeakAVX2(iters)
+	return float64(iters) * 12 * 8 * 2
+}
+
+func streamRead(p []byte) uint64 {
+	if !useAsm {
+		return streamReadGo(p)
+	}
+	n := len(p) &^ 255
+	if n == 0 {
+		return 0
+	}
+	return streamReadAVX2(&p[0], n)
+}

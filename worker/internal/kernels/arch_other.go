@@ -1,0 +1,19 @@
+//go:build !amd64
+
+package kernels
+
+// useAsm is false: this architecture has no assembly kernels, so the
+// pure-Go implementations always run.
+var useAsm = false
+
+func dot(a, b []float32) float32                    { return dotGo(a, b) }
+func axpy(alpha float32, x, y []float32)            { axpyGo(alpha, x, y) }
+func axpyRows(y, alpha, rows []float32, stride int) { axpyRowsGo(y, alpha, rows, stride) }
+func scale(x []float32, s float32)                  { scaleGo(x, s) }
+func add(dst, a, b []float32)                       { addGo(dst, a, b) }
+func mulScale(out, x, w []float32, s float32)       { mulScaleGo(out, x, w, s) }
+func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
+	matMulTGo(c, ldc, a, w, ldw, m, n, k)
+}
+func fmaPeakLoop(iters int) float64 { return fmaPeakGo(iters) }
+func streamRead(p []byte) uint64    { return streamReadGo(p) }

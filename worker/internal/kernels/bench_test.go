@@ -1,0 +1,253 @@
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// The benchmarks report kernel speed next to the machine's limits measured
+// in the same run, so the ratios can be read off directly:
+//
+//	go test -run '^$' -bench 'CopyBandwidth|FMAPeak' -benchtime 1x ./worker/internal/kernels/
+//	go test -run '^$' -bench 'Ratio' -benchtime 40x ./worker/internal/kernels/
+//	go test -run '^$' -bench 'Dot|MatVec|MatMulT|Attention' -benchtime 0.2s ./worker/internal/kernels/
+//
+// MatVec reports GB/s of weight bytes (compare BenchmarkCopyBandwidth),
+// MatMulT reports GFLOP/s (compare BenchmarkFMAPeak). The Ratio
+// benchmarks interleave a kernel with its limit and report the percentage
+// directly, which is the figure to trust on a shared machine. Names end in
+// /tN for the thread count.
+
+var benchThreads = []int{1, 2}
+
+func BenchmarkCopyBandwidth(b *testing.B) {
+	for _, threads := range benchThreads {
+		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
+			var bw float64
+			for i := 0; i < b.N; i++ {
+				bw = MeasureCopyBandwidth(256<<20, threads)
+			}
+			b.ReportMetric(bw/1e9, "GB/s")
+		})
+	}
+}
+
+func BenchmarkFMAPeak(b *testing.B) {
+	for _, threads := range benchThreads {
+		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
+			var f float64
+			for i := 0; i < b.N; i++ {
+				f = MeasureFMAPeak(threads)
+			}
+			b.ReportMetric(f/1e9, "GFLOP/s")
+		})
+	}
+}
+
+func BenchmarkDot(b *testing.B) {
+	for _, k := range []int{64, 128, 768, 4096} {
+		b.Run(fmt.Sprintf("k%d", k), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 1))
+			x, y := randVec(r, k, false), randVec(r, k, false)
+			b.SetBytes(int64(8 * k))
+			for i := 0; i < b.N; i++ {
+				Dot(x, y)
+			}
+		})
+	}
+}
+
+// BenchmarkMatVec is batch-1 decode: one activation row against a weight
+// matrix of n rows × k columns.
+func BenchmarkMatVec(b *testing.B) {
+	for _, s := range [][2]int{{768, 2048}, {2048, 768}, {32000, 768}, {4096, 4096}} {
+		n, k := s[0], s[1]
+		r := rand.New(rand.NewPCG(2, 2))
+		a, w := randVec(r, k, false), randVec(r, n*k, false)
+		c := make([]float32, n)
+		for _, threads := range benchThreads {
+			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
+				p := NewPool(threads)
+				defer p.Close()
+				b.SetBytes(int64(4 * n * k))
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p.MatMulT(c, a, w, 1, n, k)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkMatMulT is prefill: m activation rows against an n×k weight.
+func BenchmarkMatMulT(b *testing.B) {
+	for _, s := range [][3]int{{64, 2048, 768}, {256, 2048, 768}, {256, 768, 2048}} {
+		m, n, k := s[0], s[1], s[2]
+		r := rand.New(rand.NewPCG(3, 3))
+		a, w := randVec(r, m*k, false), randVec(r, n*k, false)
+		c := make([]float32, m*n)
+		for _, threads := range benchThreads {
+			b.Run(fmt.Sprintf("m%d_%dx%d/t%d", m, n, k, threads), func(b *testing.B) {
+				p := NewPool(threads)
+				defer p.Close()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p.MatMulT(c, a, w, m, n, k)
+				}
+				b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+func BenchmarkFallbackDot(b *testing.B) {
+	r := rand.New(rand.NewPCG(4, 4))
+	x, y := randVec(r, 768, false), randVec(r, 768, false)
+	withPureGo(func() {
+		b.SetBytes(8 * 768)
+		for i := 0; i < b.N; i++ {
+			Dot(x, y)
+		}
+	})
+}
+
+// readRanger streams through its share of a buffer, for bandwidth runs
+// interleaved with the kernels they are compared to.
+type readRanger struct {
+	buf  []byte
+	sink uint64
+}
+
+func (r *readRanger) Range(lo, hi int) { r.sink += streamRead(r.buf[lo:hi]) }
+
+// fmaRanger runs the FMA probe loop, iters per index.
+type fmaRanger struct{ iters int }
+
+func (f *fmaRanger) Range(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		fmaPeakLoop(f.iters)
+	}
+}
+
+// minTime keeps the fastest of a series of timings: on a shared machine
+// the fastest run is the one least disturbed by other work.
+type minTime struct{ d time.Duration }
+
+func (m *minTime) add(d time.Duration) {
+	if m.d == 0 || d < m.d {
+		m.d = d
+	}
+}
+
+func (m *minTime) Seconds() float64 { return m.d.Seconds() }
+
+// BenchmarkDecodeRatio alternates a streaming read of the weight matrix
+// with a matvec over it, on the same threads, and reports the matvec's
+// share of that read bandwidth ("pct-of-read"), both from their fastest
+// runs. Interleaving makes the ratio robust on a shared, noisy machine;
+// for a matrix larger than the last-level cache it is the decode roofline
+// fraction.
+func BenchmarkDecodeRatio(b *testing.B) {
+	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {32000, 768}} {
+		n, k := s[0], s[1]
+		r := rand.New(rand.NewPCG(5, 5))
+		a, w := randVec(r, k, false), randVec(r, n*k, false)
+		c := make([]float32, n)
+		rr := &readRanger{buf: unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w))}
+		for _, threads := range benchThreads {
+			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
+				p := NewPool(threads)
+				defer p.Close()
+				var tRead, tMV minTime
+				for i := 0; i < b.N; i++ {
+					start := time.Now()
+					p.Do(len(rr.buf), len(rr.buf)/threads, rr)
+					mid := time.Now()
+					p.MatMulT(c, a, w, 1, n, k)
+					tRead.add(mid.Sub(start))
+					tMV.add(time.Since(mid))
+				}
+				bytes := float64(len(rr.buf))
+				b.ReportMetric(bytes/tRead.Seconds()/1e9, "read-GB/s")
+				b.ReportMetric(bytes/tMV.Seconds()/1e9, "matvec-GB/s")
+				b.ReportMetric(100*tRead.Seconds()/tMV.Seconds(), "pct-of-read")
+			})
+		}
+	}
+}
+
+// BenchmarkPrefillRatio alternates the FMA probe with a matrix
+// multiplication on the same threads and reports the multiplication's
+// share of that peak ("pct-of-peak"), both from their fastest runs.
+func BenchmarkPrefillRatio(b *testing.B) {
+	for _, s := range [][3]int{{64, 2048, 768}, {256, 2048, 768}, {256, 768, 2048}, {64, 1024, 4096}} {
+		m, n, k := s[0], s[1], s[2]
+		r := rand.New(rand.NewPCG(6, 6))
+		a, w := randVec(r, m*k, false), randVec(r, n*k, false)
+		c := make([]float32, m*n)
+		for _, threads := range benchThreads {
+			b.Run(fmt.Sprintf("m%d_%dx%d/t%d", m, n, k, threads), func(b *testing.B) {
+				p := NewPool(threads)
+				defer p.Close()
+				flops := 2 * float64(m*n*k)
+				// As many FMA probe iterations per thread as the GEMM's
+				// FLOPs would take at peak.
+				fr := &fmaRanger{iters: int(flops / float64(threads) / (12 * 8 * 2))}
+				var tPeak, tMM minTime
+				for i := 0; i < b.N; i++ {
+					start := time.Now()
+					p.Do(threads, 1, fr)
+					mid := time.Now()
+					p.MatMulT(c, a, w, m, n, k)
+					tPeak.add(mid.Sub(start))
+					tMM.add(time.Since(mid))
+				}
+				b.ReportMetric(flops/tPeak.Seconds()/1e9, "peak-GFLOP/s")
+				b.ReportMetric(flops/tMM.Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(100*tPeak.Seconds()/tMM.Seconds(), "pct-of-peak")
+			})
+		}
+	}
+}
+
+// BenchmarkAttentionPage compares the strided kernels with one Dot or Axpy
+// per row, on the shape of one head over one KV page (16 slots of
+// head_dim 64 or 128, rows kv_dim = 4 heads apart).
+func BenchmarkAttentionPage(b *testing.B) {
+	for _, hd := range []int{64, 128} {
+		const slots, heads = 16, 4
+		stride := heads * hd
+		r := rand.New(rand.NewPCG(7, 7))
+		rows := randVec(r, slots*stride, false)
+		q := randVec(r, hd, false)
+		scores := randVec(r, slots, false)
+		out := make([]float32, hd)
+		b.Run(fmt.Sprintf("hd%d/Dot", hd), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				for s := range scores {
+					scores[s] = Dot(q, rows[s*stride:s*stride+hd])
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("hd%d/DotStrided", hd), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				DotStrided(scores, q, rows, stride)
+			}
+		})
+		b.Run(fmt.Sprintf("hd%d/Axpy", hd), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				for s, a := range scores {
+					Axpy(a*1e-9, rows[s*stride:s*stride+hd], out)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("hd%d/AxpyStrided", hd), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				AxpyStrided(out, scores, rows, stride)
+			}
+		})
+	}
+}

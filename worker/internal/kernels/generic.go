@@ -1,0 +1,71 @@
+package kernels
+
+// Pure-Go reference implementations. They define the results: the
+// assembly must match them bit for bit, and they run wherever it cannot.
+
+// dotGo is the canonical dot product of the package doc.
+func dotGo(a, b []float32) float32 {
+	b = b[:len(a)]
+	var acc [8]float32
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		acc[0] = fma32(a[i], b[i], acc[0])
+		acc[1] = fma32(a[i+1], b[i+1], acc[1])
+		acc[2] = fma32(a[i+2], b[i+2], acc[2])
+		acc[3] = fma32(a[i+3], b[i+3], acc[3])
+		acc[4] = fma32(a[i+4], b[i+4], acc[4])
+		acc[5] = fma32(a[i+5], b[i+5], acc[5])
+		acc[6] = fma32(a[i+6], b[i+6], acc[6])
+		acc[7] = fma32(a[i+7], b[i+7], acc[7])
+	}
+	for ; i < len(a); i++ {
+		acc[i&7] = fma32(a[i], b[i], acc[i&7])
+	}
+	return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+}
+
+// matMulTGo computes c[i*ldc+j] = dotGo(a[i*k:][:k], w[j*ldw:][:k]).
+func matMulTGo(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
+	for i := 0; i < m; i++ {
+		ai := a[i*k : i*k+k]
+		ci := c[i*ldc : i*ldc+n]
+		for j := range ci {
+			ci[j] = dotGo(ai, w[j*ldw:j*ldw+k])
+		}
+	}
+}
+
+func axpyGo(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] = fma32(alpha, v, y[i])
+	}
+}
+
+// axpyRowsGo is len(alpha) successive Axpy calls, one per row.
+func axpyRowsGo(y, alpha, rows []float32, stride int) {
+	for t, a := range alpha {
+		axpyGo(a, rows[t*stride:t*stride+len(y)], y)
+	}
+}
+
+func scaleGo(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func addGo(dst, a, b []float32) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		dst[i] = a[i] + b[i]
+	}
+}
+
+// mulScaleGo computes out[i] = (x[i]*s) * w[i], two float32 roundings.
+func mulScaleGo(out, x, w []float32, s float32) {
+	x, w = x[:len(out)], w[:len(out)]
+	for i := range out {
+		out[i] = float32(x[i]*s) * w[i]
+	}
+}

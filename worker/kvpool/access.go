@@ -1,0 +1,207 @@
+package kvpool
+
+import "fmt"
+
+// Verify is the read check (I3), run before a sequence reads its first
+// tokens positions (position t in pages[t/PageTokens], slot t%PageTokens):
+//   - pages must cover tokens;
+//   - every page in pages must be tagged exactly owner (tenant, request
+//     and epoch) and be Reserved or InUse — including pages past tokens,
+//     which the coming step may write;
+//   - every page holding positions < tokens must have Written ≥ the slots
+//     read from it, so unwritten memory is never read (I9).
+//
+// Duplicate pages in the table are not detected: they can only alias the
+// owner's own data. A refusal is a *ViolationError for the first bad page,
+// counted in Stats.Violations; ErrInvalid (uncounted) if tokens < 0. The
+// success path does not allocate.
+func (p *Pool) Verify(owner Owner, pages []PageID, tokens int) error {
+	if tokens < 0 {
+		return fmt.Errorf("%w: verify %d tokens for %v", ErrInvalid, tokens, owner)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v := p.verify(owner, pages, tokens); v != nil {
+		p.violations++
+		return v
+	}
+	return nil
+}
+
+// verify does Verify's checks. Called with mu held.
+func (p *Pool) verify(owner Owner, pages []PageID, tokens int) *ViolationError {
+	pt := p.pageTokens
+	if p.pagesFor(tokens) > len(pages) {
+		return &ViolationError{Page: NoPage, Want: owner, Written: len(pages) * pt, Needed: tokens, Reason: ReasonShortTable}
+	}
+	// All pages of one holding share its owner and state, so the owner is
+	// compared once and later pages only by holding pointer.
+	var ok *holding
+	left := tokens // positions not yet accounted for
+	for _, id := range pages {
+		if !p.exists(id) {
+			return &ViolationError{Page: id, Want: owner, Reason: ReasonNoSuchPage}
+		}
+		m := &p.pages[id]
+		need := min(left, pt) // slots read from this page
+		left -= need
+		if ok == nil || m.h != ok {
+			if r := ownerFault(owner, m.h); r != 0 {
+				return p.violation(owner, id, m, need, r)
+			}
+			ok = m.h
+		}
+		if need > int(m.written) {
+			return p.violation(owner, id, m, need, ReasonUnwritten)
+		}
+	}
+	return nil
+}
+
+// violation builds the error for page id. Called with mu held.
+func (p *Pool) violation(owner Owner, id PageID, m *page, needed int, r Reason) *ViolationError {
+	v := &ViolationError{Page: id, Want: owner, Written: int(m.written), Needed: needed, Reason: r}
+	if m.h != nil {
+		v.Got, v.State = m.h.owner, m.h.state
+	}
+	return v
+}
+
+// ownerFault says why a page held by h may not be accessed by owner, or 0.
+func ownerFault(owner Owner, h *holding) Reason {
+	switch {
+	case h == nil:
+		return ReasonFree
+	case h.state == Quarantined:
+		return ReasonQuarantined
+	case h.owner.Tenant != owner.Tenant:
+		return ReasonForeignTenant
+	case h.owner.Request != owner.Request:
+		return ReasonForeignRequest
+	case h.owner.Epoch != owner.Epoch:
+		return ReasonStaleEpoch
+	}
+	return 0
+}
+
+// CheckWrite is the write fence alone: nil if owner may write page now
+// (the page is tagged exactly owner, Reserved or InUse, and no release or
+// retag is waiting), else a *FenceError, counted in Stats.FenceRejections.
+// It changes nothing, so it suits an early rejection of a frame; to copy
+// data in use WritePage, which keeps the page from changing hands during
+// the copy.
+func (p *Pool) CheckWrite(owner Owner, id PageID) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.fence(owner, id)
+	return err
+}
+
+// MarkWritten records that the first slots slots of page hold data written
+// for owner (for example by a one-sided writer whose completion was
+// verified). Written never decreases: a smaller count than already
+// recorded changes nothing. Refusals are those of CheckWrite; ErrInvalid
+// (uncounted) if slots is outside 1..PageTokens.
+func (p *Pool) MarkWritten(owner Owner, id PageID, slots int) error {
+	if slots < 1 || slots > p.pageTokens {
+		return fmt.Errorf("%w: mark %d slots of page %d, want 1..%d", ErrInvalid, slots, id, p.pageTokens)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, err := p.fence(owner, id)
+	if err != nil {
+		return err
+	}
+	m.written = max(m.written, int32(slots))
+	return nil
+}
+
+// MarkTokensWritten records that positions 0..tokens-1 of the page table
+// pages hold data written for owner: the engine's bookkeeping after a step.
+// Every page holding one of those positions must pass the fence, or nothing
+// is recorded (the first refusal is returned and counted). ErrInvalid
+// (uncounted) if tokens is negative or more than pages hold.
+func (p *Pool) MarkTokensWritten(owner Owner, pages []PageID, tokens int) error {
+	n := 0
+	if tokens >= 0 {
+		n = p.pagesFor(tokens)
+	}
+	if tokens < 0 || n > len(pages) {
+		return fmt.Errorf("%w: mark %d tokens written in %d pages of %d tokens", ErrInvalid, tokens, len(pages), p.pageTokens)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range pages[:n] {
+		if _, err := p.fence(owner, id); err != nil {
+			return err
+		}
+	}
+	for i, id := range pages[:n] {
+		m := &p.pages[id]
+		m.written = max(m.written, int32(min(p.pageTokens, tokens-i*p.pageTokens)))
+	}
+	return nil
+}
+
+// WritePage copies src into page id at byte offset off as owner, then, if
+// slots > 0, records that the first slots slots are written (as
+// MarkWritten; slots = 0 copies only, for a page whose completion is
+// verified later). The fence is checked before copying; during the copy the
+// owner's pages cannot be released, retagged or quarantined (those wait),
+// so the data can never land in a page that changed hands. The copy runs
+// outside the pool's mutex. Refusals are those of CheckWrite; ErrInvalid
+// (uncounted) if off and src do not fit in the page or slots is outside
+// 0..PageTokens.
+func (p *Pool) WritePage(owner Owner, id PageID, off int, src []byte, slots int) error {
+	if off < 0 || off > p.pageBytes || len(src) > p.pageBytes-off {
+		return fmt.Errorf("%w: write %d bytes at offset %d of a %d-byte page", ErrInvalid, len(src), off, p.pageBytes)
+	}
+	if slots < 0 || slots > p.pageTokens {
+		return fmt.Errorf("%w: mark %d slots of page %d, want 0..%d", ErrInvalid, slots, id, p.pageTokens)
+	}
+	p.mu.Lock()
+	m, err := p.fence(owner, id)
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	h := m.h
+	h.pins++
+	p.mu.Unlock()
+
+	copy(p.Data(id)[off:], src)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// While pinned the page kept its owner and epoch (Activate may have
+	// moved it to InUse, which changes nothing here).
+	m.written = max(m.written, int32(slots))
+	h.pins--
+	if h.pins == 0 && h.waiters > 0 {
+		p.drained.Broadcast()
+	}
+	return nil
+}
+
+// fence checks that owner may write page id now and returns its metadata,
+// or a counted *FenceError. Called with mu held.
+func (p *Pool) fence(owner Owner, id PageID) (*page, error) {
+	if !p.exists(id) {
+		p.fenceRejections++
+		return nil, &FenceError{Page: id, Want: owner, Reason: ReasonNoSuchPage}
+	}
+	m := &p.pages[id]
+	r := ownerFault(owner, m.h)
+	if r == 0 && m.h.waiters > 0 {
+		r = ReasonFencing
+	}
+	if r == 0 {
+		return m, nil
+	}
+	p.fenceRejections++
+	e := &FenceError{Page: id, Want: owner, Reason: r}
+	if m.h != nil {
+		e.Got, e.State = m.h.owner, m.h.state
+	}
+	return nil, e
+}

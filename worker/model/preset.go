@@ -1,0 +1,182 @@
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/warden-ai/warden/internal/tokenizer"
+)
+
+// Preset names for Init.
+const (
+	PresetTiny  = "tiny"
+	PresetSmall = "small"
+)
+
+// PresetNames lists the presets Init accepts.
+func PresetNames() []string { return []string{PresetTiny, PresetSmall} }
+
+// PresetConfig returns a preset's config without token ids (Init takes
+// them from the tokenizer it writes).
+//
+//   - tiny (≈158k parameters, 0.6 MB as F32): 2 layers, hidden 64, 4 query
+//     and 2 KV heads of 16 dimensions, vocabulary 512, 16384 positions,
+//     llama3 RoPE scaling (so every branch of RopeInvFreq is used), untied
+//     LM head. For tests.
+//   - small (≈100M parameters): 12 layers, hidden 768, 12 query and 4 KV
+//     heads, vocabulary 32000, 8192 positions, plain RoPE, tied
+//     embeddings. For benchmarks.
+func PresetConfig(name string) (Config, error) {
+	c := Config{
+		Architectures: []string{ArchLlama},
+		ModelType:     "llama",
+		HiddenAct:     "silu",
+		RMSNormEps:    1e-5,
+	}
+	switch name {
+	case PresetTiny:
+		c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 64, 176, 2
+		c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 4, 2, 16
+		c.VocabSize, c.MaxPositionEmbeddings = 512, 16384
+		c.RopeTheta = 500000
+		c.RopeScaling = &RopeScaling{
+			RopeType:                      RopeTypeLlama3,
+			Factor:                        8,
+			LowFreqFactor:                 1,
+			HighFreqFactor:                4,
+			OriginalMaxPositionEmbeddings: 2048,
+		}
+	case PresetSmall:
+		c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 768, 2048, 12
+		c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 12, 4, 64
+		c.VocabSize, c.MaxPositionEmbeddings = 32000, 8192
+		c.RopeTheta = 10000
+		c.TieWordEmbeddings = true
+	default:
+		return Config{}, fmt.Errorf("model: unknown preset %q (have %v)", name, PresetNames())
+	}
+	return c, nil
+}
+
+// Gains of the random initialisation; see initDistribution.
+const (
+	normSpread = 0.05
+	qkGain     = 2.0
+	lmHeadGain = 4.0
+)
+
+// initDistribution is the random-weights scheme. It keeps the network out
+// of the degenerate regimes a naive initialisation falls into (residual
+// stream blowing up or vanishing, uniform attention, flat or
+// context-blind logits), so that greedy output depends on the whole
+// context — tests detect foreign or missing KV by output changes.
+//
+//   - Norm weights: 1 ± normSpread, so RMSNorm outputs have unit RMS.
+//   - Projections reading a normalised input (q, k, v, gate, up):
+//     std 1/√hidden, so outputs have unit scale; q and k get qkGain more,
+//     making attention scores spread over a few units so attention picks
+//     out particular positions instead of averaging everything.
+//   - Output projections (o, down): std 1/√fan_in, so each residual
+//     branch adds about unit scale, comparable to the embedding, and the
+//     attended context visibly moves the hidden state.
+//   - Untied: embedding std 1 (unit-scale residual stream from the start)
+//     and an LM head of std lmHeadGain/√hidden, so logits have a spread of
+//     a few units: sharp enough that sampling at moderate temperature is
+//     not uniform, while the argmax still follows the context.
+//   - Tied: one matrix serves both ends; std 1/√hidden keeps the token's
+//     own embedding from dominating its logits (which would make the
+//     model echo its input).
+func (c *Config) initDistribution(s *TensorSpec) distribution {
+	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+	switch s.role {
+	case roleInputNorm, rolePostAttentionNorm, roleFinalNorm:
+		return distribution{mean: 1, std: normSpread}
+	case roleQ, roleK:
+		return distribution{std: qkGain * inv(c.HiddenSize)}
+	case roleV, roleGate, roleUp:
+		return distribution{std: inv(c.HiddenSize)}
+	case roleO:
+		return distribution{std: inv(c.QDim())}
+	case roleDown:
+		return distribution{std: inv(c.IntermediateSize)}
+	case roleLMHead:
+		return distribution{std: lmHeadGain * inv(c.HiddenSize)}
+	}
+	if c.TieWordEmbeddings {
+		return distribution{std: inv(c.HiddenSize)}
+	}
+	return distribution{std: 1}
+}
+
+// Init writes a deterministic random model of the named preset into dir
+// (created if needed): the tokenizer files (internal/tokenizer's preset
+// for the config's vocabulary size), config.json and
+// generation_config.json with the tokenizer's BOS/EOS ids, and
+// model.safetensors with weights of the given dtype drawn from seed (see
+// initDistribution). The same preset, seed and dtype always give
+// byte-identical files. Weights are generated one tensor at a time on all
+// CPUs and streamed to disk, so memory holds at most one tensor.
+// Existing files of the same names are replaced.
+func Init(dir, preset string, seed uint64, dtype DType) error {
+	cfg, err := PresetConfig(preset)
+	if err != nil {
+		return err
+	}
+	if !dtype.IsFloat() {
+		return fmt.Errorf("model: weights dtype %q: %w", dtype, ErrUnsupportedDType)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	info, err := tokenizer.WritePreset(dir, cfg.VocabSize)
+	if err != nil {
+		return fmt.Errorf("model: writing preset tokenizer: %w", err)
+	}
+	cfg.BOSTokenID, cfg.EOSTokenIDs = &info.BOS, slices.Clone(info.EOS)
+	return writeModel(dir, cfg, seed, dtype)
+}
+
+// writeModel writes config.json, generation_config.json and random
+// weights for cfg (whose token ids are already set) into dir.
+func writeModel(dir string, cfg Config, seed uint64, dtype DType) error {
+	cfg.TorchDType = dtype.TorchName()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("model: preset config: %w", err)
+	}
+	if err := writeJSON(filepath.Join(dir, ConfigFile), &cfg); err != nil {
+		return err
+	}
+	gen := GenerationConfig{BOSTokenID: cfg.BOSTokenID, EOSTokenIDs: slices.Clone(cfg.EOSTokenIDs)}
+	if err := writeJSON(filepath.Join(dir, GenerationConfigFile), &gen); err != nil {
+		return err
+	}
+	specs := cfg.TensorSpecs()
+	ts := make([]outTensor, len(specs))
+	for i := range specs {
+		s := &specs[i]
+		d := cfg.initDistribution(s)
+		ts[i] = outTensor{
+			name:  s.Name,
+			dtype: dtype,
+			shape: s.Shape,
+			size:  s.NumElements() * int64(dtype.Size()),
+			fill:  func(dst []byte) { fillRandom(dst, dtype, seed, s.Name, d) },
+		}
+	}
+	if err := sortUnique(ts); err != nil {
+		return err
+	}
+	return writeWeights(dir, ts, 0)
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("model: encoding %s: %w", filepath.Base(path), err)
+	}
+	return writeFileAtomic(path, append(data, '\n'))
+}

@@ -1,0 +1,173 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/kernels"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// BenchOptions configure BenchEngine.
+type BenchOptions struct {
+	// PromptTokens is the prefill benchmark's prompt length.
+	PromptTokens int
+	// DecodeTokens is how many tokens each decode sequence generates.
+	DecodeTokens int
+	// Batch is the larger decode batch (the smaller is 1).
+	Batch int
+	// BandwidthBytes is the buffer of the bandwidth probe.
+	BandwidthBytes int
+}
+
+// BenchReport holds one run's measurements. Ratios compare figures
+// measured in the same run on the same machine.
+type BenchReport struct {
+	Threads int
+	Params  int64
+	// WeightBytesPerToken is what one decode step reads of the weights.
+	WeightBytesPerToken int64
+
+	CopyBandwidth float64 // bytes/s read
+	FMAPeak       float64 // FLOP/s
+
+	PrefillTokensPerSec float64
+	PrefillFLOPs        float64 // FLOP/s achieved
+	PrefillOfPeak       float64 // PrefillFLOPs / FMAPeak
+
+	Decode1TokensPerSec float64
+	Decode1OfRoofline   float64 // roofline seconds per token / measured
+	DecodeNTokensPerSec float64
+	Batch               int
+}
+
+// BenchEngine measures prefill and decode throughput of the runtime's
+// engine, and in the same run the machine's read bandwidth and FMA peak.
+// Run must be running on r.
+func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions) (BenchReport, error) {
+	c := &r.Model.Config
+	rep := BenchReport{Threads: threads, Params: c.NumParameters(), Batch: opt.Batch}
+	// Per decode step the matmuls read every layer weight and the LM head
+	// once (the embedding row is negligible).
+	matmulParams := int64(c.NumHiddenLayers)*int64(
+		c.QDim()*c.HiddenSize+2*c.KVDim()*c.HiddenSize+c.HiddenSize*c.QDim()+
+			3*c.IntermediateSize*c.HiddenSize) + int64(c.VocabSize)*int64(c.HiddenSize)
+	rep.WeightBytesPerToken = matmulParams * 4
+
+	rep.CopyBandwidth = kernels.MeasureCopyBandwidth(opt.BandwidthBytes, threads)
+	rep.FMAPeak = kernels.MeasureFMAPeak(threads)
+
+	prompt := make([]int32, opt.PromptTokens)
+	for i := range prompt {
+		prompt[i] = int32((i*7919 + 13) % c.VocabSize)
+	}
+	// Prefill: one prompt, timed to its first token.
+	start := time.Now()
+	if _, err := r.generate(ctx, "prefill", prompt, 1, true); err != nil {
+		return rep, err
+	}
+	el := time.Since(start).Seconds()
+	rep.PrefillTokensPerSec = float64(len(prompt)) / el
+	n := float64(len(prompt))
+	attn := float64(c.NumHiddenLayers) * 2 * 2 * float64(c.QDim()) * n * (n + 1) / 2
+	rep.PrefillFLOPs = (2*float64(matmulParams)*n + attn) / el
+	rep.PrefillOfPeak = rep.PrefillFLOPs / rep.FMAPeak
+
+	short := prompt[:16]
+	tps, err := r.decodeRate(ctx, short, 1, opt.DecodeTokens)
+	if err != nil {
+		return rep, err
+	}
+	rep.Decode1TokensPerSec = tps
+	roofline := float64(rep.WeightBytesPerToken) / rep.CopyBandwidth
+	rep.Decode1OfRoofline = roofline * tps
+	if rep.DecodeNTokensPerSec, err = r.decodeRate(ctx, short, opt.Batch, opt.DecodeTokens); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// decodeRate runs batch sequences of tokens each and returns generated
+// tokens per second, excluding their prefill.
+func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens int) (float64, error) {
+	type result struct {
+		d   time.Duration
+		err error
+	}
+	results := make(chan result, batch)
+	for i := range batch {
+		go func() {
+			d, err := r.generate(ctx, fmt.Sprint("decode-", batch, "-", i), prompt, tokens, false)
+			results <- result{d, err}
+		}()
+	}
+	var longest time.Duration
+	for range batch {
+		res := <-results
+		if res.err != nil {
+			return 0, res.err
+		}
+		longest = max(longest, res.d)
+	}
+	return float64(batch*(tokens-1)) / longest.Seconds(), nil
+}
+
+// generate runs one sequence and returns the time from its first token to
+// its last (or to the first token, when fromSubmit).
+func (r *Runtime) generate(ctx context.Context, name string, prompt []int32, tokens int, fromSubmit bool) (time.Duration, error) {
+	o := kvpool.Owner{Tenant: "bench", Request: name, Epoch: 1}
+	pages, err := r.Pool.Reserve(o, len(prompt)+tokens)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Pool.Release(o)
+	submitted := time.Now()
+	st, err := r.Engine.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: prompt,
+		Sampling: engine.Sampling{MaxTokens: tokens, IgnoreEOS: true}})
+	if err != nil {
+		return 0, err
+	}
+	var first time.Time
+	for {
+		ev, err := st.Next(ctx)
+		if err == io.EOF {
+			return 0, fmt.Errorf("runtime: bench stream ended early")
+		}
+		if err != nil {
+			return 0, err
+		}
+		switch ev.Kind {
+		case engine.EventToken:
+			if first.IsZero() {
+				first = time.Now()
+			}
+		case engine.EventDone:
+			if ev.Result.Err != nil {
+				return 0, ev.Result.Err
+			}
+			if fromSubmit {
+				return first.Sub(submitted), nil
+			}
+			return time.Since(first), nil
+		}
+	}
+}
+
+// WriteTable prints the report as a Markdown table.
+func (rep BenchReport) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "| figure | value |\n|---|---|\n")
+	fmt.Fprintf(w, "| threads | %d |\n", rep.Threads)
+	fmt.Fprintf(w, "| parameters | %.1f M |\n", float64(rep.Params)/1e6)
+	fmt.Fprintf(w, "| weight bytes read per decode token | %.1f MB |\n", float64(rep.WeightBytesPerToken)/1e6)
+	fmt.Fprintf(w, "| memory read bandwidth (measured) | %.2f GB/s |\n", rep.CopyBandwidth/1e9)
+	fmt.Fprintf(w, "| FMA peak (measured) | %.1f GFLOP/s |\n", rep.FMAPeak/1e9)
+	fmt.Fprintf(w, "| prefill | %.1f tokens/s, %.1f GFLOP/s = **%.0f%% of FMA peak** |\n",
+		rep.PrefillTokensPerSec, rep.PrefillFLOPs/1e9, 100*rep.PrefillOfPeak)
+	fmt.Fprintf(w, "| decode, batch 1 | %.2f tokens/s = **%.0f%% of bandwidth roofline** (%.2f tokens/s) |\n",
+		rep.Decode1TokensPerSec, 100*rep.Decode1OfRoofline, rep.CopyBandwidth/float64(rep.WeightBytesPerToken))
+	fmt.Fprintf(w, "| decode, batch %d | %.2f tokens/s (%.1fx batch 1) |\n",
+		rep.Batch, rep.DecodeNTokensPerSec, rep.DecodeNTokensPerSec/rep.Decode1TokensPerSec)
+}

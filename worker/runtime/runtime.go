@@ -1,0 +1,160 @@
+// Package runtime assembles a worker's compute: it loads the model, sizes
+// the KV pool from the memory budget (one code path for every backend, so
+// the number the gateway's context-agreement check consumes is the number
+// the pool really has), builds the backend and the engine.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	goruntime "runtime"
+
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/cpu"
+	"github.com/warden-ai/warden/worker/kvpool"
+	"github.com/warden-ai/warden/worker/model"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// ModelDir is a Hugging Face layout directory.
+	ModelDir string
+	// Backend is "cpu" (default) or "cuda" (only in builds with -tags cuda).
+	Backend string
+	// Threads is the number of compute threads; 0 means every core.
+	Threads int
+	// PageTokens is the KV page size in tokens.
+	PageTokens int
+	// KVBytes is the pool budget; 0 means KVFraction of the memory left
+	// after the weights.
+	KVBytes int64
+	// KVFraction is used when KVBytes is 0, in (0, 1].
+	KVFraction float64
+	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
+	// step.
+	ChunkTokens, MaxBatch int
+	// ZeroOnRelease and PoisonOnReserve harden the pool (I9).
+	ZeroOnRelease, PoisonOnReserve bool
+	// Storage, when set, provides the pool's slab for pages pages of
+	// pageBytes bytes (the shm transfer backend maps a shared-memory
+	// file). Nil allocates.
+	Storage func(pages, pageBytes int) ([]byte, error)
+	Logger  *slog.Logger
+}
+
+// Runtime is a loaded model with its KV pool and engine.
+type Runtime struct {
+	Model    *model.Model
+	Pool     *kvpool.Pool
+	Engine   *engine.Engine
+	Capacity kvpool.Capacity
+	// PageBytes is the size of one KV page.
+	PageBytes int
+
+	backend interface{ Close() }
+}
+
+// ErrNoMemory reports a budget too small for a single page.
+var ErrNoMemory = errors.New("runtime: KV memory budget holds no page")
+
+// Open loads the model and builds pool, backend and engine.
+func Open(opt Options) (*Runtime, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Threads <= 0 {
+		opt.Threads = goruntime.NumCPU()
+	}
+	if opt.Backend == "" {
+		opt.Backend = "cpu"
+	}
+	m, err := model.Load(opt.ModelDir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := open(m, opt)
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func open(m *model.Model, opt Options) (*Runtime, error) {
+	spec := cpu.SpecFor(&m.Config)
+	pageBytes := spec.PageBytes(opt.PageTokens)
+	budget := opt.KVBytes
+	if budget == 0 {
+		free, err := freeMemoryAfterWeights(opt.Backend, m)
+		if err != nil {
+			return nil, err
+		}
+		budget = int64(float64(free) * opt.KVFraction)
+	}
+	pages := kvpool.PagesForBudget(budget, pageBytes)
+	if pages == 0 {
+		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes", ErrNoMemory, budget, pageBytes)
+	}
+	cfg := kvpool.Config{Pages: pages, PageTokens: opt.PageTokens, PageBytes: pageBytes,
+		ZeroOnRelease: opt.ZeroOnRelease, PoisonOnReserve: opt.PoisonOnReserve}
+	if opt.Storage != nil {
+		slab, err := opt.Storage(pages, pageBytes)
+		if err != nil {
+			return nil, fmt.Errorf("runtime: KV storage: %w", err)
+		}
+		cfg.Storage = slab
+	}
+	pool, err := kvpool.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	capacity := pool.Capacity()
+	opt.Logger.Info(capacity.String(), "model", m.Dir, "backend", opt.Backend, "budget_bytes", budget)
+
+	be, err := newBackend(opt, m, pool)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := engine.New(engine.Config{
+		PageTokens:  opt.PageTokens,
+		ChunkTokens: opt.ChunkTokens,
+		MaxBatch:    opt.MaxBatch,
+		EOS:         m.EOSTokenIDs(),
+		VocabSize:   m.Config.VocabSize,
+	}, be, pool, opt.Logger)
+	if err != nil {
+		be.Close()
+		return nil, err
+	}
+	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, backend: be}, nil
+}
+
+// closingBackend is an engine backend that holds resources.
+type closingBackend interface {
+	engine.Backend
+	Close()
+}
+
+func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend, error) {
+	switch opt.Backend {
+	case "cpu":
+		return cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
+			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens})
+	case "cuda":
+		return newCUDABackend(opt, m, pool)
+	default:
+		return nil, fmt.Errorf("runtime: unknown backend %q (want cpu or cuda)", opt.Backend)
+	}
+}
+
+// Run drives the engine until ctx is done.
+func (r *Runtime) Run(ctx context.Context) error { return r.Engine.Run(ctx) }
+
+// Close releases the backend and the model mapping. Call it after Run
+// returned.
+func (r *Runtime) Close() error {
+	r.backend.Close()
+	return r.Model.Close()
+}
