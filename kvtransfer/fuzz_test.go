@@ -142,6 +142,12 @@ func FuzzReceiverFrames(f *testing.F) {
 	defer seg.Close()
 	f.Add(append([]byte{0}, validFrames(fuzzTicket(TCP, ""), true)...))
 	f.Add(append([]byte{1}, validFrames(fuzzTicket(SHM, seg.Path()), false)...))
+	var pd fakeWriter
+	fw := frameWriter{mac: wire.NewMAC(fuzzKey)}
+	tk := fuzzTicket(SHM, seg.Path())
+	h := wire.Header{Type: wire.PagesDone, TransferID: tk.TransferID, Epoch: tk.Owner.Epoch}
+	fw.write(&pd, &h, wire.AppendPagesDone(nil, []uint32{0, 1}))
+	f.Add(append([]byte{1}, pd...))
 	f.Add([]byte{0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
@@ -165,10 +171,10 @@ func runFuzzSession(t *testing.T, seg *Segment, in []byte) outcome {
 		t.Fatal(err)
 	}
 	conn := newFakeConn(resealFrames(in[1:]))
-	rec := &rtransfer{id: tk.TransferID, epoch: tk.Owner.Epoch, backend: backend, raw: conn, conn: conn,
+	rec := &rtransfer{id: tk.TransferID, epoch: tk.Owner.Epoch, backend: backend, t: tk, raw: conn, conn: conn,
 		out: frameWriter{mac: wire.NewMAC([]byte("s2c"))}}
 	r.transfers[rec.id] = rec
-	s := r.newSession(rec, serverSession{t: tk, in: wire.NewMAC(fuzzKey)})
+	s := r.newSession(rec, wire.NewMAC(fuzzKey))
 	s.run()
 	if len(sink.outcomes) != 1 {
 		t.Fatalf("%d outcomes, want exactly 1", len(sink.outcomes))

@@ -308,8 +308,6 @@ func waitFor(cond func() bool) {
 	}
 }
 
-func samePage(a, b []byte) bool { return bytes.Equal(a, b) }
-
 // testTLS returns server and client configs around a throwaway self-signed
 // certificate for 127.0.0.1.
 func testTLS(tb testing.TB) (server, client *tls.Config) {

@@ -77,6 +77,7 @@ type rtransfer struct {
 	id      TransferID
 	epoch   uint64
 	backend Backend
+	t       *Ticket  // as Lookup returned it when the transfer was admitted
 	raw     net.Conn // closed to interrupt the handler
 	// wmu is held (tcp) while a frame is copied into a page, so Abort can
 	// wait out a copy in flight; aborted is checked under it.
@@ -242,7 +243,8 @@ func (r *Receiver) DeferredRelease() *DeferredRelease { return r.dr }
 //     stop (ABORT frame) and parks release until its DRAIN_ACK for this
 //     epoch arrives, or quarantine after DrainTimeout.
 //
-// It must not be called while holding a lock the Sink's methods take.
+// Call it once per transfer, and not while holding a lock the Sink's
+// methods take.
 func (r *Receiver) Abort(id TransferID, release, quarantine func()) {
 	r.mu.Lock()
 	rec := r.transfers[id]
@@ -352,17 +354,21 @@ func (r *Receiver) accept(raw, conn net.Conn) (*rtransfer, *session, error) {
 		// The sender never got the go-ahead, so it wrote nothing.
 		r.mu.Lock()
 		rec.done, rec.drained = true, true
+		held := rec.held
 		delete(r.transfers, rec.id)
 		r.mu.Unlock()
+		if held {
+			r.dr.Ack(rec.id, rec.epoch)
+		}
 		r.stats.failed.Add(1)
-		r.sink.Fail(ss.t, fmt.Errorf("%w: sending accept: %w", ErrIncomplete, aerr))
+		r.sink.Fail(rec.t, fmt.Errorf("%w: sending accept: %w", ErrIncomplete, aerr))
 		return nil, nil, aerr
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	r.stats.transfers.Add(1)
-	return rec, r.newSession(rec, ss), nil
+	return rec, r.newSession(rec, ss.in), nil
 }
 
 // admit claims an authenticated transfer: it must still be live for the
@@ -400,7 +406,7 @@ func (r *Receiver) admit(ss serverSession, raw, conn net.Conn) (*rtransfer, erro
 		}
 	}
 	rec := &rtransfer{
-		id: t.TransferID, epoch: t.Owner.Epoch, backend: t.Backend,
+		id: t.TransferID, epoch: t.Owner.Epoch, backend: t.Backend, t: t,
 		raw: raw, conn: conn, out: frameWriter{mac: ss.out},
 	}
 	r.transfers[rec.id] = rec
@@ -431,11 +437,12 @@ type session struct {
 	log      *slog.Logger
 }
 
-func (r *Receiver) newSession(rec *rtransfer, ss serverSession) *session {
-	n := ss.t.PromptPages()
+func (r *Receiver) newSession(rec *rtransfer, in *wire.MAC) *session {
+	t := rec.t
+	n := t.PromptPages()
 	s := &session{
-		r: r, rec: rec, t: ss.t, conn: rec.conn, in: frameReader{mac: ss.in}, npages: n,
-		log: r.log.With("transfer", rec.id, "request_id", ss.t.Owner.Request, "tenant", ss.t.Owner.Tenant, "epoch", rec.epoch),
+		r: r, rec: rec, t: t, conn: rec.conn, in: frameReader{mac: in}, npages: n,
+		log: r.log.With("transfer", rec.id, "request_id", t.Owner.Request, "tenant", t.Owner.Tenant, "epoch", rec.epoch),
 	}
 	s.sums = make([]uint64, n)
 	if rec.backend == TCP {
@@ -443,7 +450,7 @@ func (r *Receiver) newSession(rec *rtransfer, ss serverSession) *session {
 		s.hashers = make(map[int]*xxh3.Hasher)
 	} else {
 		s.early = make([]bool, n)
-		s.tag = tagOf(ss.t.Owner)
+		s.tag = tagOf(t.Owner)
 	}
 	return s
 }

@@ -294,6 +294,9 @@ func (s *Sender) handshake(ctx context.Context, raw net.Conn, t *Ticket) (net.Co
 	if err != nil {
 		return nil, cs, fmt.Errorf("kvtransfer: handshake with %s for transfer %v: %w", t.Addr, t.TransferID, err)
 	}
+	if !stop() { // the deadline callback may already have run
+		return nil, cs, fmt.Errorf("kvtransfer: handshake with %s: %w", t.Addr, context.Cause(ctx))
+	}
 	raw.SetDeadline(time.Time{})
 	return conn, cs, nil
 }
@@ -609,7 +612,8 @@ func (st *Stream) writeControl(h *wire.Header, payload []byte) (bool, error) {
 
 // Abort stops the stream: it waits until no write is in flight, sends
 // DRAIN_ACK for (transfer, epoch) and closes. It is idempotent, bounded by
-// the configured timeouts, and returns the Drain.
+// the configured timeouts, and returns the Drain (the zero Drain after a
+// successful Complete: nothing was left to stop).
 func (st *Stream) Abort() Drain {
 	return st.abortWith(fmt.Errorf("%w: by prefill", ErrAborted))
 }

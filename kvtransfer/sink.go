@@ -21,9 +21,9 @@ type Sink interface {
 	// right before copying each frame into the page; shm calls it for every
 	// page before accepting the transfer.
 	CheckWrite(t *Ticket, page int32) error
-	// PageData returns the page's bytes (PageBytes long): the destination
-	// of tcp copies and what shm verification reads. With shm it must be
-	// the page inside the Segment the receiver was configured with.
+	// PageData returns the page's bytes (PageBytes long), the destination
+	// of tcp copies. (shm transfers write and verify the page inside the
+	// receiver's Segment, which must be the pool's slab.)
 	PageData(page int32) []byte
 	// Written records that page now holds slots token slots written for t
 	// (after every check passed). An error fails the transfer.

@@ -105,9 +105,9 @@ type sequence struct {
 	ctx    context.Context
 	stream *Stream
 
-	pos       int   // positions in the KV cache
-	generated int   // tokens sampled
-	next      int32 // decode input token
+	pos       int      // positions in the KV cache
+	generated int      // tokens sampled
+	next      [1]int32 // decode input token (an array, so a step allocates nothing)
 	first     int32
 	prompt    int // prompt positions in the cache, for usage
 }
@@ -302,7 +302,7 @@ func (e *Engine) step(ctx context.Context) {
 		}
 		var c Chunk
 		if s.pos >= len(s.req.Prompt) {
-			c = Chunk{Tokens: []int32{s.next}, Start: s.pos}
+			c = Chunk{Tokens: s.next[:], Start: s.pos}
 		} else {
 			if budget == 0 {
 				continue
@@ -399,7 +399,7 @@ func (e *Engine) emit(s *sequence, tok int32) {
 	case s.generated >= s.req.Sampling.MaxTokens:
 		e.finish(s, FinishLength, nil)
 	default:
-		s.next = tok
+		s.next[0] = tok
 	}
 }
 

@@ -62,7 +62,8 @@ type Result struct {
 // a slow reader: events are buffered.
 type Stream struct {
 	mu       sync.Mutex
-	events   []Event
+	events   []Event // pending events are events[head:]
+	head     int
 	finished bool
 	signal   chan struct{}
 
@@ -79,10 +80,14 @@ func newStream() *Stream {
 func (s *Stream) Next(ctx context.Context) (Event, error) {
 	for {
 		s.mu.Lock()
-		if len(s.events) > 0 {
-			ev := s.events[0]
-			s.events[0] = Event{}
-			s.events = s.events[1:]
+		if s.head < len(s.events) {
+			ev := s.events[s.head]
+			s.events[s.head] = Event{}
+			s.head++
+			if s.head == len(s.events) {
+				// Drained: reuse the buffer from the start.
+				s.events, s.head = s.events[:0], 0
+			}
 			s.mu.Unlock()
 			return ev, nil
 		}

@@ -82,9 +82,23 @@ func Open(opt Options) (*Runtime, error) {
 	return r, nil
 }
 
-func open(m *model.Model, opt Options) (*Runtime, error) {
+func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	spec := cpu.SpecFor(&m.Config)
 	pageBytes := spec.PageBytes(opt.PageTokens)
+	// The cuda backend is built before the pool: the device's free memory
+	// must be measured with its weights resident (DESIGN I2), and its pages
+	// live in device memory, so it makes the pool itself (poolMaker).
+	var be closingBackend
+	defer func() {
+		if err != nil && be != nil {
+			be.Close()
+		}
+	}()
+	if opt.Backend == "cuda" {
+		if be, err = newCUDABackend(opt, m, nil); err != nil {
+			return nil, err
+		}
+	}
 	budget := opt.KVBytes
 	if budget == 0 {
 		free, err := freeMemoryAfterWeights(opt.Backend, m)
@@ -106,16 +120,22 @@ func open(m *model.Model, opt Options) (*Runtime, error) {
 		}
 		cfg.Storage = slab
 	}
-	pool, err := kvpool.New(cfg)
+	var pool *kvpool.Pool
+	if pm, ok := be.(poolMaker); ok {
+		pool, err = pm.NewPool(cfg)
+	} else {
+		pool, err = kvpool.New(cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
 	capacity := pool.Capacity()
 	opt.Logger.Info(capacity.String(), "model", m.Dir, "backend", opt.Backend, "budget_bytes", budget)
 
-	be, err := newBackend(opt, m, pool)
-	if err != nil {
-		return nil, err
+	if be == nil {
+		if be, err = newBackend(opt, m, pool); err != nil {
+			return nil, err
+		}
 	}
 	eng, err := engine.New(engine.Config{
 		PageTokens:  opt.PageTokens,
@@ -125,7 +145,6 @@ func open(m *model.Model, opt Options) (*Runtime, error) {
 		VocabSize:   m.Config.VocabSize,
 	}, be, pool, opt.Logger)
 	if err != nil {
-		be.Close()
 		return nil, err
 	}
 	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, backend: be}, nil
@@ -137,13 +156,17 @@ type closingBackend interface {
 	Close()
 }
 
+// poolMaker is a backend whose KV pages live in its own memory (cuda): it
+// makes the pool for cfg, keeping the metadata in a kvpool.
+type poolMaker interface {
+	NewPool(cfg kvpool.Config) (*kvpool.Pool, error)
+}
+
 func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend, error) {
 	switch opt.Backend {
 	case "cpu":
 		return cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
 			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens})
-	case "cuda":
-		return newCUDABackend(opt, m, pool)
 	default:
 		return nil, fmt.Errorf("runtime: unknown backend %q (want cpu or cuda)", opt.Backend)
 	}

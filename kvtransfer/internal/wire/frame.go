@@ -28,6 +28,7 @@ const (
 	PagesDone FrameType = 6
 )
 
+// String returns the frame type's protocol name.
 func (t FrameType) String() string {
 	switch t {
 	case Data:

@@ -318,3 +318,31 @@ func TestForwardRejectsBadChunks(t *testing.T) {
 		t.Error("New accepted a wrong-size k_proj")
 	}
 }
+
+func TestDecodeStepDoesNotAllocate(t *testing.T) {
+	s := testSpec()
+	const pt = 4
+	pages := newTestPages(64, s.PageBytes(pt))
+	b, err := New(s, randWeights(s, 2), pages, Options{Threads: 2, MaxBatchTokens: 96, PageTokens: pt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	batch := make([]engine.Chunk, 4)
+	tok := make([][1]int32, len(batch))
+	for i := range batch {
+		batch[i] = engine.Chunk{Tokens: tok[i][:], Start: 10 + i, Pages: pageIDs(i*8, 8), Logits: make([]float32, s.Vocab)}
+	}
+	ctx := context.Background()
+	if err := b.Forward(ctx, batch); err != nil { // warm up lazily sized buffers
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := b.Forward(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a decode step allocates %.1f times", allocs)
+	}
+}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/warden-ai/warden/worker/model"
@@ -25,6 +26,15 @@ func SpecFor(c *model.Config) Spec {
 // FromModel builds a backend over a loaded model. F32 tensors are used in
 // place (memory-mapped); F16 and BF16 tensors are converted to float32 once.
 func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
+	w, err := WeightsOf(m)
+	if err != nil {
+		return nil, err
+	}
+	return New(SpecFor(&m.Config), w, pages, opt)
+}
+
+// WeightsOf returns a model's tensors as float32 in the backend's layout.
+func WeightsOf(m *model.Model) (Weights, error) {
 	mw := m.Weights()
 	var errs []error
 	f32 := func(t *model.Tensor) []float32 {
@@ -46,8 +56,5 @@ func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
 			MLPNorm: f32(l.PostAttentionNorm), WGate: f32(l.Gate), WUp: f32(l.Up), WDown: f32(l.Down),
 		})
 	}
-	if len(errs) > 0 {
-		return nil, errs[0]
-	}
-	return New(SpecFor(&m.Config), w, pages, opt)
+	return w, errors.Join(errs...)
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# warden's whole test suite — the command the README and CI run:
+#
+#   ./scripts/test.sh
+#
+# It needs Go. Redis (for the tenant store tests and the multi-gateway
+# tests) and promtool (metric and alert-rule checks) are installed from
+# Debian's packages when missing, and a Redis server is started when none
+# answers. Concurrency-heavy packages run under the race detector.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+# ensure_pkg CMD PACKAGE: install PACKAGE with apt when CMD is missing.
+ensure_pkg() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  log "installing $2 (for $1)"
+  local sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get install -y -q "$2" >/dev/null 2>&1 ||
+    { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$2" >/dev/null; }
+}
+
+ensure_pkg redis-server redis-server
+ensure_pkg promtool prometheus
+# The prometheus package starts a server on install; tests need only promtool.
+pkill -x prometheus 2>/dev/null || true
+
+log "redis"
+WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh)"
+export WARDEN_TEST_REDIS_ADDR
+echo "using Redis at $WARDEN_TEST_REDIS_ADDR" >&2
+
+log "gofmt"
+unformatted="$(gofmt -l $(git ls-files '*.go' | grep -v '^worker/cuda/'))"
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt needed:" >&2; echo "$unformatted" >&2; exit 1
+fi
+
+log "go vet"
+go vet ./...
+
+# Packages whose correctness is about concurrency run under -race.
+race_pkgs=(
+  ./worker/kvpool/...
+  ./worker/engine/...
+  ./kvtransfer/...
+  ./tenant/...
+  ./gateway/...
+  ./worker
+)
+log "go test -race"
+go test -race -count=1 "${race_pkgs[@]}"
+
+log "go test"
+mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/kvtransfer|/tenant|/gateway|/worker$')
+go test -count=1 "${rest[@]}"
+
+log "all tests passed"
