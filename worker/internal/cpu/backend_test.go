@@ -302,10 +302,10 @@ func TestForwardRejectsBadChunks(t *testing.T) {
 	defer b.Close()
 	ctx := context.Background()
 	cases := map[string]engine.Chunk{
-		"too few pages":    {Tokens: make([]int32, 9), Pages: pageIDs(0, 2)},
+		"too few pages":      {Tokens: make([]int32, 9), Pages: pageIDs(0, 2)},
 		"token out of vocab": {Tokens: []int32{int32(s.Vocab)}, Pages: pageIDs(0, 1)},
-		"beyond positions": {Tokens: []int32{1}, Start: s.MaxPositions, Pages: pageIDs(0, 8)},
-		"too many tokens":  {Tokens: make([]int32, 17), Pages: pageIDs(0, 8)},
+		"beyond positions":   {Tokens: []int32{1}, Start: s.MaxPositions, Pages: pageIDs(0, 8)},
+		"too many tokens":    {Tokens: make([]int32, 17), Pages: pageIDs(0, 8)},
 	}
 	for name, c := range cases {
 		if err := b.Forward(ctx, []engine.Chunk{c}); err == nil {
