@@ -26,7 +26,7 @@ for cu in "$src"/*.cu; do
 	for arch in 80 90; do
 		# -O3 device code, no debug or line info (the output must not depend
 		# on the checkout's path).
-		"$nvcc" --ptx -O3 -std=c++14 -arch="compute_$arch" -I"$src" \
+		"$nvcc" --ptx -O3 -std=c++17 -arch="compute_$arch" -I"$src" \
 			-o "$out/$name.sm_$arch.ptx" "$cu"
 	done
 done

@@ -14,7 +14,7 @@ import (
 // geometry mirrors struct Geometry: the model and pool shape the kernels
 // read from device memory.
 type geometry struct {
-	Hidden, Inter, Layers, Heads, KVHeads, HeadDim      int64
+	Hidden, Inter, Layers, Heads, KVHeads, HeadDim       int64
 	QKVDim, Vocab, MaxPos, PageTokens, PageFloats, Pages int64
 	Eps, Scale                                           float64
 }

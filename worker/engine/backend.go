@@ -30,6 +30,9 @@ type Backend interface {
 
 // Chunk is one sequence's slice of work in a forward step.
 type Chunk struct {
+	// Owner is the sequence's owner; a backend that checks page tags on
+	// its device compares them with it.
+	Owner  kvpool.Owner
 	Tokens []int32
 	// Start is the position of Tokens[0]; positions [0, Start) are already
 	// in the KV cache.

@@ -311,7 +311,7 @@ func (e *Engine) step(ctx context.Context) {
 			budget -= n
 			c = Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos}
 		}
-		c.Pages = s.req.Pages
+		c.Owner, c.Pages = s.req.Owner, s.req.Pages
 		if err := e.checkPages(s, c); err != nil {
 			e.violation(s, err)
 			continue

@@ -4,7 +4,6 @@ package runtime
 
 import (
 	"github.com/warden-ai/warden/worker/cuda"
-	"github.com/warden-ai/warden/worker/kvpool"
 	"github.com/warden-ai/warden/worker/model"
 )
 
@@ -13,9 +12,8 @@ var _ poolMaker = (*cuda.Backend)(nil)
 // newCUDABackend uploads the model to GPU 0 (CUDA_VISIBLE_DEVICES picks
 // the GPU) without a KV pool: open builds it before sizing the pool, so the
 // device's free memory is measured with the weights resident, and then has
-// it make the pool (poolMaker). The pool argument is unused for that
-// reason: the backend's pool does not exist yet when it is built.
-func newCUDABackend(opt Options, m *model.Model, _ *kvpool.Pool) (closingBackend, error) {
+// it make the pool (poolMaker).
+func newCUDABackend(opt Options, m *model.Model) (closingBackend, error) {
 	return cuda.FromModel(m, cuda.Options{
 		MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch,
 		MaxLogitRows:   opt.MaxBatch,

@@ -95,7 +95,7 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}()
 	if opt.Backend == "cuda" {
-		if be, err = newCUDABackend(opt, m, nil); err != nil {
+		if be, err = newCUDABackend(opt, m); err != nil {
 			return nil, err
 		}
 	}

@@ -58,6 +58,43 @@ __device__ __forceinline__ float to_f32(f16_t v) { return __half2float(__ushort_
 __device__ __forceinline__ float bf16_bits(unsigned b) { return __uint_as_float(b << 16); }
 __device__ __forceinline__ float f16_bits(unsigned b) { return __half2float(__ushort_as_half((unsigned short)b)); }
 
+// Raw8 holds 8 consecutive elements as loaded (unpack converts them), so
+// loads can be issued well before their values are needed.
+template <typename T> struct Raw8 { uint4 v; };
+template <> struct Raw8<float> { float4 lo, hi; };
+
+__device__ __forceinline__ Raw8<float> load_raw(const float* p) {
+  Raw8<float> r;
+  r.lo = __ldg(reinterpret_cast<const float4*>(p));
+  r.hi = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ Raw8<T> load_raw(const T* p) {
+  Raw8<T> r;
+  r.v = __ldg(reinterpret_cast<const uint4*>(p));
+  return r;
+}
+
+__device__ __forceinline__ void unpack(const Raw8<float>& r, float v[8]) {
+  v[0] = r.lo.x; v[1] = r.lo.y; v[2] = r.lo.z; v[3] = r.lo.w;
+  v[4] = r.hi.x; v[5] = r.hi.y; v[6] = r.hi.z; v[7] = r.hi.w;
+}
+__device__ __forceinline__ void unpack(const Raw8<bf16_t>& r, float v[8]) {
+  const uint4 u = r.v;
+  v[0] = bf16_bits(u.x & 0xffffu); v[1] = bf16_bits(u.x >> 16);
+  v[2] = bf16_bits(u.y & 0xffffu); v[3] = bf16_bits(u.y >> 16);
+  v[4] = bf16_bits(u.z & 0xffffu); v[5] = bf16_bits(u.z >> 16);
+  v[6] = bf16_bits(u.w & 0xffffu); v[7] = bf16_bits(u.w >> 16);
+}
+__device__ __forceinline__ void unpack(const Raw8<f16_t>& r, float v[8]) {
+  const uint4 u = r.v;
+  v[0] = f16_bits(u.x & 0xffffu); v[1] = f16_bits(u.x >> 16);
+  v[2] = f16_bits(u.y & 0xffffu); v[3] = f16_bits(u.y >> 16);
+  v[4] = f16_bits(u.z & 0xffffu); v[5] = f16_bits(u.z >> 16);
+  v[6] = f16_bits(u.w & 0xffffu); v[7] = f16_bits(u.w >> 16);
+}
+
 // load8 reads 8 consecutive elements at p (16-byte aligned) as floats.
 __device__ __forceinline__ void load8(const float* p, float v[8]) {
   float4 a = __ldg(reinterpret_cast<const float4*>(p));
@@ -66,20 +103,9 @@ __device__ __forceinline__ void load8(const float* p, float v[8]) {
   v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
 }
 
-__device__ __forceinline__ void load8(const bf16_t* p, float v[8]) {
-  uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-  v[0] = bf16_bits(u.x & 0xffffu); v[1] = bf16_bits(u.x >> 16);
-  v[2] = bf16_bits(u.y & 0xffffu); v[3] = bf16_bits(u.y >> 16);
-  v[4] = bf16_bits(u.z & 0xffffu); v[5] = bf16_bits(u.z >> 16);
-  v[6] = bf16_bits(u.w & 0xffffu); v[7] = bf16_bits(u.w >> 16);
-}
-
-__device__ __forceinline__ void load8(const f16_t* p, float v[8]) {
-  uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-  v[0] = f16_bits(u.x & 0xffffu); v[1] = f16_bits(u.x >> 16);
-  v[2] = f16_bits(u.y & 0xffffu); v[3] = f16_bits(u.y >> 16);
-  v[4] = f16_bits(u.z & 0xffffu); v[5] = f16_bits(u.z >> 16);
-  v[6] = f16_bits(u.w & 0xffffu); v[7] = f16_bits(u.w >> 16);
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float v[8]) {
+  unpack(load_raw(p), v);
 }
 
 // flag records a refused page access: the first one's details are kept.

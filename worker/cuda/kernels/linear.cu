@@ -61,32 +61,64 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
   }
 
   if ((k_dim & 7) == 0) {
-    // Vector path: rows are 16-byte aligned, 8 elements per load.
+    // Vector path: rows are 16-byte aligned, 8 elements per load. The
+    // weights of U steps are loaded before any of them is used, so U loads
+    // per row are in flight (decode, R = 1, is bound by memory latency).
+    constexpr int U = R == 1 ? 4 : 2;
     const i64 full = k_dim / 256;
-#pragma unroll 2
-    for (i64 j = 0; j < full; j++) {
-      const i64 k = j * 256 + 8 * lane;
-      float a[8], b[8];
-      load8(wa + k, a);
-      load8(wb + k, b);
+    i64 j = 0;
+    for (; j + U <= full; j += U) {
+      Raw8<T> ra[U], rb[U];
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        if (r < nr) {
-          float xv[8];
-          load8(xr + r * k_dim + k, xv);
-          acc_a[r] = fma8(a, xv, acc_a[r]);
-          acc_b[r] = fma8(b, xv, acc_b[r]);
+      for (int u = 0; u < U; u++) {
+        const i64 k = (j + u) * 256 + 8 * lane;
+        ra[u] = load_raw(wa + k);
+        rb[u] = load_raw(wb + k);
+      }
+      if constexpr (R == 1) {
+        // One activation row: its values are loaded up front too.
+        Raw8<float> rx[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) rx[u] = load_raw(xr + (j + u) * 256 + 8 * lane);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          float a[8], b[8], xv[8];
+          unpack(ra[u], a);
+          unpack(rb[u], b);
+          unpack(rx[u], xv);
+          acc_a[0] = fma8(a, xv, acc_a[0]);
+          acc_b[0] = fma8(b, xv, acc_b[0]);
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          const i64 k = (j + u) * 256 + 8 * lane;
+          float a[8], b[8];
+          unpack(ra[u], a);
+          unpack(rb[u], b);
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            if (r < nr) {
+              float xv[8];
+              load8(xr + r * k_dim + k, xv);
+              acc_a[r] = fma8(a, xv, acc_a[r]);
+              acc_b[r] = fma8(b, xv, acc_b[r]);
+            }
+          }
         }
       }
     }
-    const i64 k = full * 256 + 8 * lane;
-    if (k < k_dim) {
+    // The remaining full steps, then the partial one (k + 8 ≤ k_dim holds
+    // for every lane with k < k_dim, since k_dim and k are multiples of 8).
+    for (; j <= full; j++) {
+      const i64 k = j * 256 + 8 * lane;
+      if (k >= k_dim) break;
       float a[8], b[8];
       load8(wa + k, a);
       load8(wb + k, b);
 #pragma unroll
       for (int r = 0; r < R; r++) {
-        if (r < nr) {
+        if (R == 1 || r < nr) {
           float xv[8];
           load8(xr + r * k_dim + k, xv);
           acc_a[r] = fma8(a, xv, acc_a[r]);
@@ -145,8 +177,10 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
 // Launch: block LINEAR_THREADS, grid.x = ceil(rows / R), grid.y =
 // ceil(pairs / 8) where pairs = n_out for MODE_SWIGLU, else ceil(n_out / 2).
 // y has n_out columns; MODE_ADD adds to y in place (the residual stream).
+// The launch bounds (two blocks per SM) leave ptxas the registers to issue
+// all of a U-step group's loads before the first multiply.
 #define LINEAR(NAME, T, R)                                                                      \
-  extern "C" __global__ void __launch_bounds__(LINEAR_THREADS)                                  \
+  extern "C" __global__ void __launch_bounds__(LINEAR_THREADS, 2)                               \
       NAME(float* y, const float* x, const T* w, const T* w2, i64 rows, i64 n_out, i64 k_dim, \
            i64 mode) {                                                                          \
     linear_impl<T, R>(y, x, w, w2, rows, n_out, k_dim, mode);                                   \

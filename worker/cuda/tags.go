@@ -1,0 +1,90 @@
+//go:build cuda
+
+package cuda
+
+import (
+	"hash/maphash"
+	"sync"
+
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// tagMirror is the host's copy of the device owner tags: what the device
+// holds once the pending updates are applied. The backend refreshes it from
+// the pool's metadata for every page a step or a page copy touches, and
+// uploads the entries that changed before the next step's kernels run.
+//
+// It is safe for concurrent use (forward steps and page copies).
+type tagMirror struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+	// owners[id] is the owner tags[id] was computed for.
+	owners []kvpool.Owner
+	tags   []devTag
+	// dirty lists the pages whose tag changed since the last drain.
+	dirty   []kvpool.PageID
+	isDirty []bool
+}
+
+// newTagMirror returns a mirror of pages free pages and their tags, which
+// the device must be given (initial) before its first step.
+func newTagMirror(pages int) (m *tagMirror, initial []devTag) {
+	m = &tagMirror{
+		seed:    maphash.MakeSeed(),
+		owners:  make([]kvpool.Owner, pages),
+		tags:    make([]devTag, pages),
+		isDirty: make([]bool, pages),
+	}
+	free := devTag{Hash: m.hash(kvpool.Owner{})}
+	for i := range m.tags {
+		m.tags[i] = free
+	}
+	return m, m.tags
+}
+
+// ownerKey is what the tag hash covers; the epoch is compared on its own.
+type ownerKey struct{ tenant, request string }
+
+// hash is the keyed 64-bit hash of owner's tenant and request. The seed is
+// random per backend, so no client can aim for a collision.
+func (m *tagMirror) hash(o kvpool.Owner) uint64 {
+	return maphash.Comparable(m.seed, ownerKey{o.Tenant, o.Request})
+}
+
+// observe records page id's host metadata and reports whether the page
+// changed owner (tenant, request or epoch) since the mirror last saw it —
+// the moment its old bytes stop belonging to anyone. Hold m.mu.
+func (m *tagMirror) observe(id kvpool.PageID, info kvpool.PageInfo) (ownerChanged bool) {
+	t := m.tags[id]
+	if info.Owner != m.owners[id] {
+		m.owners[id] = info.Owner
+		t.Hash = m.hash(info.Owner)
+		ownerChanged = true
+	}
+	t.Epoch = info.Owner.Epoch
+	t.Written = int32(info.Written)
+	t.State = 0
+	if info.State == kvpool.Reserved || info.State == kvpool.InUse {
+		t.State = 1
+	}
+	if t != m.tags[id] {
+		m.tags[id] = t
+		if !m.isDirty[id] {
+			m.isDirty[id] = true
+			m.dirty = append(m.dirty, id)
+		}
+	}
+	return ownerChanged
+}
+
+// drain appends the pending updates to ids and tags and clears them. Hold
+// m.mu.
+func (m *tagMirror) drain(ids []int32, tags []devTag) ([]int32, []devTag) {
+	for _, id := range m.dirty {
+		ids = append(ids, int32(id))
+		tags = append(tags, m.tags[id])
+		m.isDirty[id] = false
+	}
+	m.dirty = m.dirty[:0]
+	return ids, tags
+}
