@@ -330,6 +330,11 @@ type Transfer struct {
 	// writer to acknowledge its drain before they are quarantined (I5).
 	// Default 5s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// ReserveTimeout bounds a decode reservation: pages reserved for a
+	// request whose transfer has not completed this long after Reserve, or
+	// that no Generate claimed by then, are fenced and released, so a lost
+	// gateway or a dead prefill worker can never leak pages. Default 30s.
+	ReserveTimeout time.Duration `yaml:"reserve_timeout"`
 }
 
 // Observability configures logs, metrics and traces.

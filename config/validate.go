@@ -357,6 +357,7 @@ func (c *Config) validateWorker(v *validator) {
 		v.add("worker.transfer.shm_dir", "required with the shm transfer backend")
 	}
 	v.positiveDuration("worker.transfer.drain_timeout", t.DrainTimeout)
+	v.positiveDuration("worker.transfer.reserve_timeout", t.ReserveTimeout)
 }
 
 func (o *Observability) validate(v *validator) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
 
@@ -110,4 +111,22 @@ func isTimeout(err error) bool {
 func (f *frameWriter) rewrite(w io.Writer, payload []byte) (int64, error) {
 	bufs := net.Buffers{f.hb[:], payload}
 	return bufs.WriteTo(w)
+}
+
+// faultFrame is h as the fault injector sees it.
+func faultFrame(h *wire.Header) *faults.Frame {
+	return &faults.Frame{Type: h.Type.String(), TransferID: h.TransferID, Epoch: h.Epoch,
+		PageIndex: h.PageIndex, PageID: h.PageID, Offset: h.Offset, Checksum: h.Checksum}
+}
+
+// hitSendFrame consults inj before h is sent (page and offset locate a
+// DATA frame, bytes is what the stream sent before) and applies a Mutate
+// to h.
+func hitSendFrame(inj *faults.Injector, h *wire.Header, page, offset int, bytes int64) faults.Action {
+	f := faultFrame(h)
+	a := inj.Hit(&faults.Event{Point: faults.SendFrame, Transfer: h.TransferID, Epoch: h.Epoch,
+		Frame: f, Page: page, Offset: offset, Bytes: bytes})
+	h.TransferID, h.Epoch, h.PageIndex, h.PageID, h.Offset, h.Checksum =
+		f.TransferID, f.Epoch, f.PageIndex, f.PageID, f.Offset, f.Checksum
+	return a
 }

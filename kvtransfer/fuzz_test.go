@@ -142,12 +142,6 @@ func FuzzReceiverFrames(f *testing.F) {
 	defer seg.Close()
 	f.Add(append([]byte{0}, validFrames(fuzzTicket(TCP, ""), true)...))
 	f.Add(append([]byte{1}, validFrames(fuzzTicket(SHM, seg.Path()), false)...))
-	var pd fakeWriter
-	fw := frameWriter{mac: wire.NewMAC(fuzzKey)}
-	tk := fuzzTicket(SHM, seg.Path())
-	h := wire.Header{Type: wire.PagesDone, TransferID: tk.TransferID, Epoch: tk.Owner.Epoch}
-	fw.write(&pd, &h, wire.AppendPagesDone(nil, []uint32{0, 1}))
-	f.Add(append([]byte{1}, pd...))
 	f.Add([]byte{0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {

@@ -37,7 +37,7 @@ func clientHandshake(rw io.ReadWriter, t *Ticket) (clientSession, error) {
 	var cs clientSession
 	var cb [wire.ChallengeSize]byte
 	if _, err := io.ReadFull(rw, cb[:]); err != nil {
-		return cs, fmt.Errorf("%w: reading challenge: %w", ErrUnauthenticated, err)
+		return cs, fmt.Errorf("%w: reading challenge: %w", ErrUnauthenticated, errIO{err})
 	}
 	ch, err := wire.ParseChallenge(cb[:])
 	if err != nil {
@@ -50,14 +50,16 @@ func clientHandshake(rw io.ReadWriter, t *Ticket) (clientSession, error) {
 	rand.Read(hello.ClientNonce[:])
 	hello.ClientProof = wire.ClientProof(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce)
 	hb := hello.Marshal()
+	zzMark("S2-challenge-read")
 	if _, err := rw.Write(hb[:]); err != nil {
 		return cs, errIO{err}
 	}
+	zzMark("S3-hello-written")
 	c2s, s2c := wire.SessionKeys(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce)
 	cs.in, cs.out = wire.NewMAC(s2c[:]), wire.NewMAC(c2s[:])
 	var ab [wire.AcceptSize]byte
 	if _, err := io.ReadFull(rw, ab[:]); err != nil {
-		return cs, fmt.Errorf("%w: receiver closed the handshake: %w", ErrUnauthenticated, err)
+		return cs, fmt.Errorf("%w: receiver closed the handshake: %w", ErrUnauthenticated, errIO{err})
 	}
 	acc, err := wire.ParseAccept(ab[:], cs.in)
 	if err != nil {
@@ -91,8 +93,9 @@ func serverAuthenticate(rw io.ReadWriter, lookup func(TransferID) (*Ticket, bool
 	}
 	var hb [wire.HelloSize]byte
 	if _, err := io.ReadFull(rw, hb[:]); err != nil {
-		return ss, fmt.Errorf("%w: reading hello: %w", ErrUnauthenticated, err)
+		return ss, fmt.Errorf("%w: reading hello: %w", ErrUnauthenticated, errIO{err})
 	}
+	zzMark("R1-hello-read")
 	hello, err := wire.ParseHello(hb[:])
 	if err != nil {
 		return ss, fmt.Errorf("%w: %w", ErrUnauthenticated, err)

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warden-ai/warden/kvtransfer/internal/faults"
+	"github.com/warden-ai/warden/internal/faults"
 )
 
 // memSink is an in-memory Sink: a page slab, a ticket table and fencing.

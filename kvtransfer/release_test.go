@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warden-ai/warden/kvtransfer/internal/faults"
-	"github.com/warden-ai/warden/kvtransfer/internal/wire"
+	"github.com/warden-ai/warden/internal/faults"
 )
 
 // recorder records DeferredRelease callbacks in order.
@@ -198,8 +197,8 @@ func TestShmAbortTimeoutQuarantines(t *testing.T) {
 // is dropped and counted; the hold stays.
 func TestShmStaleDrainAckDoesNotRelease(t *testing.T) {
 	inj := faults.New(faults.Rule{Point: faults.SendFrame, Action: faults.Mutate,
-		Match: func(e *faults.Event) bool { return e.Header.Type == wire.DrainAck },
-		Edit:  func(h *wire.Header) { h.Epoch-- }})
+		Match: func(e *faults.Event) bool { return e.Frame.Type == "DRAIN_ACK" },
+		Edit:  func(h *faults.Frame) { h.Epoch-- }})
 	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: inj, drainTimeout: time.Hour})
 	tk := h.ticket(2*16, 16, 0)
 	ctx := context.Background()
@@ -302,7 +301,7 @@ func TestDecodeAbortStopsShmSender(t *testing.T) {
 // afterwards even though the sender keeps pushing.
 func TestTCPAbortIsImmediate(t *testing.T) {
 	inj := faults.New(faults.Rule{Point: faults.SendFrame, Action: faults.Stall,
-		Match: func(e *faults.Event) bool { return e.Header.Type == wire.Data && e.Page == 2 }})
+		Match: func(e *faults.Event) bool { return e.Frame.Type == "DATA" && e.Page == 2 }})
 	h := newHarness(t, TCP, 16, 4096, harnessOpts{faults: inj, drainTimeout: time.Hour})
 	tk := h.ticket(4*16, 16, 0)
 	src := h.randomPages(4)

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Segment is a shared-memory KV slab for the shm backend. Decode creates
@@ -15,12 +17,20 @@ import (
 //
 //	[0, 4096)            segment header (magic, version, geometry, segment ID)
 //	[4096, 4096+128*N)   one 128-byte page header per page
-//	[dataOffset, end)    N pages of PageBytes each; dataOffset is 4096-aligned
+//	[dataOffset, end)    N pages of PageBytes each; dataOffset is 2 MiB-aligned
 //
 // A page header records who last wrote the page: the owner tag (tenant
 // and request hashes), epoch, transfer ID, bytes written and the page
-// checksum. The sender fills it after the page's data; the receiver checks
-// it, and recomputes the checksum over the data, before it accepts.
+// checksum, and a seal word. The sender fills it after the page's data and
+// stores the seal last (atomically, a release): a seal matching the
+// transfer and epoch says the page is complete and will not be written
+// again by that transfer, so the receiver may verify it while later pages
+// are still being written. The receiver checks the header, and recomputes
+// the checksum over the data, before it accepts.
+//
+// The data region is aligned to 2 MiB and advised for transparent huge
+// pages where the platform allows it: pages of a transfer are scattered
+// over the slab, and with 4 KiB mappings every page costs TLB misses.
 type Segment struct {
 	path      string
 	mem       []byte
@@ -36,11 +46,15 @@ type Segment struct {
 
 const (
 	segMagic          = "WARDENKV"
-	segVersion        = 1
+	segVersion        = 2
 	segHeaderSize     = 4096
 	pageHeaderSize    = 128
 	pageHeaderMagic   = 0x48504b57 // "WKPH"
-	pageHeaderVersion = 1
+	pageHeaderVersion = 2
+	// sealOffset is where a page header's seal word sits (8-byte aligned).
+	sealOffset = 80
+	// dataAlign aligns the data region for huge pages.
+	dataAlign = 2 << 20
 	// maxSegmentSize bounds what OpenSegment maps (1 TiB).
 	maxSegmentSize = 1 << 40
 )
@@ -59,7 +73,7 @@ func newLayout(pages, pageBytes int) (segLayout, error) {
 		return segLayout{}, fmt.Errorf("%w: %d pages of %d bytes", ErrSegment, pages, pageBytes)
 	}
 	hdrEnd := segHeaderSize + pages*pageHeaderSize
-	dataOffset := (hdrEnd + 4095) &^ 4095
+	dataOffset := (hdrEnd + dataAlign - 1) &^ (dataAlign - 1)
 	if pages > (maxSegmentSize-dataOffset)/pageBytes {
 		return segLayout{}, fmt.Errorf("%w: %d pages of %d bytes exceed %d bytes", ErrSegment, pages, pageBytes, maxSegmentSize)
 	}
@@ -113,8 +127,8 @@ func (s *Segment) init(l segLayout) {
 	s.data = s.mem[l.dataOffset:l.size:l.size]
 }
 
-// Data is the data region: Pages() pages of PageBytes() bytes, 4096-byte
-// aligned. Decode's KV pool uses it as its slab.
+// Data is the data region: Pages() pages of PageBytes() bytes, 2 MiB
+// aligned in the file. Decode's KV pool uses it as its slab.
 func (s *Segment) Data() []byte { return s.data }
 
 // Page returns page id's bytes.
@@ -150,6 +164,14 @@ type pageHeader struct {
 	tag        ownerTag
 	written    uint64
 	checksum   uint64
+	seal       uint64
+}
+
+// sealOf is the seal word of a page completed by transfer id at epoch.
+// It is never 0, the word of a header nobody sealed.
+func sealOf(id TransferID, epoch uint64) uint64 {
+	s := binary.LittleEndian.Uint64(id[:8]) ^ binary.LittleEndian.Uint64(id[8:]) ^ epoch*0x9e3779b97f4a7c15
+	return s | 1
 }
 
 // ownerTag identifies an owner in a fixed size: truncated SHA-256 of the
@@ -180,6 +202,21 @@ func (s *Segment) pageHeaderBytes(id int32) []byte {
 	return s.headers[off : off+pageHeaderSize]
 }
 
+// sealWord is page id's seal word, read and written atomically.
+func (s *Segment) sealWord(id int32) *uint64 {
+	return (*uint64)(unsafe.Pointer(&s.pageHeaderBytes(id)[sealOffset]))
+}
+
+// sealPage stores page id's seal word after its data and header fields
+// (a release: a reader that loads the seal sees them).
+func (s *Segment) sealPage(id int32, seal uint64) { atomic.StoreUint64(s.sealWord(id), seal) }
+
+// sealed reports whether page id carries seal (an acquire).
+func (s *Segment) sealed(id int32, seal uint64) bool {
+	return atomic.LoadUint64(s.sealWord(id)) == seal
+}
+
+// writePageHeader writes every field of page id's header but the seal.
 func (s *Segment) writePageHeader(id int32, h *pageHeader) {
 	b := s.pageHeaderBytes(id)
 	binary.LittleEndian.PutUint32(b[0:], pageHeaderMagic)
@@ -206,5 +243,6 @@ func readPageHeader(b []byte) (h pageHeader, ok bool) {
 	copy(h.tag.request[:], b[48:64])
 	h.written = binary.LittleEndian.Uint64(b[64:])
 	h.checksum = binary.LittleEndian.Uint64(b[72:])
+	h.seal = binary.NativeEndian.Uint64(b[sealOffset:]) // stored atomically, in native order
 	return h, true
 }

@@ -44,6 +44,7 @@ func CreateSegment(path string, pages, pageBytes int) (*Segment, error) {
 	if err != nil {
 		return fail(err)
 	}
+	adviseHugePages(mem[l.dataOffset:])
 	s := &Segment{path: path, mem: mem, created: true}
 	l.marshal(mem[:segHeaderSize])
 	s.init(l)
@@ -79,6 +80,7 @@ func OpenSegment(path string) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: mmap: %w", ErrSegment, err)
 	}
+	adviseHugePages(mem[l.dataOffset:])
 	s := &Segment{path: path, mem: mem}
 	s.init(l)
 	return s, nil

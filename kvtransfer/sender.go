@@ -9,12 +9,11 @@ import (
 	"net"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
-	"github.com/warden-ai/warden/kvtransfer/internal/faults"
+	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
 
@@ -37,9 +36,18 @@ type SenderConfig struct {
 	// MaxFramePayload splits page chunks into DATA frames of at most this
 	// many bytes (default 1 MiB, at most 4 MiB).
 	MaxFramePayload int
+	// MaxIdleConns is how many connections per decode address are kept
+	// after a transfer completed, for later transfers to skip the dial
+	// (and TLS handshake). Each transfer still runs the whole handshake and
+	// proves its own ticket's token on it. Default 4; negative keeps none.
+	MaxIdleConns int
+	// IdleConnTimeout is how long an idle connection is kept (default 1m,
+	// less than ReceiverConfig.IdleConnTimeout's default).
+	IdleConnTimeout time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
-	// Faults injects faults in tests; only kvtransfer's own tests can set it.
+	// Faults injects faults in tests (see package internal/faults); nil,
+	// as in production, injects nothing.
 	Faults *faults.Injector
 }
 
@@ -53,6 +61,7 @@ type Sender struct {
 
 	mu     sync.Mutex
 	segs   map[string]*segRef
+	idle   map[string][]idleConn // by decode address, most recent last
 	closed bool
 }
 
@@ -61,6 +70,13 @@ type segRef struct {
 	seg   *Segment
 	refs  int
 	stale bool // replaced by a newer mapping of the path, or the Sender closed
+}
+
+// idleConn is a connection whose last transfer completed cleanly; the
+// receiver has already sent the next handshake's challenge on it.
+type idleConn struct {
+	raw, conn net.Conn
+	since     time.Time
 }
 
 // NewSender returns a Sender.
@@ -88,6 +104,12 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		cfg.MaxFramePayload = 1 << 20
 	}
 	cfg.MaxFramePayload = min(cfg.MaxFramePayload, wire.MaxDataPayload)
+	if cfg.MaxIdleConns == 0 {
+		cfg.MaxIdleConns = 4
+	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = time.Minute
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -96,13 +118,15 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 		log:     cfg.Logger,
 		hashers: sync.Pool{New: func() any { return xxh3.New() }},
 		segs:    make(map[string]*segRef),
+		idle:    make(map[string][]idleConn),
 	}, nil
 }
 
 // Stats returns a snapshot of the counters.
 func (s *Sender) Stats() SenderStats { return s.stats.snapshot() }
 
-// Close unmaps the cached segments once no stream uses them.
+// Close unmaps the cached segments once no stream uses them and closes
+// idle connections.
 func (s *Sender) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -114,6 +138,12 @@ func (s *Sender) Close() error {
 			errs = append(errs, ref.seg.Close())
 		}
 		delete(s.segs, path)
+	}
+	for addr, conns := range s.idle {
+		for _, c := range conns {
+			c.raw.Close()
+		}
+		delete(s.idle, addr)
 	}
 	return errors.Join(errs...)
 }
@@ -160,65 +190,10 @@ func (s *Sender) Send(ctx context.Context, t *Ticket, src PageSource, tokens int
 	return st.Complete(ctx, tokens, firstToken)
 }
 
-// Stream is one outgoing transfer. Push page chunks as they become ready
-// (layer by layer, say), then Complete. Within a page, chunks must arrive
-// in byte order without gaps; pages may interleave. Methods may be called
-// from several goroutines; they serialise.
-//
-// Cancelling the context given to Open (or to a Push or Complete in
-// progress) stops the stream promptly: a write in flight is interrupted
-// (tcp) or stops at the next 256 KiB (shm), then the stream drains — no
-// further byte is written — sends DRAIN_ACK and closes. The same happens
-// when decode rejects the transfer or asks to abort. Abort does it on
-// demand and returns the Drain.
-type Stream struct {
-	s         *Sender
-	t         *Ticket
-	raw, conn net.Conn
-	seg       *segRef
-	tag       ownerTag
-	npages    int
-	pageBytes int
-	in        frameReader
-
-	// Guarded by wmu, which is held while writing to the connection or
-	// into shared memory.
-	wmu      sync.Mutex
-	out      frameWriter
-	progress []int
-	hashers  map[int]*xxh3.Hasher
-	sums     []uint64
-	bytes    int64
-	broken   bool     // a frame was written partially: the stream is out of sync
-	done     []uint32 // shm pages finished since the last PAGES_DONE
-	buf      []byte
-	state    streamState
-
-	aborted    atomic.Bool
-	causeMu    sync.Mutex
-	cause      error
-	abortOnce  sync.Once
-	drain      Drain
-	verdict    chan error // decode's verdict, sent once by readLoop
-	readerDone chan struct{}
-	closeOnce  sync.Once
-	stopCtx    func() bool
-}
-
-type streamState int
-
-const (
-	streamOpen streamState = iota
-	streamCompleting
-	streamDone
-)
-
-// shmChunk is how much one shm copy step writes before re-checking abort.
-const shmChunk = 256 << 10
-
-// Open dials decode, runs the authenticated handshake and returns a Stream
-// ready for Push. Nothing is written to decode's pages before decode
-// accepted the handshake.
+// Open connects to decode (reusing an idle connection when it has one),
+// runs the authenticated handshake and returns a Stream ready for Push.
+// Nothing is written to decode's pages before decode accepted the
+// handshake.
 func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -228,29 +203,14 @@ func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 			return nil, err
 		}
 	}
+	zzMark("S1-open")
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	defer cancel()
-	raw, err := s.cfg.Dial(hctx, "tcp", t.Addr)
+	raw, conn, cs, err := s.connect(hctx, t)
 	if err != nil {
-		return nil, fmt.Errorf("kvtransfer: dial %s: %w", t.Addr, err)
-	}
-	conn, cs, err := s.handshake(hctx, raw, t)
-	if err != nil {
-		raw.Close()
 		return nil, err
 	}
-	st := &Stream{
-		s: s, t: t, raw: raw, conn: conn,
-		npages: t.PromptPages(), pageBytes: int(t.PageBytes),
-		in:       frameReader{mac: cs.in},
-		out:      frameWriter{mac: cs.out},
-		hashers:  make(map[int]*xxh3.Hasher),
-		verdict:  make(chan error, 1),
-		stopCtx:  func() bool { return false },
-		tag:      tagOf(t.Owner),
-		progress: make([]int, t.PromptPages()),
-		sums:     make([]uint64, t.PromptPages()),
-	}
+	st := newStream(s, t, raw, conn, cs)
 	s.stats.transfers.Add(1)
 	if t.Backend == SHM {
 		ref, err := s.acquireSegment(t, cs.segmentID)
@@ -260,24 +220,40 @@ func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 		}
 		st.seg = ref
 	}
-	st.readerDone = make(chan struct{})
-	go st.readLoop()
-	st.stopCtx = context.AfterFunc(ctx, func() { st.abort(ctxAbort(ctx)) })
+	if inj := s.cfg.Faults; inj != nil {
+		inj.Hit(&faults.Event{Point: faults.Opened, Transfer: t.TransferID, Epoch: t.Owner.Epoch})
+	}
+	st.start(ctx)
+	zzMark("S4-opened")
 	return st, nil
 }
 
-func ctxAbort(ctx context.Context) error {
-	return fmt.Errorf("%w: %w", ErrAborted, context.Cause(ctx))
-}
-
-// handshake wraps raw in TLS if configured and authenticates decode.
-func (s *Sender) handshake(ctx context.Context, raw net.Conn, t *Ticket) (net.Conn, clientSession, error) {
-	conn := raw
-	if d, ok := ctx.Deadline(); ok {
-		raw.SetDeadline(d)
+// connect returns an authenticated connection for t: an idle one to the
+// same address if one still works, else a new one. An idle connection
+// that fails before decode's Accept arrived is dropped and the next tried:
+// decode accepted nothing on it, so nothing was or will be written.
+func (s *Sender) connect(ctx context.Context, t *Ticket) (raw, conn net.Conn, cs clientSession, err error) {
+	for {
+		ic, ok := s.takeIdle(t.Addr)
+		if !ok {
+			break
+		}
+		cs, err = s.authenticate(ctx, ic.raw, ic.conn, t)
+		if err == nil {
+			return ic.raw, ic.conn, cs, nil
+		}
+		ic.raw.Close()
+		var ioe errIO
+		if !errors.As(err, &ioe) || ctx.Err() != nil {
+			return nil, nil, cs, err
+		}
 	}
-	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	s.stats.dials.Add(1)
+	raw, err = s.cfg.Dial(ctx, "tcp", t.Addr)
+	if err != nil {
+		return nil, nil, cs, fmt.Errorf("kvtransfer: dial %s: %w", t.Addr, err)
+	}
+	conn = raw
 	if s.cfg.TLS != nil {
 		cfg := s.cfg.TLS
 		if cfg.ServerName == "" {
@@ -286,19 +262,84 @@ func (s *Sender) handshake(ctx context.Context, raw net.Conn, t *Ticket) (net.Co
 		}
 		tc := tls.Client(raw, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, clientSession{}, fmt.Errorf("kvtransfer: tls: %w", err)
+			raw.Close()
+			return nil, nil, cs, fmt.Errorf("kvtransfer: tls: %w", err)
 		}
 		conn = tc
 	}
+	cs, err = s.authenticate(ctx, raw, conn, t)
+	if err != nil {
+		raw.Close()
+		return nil, nil, cs, err
+	}
+	return raw, conn, cs, nil
+}
+
+// authenticate runs the handshake for t on conn within ctx.
+func (s *Sender) authenticate(ctx context.Context, raw, conn net.Conn, t *Ticket) (clientSession, error) {
+	if d, ok := ctx.Deadline(); ok {
+		raw.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	cs, err := clientHandshake(conn, t)
 	if err != nil {
-		return nil, cs, fmt.Errorf("kvtransfer: handshake with %s for transfer %v: %w", t.Addr, t.TransferID, err)
+		return cs, fmt.Errorf("kvtransfer: handshake with %s for transfer %v: %w", t.Addr, t.TransferID, err)
 	}
 	if !stop() { // the deadline callback may already have run
-		return nil, cs, fmt.Errorf("kvtransfer: handshake with %s: %w", t.Addr, context.Cause(ctx))
+		return cs, fmt.Errorf("kvtransfer: handshake with %s: %w", t.Addr, context.Cause(ctx))
 	}
 	raw.SetDeadline(time.Time{})
-	return conn, cs, nil
+	return cs, nil
+}
+
+// takeIdle pops the most recently used idle connection to addr.
+func (s *Sender) takeIdle(addr string) (idleConn, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireIdle()
+	conns := s.idle[addr]
+	if len(conns) == 0 {
+		return idleConn{}, false
+	}
+	ic := conns[len(conns)-1]
+	s.idle[addr] = conns[:len(conns)-1]
+	return ic, true
+}
+
+// putIdle keeps a connection whose transfer completed cleanly, or closes
+// it if the pool is full or disabled.
+func (s *Sender) putIdle(addr string, raw, conn net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireIdle()
+	conns := s.idle[addr]
+	if s.closed || len(conns) >= s.cfg.MaxIdleConns {
+		raw.Close()
+		return
+	}
+	s.idle[addr] = append(conns, idleConn{raw: raw, conn: conn, since: time.Now()})
+}
+
+// expireIdle closes connections idle for longer than IdleConnTimeout;
+// called under s.mu.
+func (s *Sender) expireIdle() {
+	cutoff := time.Now().Add(-s.cfg.IdleConnTimeout)
+	for addr, conns := range s.idle {
+		keep := conns[:0]
+		for _, c := range conns {
+			if c.since.Before(cutoff) {
+				c.raw.Close()
+			} else {
+				keep = append(keep, c)
+			}
+		}
+		if len(keep) == 0 {
+			delete(s.idle, addr)
+		} else {
+			s.idle[addr] = keep
+		}
+	}
 }
 
 func (s *Sender) checkShmPath(p string) error {
@@ -354,328 +395,4 @@ func (s *Sender) releaseSegment(ref *segRef) {
 	if ref.stale && ref.refs == 0 {
 		ref.seg.Close()
 	}
-}
-
-// readLoop waits for decode's verdict (RESULT) or ABORT and hands it to
-// Complete; a rejection or abort also drains the stream right away.
-func (st *Stream) readLoop() {
-	defer close(st.readerDone)
-	v := st.readVerdict()
-	if st.aborted.Load() {
-		v = st.abortErr() // our own abort explains whatever decode said after it
-	}
-	st.verdict <- v
-	if v != nil {
-		st.abort(v)
-	}
-}
-
-func (st *Stream) readVerdict() error {
-	h, payload, err := st.in.next(st.conn, wire.ResultSize)
-	if err != nil {
-		return fmt.Errorf("%w: connection to decode: %w", ErrIncomplete, err)
-	}
-	if h.TransferID != st.t.TransferID || h.Epoch != st.t.Owner.Epoch {
-		return fmt.Errorf("%w: decode answered for another transfer or epoch", ErrProtocol)
-	}
-	switch h.Type {
-	case wire.Abort:
-		return fmt.Errorf("%w: by decode", ErrAborted)
-	case wire.Result:
-		code, err := wire.ParseResult(payload)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrProtocol, err)
-		}
-		if code != 0 {
-			return fmt.Errorf("kvtransfer: decode rejected transfer %v: %w", st.t.TransferID, codeErr(code))
-		}
-		return nil
-	}
-	return fmt.Errorf("%w: unexpected %v frame from decode", ErrProtocol, h.Type)
-}
-
-// Push writes data as bytes [offset, offset+len(data)) of page index page
-// (position in the ticket). Within a page, offset must continue where the
-// previous chunk ended.
-func (st *Stream) Push(ctx context.Context, page, offset int, data []byte) error {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { st.abort(ctxAbort(ctx)) })
-		defer stop()
-	}
-	st.wmu.Lock()
-	defer st.wmu.Unlock()
-	if st.aborted.Load() {
-		return st.abortErr()
-	}
-	switch {
-	case st.state != streamOpen:
-		return fmt.Errorf("%w: push after complete", ErrProtocol)
-	case page < 0 || page >= st.npages:
-		return fmt.Errorf("%w: page index %d of %d", ErrProtocol, page, st.npages)
-	case offset != st.progress[page]:
-		return fmt.Errorf("%w: page %d chunk at %d, expected %d", ErrProtocol, page, offset, st.progress[page])
-	case len(data) == 0 || offset+len(data) > st.pageBytes:
-		return fmt.Errorf("%w: page %d chunk [%d,+%d) of %d-byte page", ErrProtocol, page, offset, len(data), st.pageBytes)
-	}
-	st.conn.SetWriteDeadline(time.Now().Add(st.s.cfg.WriteTimeout))
-	if st.aborted.Load() { // after the deadline: an abort racing us has interrupted it
-		return st.abortErr()
-	}
-	if st.seg != nil {
-		return st.pushSHM(page, offset, data)
-	}
-	return st.pushTCP(page, offset, data)
-}
-
-// sum returns page's running checksum after appending piece at offset.
-func (st *Stream) sum(page, offset int, piece []byte) uint64 {
-	if offset == 0 && len(piece) == st.pageBytes {
-		return wire.Checksum(piece)
-	}
-	hs := st.hashers[page]
-	if hs == nil {
-		hs = st.s.hashers.Get().(*xxh3.Hasher)
-		hs.Reset()
-		st.hashers[page] = hs
-	}
-	hs.Write(piece)
-	sum := hs.Sum64()
-	if offset+len(piece) == st.pageBytes {
-		delete(st.hashers, page)
-		st.s.hashers.Put(hs)
-	}
-	return sum
-}
-
-func (st *Stream) pushTCP(page, offset int, data []byte) error {
-	for len(data) > 0 {
-		piece := data[:min(len(data), st.s.cfg.MaxFramePayload)]
-		h := wire.Header{
-			Type: wire.Data, TransferID: st.t.TransferID, Epoch: st.t.Owner.Epoch,
-			PageIndex: uint32(page), PageID: st.t.Pages[page],
-			Offset: uint32(offset), Checksum: st.sum(page, offset, piece),
-		}
-		if err := st.sendData(&h, page, offset, piece); err != nil {
-			return err
-		}
-		offset += len(piece)
-		data = data[len(piece):]
-		st.progress[page] = offset
-		if offset == st.pageBytes {
-			st.sums[page] = h.Checksum
-		}
-		st.bytes += int64(len(piece))
-		st.s.stats.frames.Add(1)
-		st.s.stats.bytes.Add(uint64(len(piece)))
-	}
-	return nil
-}
-
-func (st *Stream) sendData(h *wire.Header, page, offset int, payload []byte) error {
-	act := st.s.cfg.Faults.Hit(&faults.Event{Point: faults.SendFrame, Header: h, Page: page, Offset: offset})
-	switch act {
-	case faults.Drop:
-		st.out.seq++ // lost in transit: the sequence number was used
-		return nil
-	case faults.Corrupt:
-		payload = append([]byte(nil), payload...)
-		payload[len(payload)/2] ^= 0x5a
-	}
-	n, err := st.out.write(st.conn, h, payload)
-	if err == nil && act == faults.Duplicate {
-		n, err = st.out.rewrite(st.conn, payload)
-	}
-	if err != nil {
-		if n > 0 {
-			st.broken = true
-		}
-		if st.aborted.Load() {
-			return st.abortErr()
-		}
-		return fmt.Errorf("%w: writing to decode: %w", ErrIncomplete, err)
-	}
-	return nil
-}
-
-// pushSHM copies data straight into decode's page in shared memory,
-// re-checking for abort every shmChunk bytes, and writes the page header
-// once the page is complete.
-func (st *Stream) pushSHM(page, offset int, data []byte) error {
-	id := st.t.Pages[page]
-	dst := st.seg.seg.Page(id)[offset : offset+len(data)]
-	for done := 0; done < len(data); {
-		if st.aborted.Load() {
-			return st.abortErr()
-		}
-		n := min(len(data)-done, shmChunk)
-		st.s.cfg.Faults.Hit(&faults.Event{Point: faults.ShmWrite, Page: page, Offset: offset + done})
-		copy(dst[done:done+n], data[done:done+n])
-		done += n
-		st.progress[page] = offset + done
-	}
-	sum := st.sum(page, offset, data)
-	st.bytes += int64(len(data))
-	st.s.stats.bytes.Add(uint64(len(data)))
-	if offset+len(data) < st.pageBytes {
-		return nil
-	}
-	st.sums[page] = sum
-	st.seg.seg.writePageHeader(id, &pageHeader{
-		epoch: st.t.Owner.Epoch, transferID: st.t.TransferID, tag: st.tag,
-		written: uint64(st.pageBytes), checksum: sum,
-	})
-	if st.s.cfg.Faults.Hit(&faults.Event{Point: faults.ShmPageDone, Page: page}) == faults.Corrupt {
-		p := st.seg.seg.Page(id)
-		p[len(p)/2] ^= 0x5a
-	}
-	st.done = append(st.done, uint32(page))
-	if len(st.done)*st.pageBytes < progressBytes {
-		return nil
-	}
-	// Let decode verify these pages while we write the next ones.
-	h := wire.Header{Type: wire.PagesDone, TransferID: st.t.TransferID, Epoch: st.t.Owner.Epoch}
-	st.buf = wire.AppendPagesDone(st.buf[:0], st.done)
-	st.done = st.done[:0]
-	if _, err := st.writeControl(&h, st.buf); err != nil {
-		return fmt.Errorf("%w: writing PAGES_DONE: %w", ErrIncomplete, err)
-	}
-	return nil
-}
-
-// progressBytes is how much finished shm page data the sender reports at
-// a time with PAGES_DONE.
-const progressBytes = 1 << 20
-
-// Complete sends the token count, first sampled token and page checksums,
-// and waits for decode's verdict. On success every page is verified on
-// decode and the stream is closed; otherwise the error wraps decode's reason
-// (ErrChecksum, ErrIncomplete, ErrTokenCount, …) and the stream drained.
-func (st *Stream) Complete(ctx context.Context, tokens int64, firstToken int32) (Result, error) {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { st.abort(ctxAbort(ctx)) })
-		defer stop()
-	}
-	if err := st.sendComplete(tokens, firstToken); err != nil {
-		return Result{Drain: st.abortWith(err)}, err
-	}
-	v := <-st.verdict
-	if v != nil {
-		return Result{Drain: st.abortWith(v)}, v
-	}
-	st.wmu.Lock()
-	if st.state == streamCompleting {
-		st.state = streamDone
-		st.close()
-	}
-	res := Result{Pages: st.npages, Bytes: st.bytes}
-	st.wmu.Unlock()
-	st.s.stats.completed.Add(1)
-	return res, nil
-}
-
-func (st *Stream) sendComplete(tokens int64, firstToken int32) error {
-	st.wmu.Lock()
-	defer st.wmu.Unlock()
-	if st.aborted.Load() {
-		return st.abortErr()
-	}
-	if st.state != streamOpen {
-		return fmt.Errorf("%w: complete called twice", ErrProtocol)
-	}
-	c := wire.CompletePayload{Tokens: tokens, FirstToken: firstToken, Checksums: st.sums}
-	payload := wire.AppendComplete(make([]byte, 0, wire.CompleteSize(st.npages)), &c)
-	h := wire.Header{Type: wire.Complete, TransferID: st.t.TransferID, Epoch: st.t.Owner.Epoch}
-	st.conn.SetWriteDeadline(time.Now().Add(st.s.cfg.WriteTimeout))
-	if st.aborted.Load() {
-		return st.abortErr()
-	}
-	if _, err := st.writeControl(&h, payload); err != nil {
-		return fmt.Errorf("%w: writing COMPLETE: %w", ErrIncomplete, err)
-	}
-	st.state = streamCompleting
-	return nil
-}
-
-// writeControl writes a control frame (under wmu), consulting the fault
-// injector; it reports whether the frame was written.
-func (st *Stream) writeControl(h *wire.Header, payload []byte) (bool, error) {
-	if st.s.cfg.Faults.Hit(&faults.Event{Point: faults.SendFrame, Header: h}) == faults.Drop {
-		st.out.seq++
-		return false, nil
-	}
-	n, err := st.out.write(st.conn, h, payload)
-	if err != nil && n > 0 {
-		st.broken = true
-	}
-	return err == nil, err
-}
-
-// Abort stops the stream: it waits until no write is in flight, sends
-// DRAIN_ACK for (transfer, epoch) and closes. It is idempotent, bounded by
-// the configured timeouts, and returns the Drain (the zero Drain after a
-// successful Complete: nothing was left to stop).
-func (st *Stream) Abort() Drain {
-	return st.abortWith(fmt.Errorf("%w: by prefill", ErrAborted))
-}
-
-// abortWith aborts (if not yet) and waits for the reader to finish.
-func (st *Stream) abortWith(cause error) Drain {
-	st.abort(cause)
-	if st.readerDone != nil {
-		<-st.readerDone
-	}
-	return st.drain
-}
-
-func (st *Stream) abortErr() error {
-	st.causeMu.Lock()
-	defer st.causeMu.Unlock()
-	return st.cause
-}
-
-// abort drains the stream once: no further byte is written after it
-// returns. It may run on any goroutine (context callback, reader, caller).
-func (st *Stream) abort(cause error) {
-	st.abortOnce.Do(func() {
-		st.causeMu.Lock()
-		st.cause = cause
-		st.causeMu.Unlock()
-		st.aborted.Store(true)
-		if st.seg == nil {
-			st.conn.SetWriteDeadline(time.Unix(1, 0)) // interrupt a blocked tcp write
-		}
-		st.wmu.Lock() // wait out the write in flight
-		defer st.wmu.Unlock()
-		if st.state == streamDone {
-			return
-		}
-		st.state = streamDone
-		st.drain = Drain{TransferID: st.t.TransferID, Epoch: st.t.Owner.Epoch}
-		if !st.broken {
-			st.conn.SetWriteDeadline(time.Now().Add(st.s.cfg.DrainAckTimeout))
-			h := wire.Header{Type: wire.DrainAck, TransferID: st.t.TransferID, Epoch: st.t.Owner.Epoch}
-			st.drain.Acked, _ = st.writeControl(&h, nil)
-		}
-		st.s.stats.failed.Add(1)
-		st.s.stats.drains.Add(1)
-		if st.drain.Acked {
-			st.s.stats.drainAcks.Add(1)
-		}
-		st.close()
-	})
-}
-
-// close releases the connection and segment; called under wmu.
-func (st *Stream) close() {
-	st.closeOnce.Do(func() {
-		st.stopCtx()
-		st.raw.Close()
-		if st.seg != nil {
-			st.s.releaseSegment(st.seg)
-		}
-		for _, h := range st.hashers {
-			st.s.hashers.Put(h)
-		}
-		clear(st.hashers)
-	})
 }

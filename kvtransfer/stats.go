@@ -60,12 +60,16 @@ type SenderStats struct {
 	Drains, DrainAcks uint64
 	// Frames and page bytes sent (tcp) or written (shm).
 	Frames, Bytes uint64
+	// Dials: connections opened; the other transfers reused an idle
+	// connection to the same decode.
+	Dials uint64
 }
 
 type senderCounters struct {
 	transfers, completed, failed atomic.Uint64
 	drains, drainAcks            atomic.Uint64
 	frames, bytes                atomic.Uint64
+	dials                        atomic.Uint64
 }
 
 func (c *senderCounters) snapshot() SenderStats {
@@ -77,5 +81,6 @@ func (c *senderCounters) snapshot() SenderStats {
 		DrainAcks: c.drainAcks.Load(),
 		Frames:    c.frames.Load(),
 		Bytes:     c.bytes.Load(),
+		Dials:     c.dials.Load(),
 	}
 }

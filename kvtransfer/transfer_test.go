@@ -10,8 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/warden-ai/warden/kvtransfer/internal/faults"
-	"github.com/warden-ai/warden/kvtransfer/internal/wire"
+	"github.com/warden-ai/warden/internal/faults"
 )
 
 var backends = []Backend{TCP, SHM}
@@ -169,7 +168,7 @@ func TestConcurrentTransfers(t *testing.T) {
 // page written, and that the sender sees the same reason.
 func TestTransferFailures(t *testing.T) {
 	dataFrame := func(page int) func(*faults.Event) bool {
-		return func(e *faults.Event) bool { return e.Header.Type == wire.Data && e.Page == page }
+		return func(e *faults.Event) bool { return e.Frame.Type == "DATA" && e.Page == page }
 	}
 	cases := []struct {
 		name    string
@@ -201,7 +200,7 @@ func TestTransferFailures(t *testing.T) {
 			rules: []faults.Rule{{Point: faults.SendFrame, Match: dataFrame(3), Action: faults.Drop}}},
 		{name: "old epoch frame", backend: TCP, want: ErrIncomplete,
 			rules: []faults.Rule{{Point: faults.SendFrame, Match: dataFrame(2), Action: faults.Mutate,
-				Edit: func(h *wire.Header) { h.Epoch-- }}},
+				Edit: func(h *faults.Frame) { h.Epoch-- }}},
 			check: func(t *testing.T, s ReceiverStats) {
 				if s.StaleFrames != 1 {
 					t.Errorf("stale frames %d", s.StaleFrames)
@@ -209,7 +208,7 @@ func TestTransferFailures(t *testing.T) {
 			}},
 		{name: "frame of another transfer", backend: TCP, want: ErrIncomplete,
 			rules: []faults.Rule{{Point: faults.SendFrame, Match: dataFrame(0), Action: faults.Mutate,
-				Edit: func(h *wire.Header) { h.TransferID[0] ^= 1 }}},
+				Edit: func(h *faults.Frame) { h.TransferID[0] ^= 1 }}},
 			check: func(t *testing.T, s ReceiverStats) {
 				if s.UnknownFrames != 1 {
 					t.Errorf("unknown frames %d", s.UnknownFrames)
@@ -217,7 +216,7 @@ func TestTransferFailures(t *testing.T) {
 			}},
 		{name: "wrong destination page", backend: TCP, want: ErrProtocol,
 			rules: []faults.Rule{{Point: faults.SendFrame, Match: dataFrame(1), Action: faults.Mutate,
-				Edit: func(h *wire.Header) { h.PageID++ }}}},
+				Edit: func(h *faults.Frame) { h.PageID++ }}}},
 		{name: "missing page", backend: TCP, skip: []int{2}, want: ErrIncomplete},
 		{name: "token count", backend: TCP, tokens: 1, want: ErrTokenCount},
 		{name: "short token count", backend: TCP, tokens: -20, want: ErrTokenCount},
@@ -289,8 +288,8 @@ func TestStaleCompleteDropped(t *testing.T) {
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
 			inj := faults.New(faults.Rule{Point: faults.SendFrame, Action: faults.Mutate,
-				Match: func(e *faults.Event) bool { return e.Header.Type == wire.Complete },
-				Edit:  func(h *wire.Header) { h.Epoch-- }})
+				Match: func(e *faults.Event) bool { return e.Frame.Type == "COMPLETE" },
+				Edit:  func(h *faults.Frame) { h.Epoch-- }})
 			h := newHarness(t, b, 8, 1024, harnessOpts{faults: inj})
 			tk := h.ticket(2*4, 4, 0)
 			st, err := h.send.Open(context.Background(), tk)

@@ -9,8 +9,8 @@ import (
 // FrameType says what a frame carries.
 type FrameType uint8
 
-// Frame types. DATA, PAGES_DONE, COMPLETE and DRAIN_ACK flow from sender
-// to receiver; RESULT and ABORT from receiver to sender.
+// Frame types. DATA, COMPLETE and DRAIN_ACK flow from sender to receiver;
+// RESULT and ABORT from receiver to sender.
 const (
 	// Data carries bytes [Offset, Offset+Length) of one page (tcp only).
 	Data FrameType = 1
@@ -22,10 +22,6 @@ const (
 	Result FrameType = 4
 	// Abort asks the sender to stop writing and drain.
 	Abort FrameType = 5
-	// PagesDone lists pages the sender finished writing into shared
-	// memory (shm only), so the receiver verifies them while the sender
-	// writes the next ones.
-	PagesDone FrameType = 6
 )
 
 // String returns the frame type's protocol name.
@@ -41,8 +37,6 @@ func (t FrameType) String() string {
 		return "RESULT"
 	case Abort:
 		return "ABORT"
-	case PagesDone:
-		return "PAGES_DONE"
 	}
 	return "UNKNOWN"
 }
@@ -122,10 +116,6 @@ func ParseHeader(b *[HeaderSize]byte) (Header, error) {
 	case Complete:
 		if h.Length > MaxControlPayload {
 			return h, malformed("frame: COMPLETE length %d", h.Length)
-		}
-	case PagesDone:
-		if h.Length == 0 || h.Length%4 != 0 || h.Length > MaxControlPayload {
-			return h, malformed("frame: PAGES_DONE length %d", h.Length)
 		}
 	case Result:
 		if h.Length != ResultSize {
@@ -217,28 +207,4 @@ func ParseComplete(b []byte, pages int) (CompletePayload, error) {
 		c.Checksums[i] = le64(b[16+8*i:])
 	}
 	return c, nil
-}
-
-// AppendPagesDone encodes a PAGES_DONE payload: page indices in the ticket.
-func AppendPagesDone(dst []byte, pages []uint32) []byte {
-	for _, p := range pages {
-		dst = binary.LittleEndian.AppendUint32(dst, p)
-	}
-	return dst
-}
-
-// ParsePagesDone decodes a PAGES_DONE payload; every index must be below
-// pages.
-func ParsePagesDone(b []byte, pages int) ([]uint32, error) {
-	if len(b) == 0 || len(b)%4 != 0 || len(b)/4 > pages {
-		return nil, malformed("pages done: %d bytes for %d pages", len(b), pages)
-	}
-	out := make([]uint32, len(b)/4)
-	for i := range out {
-		out[i] = le32(b[4*i:])
-		if int64(out[i]) >= int64(pages) {
-			return nil, malformed("pages done: page index %d of %d", out[i], pages)
-		}
-	}
-	return out, nil
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // Version is the protocol version carried by handshake messages and frames.
-const Version = 1
+const Version = 2
 
 // ErrMalformed is wrapped by every parse error in this package.
 var ErrMalformed = errors.New("malformed message")

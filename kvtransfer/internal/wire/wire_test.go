@@ -34,7 +34,8 @@ func TestParseHeaderRejects(t *testing.T) {
 	base := Header{Type: Data, Length: 10}
 	for name, edit := range map[string]func(*[HeaderSize]byte){
 		"magic":        func(b *[HeaderSize]byte) { b[0] ^= 1 },
-		"version":      func(b *[HeaderSize]byte) { b[4] = 2 },
+		"version":      func(b *[HeaderSize]byte) { b[4] = Version + 1 },
+		"old type":     func(b *[HeaderSize]byte) { b[5] = 6 }, // PAGES_DONE of version 1
 		"type":         func(b *[HeaderSize]byte) { b[5] = 99 },
 		"flags":        func(b *[HeaderSize]byte) { b[6] = 1 },
 		"zero length":  func(b *[HeaderSize]byte) { clear(b[52:56]) },
@@ -100,13 +101,6 @@ func TestCompleteRoundTrip(t *testing.T) {
 	if _, err := ParseComplete(b, 2); err == nil {
 		t.Error("wrong page count accepted")
 	}
-	idx, err := ParsePagesDone(AppendPagesDone(nil, []uint32{2, 0}), 3)
-	if err != nil || len(idx) != 2 || idx[0] != 2 {
-		t.Errorf("pages done %v %v", idx, err)
-	}
-	if _, err := ParsePagesDone(AppendPagesDone(nil, []uint32{3}), 3); err == nil {
-		t.Error("out-of-range page index accepted")
-	}
 	r := MarshalResult(7)
 	if code, err := ParseResult(r[:]); err != nil || code != 7 {
 		t.Errorf("result %d %v", code, err)
@@ -167,7 +161,6 @@ func FuzzParseMessages(f *testing.F) {
 	ab := (&Accept{}).Marshal(m)
 	f.Add(ab[:])
 	f.Add(AppendComplete(nil, &CompletePayload{Tokens: 5, Checksums: []uint64{1}}))
-	f.Add(AppendPagesDone(nil, []uint32{0, 2}))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if h, err := ParseHello(in); err == nil {
 			if b := h.Marshal(); !bytes.Equal(b[:], in) {
@@ -182,13 +175,6 @@ func FuzzParseMessages(f *testing.F) {
 		for _, pages := range []int{0, 1, 3, 1 << 20} {
 			if c, err := ParseComplete(in, pages); err == nil && len(c.Checksums) != pages {
 				t.Fatalf("%d checksums for %d pages", len(c.Checksums), pages)
-			}
-			if idx, err := ParsePagesDone(in, pages); err == nil {
-				for _, i := range idx {
-					if int(i) >= pages {
-						t.Fatalf("page index %d of %d accepted", i, pages)
-					}
-				}
 			}
 		}
 	})

@@ -1,0 +1,674 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/tlsutil"
+	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/worker/model"
+)
+
+// Shared by every test of the package: a dev PKI, the preset tokenizer
+// files fake workers serve, and the tiny model real workers load.
+var (
+	pki      tlsutil.PKI
+	tokFiles struct{ tokenizerJSON, configJSON []byte }
+	modelDir string
+	shmDir   string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "warden-gateway-test-")
+	if err != nil {
+		panic(err)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		if pki, err = tlsutil.EnsureDevPKI(filepath.Join(dir, "pki"), nil); err != nil {
+			fmt.Fprintln(os.Stderr, "dev PKI:", err)
+			return 1
+		}
+		modelDir = filepath.Join(dir, "model")
+		if err := model.Init(modelDir, model.PresetTiny, 1, model.F32); err != nil {
+			fmt.Fprintln(os.Stderr, "model init:", err)
+			return 1
+		}
+		if tokFiles.tokenizerJSON, err = os.ReadFile(filepath.Join(modelDir, tokenizer.TokenizerFile)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if tokFiles.configJSON, err = os.ReadFile(filepath.Join(modelDir, tokenizer.TokenizerConfigFile)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		shmDir = filepath.Join(dir, "shm")
+		if err := os.Mkdir(shmDir, 0o700); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// testLogger logs warnings and errors through t.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// waitFor polls cond until it holds; it fails the test after a generous
+// bound, which only a hang reaches.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const adminToken = "test-admin-token-0123456789abcdef"
+
+// testConfig is a gateway on loopback ports chosen by the kernel, HTTPS
+// and mTLS with the dev PKI, serving model tiny.
+func testConfig() *config.Config {
+	cfg := config.Default()
+	g := &cfg.Gateway
+	g.Listen, g.AdminListen, g.RegistryListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	g.TLS.CertFile, g.TLS.KeyFile = pki.ServerCert, pki.ServerKey
+	g.AdminToken = adminToken
+	g.HeartbeatTimeout = 3 * time.Second
+	g.RequestTimeout = time.Minute
+	g.Queue = config.Queue{MaxWaiting: 16, MaxWait: 20 * time.Second}
+	cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
+	cfg.Models = []config.Model{{Name: "tiny", ContextLength: 2048, ContextPolicy: config.ContextClamp}}
+	cfg.Observability.LogLevel = "warn"
+	return cfg
+}
+
+// testGateway is a running gateway with a tenant "acme" and its key.
+type testGateway struct {
+	*Gateway
+	t      *testing.T
+	http   *http.Client
+	base   string
+	key    string
+	prom   *prometheus.Registry
+	stop   context.CancelFunc
+	result chan error
+}
+
+func startGateway(t *testing.T, cfg *config.Config) *testGateway {
+	t.Helper()
+	prom := prometheus.NewRegistry()
+	g, err := New(cfg, WithLogger(testLogger(t)), WithRegistry(prom))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tg := &testGateway{Gateway: g, t: t, prom: prom, stop: cancel, result: make(chan error, 1),
+		http: httpsClient(t), base: "https://" + g.APIAddr().String()}
+	go func() { tg.result <- g.Run(ctx) }()
+	t.Cleanup(func() { tg.shutdown() })
+	if _, err := g.Store().CreateTenant(ctx, tenant.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if tg.key, _, err = g.Store().IssueKey(ctx, "acme", "test"); err != nil {
+		t.Fatal(err)
+	}
+	return tg
+}
+
+// shutdown stops the gateway (once) and checks Run's result.
+func (tg *testGateway) shutdown() {
+	tg.stop()
+	if err, ok := <-tg.result; ok {
+		close(tg.result)
+		if err != nil {
+			tg.t.Errorf("gateway Run: %v", err)
+		}
+	}
+}
+
+func httpsClient(t *testing.T) *http.Client {
+	t.Helper()
+	ca, err := os.ReadFile(pki.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// openai returns the official OpenAI client pointed at the gateway.
+func (tg *testGateway) openai() *openai.Client {
+	c := openai.NewClient(
+		option.WithBaseURL(tg.base+"/v1/"),
+		option.WithAPIKey(tg.key),
+		option.WithHTTPClient(tg.http),
+		option.WithMaxRetries(0),
+	)
+	return &c
+}
+
+// post sends a JSON body to the API and returns status, headers and body.
+func (tg *testGateway) post(path string, body any) (int, http.Header, []byte) {
+	tg.t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, tg.base+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+tg.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, out
+}
+
+// get sends an authenticated GET to the API.
+func (tg *testGateway) get(path string) (int, []byte) {
+	tg.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, tg.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+tg.key)
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+// admin sends a request to the admin API.
+func (tg *testGateway) admin(method, path string) (int, []byte) {
+	tg.t.Helper()
+	req, _ := http.NewRequest(method, "https://"+tg.AdminAddr().String()+path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+// envelope is the OpenAI error envelope.
+type envelope struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+func decodeEnvelope(t *testing.T, body []byte) envelope {
+	t.Helper()
+	var e envelope
+	if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" {
+		t.Fatalf("not an error envelope: %s", body)
+	}
+	return e
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// request returns the snapshot of the only request of the table whose
+// state satisfies the test, waiting until it is terminal.
+func (tg *testGateway) finished(id string) lifecycle.Snapshot {
+	tg.t.Helper()
+	var s lifecycle.Snapshot
+	waitFor(tg.t, "request "+id+" to finish", func() bool {
+		var ok bool
+		s, ok = tg.table.Get(id)
+		return ok && s.State.Terminal()
+	})
+	return s
+}
+
+// only returns the one request the gateway has seen.
+func (tg *testGateway) only() lifecycle.Snapshot {
+	tg.t.Helper()
+	var l []lifecycle.Snapshot
+	waitFor(tg.t, "exactly one request", func() bool {
+		l = tg.table.List()
+		return len(l) == 1
+	})
+	return l[0]
+}
+
+// metric returns the value of a counter or gauge with the given labels.
+func (tg *testGateway) metric(name string, labels map[string]string) float64 {
+	tg.t.Helper()
+	mfs, err := tg.prom.Gather()
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if matches(m, labels) {
+				switch {
+				case m.Counter != nil:
+					return m.GetCounter().GetValue()
+				case m.Gauge != nil:
+					return m.GetGauge().GetValue()
+				case m.Histogram != nil:
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	n := 0
+	for _, lp := range m.GetLabel() {
+		if v, ok := labels[lp.GetName()]; ok {
+			if v != lp.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(labels)
+}
+
+// ---- fake workers ----
+
+// call is one RPC a fake worker received.
+type call struct {
+	method  string
+	request string // owner request ID
+	cause   string // Abort's cause
+}
+
+// fakeWorker is an in-process worker speaking the control protocol over
+// real mTLS: it registers and heartbeats like a worker, keeps page
+// accounting, and "generates" a scripted reply: the reply's bytes as
+// tokens, then EOS (counted, not sent, as a real worker does).
+type fakeWorker struct {
+	controlpb.UnimplementedWorkerServer
+	t      *testing.T
+	id     string
+	role   controlpb.Role
+	model  string
+	host   string
+	sha    string
+	assets *controlpb.ModelAssetsResponse
+	fabric *fabric
+	gw     *testGateway
+
+	// behaviour, set before requests arrive
+	reply        string
+	holdTokens   chan struct{} // if set, Generate waits for it after Ready
+	tokensSent   chan struct{} // if set, closed after the first Tokens event
+	failGenerate error         // returned by Generate after Ready (after one Tokens event)
+	failPrefill  error         // returned by Prefill instead of pushing
+
+	mu       sync.Mutex
+	total    int64
+	free     int64
+	calls    []call
+	reserved map[string]int64 // request → pages
+	cancels  map[string]context.CancelFunc
+	maxSeen  []int32 // sampling max_tokens of each Generate
+
+	srv      *grpc.Server
+	hbCancel context.CancelFunc
+	hbDone   chan struct{}
+	beats    atomic.Int64
+}
+
+const fakePageTokens = 16
+
+// fabric links fake decode and prefill workers: a prefill marks its
+// ticket's transfer complete.
+type fabric struct {
+	mu        sync.Mutex
+	transfers map[string]chan struct{}
+}
+
+func (f *fabric) transfer(id string) chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.transfers == nil {
+		f.transfers = make(map[string]chan struct{})
+	}
+	ch, ok := f.transfers[id]
+	if !ok {
+		ch = make(chan struct{})
+		f.transfers[id] = ch
+	}
+	return ch
+}
+
+var fakeN atomic.Int64
+
+// newFake makes a fake worker with capacity pages of 16 tokens; start
+// registers it.
+func newFake(tg *testGateway, role controlpb.Role, pages int64, fab *fabric) *fakeWorker {
+	sum := sha256.Sum256(tokFiles.tokenizerJSON)
+	sha := hex.EncodeToString(sum[:])
+	w := &fakeWorker{
+		t: tg.t, gw: tg, id: fmt.Sprintf("fake-%d", fakeN.Add(1)), role: role, model: "tiny", host: "host-1", sha: sha,
+		fabric: fab, reply: "Hello, wörld 🌍!", total: pages, free: pages,
+		reserved: make(map[string]int64), cancels: make(map[string]context.CancelFunc),
+		assets: &controlpb.ModelAssetsResponse{Model: "tiny", TokenizerJson: tokFiles.tokenizerJSON,
+			TokenizerConfigJson: tokFiles.configJSON, TokenizerSha256: sha},
+	}
+	return w
+}
+
+// start serves the fake and registers it; it returns once registered.
+func (w *fakeWorker) start() *fakeWorker {
+	t := w.t
+	t.Helper()
+	w.assets.Model = w.model
+	srvTLS, err := tlsutil.ClusterServerConfig(pki.CACert, pki.WorkerCert, pki.WorkerKey, tlsutil.PeerGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = grpc.NewServer(grpc.Creds(credentials.NewTLS(srvTLS)))
+	controlpb.RegisterWorkerServer(w.srv, w)
+	go func() { _ = w.srv.Serve(ln) }()
+	t.Cleanup(w.kill)
+	addr := ln.Addr().String()
+	if err := w.registerAt(addr); err != nil {
+		t.Fatalf("fake %s: register: %v", w.id, err)
+	}
+	return w
+}
+
+func (w *fakeWorker) registryClient() controlpb.RegistryClient {
+	cliTLS, err := tlsutil.ClusterClientConfig(pki.CACert, pki.WorkerCert, pki.WorkerKey, tlsutil.PeerGateway)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(w.gw.RegistryAddr().String(), grpc.WithTransportCredentials(credentials.NewTLS(cliTLS)))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { conn.Close() })
+	return controlpb.NewRegistryClient(conn)
+}
+
+func (w *fakeWorker) info(addr string) *controlpb.WorkerInfo {
+	return &controlpb.WorkerInfo{WorkerId: w.id, Role: w.role, Model: w.model, ControlAddr: addr,
+		TransferAddr: "127.0.0.1:9", TransferBackend: "tcp", HostId: w.host, TokenizerSha256: w.sha}
+}
+
+// registerAt registers and starts heartbeating every 100 ms.
+func (w *fakeWorker) registerAt(addr string) error {
+	reg := w.registryClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := reg.Register(ctx, &controlpb.RegisterRequest{Worker: w.info(addr), Pool: w.pool()}); err != nil {
+		return err
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	w.hbCancel, w.hbDone = hcancel, make(chan struct{})
+	go func() {
+		defer close(w.hbDone)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-hctx.Done():
+				return
+			case <-tick.C:
+			}
+			resp, err := reg.Heartbeat(hctx, &controlpb.HeartbeatRequest{WorkerId: w.id, Pool: w.pool()})
+			if err == nil && resp.Reregister {
+				_, _ = reg.Register(hctx, &controlpb.RegisterRequest{Worker: w.info(addr), Pool: w.pool()})
+			}
+			w.beats.Add(1)
+		}
+	}()
+	return nil
+}
+
+// stopHeartbeats silences the fake: the gateway will declare it lost.
+func (w *fakeWorker) stopHeartbeats() {
+	if w.hbCancel != nil {
+		w.hbCancel()
+		<-w.hbDone
+		w.hbCancel = nil
+	}
+}
+
+// kill stops heartbeats and the server.
+func (w *fakeWorker) kill() {
+	w.stopHeartbeats()
+	if w.srv != nil {
+		w.srv.Stop()
+	}
+}
+
+func (w *fakeWorker) pool() *controlpb.PoolStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return &controlpb.PoolStats{TotalPages: w.total, FreePages: w.free, ReservedPages: w.total - w.free,
+		PageTokens: fakePageTokens, CapacityTokens: w.total * fakePageTokens}
+}
+
+func (w *fakeWorker) record(method string, owner *controlpb.Owner, cause string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls = append(w.calls, call{method: method, request: owner.GetRequestId(), cause: cause})
+}
+
+// requestCalls returns the RPCs about requests (all but ModelAssets and
+// Status).
+func (w *fakeWorker) requestCalls() []call {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []call
+	for _, c := range w.calls {
+		if c.method != "ModelAssets" && c.method != "Status" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// aborts returns the causes of the Aborts received for request id.
+func (w *fakeWorker) aborts(id string) []string {
+	var out []string
+	for _, c := range w.requestCalls() {
+		if c.method == "Abort" && c.request == id {
+			out = append(out, c.cause)
+		}
+	}
+	return out
+}
+
+func (w *fakeWorker) freePages() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.free
+}
+
+// setFree changes the free pages (as other traffic would).
+func (w *fakeWorker) setFree(n int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.free = n
+}
+
+func (w *fakeWorker) reserve(owner *controlpb.Owner, tokens int64) error {
+	pages := (tokens + fakePageTokens - 1) / fakePageTokens
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case pages > w.total:
+		return status.Errorf(codes.OutOfRange, "can never fit: %d tokens", tokens)
+	case w.reserved[owner.RequestId] > 0:
+		return status.Error(codes.AlreadyExists, "already holds pages")
+	case pages > w.free:
+		return status.Errorf(codes.ResourceExhausted, "KV pool full")
+	}
+	w.free -= pages
+	w.reserved[owner.RequestId] = pages
+	return nil
+}
+
+func (w *fakeWorker) release(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.free += w.reserved[id]
+	delete(w.reserved, id)
+}
+
+// ModelAssets implements controlpb.WorkerServer.
+func (w *fakeWorker) ModelAssets(context.Context, *controlpb.ModelAssetsRequest) (*controlpb.ModelAssetsResponse, error) {
+	w.record("ModelAssets", nil, "")
+	return w.assets, nil
+}
+
+// Reserve implements controlpb.WorkerServer.
+func (w *fakeWorker) Reserve(_ context.Context, req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
+	w.record("Reserve", req.Owner, "")
+	if err := w.reserve(req.Owner, req.TotalTokens); err != nil {
+		return nil, err
+	}
+	id := fmt.Sprintf("xfer-%s", req.Owner.RequestId)
+	return &controlpb.ReserveResponse{Ticket: &controlpb.Ticket{TransferId: id, Owner: req.Owner,
+		PromptTokens: req.PromptTokens, DecodeWorkerId: w.id, TransferBackend: "tcp", TransferAddr: "127.0.0.1:9"}}, nil
+}
+
+// Prefill implements controlpb.WorkerServer.
+func (w *fakeWorker) Prefill(ctx context.Context, req *controlpb.PrefillRequest) (*controlpb.PrefillResponse, error) {
+	w.record("Prefill", req.Owner, "")
+	if w.failPrefill != nil {
+		return nil, w.failPrefill
+	}
+	close(w.fabric.transfer(req.Ticket.TransferId))
+	return &controlpb.PrefillResponse{PromptTokens: int64(len(req.Prompt))}, nil
+}
+
+// Abort implements controlpb.WorkerServer.
+func (w *fakeWorker) Abort(_ context.Context, req *controlpb.AbortRequest) (*controlpb.AbortResponse, error) {
+	w.record("Abort", req.Owner, req.Cause)
+	w.mu.Lock()
+	cancel := w.cancels[req.Owner.RequestId]
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	w.release(req.Owner.RequestId)
+	return &controlpb.AbortResponse{Found: cancel != nil}, nil
+}
+
+// Generate implements controlpb.WorkerServer.
+func (w *fakeWorker) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
+	w.record("Generate", req.Owner, "")
+	id := req.Owner.RequestId
+	ctx, cancel := context.WithCancel(srv.Context())
+	defer cancel()
+	w.mu.Lock()
+	w.cancels[id] = cancel
+	w.maxSeen = append(w.maxSeen, req.Sampling.GetMaxTokens())
+	w.mu.Unlock()
+	defer w.release(id)
+	if req.Ticket != nil {
+		select {
+		case <-w.fabric.transfer(req.Ticket.TransferId):
+		case <-ctx.Done():
+			return status.Error(codes.Aborted, "aborted while waiting for the transfer")
+		}
+	} else if err := w.reserve(req.Owner, int64(len(req.Prompt))+int64(req.Sampling.GetMaxTokens())); err != nil {
+		return err
+	}
+	if err := srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Ready{Ready: &controlpb.Ready{PromptTokens: int64(len(req.Prompt))}}}); err != nil {
+		return err
+	}
+	if w.holdTokens != nil {
+		select {
+		case <-w.holdTokens:
+		case <-ctx.Done():
+			return status.Error(codes.Aborted, "aborted")
+		}
+	}
+	ids := byteTokens(w.reply)
+	maxTokens := int(req.Sampling.GetMaxTokens())
+	finish, count := "stop", len(ids)+1 // EOS: counted, not sent
+	if len(ids) >= maxTokens {
+		ids, finish, count = ids[:maxTokens], "length", maxTokens
+	}
+	for i := 0; i < len(ids); i += 3 {
+		if err := ctx.Err(); err != nil {
+			return status.Error(codes.Aborted, "aborted")
+		}
+		chunk := ids[i:min(i+3, len(ids))]
+		if err := srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Tokens{Tokens: &controlpb.Tokens{Ids: chunk}}}); err != nil {
+			return err
+		}
+		if i == 0 && w.tokensSent != nil {
+			close(w.tokensSent)
+		}
+		if i == 0 && w.failGenerate != nil {
+			return w.failGenerate
+		}
+	}
+	return srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Done{Done: &controlpb.Done{
+		FinishReason: finish, PromptTokens: int64(len(req.Prompt)), CompletionTokens: int64(count)}}})
+}

@@ -1,0 +1,396 @@
+// Package admission decides, per model, which context window the gateway
+// advertises and enforces (invariant I2), and, per request, whether it fits
+// (invariant I1).
+//
+// # Effective context (I2)
+//
+// A model's configured context is models[].context_length, lowered by the
+// tenant store's per-model MaxContext when that is set. Its effective
+// context is the smaller of the configured context and the capacity of
+// every healthy worker that may serve it, prefill, decode and both alike,
+// where a worker's capacity is its KV pool's capacity_tokens (the most
+// tokens one request can ever hold there), lowered by the model's
+// max_position_embeddings when the worker reports it. When they disagree,
+// policy clamp advertises and enforces the smaller window (the change is
+// reported to Config.OnChange, which logs a warning and sets a metric);
+// policy refuse stops serving the model (503) until they agree. A model is
+// servable when it has a healthy both worker, or a healthy prefill worker
+// and a healthy decode worker.
+//
+// The state is recomputed on every change of the serving workers
+// (SetWorkers, called by the registry's change feed on registration,
+// capacity change and loss) and when the per-model limits change.
+//
+// # Requests (I1)
+//
+// Admit checks a request's exact prompt token count and max_tokens against
+// the effective context before anything is reserved anywhere: a request
+// that can never fit is a 400 (context_length_exceeded, or max_tokens above
+// the model's output cap), never a 429 or 5xx. Without max_tokens the
+// request gets what fits: the effective context minus the prompt, capped
+// by the model's max_output_tokens.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/tenant"
+)
+
+// Worker roles, as registered.
+const (
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+	RoleBoth    = "both"
+)
+
+// Verdict says how a model's configured context relates to its workers.
+type Verdict string
+
+// Verdicts.
+const (
+	// VerdictAgree: every serving worker holds the configured context.
+	VerdictAgree Verdict = "agree"
+	// VerdictClamped: a pool is smaller; the smaller window is enforced.
+	VerdictClamped Verdict = "clamped"
+	// VerdictRefused: a pool is smaller and the policy is refuse.
+	VerdictRefused Verdict = "refused"
+	// VerdictNoWorkers: the model has no serving worker set.
+	VerdictNoWorkers Verdict = "no_workers"
+)
+
+// Model is the configured serving policy of one model.
+type Model struct {
+	Name            string
+	ContextLength   int64
+	Policy          config.ContextPolicy
+	MaxOutputTokens int64 // 0: no cap beyond the context
+}
+
+// ModelsFromConfig converts the configuration's models.
+func ModelsFromConfig(ms []config.Model) []Model {
+	out := make([]Model, len(ms))
+	for i, m := range ms {
+		p := m.ContextPolicy
+		if p == "" {
+			p = config.ContextClamp
+		}
+		out[i] = Model{Name: m.Name, ContextLength: int64(m.ContextLength), Policy: p, MaxOutputTokens: int64(m.MaxOutputTokens)}
+	}
+	return out
+}
+
+// WorkerCapacity is what one healthy worker can hold for one request.
+type WorkerCapacity struct {
+	ID   string
+	Role string
+	// CapacityTokens is the KV pool's capacity_tokens.
+	CapacityTokens int64
+	// MaxPositions is the model's max_position_embeddings as the worker
+	// loaded it; 0 when unknown.
+	MaxPositions int64
+}
+
+// limit is the most tokens the worker can serve for one request.
+func (w WorkerCapacity) limit() int64 {
+	if w.MaxPositions > 0 && w.MaxPositions < w.CapacityTokens {
+		return w.MaxPositions
+	}
+	return w.CapacityTokens
+}
+
+// State is a model's current context agreement.
+type State struct {
+	Model string
+	// Configured is the configured context, lowered by the tenant store's
+	// MaxContext for the model when set.
+	Configured int64
+	// Effective is the window advertised and enforced; 0 when the model is
+	// not served.
+	Effective int64
+	Policy    config.ContextPolicy
+	// Serving is true when requests for the model are admitted.
+	Serving bool
+	Verdict Verdict
+	// Reason says why the model is not served (or why it is clamped).
+	Reason string
+	// Workers are the healthy workers serving the model, by ID.
+	Workers []WorkerCapacity
+	// MaxOutputTokens is the output cap (configuration and tenant store,
+	// the smaller); 0 means none.
+	MaxOutputTokens int64
+}
+
+// Compute derives a model's state from its policy, its per-model limits
+// from the tenant store and its healthy workers.
+func Compute(m Model, limits tenant.ModelLimits, workers []WorkerCapacity) State {
+	st := State{Model: m.Name, Configured: m.ContextLength, Policy: m.Policy, MaxOutputTokens: m.MaxOutputTokens}
+	if limits.MaxContext > 0 && limits.MaxContext < st.Configured {
+		st.Configured = limits.MaxContext
+	}
+	if o := limits.MaxOutputTokens; o > 0 && (st.MaxOutputTokens == 0 || o < st.MaxOutputTokens) {
+		st.MaxOutputTokens = o
+	}
+	st.Workers = append([]WorkerCapacity(nil), workers...)
+	sort.Slice(st.Workers, func(i, j int) bool { return st.Workers[i].ID < st.Workers[j].ID })
+
+	var both, prefill, decode bool
+	var smallest *WorkerCapacity
+	for i := range st.Workers {
+		w := &st.Workers[i]
+		switch w.Role {
+		case RoleBoth:
+			both = true
+		case RolePrefill:
+			prefill = true
+		case RoleDecode:
+			decode = true
+		}
+		if smallest == nil || w.limit() < smallest.limit() {
+			smallest = w
+		}
+	}
+	switch {
+	case !both && !(prefill && decode):
+		st.Verdict = VerdictNoWorkers
+		st.Reason = "no healthy worker serves it"
+		if prefill {
+			st.Reason = "no healthy decode or both worker serves it"
+		} else if decode {
+			st.Reason = "no healthy prefill or both worker serves it"
+		}
+		return st
+	case smallest.limit() >= st.Configured:
+		st.Verdict, st.Serving, st.Effective = VerdictAgree, true, st.Configured
+		return st
+	}
+	what := fmt.Sprintf("KV pool capacity %d", smallest.CapacityTokens)
+	if smallest.limit() < smallest.CapacityTokens {
+		what = fmt.Sprintf("maximum position count %d", smallest.MaxPositions)
+	}
+	if m.Policy == config.ContextRefuse {
+		st.Verdict = VerdictRefused
+		st.Reason = fmt.Sprintf("model %s not served: configured context %d exceeds %s of worker %s (context_policy refuse)",
+			m.Name, st.Configured, what, smallest.ID)
+		return st
+	}
+	st.Verdict, st.Serving, st.Effective = VerdictClamped, true, smallest.limit()
+	st.Reason = fmt.Sprintf("configured context %d exceeds %s of worker %s; clamped to %d",
+		st.Configured, what, smallest.ID, st.Effective)
+	if st.MaxOutputTokens >= st.Effective {
+		// Keep room for at least one prompt token.
+		st.MaxOutputTokens = st.Effective - 1
+	}
+	return st
+}
+
+// LimitsSource serves the tenant store's per-model limits
+// (tenant.ModelLimitsCache).
+type LimitsSource interface {
+	Get(ctx context.Context, model string) (tenant.ModelLimits, bool, error)
+}
+
+var _ LimitsSource = (*tenant.ModelLimitsCache)(nil)
+
+// Config configures a Controller.
+type Config struct {
+	Models []Model
+	// Limits, if set, supplies per-model limits from the tenant store.
+	Limits LimitsSource
+	// OnChange, if set, is called (outside the controller's lock, in
+	// order) whenever a model's state changes, and once per model at
+	// creation.
+	OnChange func(prev, cur State)
+}
+
+// Controller holds every configured model's state.
+type Controller struct {
+	cfg    Config
+	models map[string]Model
+	order  []string
+
+	notify sync.Mutex // serialises OnChange calls in state order
+	mu     sync.Mutex
+	states map[string]State
+	caps   map[string][]WorkerCapacity
+	limits map[string]tenant.ModelLimits
+}
+
+// NewController returns a controller whose models have no workers yet.
+func NewController(cfg Config) *Controller {
+	c := &Controller{
+		cfg:    cfg,
+		models: make(map[string]Model, len(cfg.Models)),
+		states: make(map[string]State, len(cfg.Models)),
+		caps:   make(map[string][]WorkerCapacity),
+		limits: make(map[string]tenant.ModelLimits),
+	}
+	for _, m := range cfg.Models {
+		c.models[m.Name] = m
+		c.order = append(c.order, m.Name)
+	}
+	sort.Strings(c.order)
+	for _, name := range c.order {
+		c.update(name, func() {})
+	}
+	return c
+}
+
+// Has reports whether model is configured.
+func (c *Controller) Has(model string) bool {
+	_, ok := c.models[model]
+	return ok
+}
+
+// SetWorkers replaces the healthy workers of model and recomputes its
+// state at once. Unknown models are ignored.
+func (c *Controller) SetWorkers(model string, workers []WorkerCapacity) {
+	if !c.Has(model) {
+		return
+	}
+	ws := append([]WorkerCapacity(nil), workers...)
+	c.update(model, func() { c.caps[model] = ws })
+}
+
+// update applies change under the lock, recomputes model's state and
+// reports a change.
+func (c *Controller) update(model string, change func()) {
+	c.notify.Lock()
+	defer c.notify.Unlock()
+	c.mu.Lock()
+	change()
+	prev, had := c.states[model]
+	cur := Compute(c.models[model], c.limits[model], c.caps[model])
+	c.states[model] = cur
+	c.mu.Unlock()
+	if c.cfg.OnChange != nil && (!had || !sameState(prev, cur)) {
+		c.cfg.OnChange(prev, cur)
+	}
+}
+
+func sameState(a, b State) bool {
+	if a.Configured != b.Configured || a.Effective != b.Effective || a.Serving != b.Serving ||
+		a.Verdict != b.Verdict || a.Reason != b.Reason || a.MaxOutputTokens != b.MaxOutputTokens ||
+		len(a.Workers) != len(b.Workers) {
+		return false
+	}
+	for i := range a.Workers {
+		if a.Workers[i] != b.Workers[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// State returns model's current state, first refreshing its per-model
+// limits from the tenant store. ok is false for an unconfigured model.
+func (c *Controller) State(ctx context.Context, model string) (State, bool, error) {
+	if !c.Has(model) {
+		return State{}, false, nil
+	}
+	if c.cfg.Limits != nil {
+		lim, found, err := c.cfg.Limits.Get(ctx, model)
+		if err != nil {
+			return State{}, true, fmt.Errorf("admission: model limits of %s: %w", model, err)
+		}
+		if !found {
+			lim = tenant.ModelLimits{}
+		}
+		c.mu.Lock()
+		changed := !sameLimits(c.limits[model], lim)
+		c.mu.Unlock()
+		if changed {
+			c.update(model, func() { c.limits[model] = lim })
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.states[model], true, nil
+}
+
+func sameLimits(a, b tenant.ModelLimits) bool {
+	return a.MaxContext == b.MaxContext && a.MaxOutputTokens == b.MaxOutputTokens
+}
+
+// States returns every configured model's state, by name, without
+// refreshing limits.
+func (c *Controller) States() []State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]State, 0, len(c.order))
+	for _, name := range c.order {
+		out = append(out, c.states[name])
+	}
+	return out
+}
+
+// Request is what admission needs to know about a request.
+type Request struct {
+	Model string
+	// PromptTokens is the exact number of tokens that will be prefilled.
+	PromptTokens int64
+	// MaxTokens is the client's max_tokens; nil lets admission choose.
+	MaxTokens *int64
+	// PromptParam names the prompt in errors: "messages" or "prompt".
+	PromptParam string
+}
+
+// Decision is an admitted request's resolved limits.
+type Decision struct {
+	// MaxTokens is the output budget: the client's, or what fits.
+	MaxTokens int64
+	// Limit is the effective context the request was checked against.
+	Limit int64
+	State State
+}
+
+// Admit decides whether req fits its model. Rejections are *api.Error
+// values (404 unknown model, 503 model not served, 400 for a request that
+// can never fit); other errors come from the tenant store's limits.
+func (c *Controller) Admit(ctx context.Context, req Request) (Decision, error) {
+	st, ok, err := c.State(ctx, req.Model)
+	switch {
+	case !ok:
+		return Decision{}, api.ModelNotFound(req.Model)
+	case err != nil:
+		return Decision{}, err
+	case !st.Serving:
+		return Decision{}, api.ModelUnavailable(req.Model, st.Reason)
+	}
+	if req.PromptTokens <= 0 {
+		return Decision{}, api.InvalidRequest(req.PromptParam, api.CodeInvalidValue,
+			"The prompt is empty: it must hold at least one token.")
+	}
+	limit, prompt := st.Effective, req.PromptTokens
+	d := Decision{Limit: limit, State: st}
+	if req.MaxTokens != nil {
+		want := *req.MaxTokens
+		if st.MaxOutputTokens > 0 && want > st.MaxOutputTokens {
+			return Decision{}, api.InvalidRequest("max_tokens", api.CodeIntegerTooLarge, fmt.Sprintf(
+				"max_tokens is too large: %d. This model supports at most %d completion tokens.", want, st.MaxOutputTokens))
+		}
+		if prompt+want > limit {
+			param := "max_tokens"
+			if prompt >= limit {
+				param = req.PromptParam
+			}
+			return Decision{}, api.ContextLengthExceeded(param, limit, prompt, want)
+		}
+		d.MaxTokens = want
+		return d, nil
+	}
+	if prompt >= limit {
+		// At least one output token is always needed.
+		return Decision{}, api.ContextLengthExceeded(req.PromptParam, limit, prompt, 1)
+	}
+	d.MaxTokens = limit - prompt
+	if st.MaxOutputTokens > 0 {
+		d.MaxTokens = min(d.MaxTokens, st.MaxOutputTokens)
+	}
+	return d, nil
+}

@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/gateway/internal/registry"
+)
+
+// otherLabel stands for values beyond a label's cap (tenants, unknown
+// models), keeping metric cardinality bounded.
+const otherLabel = "other"
+
+// metrics are the gateway's Prometheus metrics, all prefixed warden_.
+type metrics struct {
+	requests      *prometheus.CounterVec   // model, outcome, code
+	duration      *prometheus.HistogramVec // phase
+	ttft          prometheus.Histogram
+	tpot          prometheus.Histogram
+	tokens        *prometheus.CounterVec // kind[, tenant]
+	rejections    *prometheus.CounterVec // reason
+	contextTokens *prometheus.GaugeVec   // model, kind
+	agreement     *prometheus.GaugeVec   // model
+	workers       *prometheus.GaugeVec   // role, state
+	aborts        *prometheus.CounterVec // stage, cause
+	integrity     *prometheus.CounterVec // kind
+
+	models  map[string]bool // configured models (label values allowed)
+	tenants *labelCap       // nil: no tenant label
+}
+
+// newMetrics registers the gateway's metrics on reg. inflight and waiting
+// are read at scrape time.
+func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, inflight, waiting func() float64) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_requests_total",
+			Help: "Generation requests by model, terminal outcome (completed, rejected, aborted, failed) and HTTP status code.",
+		}, []string{"model", "outcome", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "warden_request_duration_seconds",
+			Help:    "Time requests spent in each phase: queue (admitted until a worker took it), prefill, transfer, decode, and total.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}, []string{"phase"}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warden_time_to_first_token_seconds",
+			Help:    "Time from receiving a request to its first output token.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
+		tpot: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warden_time_per_output_token_seconds",
+			Help:    "Mean time between output tokens of a completed request, after the first.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_admission_rejections_total",
+			Help: "Requests rejected before any worker was involved, by reason (the error code).",
+		}, []string{"reason"}),
+		contextTokens: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "warden_model_context_tokens",
+			Help: "Context window per model: configured, and effective (advertised and enforced; 0 when not served).",
+		}, []string{"model", "kind"}),
+		agreement: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "warden_model_context_agreement",
+			Help: "1 when every serving worker's KV pool holds the model's configured context, else 0 (I2).",
+		}, []string{"model"}),
+		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "warden_workers",
+			Help: "Registered workers by role and state (healthy, down).",
+		}, []string{"role", "state"}),
+		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_aborts_total",
+			Help: "Requests aborted or failed after admission, by the stage they were in and the cause.",
+		}, []string{"stage", "cause"}),
+		integrity: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_integrity_failures_total",
+			Help: "Requests failed because a worker reported a KV integrity problem (data_loss: transfer verification; owner_violation: I3) or returned counts that disagree with admission.",
+		}, []string{"kind"}),
+		models: make(map[string]bool, len(models)),
+	}
+	tokenLabels := []string{"kind"}
+	if tenantCap > 0 {
+		m.tenants = &labelCap{limit: tenantCap, seen: make(map[string]bool)}
+		tokenLabels = append(tokenLabels, "tenant")
+	}
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warden_tokens_total",
+		Help: "Tokens billed (I7): prompt tokens prefilled and completion tokens generated.",
+	}, tokenLabels)
+	for _, name := range models {
+		m.models[name] = true
+	}
+	cs := []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.rejections,
+		m.contextTokens, m.agreement, m.workers, m.aborts, m.integrity,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "warden_inflight_requests",
+			Help: "Requests received and not yet finished.",
+		}, inflight),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "warden_queue_waiting_requests",
+			Help: "Admitted requests waiting in the fair queue for worker capacity.",
+		}, waiting),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// labelCap admits the first limit distinct values; later ones are "other".
+type labelCap struct {
+	limit int
+	mu    sync.Mutex
+	seen  map[string]bool
+}
+
+func (c *labelCap) label(v string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[v] {
+		return v
+	}
+	if len(c.seen) >= c.limit {
+		return otherLabel
+	}
+	c.seen[v] = true
+	return v
+}
+
+func (m *metrics) modelLabel(model string) string {
+	if m.models[model] {
+		return model
+	}
+	return otherLabel
+}
+
+// finished records a request that reached its terminal state; status is
+// the HTTP status the client got (499 when it had gone).
+func (m *metrics) finished(s lifecycle.Snapshot, status int, firstToken, lastToken time.Time) {
+	m.requests.WithLabelValues(m.modelLabel(s.Model), s.State.String(), strconv.Itoa(status)).Inc()
+	switch s.State {
+	case lifecycle.Rejected:
+		m.rejections.WithLabelValues(s.Cause).Inc()
+	case lifecycle.Aborted, lifecycle.Failed:
+		m.aborts.WithLabelValues(s.Stage.String(), s.Cause).Inc()
+	}
+	e := s.Entered
+	end := s.Finished
+	phase := func(name string, from time.Time, to ...time.Time) {
+		for _, t := range to {
+			if !from.IsZero() && !t.IsZero() {
+				m.duration.WithLabelValues(name).Observe(t.Sub(from).Seconds())
+				return
+			}
+		}
+	}
+	phase("queue", e[lifecycle.Admitted], e[lifecycle.Reserved], e[lifecycle.Prefilling])
+	if s.State == lifecycle.Completed {
+		phase("prefill", e[lifecycle.Prefilling], e[lifecycle.Transferring], e[lifecycle.Decoding])
+		phase("transfer", e[lifecycle.Transferring], e[lifecycle.Decoding])
+		phase("decode", e[lifecycle.Decoding], end)
+	}
+	phase("total", s.Received, end)
+	if !firstToken.IsZero() {
+		m.ttft.Observe(firstToken.Sub(s.Received).Seconds())
+		if s.State == lifecycle.Completed && s.CompletionTokens > 1 {
+			m.tpot.Observe(lastToken.Sub(firstToken).Seconds() / float64(s.CompletionTokens-1))
+		}
+	}
+	m.billed(s.Tenant, s.PromptTokens, s.CompletionTokens)
+}
+
+// billed counts the tokens a request is charged for: the same numbers the
+// lease is released with (I7).
+func (m *metrics) billed(tenant string, prompt, completion int64) {
+	if prompt == 0 && completion == 0 {
+		return
+	}
+	if m.tenants == nil {
+		m.tokens.WithLabelValues("prompt").Add(float64(prompt))
+		m.tokens.WithLabelValues("completion").Add(float64(completion))
+		return
+	}
+	t := m.tenants.label(tenant)
+	m.tokens.WithLabelValues("prompt", t).Add(float64(prompt))
+	m.tokens.WithLabelValues("completion", t).Add(float64(completion))
+}
+
+// modelState exports a model's context agreement.
+func (m *metrics) modelState(s admission.State) {
+	m.contextTokens.WithLabelValues(s.Model, "configured").Set(float64(s.Configured))
+	m.contextTokens.WithLabelValues(s.Model, "effective").Set(float64(s.Effective))
+	agree := 0.0
+	if s.Verdict == admission.VerdictAgree {
+		agree = 1
+	}
+	m.agreement.WithLabelValues(s.Model).Set(agree)
+}
+
+// workerStates exports the number of workers per role and state.
+func (m *metrics) workerStates(ws []registry.Snapshot) {
+	counts := make(map[[2]string]int)
+	for _, role := range []string{registry.RolePrefill, registry.RoleDecode, registry.RoleBoth} {
+		counts[[2]string{role, "healthy"}] = 0
+		counts[[2]string{role, "down"}] = 0
+	}
+	for _, w := range ws {
+		state := "down"
+		if w.Healthy {
+			state = "healthy"
+		}
+		counts[[2]string{w.Role, state}]++
+	}
+	for k, n := range counts {
+		m.workers.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+}
+
+// integrityFailure counts a KV integrity problem reported by a worker.
+func (m *metrics) integrityFailure(kind string) {
+	m.integrity.WithLabelValues(kind).Inc()
+}

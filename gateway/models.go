@@ -1,0 +1,159 @@
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/tokenizer"
+)
+
+// modelTokenizer is the tokenizer of one model as its workers ship it.
+type modelTokenizer struct {
+	tok *tokenizer.Tokenizer
+	sha string
+	// addBOS: completions get the BOS token prepended (see encodePrompt).
+	addBOS bool
+}
+
+// tokenizers holds each model's tokenizer. A model's tokenizer is set by
+// the first worker that registers for it (ModelAssets), and may only be
+// replaced when no healthy worker serves the old one; a worker whose
+// tokenizer differs from the one healthy workers serve is refused.
+type tokenizers struct {
+	reg *registry.Registry
+
+	mu     sync.Mutex
+	models map[string]*modelTokenizer
+}
+
+// get returns model's tokenizer, or nil before any worker registered.
+func (t *tokenizers) get(model string) *modelTokenizer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.models[model]
+}
+
+// accept vets a registering worker's tokenizer (registry.Config.Accept;
+// the registry runs registrations one at a time).
+func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error {
+	cur := t.get(info.Model)
+	if cur != nil && cur.sha == info.TokenizerSha256 {
+		return nil
+	}
+	if cur != nil {
+		for _, w := range t.reg.Healthy(info.Model) {
+			if w.ID != info.WorkerId && w.TokenizerSHA256 == cur.sha {
+				return status.Errorf(codes.FailedPrecondition,
+					"worker %s: tokenizer_sha256 %s differs from %s, the tokenizer of model %s served by worker %s",
+					info.WorkerId, info.TokenizerSha256, cur.sha, info.Model, w.ID)
+			}
+		}
+	}
+	assets, err := client.ModelAssets(ctx, &controlpb.ModelAssetsRequest{})
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "worker %s: fetching model assets from %s: %v", info.WorkerId, info.ControlAddr, err)
+	}
+	mt, err := parseAssets(info, assets)
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
+	}
+	t.mu.Lock()
+	t.models[info.Model] = mt
+	t.mu.Unlock()
+	return nil
+}
+
+// parseAssets checks a worker's model assets against what it registered
+// with and loads the tokenizer.
+func parseAssets(info *controlpb.WorkerInfo, a *controlpb.ModelAssetsResponse) (*modelTokenizer, error) {
+	sum := sha256.Sum256(a.GetTokenizerJson())
+	sha := hex.EncodeToString(sum[:])
+	switch {
+	case a.GetModel() != info.Model:
+		return nil, fmt.Errorf("model assets are for model %q, registered for %q", a.GetModel(), info.Model)
+	case sha != info.TokenizerSha256 || a.GetTokenizerSha256() != info.TokenizerSha256:
+		return nil, fmt.Errorf("tokenizer.json hashes to %s, registered as %s", sha, info.TokenizerSha256)
+	}
+	var opts []tokenizer.Option
+	if len(a.GetChatTemplateJinja()) > 0 {
+		opts = append(opts, tokenizer.WithChatTemplate(string(a.GetChatTemplateJinja())))
+	}
+	tok, err := tokenizer.Parse(a.GetTokenizerJson(), a.GetTokenizerConfigJson(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return &modelTokenizer{tok: tok, sha: sha, addBOS: wantsBOS(tok, a.GetTokenizerConfigJson())}, nil
+}
+
+// wantsBOS decides whether completion prompts start with BOS: when the
+// tokenizer has a BOS token and tokenizer_config.json does not set
+// add_bos_token to false. That is what Hugging Face's Llama tokenizers do
+// when encoding a prompt, so the model sees the sequence start it was
+// trained with. Chat prompts get BOS from the chat template instead.
+func wantsBOS(tok *tokenizer.Tokenizer, configJSON []byte) bool {
+	if _, ok := tok.BOS(); !ok {
+		return false
+	}
+	var cfg struct {
+		AddBOS *bool `json:"add_bos_token"`
+	}
+	if len(configJSON) > 0 && json.Unmarshal(configJSON, &cfg) == nil && cfg.AddBOS != nil {
+		return *cfg.AddBOS
+	}
+	return true
+}
+
+// encodePrompt tokenizes a request exactly as it will be prefilled: chat
+// messages through the model's chat template (with the generation
+// prompt), a completion prompt as plain text after BOS when wantsBOS.
+// Rejections are *api.Error.
+func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error) {
+	if req.Kind == api.KindChat {
+		if mt.tok.ChatTemplate() == "" {
+			return nil, api.InvalidRequest("messages", api.CodeInvalidValue,
+				fmt.Sprintf("The model %q has no chat template; use /v1/completions.", req.Model))
+		}
+		msgs := make([]tokenizer.Message, len(req.Messages))
+		for i, m := range req.Messages {
+			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		}
+		ids, err := mt.tok.ApplyChatTemplate(msgs, true)
+		switch {
+		case errors.Is(err, tokenizer.ErrInvalidMessage), errors.Is(err, tokenizer.ErrChatTemplate):
+			return nil, api.InvalidRequest("messages", api.CodeInvalidValue,
+				fmt.Sprintf("The messages cannot be rendered with the model's chat template: %v", err))
+		case err != nil:
+			return nil, fmt.Errorf("gateway: chat template: %w", err)
+		}
+		return ids, nil
+	}
+	ids, err := mt.tok.Encode(req.Prompt)
+	if err != nil {
+		return nil, api.InvalidRequest("prompt", api.CodeInvalidValue, fmt.Sprintf("The prompt cannot be tokenized: %v", err))
+	}
+	if bos, ok := mt.tok.BOS(); ok && mt.addBOS {
+		ids = append([]int32{bos}, ids...)
+	}
+	return ids, nil
+}
+
+// capacities converts a model's healthy workers for admission.
+func capacities(ws []registry.Snapshot) []admission.WorkerCapacity {
+	out := make([]admission.WorkerCapacity, len(ws))
+	for i, w := range ws {
+		out[i] = admission.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.Pool.CapacityTokens, MaxPositions: w.ModelMaxContext}
+	}
+	return out
+}

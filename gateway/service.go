@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/obs"
+	"github.com/warden-ai/warden/tenant"
+)
+
+// authenticator adapts the tenant store's authentication to the HTTP
+// layer, and remembers each tenant's scheduling weight and model list as
+// of its last authentication.
+type authenticator struct {
+	next tenant.Authenticator
+
+	mu      sync.Mutex
+	tenants map[string]tenantInfo
+}
+
+type tenantInfo struct {
+	weight  int
+	allowed tenant.Limits
+}
+
+var _ api.Authenticator = (*authenticator)(nil)
+
+// Authenticate implements api.Authenticator.
+func (a *authenticator) Authenticate(ctx context.Context, key string) (api.Principal, error) {
+	p, err := a.next.Authenticate(ctx, key)
+	switch {
+	case errors.Is(err, tenant.ErrUnauthenticated):
+		return api.Principal{}, api.InvalidAPIKey("Incorrect API key provided, or the key was revoked.")
+	case errors.Is(err, tenant.ErrUnavailable):
+		return api.Principal{}, storeUnavailable()
+	case err != nil:
+		return api.Principal{}, err
+	}
+	a.mu.Lock()
+	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits}
+	a.mu.Unlock()
+	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID}, nil
+}
+
+func (a *authenticator) info(tenantID string) tenantInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tenants[tenantID]
+}
+
+func storeUnavailable() *api.Error {
+	return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServer, Code: "service_unavailable",
+		Message: "The tenant store is unavailable; retry shortly.", Headers: http.Header{"Retry-After": {"1"}}}
+}
+
+// service implements api.Service on the gateway.
+type service struct{ g *Gateway }
+
+var _ api.Service = service{}
+
+// Models implements api.Service: the models the tenant may use that are
+// being served, with their effective context. Models not served now
+// (no workers, or policy refuse) are left out.
+func (s service) Models(ctx context.Context, p api.Principal) ([]api.Model, error) {
+	g := s.g
+	limits := g.auth.info(p.Tenant).allowed
+	var out []api.Model
+	for _, st := range g.admission.States() {
+		if !limits.Allows(st.Model) {
+			continue
+		}
+		cur, _, err := g.admission.State(ctx, st.Model)
+		if err != nil {
+			return nil, s.storeError(err)
+		}
+		if !cur.Serving {
+			continue
+		}
+		if ml, found, err := g.modelLimits.Get(ctx, st.Model); err != nil {
+			return nil, s.storeError(err)
+		} else if found && !ml.Allows(p.Tenant) {
+			continue
+		}
+		out = append(out, api.Model{ID: cur.Model, Created: g.started.Unix(), OwnedBy: "warden",
+			ContextLength: cur.Effective, ConfiguredContextLength: cur.Configured})
+	}
+	return out, nil
+}
+
+func (s service) storeError(err error) error {
+	if errors.Is(err, tenant.ErrUnavailable) {
+		return storeUnavailable()
+	}
+	return err
+}
+
+// Generate implements api.Service: it records the request, tokenizes it,
+// admits it (context window, then tenant limits) and starts its driver.
+// Every rejection happens here, before any worker is contacted (I1).
+func (s service) Generate(ctx context.Context, p api.Principal, req *api.GenerateRequest) (api.Generation, error) {
+	g := s.g
+	info := lifecycle.Info{ID: req.RequestID, Tenant: p.Tenant, Model: req.Model, Received: req.ReceivedAt}
+	if !info.Received.IsZero() {
+		info.Deadline = info.Received.Add(g.cfg.Gateway.RequestTimeout)
+	}
+	if g.cfg.Gateway.TrustClientRequestID {
+		info.ClientRequestID = req.ClientRequestID
+	}
+	ctx = obs.WithRequest(ctx, req.RequestID, p.Tenant)
+	r, err := g.table.Start(ctx, info)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	d, err := s.admit(ctx, r, p, req)
+	if err != nil {
+		state, cause, clientErr := lifecycle.Rejected, "", (*api.Error)(nil)
+		if errors.As(err, &clientErr) {
+			cause = clientErr.Code
+		} else {
+			state, cause, clientErr = lifecycle.Failed, lifecycle.CauseInternal, api.Internal()
+			g.logger.ErrorContext(ctx, "admitting request", "err", err)
+		}
+		_ = r.Finish(state, cause)
+		g.metrics.finished(r.Snapshot(), clientErr.Status, time.Time{}, time.Time{})
+		return nil, clientErr
+	}
+	g.running.Add(1)
+	go d.run()
+	return d.gen, nil
+}
+
+// admit checks req and returns its driver, or the rejection.
+func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principal, req *api.GenerateRequest) (*driver, error) {
+	g := s.g
+	if g.closing.Load() {
+		return nil, abortedError(lifecycle.CauseShutdown, 0)
+	}
+	for _, stop := range req.Stop {
+		if len(stop) > maxStopBytes {
+			return nil, api.InvalidRequest("stop", api.CodeInvalidValue,
+				fmt.Sprintf("Stop sequences are limited to %d bytes.", maxStopBytes))
+		}
+	}
+	if !g.admission.Has(req.Model) {
+		return nil, api.ModelNotFound(req.Model)
+	}
+	mt := g.tokenizers.get(req.Model)
+	if mt == nil {
+		return nil, api.ModelUnavailable(req.Model, "no worker serving it has registered yet")
+	}
+	prompt, err := mt.encodePrompt(req)
+	if err != nil {
+		return nil, err
+	}
+	param := "prompt"
+	if req.Kind == api.KindChat {
+		param = "messages"
+	}
+	dec, err := g.admission.Admit(ctx, admission.Request{
+		Model: req.Model, PromptTokens: int64(len(prompt)), MaxTokens: req.MaxTokens, PromptParam: param,
+	})
+	if err != nil {
+		return nil, s.storeError(err)
+	}
+	lease, err := g.store.Acquire(ctx, p.Tenant, tenant.AcquireRequest{Model: req.Model, Tokens: int64(len(prompt)) + dec.MaxTokens})
+	if err != nil {
+		return nil, limitError(req.Model, err)
+	}
+	if err := r.Advance(lifecycle.Admitted); err != nil {
+		g.releaseLease(lease, req.RequestID, tenant.Consumed{})
+		return nil, err
+	}
+	d := &driver{
+		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, tok: mt,
+		log:       g.logger.With(obs.KeyRequestID, req.RequestID, obs.KeyTenant, p.Tenant, "model", req.Model),
+		prompt:    prompt,
+		maxTokens: dec.MaxTokens,
+		sampling:  sampling(req, dec.MaxTokens),
+		stops:     req.Stop,
+		gen:       &generation{req: r, events: make(chan api.Event)},
+	}
+	return d, nil
+}
+
+// sampling converts the request's parameters: OpenAI's defaults
+// (temperature 1, top_p 1), and a random seed when none is given.
+func sampling(req *api.GenerateRequest, maxTokens int64) *controlpb.SamplingParams {
+	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1))}
+	if req.Temperature != nil {
+		sp.Temperature = float32(*req.Temperature)
+	}
+	if req.TopP != nil {
+		sp.TopP = float32(*req.TopP)
+	}
+	if req.Seed != nil {
+		sp.Seed = uint64(*req.Seed)
+	} else {
+		var b [8]byte
+		_, _ = crand.Read(b[:])
+		sp.Seed = binary.LittleEndian.Uint64(b[:])
+	}
+	return sp
+}
+
+// limitError maps a tenant store denial to the client's error.
+func limitError(model string, err error) error {
+	var le *tenant.LimitError
+	errors.As(err, &le)
+	var h http.Header
+	if le != nil {
+		h = rateLimitHeaders(le.Quota)
+	}
+	switch {
+	case errors.Is(err, tenant.ErrModelNotAllowed):
+		return api.ModelNotFound(model)
+	case errors.Is(err, tenant.ErrRequestTooLarge):
+		return api.InvalidRequest("max_tokens", "request_too_large",
+			"The request's prompt plus max_tokens exceeds your tenant's per-minute token limit or budget; it can never be admitted.")
+	case errors.Is(err, tenant.ErrInsufficientQuota):
+		e := api.RateLimited("Your tenant's token budget for this period is used up.", le.RetryAfter, h)
+		e.Code = "insufficient_quota"
+		return e
+	case errors.Is(err, tenant.ErrRateLimited):
+		return api.RateLimited(fmt.Sprintf("Rate limit reached for %s requests or tokens; retry after the indicated time.", le.Kind), le.RetryAfter, h)
+	case errors.Is(err, tenant.ErrForbidden):
+		return &api.Error{Status: http.StatusForbidden, Type: api.TypeInvalidRequest, Code: "forbidden",
+			Message: "This tenant may not make this request."}
+	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, tenant.ErrUnauthenticated):
+		return api.InvalidAPIKey("Incorrect API key provided, or the key was revoked.")
+	case errors.Is(err, tenant.ErrUnavailable):
+		return storeUnavailable()
+	}
+	return err
+}
+
+// releaseLease releases a lease with the request's actual usage, retrying
+// briefly while the store is unavailable (a lease given up on expires
+// after its TTL).
+func (g *Gateway) releaseLease(l *tenant.Lease, requestID string, used tenant.Consumed) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
+	defer cancel()
+	for {
+		err := l.Release(ctx, used)
+		if err == nil || !errors.Is(err, tenant.ErrUnavailable) || ctx.Err() != nil {
+			if err != nil {
+				g.logger.Warn("releasing tenant lease", slog.String(obs.KeyRequestID, requestID), "err", err)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(leaseRetryInterval):
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package adminclient
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/warden-ai/warden/tenant"
+)
+
+// Verdicts of ModelView.Verdict: how a model's configured context compares
+// with the KV pools of the workers that serve it (invariant I2).
+const (
+	// VerdictAgree: every serving worker's pool holds the configured context.
+	VerdictAgree = "agree"
+	// VerdictClamped: some pool is smaller; policy clamp serves the smaller
+	// (effective) window.
+	VerdictClamped = "clamped"
+	// VerdictRefused: some pool is smaller; policy refuse does not serve
+	// the model until they agree.
+	VerdictRefused = "refused"
+	// VerdictNoWorkers: no healthy worker serves the model.
+	VerdictNoWorkers = "no_workers"
+)
+
+// WorkerView is one registered worker as the admin API shows it.
+type WorkerView struct {
+	ID              string    `json:"id"`
+	Role            string    `json:"role"`
+	Model           string    `json:"model"`
+	ControlAddr     string    `json:"control_addr"`
+	TransferAddr    string    `json:"transfer_addr,omitempty"`
+	TransferBackend string    `json:"transfer_backend,omitempty"`
+	Healthy         bool      `json:"healthy"`
+	LastHeartbeat   time.Time `json:"last_heartbeat,omitzero"`
+	Pool            PoolView  `json:"pool"`
+	// Running and Waiting are the worker's sequences in its batch and
+	// waiting for one.
+	Running int `json:"running"`
+	Waiting int `json:"waiting"`
+}
+
+// PoolView is a worker's KV pool accounting, as last reported. At a quiet
+// moment FreePages + ReservedPages + InUsePages + QuarantinedPages ==
+// TotalPages.
+type PoolView struct {
+	TotalPages       int64 `json:"total_pages"`
+	FreePages        int64 `json:"free_pages"`
+	ReservedPages    int64 `json:"reserved_pages"`
+	InUsePages       int64 `json:"in_use_pages"`
+	QuarantinedPages int64 `json:"quarantined_pages"`
+	PageTokens       int64 `json:"page_tokens"`
+	// CapacityTokens is TotalPages * PageTokens: the longest sequence the
+	// pool can hold.
+	CapacityTokens  int64 `json:"capacity_tokens"`
+	OwnerViolations int64 `json:"owner_violations"`
+}
+
+// ModelView is one configured model: its configured and effective context
+// and the pools that decide the latter (invariant I2).
+type ModelView struct {
+	Name              string `json:"name"`
+	ConfiguredContext int64  `json:"configured_context"`
+	EffectiveContext  int64  `json:"effective_context"`
+	// Policy is the context policy, "clamp" or "refuse".
+	Policy  string `json:"policy"`
+	Serving bool   `json:"serving"`
+	// Verdict is one of the Verdict constants.
+	Verdict string `json:"verdict"`
+	// Workers are the workers that may serve the model, with their pools.
+	Workers         []WorkerCapacity `json:"workers"`
+	MaxOutputTokens int64            `json:"max_output_tokens,omitempty"`
+}
+
+// WorkerCapacity is one serving worker's KV pool size in tokens.
+type WorkerCapacity struct {
+	ID             string `json:"id"`
+	Role           string `json:"role"`
+	CapacityTokens int64  `json:"capacity_tokens"`
+}
+
+// RequestView is one request, in flight or recently finished.
+type RequestView struct {
+	ID              string `json:"id"`
+	ClientRequestID string `json:"client_request_id,omitempty"`
+	Tenant          string `json:"tenant"`
+	Model           string `json:"model"`
+	// State is the lifecycle state (received ... completed, rejected,
+	// aborted, failed).
+	State string `json:"state"`
+	// Cause says why a request was aborted, rejected or failed.
+	Cause            string    `json:"cause,omitempty"`
+	PrefillWorker    string    `json:"prefill_worker,omitempty"`
+	DecodeWorker     string    `json:"decode_worker,omitempty"`
+	PromptTokens     int64     `json:"prompt_tokens"`
+	CompletionTokens int64     `json:"completion_tokens"`
+	Started          time.Time `json:"started"`
+	Finished         time.Time `json:"finished,omitzero"`
+}
+
+// TenantCreate is the body of POST /admin/v1/tenants.
+type TenantCreate struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+	// Weight is the fair-scheduling weight; 0 means 1.
+	Weight   int           `json:"weight,omitempty"`
+	Limits   tenant.Limits `json:"limits,omitzero"`
+	Disabled bool          `json:"disabled,omitempty"`
+}
+
+// Tenant returns the tenant to create.
+func (c TenantCreate) Tenant() tenant.Tenant {
+	return tenant.Tenant{ID: c.ID, Name: c.Name, Weight: c.Weight, Limits: c.Limits, Disabled: c.Disabled}
+}
+
+// TenantPatch is the body of PATCH /admin/v1/tenants/{id}: absent (or
+// null) fields keep their value.
+type TenantPatch struct {
+	Name     *string      `json:"name,omitempty"`
+	Weight   *int         `json:"weight,omitempty"`
+	Limits   *LimitsPatch `json:"limits,omitempty"`
+	Disabled *bool        `json:"disabled,omitempty"`
+}
+
+// Apply returns t with the patch applied.
+func (p TenantPatch) Apply(t tenant.Tenant) tenant.Tenant {
+	setIf(&t.Name, p.Name)
+	setIf(&t.Weight, p.Weight)
+	setIf(&t.Disabled, p.Disabled)
+	if p.Limits != nil {
+		t.Limits = p.Limits.Apply(t.Limits)
+	}
+	return t
+}
+
+// LimitsPatch changes some of a tenant's limits: absent (or null) fields
+// keep their value; 0 sets a limit to unlimited and an empty
+// allowed_models list allows every model.
+type LimitsPatch struct {
+	RequestsPerMinute *int64               `json:"requests_per_minute,omitempty"`
+	TokensPerMinute   *int64               `json:"tokens_per_minute,omitempty"`
+	MaxConcurrent     *int64               `json:"max_concurrent,omitempty"`
+	Budget            *int64               `json:"budget,omitempty"`
+	BudgetPeriod      *tenant.BudgetPeriod `json:"budget_period,omitempty"`
+	AllowedModels     *[]string            `json:"allowed_models,omitempty"`
+	MaxPriority       *int                 `json:"max_priority,omitempty"`
+}
+
+// Apply returns l with the patch applied.
+func (p LimitsPatch) Apply(l tenant.Limits) tenant.Limits {
+	setIf(&l.RequestsPerMinute, p.RequestsPerMinute)
+	setIf(&l.TokensPerMinute, p.TokensPerMinute)
+	setIf(&l.MaxConcurrent, p.MaxConcurrent)
+	setIf(&l.Budget, p.Budget)
+	setIf(&l.BudgetPeriod, p.BudgetPeriod)
+	setIf(&l.MaxPriority, p.MaxPriority)
+	if p.AllowedModels != nil {
+		l.AllowedModels = append([]string(nil), (*p.AllowedModels)...)
+	}
+	return l
+}
+
+func setIf[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+// KeyCreate is the body of POST /admin/v1/tenants/{id}/keys (optional).
+type KeyCreate struct {
+	// Name is an optional label for the key.
+	Name string `json:"name,omitempty"`
+}
+
+// IssuedKey is the answer to issuing a key: the plaintext key, shown this
+// once and never again, and its description.
+type IssuedKey struct {
+	Key string `json:"key"`
+	tenant.KeyInfo
+}
+
+// AbortResult is the answer to POST /admin/v1/requests/{id}/abort.
+type AbortResult struct {
+	ID    string `json:"id"`
+	Cause string `json:"cause"`
+	// Request is the request after the abort, when it is still known.
+	Request *RequestView `json:"request,omitempty"`
+}
+
+// Deleted is the answer to a DELETE.
+type Deleted struct {
+	ID      string `json:"id"`
+	Deleted bool   `json:"deleted"`
+}
+
+// List is the answer to every listing: {"data": [...]}.
+type List[T any] struct {
+	Data []T `json:"data"`
+}
+
+// Error types and codes of the admin API's error envelope.
+const (
+	TypeInvalidRequest = "invalid_request_error"
+	TypeServer         = "server_error"
+
+	CodeInvalidToken     = "invalid_admin_token"
+	CodeInvalidJSON      = "invalid_json"
+	CodeInvalidEncoding  = "invalid_encoding"
+	CodeInvalidType      = "invalid_type"
+	CodeUnknownField     = "unknown_field"
+	CodeInvalidValue     = "invalid_value"
+	CodeMissingParameter = "missing_required_parameter"
+	CodeNotFound         = "not_found"
+	CodeAlreadyExists    = "already_exists"
+	CodeRequestFinished  = "request_finished"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeRequestTooLarge  = "request_too_large"
+	CodeStoreUnavailable = "store_unavailable"
+	CodeInternal         = "internal_error"
+)
+
+// Error is an error answer of the admin API, in the envelope the public
+// API uses: {"error":{"message","type","param","code"}}.
+type Error struct {
+	Status  int    // HTTP status
+	Type    string // error.type
+	Code    string // error.code; empty is sent as null
+	Param   string // error.param; empty is sent as null
+	Message string // error.message
+}
+
+// Error implements error: the server's message with status and code.
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s (HTTP %d", e.Message, e.Status)
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Param != "" {
+		s += ", param " + e.Param
+	}
+	return s + ")"
+}
+
+// ErrorEnvelope is the JSON body of an error answer.
+type ErrorEnvelope struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody is the inside of ErrorEnvelope.
+type ErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// Envelope returns e's JSON body.
+func (e *Error) Envelope() ErrorEnvelope {
+	b := ErrorBody{Message: e.Message, Type: e.Type}
+	if e.Param != "" {
+		b.Param = &e.Param
+	}
+	if e.Code != "" {
+		b.Code = &e.Code
+	}
+	return ErrorEnvelope{Error: b}
+}

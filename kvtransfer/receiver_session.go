@@ -1,0 +1,294 @@
+package kvtransfer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/warden-ai/warden/internal/faults"
+	"github.com/warden-ai/warden/kvtransfer/internal/wire"
+)
+
+// session serves one admitted transfer's frames.
+type session struct {
+	r    *Receiver
+	rec  *rtransfer
+	t    *Ticket
+	conn net.Conn
+	in   frameReader
+	// npages is the number of pages the transfer fills.
+	npages int
+	// tcp: bytes received per page, running checksum state of pages that
+	// arrive in several frames, and the checksum of each complete page.
+	progress []uint32
+	hashers  map[int]*xxh3.Hasher
+	sums     []uint64
+	// shm: verifies sealed pages while the sender writes the next ones;
+	// watch tells when a frame waits on the connection (nil: unknown).
+	shm   *shmVerifier
+	watch *socketWatch
+	// finished: Complete or Fail was called. ok: Complete was, and the
+	// RESULT went out, so the connection may carry another transfer.
+	finished, ok bool
+	log          *slog.Logger // see logger
+}
+
+func (r *Receiver) newSession(rec *rtransfer, in *wire.MAC) *session {
+	t := rec.t
+	n := t.PromptPages()
+	s := &session{r: r, rec: rec, t: t, conn: rec.conn, in: frameReader{mac: in}, npages: n}
+	if rec.backend == TCP {
+		s.progress = make([]uint32, n)
+		s.hashers = make(map[int]*xxh3.Hasher)
+		s.sums = make([]uint64, n)
+	} else {
+		s.shm = newShmVerifier(r.cfg.Segment, t)
+		if r.cfg.TLS == nil && !zzNoEarly {
+			s.watch = watchSocket(rec.raw)
+		}
+	}
+	return s
+}
+
+// logger returns the session's logger, built on first use (most transfers
+// log nothing).
+func (s *session) logger() *slog.Logger {
+	if s.log == nil {
+		s.log = s.r.log.With("transfer", s.rec.id, "request_id", s.t.Owner.Request, "tenant", s.t.Owner.Tenant, "epoch", s.rec.epoch)
+	}
+	return s.log
+}
+
+// run reads frames until the transfer is decided and, for shm, the sender
+// drained; every exit path has called Complete or Fail. It reports whether
+// the transfer completed with the connection in step (reusable).
+func (s *session) run() bool {
+	defer func() {
+		for _, h := range s.hashers {
+			s.r.hashers.Put(h)
+		}
+		if !s.finished {
+			s.fail(fmt.Errorf("%w: receiver stopped", ErrAborted))
+		}
+	}()
+	for {
+		wait := s.r.cfg.IdleTimeout
+		if s.finished {
+			wait = s.r.cfg.DrainTimeout
+		}
+		deadline := time.Now().Add(wait)
+		if s.shm != nil && !s.finished {
+			if err := s.pump(deadline); err != nil {
+				// A sealed page is bad: fail now, so the sender stops.
+				if errors.Is(err, ErrChecksum) {
+					s.r.stats.checksumFailures.Add(1)
+				}
+				s.fail(err)
+				if !s.awaitDrain() {
+					return s.ok
+				}
+				continue
+			}
+		}
+		s.conn.SetReadDeadline(deadline)
+		if !s.step() {
+			return s.ok
+		}
+	}
+}
+
+// step handles one frame and reports whether to keep reading.
+func (s *session) step() bool {
+	h, payload, err := s.in.next(s.conn, wire.CompleteSize(s.npages))
+	if err != nil {
+		var ioe errIO
+		switch {
+		case s.rec.aborted.Load():
+			s.fail(fmt.Errorf("%w: by decode", ErrAborted))
+			return false
+		case errors.As(err, &ioe):
+			wasFinished := s.finished
+			s.fail(fmt.Errorf("%w: connection: %w", ErrIncomplete, ioe.err))
+			// After an idle timeout an shm sender may still write: keep
+			// listening for its drain ack, once.
+			return !wasFinished && isTimeout(ioe.err) && s.awaitDrain()
+		case errors.Is(err, ErrUnauthenticated):
+			s.r.stats.authFailures.Add(1)
+		case errors.Is(err, ErrDuplicate):
+			s.r.stats.duplicateFrms.Add(1)
+		case errors.Is(err, ErrChecksum):
+			s.r.stats.checksumFailures.Add(1)
+		}
+		s.fail(err) // the stream cannot be trusted further
+		return false
+	}
+	if h.TransferID != s.rec.id || h.Epoch != s.rec.epoch {
+		if h.TransferID != s.rec.id {
+			s.r.stats.unknownFrames.Add(1)
+		} else {
+			s.r.stats.staleFrames.Add(1)
+		}
+		s.logger().Warn("kvtransfer: dropped frame of another transfer or epoch", "type", h.Type, "frame_epoch", h.Epoch)
+		return s.discard(h)
+	}
+	if inj := s.r.cfg.Faults; inj != nil {
+		if inj.Hit(&faults.Event{Point: faults.RecvFrame, Transfer: h.TransferID, Epoch: h.Epoch, Frame: faultFrame(&h)}) == faults.Drop {
+			return s.discard(h)
+		}
+	}
+	switch h.Type {
+	case wire.Data:
+		if s.finished {
+			return s.discard(h)
+		}
+		if s.rec.backend != TCP {
+			s.fail(fmt.Errorf("%w: DATA frame on an shm transfer", ErrProtocol))
+			return false
+		}
+		if err := s.data(h); err != nil {
+			s.fail(err)
+			return false
+		}
+		return true
+	case wire.Complete:
+		s.markDrained() // the sender writes nothing after COMPLETE
+		if s.finished {
+			return false
+		}
+		zzMark("R3-complete-read")
+		c, err := wire.ParseComplete(payload, s.npages)
+		if err != nil {
+			s.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+			return false
+		}
+		s.complete(c)
+		return false
+	case wire.DrainAck:
+		s.r.stats.drainAcks.Add(1)
+		s.markDrained()
+		if !s.finished {
+			s.fail(fmt.Errorf("%w: by sender", ErrAborted))
+		}
+		return false
+	}
+	s.fail(fmt.Errorf("%w: unexpected %v frame from sender", ErrProtocol, h.Type))
+	return false
+}
+
+// awaitDrain reports whether the handler should keep reading after a
+// failure: only for an shm sender that has not drained.
+func (s *session) awaitDrain() bool {
+	if s.rec.backend != SHM {
+		return false
+	}
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	return !s.rec.drained
+}
+
+// discard skips a dropped frame's payload without touching any page.
+func (s *session) discard(h wire.Header) bool {
+	if h.Type != wire.Data {
+		return true // control payloads were already read
+	}
+	if _, err := io.CopyN(io.Discard, s.conn, int64(h.Length)); err != nil {
+		s.fail(fmt.Errorf("%w: connection: %w", ErrIncomplete, err))
+		return false
+	}
+	return true
+}
+
+// markDrained records that the sender can write no more and releases a
+// parked release.
+func (s *session) markDrained() {
+	s.r.mu.Lock()
+	s.rec.drained = true
+	held := s.rec.held
+	s.r.mu.Unlock()
+	if held {
+		s.r.dr.Ack(s.rec.id, s.rec.epoch)
+	}
+}
+
+// complete verifies a COMPLETE frame (I4) and, only if everything holds,
+// marks the pages written and reports Complete.
+func (s *session) complete(c wire.CompletePayload) {
+	if c.Tokens != s.t.PromptTokens {
+		s.fail(fmt.Errorf("%w: sender says %d tokens, ticket %d", ErrTokenCount, c.Tokens, s.t.PromptTokens))
+		return
+	}
+	var err error
+	if s.rec.backend == TCP {
+		err = s.verifyTCP(c)
+	} else {
+		err = s.verifySHM(c)
+	}
+	if err != nil {
+		if errors.Is(err, ErrChecksum) {
+			s.r.stats.checksumFailures.Add(1)
+		}
+		s.fail(err)
+		return
+	}
+	zzMark("R4-verified")
+	for i, p := range s.t.Pages[:s.npages] {
+		if err := s.r.sink.Written(s.t, p, s.t.PageSlots(i)); err != nil {
+			s.fail(fmt.Errorf("%w: marking page %d written: %w", ErrStaleEpoch, p, err))
+			return
+		}
+	}
+	s.finished = true
+	s.r.stats.completed.Add(1)
+	if s.rec.backend == SHM {
+		s.r.stats.bytes.Add(uint64(s.npages) * uint64(s.t.PageBytes))
+	}
+	s.r.sink.Complete(s.t, Completion{
+		Tokens: c.Tokens, FirstToken: c.FirstToken,
+		Pages: s.npages, Bytes: int64(s.npages) * s.t.PageBytes,
+	})
+	zzMark("R5-sink-done")
+	s.ok = s.sendResult(nil)
+	zzMark("R6-result-sent")
+}
+
+// fail reports a failed transfer once and tells the sender why.
+func (s *session) fail(err error) {
+	if s.finished {
+		return
+	}
+	s.finished = true
+	s.r.stats.failed.Add(1)
+	if errors.Is(err, ErrAborted) {
+		s.logger().Info("kvtransfer: transfer aborted", "err", err)
+	} else {
+		s.logger().Warn("kvtransfer: transfer failed", "err", err)
+	}
+	s.r.sink.Fail(s.t, err)
+	s.sendResult(err)
+}
+
+// sendResult writes the verdict (err nil: accepted) and reports whether it
+// went out.
+func (s *session) sendResult(err error) bool {
+	if inj := s.r.cfg.Faults; inj != nil {
+		f := faults.Frame{Type: wire.Result.String(), TransferID: s.rec.id, Epoch: s.rec.epoch}
+		if inj.Hit(&faults.Event{Point: faults.SendResult, Transfer: s.rec.id, Epoch: s.rec.epoch, Frame: &f}) == faults.Drop {
+			return false
+		}
+	}
+	var code uint16
+	if err != nil {
+		code = errCode(err)
+	}
+	b := wire.MarshalResult(code)
+	if serr := s.rec.send(wire.Result, b[:], s.r.cfg.WriteTimeout); serr != nil {
+		s.logger().Debug("kvtransfer: sending RESULT", "err", serr)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,107 @@
+package kvtransfer
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/warden-ai/warden/kvtransfer/internal/wire"
+)
+
+// The tcp backend: decode is the only writer. Each DATA frame is fenced
+// (Sink.CheckWrite right before the copy), read from the socket straight
+// into its page and hashed there while it is in cache.
+
+// data copies one DATA frame from the connection straight into its page,
+// fenced: the page must be reserved for the transfer's (request, epoch)
+// right before the copy, and Abort waits for a copy in flight.
+func (s *session) data(h wire.Header) error {
+	idx := int(h.PageIndex)
+	pb := uint64(s.t.PageBytes)
+	switch {
+	case idx >= s.npages:
+		return fmt.Errorf("%w: page index %d of %d", ErrProtocol, idx, s.npages)
+	case h.PageID != s.t.Pages[idx]:
+		return fmt.Errorf("%w: page index %d is page %d, frame says %d", ErrProtocol, idx, s.t.Pages[idx], h.PageID)
+	case uint64(h.Offset)+uint64(h.Length) > pb:
+		return fmt.Errorf("%w: bytes [%d,+%d) beyond page size %d", ErrProtocol, h.Offset, h.Length, pb)
+	case h.Offset < s.progress[idx]:
+		s.r.stats.duplicateFrms.Add(1)
+		return fmt.Errorf("%w: page %d bytes from %d again (have %d)", ErrDuplicate, idx, h.Offset, s.progress[idx])
+	case h.Offset > s.progress[idx]:
+		return fmt.Errorf("%w: page %d bytes [%d,%d) missing", ErrIncomplete, idx, s.progress[idx], h.Offset)
+	}
+	sum, err := s.copyIn(h)
+	if err != nil {
+		return err
+	}
+	if sum != h.Checksum {
+		s.r.stats.checksumFailures.Add(1)
+		return fmt.Errorf("%w: page %d bytes [%d,%d)", ErrChecksum, idx, h.Offset, h.Offset+h.Length)
+	}
+	s.progress[idx] += h.Length
+	if uint64(s.progress[idx]) == pb {
+		s.sums[idx] = sum
+	}
+	s.r.stats.frames.Add(1)
+	s.r.stats.bytes.Add(uint64(h.Length))
+	return nil
+}
+
+// copyIn reads the frame payload into the page under the write lock and
+// returns the page's running checksum through the end of the frame.
+func (s *session) copyIn(h wire.Header) (uint64, error) {
+	rec := s.rec
+	rec.wmu.Lock()
+	defer rec.wmu.Unlock()
+	if rec.aborted.Load() {
+		return 0, fmt.Errorf("%w: by decode", ErrAborted)
+	}
+	if err := s.r.sink.CheckWrite(s.t, h.PageID); err != nil {
+		s.r.stats.staleFrames.Add(1)
+		return 0, fmt.Errorf("%w: page %d fenced: %w", ErrStaleEpoch, h.PageID, err)
+	}
+	page := s.r.sink.PageData(h.PageID)
+	if int64(len(page)) != s.t.PageBytes {
+		return 0, fmt.Errorf("%w: sink returned %d bytes for page %d, want %d", ErrProtocol, len(page), h.PageID, s.t.PageBytes)
+	}
+	dst := page[h.Offset : h.Offset+h.Length]
+	if _, err := io.ReadFull(s.conn, dst); err != nil {
+		if rec.aborted.Load() {
+			return 0, fmt.Errorf("%w: by decode", ErrAborted)
+		}
+		return 0, fmt.Errorf("%w: connection: %w", ErrIncomplete, err)
+	}
+	idx := int(h.PageIndex)
+	if h.Offset == 0 && int64(h.Length) == s.t.PageBytes {
+		return wire.Checksum(dst), nil
+	}
+	hs := s.hashers[idx]
+	if hs == nil {
+		hs = s.r.hashers.Get().(*xxh3.Hasher)
+		hs.Reset()
+		s.hashers[idx] = hs
+	}
+	hs.Write(dst)
+	sum := hs.Sum64()
+	if int64(h.Offset+h.Length) == s.t.PageBytes {
+		delete(s.hashers, idx)
+		s.r.hashers.Put(hs)
+	}
+	return sum, nil
+}
+
+// verifyTCP checks at COMPLETE that every page arrived whole with the
+// checksum the sender lists.
+func (s *session) verifyTCP(c wire.CompletePayload) error {
+	for i := range s.npages {
+		if int64(s.progress[i]) != s.t.PageBytes {
+			return fmt.Errorf("%w: page index %d has %d of %d bytes", ErrIncomplete, i, s.progress[i], s.t.PageBytes)
+		}
+		if s.sums[i] != c.Checksums[i] {
+			return fmt.Errorf("%w: page index %d: received %016x, sender says %016x", ErrChecksum, i, s.sums[i], c.Checksums[i])
+		}
+	}
+	return nil
+}

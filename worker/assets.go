@@ -1,0 +1,73 @@
+package worker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/worker/model"
+)
+
+// maxAssetBytes bounds one tokenizer file the worker ships to gateways
+// (a Llama 3 tokenizer.json is about 9 MB).
+const maxAssetBytes = 64 << 20
+
+// loadAssets reads the files the gateway needs to tokenize exactly as this
+// model was trained: tokenizer.json (required) and, when present,
+// tokenizer_config.json, generation_config.json and chat_template.jinja.
+func loadAssets(dir, modelName string) (*controlpb.ModelAssetsResponse, error) {
+	read := func(name string, required bool) ([]byte, error) {
+		path := filepath.Join(dir, name)
+		fi, err := os.Stat(path)
+		if errors.Is(err, fs.ErrNotExist) && !required {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("worker: model asset: %w", err)
+		}
+		if fi.Size() > maxAssetBytes {
+			return nil, fmt.Errorf("worker: model asset %s is %d bytes, more than the %d allowed", path, fi.Size(), maxAssetBytes)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("worker: model asset: %w", err)
+		}
+		return b, nil
+	}
+	a := &controlpb.ModelAssetsResponse{Model: modelName}
+	var err error
+	if a.TokenizerJson, err = read(tokenizer.TokenizerFile, true); err != nil {
+		return nil, err
+	}
+	if a.TokenizerConfigJson, err = read(tokenizer.TokenizerConfigFile, false); err != nil {
+		return nil, err
+	}
+	if a.GenerationConfigJson, err = read(model.GenerationConfigFile, false); err != nil {
+		return nil, err
+	}
+	if a.ChatTemplateJinja, err = read(tokenizer.ChatTemplateFile, false); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(a.TokenizerJson)
+	a.TokenizerSha256 = hex.EncodeToString(sum[:])
+	return a, nil
+}
+
+// hostID identifies this machine for the gateway's same-host check (the
+// shm transfer backend needs both workers on one host): the systemd
+// machine ID, or the hostname where there is none.
+func hostID(hostname string) string {
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id
+		}
+	}
+	return hostname
+}

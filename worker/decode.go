@@ -1,0 +1,360 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// reserve handles Reserve (decode, both): pages for the whole sequence,
+// all or nothing, and the ticket that lets one prefill worker fill the
+// prompt's pages.
+func (w *Worker) reserve(req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
+	if w.role == config.RolePrefill {
+		return nil, status.Error(codes.FailedPrecondition, "Reserve: this is a prefill worker")
+	}
+	owner, err := ownerFrom(req.GetOwner())
+	if err != nil {
+		return nil, err
+	}
+	prompt, total := req.GetPromptTokens(), req.GetTotalTokens()
+	switch {
+	case prompt < 1:
+		return nil, invalid("prompt_tokens must be >= 1 (got %d)", prompt)
+	case total < prompt:
+		return nil, invalid("total_tokens %d < prompt_tokens %d", total, prompt)
+	case total > w.capacity.Tokens:
+		// Checked before anything is reserved: a request the pool can
+		// never hold gets no partial reservation (I1, defence in depth
+		// behind the gateway's admission).
+		return nil, neverFits(total, w.capacity.Tokens)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.admitLocked(owner); err != nil {
+		return nil, err
+	}
+	pages, err := w.rt.Pool.Reserve(owner, int(total))
+	if err != nil {
+		return nil, poolStatus(err, total, w.capacity.Tokens)
+	}
+	t := &kvtransfer.Ticket{
+		TransferID:   kvtransfer.NewTransferID(),
+		Owner:        kvtransfer.Owner(owner),
+		Pages:        make([]int32, len(pages)),
+		PageTokens:   int32(w.capacity.PageTokens),
+		PromptTokens: prompt,
+		PageBytes:    int64(w.capacity.PageBytes),
+		AuthToken:    kvtransfer.NewAuthToken(),
+		Addr:         w.transferAddr,
+		Backend:      kvtransfer.Backend(w.cfg.Worker.Transfer.Backend),
+	}
+	for i, p := range pages {
+		t.Pages[i] = int32(p)
+	}
+	if w.segment != nil {
+		t.ShmPath = w.segment.Path()
+	}
+	e := newEntry(owner, pages, int(total), stageReserved)
+	e.ticket, e.live, e.transferred = t, true, make(chan struct{})
+	w.reqs[e.key] = e
+	w.byTransfer[t.TransferID] = e
+	e.timer = time.AfterFunc(w.reserveTimeout, func() { w.expire(e) })
+	return &controlpb.ReserveResponse{Ticket: ticketToProto(t, w.id)}, nil
+}
+
+// generate handles Generate. An owner with a reservation (Reserve) is
+// decoded from its transfer, on decode and both workers alike; on a both
+// worker an owner without one is run entirely here.
+func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
+	if w.role == config.RolePrefill {
+		return status.Error(codes.FailedPrecondition, "Generate: this is a prefill worker")
+	}
+	owner, err := ownerFrom(req.GetOwner())
+	if err != nil {
+		return err
+	}
+	prompt := req.GetPrompt()
+	if err := checkPrompt(prompt); err != nil {
+		return err
+	}
+	sp, err := samplingFrom(req.GetSampling())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(srv.Context())
+	defer cancel(nil)
+
+	w.mu.Lock()
+	e := w.reqs[reqKey{owner.Tenant, owner.Request}]
+	if e == nil || e.ticket == nil {
+		if w.role == config.RoleDecode || req.GetTicket() != nil {
+			if err := w.admitLocked(owner); err != nil {
+				w.mu.Unlock()
+				return err
+			}
+			w.mu.Unlock()
+			return status.Errorf(codes.NotFound, "no reservation for request %s/%s: Reserve first", owner.Tenant, owner.Request)
+		}
+		e, err = w.reserveLocalLocked(owner, len(prompt), sp.MaxTokens)
+		if err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		e.handler, e.cancel = true, cancel
+		w.mu.Unlock()
+		return w.runLocal(ctx, e, prompt, sp, srv)
+	}
+	if err := w.claimReservationLocked(e, owner, req.GetTicket(), len(prompt), sp.MaxTokens); err != nil {
+		w.mu.Unlock()
+		return err
+	}
+	e.handler, e.cancel, e.stage = true, cancel, stageWaiting
+	w.mu.Unlock()
+	return w.runReserved(ctx, e, prompt, sp, srv)
+}
+
+// reserveLocalLocked reserves pages for a whole request on a both worker.
+// Called with w.mu held.
+func (w *Worker) reserveLocalLocked(owner kvpool.Owner, prompt, maxTokens int) (*entry, error) {
+	total := int64(prompt) + int64(maxTokens)
+	if total > w.capacity.Tokens {
+		return nil, neverFits(total, w.capacity.Tokens)
+	}
+	if err := w.admitLocked(owner); err != nil {
+		return nil, err
+	}
+	pages, err := w.rt.Pool.Reserve(owner, int(total))
+	if err != nil {
+		return nil, poolStatus(err, total, w.capacity.Tokens)
+	}
+	e := newEntry(owner, pages, int(total), stagePrefilling)
+	w.reqs[e.key] = e
+	return e, nil
+}
+
+// claimReservationLocked checks a Generate against the reservation it
+// decodes from (I4: the prompt must be the one the ticket covers).
+// Called with w.mu held.
+func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, ticket *controlpb.Ticket, prompt, maxTokens int) error {
+	if err := w.tombs.check(e.key, owner.Epoch); err != nil {
+		return err
+	}
+	t := e.ticket
+	switch {
+	case w.closing:
+		return status.Error(codes.Unavailable, "worker is shutting down")
+	case owner.Epoch != e.epoch:
+		return invalid("request %s/%s is reserved at epoch %d, Generate is for epoch %d", owner.Tenant, owner.Request, e.epoch, owner.Epoch)
+	case e.handler:
+		return status.Errorf(codes.AlreadyExists, "request %s/%s is already being generated", owner.Tenant, owner.Request)
+	case ticket != nil && ticket.GetTransferId() != t.TransferID.String():
+		return invalid("ticket %s is not the reservation's (%s)", ticket.GetTransferId(), t.TransferID)
+	case int64(prompt) != t.PromptTokens:
+		return invalid("prompt has %d tokens, the reservation's ticket covers %d", prompt, t.PromptTokens)
+	case prompt+maxTokens > e.tokens:
+		return invalid("prompt %d + max_tokens %d exceed the %d tokens reserved", prompt, maxTokens, e.tokens)
+	}
+	return nil
+}
+
+// runReserved waits for the reservation's transfer, verifies it and
+// decodes.
+func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
+	select {
+	case <-e.transferred:
+	case <-ctx.Done():
+		st := stoppedStatus(ctx)
+		w.finish(e, st)
+		return st
+	}
+	w.mu.Lock()
+	terr, c := e.transferErr, e.completion
+	w.mu.Unlock()
+	if terr != nil {
+		st := transferStatus(terr)
+		w.finish(e, st)
+		return st
+	}
+	if c.Tokens != int64(len(prompt)) {
+		// The receiver checked COMPLETE against the ticket, and the ticket
+		// against this prompt; checked again because decoding from a short
+		// transfer is the failure this system exists to prevent (I4).
+		st := status.Errorf(codes.DataLoss, "kv transfer delivered %d prompt tokens, the prompt has %d", c.Tokens, len(prompt))
+		w.finish(e, st)
+		return st
+	}
+	if err := w.rt.Pool.Activate(e.owner); err != nil {
+		st := status.Errorf(codes.Internal, "activating pages: %v", err)
+		w.finish(e, st)
+		return st
+	}
+	w.setStage(e, stageDecoding)
+	if err := srv.Send(readyEvent(len(prompt))); err != nil {
+		st := stoppedStatus(ctx)
+		w.finish(e, st)
+		return st
+	}
+	es, err := submit(ctx, w.rt.Engine, engine.Request{
+		Owner: e.owner, Pages: e.pages, Prompt: prompt,
+		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp,
+	})
+	if err != nil {
+		st := engineStatus(err)
+		w.finish(e, st)
+		return st
+	}
+	return w.serve(ctx, e, es, srv, len(prompt), false)
+}
+
+// runLocal prefills and decodes a request on a both worker.
+func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
+	if err := w.rt.Pool.Activate(e.owner); err != nil {
+		st := status.Errorf(codes.Internal, "activating pages: %v", err)
+		w.finish(e, st)
+		return st
+	}
+	es, err := submit(ctx, w.rt.Engine, engine.Request{
+		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true,
+	})
+	if err != nil {
+		st := engineStatus(err)
+		w.finish(e, st)
+		return st
+	}
+	return w.serve(ctx, e, es, srv, len(prompt), true)
+}
+
+// serve relays a sequence's events to the gateway, tears the request down
+// and ends the stream: Done after a normal finish (the pages are already
+// free), or the status of the failure or abort.
+func (w *Worker) serve(ctx context.Context, e *entry, es *engine.Stream, srv grpc.ServerStreamingServer[controlpb.GenerateEvent], prompt int, readyOnProgress bool) error {
+	res, err := w.relay(ctx, e, es, srv, prompt, readyOnProgress)
+	if err != nil {
+		stopSequence(es)
+		st := stoppedStatus(ctx)
+		w.finish(e, st)
+		return st
+	}
+	switch res.Finish {
+	case engine.FinishStop, engine.FinishLength:
+		w.finish(e, nil)
+		return srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Done{Done: &controlpb.Done{
+			FinishReason:     string(res.Finish),
+			PromptTokens:     int64(res.PromptTokens),
+			CompletionTokens: int64(res.CompletionTokens),
+		}}})
+	}
+	st := engineStatus(res.Err)
+	if ctx.Err() != nil {
+		st = stoppedStatus(ctx)
+	}
+	w.log.Warn("generation failed", "request_id", e.owner.Request, "tenant", e.owner.Tenant, "err", res.Err)
+	w.finish(e, st)
+	return st
+}
+
+// relay forwards events until the sequence's result, which it returns; an
+// error means ctx ended or the gateway's stream broke. Tokens produced
+// together are sent together, but a token never waits for the next one.
+func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grpc.ServerStreamingServer[controlpb.GenerateEvent], prompt int, readyOnProgress bool) (*engine.Result, error) {
+	// A cancelled context makes Next return only what is already buffered.
+	buffered, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		// Next returns buffered events even after ctx ended; an aborted
+		// request must not stream them.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		ev, err := es.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var done *engine.Result
+		switch ev.Kind {
+		case engine.EventDone:
+			return ev.Result, nil
+		case engine.EventProgress:
+			if readyOnProgress && ev.Positions == prompt {
+				w.setStage(e, stageDecoding)
+				if err := srv.Send(readyEvent(prompt)); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		ids := []int32{ev.Token}
+		for done == nil {
+			ev, err := es.Next(buffered)
+			if err != nil {
+				break
+			}
+			switch ev.Kind {
+			case engine.EventToken:
+				ids = append(ids, ev.Token)
+			case engine.EventDone:
+				done = ev.Result
+			}
+		}
+		if h := w.hooks.beforeTokens; h != nil {
+			h(ctx)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Tokens{Tokens: &controlpb.Tokens{Ids: ids}}}); err != nil {
+			return nil, err
+		}
+		if done != nil {
+			return done, nil
+		}
+	}
+}
+
+func readyEvent(prompt int) *controlpb.GenerateEvent {
+	return &controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Ready{Ready: &controlpb.Ready{PromptTokens: int64(prompt)}}}
+}
+
+// errLostStream reports an engine stream Submit did not return.
+var errLostStream = errors.New("Submit returned no stream")
+
+// submit is Engine.Submit, guarding against a nil stream: the engine can
+// finish a sequence (and forget its stream) before Submit returns it, in
+// which case the engine no longer touches the pages and the request fails
+// with Internal instead of crashing the worker.
+func submit(ctx context.Context, eng *engine.Engine, req engine.Request) (*engine.Stream, error) {
+	es, err := eng.Submit(ctx, req)
+	if err == nil && es == nil {
+		err = errLostStream
+	}
+	return es, err
+}
+
+// stopSequence closes an engine stream and waits for its final event,
+// after which the engine no longer touches the sequence's pages.
+func stopSequence(es *engine.Stream) {
+	es.Close()
+	for {
+		ev, err := es.Next(context.Background())
+		if err != nil || ev.Kind == engine.EventDone {
+			return
+		}
+	}
+}
+
+func (w *Worker) setStage(e *entry, stage string) {
+	w.mu.Lock()
+	e.stage = stage
+	w.mu.Unlock()
+}

@@ -1,0 +1,71 @@
+// Package worker is the warden worker process (`warden worker --role
+// prefill|decode|both`): a loaded model with its owner-tagged KV pool and
+// engine (worker/runtime), served to gateways over the gRPC control plane
+// (internal/controlpb), plus the KV transfer ends (kvtransfer), the
+// registration with every configured gateway, and /metrics and /healthz.
+//
+// The gateway drives every request's lifecycle; the worker serves it and
+// never keeps pages for a request the gateway has given up on: every path
+// out of a request — completion, failure, Abort, a cancelled stream, an
+// abandoned reservation, shutdown — ends with the request's pages free
+// (or quarantined, I5) and its engine sequence stopped. Free + reserved +
+// in-use + quarantined pages equal the pool at every quiet moment.
+//
+// # Control-plane contract
+//
+// Roles: Reserve and Generate need decode or both, Prefill prefill or both;
+// a call to the wrong role is FailedPrecondition.
+//
+//   - Reserve(owner, prompt_tokens, total_tokens) reserves pages for
+//     total_tokens, all or nothing, and returns the ticket. total_tokens
+//     above the pool's capacity is OutOfRange ("can never fit: N tokens >
+//     pool capacity C") and reserves nothing; not enough free pages now is
+//     ResourceExhausted; an owner (tenant, request) that already holds pages
+//     here is AlreadyExists. The reservation is abandoned (fenced and
+//     released; later calls for it get Aborted) unless its transfer
+//     completed and a Generate claimed it within worker.transfer.reserve_timeout.
+//   - Prefill(owner, prompt, sampling, ticket) prefills locally and pushes
+//     each finished page to the ticket's decode worker while later chunks
+//     are computed, then completes the transfer; it returns once decode
+//     verified it. A prompt above this worker's pool is OutOfRange. Transfer
+//     failures map as: verification failed (checksum, incomplete, token
+//     count, stale epoch, protocol) DataLoss with kvtransfer's text; aborted
+//     by either side Aborted; decode did not accept the ticket (expired,
+//     aborted, unknown) FailedPrecondition; decode unreachable Unavailable.
+//   - Generate(owner, prompt, sampling[, ticket]) streams Ready{prompt_tokens}
+//     once the prompt is in the cache (both: after the local prefill;
+//     decode: after the transfer verified), then Tokens{ids} events (tokens
+//     produced in one step may share an event; none is held back), then
+//     Done{finish_reason "stop"|"length", prompt_tokens, completion_tokens}
+//     with the engine's counts (I7; completion_tokens includes a final stop
+//     token, which is not sent). Done is sent after the pages are free. On
+//     a decode worker (or a both worker holding a Reserve for the owner)
+//     the owner must have been reserved: none is NotFound; a prompt length
+//     other than the ticket's, another epoch or ticket, or prompt+max_tokens
+//     above the reservation is InvalidArgument; a failed transfer is
+//     DataLoss (or Aborted). A both worker without a reservation reserves
+//     prompt+max_tokens itself (OutOfRange, ResourceExhausted as Reserve).
+//     A KV owner violation (I3) ends the stream with Internal "kv owner
+//     violation: …" and no further token. Cancelling the stream aborts
+//     the request.
+//   - Abort(owner, cause) is idempotent: it stops the engine sequence,
+//     fences the pages (new epoch) and frees them — through the receiver
+//     when a transfer may still write, which for shm waits for the
+//     sender's drain ack or quarantines after worker.transfer.drain_timeout.
+//     found is false when nothing was held; drained is true on prefill and
+//     both workers (once Abort returns no further byte of the request can
+//     be written by this worker). An Abort also refuses any later Reserve,
+//     Prefill or Generate for the same (tenant, request) at that epoch or an
+//     older one, with Aborted, so a call racing its Abort cannot start.
+//   - A request whose call was refused or failed after a tear-down answers
+//     later calls for that attempt with the same status for a while (at
+//     least a minute), so the gateway learns why.
+//   - Status, ModelAssets: pool accounting and in-flight requests; the
+//     tokenizer files and their SHA-256.
+//   - During shutdown new requests get Unavailable and in-flight ones end
+//     with Unavailable.
+//
+// Only the gateway may call: with cluster.auth mtls the control server
+// completes a TLS handshake only with a certificate carrying the gateway
+// identity; with shared_secret every call must carry the secret (I10).
+package worker

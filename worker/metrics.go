@@ -1,0 +1,196 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// metrics are the worker's Prometheus metrics. Counters the pool, engine
+// and transfer ends already keep are read from their snapshots at scrape
+// time (snapshotCollector); the rest are observed here.
+type metrics struct {
+	requests        *prometheus.CounterVec
+	transferSeconds prometheus.Histogram
+	deferredRelease *prometheus.CounterVec
+	deferredSeconds prometheus.Histogram
+}
+
+// sources are the components whose counters are exported from snapshots;
+// receiver and sender are nil on roles that lack them.
+type sources struct {
+	pool     *kvpool.Pool
+	engine   *engine.Engine
+	receiver *kvtransfer.Receiver
+	sender   *kvtransfer.Sender
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_worker_requests_total",
+			Help: "Control-plane RPCs served, by method and gRPC status code.",
+		}, []string{"rpc", "code"}),
+		transferSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warden_transfer_duration_seconds",
+			Help:    "KV transfers sent by this worker, from connection open to decode's verdict.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		deferredRelease: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_decode_deferred_kv_release_total",
+			Help: "Releases of aborted transfers' pages, by outcome (immediate, drained, timeout, late_drain).",
+		}, []string{"outcome"}),
+		deferredSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "warden_decode_deferred_kv_release_seconds",
+			Help:    "How long aborted transfers' pages waited for the writer's drain before release or quarantine.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+	}
+	for _, o := range []kvtransfer.Outcome{kvtransfer.OutcomeImmediate, kvtransfer.OutcomeDrained,
+		kvtransfer.OutcomeTimeout, kvtransfer.OutcomeLateDrain} {
+		m.deferredRelease.WithLabelValues(string(o))
+	}
+	return m
+}
+
+// register registers the metrics, and the collector of src's snapshots,
+// on reg.
+func (m *metrics) register(reg prometheus.Registerer, src sources) error {
+	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, newSnapshotCollector(src)} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("worker: registering metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// observeRelease is the receiver's OnRelease hook.
+func (m *metrics) observeRelease(o kvtransfer.Outcome, waited time.Duration) {
+	m.deferredRelease.WithLabelValues(string(o)).Inc()
+	if o != kvtransfer.OutcomeImmediate {
+		m.deferredSeconds.Observe(waited.Seconds())
+	}
+}
+
+// interceptors count every RPC by method and status code.
+func (m *metrics) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		m.requests.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Inc()
+		return resp, err
+	}
+	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		err := h(srv, ss)
+		m.requests.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Inc()
+		return err
+	}
+	return unary, stream
+}
+
+// methodName returns the last element of a gRPC full method name.
+func methodName(full string) string {
+	for i := len(full) - 1; i >= 0; i-- {
+		if full[i] == '/' {
+			return full[i+1:]
+		}
+	}
+	return full
+}
+
+// snapshotCollector exports the pool's, engine's and transfer ends'
+// counters from consistent snapshots taken at scrape time.
+type snapshotCollector struct {
+	src sources
+
+	kvPages, kvCapacity, violations, fenceRejections *prometheus.Desc
+	steps, tokens, sequences                         *prometheus.Desc
+	transferBytes, transferFrames                    *prometheus.Desc
+	checksumFailures, staleFrames, authFailures      *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*snapshotCollector)(nil)
+
+func newSnapshotCollector(src sources) *snapshotCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &snapshotCollector{
+		src:             src,
+		kvPages:         d("warden_kv_pages", "KV pool pages by state; free+reserved+in_use+quarantined is the pool size.", "state"),
+		kvCapacity:      d("warden_kv_capacity_tokens", "KV pool capacity in tokens: the most one request can ever hold."),
+		violations:      d("warden_kv_owner_violations_total", "KV reads refused by the owner check (I3); each aborted its request without output."),
+		fenceRejections: d("warden_kv_fence_rejections_total", "KV writes refused by the owner/epoch fence."),
+		steps:           d("warden_engine_steps_total", "Forward steps the engine ran."),
+		tokens:          d("warden_engine_tokens_total", "Tokens the engine processed, by kind (prefill, decode).", "kind"),
+		sequences:       d("warden_engine_sequences", "Sequences in the engine, by state (running, waiting).", "state"),
+		transferBytes:   d("warden_transfer_bytes_total", "KV page bytes transferred, by direction (sent, received).", "direction"),
+		transferFrames:  d("warden_transfer_frames_total", "KV transfer DATA frames, by direction (sent, received).", "direction"),
+		checksumFailures: d("warden_transfer_checksum_failures_total",
+			"Received transfer frames or pages whose checksum did not match."),
+		staleFrames: d("warden_transfer_stale_frames_total",
+			"Received transfer frames dropped because their epoch was fenced."),
+		authFailures: d("warden_transfer_auth_failures_total",
+			"Transfer connections refused because the peer did not authenticate."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.kvPages, c.kvCapacity, c.violations, c.fenceRejections,
+		c.steps, c.tokens, c.sequences, c.transferBytes, c.transferFrames,
+		c.checksumFailures, c.staleFrames, c.authFailures} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	ps := c.src.pool.Stats()
+	for _, s := range []struct {
+		state kvpool.State
+		n     int
+	}{{kvpool.Free, ps.Free}, {kvpool.Reserved, ps.Reserved}, {kvpool.InUse, ps.InUse}, {kvpool.Quarantined, ps.Quarantined}} {
+		gauge(c.kvPages, float64(s.n), s.state.String())
+	}
+	gauge(c.kvCapacity, float64(c.src.pool.Capacity().Tokens))
+	counter(c.violations, ps.Violations)
+	counter(c.fenceRejections, ps.FenceRejections)
+
+	es := c.src.engine.Stats()
+	counter(c.steps, es.Steps)
+	counter(c.tokens, es.PrefillTokens, "prefill")
+	counter(c.tokens, es.DecodeTokens, "decode")
+	gauge(c.sequences, float64(es.Running), "running")
+	gauge(c.sequences, float64(es.Waiting), "waiting")
+
+	var sent, sentFrames uint64
+	if c.src.sender != nil {
+		ss := c.src.sender.Stats()
+		sent, sentFrames = ss.Bytes, ss.Frames
+	}
+	var rs kvtransfer.ReceiverStats
+	if c.src.receiver != nil {
+		rs = c.src.receiver.Stats()
+	}
+	counter(c.transferBytes, sent, "sent")
+	counter(c.transferBytes, rs.Bytes, "received")
+	counter(c.transferFrames, sentFrames, "sent")
+	counter(c.transferFrames, rs.Frames, "received")
+	counter(c.checksumFailures, rs.ChecksumFailures)
+	counter(c.staleFrames, rs.StaleFrames)
+	counter(c.authFailures, rs.AuthFailures)
+}

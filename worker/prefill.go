@@ -1,0 +1,171 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// prefill handles Prefill (prefill, both): it computes the prompt's KV in
+// local pages, pushes each page to the ticket's decode worker as soon as
+// all its positions are in the cache, completes the transfer with the
+// first sampled token and frees the local pages on every path.
+func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (*controlpb.PrefillResponse, error) {
+	if w.role == config.RoleDecode {
+		return nil, status.Error(codes.FailedPrecondition, "Prefill: this is a decode worker")
+	}
+	owner, err := ownerFrom(req.GetOwner())
+	if err != nil {
+		return nil, err
+	}
+	prompt := req.GetPrompt()
+	if err := checkPrompt(prompt); err != nil {
+		return nil, err
+	}
+	sp, err := samplingFrom(req.GetSampling())
+	if err != nil {
+		return nil, err
+	}
+	t, err := ticketFrom(req.GetTicket())
+	if err != nil {
+		return nil, err
+	}
+	switch c := w.capacity; {
+	case kvpool.Owner(t.Owner) != owner:
+		return nil, invalid("ticket is for %v, the request is %v", kvpool.Owner(t.Owner), owner)
+	case t.PromptTokens != int64(len(prompt)):
+		return nil, invalid("prompt has %d tokens, the ticket covers %d", len(prompt), t.PromptTokens)
+	case int64(len(prompt)) > c.Tokens:
+		return nil, neverFits(int64(len(prompt)), c.Tokens)
+	case int(t.PageTokens) != c.PageTokens || t.PageBytes != int64(c.PageBytes):
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"decode pages are %d tokens of %d bytes, this worker's %d tokens of %d bytes: the workers serve different models or page sizes",
+			t.PageTokens, t.PageBytes, c.PageTokens, c.PageBytes)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	w.mu.Lock()
+	if err := w.admitLocked(owner); err != nil {
+		w.mu.Unlock()
+		return nil, err
+	}
+	pages, err := w.rt.Pool.Reserve(owner, len(prompt))
+	if err != nil {
+		w.mu.Unlock()
+		return nil, poolStatus(err, int64(len(prompt)), w.capacity.Tokens)
+	}
+	e := newEntry(owner, pages, len(prompt), stagePrefilling)
+	e.handler, e.cancel = true, cancel
+	w.reqs[e.key] = e
+	w.mu.Unlock()
+
+	resp, err := w.runPrefill(ctx, e, t, prompt, sp)
+	w.finish(e, err)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// runPrefill runs the prefill and the transfer; on failure or abort it
+// returns only once the engine and the transfer stream have both stopped
+// (the stream drained: it can write no further byte to decode).
+func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling) (*controlpb.PrefillResponse, error) {
+	pool := w.rt.Pool
+	if err := pool.Activate(e.owner); err != nil {
+		return nil, status.Errorf(codes.Internal, "activating pages: %v", err)
+	}
+	es, err := submit(ctx, w.rt.Engine, engine.Request{
+		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp,
+		PrefillOnly: true, ReportProgress: true,
+	})
+	if err != nil {
+		return nil, engineStatus(err)
+	}
+	start := time.Now()
+	st, err := w.sender.Open(ctx, t)
+	if err != nil {
+		stopSequence(es)
+		return nil, sendStatus(ctx, err)
+	}
+	w.setStage(e, stageTransferring)
+	npages, pt := t.PromptPages(), w.capacity.PageTokens
+	pushed := 0
+	var res *engine.Result
+	for res == nil {
+		ev, err := es.Next(ctx)
+		if err != nil {
+			stopSequence(es)
+			st.Abort()
+			return nil, stoppedStatus(ctx)
+		}
+		switch ev.Kind {
+		case engine.EventProgress:
+			// A page can go once every one of its positions is in the
+			// cache: prefill only moves forward, so it is final.
+			ready := ev.Positions / pt
+			if ev.Positions == len(prompt) {
+				ready = npages
+			}
+			for ; pushed < ready; pushed++ {
+				if h := w.hooks.beforePush; h != nil {
+					h(ctx, pushed)
+				}
+				err := ctx.Err() // Push may still write once after ctx ended
+				if err == nil {
+					err = st.Push(ctx, pushed, 0, pool.Data(e.pages[pushed]))
+				}
+				if err != nil {
+					stopSequence(es)
+					st.Abort()
+					return nil, sendStatus(ctx, err)
+				}
+			}
+		case engine.EventDone:
+			res = ev.Result
+		}
+	}
+	switch {
+	case res.Finish != engine.FinishPrefilled && res.Finish != engine.FinishStop:
+		st.Abort()
+		if ctx.Err() != nil {
+			return nil, stoppedStatus(ctx)
+		}
+		return nil, engineStatus(res.Err)
+	case pushed != npages:
+		st.Abort()
+		return nil, status.Errorf(codes.Internal, "prefill finished with %d of %d pages pushed", pushed, npages)
+	case ctx.Err() != nil:
+		st.Abort()
+		return nil, stoppedStatus(ctx)
+	}
+	r, err := st.Complete(ctx, int64(len(prompt)), res.FirstToken)
+	if err != nil {
+		return nil, sendStatus(ctx, err)
+	}
+	w.metrics.transferSeconds.Observe(time.Since(start).Seconds())
+	return &controlpb.PrefillResponse{
+		PromptTokens: int64(res.PromptTokens),
+		FirstToken:   res.FirstToken,
+		BytesSent:    r.Bytes,
+		PagesSent:    int32(r.Pages),
+	}, nil
+}
+
+// sendStatus is the status of a failed transfer: the abort's when ctx
+// ended (the stream stopped because of it), else the transfer error's.
+func sendStatus(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return stoppedStatus(ctx)
+	}
+	return transferStatus(err)
+}

@@ -1,0 +1,98 @@
+package worker
+
+import (
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// maxIDLen bounds tenant and request IDs (they tag pages and appear in
+// logs and frames).
+const maxIDLen = 256
+
+// ownerFrom checks and converts a request's owner.
+func ownerFrom(o *controlpb.Owner) (kvpool.Owner, error) {
+	switch {
+	case o == nil:
+		return kvpool.Owner{}, invalid("owner is required")
+	case o.GetTenant() == "" || o.GetRequestId() == "":
+		return kvpool.Owner{}, invalid("owner needs a tenant and a request_id")
+	case len(o.GetTenant()) > maxIDLen || len(o.GetRequestId()) > maxIDLen:
+		return kvpool.Owner{}, invalid("owner tenant and request_id are limited to %d bytes", maxIDLen)
+	}
+	return kvpool.Owner{Tenant: o.GetTenant(), Request: o.GetRequestId(), Epoch: o.GetEpoch()}, nil
+}
+
+// samplingFrom checks and converts sampling parameters.
+func samplingFrom(p *controlpb.SamplingParams) (engine.Sampling, error) {
+	s := engine.Sampling{
+		Temperature: p.GetTemperature(),
+		TopP:        p.GetTopP(),
+		TopK:        int(p.GetTopK()),
+		Seed:        p.GetSeed(),
+		MaxTokens:   int(p.GetMaxTokens()),
+		StopTokens:  p.GetStopTokenIds(),
+		IgnoreEOS:   p.GetIgnoreEos(),
+	}
+	if err := s.Validate(); err != nil {
+		return engine.Sampling{}, invalid("sampling: %v", err)
+	}
+	return s, nil
+}
+
+// checkPrompt rejects an empty prompt; the engine checks the token IDs.
+func checkPrompt(prompt []int32) error {
+	if len(prompt) == 0 {
+		return invalid("prompt is empty")
+	}
+	return nil
+}
+
+// ticketToProto is the ticket as Reserve returns it.
+func ticketToProto(t *kvtransfer.Ticket, workerID string) *controlpb.Ticket {
+	return &controlpb.Ticket{
+		TransferId:      t.TransferID.String(),
+		Owner:           &controlpb.Owner{Tenant: t.Owner.Tenant, RequestId: t.Owner.Request, Epoch: t.Owner.Epoch},
+		Pages:           t.Pages,
+		PageTokens:      t.PageTokens,
+		PromptTokens:    t.PromptTokens,
+		AuthToken:       t.AuthToken,
+		TransferAddr:    t.Addr,
+		TransferBackend: string(t.Backend),
+		ShmPath:         t.ShmPath,
+		PageBytes:       t.PageBytes,
+		DecodeWorkerId:  workerID,
+	}
+}
+
+// ticketFrom checks and converts a ticket a Prefill carries.
+func ticketFrom(p *controlpb.Ticket) (*kvtransfer.Ticket, error) {
+	if p == nil {
+		return nil, invalid("ticket is required")
+	}
+	id, err := kvtransfer.ParseTransferID(p.GetTransferId())
+	if err != nil {
+		return nil, invalid("ticket: %v", err)
+	}
+	o := p.GetOwner()
+	t := &kvtransfer.Ticket{
+		TransferID:   id,
+		Owner:        kvtransfer.Owner{Tenant: o.GetTenant(), Request: o.GetRequestId(), Epoch: o.GetEpoch()},
+		Pages:        p.GetPages(),
+		PageTokens:   p.GetPageTokens(),
+		PromptTokens: p.GetPromptTokens(),
+		PageBytes:    p.GetPageBytes(),
+		AuthToken:    p.GetAuthToken(),
+		Addr:         p.GetTransferAddr(),
+		Backend:      kvtransfer.Backend(p.GetTransferBackend()),
+		ShmPath:      p.GetShmPath(),
+	}
+	if err := t.Validate(); err != nil {
+		return nil, invalid("ticket: %v", err)
+	}
+	if t.Addr == "" {
+		return nil, invalid("ticket: transfer_addr is empty")
+	}
+	return t, nil
+}

@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/warden-ai/warden/internal/controlpb"
+)
+
+// Registration backoff after a failed Register or Heartbeat.
+const (
+	backoffMin = 200 * time.Millisecond
+	backoffMax = 30 * time.Second
+)
+
+// registerLoop keeps the worker registered with the gateway at addr until
+// ctx ends: Register, then Heartbeat every interval with the pool's
+// accounting and the engine's load; register again when the gateway asks
+// (it restarted) or after a failure, with capped exponential backoff. A
+// gateway that is down only delays this loop; the worker keeps serving.
+// Stopping simply ends the heartbeats: the gateway declares the worker
+// lost after its heartbeat timeout.
+func (w *Worker) registerLoop(ctx context.Context, addr string) {
+	conn, err := grpc.NewClient(addr, w.auth.registry...)
+	if err != nil {
+		w.log.Error("cannot dial gateway registry", "gateway", addr, "err", err)
+		return
+	}
+	defer conn.Close()
+	client := controlpb.NewRegistryClient(conn)
+	log := w.log.With("gateway", addr)
+	wait := backoffMin
+	failing := false
+	for ctx.Err() == nil {
+		interval, err := w.register(ctx, client)
+		if err == nil {
+			log.Info("registered with gateway", "heartbeat_interval", interval)
+			failing, wait = false, backoffMin
+			err = w.heartbeat(ctx, client, interval)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			log.Info("gateway asked the worker to register again")
+			continue
+		}
+		if !failing {
+			log.Warn("gateway registry unreachable; retrying with backoff", "err", err)
+		} else {
+			log.Debug("gateway registry still unreachable", "err", err)
+		}
+		failing = true
+		if !sleep(ctx, jitter(wait)) {
+			return
+		}
+		wait = min(2*wait, backoffMax)
+	}
+}
+
+// rpcTimeout bounds one registry call.
+func rpcTimeout(interval time.Duration) time.Duration { return max(interval, time.Second) }
+
+// register announces the worker and returns the heartbeat interval: the
+// gateway's when it names one, else worker.heartbeat_interval.
+func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) (time.Duration, error) {
+	interval := w.cfg.Worker.HeartbeatInterval
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
+	defer cancel()
+	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats()})
+	if err != nil {
+		return 0, err
+	}
+	if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
+		interval = time.Duration(ms) * time.Millisecond
+	}
+	return interval, nil
+}
+
+// heartbeat sends heartbeats until ctx ends (nil), the gateway asks for a
+// new registration (nil) or a heartbeat fails (the error).
+func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, interval time.Duration) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		es := w.rt.Engine.Stats()
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
+		resp, err := client.Heartbeat(cctx, &controlpb.HeartbeatRequest{
+			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting),
+		})
+		cancel()
+		if err != nil {
+			return err
+		}
+		if resp.GetReregister() {
+			return nil
+		}
+	}
+}
+
+// jitter spreads d by ±20% so that workers restarted together do not
+// retry in lockstep.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// sleep waits d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

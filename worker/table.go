@@ -1,0 +1,291 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/internal/obs"
+	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// reqKey names a request on this worker. The pool holds at most one set of
+// pages per key, whatever the epoch, and so does the request table.
+type reqKey struct{ tenant, request string }
+
+// Stages a request goes through on this worker, as Status lists them.
+const (
+	stageReserved     = "reserved"     // decode: pages reserved, transfer awaited
+	stageWaiting      = "waiting_kv"   // decode: Generate waits for the transfer
+	stagePrefilling   = "prefilling"   // the engine computes the prompt
+	stageTransferring = "transferring" // prefill: pages are being pushed
+	stageDecoding     = "decoding"     // the engine generates
+)
+
+// entry is one request's state on this worker. Fields after mu's comment
+// are guarded by Worker.mu; the others are fixed at creation.
+//
+// Exactly one party tears an entry down (claimLocked then releaseEntry):
+// the handler (Generate or Prefill) that owns it, or, when none does,
+// whoever ends it (Abort, the reservation timeout, a failed transfer, the
+// shutdown). Others wait for gone.
+type entry struct {
+	key   reqKey
+	epoch uint64 // the gateway's epoch of this attempt
+	// owner tags the pages (the gateway's owner); teardown fences a copy.
+	owner kvpool.Owner
+	pages []kvpool.PageID
+	// tokens is what the pages were reserved for.
+	tokens int
+	// ticket is the transfer ticket Reserve issued (decode, both).
+	ticket *kvtransfer.Ticket
+	// transferred is closed when the ticket's transfer completed or failed.
+	transferred chan struct{}
+	// gone is closed when teardown finished: the pages are released, or
+	// fenced and handed to the receiver's deferred release.
+	gone chan struct{}
+
+	// Guarded by Worker.mu.
+	stage string
+	// live: the receiver may still admit the ticket's transfer (Lookup).
+	live        bool
+	completed   bool // the transfer verified
+	completion  kvtransfer.Completion
+	transferErr error
+	// handler: a Generate or Prefill handler owns the entry; cancel stops it.
+	handler bool
+	cancel  context.CancelCauseFunc
+	torn    bool
+	timer   *time.Timer
+}
+
+func newEntry(owner kvpool.Owner, pages []kvpool.PageID, tokens int, stage string) *entry {
+	return &entry{
+		key:   reqKey{owner.Tenant, owner.Request},
+		epoch: owner.Epoch, owner: owner, pages: pages, tokens: tokens,
+		gone: make(chan struct{}), stage: stage,
+	}
+}
+
+// admitLocked checks that a new attempt for owner may start: the worker is
+// not closing, the attempt was not aborted already, and the request holds
+// nothing here. Called with w.mu held.
+func (w *Worker) admitLocked(owner kvpool.Owner) error {
+	if w.closing {
+		return status.Error(codes.Unavailable, "worker is shutting down")
+	}
+	key := reqKey{owner.Tenant, owner.Request}
+	if err := w.tombs.check(key, owner.Epoch); err != nil {
+		return err
+	}
+	if e := w.reqs[key]; e != nil {
+		return status.Errorf(codes.AlreadyExists, "request %s/%s already holds pages here (epoch %d, %s)",
+			owner.Tenant, owner.Request, e.epoch, e.stage)
+	}
+	return nil
+}
+
+// claimLocked takes e out of the table so that its caller alone tears it
+// down, and reports whether the caller won (false: someone else already
+// did). With tomb set, later calls for this attempt get tomb. Called with
+// w.mu held.
+func (w *Worker) claimLocked(e *entry, tomb error) bool {
+	if e.torn {
+		return false
+	}
+	e.torn, e.live = true, false
+	delete(w.reqs, e.key)
+	if e.ticket != nil {
+		delete(w.byTransfer, e.ticket.TransferID)
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	if tomb != nil {
+		w.tombs.add(e.key, e.epoch, tomb, time.Now())
+	}
+	return true
+}
+
+// finish tears down an entry its handler owns: normal (pages released at
+// once) or, with tomb set, after an abort or a failure (fenced first).
+func (w *Worker) finish(e *entry, tomb error) {
+	w.mu.Lock()
+	won := w.claimLocked(e, tomb)
+	completed := e.completed
+	w.mu.Unlock()
+	if won {
+		w.releaseEntry(e, completed, tomb != nil)
+	}
+}
+
+// releaseEntry frees a claimed entry's pages and closes gone. With fence,
+// the pages are first retagged with a new epoch (BumpEpoch), so anything
+// still acting for the old one — a late transfer frame, a stale reader — is
+// refused. If a transfer into them may still be running it hands the
+// release to the receiver, which waits out a tcp copy in flight or, for
+// shm, the sender's drain (I5). It must not be called with w.mu held.
+func (w *Worker) releaseEntry(e *entry, transferCompleted, fence bool) {
+	defer close(e.gone)
+	pool := w.rt.Pool
+	owner := e.owner
+	if fence {
+		o, err := pool.BumpEpoch(owner)
+		if err != nil {
+			w.log.Error("fencing pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+		} else {
+			owner = o
+		}
+	}
+	if e.ticket != nil && !transferCompleted {
+		w.receiver.Abort(e.ticket.TransferID,
+			func() { w.freePages(owner) },
+			func() {
+				if _, err := pool.Quarantine(owner); err != nil {
+					w.log.Error("quarantining pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+				}
+			})
+		return
+	}
+	if _, err := pool.Release(owner); err != nil {
+		w.log.Error("freeing pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+	}
+}
+
+// freePages releases owner's pages whether or not they were quarantined
+// meanwhile (a drain ack after the deferred-release timeout).
+func (w *Worker) freePages(owner kvpool.Owner) {
+	pool := w.rt.Pool
+	_, err := pool.Release(owner)
+	if errors.Is(err, kvpool.ErrState) {
+		_, err = pool.ReleaseQuarantined(owner)
+	}
+	if err != nil {
+		w.log.Error("freeing pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+	}
+}
+
+// abortEntry ends e on behalf of someone other than its handler (Abort,
+// shutdown) with status st, and returns gone.
+func (w *Worker) abortEntry(e *entry, st error) <-chan struct{} {
+	w.mu.Lock()
+	then := w.abortLocked(e, st)
+	w.mu.Unlock()
+	then()
+	return e.gone
+}
+
+// abortLocked starts ending e with status st: a running handler is
+// cancelled and tears down itself; otherwise the returned function, to be
+// called once w.mu is released, does. Called with w.mu held.
+func (w *Worker) abortLocked(e *entry, st error) (then func()) {
+	if e.handler {
+		w.tombs.add(e.key, e.epoch, st, time.Now())
+		cancel := e.cancel
+		return func() { cancel(abortError{st}) }
+	}
+	if !w.claimLocked(e, st) {
+		return func() {}
+	}
+	completed := e.completed
+	return func() { w.releaseEntry(e, completed, true) }
+}
+
+// expire abandons a reservation whose transfer did not complete, or that
+// no Generate claimed, within the reserve timeout.
+func (w *Worker) expire(e *entry) {
+	st := status.Errorf(codes.Aborted, "reservation abandoned: KV transfer not completed and claimed within %s", w.reserveTimeout)
+	w.mu.Lock()
+	if e.torn || (e.handler && e.completed) {
+		w.mu.Unlock()
+		return
+	}
+	then := w.abortLocked(e, st)
+	w.mu.Unlock()
+	w.log.Warn("abandoning reservation", obs.KeyRequestID, e.key.request, obs.KeyTenant, e.key.tenant, "timeout", w.reserveTimeout)
+	then()
+}
+
+// tombstones remember attempts that were aborted or failed here, so that a
+// call for the same attempt arriving late (a Prefill racing its Abort, a
+// Generate after its transfer failed) is refused with the status the
+// attempt ended with instead of starting afresh. A tombstone covers every
+// epoch up to the one recorded (a retry with a newer epoch may start); it
+// lasts ttl (at least tombstoneMinTTL) and at most tombstoneCap are kept.
+type tombstones struct {
+	ttl   time.Duration
+	m     map[reqKey]tombstone
+	order []tombRef // insertion order from head on, for expiry
+	head  int
+}
+
+const (
+	tombstoneMinTTL = time.Minute
+	tombstoneCap    = 1 << 16
+)
+
+type tombstone struct {
+	epoch uint64
+	st    error
+	at    time.Time
+}
+
+type tombRef struct {
+	key reqKey
+	at  time.Time
+}
+
+func newTombstones(ttl time.Duration) tombstones {
+	return tombstones{ttl: max(ttl, tombstoneMinTTL), m: make(map[reqKey]tombstone)}
+}
+
+func (t *tombstones) add(key reqKey, epoch uint64, st error, now time.Time) {
+	t.expire(now)
+	if old, ok := t.m[key]; ok && old.epoch > epoch {
+		return
+	}
+	t.m[key] = tombstone{epoch: epoch, st: st, at: now}
+	t.order = append(t.order, tombRef{key, now})
+}
+
+// check returns the status an attempt at epoch ended with, or nil.
+func (t *tombstones) check(key reqKey, epoch uint64) error {
+	ts, ok := t.m[key]
+	if !ok || epoch > ts.epoch || time.Since(ts.at) > t.ttl {
+		return nil
+	}
+	return ts.st
+}
+
+// expire forgets tombstones older than ttl, and the oldest beyond the cap.
+func (t *tombstones) expire(now time.Time) {
+	for t.head < len(t.order) {
+		ref := t.order[t.head]
+		if now.Sub(ref.at) <= t.ttl && len(t.order)-t.head < tombstoneCap {
+			break
+		}
+		if ts, ok := t.m[ref.key]; ok && ts.at == ref.at {
+			delete(t.m, ref.key)
+		}
+		t.order[t.head] = tombRef{}
+		t.head++
+	}
+	if t.head > len(t.order)/2 {
+		n := copy(t.order, t.order[t.head:])
+		t.order, t.head = t.order[:n], 0
+	}
+}
+
+// listLocked describes the table for Status. Called with w.mu held.
+func (w *Worker) listLocked() []string {
+	out := make([]string, 0, len(w.reqs))
+	for _, e := range w.reqs {
+		out = append(out, fmt.Sprintf("%s/%s@%d %s", e.key.tenant, e.key.request, e.epoch, e.stage))
+	}
+	return out
+}
