@@ -18,6 +18,7 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/tenant/memstore"
 )
 
 const fakeReply = "Hello, wörld 🌍!"
@@ -718,4 +719,38 @@ func TestShutdownAbortsInFlight(t *testing.T) {
 		t.Fatalf("request %+v", s)
 	}
 	waitFor(t, "the shutdown abort", func() bool { return len(w.aborts(s.ID)) == 1 })
+}
+
+func TestDisabledTenantIsAbortedWithCauseQuota(t *testing.T) {
+	store, err := memstore.New([]byte("0123456789abcdef0123456789abcdef"), memstore.WithLeaseTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.Tenants.AuthCacheTTL = 0
+	tg := startGatewayWith(t, cfg, WithStore(store))
+	w := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
+	w.holdTokens = make(chan struct{})
+	w.start()
+	stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+	if !stream.Next() {
+		t.Fatalf("no first chunk: %v", stream.Err())
+	}
+	s := tg.only()
+	if _, err := store.UpdateTenant(context.Background(), tenant.Tenant{ID: "acme", Disabled: true}); err != nil {
+		t.Fatal(err)
+	}
+	for stream.Next() {
+	}
+	if err := stream.Err(); err == nil || !strings.Contains(err.Error(), "insufficient_quota") {
+		t.Fatalf("stream error %v", err)
+	}
+	s = tg.finished(s.ID)
+	if s.State != lifecycle.Aborted || s.Cause != lifecycle.CauseQuota {
+		t.Fatalf("request %+v", s)
+	}
+	waitFor(t, "the quota abort", func() bool { return len(w.aborts(s.ID)) == 1 })
+	if got := w.aborts(s.ID)[0]; got != lifecycle.CauseQuota {
+		t.Fatalf("cause %q", got)
+	}
 }

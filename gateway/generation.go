@@ -335,7 +335,6 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 			Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket,
 		})
 		if err == nil && resp.GetPromptTokens() != int64(len(d.prompt)) {
-			d.g.metrics.integrityFailure(causeCountMismatch)
 			err = failed(causeCountMismatch, api.Internal(), fmt.Errorf(
 				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", rt.Prefill.ID(), resp.GetPromptTokens(), len(d.prompt)))
 		} else if err != nil {
@@ -433,7 +432,6 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if n := e.Ready.GetPromptTokens(); n != int64(len(d.prompt)) {
 			// The incident this gateway exists to prevent: decode ready on
 			// a prompt other than the one admitted.
-			d.g.metrics.integrityFailure(causeCountMismatch)
 			return false, failed(causeCountMismatch, api.Internal(),
 				fmt.Errorf("worker %s is ready with %d prompt tokens, %d were admitted", w.ID(), n, len(d.prompt)))
 		}
@@ -487,7 +485,6 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		// Done counts a final stop token that is not sent.
 		countOK := n == d.received || (reason == "stop" && n == d.received+1)
 		if done.GetPromptTokens() != d.prefilled || !countOK || (reason != "stop" && reason != "length") {
-			d.g.metrics.integrityFailure(causeCountMismatch)
 			return false, failed(causeCountMismatch, api.Internal(), fmt.Errorf(
 				"worker %s: Done{%s, prompt %d, completion %d} disagrees with %d prompt tokens and %d tokens received",
 				w.ID(), reason, done.GetPromptTokens(), n, d.prefilled, d.received))
@@ -517,8 +514,8 @@ func (d *driver) emit(ctx context.Context, ev api.Event) error {
 }
 
 // workerError maps a worker's error on call to the request's failure.
-// Integrity failures (transfer verification, owner violations) are logged
-// at ERROR and counted; the client gets a generic 500 for them.
+// Integrity failures (transfer verification, owner violations) get a
+// generic 500; finish logs and counts them.
 func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 	if d.req.AbortCause() != "" {
 		return err // aborted: serve reports the abort
@@ -527,12 +524,8 @@ func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 	wrapped := fmt.Errorf("%s on worker %s: %w", call, w.ID(), err)
 	switch {
 	case st.Code() == codes.DataLoss:
-		d.g.metrics.integrityFailure(causeDataLoss)
-		d.log.Error("KV transfer failed verification; request failed", "worker", w.ID(), "call", call, "err", err)
 		return failed(causeDataLoss, api.Internal(), wrapped)
 	case st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "kv owner violation"):
-		d.g.metrics.integrityFailure(causeOwnerViolation)
-		d.log.Error("KV owner violation on worker; request failed", "worker", w.ID(), "call", call, "err", err)
 		return failed(causeOwnerViolation, api.Internal(), wrapped)
 	case st.Code() == codes.Unavailable, st.Code() == codes.Aborted, st.Code() == codes.DeadlineExceeded,
 		st.Code() == codes.Canceled, st.Code() == codes.ResourceExhausted, st.Code() == codes.OutOfRange:
@@ -582,6 +575,11 @@ func (d *driver) finish(err error) {
 	attrs := []any{"state", snap.State.String(), "cause", snap.Cause, "stage", snap.Stage.String(),
 		"prompt_tokens", d.prefilled, "completion_tokens", d.generated, "status", httpStatus}
 	switch {
+	case state == lifecycle.Failed && (cause == causeDataLoss || cause == causeOwnerViolation || cause == causeCountMismatch):
+		// A KV integrity problem (I3, I4, I7): the request was stopped
+		// before any wrong token could reach the client.
+		d.g.metrics.integrityFailure(cause)
+		d.log.Error("request failed a KV integrity check", append(attrs, "err", err)...)
 	case state == lifecycle.Failed:
 		d.log.Warn("request failed", append(attrs, "err", err)...)
 	case state != lifecycle.Completed:
@@ -592,27 +590,31 @@ func (d *driver) finish(err error) {
 }
 
 // keepLease renews the tenant lease halfway to its expiry while the
-// request runs. A lease revoked by the store (tenant disabled or deleted)
-// aborts the request with cause quota.
+// request runs, and checks the tenant each time: a tenant deleted or
+// disabled meanwhile aborts the request with cause quota.
 func (d *driver) keepLease(ctx context.Context) (stop func()) {
 	ctx, stop = context.WithCancel(ctx)
+	tenantID := d.req.Info().Tenant
 	go func() {
 		for {
-			info := d.lease.Info()
-			wait := max(time.Until(info.ExpiresAt)/2, time.Second)
+			wait := max(time.Until(d.lease.Info().ExpiresAt)/2, time.Second)
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(wait):
 			}
-			err := d.lease.Renew(ctx)
-			switch {
-			case err == nil, ctx.Err() != nil:
-			case errors.Is(err, tenant.ErrForbidden), errors.Is(err, tenant.ErrNotFound):
+			t, err := d.g.store.GetTenant(ctx, tenantID)
+			if errors.Is(err, tenant.ErrNotFound) || (err == nil && t.Disabled) {
+				d.log.Warn("tenant deleted or disabled while its request ran: aborting it")
 				d.req.Abort(lifecycle.CauseQuota)
 				return
+			}
+			switch err := d.lease.Renew(ctx); {
+			case err == nil, ctx.Err() != nil:
 			case errors.Is(err, tenant.ErrLeaseExpired), errors.Is(err, tenant.ErrLeaseReleased):
-				return // the request may finish; it no longer holds a slot
+				// The request may finish; it no longer holds a slot.
+				d.log.Warn("tenant lease expired while the request ran", "err", err)
+				return
 			default:
 				d.log.Warn("renewing tenant lease", "err", err)
 			}

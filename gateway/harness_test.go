@@ -140,8 +140,13 @@ type testGateway struct {
 
 func startGateway(t *testing.T, cfg *config.Config) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, cfg)
+}
+
+func startGatewayWith(t *testing.T, cfg *config.Config, opts ...Option) *testGateway {
+	t.Helper()
 	prom := prometheus.NewRegistry()
-	g, err := New(cfg, WithLogger(testLogger(t)), WithRegistry(prom))
+	g, err := New(cfg, append([]Option{WithLogger(testLogger(t)), WithRegistry(prom)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,11 +50,9 @@ func clientHandshake(rw io.ReadWriter, t *Ticket) (clientSession, error) {
 	rand.Read(hello.ClientNonce[:])
 	hello.ClientProof = wire.ClientProof(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce)
 	hb := hello.Marshal()
-	zzMark("S2-challenge-read")
 	if _, err := rw.Write(hb[:]); err != nil {
 		return cs, errIO{err}
 	}
-	zzMark("S3-hello-written")
 	c2s, s2c := wire.SessionKeys(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce)
 	cs.in, cs.out = wire.NewMAC(s2c[:]), wire.NewMAC(c2s[:])
 	var ab [wire.AcceptSize]byte
@@ -95,7 +93,6 @@ func serverAuthenticate(rw io.ReadWriter, lookup func(TransferID) (*Ticket, bool
 	if _, err := io.ReadFull(rw, hb[:]); err != nil {
 		return ss, fmt.Errorf("%w: reading hello: %w", ErrUnauthenticated, errIO{err})
 	}
-	zzMark("R1-hello-read")
 	hello, err := wire.ParseHello(hb[:])
 	if err != nil {
 		return ss, fmt.Errorf("%w: %w", ErrUnauthenticated, err)

@@ -166,9 +166,14 @@ type outcomeRelease struct {
 }
 
 type harnessOpts struct {
-	faults       *faults.Injector
+	faults       *faults.Injector // sender's
+	recvFaults   *faults.Injector
 	drainTimeout time.Duration
 	maxFrame     int
+	// recvIdleConn is the receiver's IdleConnTimeout; maxIdle and
+	// sendIdleConn the sender's MaxIdleConns and IdleConnTimeout.
+	recvIdleConn, sendIdleConn time.Duration
+	maxIdle                    int
 	// tls wraps both ends in TLS with a throwaway certificate.
 	tls bool
 	// segPath places the shm segment (default: in a temporary directory).
@@ -206,6 +211,7 @@ func newHarness(tb testing.TB, backend Backend, pages, pageBytes int, o harnessO
 	}
 	recv, err := NewReceiver(ReceiverConfig{
 		Sink: h.sink, Segment: h.seg, DrainTimeout: o.drainTimeout, Logger: quietLogger(), TLS: serverTLS,
+		IdleConnTimeout: o.recvIdleConn, Faults: o.recvFaults,
 		OnRelease: func(oc Outcome, w time.Duration) { h.releases <- outcomeRelease{oc, w} },
 	})
 	if err != nil {
@@ -219,7 +225,8 @@ func newHarness(tb testing.TB, backend Backend, pages, pageBytes int, o harnessO
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- recv.Serve(ctx, ln) }()
-	send, err := NewSender(SenderConfig{ShmDir: h.dir, Faults: o.faults, MaxFramePayload: o.maxFrame, Logger: quietLogger(), TLS: clientTLS})
+	send, err := NewSender(SenderConfig{ShmDir: h.dir, Faults: o.faults, MaxFramePayload: o.maxFrame, Logger: quietLogger(), TLS: clientTLS,
+		MaxIdleConns: o.maxIdle, IdleConnTimeout: o.sendIdleConn})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package kvtransfer
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -20,6 +21,9 @@ import (
 //   - receiver_session.go: one admitted transfer's frames and verdict;
 //   - receiver_tcp.go and receiver_shm.go: the two backends' page paths;
 //   - receiver_abort.go: Abort and the deferred release of shm pages.
+
+// readBuffer is the read buffer of a tcp session.
+const readBuffer = 64 << 10
 
 // ReceiverConfig configures a Receiver.
 type ReceiverConfig struct {
@@ -72,8 +76,8 @@ type Receiver struct {
 	sem   chan struct{}
 	stats receiverCounters
 	// hashers recycles streaming checksum state for pages that arrive in
-	// several frames.
-	hashers sync.Pool
+	// several frames; readers the read buffers of tcp sessions.
+	hashers, readers sync.Pool
 
 	mu        sync.Mutex
 	closed    bool
@@ -116,6 +120,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		dr:        NewDeferredRelease(cfg.DrainTimeout, cfg.OnRelease),
 		sem:       make(chan struct{}, cfg.MaxConns),
 		hashers:   sync.Pool{New: func() any { return xxh3.New() }},
+		readers:   sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBuffer) }},
 		transfers: make(map[TransferID]*rtransfer),
 		conns:     make(map[net.Conn]struct{}),
 		listeners: make(map[net.Listener]struct{}),

@@ -142,7 +142,6 @@ func (r *Receiver) accept(raw, conn net.Conn) (*rtransfer, *session, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	zzMark("R2-accept-sent")
 	r.stats.transfers.Add(1)
 	return rec, r.newSession(rec, ss.in), nil
 }

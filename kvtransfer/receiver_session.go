@@ -1,6 +1,7 @@
 package kvtransfer
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +21,12 @@ type session struct {
 	rec  *rtransfer
 	t    *Ticket
 	conn net.Conn
-	in   frameReader
+	// rd reads the connection: through a buffer for tcp (several small
+	// frames per read call; large payloads bypass it into the page), direct
+	// for shm, whose socket watch must see every unread byte.
+	rd io.Reader
+	br *bufio.Reader
+	in frameReader
 	// npages is the number of pages the transfer fills.
 	npages int
 	// tcp: bytes received per page, running checksum state of pages that
@@ -41,14 +47,17 @@ type session struct {
 func (r *Receiver) newSession(rec *rtransfer, in *wire.MAC) *session {
 	t := rec.t
 	n := t.PromptPages()
-	s := &session{r: r, rec: rec, t: t, conn: rec.conn, in: frameReader{mac: in}, npages: n}
+	s := &session{r: r, rec: rec, t: t, conn: rec.conn, rd: rec.conn, in: frameReader{mac: in}, npages: n}
 	if rec.backend == TCP {
+		s.br = r.readers.Get().(*bufio.Reader)
+		s.br.Reset(rec.conn)
+		s.rd = s.br
 		s.progress = make([]uint32, n)
 		s.hashers = make(map[int]*xxh3.Hasher)
 		s.sums = make([]uint64, n)
 	} else {
 		s.shm = newShmVerifier(r.cfg.Segment, t)
-		if r.cfg.TLS == nil && !zzNoEarly {
+		if r.cfg.TLS == nil {
 			s.watch = watchSocket(rec.raw)
 		}
 	}
@@ -71,6 +80,12 @@ func (s *session) run() bool {
 	defer func() {
 		for _, h := range s.hashers {
 			s.r.hashers.Put(h)
+		}
+		if s.br != nil {
+			// Bytes left in the buffer belong to no transfer: the sender
+			// writes nothing after COMPLETE until the next handshake.
+			s.br.Reset(nil)
+			s.r.readers.Put(s.br)
 		}
 		if !s.finished {
 			s.fail(fmt.Errorf("%w: receiver stopped", ErrAborted))
@@ -104,7 +119,7 @@ func (s *session) run() bool {
 
 // step handles one frame and reports whether to keep reading.
 func (s *session) step() bool {
-	h, payload, err := s.in.next(s.conn, wire.CompleteSize(s.npages))
+	h, payload, err := s.in.next(s.rd, wire.CompleteSize(s.npages))
 	if err != nil {
 		var ioe errIO
 		switch {
@@ -160,7 +175,6 @@ func (s *session) step() bool {
 		if s.finished {
 			return false
 		}
-		zzMark("R3-complete-read")
 		c, err := wire.ParseComplete(payload, s.npages)
 		if err != nil {
 			s.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
@@ -196,7 +210,7 @@ func (s *session) discard(h wire.Header) bool {
 	if h.Type != wire.Data {
 		return true // control payloads were already read
 	}
-	if _, err := io.CopyN(io.Discard, s.conn, int64(h.Length)); err != nil {
+	if _, err := io.CopyN(io.Discard, s.rd, int64(h.Length)); err != nil {
 		s.fail(fmt.Errorf("%w: connection: %w", ErrIncomplete, err))
 		return false
 	}
@@ -235,7 +249,6 @@ func (s *session) complete(c wire.CompletePayload) {
 		s.fail(err)
 		return
 	}
-	zzMark("R4-verified")
 	for i, p := range s.t.Pages[:s.npages] {
 		if err := s.r.sink.Written(s.t, p, s.t.PageSlots(i)); err != nil {
 			s.fail(fmt.Errorf("%w: marking page %d written: %w", ErrStaleEpoch, p, err))
@@ -251,9 +264,7 @@ func (s *session) complete(c wire.CompletePayload) {
 		Tokens: c.Tokens, FirstToken: c.FirstToken,
 		Pages: s.npages, Bytes: int64(s.npages) * s.t.PageBytes,
 	})
-	zzMark("R5-sink-done")
 	s.ok = s.sendResult(nil)
-	zzMark("R6-result-sent")
 }
 
 // fail reports a failed transfer once and tells the sender why.

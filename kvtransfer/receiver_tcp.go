@@ -67,7 +67,7 @@ func (s *session) copyIn(h wire.Header) (uint64, error) {
 		return 0, fmt.Errorf("%w: sink returned %d bytes for page %d, want %d", ErrProtocol, len(page), h.PageID, s.t.PageBytes)
 	}
 	dst := page[h.Offset : h.Offset+h.Length]
-	if _, err := io.ReadFull(s.conn, dst); err != nil {
+	if _, err := io.ReadFull(s.rd, dst); err != nil {
 		if rec.aborted.Load() {
 			return 0, fmt.Errorf("%w: by decode", ErrAborted)
 		}

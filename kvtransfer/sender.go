@@ -203,7 +203,6 @@ func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 			return nil, err
 		}
 	}
-	zzMark("S1-open")
 	hctx, cancel := context.WithTimeout(ctx, s.cfg.HandshakeTimeout)
 	defer cancel()
 	raw, conn, cs, err := s.connect(hctx, t)
@@ -224,7 +223,6 @@ func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 		inj.Hit(&faults.Event{Point: faults.Opened, Transfer: t.TransferID, Epoch: t.Owner.Epoch})
 	}
 	st.start(ctx)
-	zzMark("S4-opened")
 	return st, nil
 }
 

@@ -113,7 +113,6 @@ func ctxAbort(ctx context.Context) error {
 func (st *Stream) readLoop() {
 	defer close(st.readerDone)
 	v := st.readVerdict()
-	zzMark("S7-readloop-verdict")
 	if st.aborted.Load() {
 		v = st.abortErr() // our own abort explains whatever decode said after it
 	}
@@ -226,13 +225,10 @@ func (st *Stream) Complete(ctx context.Context, tokens int64, firstToken int32) 
 		stop := context.AfterFunc(ctx, func() { st.abort(ctxAbort(ctx)) })
 		defer stop()
 	}
-	zzMark("S5-complete-call")
 	if err := st.sendComplete(tokens, firstToken); err != nil {
 		return Result{Drain: st.abortWith(err)}, err
 	}
-	zzMark("S6-complete-sent")
 	v := <-st.verdict
-	zzMark("S8-verdict-got")
 	if v != nil {
 		return Result{Drain: st.abortWith(v)}, v
 	}
@@ -243,7 +239,6 @@ func (st *Stream) Complete(ctx context.Context, tokens int64, firstToken int32) 
 		st.close(true)
 	}
 	res := Result{Pages: st.npages, Bytes: st.bytes}
-	zzMark("S9-done")
 	st.wmu.Unlock()
 	st.s.stats.completed.Add(1)
 	return res, nil

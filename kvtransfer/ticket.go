@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 )
 
 // TransferID names one transfer: 16 random bytes chosen by decode.
@@ -124,15 +125,17 @@ func (t *Ticket) Validate() error {
 	if n > len(t.Pages) {
 		return bad("%d prompt tokens need %d pages, ticket has %d", t.PromptTokens, n, len(t.Pages))
 	}
-	seen := make(map[int32]struct{}, n)
-	for _, p := range t.Pages[:n] {
-		if p < 0 {
-			return bad("negative page id %d", p)
+	// Sorting a copy finds duplicates several times faster than a set,
+	// and both ends validate every ticket.
+	pages := slices.Clone(t.Pages[:n])
+	slices.Sort(pages)
+	if n > 0 && pages[0] < 0 {
+		return bad("negative page id %d", pages[0])
+	}
+	for i := 1; i < n; i++ {
+		if pages[i] == pages[i-1] {
+			return bad("page id %d listed twice", pages[i])
 		}
-		if _, dup := seen[p]; dup {
-			return bad("page id %d listed twice", p)
-		}
-		seen[p] = struct{}{}
 	}
 	return nil
 }

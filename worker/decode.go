@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"google.golang.org/grpc"
@@ -205,7 +204,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 		w.finish(e, st)
 		return st
 	}
-	es, err := submit(ctx, w.rt.Engine, engine.Request{
+	es, err := w.rt.Engine.Submit(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt,
 		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp,
 	})
@@ -224,7 +223,7 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 		w.finish(e, st)
 		return st
 	}
-	es, err := submit(ctx, w.rt.Engine, engine.Request{
+	es, err := w.rt.Engine.Submit(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true,
 	})
 	if err != nil {
@@ -324,21 +323,6 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 
 func readyEvent(prompt int) *controlpb.GenerateEvent {
 	return &controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Ready{Ready: &controlpb.Ready{PromptTokens: int64(prompt)}}}
-}
-
-// errLostStream reports an engine stream Submit did not return.
-var errLostStream = errors.New("Submit returned no stream")
-
-// submit is Engine.Submit, guarding against a nil stream: the engine can
-// finish a sequence (and forget its stream) before Submit returns it, in
-// which case the engine no longer touches the pages and the request fails
-// with Internal instead of crashing the worker.
-func submit(ctx context.Context, eng *engine.Engine, req engine.Request) (*engine.Stream, error) {
-	es, err := eng.Submit(ctx, req)
-	if err == nil && es == nil {
-		err = errLostStream
-	}
-	return es, err
 }
 
 // stopSequence closes an engine stream and waits for its final event,

@@ -54,7 +54,7 @@ func runReference(t *testing.T, prompts [][]int32, sp *controlpb.SamplingParams)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := submit(ctx, rt.Engine, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: sampling})
+		s, err := rt.Engine.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: sampling})
 		if err != nil {
 			t.Fatal(err)
 		}

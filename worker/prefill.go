@@ -84,7 +84,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	if err := pool.Activate(e.owner); err != nil {
 		return nil, status.Errorf(codes.Internal, "activating pages: %v", err)
 	}
-	es, err := submit(ctx, w.rt.Engine, engine.Request{
+	es, err := w.rt.Engine.Submit(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp,
 		PrefillOnly: true, ReportProgress: true,
 	})
@@ -92,10 +92,19 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		return nil, engineStatus(err)
 	}
 	start := time.Now()
-	st, err := w.sender.Open(ctx, t)
+	// The handshake is not cancelled half-way: a sender that gives up after
+	// decode accepted it would never send its drain ack, and decode would
+	// have to quarantine the pages (I5). Once open, the stream is drained
+	// explicitly on every exit, and Push and Complete watch ctx.
+	st, err := w.sender.Open(context.WithoutCancel(ctx), t)
 	if err != nil {
 		stopSequence(es)
 		return nil, sendStatus(ctx, err)
+	}
+	if ctx.Err() != nil {
+		stopSequence(es)
+		st.Abort()
+		return nil, stoppedStatus(ctx)
 	}
 	w.setStage(e, stageTransferring)
 	npages, pt := t.PromptPages(), w.capacity.PageTokens

@@ -148,7 +148,8 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if err := e.validate(&req); err != nil {
 		return nil, err
 	}
-	s := &sequence{req: req, ctx: ctx, stream: newStream(), first: -1}
+	st := newStream()
+	s := &sequence{req: req, ctx: ctx, stream: st, first: -1}
 	if req.Prefilled {
 		s.pos = len(req.Prompt)
 		s.prompt = len(req.Prompt)
@@ -162,7 +163,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	e.nWaiting.Add(1)
 	e.mu.Unlock()
 	e.signal()
-	return s.stream, nil
+	// Not s.stream: the engine may already have finished the sequence
+	// and cleared it.
+	return st, nil
 }
 
 func (e *Engine) validate(req *Request) error {

@@ -179,8 +179,9 @@ type Worker struct {
 	lastHeartbeat time.Time
 	registeredAt  time.Time
 	lostAt        time.Time
-	assigned      int64 // requests this gateway routed here, not yet done
-	pendingPages  int64 // pages routed here since the last heartbeat
+	assigned      int64  // requests this gateway routed here, not yet done
+	pendingPages  int64  // pages routed here since the last heartbeat
+	reports       uint64 // registrations and heartbeats received
 
 	reg *Registry
 }
@@ -204,18 +205,29 @@ func (w *Worker) Snapshot() Snapshot {
 
 // Begin records that the gateway routed a request needing pages (0 for a
 // prefill worker) here; call the returned func when it is done. Routing
-// uses these counts between heartbeats.
+// uses these counts between heartbeats: the pages are counted as taken
+// until the next heartbeat, and as free again once the request is done
+// (the worker frees them before it ends the request).
 func (w *Worker) Begin(pages int64) (done func()) {
 	w.reg.mu.Lock()
 	w.assigned++
 	w.pendingPages += pages
+	seen := w.reports
 	w.reg.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			w.reg.mu.Lock()
+			defer w.reg.mu.Unlock()
 			w.assigned--
-			w.reg.mu.Unlock()
+			if w.reports == seen {
+				w.pendingPages -= pages
+			} else if free := min(w.pool.GetFreePages()+pages, w.pool.GetTotalPages()); free > w.pool.GetFreePages() {
+				// A heartbeat counted them in use since.
+				p := proto.Clone(w.pool).(*controlpb.PoolStats)
+				p.FreePages = free
+				w.pool = p
+			}
 		})
 	}
 }
@@ -373,6 +385,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	w.running, w.waiting = 0, 0
 	w.healthy, w.lastHeartbeat, w.registeredAt, w.lostAt = true, now, now, time.Time{}
 	w.pendingPages = 0
+	w.reports++
 	snap := w.snapshotLocked()
 	r.mu.Unlock()
 	if stale != nil {
@@ -403,6 +416,7 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	w.pool, w.running, w.waiting = req.Pool, req.Running, req.Waiting
 	w.lastHeartbeat = r.cfg.Now()
 	w.pendingPages = 0
+	w.reports++
 	snap := w.snapshotLocked()
 	r.mu.Unlock()
 

@@ -230,6 +230,15 @@ func TestPick(t *testing.T) {
 		t.Fatalf("Pick after routing 60 pages to d-shm chose %s", rt.Decode.ID())
 	}
 	done()
+	if rt, _ = h.Pick("tiny", 40); rt.Decode.ID() != "d-shm" || rt.FreePages != 90 {
+		t.Fatalf("a finished request's pages still count: %s with %d free", rt.Decode.ID(), rt.FreePages)
+	}
+	done = rt.Decode.Begin(60)
+	h.heartbeat(t, "d-shm", pool(100, 30)) // the worker reports them in use
+	done()
+	if rt, _ = h.Pick("tiny", 40); rt.Decode.ID() != "d-shm" || rt.FreePages != 90 {
+		t.Fatalf("pages freed after a heartbeat still count: %s with %d free", rt.Decode.ID(), rt.FreePages)
+	}
 	h.heartbeat(t, "d-shm", pool(100, 30))
 	h.register(t, info("both", controlpb.Role_ROLE_BOTH, "host-c", "tcp"), pool(100, 40))
 	rt, _ = h.Pick("tiny", 40)
