@@ -70,7 +70,10 @@ type Gateway struct {
 	apiSrv, adminSrv, metricsSrv          *http.Server
 	grpcSrv                               *grpc.Server
 
-	closing atomic.Bool
+	// lifeMu orders request admission against shutdown: no driver starts
+	// once closing is set, so running.Wait sees them all.
+	lifeMu  sync.RWMutex
+	closing bool
 	running sync.WaitGroup // request drivers
 	runOnce sync.Once
 
@@ -438,7 +441,9 @@ func (g *Gateway) run(ctx context.Context) error {
 // shutdown stops new requests, aborts in-flight ones everywhere and stops
 // the servers.
 func (g *Gateway) shutdown() {
-	g.closing.Store(true)
+	g.lifeMu.Lock()
+	g.closing = true
+	g.lifeMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if n := g.table.AbortAll(lifecycle.CauseShutdown); n > 0 {
@@ -467,6 +472,17 @@ func (g *Gateway) shutdown() {
 	if err := g.table.Wait(ctx); err != nil {
 		g.logger.Warn("shutdown: abort fan-out still running", "err", err)
 	}
+}
+
+// begin counts a new request driver, unless the gateway is shutting down.
+func (g *Gateway) begin() bool {
+	g.lifeMu.RLock()
+	defer g.lifeMu.RUnlock()
+	if g.closing {
+		return false
+	}
+	g.running.Add(1)
+	return true
 }
 
 // release frees what New opened.

@@ -36,7 +36,7 @@ func chatParams(maxTokens int64) openai.ChatCompletionNewParams {
 }
 
 // chatPromptTokens is the prompt of chatParams as the gateway tokenizes it.
-func chatPromptTokens(t *testing.T, tg *testGateway) int64 {
+func chatPromptTokens(t testing.TB, tg *testGateway) int64 {
 	t.Helper()
 	mt := tg.tokenizers.get("tiny")
 	ids, err := mt.tok.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: "Say hello."}}, true)

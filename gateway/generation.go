@@ -263,7 +263,9 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 		return rt, nil, true, nil
 	}
 	d.req.Involve(participant{rt.Decode}, registry.RoleDecode)
-	resp, err := rt.Decode.Client().Reserve(ctx, &controlpb.ReserveRequest{
+	rctx, cancel := workerContext(ctx)
+	defer cancel()
+	resp, err := rt.Decode.Client().Reserve(rctx, &controlpb.ReserveRequest{
 		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: total,
 	})
 	switch status.Code(err) {
@@ -284,6 +286,17 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 	return rt, t, true, nil
 }
 
+// workerContext returns the context of calls to workers: cancelled when
+// ctx ends, but without ctx's deadline, which gRPC would pass on. A
+// worker thus never ends a request on its own clock before the gateway
+// has recorded why it ends (deadline, abort), and the gateway tells it
+// by cancelling the call and sending Abort.
+func workerContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
 // releaseRoute gives back the routing load of the current attempt.
 func (d *driver) releaseRoute() {
 	for _, done := range d.done {
@@ -294,7 +307,7 @@ func (d *driver) releaseRoute() {
 
 // runSingle runs the request on one both worker.
 func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := workerContext(ctx)
 	defer cancel()
 	d.req.Involve(participant{w}, registry.RoleBoth)
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
@@ -315,7 +328,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	if err := d.req.Advance(lifecycle.Reserved); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := workerContext(ctx)
 	defer cancel()
 	owner := ownerPB(d.req.Owner())
 	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{

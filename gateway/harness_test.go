@@ -83,11 +83,11 @@ func TestMain(m *testing.M) {
 }
 
 // testLogger logs warnings and errors through t.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
@@ -96,7 +96,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 // waitFor polls cond until it holds; it fails the test after a generous
 // bound, which only a hang reaches.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
@@ -129,7 +129,7 @@ func testConfig() *config.Config {
 // testGateway is a running gateway with a tenant "acme" and its key.
 type testGateway struct {
 	*Gateway
-	t      *testing.T
+	t      testing.TB
 	http   *http.Client
 	base   string
 	key    string
@@ -138,12 +138,12 @@ type testGateway struct {
 	result chan error
 }
 
-func startGateway(t *testing.T, cfg *config.Config) *testGateway {
+func startGateway(t testing.TB, cfg *config.Config) *testGateway {
 	t.Helper()
 	return startGatewayWith(t, cfg)
 }
 
-func startGatewayWith(t *testing.T, cfg *config.Config, opts ...Option) *testGateway {
+func startGatewayWith(t testing.TB, cfg *config.Config, opts ...Option) *testGateway {
 	t.Helper()
 	prom := prometheus.NewRegistry()
 	g, err := New(cfg, append([]Option{WithLogger(testLogger(t)), WithRegistry(prom)}, opts...)...)
@@ -175,7 +175,7 @@ func (tg *testGateway) shutdown() {
 	}
 }
 
-func httpsClient(t *testing.T) *http.Client {
+func httpsClient(t testing.TB) *http.Client {
 	t.Helper()
 	ca, err := os.ReadFile(pki.CACert)
 	if err != nil {
@@ -253,7 +253,7 @@ type envelope struct {
 	} `json:"error"`
 }
 
-func decodeEnvelope(t *testing.T, body []byte) envelope {
+func decodeEnvelope(t testing.TB, body []byte) envelope {
 	t.Helper()
 	var e envelope
 	if err := json.Unmarshal(body, &e); err != nil || e.Error.Message == "" {
@@ -348,7 +348,7 @@ type call struct {
 // tokens, then EOS (counted, not sent, as a real worker does).
 type fakeWorker struct {
 	controlpb.UnimplementedWorkerServer
-	t      *testing.T
+	t      testing.TB
 	id     string
 	role   controlpb.Role
 	model  string
@@ -374,6 +374,7 @@ type fakeWorker struct {
 	maxSeen  []int32 // sampling max_tokens of each Generate
 
 	srv      *grpc.Server
+	addr     string // control address
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
 	beats    atomic.Int64
@@ -437,6 +438,7 @@ func (w *fakeWorker) start() *fakeWorker {
 	go func() { _ = w.srv.Serve(ln) }()
 	t.Cleanup(w.kill)
 	addr := ln.Addr().String()
+	w.addr = addr
 	if err := w.registerAt(addr); err != nil {
 		t.Fatalf("fake %s: register: %v", w.id, err)
 	}

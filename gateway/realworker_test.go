@@ -106,7 +106,7 @@ func (rw *realWorker) attach(tg *testGateway) *realWorker {
 	return rw
 }
 
-func dialWorker(t *testing.T, addr string) controlpb.WorkerClient {
+func dialWorker(t testing.TB, addr string) controlpb.WorkerClient {
 	t.Helper()
 	tc, err := tlsutil.ClusterClientConfig(pki.CACert, pki.GatewayCert, pki.GatewayKey, tlsutil.PeerWorker)
 	if err != nil {

@@ -2,7 +2,7 @@ package gateway
 
 import (
 	"context"
-	crand "crypto/rand"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -122,7 +122,14 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	d, err := s.admit(ctx, r, p, req)
+	var d *driver
+	if g.begin() {
+		if d, err = s.admit(ctx, r, p, req); err != nil {
+			g.running.Done()
+		}
+	} else {
+		err = abortedError(lifecycle.CauseShutdown, 0)
+	}
 	if err != nil {
 		state, cause, clientErr := lifecycle.Rejected, "", (*api.Error)(nil)
 		if errors.As(err, &clientErr) {
@@ -135,7 +142,6 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 		g.metrics.finished(r.Snapshot(), clientErr.Status, time.Time{}, time.Time{})
 		return nil, clientErr
 	}
-	g.running.Add(1)
 	go d.run()
 	return d.gen, nil
 }
@@ -143,9 +149,6 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 // admit checks req and returns its driver, or the rejection.
 func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principal, req *api.GenerateRequest) (*driver, error) {
 	g := s.g
-	if g.closing.Load() {
-		return nil, abortedError(lifecycle.CauseShutdown, 0)
-	}
 	for _, stop := range req.Stop {
 		if len(stop) > maxStopBytes {
 			return nil, api.InvalidRequest("stop", api.CodeInvalidValue,
@@ -207,7 +210,7 @@ func sampling(req *api.GenerateRequest, maxTokens int64) *controlpb.SamplingPara
 		sp.Seed = uint64(*req.Seed)
 	} else {
 		var b [8]byte
-		_, _ = crand.Read(b[:])
+		_, _ = rand.Read(b[:])
 		sp.Seed = binary.LittleEndian.Uint64(b[:])
 	}
 	return sp

@@ -98,9 +98,6 @@ func (s State) Terminal() bool {
 	return s >= Completed && s <= Failed
 }
 
-// valid reports whether s is a defined state.
-func (s State) valid() bool { return s >= Received && s <= Failed }
-
 // edges lists the legal transitions. Every non-terminal state may go to
 // aborted and failed; only received and admitted may be rejected (nothing
 // has been done yet); only decoding completes; prefilling may go back to
