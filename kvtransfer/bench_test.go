@@ -87,10 +87,10 @@ var tcpSizes = shmSizes[:3]
 // measured in the same loop (alternating which goes first) so noise on a
 // shared machine hits both alike.
 type samples struct {
-	bytes                int64
-	base, pages          []time.Duration // baselines
-	whole, open          []time.Duration // transfers: all of it, and after Open
-	hasPages, reportOpen bool
+	bytes       int64
+	base, pages []time.Duration // baselines
+	whole, open []time.Duration // transfers: all of it, and after Open
+	rtt         []time.Duration // loopback TCP round trips
 }
 
 func median(d []time.Duration) time.Duration {
@@ -108,7 +108,11 @@ func median(d []time.Duration) time.Duration {
 //   - ratio-pages (shm): against copying each page into the same scattered
 //     destination pages of a shared-memory segment, the transfer's
 //     access pattern without any protocol;
-//   - best-ratio: fastest iteration against fastest iteration.
+//   - best-ratio: fastest iteration against fastest iteration;
+//   - rtt-µs (shm): a 1-byte round trip over an open loopback TCP
+//     connection. A transfer needs two (handshake, verdict), each waking
+//     a thread on the other side; on small transfers they, not the bytes,
+//     set the pace.
 func (s *samples) report(b *testing.B) {
 	mb := func(d time.Duration) float64 { return float64(s.bytes) / d.Seconds() / 1e6 }
 	b.ReportMetric(mb(median(s.base)), "base-MB/s")
@@ -118,6 +122,9 @@ func (s *samples) report(b *testing.B) {
 	b.ReportMetric(slices.Min(s.base).Seconds()/slices.Min(s.whole).Seconds(), "best-ratio")
 	if len(s.pages) > 0 {
 		b.ReportMetric(median(s.pages).Seconds()/median(s.whole).Seconds(), "ratio-pages")
+	}
+	if len(s.rtt) > 0 {
+		b.ReportMetric(float64(median(s.rtt).Nanoseconds())/1e3, "rtt-µs")
 	}
 }
 
@@ -149,8 +156,9 @@ func timedTransfer(b *testing.B, h *harness, tk *Ticket, src [][]byte) (whole, s
 	return t2.Sub(t0), t2.Sub(t1)
 }
 
-// run alternates baseline and transfer for b.N iterations.
-func (s *samples) run(b *testing.B, base func(), transfer func() (time.Duration, time.Duration), pages func()) {
+// run alternates baseline and transfer for b.N iterations; pages and ping
+// (optional) are the second baseline and the round trip.
+func (s *samples) run(b *testing.B, base func(), transfer func() (time.Duration, time.Duration), pages, ping func()) {
 	timed := func(f func()) time.Duration {
 		t0 := time.Now()
 		f()
@@ -174,6 +182,9 @@ func (s *samples) run(b *testing.B, base func(), transfer func() (time.Duration,
 			pt = timed(pages)
 			s.pages = append(s.pages, pt)
 		}
+		if ping != nil {
+			s.rtt = append(s.rtt, timed(ping))
+		}
 		s.base, s.whole, s.open = append(s.base, bt), append(s.whole, w), append(s.open, o)
 	}
 	s.report(b)
@@ -193,7 +204,7 @@ func BenchmarkTCPvsRawLoopback(b *testing.B) {
 			raw := newRawPipe(b, total)
 			tk := h.ticket(int64(sz.pages)*16, 16, 0)
 			s := samples{bytes: total}
-			s.run(b, func() { raw.copy(src) }, func() (time.Duration, time.Duration) { return timedTransfer(b, h, tk, src) }, nil)
+			s.run(b, func() { raw.copy(src) }, func() (time.Duration, time.Duration) { return timedTransfer(b, h, tk, src) }, nil, nil)
 		})
 	}
 }
@@ -217,6 +228,7 @@ func BenchmarkSHMvsMemcpy(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer other.Close()
+			pipe, one := newRawPipe(b, 1), [][]byte{{1}}
 			s := samples{bytes: total}
 			s.run(b, func() {
 				for i, p := range src {
@@ -228,7 +240,7 @@ func BenchmarkSHMvsMemcpy(b *testing.B) {
 				for i, p := range src {
 					copy(other.Page(tk.Pages[i]), p)
 				}
-			})
+			}, func() { pipe.copy(one) })
 		})
 	}
 }

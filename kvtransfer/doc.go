@@ -11,7 +11,8 @@
 // destination page IDs, page geometry, prompt token count, a random
 // 32-byte auth token, its transfer address, backend and shm path). The
 // gateway hands it to prefill over the mTLS control plane. Prefill opens a
-// Stream (dial plus the handshake below), pushes page chunks as they are
+// Stream (the handshake below, on an idle connection to that decode when it
+// has one, else on a new one), pushes page chunks as they are
 // computed — a layer range of a page is one contiguous byte range, so
 // prefill can stream layer by layer; within a page chunks arrive in byte
 // order — and completes with the token count and its first sampled token.
@@ -21,16 +22,18 @@
 //   - tcp: DATA frames carry (page index, page ID, offset, length,
 //     checksum) and their payload. The receiver asks Sink.CheckWrite right
 //     before each copy and reads the payload from the socket straight into
-//     the page (no intermediate buffer), hashing it there while it is in
-//     cache.
+//     the page (small frames through a read buffer), hashing it there while
+//     it is in cache.
 //   - shm: decode's KV slab is a shared-memory Segment (CreateSegment,
 //     mode 0600). Prefill maps it (OpenSegment) and copies pages directly
-//     into decode's memory (one-sided, like RDMA), then writes each page's
-//     header (owner tag, epoch, transfer ID, bytes written, checksum). Every
-//     MiB it lists finished pages in a PAGES_DONE frame so decode verifies
-//     them while the next ones are written; COMPLETE carries every page's
-//     checksum, and decode checks each page header and recomputes each
-//     page's checksum over its own memory before it accepts.
+//     into decode's memory (one-sided, like RDMA), hashing each page while
+//     it is in cache, then writes the page's header (owner tag, epoch,
+//     transfer ID, bytes written, checksum) and last its seal word. Decode
+//     verifies sealed pages — header, then checksum recomputed over its own
+//     memory — while later ones are still being written (receiver_shm.go);
+//     COMPLETE carries every page's checksum, and decode checks every page
+//     header again, and hashes the pages it has not reached yet, before it
+//     accepts.
 //
 // # Handshake and frames (I10)
 //
@@ -47,6 +50,16 @@
 // counted (Stats). Checksums are xxh3-64: on this hardware about four
 // times faster than hardware crc32c (BenchmarkChecksum) and 64 bits wide.
 //
+// Connections are reused. After a transfer completed cleanly (decode's
+// verdict sent and received, nothing unread) both ends keep the connection
+// and decode sends the next Challenge at once; the sender's next transfer
+// to that decode runs the whole handshake on it, with fresh nonces and its
+// own ticket's token, so every transfer still proves its token (I10) — the
+// connection authorises nothing by itself. A connection whose transfer
+// failed, or that fails a handshake, is closed. Reuse saves the dial (and
+// TLS handshake) and a round trip per transfer; SenderConfig.MaxIdleConns
+// and the IdleConnTimeout fields bound it.
+//
 // # Threat model
 //
 // Off-path attackers (anyone who can connect to the transfer port) cannot
@@ -59,9 +72,9 @@
 // (headers and control payloads stay authenticated): set
 // ReceiverConfig.TLS and SenderConfig.TLS where the network is not
 // trusted. shm is same-host only; its protection is file ownership and
-// mode (0600, the worker's user), and the checksums and page headers guard
-// against bugs and stale writers, not against a malicious process of the
-// same user.
+// mode (0600, the worker's user), and the checksums, page headers and seals
+// guard against bugs and stale writers, not against a malicious process of
+// the same user.
 //
 // # Abort and drain (I5)
 //
@@ -89,4 +102,15 @@
 // with computing the first layer), Push chunks, Complete, and cancel on
 // abort. The protobuf ticket converts field by field; its transfer_id is
 // TransferID.String (ParseTransferID reverses it).
+//
+// # Tests and benchmarks
+//
+// Package internal/faults (module-wide, test-only) injects faults at fixed
+// points of both ends — drop, delay, duplicate, corrupt or rewrite a frame,
+// stall a one-sided writer inside its write section, hold a verdict, abort
+// right after the handshake — through SenderConfig.Faults and
+// ReceiverConfig.Faults; production code leaves them nil. Speed is measured
+// by BenchmarkSHMvsMemcpy and BenchmarkTCPvsRawLoopback as ratios against
+// memcpy and raw loopback TCP of the same bytes in the same run
+// (docs/BENCHMARKS.md).
 package kvtransfer

@@ -16,6 +16,10 @@ type frameWriter struct {
 	mac *wire.MAC
 	seq uint64
 	hb  [wire.HeaderSize]byte
+	// arr holds header and payload for one vectored write through vec
+	// (fields, so the write allocates nothing).
+	arr [2][]byte
+	vec net.Buffers
 }
 
 // write assigns the next sequence number to h, seals it and writes header
@@ -39,8 +43,17 @@ func (f *frameWriter) write(w io.Writer, h *wire.Header, payload []byte) (int64,
 		n, err := w.Write(f.hb[:])
 		return int64(n), err
 	}
-	bufs := net.Buffers{f.hb[:], payload}
-	return bufs.WriteTo(w)
+	return f.writev(w, payload)
+}
+
+// writev writes the header in f.hb and payload, with one system call
+// where w supports it.
+func (f *frameWriter) writev(w io.Writer, payload []byte) (int64, error) {
+	f.arr = [2][]byte{f.hb[:], payload}
+	f.vec = f.arr[:]
+	n, err := f.vec.WriteTo(w)
+	f.arr = [2][]byte{} // keep no reference to the payload
+	return n, err
 }
 
 // frameReader reads and authenticates frames in one direction.
@@ -109,8 +122,7 @@ func isTimeout(err error) bool {
 // rewrite writes the last frame again, byte for byte (fault injection of a
 // duplicated frame).
 func (f *frameWriter) rewrite(w io.Writer, payload []byte) (int64, error) {
-	bufs := net.Buffers{f.hb[:], payload}
-	return bufs.WriteTo(w)
+	return f.writev(w, payload)
 }
 
 // faultFrame is h as the fault injector sees it.

@@ -24,7 +24,8 @@ import (
 // unknown transfer, a wrong proof or garbage gets the connection closed
 // without another byte. The receiver claims the transfer only after the
 // proof verified; the sender writes nothing before a valid Accept.
-// One and a half round trips after connect.
+// One and a half round trips after connect; one on a reused connection,
+// where the receiver sent the Challenge when the previous transfer ended.
 
 // clientSession is what a completed client handshake yields.
 type clientSession struct {

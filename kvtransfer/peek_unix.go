@@ -3,7 +3,9 @@
 package kvtransfer
 
 import (
+	"errors"
 	"net"
+	"os"
 	"syscall"
 	"time"
 )
@@ -37,10 +39,12 @@ func (w *socketWatch) peek(fd uintptr) bool {
 }
 
 // waitReadable parks until the socket is readable or until passes (the
-// connection's read deadline is set to until), and reports which. The
-// caller must be the connection's only reader.
+// connection's read deadline is set to until), and reports whether the
+// caller should read now: false only when until passed. (A closed
+// connection is for the read to report.) The caller must be the
+// connection's only reader.
 func (w *socketWatch) waitReadable(c net.Conn, until time.Time) bool {
 	c.SetReadDeadline(until)
 	err := w.rc.Read(func(fd uintptr) bool { return w.peek(fd) })
-	return err == nil
+	return !errors.Is(err, os.ErrDeadlineExceeded)
 }

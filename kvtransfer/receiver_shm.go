@@ -165,35 +165,29 @@ func (s *session) verifySHM(c wire.CompletePayload) error {
 const parallelVerify = 4 << 20
 
 // firstBadPage recomputes the checksum of every page in decode's memory,
-// spread over up to GOMAXPROCS goroutines when there is enough of it, and
-// returns the index of a page that does not match want, or -1.
+// spread over up to GOMAXPROCS goroutines (the caller being one) when
+// there is enough of it, and returns the index of a page that does not
+// match want, or -1.
 func firstBadPage(seg *Segment, pages []int32, want []uint64) int {
-	workers := min(runtime.GOMAXPROCS(0), len(pages)*seg.PageBytes()/parallelVerify)
-	if workers <= 1 {
-		for i, p := range pages {
-			if wire.Checksum(seg.Page(p)) != want[i] {
-				return i
-			}
-		}
-		return -1
-	}
 	var next atomic.Int64
 	bad := atomic.Int64{}
 	bad.Store(-1)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for bad.Load() < 0 {
-				i := int(next.Add(1) - 1)
-				if i >= len(pages) {
-					return
-				}
-				if wire.Checksum(seg.Page(pages[i])) != want[i] {
-					bad.CompareAndSwap(-1, int64(i))
-				}
+	work := func() {
+		for bad.Load() < 0 {
+			i := int(next.Add(1) - 1)
+			if i >= len(pages) {
+				return
 			}
-		})
+			if wire.Checksum(seg.Page(pages[i])) != want[i] {
+				bad.CompareAndSwap(-1, int64(i))
+			}
+		}
 	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(pages)*seg.PageBytes()/parallelVerify) - 1 {
+		wg.Go(work)
+	}
+	work()
 	wg.Wait()
 	return int(bad.Load())
 }

@@ -113,8 +113,7 @@ func TestDeferredReleaseTimeoutQuarantines(t *testing.T) {
 // section of page index 2 (a one-sided write in flight), and returns once
 // it is stalled.
 func stalledShm(t *testing.T, drainTimeout time.Duration) (*harness, *Ticket, [][]byte, *faults.Injector, chan error) {
-	inj := faults.New(faults.Rule{Point: faults.ShmWrite, Action: faults.Stall,
-		Match: func(e *faults.Event) bool { return e.Page == 2 }})
+	inj := faults.New(faults.StallShmAfter(2 * 4096)) // inside the write of page index 2
 	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: inj, drainTimeout: drainTimeout})
 	tk := h.ticket(4*16, 16, 0)
 	src := h.randomPages(4)

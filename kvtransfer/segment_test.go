@@ -44,8 +44,16 @@ func TestSegmentCreateOpen(t *testing.T) {
 		t.Error("write through the other mapping not visible")
 	}
 	other.writePageHeader(4, &pageHeader{epoch: 2, written: 1000, checksum: 5})
-	if ph, ok := readPageHeader(seg.pageHeaderBytes(4)); !ok || ph.epoch != 2 || ph.checksum != 5 {
+	if ph, ok := readPageHeader(seg.pageHeaderBytes(4)); !ok || ph.epoch != 2 || ph.checksum != 5 || ph.seal != 0 {
 		t.Errorf("page header %+v %v", ph, ok)
+	}
+	id := NewTransferID()
+	if seal := sealOf(id, 2); seal == 0 || seal == sealOf(id, 3) || seg.sealed(4, seal) {
+		t.Fatalf("seal %x: zero, epoch-independent or set before sealing", seal)
+	}
+	other.sealPage(4, sealOf(id, 2))
+	if ph, _ := readPageHeader(seg.pageHeaderBytes(4)); !seg.sealed(4, sealOf(id, 2)) || ph.seal != sealOf(id, 2) {
+		t.Errorf("seal through the other mapping not visible: %+v", ph)
 	}
 	if _, ok := readPageHeader(seg.pageHeaderBytes(0)); ok {
 		t.Error("unwritten page header parsed")

@@ -229,7 +229,9 @@ func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 // connect returns an authenticated connection for t: an idle one to the
 // same address if one still works, else a new one. An idle connection
 // that fails before decode's Accept arrived is dropped and the next tried:
-// decode accepted nothing on it, so nothing was or will be written.
+// decode accepted nothing on it, so nothing was or will be written. (Decode
+// answers a bad proof by closing too, so a sender with a wrong token tries
+// once more on a new connection before it gets ErrUnauthenticated.)
 func (s *Sender) connect(ctx context.Context, t *Ticket) (raw, conn net.Conn, cs clientSession, err error) {
 	for {
 		ic, ok := s.takeIdle(t.Addr)

@@ -62,6 +62,9 @@ type Stream struct {
 	readerDone chan struct{}
 	closeOnce  sync.Once
 	stopCtx    func() bool
+	// openDone is the Done channel of Open's context, whose cancellation
+	// already aborts the stream.
+	openDone <-chan struct{}
 }
 
 type streamState int
@@ -98,8 +101,13 @@ func newStream(s *Sender, t *Ticket, raw, conn net.Conn, cs clientSession) *Stre
 // start runs the verdict reader and ties the stream to ctx.
 func (st *Stream) start(ctx context.Context) {
 	st.readerDone = make(chan struct{})
+	st.openDone = ctx.Done()
 	go st.readLoop()
+	// Under wmu: with ctx already done the callback runs at once, and its
+	// abort closes the stream (reading stopCtx) under wmu.
+	st.wmu.Lock()
 	st.stopCtx = context.AfterFunc(ctx, func() { st.abort(ctxAbort(ctx)) })
+	st.wmu.Unlock()
 }
 
 func ctxAbort(ctx context.Context) error {
@@ -150,6 +158,11 @@ func (st *Stream) readVerdict() error {
 // (position in the ticket). Within a page, offset must continue where the
 // previous chunk ended.
 func (st *Stream) Push(ctx context.Context, page, offset int, data []byte) error {
+	if ctx.Err() != nil {
+		// context.AfterFunc would abort too, but on another goroutine.
+		st.abort(ctxAbort(ctx))
+		return st.abortErr()
+	}
 	if st.seg != nil {
 		// The shm copy polls ctx between chunks: no callback to register
 		// per page on the hot path.
@@ -160,7 +173,7 @@ func (st *Stream) Push(ctx context.Context, page, offset int, data []byte) error
 		}
 		return err
 	}
-	if ctx.Done() != nil {
+	if done := ctx.Done(); done != nil && done != st.openDone {
 		stop := context.AfterFunc(ctx, func() { st.abort(ctxAbort(ctx)) })
 		defer stop()
 	}

@@ -444,43 +444,176 @@ func TestPushValidation(t *testing.T) {
 	}
 }
 
-// TestShmProgressiveVerification sends more than progressBytes so decode
-// verifies finished pages while later ones are written: a clean transfer
-// completes, and a page corrupted after its checksum was taken is caught
-// at that early check.
-func TestShmProgressiveVerification(t *testing.T) {
-	const pageBytes, pages = 64 << 10, 24 // 1.5 MiB: one PAGES_DONE, then COMPLETE
+// TestShmVerifiesWhileWriting: decode checks sealed pages while the
+// sender is still writing, so a page corrupted after its checksum was taken
+// fails the transfer before COMPLETE is even sent, and the sender stops
+// with decode's reason.
+func TestShmVerifiesWhileWriting(t *testing.T) {
+	inj := faults.New(faults.Rule{Point: faults.ShmPageDone, Action: faults.Corrupt,
+		Match: func(e *faults.Event) bool { return e.Page == 1 }})
+	h := newHarness(t, SHM, 8, 4096, harnessOpts{faults: inj})
+	tk := h.ticket(4*16, 16, 0)
+	src := h.randomPages(4)
+	ctx := context.Background()
+	st, err := h.send.Open(ctx, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := st.Push(ctx, i, 0, src[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := h.outcome() // no COMPLETE was sent
+	if !errors.Is(o.err, ErrChecksum) || !strings.Contains(o.err.Error(), "does not match its header checksum") {
+		t.Fatalf("decode outcome %v, want the early checksum failure", o.err)
+	}
+	for i := 2; i < 4 && err == nil; i++ {
+		err = st.Push(ctx, i, 0, src[i])
+	}
+	if err == nil {
+		_, err = st.Complete(ctx, tk.PromptTokens, 0)
+	}
+	if !errors.Is(err, ErrChecksum) {
+		t.Errorf("sender: %v, want decode's checksum failure", err)
+	}
+	if len(h.sink.writtenCopy()) != 0 {
+		t.Error("pages marked written")
+	}
+	if s := h.recv.Stats(); s.ChecksumFailures != 1 || s.Failed != 1 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestReceiverFaultHooks exercises decode's fault points: a DATA frame
+// dropped after it was authenticated leaves its page short; a verdict lost
+// on the way leaves the sender with a connection that ended; a verdict held
+// back keeps the sender waiting until it gives up (though decode completed
+// the transfer in both cases).
+func TestReceiverFaultHooks(t *testing.T) {
+	t.Run("drop received frame", func(t *testing.T) {
+		inj := faults.New(faults.Rule{Point: faults.RecvFrame, Action: faults.Drop,
+			Match: func(e *faults.Event) bool { return e.Frame.Type == "DATA" && e.Frame.PageIndex == 1 }})
+		h := newHarness(t, TCP, 8, 4096, harnessOpts{recvFaults: inj})
+		tk := h.ticket(3*16, 16, 0)
+		if _, err := h.send.Send(context.Background(), tk, slicePages(h.randomPages(3)), tk.PromptTokens, 0); !errors.Is(err, ErrIncomplete) {
+			t.Errorf("sender: %v", err)
+		}
+		if o := h.outcome(); !errors.Is(o.err, ErrIncomplete) || inj.Fired(0) != 1 {
+			t.Errorf("outcome %v, fired %d", o.err, inj.Fired(0))
+		}
+	})
+	t.Run("lost verdict", func(t *testing.T) {
+		inj := faults.New(faults.Rule{Point: faults.SendResult, Action: faults.Drop})
+		h := newHarness(t, SHM, 8, 4096, harnessOpts{recvFaults: inj})
+		tk := h.ticket(2*16, 16, 0)
+		if _, err := h.send.Send(context.Background(), tk, slicePages(h.randomPages(2)), tk.PromptTokens, 0); !errors.Is(err, ErrIncomplete) {
+			t.Errorf("sender: %v", err)
+		}
+		if o := h.outcome(); o.err != nil {
+			t.Errorf("decode: %v", o.err)
+		}
+	})
+	t.Run("held verdict", func(t *testing.T) {
+		inj := faults.New(faults.Rule{Point: faults.SendResult, Action: faults.Stall})
+		h := newHarness(t, SHM, 8, 4096, harnessOpts{recvFaults: inj})
+		t.Cleanup(inj.Release)
+		tk := h.ticket(2*16, 16, 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := h.send.Send(ctx, tk, slicePages(h.randomPages(2)), tk.PromptTokens, 0)
+			done <- err
+		}()
+		if o := h.outcome(); o.err != nil {
+			t.Fatalf("decode: %v", o.err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("sender returned without a verdict: %v", err)
+		default:
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, ErrAborted) {
+			t.Errorf("sender: %v", err)
+		}
+	})
+}
+
+// TestAbortAtOpened aborts a stream at the stage "decode accepted, nothing
+// written yet" (the Opened fault point): the stream drains without writing
+// a byte and decode fails the transfer with the sender's abort.
+func TestAbortAtOpened(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			inj := faults.New(faults.Rule{Point: faults.Opened, Action: faults.Stall})
+			h := newHarness(t, b, 8, 4096, harnessOpts{faults: inj})
+			tk := h.ticket(2*16, 16, 0)
+			before := bytes.Clone(h.page(tk.Pages[0]))
+			ctx, cancel := context.WithCancel(context.Background())
+			opened := make(chan *Stream, 1)
+			go func() {
+				st, err := h.send.Open(ctx, tk)
+				if err != nil {
+					t.Error(err)
+				}
+				opened <- st
+			}()
+			<-inj.Stalled()
+			cancel()
+			inj.Release()
+			st := <-opened
+			if st == nil {
+				return
+			}
+			if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); !errors.Is(err, ErrAborted) || !errors.Is(err, context.Canceled) {
+				t.Errorf("push after the abort: %v", err)
+			}
+			if d := st.Abort(); !d.Acked || d.TransferID != tk.TransferID {
+				t.Errorf("drain %+v", d)
+			}
+			if o := h.outcome(); !errors.Is(o.err, ErrAborted) {
+				t.Errorf("decode outcome %v", o.err)
+			}
+			if !bytes.Equal(h.page(tk.Pages[0]), before) || h.sink.pageDatas.Load() != 0 {
+				t.Error("a page was touched")
+			}
+		})
+	}
+}
+
+// TestShmVerifyAtComplete: with TLS decode cannot watch the socket, so it
+// verifies the pages at COMPLETE, on several goroutines when there are
+// many; a clean transfer completes and a page corrupted after its checksum
+// was taken is caught there.
+func TestShmVerifyAtComplete(t *testing.T) {
+	const pages, pageBytes = 12, 1 << 20 // 12 MiB: hashed in parallel
 	for _, corrupt := range []bool{false, true} {
 		t.Run(fmt.Sprintf("corrupt=%v", corrupt), func(t *testing.T) {
 			var rules []faults.Rule
 			if corrupt {
 				rules = append(rules, faults.Rule{Point: faults.ShmPageDone, Action: faults.Corrupt,
-					Match: func(e *faults.Event) bool { return e.Page == 3 }})
+					Match: func(e *faults.Event) bool { return e.Page == 7 }})
 			}
-			h := newHarness(t, SHM, pages, pageBytes, harnessOpts{faults: faults.New(rules...)})
+			h := newHarness(t, SHM, pages, pageBytes, harnessOpts{tls: true, faults: faults.New(rules...)})
 			tk := h.ticket(pages*16, 16, 0)
 			src := h.randomPages(pages)
 			_, err := h.send.Send(context.Background(), tk, slicePages(src), tk.PromptTokens, 0)
 			o := h.outcome()
-			if !corrupt {
-				if err != nil || o.err != nil {
+			if corrupt {
+				if !errors.Is(err, ErrChecksum) || !errors.Is(o.err, ErrChecksum) ||
+					!strings.Contains(o.err.Error(), fmt.Sprintf("page %d data does not match the sender's checksum", tk.Pages[7])) {
 					t.Fatalf("send %v, outcome %v", err, o.err)
-				}
-				for i, p := range tk.Pages {
-					if !bytes.Equal(h.page(p), src[i]) {
-						t.Errorf("page %d differs", i)
-					}
 				}
 				return
 			}
-			if !errors.Is(err, ErrChecksum) || !errors.Is(o.err, ErrChecksum) {
+			if err != nil || o.err != nil {
 				t.Fatalf("send %v, outcome %v", err, o.err)
 			}
-			if want := "does not match its header checksum"; !strings.Contains(o.err.Error(), want) {
-				t.Errorf("corruption not caught by the early check: %v", o.err)
-			}
-			if len(h.sink.writtenCopy()) != 0 {
-				t.Error("pages marked written")
+			for i, p := range tk.Pages {
+				if !bytes.Equal(h.page(p), src[i]) {
+					t.Errorf("page %d differs", i)
+				}
 			}
 		})
 	}

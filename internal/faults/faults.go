@@ -37,8 +37,9 @@ const (
 	// taken).
 	ShmPageDone
 	// Opened: the receiver accepted the handshake and Open is about to
-	// return; nothing has been written yet. Stall here and cancel the
-	// context to abort at that stage.
+	// return; nothing has been written yet. Stall here, cancel Open's
+	// context, then Release to abort at that stage: the stream drains
+	// without writing a byte.
 	Opened
 	// RecvFrame (receiver): an authenticated frame of a transfer is about
 	// to be handled. Drop ignores it, Delay and Stall hold the receiver.
