@@ -88,5 +88,23 @@
 // warden_model_context_tokens{model,kind=configured|effective},
 // warden_model_context_agreement{model}, warden_workers{role,state},
 // warden_aborts_total{stage,cause}, warden_inflight_requests,
-// warden_queue_waiting_requests, warden_integrity_failures_total{kind}.
+// warden_queue_waiting_requests, warden_integrity_failures_total{kind},
+// and every registered worker's pool as of its last heartbeat:
+// warden_worker_kv_pages{worker,role,state},
+// warden_worker_kv_owner_violations{worker,role}. docs/operations.md
+// describes each.
+//
+// # Traces and logs
+//
+// The tracer provider is WithTracerProvider's, or the one
+// observability.tracing describes. Each /v1/ HTTP request is a server span
+// (a client's traceparent followed, linked or ignored per
+// observability.tracing.incoming) carrying warden.request_id; an admitted
+// or rejected generation adds the request span "{operation} {model}"
+// (gen_ai.* and warden.* attributes), on which the lifecycle records each
+// state transition as an event; calls to workers are gRPC client spans
+// under it, and propagate the trace (also in PrefillRequest.traceparent).
+// Every log line about a request is written with the request's context,
+// so it carries request_id, tenant, trace_id and span_id; no line carries
+// prompt or output text.
 package gateway

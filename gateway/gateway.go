@@ -19,9 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
@@ -65,6 +63,10 @@ type Gateway struct {
 	reg         *registry.Registry
 	metrics     *metrics
 	promReg     *prometheus.Registry
+	tracer      trace.Tracer
+	// stopTracing flushes the tracer provider New set up from the
+	// configuration (a no-op when the caller passed one).
+	stopTracing func(context.Context) error
 
 	apiLn, adminLn, registryLn, metricsLn net.Listener
 	apiSrv, adminSrv, metricsSrv          *http.Server
@@ -117,8 +119,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // runtime and process collectors.
 func WithRegistry(reg *prometheus.Registry) Option { return func(o *options) { o.registry = reg } }
 
-// WithTracerProvider traces HTTP requests and worker calls with tp
-// (default: no tracing).
+// WithTracerProvider traces HTTP requests, requests' lifecycles and
+// worker calls with tp. By default the gateway sets up the provider its
+// configuration's observability.tracing names (obs.SetupTracing) and
+// flushes it when Run returns.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
 // WithStore uses s as the tenant store instead of the one tenants.store
@@ -137,17 +141,25 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g = &Gateway{cfg: cfg, logger: o.logger, started: time.Now(), closeStore: func() error { return nil }}
+	gw := &Gateway{cfg: cfg, logger: o.logger, started: time.Now(), closeStore: func() error { return nil },
+		stopTracing: func(context.Context) error { return nil }}
+	g = gw
 	defer func() {
 		if err != nil {
-			g.release()
-			g = nil
+			// gw, not g: every failed return has already set g to nil.
+			gw.release()
 		}
 	}()
 	cluster, err := newClusterAuth(&cfg.Cluster)
 	if err != nil {
 		return nil, err
 	}
+	if o.tracer == nil {
+		if o.tracer, g.stopTracing, err = obs.SetupTracing(context.Background(), cfg.Observability.Tracing, "warden-gateway"); err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+	}
+	g.tracer = o.tracer.Tracer(tracerName)
 	if err := g.openStore(o.store); err != nil {
 		return nil, err
 	}
@@ -169,17 +181,13 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	}
 	if g.metrics, err = newMetrics(g.promReg, names, cfg.Observability.Metrics.TenantLabelCap,
 		func() float64 { return float64(g.table.InFlight()) },
-		func() float64 { return float64(g.queue.Len()) }); err != nil {
+		func() float64 { return float64(g.queue.Len()) },
+		func() []registry.Snapshot { return g.reg.Workers() }); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	g.admission = admission.NewController(admission.Config{Models: models, Limits: g.modelLimits, OnChange: g.onModelChange})
 
-	dial := cluster.dial
-	if o.tracer != nil {
-		dial = append(dial, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
-			otelgrpc.WithTracerProvider(o.tracer), otelgrpc.WithPropagators(obs.Propagator()),
-			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()))))
-	}
+	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))
 	hostname, _ := os.Hostname()
 	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer)}
 	g.reg = registry.New(registry.Config{
@@ -305,9 +313,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		Ready:        func(context.Context) error { return g.Ready() },
 		Metrics:      promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}),
 	}, g.auth, service{g}, g.logger)
-	if tp != nil {
-		h = otelhttp.NewHandler(h, "warden.api", obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp)...)
-	}
+	h = otelhttp.NewHandler(h, "warden.api", append(obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp), apiTraceOptions()...)...)
 	g.apiSrv = httpServer(h, serverTLS)
 
 	token, err := g.adminToken()
@@ -497,6 +503,11 @@ func (g *Gateway) release() {
 	}
 	if err := g.closeStore(); err != nil {
 		g.logger.Warn("closing the tenant store", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.stopTracing(ctx); err != nil {
+		g.logger.Warn("flushing traces", "err", err)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -66,7 +68,10 @@ type driver struct {
 	lease  *tenant.Lease
 	weight int
 	tok    *modelTokenizer
-	log    *slog.Logger
+	// log has the model; the request's context (d.req.Context()) adds
+	// request_id, tenant, trace_id and span_id to each line.
+	log  *slog.Logger
+	span trace.Span // the request span; finish ends it
 
 	prompt    []int32
 	maxTokens int64
@@ -263,6 +268,7 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 		return rt, nil, true, nil
 	}
 	d.req.Involve(participant{rt.Decode}, registry.RoleDecode)
+	d.span.SetAttributes(attrDecodeWorker.String(rt.Decode.ID()), attrPrefillWorker.String(rt.Prefill.ID()))
 	rctx, cancel := workerContext(ctx)
 	defer cancel()
 	resp, err := rt.Decode.Client().Reserve(rctx, &controlpb.ReserveRequest{
@@ -310,6 +316,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 	sctx, cancel := workerContext(ctx)
 	defer cancel()
 	d.req.Involve(participant{w}, registry.RoleBoth)
+	d.span.SetAttributes(attrDecodeWorker.String(w.ID()))
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
@@ -345,7 +352,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	prefilled := make(chan error, 1)
 	go func() {
 		resp, err := rt.Prefill.Client().Prefill(sctx, &controlpb.PrefillRequest{
-			Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket,
+			Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(sctx),
 		})
 		if err == nil && resp.GetPromptTokens() != int64(len(d.prompt)) {
 			err = failed(causeCountMismatch, api.Internal(), fmt.Errorf(
@@ -407,7 +414,7 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 			case err != nil && state != lifecycle.Decoding:
 				return err
 			case err != nil:
-				d.log.Warn("prefill reported an error after decode verified the KV", "err", err)
+				d.log.WarnContext(ctx, "prefill reported an error after decode verified the KV", "err", err)
 			}
 			continue
 		case r = <-events:
@@ -572,8 +579,9 @@ func (d *driver) finish(err error) {
 		d.generated = d.received
 	}
 	d.req.SetUsage(d.prefilled, d.generated)
+	ctx := d.req.Context() // for its values: the request's identity and trace
 	if ferr := d.req.Finish(state, cause); ferr != nil {
-		d.log.Error("finishing request", "err", ferr)
+		d.log.ErrorContext(ctx, "finishing request", "err", ferr)
 		state, clientErr = lifecycle.Failed, api.Internal()
 	}
 	d.g.releaseLease(d.lease, d.req.ID(), tenant.Consumed{PromptTokens: d.prefilled, CompletionTokens: d.generated})
@@ -585,6 +593,7 @@ func (d *driver) finish(err error) {
 	}
 	snap := d.req.Snapshot()
 	d.g.metrics.finished(snap, httpStatus, d.firstToken, d.lastToken)
+	endRequestSpan(d.span, snap)
 	attrs := []any{"state", snap.State.String(), "cause", snap.Cause, "stage", snap.Stage.String(),
 		"prompt_tokens", d.prefilled, "completion_tokens", d.generated, "status", httpStatus}
 	switch {
@@ -592,13 +601,13 @@ func (d *driver) finish(err error) {
 		// A KV integrity problem (I3, I4, I7): the request was stopped
 		// before any wrong token could reach the client.
 		d.g.metrics.integrityFailure(cause)
-		d.log.Error("request failed a KV integrity check", append(attrs, "err", err)...)
+		d.log.ErrorContext(ctx, "request failed a KV integrity check", append(attrs, "err", err)...)
 	case state == lifecycle.Failed:
-		d.log.Warn("request failed", append(attrs, "err", err)...)
+		d.log.WarnContext(ctx, "request failed", append(attrs, "err", err)...)
 	case state != lifecycle.Completed:
-		d.log.Info("request ended", append(attrs, "err", err)...)
+		d.log.InfoContext(ctx, "request ended", append(attrs, "err", err)...)
 	default:
-		d.log.Debug("request completed", attrs...)
+		d.log.DebugContext(ctx, "request completed", attrs...)
 	}
 }
 
@@ -618,7 +627,7 @@ func (d *driver) keepLease(ctx context.Context) (stop func()) {
 			}
 			t, err := d.g.store.GetTenant(ctx, tenantID)
 			if errors.Is(err, tenant.ErrNotFound) || (err == nil && t.Disabled) {
-				d.log.Warn("tenant deleted or disabled while its request ran: aborting it")
+				d.log.WarnContext(ctx, "tenant deleted or disabled while its request ran: aborting it")
 				d.req.Abort(lifecycle.CauseQuota)
 				return
 			}
@@ -626,10 +635,10 @@ func (d *driver) keepLease(ctx context.Context) (stop func()) {
 			case err == nil, ctx.Err() != nil:
 			case errors.Is(err, tenant.ErrLeaseExpired), errors.Is(err, tenant.ErrLeaseReleased):
 				// The request may finish; it no longer holds a slot.
-				d.log.Warn("tenant lease expired while the request ran", "err", err)
+				d.log.WarnContext(ctx, "tenant lease expired while the request ran", "err", err)
 				return
 			default:
-				d.log.Warn("renewing tenant lease", "err", err)
+				d.log.WarnContext(ctx, "renewing tenant lease", "err", err)
 			}
 		}
 	}()

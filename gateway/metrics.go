@@ -34,9 +34,10 @@ type metrics struct {
 	tenants *labelCap       // nil: no tenant label
 }
 
-// newMetrics registers the gateway's metrics on reg. inflight and waiting
-// are read at scrape time.
-func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, inflight, waiting func() float64) (*metrics, error) {
+// newMetrics registers the gateway's metrics on reg. inflight, waiting
+// and workers are read at scrape time.
+func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, inflight, waiting func() float64,
+	workers func() []registry.Snapshot) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warden_requests_total",
@@ -105,6 +106,7 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 			Name: "warden_queue_waiting_requests",
 			Help: "Admitted requests waiting in the fair queue for worker capacity.",
 		}, waiting),
+		newPoolCollector(workers),
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -226,4 +228,46 @@ func (m *metrics) workerStates(ws []registry.Snapshot) {
 // integrityFailure counts a KV integrity problem reported by a worker.
 func (m *metrics) integrityFailure(kind string) {
 	m.integrity.WithLabelValues(kind).Inc()
+}
+
+// poolCollector exports every registered worker's KV pool as of its last
+// heartbeat, so that one scrape of the gateway shows the whole cluster's
+// pages (each worker's own /metrics has warden_kv_pages, live).
+type poolCollector struct {
+	workers           func() []registry.Snapshot
+	pages, violations *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*poolCollector)(nil)
+
+func newPoolCollector(workers func() []registry.Snapshot) *poolCollector {
+	return &poolCollector{
+		workers: workers,
+		pages: prometheus.NewDesc("warden_worker_kv_pages",
+			"Registered workers' KV pool pages by state (free, reserved, in_use, quarantined), as of each worker's last heartbeat.",
+			[]string{"worker", "role", "state"}, nil),
+		violations: prometheus.NewDesc("warden_worker_kv_owner_violations",
+			"KV owner violations (I3) each registered worker has counted since it started, as of its last heartbeat.",
+			[]string{"worker", "role"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pages
+	ch <- c.violations
+}
+
+// Collect implements prometheus.Collector.
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, w := range c.workers() {
+		p := w.Pool
+		for _, s := range []struct {
+			state string
+			n     int64
+		}{{"free", p.FreePages}, {"reserved", p.ReservedPages}, {"in_use", p.InUsePages}, {"quarantined", p.QuarantinedPages}} {
+			ch <- prometheus.MustNewConstMetric(c.pages, prometheus.GaugeValue, float64(s.n), w.ID, w.Role, s.state)
+		}
+		ch <- prometheus.MustNewConstMetric(c.violations, prometheus.GaugeValue, float64(p.OwnerViolations), w.ID, w.Role)
+	}
 }

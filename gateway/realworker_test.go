@@ -33,7 +33,7 @@ var realN atomic.Int64
 
 // realWorker is an in-process worker (package worker) on the tiny model.
 type realWorker struct {
-	t      *testing.T
+	t      testing.TB
 	id     string
 	cfg    *config.Config
 	stop   context.CancelFunc
@@ -43,7 +43,7 @@ type realWorker struct {
 
 // workerConfig is a worker of role registering with the gateway at
 // registry.
-func workerConfig(t *testing.T, id string, role config.Role, backend config.TransferBackend, registry string) *config.Config {
+func workerConfig(t testing.TB, id string, role config.Role, backend config.TransferBackend, registry string) *config.Config {
 	t.Helper()
 	cfg := config.Default()
 	w := &cfg.Worker
@@ -63,10 +63,11 @@ func workerConfig(t *testing.T, id string, role config.Role, backend config.Tran
 	return cfg
 }
 
-// startReal runs a worker until the test ends (or kill).
-func startReal(t *testing.T, cfg *config.Config) *realWorker {
+// startReal runs a worker until the test ends (or kill); opts come after
+// the test logger and a private metrics registry.
+func startReal(t testing.TB, cfg *config.Config, opts ...worker.Option) *realWorker {
 	t.Helper()
-	w, err := worker.New(cfg, worker.WithLogger(testLogger(t)), worker.WithRegistry(prometheus.NewRegistry()))
+	w, err := worker.New(cfg, append([]worker.Option{worker.WithLogger(testLogger(t)), worker.WithRegistry(prometheus.NewRegistry())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

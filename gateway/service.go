@@ -118,8 +118,10 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 		info.ClientRequestID = req.ClientRequestID
 	}
 	ctx = obs.WithRequest(ctx, req.RequestID, p.Tenant)
+	ctx, span := g.startRequestSpan(ctx, req, p.Tenant)
 	r, err := g.table.Start(ctx, info)
 	if err != nil {
+		span.End()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	var d *driver
@@ -139,9 +141,12 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 			g.logger.ErrorContext(ctx, "admitting request", "err", err)
 		}
 		_ = r.Finish(state, cause)
-		g.metrics.finished(r.Snapshot(), clientErr.Status, time.Time{}, time.Time{})
+		snap := r.Snapshot()
+		g.metrics.finished(snap, clientErr.Status, time.Time{}, time.Time{})
+		endRequestSpan(span, snap)
 		return nil, clientErr
 	}
+	d.span = span
 	go d.run()
 	return d.gen, nil
 }
@@ -186,7 +191,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	d := &driver{
 		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, tok: mt,
-		log:       g.logger.With(obs.KeyRequestID, req.RequestID, obs.KeyTenant, p.Tenant, "model", req.Model),
+		log:       g.logger.With("model", req.Model),
 		prompt:    prompt,
 		maxTokens: dec.MaxTokens,
 		sampling:  sampling(req, dec.MaxTokens),

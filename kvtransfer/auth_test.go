@@ -122,7 +122,7 @@ func TestUnauthenticatedSenders(t *testing.T) {
 		first := raw(t, h)
 		ch := challenge(t, first)
 		hello := wire.Hello{Version: wire.Version, Backend: TCP.code(), TransferID: tk.TransferID}
-		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce)
+		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace)
 		first.Close()
 		second := raw(t, h)
 		challenge(t, second)
@@ -139,7 +139,7 @@ func TestUnauthenticatedSenders(t *testing.T) {
 		conn := raw(t, h)
 		ch := challenge(t, conn)
 		hello := wire.Hello{Version: 9, Backend: TCP.code(), TransferID: tk.TransferID}
-		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce)
+		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace)
 		b := hello.Marshal()
 		conn.Write(b[:])
 		if n := drained(conn); n != 0 {
@@ -151,7 +151,7 @@ func TestUnauthenticatedSenders(t *testing.T) {
 		h := newHarness(t, TCP, 8, 1024, harnessOpts{})
 		tk := h.ticket(8, 4, 0)
 		conn := raw(t, h)
-		if _, err := clientHandshake(conn, tk); err != nil {
+		if _, err := clientHandshake(conn, tk, wire.TraceContext{}); err != nil {
 			t.Fatal(err)
 		}
 		// A frame sealed with a key the receiver does not hold.

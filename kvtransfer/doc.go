@@ -42,6 +42,10 @@
 // (its Accept is MAC'd with a key only the token holder can derive) before
 // the sender writes a byte. A connection that fails is closed before any
 // page is looked at: no Sink method but Lookup runs. See handshake.go.
+// The Hello also carries the sender's trace context (the span context in
+// Open's context: trace ID, span ID, flags), covered by the proof, so that
+// the receiver's span for the transfer (ReceiverConfig.OnTransfer) joins
+// the request's trace; it is telemetry only and decides nothing.
 // Every frame header then carries a sequence number and a truncated
 // HMAC-SHA-256 under a per-direction session key; control payloads
 // (COMPLETE's checksums and token count, RESULT, …) are covered by the MAC

@@ -59,7 +59,7 @@ func FuzzClientHandshake(f *testing.F) {
 	ab := (&wire.Accept{}).Marshal(wire.NewMAC(make([]byte, 32)))
 	f.Add(append(cb[:], ab[:]...))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		if _, err := clientHandshake(newFakeConn(in), tk); err == nil {
+		if _, err := clientHandshake(newFakeConn(in), tk, wire.TraceContext{}); err == nil {
 			t.Fatal("handshake succeeded without the token")
 		}
 	})
@@ -168,7 +168,7 @@ func runFuzzSession(t *testing.T, seg *Segment, in []byte) outcome {
 	rec := &rtransfer{id: tk.TransferID, epoch: tk.Owner.Epoch, backend: backend, t: tk, raw: conn, conn: conn,
 		out: frameWriter{mac: wire.NewMAC([]byte("s2c"))}}
 	r.transfers[rec.id] = rec
-	s := r.newSession(rec, wire.NewMAC(fuzzKey))
+	s := r.newSession(rec, wire.NewMAC(fuzzKey), wire.TraceContext{})
 	s.run()
 	if len(sink.outcomes) != 1 {
 		t.Fatalf("%d outcomes, want exactly 1", len(sink.outcomes))

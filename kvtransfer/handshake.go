@@ -15,8 +15,9 @@ import (
 // nonces from both ends make every message single-use:
 //
 //	S→C Challenge  version, server nonce (sent on accept)
-//	C→S Hello      version, backend, transfer ID, client nonce,
-//	               HMAC(token, "client proof"‖id‖nc‖ns)
+//	C→S Hello      version, backend, transfer ID, client nonce, the
+//	               sender's trace context (telemetry only),
+//	               HMAC(token, "client proof"‖id‖nc‖ns‖trace)
 //	S→C Accept     status, shm segment ID; MAC'd with the S→C session key
 //
 // Session keys are HMAC(token, label‖id‖nc‖ns), one per direction; they
@@ -33,8 +34,9 @@ type clientSession struct {
 	segmentID [16]byte
 }
 
-// clientHandshake runs the sender's side of the handshake on rw.
-func clientHandshake(rw io.ReadWriter, t *Ticket) (clientSession, error) {
+// clientHandshake runs the sender's side of the handshake on rw; tc is
+// the trace context the Hello carries.
+func clientHandshake(rw io.ReadWriter, t *Ticket, tc wire.TraceContext) (clientSession, error) {
 	var cs clientSession
 	var cb [wire.ChallengeSize]byte
 	if _, err := io.ReadFull(rw, cb[:]); err != nil {
@@ -47,9 +49,9 @@ func clientHandshake(rw io.ReadWriter, t *Ticket) (clientSession, error) {
 	if ch.Version != wire.Version {
 		return cs, fmt.Errorf("%w: receiver speaks version %d, we %d", ErrProtocol, ch.Version, wire.Version)
 	}
-	hello := wire.Hello{Version: wire.Version, Backend: t.Backend.code(), TransferID: t.TransferID}
+	hello := wire.Hello{Version: wire.Version, Backend: t.Backend.code(), TransferID: t.TransferID, Trace: tc}
 	rand.Read(hello.ClientNonce[:])
-	hello.ClientProof = wire.ClientProof(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce)
+	hello.ClientProof = wire.ClientProof(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce, tc)
 	hb := hello.Marshal()
 	if _, err := rw.Write(hb[:]); err != nil {
 		return cs, errIO{err}
@@ -76,6 +78,7 @@ type serverSession struct {
 	t       *Ticket
 	in, out *wire.MAC
 	backend uint8
+	trace   wire.TraceContext // the sender's, as its proof vouched
 }
 
 // serverAuthenticate runs the receiver's side up to and including the
@@ -106,12 +109,12 @@ func serverAuthenticate(rw io.ReadWriter, lookup func(TransferID) (*Ticket, bool
 	if !ok || len(t.AuthToken) != AuthTokenSize {
 		return ss, fmt.Errorf("%w: unknown transfer %v", ErrUnauthenticated, id)
 	}
-	want := wire.ClientProof(t.AuthToken, hello.TransferID, hello.ClientNonce, ch.ServerNonce)
+	want := wire.ClientProof(t.AuthToken, hello.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace)
 	if !hmac.Equal(want[:], hello.ClientProof[:]) {
 		return ss, fmt.Errorf("%w: sender did not prove the token of transfer %v", ErrUnauthenticated, id)
 	}
 	c2s, s2c := wire.SessionKeys(t.AuthToken, hello.TransferID, hello.ClientNonce, ch.ServerNonce)
-	ss.t, ss.in, ss.out, ss.backend = t, wire.NewMAC(c2s[:]), wire.NewMAC(s2c[:]), hello.Backend
+	ss.t, ss.in, ss.out, ss.backend, ss.trace = t, wire.NewMAC(c2s[:]), wire.NewMAC(s2c[:]), hello.Backend, hello.Trace
 	return ss, nil
 }
 

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warden-ai/warden/internal/faults"
 )
 
@@ -178,6 +180,8 @@ type harnessOpts struct {
 	tls bool
 	// segPath places the shm segment (default: in a temporary directory).
 	segPath string
+	// onTransfer is the receiver's OnTransfer hook.
+	onTransfer func(*Ticket, trace.SpanContext) func(Completion, error)
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -211,7 +215,7 @@ func newHarness(tb testing.TB, backend Backend, pages, pageBytes int, o harnessO
 	}
 	recv, err := NewReceiver(ReceiverConfig{
 		Sink: h.sink, Segment: h.seg, DrainTimeout: o.drainTimeout, Logger: quietLogger(), TLS: serverTLS,
-		IdleConnTimeout: o.recvIdleConn, Faults: o.recvFaults,
+		IdleConnTimeout: o.recvIdleConn, Faults: o.recvFaults, OnTransfer: o.onTransfer,
 		OnRelease: func(oc Outcome, w time.Duration) { h.releases <- outcomeRelease{oc, w} },
 	})
 	if err != nil {

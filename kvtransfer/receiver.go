@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zeebo/xxh3"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warden-ai/warden/internal/faults"
 )
@@ -58,6 +59,15 @@ type ReceiverConfig struct {
 	// OnRelease is told how each aborted transfer's pages were released
 	// (warden_decode_deferred_kv_release_total{outcome}). Optional.
 	OnRelease func(o Outcome, waited time.Duration)
+	// OnTransfer, if set, observes every transfer whose handshake the
+	// receiver accepted, e.g. to trace it: it is called once the Accept
+	// went out, with the ticket and the span context the sender passed to
+	// Sender.Open (remote; invalid when the sender had none), and returns
+	// the function the receiver calls exactly once, right after
+	// Sink.Complete (with the Completion and nil) or Sink.Fail (with a zero
+	// Completion and the error). Both run on the connection's goroutine
+	// and must not block or call back into the Receiver.
+	OnTransfer func(t *Ticket, sender trace.SpanContext) (end func(Completion, error))
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// Faults injects faults in tests (see package internal/faults); nil,

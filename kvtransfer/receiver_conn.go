@@ -143,7 +143,7 @@ func (r *Receiver) accept(raw, conn net.Conn) (*rtransfer, *session, error) {
 		return nil, nil, err
 	}
 	r.stats.transfers.Add(1)
-	return rec, r.newSession(rec, ss.in), nil
+	return rec, r.newSession(rec, ss.in, ss.trace), nil
 }
 
 // admit claims an authenticated transfer: it must still be live for the

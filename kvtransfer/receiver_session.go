@@ -41,13 +41,18 @@ type session struct {
 	// finished: Complete or Fail was called. ok: Complete was, and the
 	// RESULT went out, so the connection may carry another transfer.
 	finished, ok bool
-	log          *slog.Logger // see logger
+	// observed is what ReceiverConfig.OnTransfer returned (nil: no hook).
+	observed func(Completion, error)
+	log      *slog.Logger // see logger
 }
 
-func (r *Receiver) newSession(rec *rtransfer, in *wire.MAC) *session {
+func (r *Receiver) newSession(rec *rtransfer, in *wire.MAC, tc wire.TraceContext) *session {
 	t := rec.t
 	n := t.PromptPages()
 	s := &session{r: r, rec: rec, t: t, conn: rec.conn, rd: rec.conn, in: frameReader{mac: in}, npages: n}
+	if r.cfg.OnTransfer != nil {
+		s.observed = r.cfg.OnTransfer(t, spanContextOf(tc))
+	}
 	if rec.backend == TCP {
 		s.br = r.readers.Get().(*bufio.Reader)
 		s.br.Reset(rec.conn)
@@ -148,7 +153,10 @@ func (s *session) step() bool {
 		} else {
 			s.r.stats.staleFrames.Add(1)
 		}
-		s.logger().Warn("kvtransfer: dropped frame of another transfer or epoch", "type", h.Type, "frame_epoch", h.Epoch)
+		// A frame for another (transfer, epoch) on this connection is an
+		// isolation event (I4): a stale or confused writer was fenced.
+		s.logger().Error("kvtransfer: dropped frame of another transfer or epoch", "type", h.Type.String(),
+			"frame_transfer", TransferID(h.TransferID).String(), "frame_epoch", h.Epoch, "page_index", h.PageIndex, "page", h.PageID)
 		return s.discard(h)
 	}
 	if inj := s.r.cfg.Faults; inj != nil {
@@ -260,10 +268,14 @@ func (s *session) complete(c wire.CompletePayload) {
 	if s.rec.backend == SHM {
 		s.r.stats.bytes.Add(uint64(s.npages) * uint64(s.t.PageBytes))
 	}
-	s.r.sink.Complete(s.t, Completion{
+	done := Completion{
 		Tokens: c.Tokens, FirstToken: c.FirstToken,
 		Pages: s.npages, Bytes: int64(s.npages) * s.t.PageBytes,
-	})
+	}
+	s.r.sink.Complete(s.t, done)
+	if s.observed != nil {
+		s.observed(done, nil)
+	}
 	s.ok = s.sendResult(nil)
 }
 
@@ -280,6 +292,9 @@ func (s *session) fail(err error) {
 		s.logger().Warn("kvtransfer: transfer failed", "err", err)
 	}
 	s.r.sink.Fail(s.t, err)
+	if s.observed != nil {
+		s.observed(Completion{}, err)
+	}
 	s.sendResult(err)
 }
 

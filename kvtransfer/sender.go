@@ -193,7 +193,9 @@ func (s *Sender) Send(ctx context.Context, t *Ticket, src PageSource, tokens int
 // Open connects to decode (reusing an idle connection when it has one),
 // runs the authenticated handshake and returns a Stream ready for Push.
 // Nothing is written to decode's pages before decode accepted the
-// handshake.
+// handshake. The OpenTelemetry span context in ctx, if any (the caller's
+// transfer span), travels in the handshake: decode's
+// ReceiverConfig.OnTransfer receives it, so its span joins the trace.
 func (s *Sender) Open(ctx context.Context, t *Ticket) (*Stream, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -282,7 +284,7 @@ func (s *Sender) authenticate(ctx context.Context, raw, conn net.Conn, t *Ticket
 	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	cs, err := clientHandshake(conn, t)
+	cs, err := clientHandshake(conn, t, traceContextOf(ctx))
 	if err != nil {
 		return cs, fmt.Errorf("kvtransfer: handshake with %s for transfer %v: %w", t.Addr, t.TransferID, err)
 	}

@@ -41,7 +41,11 @@ fi
 log "go vet"
 go vet ./...
 
-# Packages whose correctness is about concurrency run under -race.
+# Packages whose correctness is about concurrency run under -race; the rest
+# run plain, the end-to-end tests (test/: the real binary, real processes)
+# among them. Every step runs even if an earlier one failed, so one run
+# shows every failure; -timeout turns a hang into a goroutine dump well
+# inside CI's limit. The whole suite takes 4 to 6 minutes on 2 cores.
 race_pkgs=(
   ./worker/kvpool/...
   ./worker/engine/...
@@ -50,11 +54,26 @@ race_pkgs=(
   ./gateway/...
   ./worker
 )
-log "go test -race"
-go test -race -count=1 "${race_pkgs[@]}"
+failed=()
+step() { # step NAME CMD...: run CMD, time it, remember a failure
+  local name="$1" start=$SECONDS
+  shift
+  log "$name"
+  if "$@"; then
+    echo "-- $name: passed in $((SECONDS - start))s" >&2
+  else
+    echo "-- $name: FAILED after $((SECONDS - start))s" >&2
+    failed+=("$name")
+  fi
+}
 
-log "go test"
+step "go test -race" go test -race -count=1 -timeout 9m "${race_pkgs[@]}"
+
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/kvtransfer|/tenant|/gateway|/worker$')
-go test -count=1 "${rest[@]}"
+step "go test" go test -count=1 -timeout 9m "${rest[@]}"
 
+if ((${#failed[@]} > 0)); then
+  log "FAILED: ${failed[*]}"
+  exit 1
+fi
 log "all tests passed"

@@ -4,12 +4,14 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -18,7 +20,7 @@ import (
 // reserve handles Reserve (decode, both): pages for the whole sequence,
 // all or nothing, and the ticket that lets one prefill worker fill the
 // prompt's pages.
-func (w *Worker) reserve(req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
+func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
 	if w.role == config.RolePrefill {
 		return nil, status.Error(codes.FailedPrecondition, "Reserve: this is a prefill worker")
 	}
@@ -64,7 +66,7 @@ func (w *Worker) reserve(req *controlpb.ReserveRequest) (*controlpb.ReserveRespo
 	if w.segment != nil {
 		t.ShmPath = w.segment.Path()
 	}
-	e := newEntry(owner, pages, int(total), stageReserved)
+	e := newEntry(requestContext(ctx, owner), owner, pages, int(total), stageReserved)
 	e.ticket, e.live, e.transferred = t, true, make(chan struct{})
 	w.reqs[e.key] = e
 	w.byTransfer[t.TransferID] = e
@@ -91,7 +93,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(srv.Context())
+	ctx, cancel := context.WithCancelCause(requestContext(srv.Context(), owner))
 	defer cancel(nil)
 
 	w.mu.Lock()
@@ -105,7 +107,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 			w.mu.Unlock()
 			return status.Errorf(codes.NotFound, "no reservation for request %s/%s: Reserve first", owner.Tenant, owner.Request)
 		}
-		e, err = w.reserveLocalLocked(owner, len(prompt), sp.MaxTokens)
+		e, err = w.reserveLocalLocked(ctx, owner, len(prompt), sp.MaxTokens)
 		if err != nil {
 			w.mu.Unlock()
 			return err
@@ -125,7 +127,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 
 // reserveLocalLocked reserves pages for a whole request on a both worker.
 // Called with w.mu held.
-func (w *Worker) reserveLocalLocked(owner kvpool.Owner, prompt, maxTokens int) (*entry, error) {
+func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, prompt, maxTokens int) (*entry, error) {
 	total := int64(prompt) + int64(maxTokens)
 	if total > w.capacity.Tokens {
 		return nil, neverFits(total, w.capacity.Tokens)
@@ -137,7 +139,7 @@ func (w *Worker) reserveLocalLocked(owner kvpool.Owner, prompt, maxTokens int) (
 	if err != nil {
 		return nil, poolStatus(err, total, w.capacity.Tokens)
 	}
-	e := newEntry(owner, pages, int(total), stagePrefilling)
+	e := newEntry(ctx, owner, pages, int(total), stagePrefilling)
 	w.reqs[e.key] = e
 	return e, nil
 }
@@ -168,8 +170,8 @@ func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, ticket *co
 }
 
 // runReserved waits for the reservation's transfer, verifies it and
-// decodes.
-func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
+// decodes, traced as warden.decode from the verified transfer on.
+func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
 	select {
 	case <-e.transferred:
 	case <-ctx.Done():
@@ -193,6 +195,9 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 		w.finish(e, st)
 		return st
 	}
+	ctx, span := w.startSpan(ctx, spanDecode, obs.OperationDecode, e.owner, trace.SpanKindInternal,
+		obs.AttrInputTokens.Int(len(prompt)))
+	defer func() { endSpan(span, err) }()
 	if err := w.rt.Pool.Activate(e.owner); err != nil {
 		st := status.Errorf(codes.Internal, "activating pages: %v", err)
 		w.finish(e, st)
@@ -216,8 +221,12 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 	return w.serve(ctx, e, es, srv, len(prompt), false)
 }
 
-// runLocal prefills and decodes a request on a both worker.
-func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
+// runLocal prefills and decodes a request on a both worker, traced as
+// warden.generate with an event when the prompt is in the cache.
+func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
+	ctx, span := w.startSpan(ctx, spanGenerate, obs.OperationGenerate, e.owner, trace.SpanKindInternal,
+		obs.AttrInputTokens.Int(len(prompt)))
+	defer func() { endSpan(span, err) }()
 	if err := w.rt.Pool.Activate(e.owner); err != nil {
 		st := status.Errorf(codes.Internal, "activating pages: %v", err)
 		w.finish(e, st)
@@ -247,6 +256,7 @@ func (w *Worker) serve(ctx context.Context, e *entry, es *engine.Stream, srv grp
 	}
 	switch res.Finish {
 	case engine.FinishStop, engine.FinishLength:
+		trace.SpanFromContext(ctx).SetAttributes(obs.AttrOutputTokens.Int(res.CompletionTokens))
 		w.finish(e, nil)
 		return srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Done{Done: &controlpb.Done{
 			FinishReason:     string(res.Finish),
@@ -258,7 +268,7 @@ func (w *Worker) serve(ctx context.Context, e *entry, es *engine.Stream, srv grp
 	if ctx.Err() != nil {
 		st = stoppedStatus(ctx)
 	}
-	w.log.Warn("generation failed", "request_id", e.owner.Request, "tenant", e.owner.Tenant, "err", res.Err)
+	w.logEngineFailure(ctx, e, res.Err)
 	w.finish(e, st)
 	return st
 }
@@ -286,6 +296,7 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 			return ev.Result, nil
 		case engine.EventProgress:
 			if readyOnProgress && ev.Positions == prompt {
+				trace.SpanFromContext(ctx).AddEvent("prefilled")
 				w.setStage(e, stageDecoding)
 				if err := srv.Send(readyEvent(prompt)); err != nil {
 					return nil, err

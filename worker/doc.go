@@ -68,4 +68,24 @@
 // Only the gateway may call: with cluster.auth mtls the control server
 // completes a TLS handshake only with a certificate carrying the gateway
 // identity; with shared_secret every call must carry the secret (I10).
+//
+// # Observability
+//
+// Metrics (the registry of WithRegistry, served on
+// observability.metrics.listen): the live KV pool, owner violations and
+// fence rejections, the engine, the transfer ends (bytes, frames,
+// duration by side, checksum failures, stale frames, authentication
+// failures), deferred releases by outcome, Abort calls, the worker's
+// identity (warden_worker_info) and, where NVML works, the GPUs
+// (internal/obs/gpu). docs/operations.md describes each.
+//
+// Traces (WithTracerProvider, or observability.tracing): a server span per
+// control RPC continuing the gateway's trace, warden.prefill with
+// warden.kv.send under it on prefill, warden.kv.receive on decode — whose
+// parent, the send span, arrives in the transfer handshake — and
+// warden.decode (warden.generate on a both worker without a reservation).
+// Logs: every request-scoped line carries request_id, tenant, trace_id and
+// span_id; owner violations, transfer integrity failures and quarantined
+// pages are logged at ERROR with the request, tenant, worker, epoch and
+// pages.
 package worker

@@ -19,9 +19,10 @@ import (
 // time (snapshotCollector); the rest are observed here.
 type metrics struct {
 	requests        *prometheus.CounterVec
-	transferSeconds prometheus.Histogram
+	transferSeconds *prometheus.HistogramVec // side
 	deferredRelease *prometheus.CounterVec
 	deferredSeconds prometheus.Histogram
+	aborts          *prometheus.CounterVec // stage, cause
 }
 
 // sources are the components whose counters are exported from snapshots;
@@ -39,11 +40,12 @@ func newMetrics() *metrics {
 			Name: "warden_worker_requests_total",
 			Help: "Control-plane RPCs served, by method and gRPC status code.",
 		}, []string{"rpc", "code"}),
-		transferSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "warden_transfer_duration_seconds",
-			Help:    "KV transfers sent by this worker, from connection open to decode's verdict.",
+		transferSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "warden_transfer_duration_seconds",
+			Help: "Verified KV transfers by side: send (prefill: connection open to decode's verdict) " +
+				"and receive (decode: handshake accepted to verdict).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}),
+		}, []string{"side"}),
 		deferredRelease: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warden_decode_deferred_kv_release_total",
 			Help: "Releases of aborted transfers' pages, by outcome (immediate, drained, timeout, late_drain).",
@@ -53,6 +55,13 @@ func newMetrics() *metrics {
 			Help:    "How long aborted transfers' pages waited for the writer's drain before release or quarantine.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_worker_aborts_total",
+			Help: "Abort calls from the gateway, by the stage the request was in here (none: it held nothing, e.g. its call had already ended) and the gateway's cause.",
+		}, []string{"stage", "cause"}),
+	}
+	for _, side := range []string{sideSend, sideReceive} {
+		m.transferSeconds.WithLabelValues(side)
 	}
 	for _, o := range []kvtransfer.Outcome{kvtransfer.OutcomeImmediate, kvtransfer.OutcomeDrained,
 		kvtransfer.OutcomeTimeout, kvtransfer.OutcomeLateDrain} {
@@ -61,10 +70,23 @@ func newMetrics() *metrics {
 	return m
 }
 
-// register registers the metrics, and the collector of src's snapshots,
-// on reg.
-func (m *metrics) register(reg prometheus.Registerer, src sources) error {
-	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, newSnapshotCollector(src)} {
+// Sides of warden_transfer_duration_seconds.
+const (
+	sideSend    = "send"
+	sideReceive = "receive"
+)
+
+// register registers the metrics, the collector of src's snapshots, the
+// GPU collector and the worker's info gauge (labels info) on reg.
+func (m *metrics) register(reg prometheus.Registerer, src sources, gpus prometheus.Collector, info prometheus.Labels) error {
+	infoGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "warden_worker_info",
+		Help:        "The worker's identity (always 1): worker ID, role, model, compute backend and transfer backend.",
+		ConstLabels: info,
+	})
+	infoGauge.Set(1)
+	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts,
+		newSnapshotCollector(src), gpus, infoGauge} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker: registering metrics: %w", err)
 		}
@@ -78,6 +100,26 @@ func (m *metrics) observeRelease(o kvtransfer.Outcome, waited time.Duration) {
 	if o != kvtransfer.OutcomeImmediate {
 		m.deferredSeconds.Observe(waited.Seconds())
 	}
+}
+
+// abortCauses are the causes the gateway sends (lifecycle.Cause*); any
+// other is counted as "other", keeping the label bounded.
+var abortCauses = map[string]bool{
+	"client_disconnect": true, "deadline": true, "worker_lost": true, "admin": true, "quota": true,
+	"shutdown": true, "stop": true, "error": true, "internal": true,
+	"data_loss": true, "owner_violation": true, "count_mismatch": true, "worker_unavailable": true,
+	"worker_error": true, "protocol": true,
+}
+
+// stageNone labels an Abort for a request that held nothing here.
+const stageNone = "none"
+
+// aborted counts an Abort for a request in stage.
+func (m *metrics) aborted(stage, cause string) {
+	if !abortCauses[cause] {
+		cause = "other"
+	}
+	m.aborts.WithLabelValues(stage, cause).Inc()
 }
 
 // interceptors count every RPC by method and status code.

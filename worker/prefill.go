@@ -4,11 +4,13 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -18,7 +20,7 @@ import (
 // local pages, pushes each page to the ticket's decode worker as soon as
 // all its positions are in the cache, completes the transfer with the
 // first sampled token and frees the local pages on every path.
-func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (*controlpb.PrefillResponse, error) {
+func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ *controlpb.PrefillResponse, err error) {
 	if w.role == config.RoleDecode {
 		return nil, status.Error(codes.FailedPrecondition, "Prefill: this is a decode worker")
 	}
@@ -26,7 +28,13 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (*c
 	if err != nil {
 		return nil, err
 	}
+	// The gateway's trace arrives in the call's metadata; the request's
+	// traceparent field stands in when the metadata carried none.
+	ctx = requestContext(obs.WithRemoteParent(ctx, req.GetTraceparent()), owner)
 	prompt := req.GetPrompt()
+	ctx, span := w.startSpan(ctx, spanPrefill, obs.OperationPrefill, owner, trace.SpanKindInternal,
+		obs.AttrInputTokens.Int(len(prompt)))
+	defer func() { endSpan(span, err) }()
 	if err := checkPrompt(prompt); err != nil {
 		return nil, err
 	}
@@ -63,7 +71,7 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (*c
 		w.mu.Unlock()
 		return nil, poolStatus(err, int64(len(prompt)), w.capacity.Tokens)
 	}
-	e := newEntry(owner, pages, len(prompt), stagePrefilling)
+	e := newEntry(ctx, owner, pages, len(prompt), stagePrefilling)
 	e.handler, e.cancel = true, cancel
 	w.reqs[e.key] = e
 	w.mu.Unlock()
@@ -78,8 +86,10 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (*c
 
 // runPrefill runs the prefill and the transfer; on failure or abort it
 // returns only once the engine and the transfer stream have both stopped
-// (the stream drained: it can write no further byte to decode).
-func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling) (*controlpb.PrefillResponse, error) {
+// (the stream drained: it can write no further byte to decode). The
+// transfer is traced as warden.kv.send, whose context the handshake
+// carries to decode.
+func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling) (_ *controlpb.PrefillResponse, err error) {
 	pool := w.rt.Pool
 	if err := pool.Activate(e.owner); err != nil {
 		return nil, status.Errorf(codes.Internal, "activating pages: %v", err)
@@ -92,11 +102,13 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		return nil, engineStatus(err)
 	}
 	start := time.Now()
+	sctx, send := w.startSpan(ctx, spanSend, obs.OperationTransfer, e.owner, trace.SpanKindProducer, transferAttrs(t)...)
+	defer func() { endSpan(send, err) }()
 	// The handshake is not cancelled half-way: a sender that gives up after
 	// decode accepted it would never send its drain ack, and decode would
 	// have to quarantine the pages (I5). Once open, the stream is drained
 	// explicitly on every exit, and Push and Complete watch ctx.
-	st, err := w.sender.Open(context.WithoutCancel(ctx), t)
+	st, err := w.sender.Open(context.WithoutCancel(sctx), t)
 	if err != nil {
 		stopSequence(es)
 		return nil, sendStatus(ctx, err)
@@ -149,6 +161,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		if ctx.Err() != nil {
 			return nil, stoppedStatus(ctx)
 		}
+		w.logEngineFailure(ctx, e, res.Err)
 		return nil, engineStatus(res.Err)
 	case pushed != npages:
 		st.Abort()
@@ -161,7 +174,8 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	if err != nil {
 		return nil, sendStatus(ctx, err)
 	}
-	w.metrics.transferSeconds.Observe(time.Since(start).Seconds())
+	w.metrics.transferSeconds.WithLabelValues(sideSend).Observe(time.Since(start).Seconds())
+	send.SetAttributes(obs.AttrPages.Int(r.Pages), obs.AttrBytes.Int64(r.Bytes))
 	return &controlpb.PrefillResponse{
 		PromptTokens: int64(res.PromptTokens),
 		FirstToken:   res.FirstToken,

@@ -11,7 +11,6 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
-	"github.com/warden-ai/warden/internal/obs"
 )
 
 // server is the worker's control-plane service, reachable only by the
@@ -29,8 +28,8 @@ func (s *server) ModelAssets(context.Context, *controlpb.ModelAssetsRequest) (*c
 }
 
 // Reserve implements controlpb.WorkerServer.
-func (s *server) Reserve(_ context.Context, req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
-	return s.w.reserve(req)
+func (s *server) Reserve(ctx context.Context, req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
+	return s.w.reserve(ctx, req)
 }
 
 // Prefill implements controlpb.WorkerServer.
@@ -92,8 +91,10 @@ func (w *Worker) abort(ctx context.Context, req *controlpb.AbortRequest) (*contr
 	e := w.reqs[key]
 	if e == nil || e.epoch > owner.Epoch {
 		w.mu.Unlock()
+		w.metrics.aborted(stageNone, cause)
 		return &controlpb.AbortResponse{Found: false, Drained: drained}, nil
 	}
+	stage := e.stage
 	then := w.abortLocked(e, st)
 	w.mu.Unlock()
 	then()
@@ -102,6 +103,7 @@ func (w *Worker) abort(ctx context.Context, req *controlpb.AbortRequest) (*contr
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	w.log.Info("request aborted", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "epoch", owner.Epoch, "cause", cause)
+	w.metrics.aborted(stage, cause)
+	w.log.InfoContext(requestContext(ctx, owner), "request aborted", "epoch", owner.Epoch, "cause", cause, "stage", stage)
 	return &controlpb.AbortResponse{Found: true, Drained: drained}, nil
 }

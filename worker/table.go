@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
@@ -35,6 +34,9 @@ const (
 // whoever ends it (Abort, the reservation timeout, a failed transfer, the
 // shutdown). Others wait for gone.
 type entry struct {
+	// ctx carries the request's identity and trace (no cancellation), for
+	// logs and spans about it after its call returned.
+	ctx   context.Context
 	key   reqKey
 	epoch uint64 // the gateway's epoch of this attempt
 	// owner tags the pages (the gateway's owner); teardown fences a copy.
@@ -64,8 +66,11 @@ type entry struct {
 	timer   *time.Timer
 }
 
-func newEntry(owner kvpool.Owner, pages []kvpool.PageID, tokens int, stage string) *entry {
+// newEntry records owner's pages; ctx is the call's, with the request's
+// identity (requestContext).
+func newEntry(ctx context.Context, owner kvpool.Owner, pages []kvpool.PageID, tokens int, stage string) *entry {
 	return &entry{
+		ctx:   context.WithoutCancel(ctx),
 		key:   reqKey{owner.Tenant, owner.Request},
 		epoch: owner.Epoch, owner: owner, pages: pages, tokens: tokens,
 		gone: make(chan struct{}), stage: stage,
@@ -137,36 +142,49 @@ func (w *Worker) releaseEntry(e *entry, transferCompleted, fence bool) {
 	if fence {
 		o, err := pool.BumpEpoch(owner)
 		if err != nil {
-			w.log.Error("fencing pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+			w.log.ErrorContext(e.ctx, "fencing pages", "epoch", owner.Epoch, "err", err)
 		} else {
 			owner = o
 		}
 	}
 	if e.ticket != nil && !transferCompleted {
 		w.receiver.Abort(e.ticket.TransferID,
-			func() { w.freePages(owner) },
-			func() {
-				if _, err := pool.Quarantine(owner); err != nil {
-					w.log.Error("quarantining pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
-				}
-			})
+			func() { w.freePages(e.ctx, owner) },
+			func() { w.quarantine(e, owner) })
 		return
 	}
 	if _, err := pool.Release(owner); err != nil {
-		w.log.Error("freeing pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+		w.log.ErrorContext(e.ctx, "freeing pages", "epoch", e.epoch, "fenced_epoch", owner.Epoch, "err", err)
 	}
+}
+
+// quarantine parks the pages of an aborted shm transfer whose writer did
+// not acknowledge its drain within the drain timeout (I5): they are not
+// reused until the ack arrives or the worker restarts.
+func (w *Worker) quarantine(e *entry, owner kvpool.Owner) {
+	n, err := w.rt.Pool.Quarantine(owner)
+	if err != nil {
+		w.log.ErrorContext(e.ctx, "quarantining pages", "epoch", e.epoch, "fenced_epoch", owner.Epoch, "err", err)
+		return
+	}
+	const maxListed = 16
+	w.log.ErrorContext(e.ctx, "kv pages quarantined (I5): the transfer's writer did not acknowledge its drain in time",
+		"epoch", e.epoch, "fenced_epoch", owner.Epoch, "transfer", e.ticket.TransferID.String(), "drain_timeout", w.cfg.Worker.Transfer.DrainTimeout,
+		"pages", n, "page_ids", e.pages[:min(len(e.pages), maxListed)])
 }
 
 // freePages releases owner's pages whether or not they were quarantined
 // meanwhile (a drain ack after the deferred-release timeout).
-func (w *Worker) freePages(owner kvpool.Owner) {
+func (w *Worker) freePages(ctx context.Context, owner kvpool.Owner) {
 	pool := w.rt.Pool
 	_, err := pool.Release(owner)
 	if errors.Is(err, kvpool.ErrState) {
-		_, err = pool.ReleaseQuarantined(owner)
+		if _, err = pool.ReleaseQuarantined(owner); err == nil {
+			w.log.InfoContext(ctx, "quarantined kv pages released: the writer's drain ack arrived late", "fenced_epoch", owner.Epoch)
+		}
 	}
 	if err != nil {
-		w.log.Error("freeing pages", obs.KeyRequestID, owner.Request, obs.KeyTenant, owner.Tenant, "err", err)
+		w.log.ErrorContext(ctx, "freeing pages", "fenced_epoch", owner.Epoch, "err", err)
 	}
 }
 
@@ -207,7 +225,7 @@ func (w *Worker) expire(e *entry) {
 	}
 	then := w.abortLocked(e, st)
 	w.mu.Unlock()
-	w.log.Warn("abandoning reservation", obs.KeyRequestID, e.key.request, obs.KeyTenant, e.key.tenant, "timeout", w.reserveTimeout)
+	w.log.WarnContext(e.ctx, "abandoning reservation", "epoch", e.epoch, "timeout", w.reserveTimeout)
 	then()
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -23,6 +24,9 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/faults"
+	"github.com/warden-ai/warden/internal/obs"
+	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/kvpool"
 	"github.com/warden-ai/warden/worker/runtime"
@@ -32,17 +36,22 @@ import (
 // engine, served to gateways over the control plane. Create it with New,
 // then call Run once.
 type Worker struct {
-	cfg            *config.Config
-	id             string
-	role           config.Role
-	log            *slog.Logger
-	rt             *runtime.Runtime
-	capacity       kvpool.Capacity
-	segment        *kvtransfer.Segment  // shm backend on decode/both
-	receiver       *kvtransfer.Receiver // decode, both
-	sender         *kvtransfer.Sender   // prefill, both
-	metrics        *metrics
-	registry       *prometheus.Registry
+	cfg      *config.Config
+	id       string
+	role     config.Role
+	log      *slog.Logger
+	rt       *runtime.Runtime
+	capacity kvpool.Capacity
+	segment  *kvtransfer.Segment  // shm backend on decode/both
+	receiver *kvtransfer.Receiver // decode, both
+	sender   *kvtransfer.Sender   // prefill, both
+	metrics  *metrics
+	registry *prometheus.Registry
+	gpu      *gpu.Collector
+	tracer   trace.Tracer
+	// stopTracing flushes the tracer provider New set up (a no-op when
+	// the caller passed one).
+	stopTracing    func(context.Context) error
 	auth           *clusterAuth
 	server         *grpc.Server
 	info           *controlpb.WorkerInfo
@@ -81,7 +90,9 @@ type Option func(*options)
 type options struct {
 	logger   *slog.Logger
 	registry *prometheus.Registry
+	tracer   trace.TracerProvider
 	version  string
+	faults   *faults.Injector
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -94,6 +105,18 @@ func WithRegistry(reg *prometheus.Registry) Option { return func(o *options) { o
 
 // WithVersion sets the version the worker reports when it registers.
 func WithVersion(v string) Option { return func(o *options) { o.version = v } }
+
+// WithTracerProvider traces the worker's control RPCs, prefills,
+// transfers and decodes with tp. By default the worker sets up the
+// provider its configuration's observability.tracing names (obs.SetupTracing)
+// and flushes it when Run returns.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// WithTransferFaults hands inj to both transfer ends (kvtransfer's
+// SenderConfig.Faults and ReceiverConfig.Faults), for tests that stall,
+// drop or corrupt KV transfers of real workers. Without it, as in
+// production, nothing is injected.
+func WithTransferFaults(inj *faults.Injector) Option { return func(o *options) { o.faults = inj } }
 
 // New opens everything the worker needs, so that a bad configuration fails
 // here, before Run: the control, transfer and metrics listeners, the model
@@ -119,8 +142,17 @@ func New(cfg *config.Config, opts ...Option) (*Worker, error) {
 		byTransfer:     make(map[kvtransfer.TransferID]*entry),
 		tombs:          newTombstones(2 * wc.Transfer.ReserveTimeout),
 		metrics:        newMetrics(),
+		stopTracing:    func(context.Context) error { return nil },
 	}
 	w.log = o.logger.With("worker_id", w.id, "role", string(w.role))
+	if o.tracer == nil {
+		tp, stop, err := obs.SetupTracing(context.Background(), cfg.Observability.Tracing, "warden-worker", obs.WithServiceVersion(o.version))
+		if err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+		o.tracer, w.stopTracing = tp, stop
+	}
+	w.tracer = o.tracer.Tracer(tracerName)
 	if err := w.open(o, hostname); err != nil {
 		w.release()
 		return nil, err
@@ -150,7 +182,7 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if w.assets, err = loadAssets(w.cfg.Worker.ModelDir, w.cfg.Worker.Model); err != nil {
 		return err
 	}
-	if err := w.openTransfer(); err != nil {
+	if err := w.openTransfer(o.faults); err != nil {
 		return err
 	}
 	w.registry = o.registry
@@ -158,10 +190,13 @@ func (w *Worker) open(o options, hostname string) (err error) {
 		w.registry = prometheus.NewRegistry()
 		w.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	if err := w.metrics.register(w.registry, sources{pool: w.rt.Pool, engine: w.rt.Engine, receiver: w.receiver, sender: w.sender}); err != nil {
+	w.gpu = gpu.New(w.log)
+	if err := w.metrics.register(w.registry, sources{pool: w.rt.Pool, engine: w.rt.Engine, receiver: w.receiver, sender: w.sender},
+		w.gpu, w.infoLabels()); err != nil {
 		return err
 	}
 	w.server = grpc.NewServer(append(w.auth.control,
+		grpc.StatsHandler(obs.GRPCServerHandler(o.tracer)),
 		grpc.WaitForHandlers(true),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -231,7 +266,7 @@ func (w *Worker) openRuntime() error {
 	return nil
 }
 
-func (w *Worker) openTransfer() (err error) {
+func (w *Worker) openTransfer(inj *faults.Injector) (err error) {
 	t := &w.cfg.Worker.Transfer
 	if w.role != config.RolePrefill {
 		w.receiver, err = kvtransfer.NewReceiver(kvtransfer.ReceiverConfig{
@@ -240,7 +275,9 @@ func (w *Worker) openTransfer() (err error) {
 			TLS:          w.auth.transferServer,
 			DrainTimeout: t.DrainTimeout,
 			OnRelease:    w.metrics.observeRelease,
+			OnTransfer:   w.observeReceive,
 			Logger:       w.log,
+			Faults:       inj,
 		})
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
@@ -252,6 +289,7 @@ func (w *Worker) openTransfer() (err error) {
 			TLS:    w.auth.transferClient,
 			ShmDir: t.SHMDir,
 			Logger: w.log,
+			Faults: inj,
 		})
 		if err != nil {
 			return fmt.Errorf("worker: %w", err)
@@ -493,10 +531,23 @@ func (w *Worker) Close() error {
 	return nil
 }
 
-// release closes the listeners, the transfer sender, the runtime and the
-// shm segment (removing its file). The engine must not be running.
+// release closes the listeners, the transfer sender, the runtime, the shm
+// segment (removing its file) and NVML, and flushes the traces. The engine
+// must not be running.
 func (w *Worker) release() {
 	w.releaseOnce.Do(func() {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := w.stopTracing(ctx); err != nil {
+				w.log.Warn("flushing traces", "err", err)
+			}
+		}()
+		if w.gpu != nil {
+			if err := w.gpu.Close(); err != nil {
+				w.log.Warn("closing NVML", "err", err)
+			}
+		}
 		for _, ln := range []net.Listener{w.controlLn, w.transferLn, w.metricsLn} {
 			if ln != nil {
 				ln.Close()

@@ -3,20 +3,133 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
+	"strings"
 
+	"github.com/warden-ai/warden/internal/bench"
+	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/worker/model"
 	"github.com/warden-ai/warden/worker/runtime"
 )
 
 func runBench(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] != "engine" {
-		fmt.Fprintln(e.stderr, "usage: warden bench engine [flags]")
-		return errUsage
+	subs := map[string]func(context.Context, *env, []string) error{
+		"engine": runBenchEngine, "gateway": runBenchGateway, "tenants": runBenchTenants,
 	}
-	return runBenchEngine(ctx, e, args[1:])
+	if len(args) > 0 {
+		if run, ok := subs[args[0]]; ok {
+			return run(ctx, e, args[1:])
+		}
+	}
+	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants [flags]")
+	return errUsage
+}
+
+// redisOff is the --redis value that skips Redis.
+const redisOff = "off"
+
+// defaultRedis is the Redis the benchmarks use unless --redis says
+// otherwise: $WARDEN_TEST_REDIS_ADDR, or the default address.
+func defaultRedis() string {
+	if a := os.Getenv(bench.EnvRedisAddr); a != "" {
+		return a
+	}
+	return bench.DefaultRedisAddr
+}
+
+// intsFlag is a comma-separated list of integers.
+type intsFlag []int
+
+func (l *intsFlag) String() string {
+	s := make([]string, len(*l))
+	for i, v := range *l {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intsFlag) Set(v string) error {
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q is not a comma-separated list of integers", v)
+		}
+		out = append(out, n)
+	}
+	*l = out
+	return nil
+}
+
+// benchLogger passes the servers' warnings and errors to stderr.
+func benchLogger(e *env) (*slog.Logger, error) { return obs.NewLogger(e.stderr, "warn", "text") }
+
+func runBenchGateway(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench gateway", "bench gateway [--duration 10s] [--concurrency 1,4,16] [--redis ADDR|off] [--threads N] [--max-tokens N]")
+	conc := intsFlag(bench.DefaultConcurrency())
+	fs.Var(&conc, "concurrency", "requests in flight, comma-separated (1 is always measured)")
+	duration := fs.Duration("duration", bench.DefaultDuration, "run time of each path at each concurrency")
+	round := fs.Duration("round", bench.DefaultRound, "longest stretch of one path before the next takes its turn")
+	redisAddr := fs.String("redis", defaultRedis(), "Redis of the Redis-store gateway ($"+bench.EnvRedisAddr+" sets the default); "+redisOff+" to skip it")
+	// The tiny model's steps are too small to gain from more threads; the
+	// other cores are left to the gateways, the client and Redis.
+	threads := fs.Int("threads", 1, "worker compute threads (0 = every core)")
+	maxTokens := fs.Int("max-tokens", bench.DefaultMaxTokens, "max_tokens of every request")
+	prompt := fs.String("prompt", bench.DefaultPrompt, "user message of every request")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	logger, err := benchLogger(e)
+	if err != nil {
+		return err
+	}
+	if *redisAddr == redisOff {
+		*redisAddr = ""
+	}
+	o := bench.GatewayOptions{
+		Duration: *duration, Round: *round, Concurrency: conc, RedisAddr: *redisAddr,
+		Threads: *threads, Prompt: *prompt, MaxTokens: *maxTokens, Logger: logger,
+	}
+	fmt.Fprintf(e.stderr, "warden bench gateway: %s per path and concurrency…\n", *duration)
+	rep, err := bench.RunGateway(ctx, o)
+	if err != nil {
+		if *redisAddr != "" {
+			err = fmt.Errorf("%w (pass --redis %s to skip the Redis-store gateway)", err, redisOff)
+		}
+		return err
+	}
+	fmt.Fprintln(e.stdout, "## warden bench gateway")
+	fmt.Fprintln(e.stdout)
+	return rep.WriteMarkdown(e.stdout)
+}
+
+func runBenchTenants(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench tenants", "bench tenants [--redis ADDR] [--iterations N] [--duration 5s] [--concurrency 1,4,16]")
+	conc := intsFlag(bench.DefaultConcurrency())
+	fs.Var(&conc, "concurrency", "requests in flight, comma-separated (1 is always measured)")
+	iterations := fs.Int("iterations", bench.DefaultIterations, "requests timed one at a time on each store")
+	duration := fs.Duration("duration", bench.DefaultDuration/2, "run time of each store at each concurrency")
+	redisAddr := fs.String("redis", defaultRedis(), "Redis to measure ($"+bench.EnvRedisAddr+" sets the default)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	logger, err := benchLogger(e)
+	if err != nil {
+		return err
+	}
+	rep, err := bench.RunTenants(ctx, bench.TenantsOptions{
+		RedisAddr: *redisAddr, Iterations: *iterations, Duration: *duration, Concurrency: conc, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "## warden bench tenants")
+	fmt.Fprintln(e.stdout)
+	return rep.WriteMarkdown(e.stdout)
 }
 
 func runBenchEngine(ctx context.Context, e *env, args []string) error {

@@ -38,7 +38,7 @@ func commands() []command {
 		{"model", "model tools: init", runModel},
 		{"check", "audit the running gateway's context agreement (exit 1 on a violation)", runCheck},
 		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin},
-		{"bench", "benchmarks: engine", runBench},
+		{"bench", "benchmarks: engine, gateway, tenants", runBench},
 		{"version", "print the version", runVersion},
 	}
 }

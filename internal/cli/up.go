@@ -2,8 +2,366 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/adminclient"
 )
 
-// runUp is not written yet.
-func runUp(context.Context, *env, []string) error { return errors.New("up: not implemented yet") }
+// Timings of `warden up`.
+const (
+	// upStopGrace is how long a child may take to shut down before it is
+	// killed.
+	upStopGrace = 20 * time.Second
+	// upPoll is the readiness polling interval.
+	upPoll = 100 * time.Millisecond
+)
+
+// upTenant is the tenant `warden up` creates and issues a key for.
+const upTenant = "dev"
+
+// runUp runs a gateway and its workers on this machine as child processes
+// of this one, prints how to call them, and stops them all on Ctrl-C.
+func runUp(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "up", "up [--listen HOST:PORT] [--state-dir DIR] [--model-dir DIR] [--config FILE] [--transfer tcp|shm] [--single]")
+	var o upOptions
+	fs.StringVar(&o.stateDir, "state-dir", ".warden", "directory for the dev PKI, dev model, tokens, generated configs and logs")
+	fs.StringVar(&o.listen, "listen", "", "host:port of the OpenAI-compatible API; port 0 picks a free one (default gateway.listen of --config, else "+upDefaultListen+")")
+	fs.StringVar(&o.modelDir, "model-dir", "", "Hugging Face Llama-family model directory (default worker.model_dir of --config, else a generated tiny model in the state dir)")
+	fs.StringVar(&o.model, "model", "", "served model name (default worker.model of --config; with --model-dir, the directory's name)")
+	fs.StringVar(&o.configPath, "config", "", "YAML config file: its values are kept, including pinned ports, Redis and TLS (see config/examples/up.yaml)")
+	fs.StringVar(&o.transfer, "transfer", "", "KV transfer between prefill and decode: tcp or shm (default worker.transfer.backend of --config, else tcp)")
+	fs.BoolVar(&o.single, "single", false, "run one worker of role both instead of a prefill and a decode worker")
+	fs.StringVar(&o.kvMemory, "kv-memory", "", "KV pool of each worker, e.g. 1GiB (default worker.kv of --config, else 256MiB)")
+	fs.IntVar(&o.threads, "threads", 0, "compute threads per worker (default worker.threads of --config: every core)")
+	readyTimeout := fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for the gateway to serve the model")
+	prepare := fs.Bool("prepare", false, "only write the state dir (dev PKI, dev model, tokens, configs) and exit, e.g. for a container volume")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(e.stderr, "warden up: "+format+"\n", a...) }
+
+	if name, value, err := keySecretFor(o, os.LookupEnv); err != nil {
+		return err
+	} else if name != "" {
+		// This process only; childEnv keeps it from the children, whose
+		// configs name the file.
+		if err := os.Setenv(name, value); err != nil {
+			return err
+		}
+	}
+	pl, err := planUp(o, os.LookupEnv, say)
+	if err != nil {
+		return err
+	}
+	if err := pl.writeConfigs(); err != nil {
+		return err
+	}
+	if *prepare {
+		say("prepared %s (model %s in %s)", pl.stateDir, pl.model, pl.workers[0].cfg.Worker.ModelDir)
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the warden binary to run: %w", err)
+	}
+	u := &upRun{plan: pl, say: say}
+	err = u.start(ctx, exe, *readyTimeout)
+	var key string
+	if err == nil {
+		key, err = u.issueKey(ctx)
+	}
+	if err == nil {
+		pl.printReady(e.stdout, key)
+		err = u.wait(ctx)
+	}
+	if ctx.Err() != nil && err == nil {
+		say("stopping")
+	}
+	if stopErr := u.stopAll(); err == nil {
+		err = stopErr
+	}
+	return err
+}
+
+// upRun is the state of a running `warden up`.
+type upRun struct {
+	plan    *upPlan
+	say     func(string, ...any)
+	gateway *child
+	workers []*child
+	admin   *adminclient.Client
+	httpc   *http.Client
+}
+
+// all returns every child, gateway first.
+func (u *upRun) all() []*child {
+	if u.gateway == nil {
+		return u.workers
+	}
+	return append([]*child{u.gateway}, u.workers...)
+}
+
+// childEnv is this process's environment without the WARDEN_* variables
+// that set config fields: those are already in the children's config
+// files, and one variable for all children would make the workers collide
+// (e.g. WARDEN_WORKER_LISTEN).
+func childEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		skip := false
+		for _, section := range []string{"GATEWAY", "CLUSTER", "TENANTS", "MODELS", "WORKER", "OBSERVABILITY"} {
+			if strings.HasPrefix(name, config.EnvName(section)+"_") {
+				skip = true
+			}
+		}
+		if !skip {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// start runs the gateway and the workers and waits until the gateway
+// serves the model with every worker registered.
+func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) error {
+	pl := u.plan
+	var err error
+	if u.httpc, err = pl.httpClient(); err != nil {
+		return err
+	}
+	token, err := readTokenFile(pl.adminTokenFile)
+	if err != nil {
+		return err
+	}
+	if u.admin, err = adminclient.New(adminclient.Config{URL: pl.adminURL, Token: token, Transport: u.httpc.Transport, Timeout: 10 * time.Second}); err != nil {
+		return err
+	}
+	env := childEnv()
+	if u.gateway, err = startChild(pl.gateway.name, exe, []string{"gateway", "--config", pl.configPath(pl.gateway)}, env, pl.logPath(pl.gateway)); err != nil {
+		return err
+	}
+	u.say("started the gateway (pid %d), API %s, admin %s", u.gateway.cmd.Process.Pid, pl.apiURL, pl.adminURL)
+	for _, p := range pl.workers {
+		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p)}, env, pl.logPath(p))
+		if err != nil {
+			return err
+		}
+		u.workers = append(u.workers, c)
+		u.say("started the %s %s (pid %d), control %s", p.name, p.cfg.Worker.ID, c.cmd.Process.Pid, p.cfg.Worker.Listen)
+	}
+	u.say("logs are in %s", filepath.Join(pl.stateDir, upLogDir))
+
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(upPoll)
+	defer tick.Stop()
+	var notReady error
+	for {
+		for _, c := range u.all() {
+			if c.exited() {
+				return errors.New(c.crashReport())
+			}
+		}
+		if notReady = u.ready(ctx); notReady == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted while starting: %w", ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("not ready after %v: %v (logs in %s)", timeout, notReady, filepath.Join(pl.stateDir, upLogDir))
+		case <-tick.C:
+		}
+	}
+}
+
+// ready reports nil once the gateway's /readyz answers 200 and every
+// worker is registered and healthy.
+func (u *upRun) ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.plan.apiURL+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := u.httpc.Do(req)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("gateway /readyz: %s", resp.Status)
+	}
+	ws, err := u.admin.Workers(ctx)
+	if err != nil {
+		return fmt.Errorf("gateway admin API: %w", err)
+	}
+	healthy := map[string]bool{}
+	for _, w := range ws {
+		healthy[w.ID] = w.Healthy
+	}
+	for _, p := range u.plan.workers {
+		if !healthy[p.cfg.Worker.ID] {
+			return fmt.Errorf("%s %s is not registered yet", p.name, p.cfg.Worker.ID)
+		}
+	}
+	return nil
+}
+
+// issueKey creates the dev tenant, unless the store has it already, and
+// issues a new API key for it.
+func (u *upRun) issueKey(ctx context.Context) (string, error) {
+	_, err := u.admin.CreateTenant(ctx, adminclient.TenantCreate{ID: upTenant, Name: "warden up"})
+	if apiErr, ok := errors.AsType[*adminclient.Error](err); ok && apiErr.Code == adminclient.CodeAlreadyExists {
+		err = nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating tenant %q: %w", upTenant, err)
+	}
+	k, err := u.admin.IssueKey(ctx, upTenant, "warden up")
+	if err != nil {
+		return "", fmt.Errorf("issuing a key for tenant %q: %w", upTenant, err)
+	}
+	return k.Key, nil
+}
+
+// wait returns nil when ctx ends (Ctrl-C), or an error when a child stops
+// by itself.
+func (u *upRun) wait(ctx context.Context) error {
+	exited := make(chan *child, len(u.all()))
+	for _, c := range u.all() {
+		go func() {
+			select {
+			case <-c.done:
+				exited <- c
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case c := <-exited:
+		return errors.New(c.crashReport())
+	}
+}
+
+// stopAll stops the gateway first, so that requests in flight are aborted
+// and the workers told, then the workers. Another Ctrl-C meanwhile kills
+// whatever still runs at once. A child that had already stopped by itself
+// was reported when it did.
+func (u *upRun) stopAll() error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	force := make(chan struct{})
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-sigs:
+			u.say("killing the remaining processes")
+			close(force)
+		case <-stopped:
+		}
+	}()
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	stop := func(c *child) {
+		if c.exited() {
+			return
+		}
+		if err := c.stop(upStopGrace, force); err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("the %s: %w", c.name, err))
+			mu.Unlock()
+		}
+	}
+	if u.gateway != nil {
+		stop(u.gateway)
+	}
+	var wg sync.WaitGroup
+	for _, c := range u.workers {
+		wg.Go(func() { stop(c) })
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return fmt.Errorf("stopping: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// httpClient returns a client that trusts the gateway's certificate.
+func (pl *upPlan) httpClient() (*http.Client, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	switch {
+	case pl.caFile != "":
+		pem, err := os.ReadFile(pl.caFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no certificate", pl.caFile)
+		}
+		tc.RootCAs = pool
+	default:
+		// The config brings its own API certificate, which need not name
+		// the loopback address this probe of our own child dials.
+		tc.InsecureSkipVerify = true
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: 10 * time.Second}, nil
+}
+
+// printReady prints the API key, the URLs and how to use them.
+func (pl *upPlan) printReady(w io.Writer, key string) {
+	shape := "P/D: a gateway, a prefill and a decode worker, KV transfer " + string(pl.workers[0].cfg.Worker.Transfer.Backend)
+	if len(pl.workers) == 1 {
+		shape = "single node: a gateway and one worker of role both"
+	}
+	cacert := ""
+	if pl.caFile != "" {
+		cacert = "--cacert " + shellQuote(pl.caFile) + " "
+	}
+	fmt.Fprintf(w, "\nwarden is up (%s).\n\n", shape)
+	fmt.Fprintf(w, "  base URL   %s/v1\n", pl.apiURL)
+	fmt.Fprintf(w, "  API key    %s\n", key)
+	fmt.Fprintf(w, "  model      %s\n", pl.model)
+	if pl.caFile != "" {
+		fmt.Fprintf(w, "  CA         %s\n", pl.caFile)
+	}
+	fmt.Fprintf(w, "  admin URL  %s (token in %s)\n", pl.adminURL, pl.adminTokenFile)
+	fmt.Fprintf(w, "  logs       %s\n", filepath.Join(pl.stateDir, upLogDir))
+	fmt.Fprintf(w, "\nTry it:\n\n  curl %s%s/v1/chat/completions -H \"Authorization: Bearer %s\" -H \"Content-Type: application/json\" -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 32}'\n",
+		cacert, pl.apiURL, key, pl.model)
+	fmt.Fprintf(w, "\nInspect it:\n\n  warden admin --url %s --token-file %s %sworkers\n  warden check --config %s\n",
+		pl.adminURL, shellQuote(pl.adminTokenFile), cacert, shellQuote(pl.configPath(pl.gateway)))
+	fmt.Fprintf(w, "\nPress Ctrl-C to stop.\n")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-:=@%+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -20,6 +21,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/stats"
 
 	"github.com/warden-ai/warden/config"
 )
@@ -179,4 +181,38 @@ func HTTPServerOptions(cfg config.Tracing, tp trace.TracerProvider) []otelhttp.O
 		opts = append(opts, otelhttp.WithPropagators(Propagator()))
 	}
 	return opts
+}
+
+// GRPCServerHandler traces a gRPC server's calls with tp (workers: one
+// span per control RPC, continuing the gateway's trace from the call's
+// metadata).
+func GRPCServerHandler(tp trace.TracerProvider) stats.Handler {
+	return otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(Propagator()),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()))
+}
+
+// GRPCClientHandler traces a gRPC client's calls with tp and propagates
+// the trace in the calls' metadata (the gateway's calls to workers).
+func GRPCClientHandler(tp trace.TracerProvider) stats.Handler {
+	return otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(Propagator()),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()))
+}
+
+// Traceparent returns the W3C traceparent of the span in ctx ("" when
+// there is none), for protocol fields that carry it explicitly.
+func Traceparent(ctx context.Context) string {
+	carrier := propagation.MapCarrier{}
+	Propagator().Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// WithRemoteParent returns ctx with the span context traceparent names as
+// its remote parent, unless ctx already carries a valid span context (the
+// one propagated in the call's metadata wins) or traceparent is empty or
+// malformed.
+func WithRemoteParent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" || trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return Propagator().Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
 }

@@ -220,3 +220,35 @@ func TestHTTPServerOptionsIncomingPolicy(t *testing.T) {
 		})
 	}
 }
+
+func TestTraceparentRoundTrip(t *testing.T) {
+	if got := Traceparent(context.Background()); got != "" {
+		t.Errorf("traceparent without a span: %q", got)
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("t").Start(context.Background(), "gateway")
+	defer span.End()
+	tpHeader := Traceparent(ctx)
+	sc := span.SpanContext()
+	if want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"; tpHeader != want {
+		t.Fatalf("Traceparent = %q, want %q", tpHeader, want)
+	}
+	// A worker whose call carried no trace metadata takes the field.
+	got := trace.SpanContextFromContext(WithRemoteParent(context.Background(), tpHeader))
+	if got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() || !got.IsRemote() || !got.IsSampled() {
+		t.Errorf("remote parent %v, want %v", got, sc)
+	}
+	// The metadata's context wins over the field; garbage is ignored.
+	_, other := tp.Tracer("t").Start(context.Background(), "other")
+	defer other.End()
+	octx := trace.ContextWithSpanContext(context.Background(), other.SpanContext())
+	if got := trace.SpanContextFromContext(WithRemoteParent(octx, tpHeader)); got.SpanID() != other.SpanContext().SpanID() {
+		t.Errorf("the traceparent field replaced the propagated context")
+	}
+	for _, bad := range []string{"", "garbage", "00-00000000000000000000000000000000-0000000000000000-01"} {
+		if got := trace.SpanContextFromContext(WithRemoteParent(context.Background(), bad)); got.IsValid() {
+			t.Errorf("WithRemoteParent(%q) = %v", bad, got)
+		}
+	}
+}

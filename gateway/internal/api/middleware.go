@@ -11,6 +11,10 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warden-ai/warden/internal/obs"
 )
 
 // requestInfo is the per-request state the middleware shares with the
@@ -61,6 +65,8 @@ func (s *server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info := &requestInfo{id: newRequestID(), clientID: clientRequestID(r.Header), start: s.now()}
 		w.Header().Set("X-Request-Id", info.id)
+		// The HTTP server span (when traced) is found by the request ID too.
+		trace.SpanFromContext(r.Context()).SetAttributes(obs.AttrRequestID.String(info.id))
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 	})
 }

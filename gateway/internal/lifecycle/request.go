@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warden-ai/warden/internal/obs"
 )
 
 // Epoch is the epoch of a request's first (and, in this gateway, only)
@@ -138,8 +142,10 @@ func (r *Request) Advance(to State) error {
 		return r.illegal(to, "")
 	}
 	r.state, r.stage = to, to
-	r.entered[to] = r.table.cfg.Now()
+	now := r.table.cfg.Now()
+	r.entered[to] = now
 	r.mu.Unlock()
+	trace.SpanFromContext(r.ctx).AddEvent(to.String(), trace.WithTimestamp(now))
 	return nil
 }
 
@@ -178,13 +184,17 @@ func (r *Request) Finish(state State, cause string) error {
 		return fmt.Errorf("%w: %s → %s", ErrIllegalTransition, from, state)
 	}
 	r.state, r.cause = state, cause
-	r.entered[state] = r.table.cfg.Now()
+	now := r.table.cfg.Now()
+	r.entered[state] = now
+	stage := r.stage
 	var fan []*participant
 	if state != Completed || cause == CauseStop {
 		fan = append(fan, r.participants...)
 	}
 	r.mu.Unlock()
 
+	trace.SpanFromContext(r.ctx).AddEvent(state.String(), trace.WithTimestamp(now),
+		trace.WithAttributes(obs.AttrCause.String(cause), obs.AttrStage.String(stage.String())))
 	r.cancel(nil) // release the context's resources; an abort cause stays
 	r.fanOut(fan, cause)
 	r.table.retire(r)
@@ -203,11 +213,14 @@ func (r *Request) fanOut(ps []*participant, cause string) {
 	}
 	owner := r.Owner()
 	t := r.table
+	// The Aborts belong to the request's trace (its context's values),
+	// not to its cancellation.
+	parent := context.WithoutCancel(r.ctx)
 	for _, p := range ps {
 		t.fanout.Add(1)
 		go func() {
 			defer t.fanout.Done()
-			err := abortWithRetry(t.cfg.AbortTimeout, p.p, owner, cause)
+			err := abortWithRetry(parent, t.cfg.AbortTimeout, p.p, owner, cause)
 			r.mu.Lock()
 			p.abortSent = err == nil
 			if err != nil {
@@ -223,8 +236,8 @@ func (r *Request) fanOut(ps []*participant, cause string) {
 }
 
 // abortWithRetry calls p.Abort until it succeeds or timeout passes.
-func abortWithRetry(timeout time.Duration, p Participant, owner Owner, cause string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+func abortWithRetry(parent context.Context, timeout time.Duration, p Participant, owner Owner, cause string) error {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {

@@ -27,6 +27,16 @@
 // AbortTimeout. Abort is idempotent on workers, so telling a worker that
 // holds nothing is harmless; forgetting one would leave pages reserved.
 //
+// # Tracing
+//
+// When the context a request is started with carries a span (the
+// gateway's request span), every transition is recorded on it as an event
+// named after the new state, at the time the state was entered: received,
+// admitted, reserved, prefilling, transferring, decoding, and the terminal
+// one, whose event carries the cause (obs.AttrCause) and the stage it
+// ended in (obs.AttrStage). The fan-out's Abort calls carry the span's
+// context, so they join the request's trace.
+//
 // # Illegal transitions
 //
 // Transitions go forward along the edges in the table below, with one

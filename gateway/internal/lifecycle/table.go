@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Errors returned by the Table and by Request.
@@ -145,6 +147,7 @@ func (t *Table) Start(ctx context.Context, info Info) (*Request, error) {
 		done:   make(chan struct{}),
 	}
 	r.entered[Received] = info.Received
+	trace.SpanFromContext(rctx).AddEvent(Received.String(), trace.WithTimestamp(info.Received))
 
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -348,6 +348,11 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 		conn = old.conn
 	}
 	r.mu.Unlock()
+	if conn != nil {
+		// A worker registering is up now: a reused connection may still be
+		// in reconnect backoff from when the worker was gone.
+		conn.ResetConnectBackoff()
+	}
 	fresh := conn == nil
 	if fresh {
 		var err error

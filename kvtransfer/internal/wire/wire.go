@@ -17,7 +17,8 @@ import (
 )
 
 // Version is the protocol version carried by handshake messages and frames.
-const Version = 2
+// Version 3 added the trace context to the Hello.
+const Version = 3
 
 // ErrMalformed is wrapped by every parse error in this package.
 var ErrMalformed = errors.New("malformed message")
@@ -34,7 +35,7 @@ const (
 // Sizes of the fixed-size messages.
 const (
 	ChallengeSize = 40
-	HelloSize     = 88
+	HelloSize     = 120
 	AcceptSize    = 40
 	HeaderSize    = 80
 	NonceSize     = 32
@@ -95,13 +96,31 @@ func ParseChallenge(b []byte) (Challenge, error) {
 	return c, nil
 }
 
-// Hello answers the Challenge: which transfer, the sender's nonce and its
-// proof that it holds the transfer's auth token.
+// TraceContext is a W3C trace context (trace ID, parent span ID, trace
+// flags) in binary form. The sender puts its transfer span's context in
+// the Hello so that the receiver's span joins the same trace; the zero
+// value means none. It is informational: the receiver uses it for
+// telemetry only, never to decide anything about the transfer.
+type TraceContext struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+	Flags   uint8
+}
+
+// Hello answers the Challenge: which transfer, the sender's nonce, the
+// sender's trace context and its proof that it holds the transfer's auth
+// token (the proof covers the trace context too). Layout (little-endian):
+//
+//	 0 magic u32 | 4 version u8 | 5 backend u8 | 6 reserved [2]
+//	 8 transfer ID [16] | 24 client nonce [32]
+//	56 trace ID [16] | 72 span ID [8] | 80 trace flags u8 | 81 reserved [7]
+//	88 client proof [32]
 type Hello struct {
 	Version     uint8
 	Backend     uint8
 	TransferID  [16]byte
 	ClientNonce [NonceSize]byte
+	Trace       TraceContext
 	ClientProof [ProofSize]byte
 }
 
@@ -113,8 +132,16 @@ func (h *Hello) Marshal() [HelloSize]byte {
 	b[5] = h.Backend
 	copy(b[8:24], h.TransferID[:])
 	copy(b[24:56], h.ClientNonce[:])
-	copy(b[56:88], h.ClientProof[:])
+	putTrace(b[56:88], h.Trace)
+	copy(b[88:120], h.ClientProof[:])
 	return b
+}
+
+// putTrace writes tc into the 32-byte trace field.
+func putTrace(b []byte, tc TraceContext) {
+	copy(b[0:16], tc.TraceID[:])
+	copy(b[16:24], tc.SpanID[:])
+	b[24] = tc.Flags
 }
 
 // ParseHello decodes a Hello. It does not check the version.
@@ -129,10 +156,18 @@ func ParseHello(b []byte) (Hello, error) {
 	if b[6] != 0 || b[7] != 0 {
 		return h, malformed("hello: reserved bytes set")
 	}
+	for _, x := range b[81:88] {
+		if x != 0 {
+			return h, malformed("hello: reserved bytes set")
+		}
+	}
 	h.Version, h.Backend = b[4], b[5]
 	copy(h.TransferID[:], b[8:24])
 	copy(h.ClientNonce[:], b[24:56])
-	copy(h.ClientProof[:], b[56:88])
+	copy(h.Trace.TraceID[:], b[56:72])
+	copy(h.Trace.SpanID[:], b[72:80])
+	h.Trace.Flags = b[80]
+	copy(h.ClientProof[:], b[88:120])
 	return h, nil
 }
 
@@ -184,21 +219,27 @@ const (
 	labelS2C         = "warden-kv/1 key server->client"
 )
 
-func derive(token []byte, label string, tid [16]byte, cn, sn [NonceSize]byte) [32]byte {
+func derive(token []byte, label string, tid [16]byte, cn, sn [NonceSize]byte, extra ...[]byte) [32]byte {
 	m := hmac.New(sha256.New, token)
 	m.Write([]byte(label))
 	m.Write([]byte{0})
 	m.Write(tid[:])
 	m.Write(cn[:])
 	m.Write(sn[:])
+	for _, e := range extra {
+		m.Write(e)
+	}
 	var out [32]byte
 	m.Sum(out[:0])
 	return out
 }
 
-// ClientProof is the sender's proof of the auth token, bound to both nonces.
-func ClientProof(token []byte, tid [16]byte, cn, sn [NonceSize]byte) [32]byte {
-	return derive(token, labelClientProof, tid, cn, sn)
+// ClientProof is the sender's proof of the auth token, bound to both
+// nonces and to the trace context the Hello carries.
+func ClientProof(token []byte, tid [16]byte, cn, sn [NonceSize]byte, tc TraceContext) [32]byte {
+	var tb [32]byte
+	putTrace(tb[:], tc)
+	return derive(token, labelClientProof, tid, cn, sn, tb[:])
 }
 
 // SessionKeys derives the per-connection MAC keys, one per direction.

@@ -58,7 +58,8 @@ func TestHandshakeMessages(t *testing.T) {
 	if got, err := ParseChallenge(cb[:]); err != nil || got != c {
 		t.Errorf("challenge %+v %v", got, err)
 	}
-	h := Hello{Version: Version, Backend: 2, TransferID: [16]byte{9}, ClientNonce: [32]byte{7}, ClientProof: [32]byte{3}}
+	h := Hello{Version: Version, Backend: 2, TransferID: [16]byte{9}, ClientNonce: [32]byte{7}, ClientProof: [32]byte{3},
+		Trace: TraceContext{TraceID: [16]byte{5, 6}, SpanID: [8]byte{8}, Flags: 1}}
 	hb := h.Marshal()
 	if got, err := ParseHello(hb[:]); err != nil || got != h {
 		t.Errorf("hello %+v %v", got, err)
@@ -75,16 +76,21 @@ func TestHandshakeMessages(t *testing.T) {
 	tid, cn, sn := [16]byte{1}, [32]byte{2}, [32]byte{3}
 	tok := []byte("token")
 	c2s, s2c := SessionKeys(tok, tid, cn, sn)
-	if c2s == s2c || c2s == ClientProof(tok, tid, cn, sn) || s2c == ClientProof(tok, tid, cn, sn) {
+	var none TraceContext
+	proof := ClientProof(tok, tid, cn, sn, none)
+	if c2s == s2c || c2s == proof || s2c == proof {
 		t.Error("keys and proof coincide")
 	}
 	sn2 := sn
 	sn2[0] ^= 1
-	if ClientProof(tok, tid, cn, sn2) == ClientProof(tok, tid, cn, sn) {
+	if ClientProof(tok, tid, cn, sn2, none) == proof {
 		t.Error("proof does not depend on the server nonce")
 	}
-	if ClientProof(tok, [16]byte{2}, cn, sn) == ClientProof(tok, tid, cn, sn) {
+	if ClientProof(tok, [16]byte{2}, cn, sn, none) == proof {
 		t.Error("proof does not depend on the transfer")
+	}
+	if ClientProof(tok, tid, cn, sn, TraceContext{SpanID: [8]byte{1}}) == proof {
+		t.Error("proof does not cover the trace context")
 	}
 }
 

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// child is a process started by `warden up`.
+type child struct {
+	name    string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed once the process was reaped
+	err     error         // Wait's result, set before done is closed
+}
+
+// startChild runs exe with args, its output appended to logPath, in its
+// own process group and tied to this process's life (childAttr).
+func startChild(name, exe string, args, env []string, logPath string) (*child, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%s log: %w", name, err)
+	}
+	defer log.Close()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = childAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the %s: %w", name, err)
+	}
+	c := &child{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// exited reports whether the process has ended.
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// signal sends sig to the child's process group.
+func (c *child) signal(sig syscall.Signal) {
+	if !c.exited() {
+		_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+	}
+}
+
+// stop asks the child to shut down (SIGTERM) and kills it after grace or
+// when force is closed. It returns the child's exit error, nil for a clean
+// exit.
+func (c *child) stop(grace time.Duration, force <-chan struct{}) error {
+	c.signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.err
+	case <-t.C:
+	case <-force:
+	}
+	c.signal(syscall.SIGKILL)
+	<-c.done
+	return fmt.Errorf("killed after not stopping within %v", grace)
+}
+
+// crashReport describes a child that ended on its own: its exit status
+// and the first lines of its crash (a Go panic or fatal error) or else the
+// last lines of its log.
+func (c *child) crashReport() string {
+	status := "exited"
+	if c.err != nil {
+		status = c.err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the %s stopped unexpectedly (%s); its log is %s", c.name, status, c.logPath)
+	if lines := crashExcerpt(c.logPath, 20); len(lines) > 0 {
+		b.WriteString(":\n")
+		for _, l := range lines {
+			b.WriteString("    " + l + "\n")
+		}
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// crashExcerpt returns up to n lines of the log at path: from the start of
+// the last Go panic or fatal error if there is one, otherwise the last n.
+func crashExcerpt(path string, n int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "panic: ") || strings.HasPrefix(lines[i], "fatal error: ") {
+			return lines[i:min(i+n, len(lines))]
+		}
+	}
+	return lines[max(len(lines)-n, 0):]
+}
