@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 )
 
@@ -170,14 +171,15 @@ func startPDServed(t *testing.T, cfg *config.Config, backend config.TransferBack
 		wc.Worker.KV.MemoryBytes = config.ByteSize(incidentGeometry().pages * tinyPageBytes)
 		ws = append(ws, startPDWorker(t, tg, wc))
 	}
+	var st admission.State
 	waitFor(t, "both workers in the model's state", func() bool {
-		for _, s := range tg.admission.States() {
-			if s.Model == "tiny" && len(s.Workers) == 2 {
-				return s.Serving == (policy == config.ContextClamp) && (policy == config.ContextRefuse || s.Effective == int64(incidentGeometry().limit()))
-			}
-		}
-		return false
+		st, _, _ = tg.admission.State(context.Background(), "tiny")
+		return len(st.Workers) == 2
 	})
+	clamp := policy == config.ContextClamp
+	if st.Serving != clamp || (clamp && st.Effective != int64(incidentGeometry().limit())) {
+		t.Errorf("model state under %s: %+v", policy, st)
+	}
 	return tg, ws[0], ws[1]
 }
 
