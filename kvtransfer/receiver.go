@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zeebo/xxh3"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warden-ai/warden/internal/faults"
+	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
 
 // The receiver is split by concern:
@@ -87,7 +87,8 @@ type Receiver struct {
 	stats receiverCounters
 	// hashers recycles streaming checksum state for pages that arrive in
 	// several frames; readers the read buffers of tcp sessions.
-	hashers, readers sync.Pool
+	hashers *sync.Pool
+	readers sync.Pool
 
 	mu        sync.Mutex
 	closed    bool
@@ -129,7 +130,7 @@ func NewReceiver(cfg ReceiverConfig) (*Receiver, error) {
 		log:       cfg.Logger,
 		dr:        NewDeferredRelease(cfg.DrainTimeout, cfg.OnRelease),
 		sem:       make(chan struct{}, cfg.MaxConns),
-		hashers:   sync.Pool{New: func() any { return xxh3.New() }},
+		hashers:   wire.NewHasherPool(),
 		readers:   sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBuffer) }},
 		transfers: make(map[TransferID]*rtransfer),
 		conns:     make(map[net.Conn]struct{}),

@@ -9,8 +9,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
@@ -32,7 +30,7 @@ type session struct {
 	// tcp: bytes received per page, running checksum state of pages that
 	// arrive in several frames, and the checksum of each complete page.
 	progress []uint32
-	hashers  map[int]*xxh3.Hasher
+	hashers  *wire.PageSums
 	sums     []uint64
 	// shm: verifies sealed pages while the sender writes the next ones;
 	// watch tells when a frame waits on the connection (nil: unknown).
@@ -58,7 +56,7 @@ func (r *Receiver) newSession(rec *rtransfer, in *wire.MAC, tc wire.TraceContext
 		s.br.Reset(rec.conn)
 		s.rd = s.br
 		s.progress = make([]uint32, n)
-		s.hashers = make(map[int]*xxh3.Hasher)
+		s.hashers = wire.NewPageSums(int(t.PageBytes), r.hashers)
 		s.sums = make([]uint64, n)
 	} else {
 		s.shm = newShmVerifier(r.cfg.Segment, t)
@@ -83,8 +81,8 @@ func (s *session) logger() *slog.Logger {
 // the transfer completed with the connection in step (reusable).
 func (s *session) run() bool {
 	defer func() {
-		for _, h := range s.hashers {
-			s.r.hashers.Put(h)
+		if s.hashers != nil {
+			s.hashers.Close()
 		}
 		if s.br != nil {
 			// Bytes left in the buffer belong to no transfer: the sender

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
 
@@ -73,23 +71,7 @@ func (s *session) copyIn(h wire.Header) (uint64, error) {
 		}
 		return 0, fmt.Errorf("%w: connection: %w", ErrIncomplete, err)
 	}
-	idx := int(h.PageIndex)
-	if h.Offset == 0 && int64(h.Length) == s.t.PageBytes {
-		return wire.Checksum(dst), nil
-	}
-	hs := s.hashers[idx]
-	if hs == nil {
-		hs = s.r.hashers.Get().(*xxh3.Hasher)
-		hs.Reset()
-		s.hashers[idx] = hs
-	}
-	hs.Write(dst)
-	sum := hs.Sum64()
-	if int64(h.Offset+h.Length) == s.t.PageBytes {
-		delete(s.hashers, idx)
-		s.r.hashers.Put(hs)
-	}
-	return sum, nil
+	return s.hashers.Add(int(h.PageIndex), int(h.Offset), dst), nil
 }
 
 // verifyTCP checks at COMPLETE that every page arrived whole with the

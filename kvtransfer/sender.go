@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
@@ -57,7 +55,7 @@ type Sender struct {
 	cfg     SenderConfig
 	log     *slog.Logger
 	stats   senderCounters
-	hashers sync.Pool
+	hashers *sync.Pool
 
 	mu     sync.Mutex
 	segs   map[string]*segRef
@@ -116,7 +114,7 @@ func NewSender(cfg SenderConfig) (*Sender, error) {
 	return &Sender{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		hashers: sync.Pool{New: func() any { return xxh3.New() }},
+		hashers: wire.NewHasherPool(),
 		segs:    make(map[string]*segRef),
 		idle:    make(map[string][]idleConn),
 	}, nil

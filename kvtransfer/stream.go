@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/kvtransfer/internal/wire"
 )
@@ -42,7 +40,7 @@ type Stream struct {
 	wmu      sync.Mutex
 	out      frameWriter
 	progress []int
-	hashers  map[int]*xxh3.Hasher
+	hashers  *wire.PageSums
 	sums     []uint64
 	bytes    int64
 	broken   bool // a frame was written partially: the stream is out of sync
@@ -88,7 +86,7 @@ func newStream(s *Sender, t *Ticket, raw, conn net.Conn, cs clientSession) *Stre
 		npages: t.PromptPages(), pageBytes: int(t.PageBytes),
 		in:       frameReader{mac: cs.in},
 		out:      frameWriter{mac: cs.out},
-		hashers:  make(map[int]*xxh3.Hasher),
+		hashers:  wire.NewPageSums(int(t.PageBytes), s.hashers),
 		verdict:  make(chan error, 1),
 		stopCtx:  func() bool { return false },
 		tag:      tagOf(t.Owner),
@@ -206,26 +204,9 @@ func (st *Stream) checkPush(page, offset, n int) error {
 	return nil
 }
 
-// sum returns page's running checksum after appending piece at offset. A
-// whole page is hashed in one call (the fast path: the streaming hasher
-// copies its input through a small buffer).
+// sum returns page's running checksum after appending piece at offset.
 func (st *Stream) sum(page, offset int, piece []byte) uint64 {
-	if offset == 0 && len(piece) == st.pageBytes {
-		return wire.Checksum(piece)
-	}
-	hs := st.hashers[page]
-	if hs == nil {
-		hs = st.s.hashers.Get().(*xxh3.Hasher)
-		hs.Reset()
-		st.hashers[page] = hs
-	}
-	hs.Write(piece)
-	sum := hs.Sum64()
-	if offset+len(piece) == st.pageBytes {
-		delete(st.hashers, page)
-		st.s.hashers.Put(hs)
-	}
-	return sum
+	return st.hashers.Add(page, offset, piece)
 }
 
 // Complete sends the token count, first sampled token and page checksums,
@@ -393,9 +374,6 @@ func (st *Stream) close(reuse bool) {
 		if st.seg != nil {
 			st.s.releaseSegment(st.seg)
 		}
-		for _, h := range st.hashers {
-			st.s.hashers.Put(h)
-		}
-		clear(st.hashers)
+		st.hashers.Close()
 	})
 }

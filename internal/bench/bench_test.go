@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/isolation"
 )
 
 // testRedis returns the address of the test Redis, or "" (with a log
@@ -233,6 +236,22 @@ func TestAlternateCounts(t *testing.T) {
 	for i, r := range runs {
 		if r.Requests != calls[i] || r.Requests == 0 || r.Concurrency != 1 || r.Elapsed < 40*time.Millisecond {
 			t.Errorf("run %d: %+v after %d calls", i, r, calls[i])
+		}
+	}
+}
+
+func TestRunPD(t *testing.T) {
+	for _, tr := range []config.TransferBackend{config.TransferTCP, config.TransferSHM} {
+		rep, err := RunPD(context.Background(), PDOptions{Duration: 300 * time.Millisecond, Round: 100 * time.Millisecond,
+			Concurrency: 2, MaxTokens: 8, Transfer: tr})
+		if err != nil {
+			t.Fatalf("%s: %v", tr, err)
+		}
+		if rep.On.Requests == 0 || rep.On.CompletionTokens == 0 || rep.On.TokensPerSecond() <= 0 {
+			t.Fatalf("%s: no load carried: %+v", tr, rep)
+		}
+		if rep.Compared != isolation.Switchable || rep.Compared && rep.Off.Requests == 0 {
+			t.Fatalf("%s: compared %v in a build where switching is %v: %+v", tr, rep.Compared, isolation.Switchable, rep)
 		}
 	}
 }

@@ -64,6 +64,9 @@ type clusterOptions struct {
 	redisAddr string // "" = memory-store gateway only
 	threads   int
 	logger    *slog.Logger
+	// transfer, when set, starts a prefill and a decode worker joined by
+	// that transfer backend instead of one both worker (no direct path).
+	transfer config.TransferBackend
 }
 
 // cluster is a worker (role both, tiny model) and the gateways in front of
@@ -75,7 +78,7 @@ type cluster struct {
 	log      *slog.Logger
 
 	gateways []*gatewayNode
-	worker   *running
+	workers  []*running
 	conn     *grpc.ClientConn
 	direct   controlpb.WorkerClient
 	directN  atomic.Int64 // request IDs of direct calls
@@ -156,12 +159,21 @@ func startCluster(ctx context.Context, o clusterOptions) (_ *cluster, err error)
 		}
 		registries = append(registries, n.g.RegistryAddr().String())
 	}
-	if err := c.startWorker(o.threads, registries); err != nil {
-		return nil, err
+	roles := []config.Role{config.RoleBoth}
+	if o.transfer != "" {
+		roles = []config.Role{config.RolePrefill, config.RoleDecode}
 	}
-	addr, err := c.waitServed(ctx)
+	for _, role := range roles {
+		if err := c.startWorker(role, o.transfer, o.threads, registries); err != nil {
+			return nil, err
+		}
+	}
+	addr, err := c.waitServed(ctx, len(roles))
 	if err != nil {
 		return nil, err
+	}
+	if o.transfer != "" {
+		return c, nil
 	}
 	tc, err := tlsutil.ClusterClientConfig(c.pki.CACert, c.pki.GatewayCert, c.pki.GatewayKey, tlsutil.PeerWorker)
 	if err != nil {
@@ -238,49 +250,79 @@ func (c *cluster) startGateway(ctx context.Context, store config.StoreKind) (*ga
 	return n, nil
 }
 
-func (c *cluster) startWorker(threads int, registries []string) error {
+func (c *cluster) startWorker(role config.Role, transfer config.TransferBackend, threads int, registries []string) error {
 	cfg := c.baseConfig()
 	w := &cfg.Worker
-	w.ID, w.Role, w.Model, w.ModelDir, w.Threads = workerID, config.RoleBoth, modelName, c.modelDir, threads
+	id := workerID
+	if role != config.RoleBoth {
+		id += "-" + string(role)
+	}
+	w.ID, w.Role, w.Model, w.ModelDir, w.Threads = id, role, modelName, c.modelDir, threads
 	w.Listen, w.Transfer.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	if transfer != "" {
+		w.Transfer.Backend, w.Transfer.SHMDir = transfer, c.dir
+	}
 	w.KV.MemoryBytes = kvBytes
 	w.Gateways = registries
 	cfg.Cluster.CertFile, cfg.Cluster.KeyFile = c.pki.WorkerCert, c.pki.WorkerKey
 	if err := cfg.ValidateWorker(); err != nil {
 		return fmt.Errorf("bench: worker config: %w", err)
 	}
-	wk, err := worker.New(cfg, worker.WithLogger(c.log.With("worker", workerID)), worker.WithRegistry(prometheus.NewRegistry()))
+	wk, err := worker.New(cfg, worker.WithLogger(c.log.With("worker", id)), worker.WithRegistry(prometheus.NewRegistry()))
 	if err != nil {
 		return err
 	}
-	c.worker = run(wk.Run)
+	c.workers = append(c.workers, run(wk.Run))
 	return nil
 }
 
-// waitServed waits until every gateway lists the worker as healthy and is
-// ready, and returns the worker's control address.
-func (c *cluster) waitServed(ctx context.Context) (string, error) {
+// waitServed waits until every gateway is ready and lists n healthy
+// workers, and returns the control address of the first.
+func (c *cluster) waitServed(ctx context.Context, n int) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var addr string
-	for _, n := range c.gateways {
+	for _, gn := range c.gateways {
 		for {
-			ws, err := n.admin.Workers(ctx)
-			if err == nil && n.g.Ready() == nil && len(ws) == 1 && ws[0].ID == workerID && ws[0].Healthy {
+			ws, err := gn.admin.Workers(ctx)
+			if err == nil && gn.g.Ready() == nil && healthy(ws) == n {
 				addr = ws[0].ControlAddr
 				break
 			}
+			if err := c.workerStopped(); err != nil {
+				return "", err
+			}
 			select {
 			case <-ctx.Done():
-				return "", fmt.Errorf("bench: the worker did not register with the %s-store gateway: %w", n.store, context.Cause(ctx))
-			case err := <-c.worker.done:
-				c.worker.done <- err // for close
-				return "", fmt.Errorf("bench: the worker stopped: %v", err)
+				return "", fmt.Errorf("bench: the workers did not register with the %s-store gateway: %w", gn.store, context.Cause(ctx))
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
 	}
 	return addr, nil
+}
+
+func healthy(ws []adminclient.WorkerView) int {
+	n := 0
+	for _, w := range ws {
+		if w.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
+// workerStopped reports a worker whose Run has returned.
+func (c *cluster) workerStopped() error {
+	for _, w := range c.workers {
+		select {
+		case err := <-w.done:
+			w.done <- err // for close
+			return fmt.Errorf("bench: a worker stopped: %v", err)
+		default:
+		}
+	}
+	return nil
 }
 
 // close stops everything, deletes the run's Redis keys and the temporary
@@ -298,8 +340,8 @@ func (c *cluster) close() error {
 			errs = append(errs, fmt.Errorf("bench: %s-store gateway: %w", n.store, err))
 		}
 	}
-	if c.worker != nil {
-		if err := c.worker.wait(); err != nil {
+	for _, w := range c.workers {
+		if err := w.wait(); err != nil {
 			errs = append(errs, fmt.Errorf("bench: worker: %w", err))
 		}
 	}

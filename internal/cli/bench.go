@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,7 +10,9 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/bench"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/worker/model"
@@ -18,14 +21,14 @@ import (
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	subs := map[string]func(context.Context, *env, []string) error{
-		"engine": runBenchEngine, "gateway": runBenchGateway, "tenants": runBenchTenants,
+		"engine": runBenchEngine, "gateway": runBenchGateway, "tenants": runBenchTenants, "pd": runBenchPD,
 	}
 	if len(args) > 0 {
 		if run, ok := subs[args[0]]; ok {
 			return run(ctx, e, args[1:])
 		}
 	}
-	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants [flags]")
+	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd [flags]")
 	return errUsage
 }
 
@@ -195,4 +198,32 @@ func cachedPreset(e *env, preset string) (string, error) {
 		return "", err
 	}
 	return dir, nil
+}
+
+func runBenchPD(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench pd", "bench pd [--duration 20s] [--round 2s] [--concurrency 4] [--transfer tcp|shm] [--max-tokens 64] [--json]")
+	o := bench.PDOptions{}
+	fs.DurationVar(&o.Duration, "duration", 20*time.Second, "how long the load runs (in each mode)")
+	fs.DurationVar(&o.Round, "round", 2*time.Second, "length of one round before the checks are switched (warden_nochecks build)")
+	fs.IntVar(&o.Concurrency, "concurrency", 4, "requests kept in flight")
+	transfer := fs.String("transfer", "tcp", "KV transfer backend: tcp or shm")
+	fs.IntVar(&o.MaxTokens, "max-tokens", 64, "max_tokens of every request")
+	fs.IntVar(&o.Threads, "threads", 1, "compute threads per worker")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	o.Transfer = config.TransferBackend(*transfer)
+	rep, err := bench.RunPD(ctx, o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(map[string]any{
+			"transfer": rep.Transfer, "on_tokens_per_second": rep.On.TokensPerSecond(),
+			"off_tokens_per_second": rep.Off.TokensPerSecond(), "compared": rep.Compared,
+		})
+	}
+	rep.WriteMarkdown(e.stdout)
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/warden-ai/warden/internal/isolation"
 )
 
 // Version is set at build time with -ldflags "-X github.com/warden-ai/warden/internal/cli.Version=…".
@@ -20,6 +22,9 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, env *env, args []string) error
+	// serves marks the commands that serve tenants; a benchmark-only
+	// build without isolation checks refuses to run them.
+	serves bool
 }
 
 // env carries the process's streams to a command.
@@ -32,14 +37,14 @@ var errUsage = errors.New("usage")
 
 func commands() []command {
 	return []command{
-		{"up", "run a gateway and workers on this machine for trying warden out", runUp},
-		{"gateway", "run the gateway", runGateway},
-		{"worker", "run a worker (--role prefill|decode|both)", runWorker},
-		{"model", "model tools: init", runModel},
-		{"check", "audit the running gateway's context agreement (exit 1 on a violation)", runCheck},
-		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin},
-		{"bench", "benchmarks: engine, gateway, tenants", runBench},
-		{"version", "print the version", runVersion},
+		{"up", "run a gateway and workers on this machine for trying warden out", runUp, true},
+		{"gateway", "run the gateway", runGateway, true},
+		{"worker", "run a worker (--role prefill|decode|both)", runWorker, true},
+		{"model", "model tools: init", runModel, false},
+		{"check", "audit the running gateway's context agreement (exit 1 on a violation)", runCheck, false},
+		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin, false},
+		{"bench", "benchmarks: engine, gateway, tenants", runBench, false},
+		{"version", "print the version", runVersion, false},
 	}
 }
 
@@ -59,7 +64,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, e, args[1:])
+		err := isolation.Refuse()
+		if !c.serves {
+			err = nil
+		}
+		if err == nil {
+			err = c.run(ctx, e, args[1:])
+		}
 		switch {
 		case err == nil:
 			return 0
