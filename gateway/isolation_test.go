@@ -12,11 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/internal/obs"
+	"github.com/warden-ai/warden/internal/tlsutil"
 	"github.com/warden-ai/warden/worker"
 )
 
@@ -168,7 +173,7 @@ func TestPDStressWithAborts(t *testing.T) {
 				keys = append(keys, newTenantKey(t, tg, fmt.Sprint("tenant-", i)))
 			}
 
-			rng := rand.New(rand.NewPCG(7, uint64(len(backend))))
+			rng := rand.New(rand.NewPCG(7, 8)) // the same plan over both backends
 			plans := make(map[string]stressPlan, perBackend)
 			var order []stressPlan
 			for i := range perBackend {
@@ -297,7 +302,7 @@ func TestPDStressWithAborts(t *testing.T) {
 				want := prompts[p.prompt].ref
 				what := fmt.Sprintf("%s (%s, hook %s, stream %v)", p.id, p.kind, p.hook, p.stream)
 				if s.ID == "" && p.kind == kindEarlyGone && res.transport != nil {
-					counts["never reached the gateway"]++
+					counts["unsent    (the client gave up before sending)"]++
 					continue
 				}
 				if !s.State.Terminal() {
@@ -337,10 +342,9 @@ func TestPDStressWithAborts(t *testing.T) {
 				}
 			}
 			dp, pp := decode.settled(), prefill.settled()
-			keys = slices.Sorted(maps.Keys(counts))
 			var b strings.Builder
-			fmt.Fprintf(&b, "%s: %d requests in %s (-parallel %d), by end state, cause and stage:\n", backend, len(order), elapsed.Round(time.Millisecond), parallel)
-			for _, k := range keys {
+			fmt.Fprintf(&b, "%s: %d requests in %s (%d clients), by end state, cause and stage:\n", backend, len(order), elapsed.Round(time.Millisecond), parallel)
+			for _, k := range slices.Sorted(maps.Keys(counts)) {
 				fmt.Fprintf(&b, "  %4d  %s\n", counts[k], k)
 				total[strings.Fields(k)[0]] += counts[k]
 			}
@@ -408,4 +412,56 @@ func TestPDCorruptTransferFailsCleanly(t *testing.T) {
 			decode.settled()
 		})
 	}
+}
+
+// TestRegistryRefusesUnauthenticatedWorkers (I10, gateway side): only the
+// worker identity may register. A peer without a client certificate, with
+// the gateway's own certificate, or in plaintext cannot announce a worker
+// (which would be sent tenants' prompts); it never appears among the
+// workers and the model stays unserved.
+func TestRegistryRefusesUnauthenticatedWorkers(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	addr := tg.RegistryAddr().String()
+	info := &controlpb.WorkerInfo{WorkerId: "rogue", Role: controlpb.Role_ROLE_BOTH, Model: "tiny",
+		ControlAddr: "127.0.0.1:9", TransferAddr: "127.0.0.1:9", TransferBackend: "tcp", HostId: "h", TokenizerSha256: "00"}
+	pool := &controlpb.PoolStats{TotalPages: 1 << 20, FreePages: 1 << 20, PageTokens: 16, CapacityTokens: 16 << 20}
+	register := func(creds grpc.DialOption) error {
+		conn, err := grpc.NewClient(addr, creds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = controlpb.NewRegistryClient(conn).Register(ctx, &controlpb.RegisterRequest{Worker: info, Pool: pool})
+		return err
+	}
+	// The control: with the worker identity the call gets through to the
+	// registry, which then fails to fetch the rogue's model assets.
+	if err := register(clusterCreds(t, pki.WorkerCert, pki.WorkerKey)); err == nil || !strings.Contains(err.Error(), "model assets") {
+		t.Fatalf("registration with the worker identity: %v, want it to reach the asset check", err)
+	}
+	for name, creds := range map[string]grpc.DialOption{
+		"no client certificate":   clusterCreds(t, "", ""),
+		"the gateway certificate": clusterCreds(t, pki.GatewayCert, pki.GatewayKey),
+		"a plaintext connection":  grpc.WithTransportCredentials(insecure.NewCredentials()),
+	} {
+		if err := register(creds); err == nil || strings.Contains(err.Error(), "model assets") {
+			t.Errorf("registration over %s reached the registry: %v", name, err)
+		}
+	}
+	if _, ok := tg.reg.Get("rogue"); ok || len(tg.reg.Workers()) != 0 || tg.Ready() == nil {
+		t.Fatalf("a rogue worker was registered: %+v", tg.reg.Workers())
+	}
+}
+
+// clusterCreds are client credentials with the cluster CA and, unless
+// empty, certFile's identity, expecting the gateway's registry.
+func clusterCreds(t *testing.T, certFile, keyFile string) grpc.DialOption {
+	t.Helper()
+	tc, err := tlsutil.ClusterClientConfig(pki.CACert, certFile, keyFile, tlsutil.PeerGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(tc))
 }

@@ -259,13 +259,26 @@ func gathered(t testing.TB, g prometheus.Gatherer, name string, labels map[strin
 }
 
 // transferCounters are the worker metrics that move when a request reaches
-// a worker or a KV transfer starts.
+// a worker or a KV transfer starts: request RPCs by method and code (all
+// but Status and ModelAssets), transfer bytes and frames, prefilled tokens.
 func (w *pdWorker) transferCounters() map[string]float64 {
+	w.t.Helper()
+	mfs, err := w.prom.Gather()
+	if err != nil {
+		w.t.Fatal(err)
+	}
 	out := map[string]float64{}
-	for _, rpc := range []string{"Reserve", "Prefill", "Generate"} {
-		for _, code := range []string{"OK", "OutOfRange", "ResourceExhausted", "Aborted", "DataLoss", "InvalidArgument", "Canceled"} {
-			if v := w.metric("warden_worker_requests_total", map[string]string{"rpc": rpc, "code": code}); v != 0 {
-				out[rpc+"/"+code] = v
+	for _, mf := range mfs {
+		if mf.GetName() != "warden_worker_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if rpc := labels["rpc"]; rpc != "Status" && rpc != "ModelAssets" {
+				out[rpc+"/"+labels["code"]] = m.GetCounter().GetValue()
 			}
 		}
 	}
@@ -292,12 +305,19 @@ func (w *pdWorker) status() *controlpb.WorkerStatus {
 // pages are allowed only when a drain timeout was counted.
 func (w *pdWorker) settled() *controlpb.PoolStats {
 	w.t.Helper()
-	var p *controlpb.PoolStats
-	waitFor(w.t, "worker "+w.id+" to settle", func() bool {
-		st := w.status()
-		p = st.GetPool()
-		return p.ReservedPages+p.InUsePages == 0 && len(st.Requests) == 0
-	})
+	var st *controlpb.WorkerStatus
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st = w.status()
+		if p := st.GetPool(); p.ReservedPages+p.InUsePages == 0 && len(st.Requests) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("worker %s did not settle: pool %v, requests %v", w.id, st.GetPool(), st.Requests)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p := st.GetPool()
 	if p.FreePages+p.ReservedPages+p.InUsePages+p.QuarantinedPages != p.TotalPages {
 		w.t.Errorf("worker %s: pool does not balance: %v", w.id, p)
 	}

@@ -175,6 +175,7 @@ func (lw *lateWrite) runB2(t *testing.T) {
 	checkAgainst(t, "B2 over the whole pool", <-gen, lw.b2Ref)
 }
 
+// released is decode's count of deferred releases with outcome o.
 func (lw *lateWrite) released(t *testing.T, o kvtransfer.Outcome) float64 {
 	return metricValue(t, lw.dec.Worker, "warden_decode_deferred_kv_release_total", "outcome", string(o))
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -61,20 +62,11 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	w.mu.Lock()
-	if err := w.admitLocked(owner); err != nil {
-		w.mu.Unlock()
+	e, err := w.reservePrefill(ctx, owner, len(prompt))
+	if err != nil {
 		return nil, err
 	}
-	pages, err := w.rt.Pool.Reserve(owner, len(prompt))
-	if err != nil {
-		w.mu.Unlock()
-		return nil, poolStatus(err, int64(len(prompt)), w.capacity.Tokens)
-	}
-	e := newEntry(ctx, owner, pages, len(prompt), stagePrefilling)
-	e.handler, e.cancel = true, cancel
-	w.reqs[e.key] = e
-	w.mu.Unlock()
+	e.cancel = cancel
 
 	resp, err := w.runPrefill(ctx, e, t, prompt, sp)
 	w.finish(e, err)
@@ -82,6 +74,44 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 		return nil, err
 	}
 	return resp, nil
+}
+
+// reservePrefill reserves local pages for a prompt and records the
+// request. Prefill pages are held only while a prompt is computed and
+// sent, so when the pool is momentarily full (a finished request's pages
+// wait for decode's verdict) the call waits for pages, until ctx ends,
+// instead of failing a request that fits.
+func (w *Worker) reservePrefill(ctx context.Context, owner kvpool.Owner, tokens int) (*entry, error) {
+	pool := w.rt.Pool
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		w.mu.Lock()
+		if err := w.admitLocked(owner); err != nil {
+			w.mu.Unlock()
+			return nil, err
+		}
+		seen := pool.Version()
+		pages, err := pool.Reserve(owner, tokens)
+		if err == nil {
+			e := newEntry(ctx, owner, pages, tokens, stagePrefilling)
+			e.handler = true
+			w.reqs[e.key] = e
+			w.mu.Unlock()
+			return e, nil
+		}
+		w.mu.Unlock()
+		if !errors.Is(err, kvpool.ErrNoSpace) {
+			return nil, poolStatus(err, int64(tokens), w.capacity.Tokens)
+		}
+		// The pool has no change notification (it never calls out under
+		// its lock): poll its version, backing off.
+		for pool.Version() == seen {
+			select {
+			case <-ctx.Done():
+				return nil, status.FromContextError(context.Cause(ctx)).Err()
+			case <-time.After(wait):
+			}
+		}
+	}
 }
 
 // runPrefill runs the prefill and the transfer; on failure or abort it

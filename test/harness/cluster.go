@@ -77,9 +77,14 @@ type Options struct {
 	Gateways int
 	// Models is the models list of every process (default DefaultModels).
 	Models []config.Model
-	// Redis keeps tenants in Env.RedisAddr under a key prefix of this
-	// cluster's own; the test is skipped when no Redis is configured.
+	// Redis keeps tenants in a Redis under a key prefix of this cluster's
+	// own (its keys are deleted when the test ends): RedisAddr, else
+	// Env.RedisAddr, else a private server started for the cluster
+	// (Env.StartRedis).
 	Redis bool
+	// RedisAddr is the Redis of a cluster with Redis set, e.g. a private
+	// server the test kills and restarts (Env.StartRedis).
+	RedisAddr string
 	// HeartbeatTimeout is the gateways' (default DefaultHeartbeatTimeout).
 	HeartbeatTimeout time.Duration
 	// EditGateway, if set, changes each gateway's config (index i) before
@@ -152,8 +157,11 @@ func Start(t testing.TB, env *Env, o Options) *Cluster {
 // test.
 func New(t testing.TB, env *Env, o Options) *Cluster {
 	t.Helper()
-	if o.Redis && env.RedisAddr == "" {
-		t.Skipf("no Redis: set %s", EnvRedis)
+	if o.Redis && o.RedisAddr == "" {
+		if o.RedisAddr = env.RedisAddr; o.RedisAddr == "" {
+			t.Logf("no shared Redis (%s is not set): starting a private redis-server", EnvRedis)
+			o.RedisAddr = env.StartRedis(t).Addr
+		}
 	}
 	if len(o.Workers) == 0 {
 		o.Workers = PD(ModelTiny)
@@ -168,6 +176,11 @@ func New(t testing.TB, env *Env, o Options) *Cluster {
 		o.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	c := &Cluster{env: env, Dir: t.TempDir(), AdminToken: randomHex(16)}
+	t.Cleanup(func() { // after Close: nothing writes the keys any more
+		if o.Redis && len(c.Gateways) > 0 {
+			deleteKeys(o.RedisAddr, c.Gateways[0].Config.Tenants.Redis.KeyPrefix)
+		}
+	})
 	t.Cleanup(c.Close)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -222,7 +235,7 @@ func (c *Cluster) build(o Options) error {
 		cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
 		if o.Redis {
 			cfg.Tenants.Store = config.StoreRedis
-			cfg.Tenants.Redis.Addr = c.env.RedisAddr
+			cfg.Tenants.Redis.Addr = o.RedisAddr
 			cfg.Tenants.Redis.KeyPrefix = fmt.Sprintf("warden:e2e:%s:", randomHex(6))
 			cfg.Tenants.KeySecretFile = secretFile
 		}

@@ -46,6 +46,10 @@
 // of DefaultKVBytes with pages poisoned on reserve, one compute thread and a
 // metrics listener (Worker.MetricsURL).
 //
+// Env.StartRedis runs a private redis-server with persistence (Redis), for
+// a test that kills and restarts the tenant store under a cluster
+// (Options.RedisAddr).
+//
 // Every process can be killed (Kill, i.e. SIGKILL), stopped (Stop, SIGTERM),
 // paused (Signal SIGSTOP/SIGCONT) and started again with the same config
 // and ports (Start; Cluster.RestartWorker also waits until it is healthy).

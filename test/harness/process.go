@@ -15,7 +15,8 @@ import (
 // before it kills it.
 const StopGrace = 20 * time.Second
 
-// Process is one warden process (gateway, worker, `warden up`). It can be
+// Process is one process of a test: warden (gateway, worker, `warden up`)
+// or, with Bin set, another program such as redis-server. It can be
 // started again after it ended, with the same arguments; its output is
 // appended to LogPath across starts.
 type Process struct {
@@ -27,6 +28,9 @@ type Process struct {
 	LogPath string
 	// Env, when set, replaces the inherited environment.
 	Env []string
+	// Bin, when set, is the executable instead of the Env's warden binary
+	// (e.g. redis-server).
+	Bin string
 
 	env *Env
 
@@ -60,7 +64,11 @@ func (p *Process) Start() error {
 	defer log.Close()
 	p.starts++
 	fmt.Fprintf(log, "=== harness: start #%d of %s: %s\n", p.starts, p.Name, strings.Join(p.Args, " "))
-	cmd := exec.Command(p.env.Bin, p.Args...)
+	bin := p.Bin
+	if bin == "" {
+		bin = p.env.Bin
+	}
+	cmd := exec.Command(bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = p.Env
 	// Own process group (signals reach it alone); SIGKILL when the test
