@@ -165,8 +165,11 @@ type Tenants struct {
 	// OutageGrace is how long cached authentications keep being honoured
 	// while the store is unreachable. Default 30s.
 	OutageGrace time.Duration `yaml:"outage_grace"`
-	// FailOpen decides what happens after OutageGrace: false (default)
-	// rejects requests with 503, true admits known keys without limits.
+	// FailOpen decides admission while the store is unreachable: false
+	// (default) rejects requests with 503; true admits requests whose key
+	// was verified within OutageGrace, without limit checks (their usage
+	// is recorded if the store is back when they end). After OutageGrace
+	// every request gets 503 either way.
 	FailOpen bool `yaml:"fail_open"`
 }
 

@@ -252,23 +252,37 @@ func limitError(model string, err error) error {
 	return err
 }
 
-// releaseLease releases a lease with the request's actual usage, retrying
-// briefly while the store is unavailable (a lease given up on expires
-// after its TTL).
+// releaseLease releases a lease with the request's actual usage. It tries
+// once on the caller's path — so a healthy store has reconciled the
+// tenant's tokens before the response ends, and the client's next request
+// sees the refund — and, if the store is unavailable, keeps retrying in
+// the background for leaseReleaseTimeout (a lease given up on expires
+// after its TTL), so that an outage never holds up responses.
 func (g *Gateway) releaseLease(l *tenant.Lease, requestID string, used tenant.Consumed) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
-	defer cancel()
-	for {
-		err := l.Release(ctx, used)
-		if err == nil || !errors.Is(err, tenant.ErrUnavailable) || ctx.Err() != nil {
-			if err != nil {
-				g.logger.Warn("releasing tenant lease", slog.String(obs.KeyRequestID, requestID), "err", err)
+	err := l.Release(ctx, used)
+	if err == nil || !errors.Is(err, tenant.ErrUnavailable) {
+		cancel()
+		g.leaseReleased(requestID, err)
+		return
+	}
+	g.running.Add(1) // Close waits for the retries
+	go func() {
+		defer g.running.Done()
+		defer cancel()
+		for errors.Is(err, tenant.ErrUnavailable) && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(leaseRetryInterval):
+				err = l.Release(ctx, used)
 			}
-			return
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(leaseRetryInterval):
-		}
+		g.leaseReleased(requestID, err)
+	}()
+}
+
+func (g *Gateway) leaseReleased(requestID string, err error) {
+	if err != nil {
+		g.logger.Warn("releasing tenant lease", slog.String(obs.KeyRequestID, requestID), "err", err)
 	}
 }

@@ -111,19 +111,29 @@ type completionOut struct {
 // output and returns its usage (prompt + completion tokens).
 func checkCompletion(t *testing.T, a answer, want harness.Output) int64 {
 	t.Helper()
+	used, err := completionError(a, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
+}
+
+// completionError is checkCompletion for any goroutine: it returns what
+// is wrong with the answer instead of failing the test.
+func completionError(a answer, want harness.Output) (int64, error) {
 	if a.status != http.StatusOK {
-		t.Fatalf("%v, want 200", a)
+		return 0, fmt.Errorf("%v, want 200", a)
 	}
 	var out completionOut
 	if err := json.Unmarshal(a.body, &out); err != nil {
-		t.Fatalf("%v: %v", a, err)
+		return 0, fmt.Errorf("%v: %w", a, err)
 	}
 	if len(out.Choices) != 1 || out.Choices[0].Text != want.Text || out.Choices[0].FinishReason != want.Finish ||
 		out.Usage.PromptTokens != want.PromptTokens || out.Usage.CompletionTokens != want.CompletionTokens {
-		t.Errorf("gateway-%d answered %s, want %q (%s) with usage %d+%d", a.gateway, a.body, want.Text, want.Finish,
+		return 0, fmt.Errorf("gateway-%d answered %s, want %q (%s) with usage %d+%d", a.gateway, a.body, want.Text, want.Finish,
 			want.PromptTokens, want.CompletionTokens)
 	}
-	return int64(out.Usage.PromptTokens + out.Usage.CompletionTokens)
+	return int64(out.Usage.PromptTokens + out.Usage.CompletionTokens), nil
 }
 
 // checkDenied checks an error answer's status, code and type, and that it
@@ -389,7 +399,7 @@ func testTokensPerMinute(t *testing.T, c *harness.Cluster) {
 			left, tpm-used1-hold2, tpm-hold2, hold1-used1)
 	}
 
-	// Usage, read through the other gateway, counts what was used.
+	// Usage, shared through Redis, counts what both requests used.
 	checkUsage(t, c, 0, "tpm", 2, used1+used2)
 }
 
@@ -486,7 +496,7 @@ func testConcurrency(t *testing.T, c *harness.Cluster) {
 	}
 
 	admitted, denied := round(m)
-	defer end(admitted)
+	defer func() { end(admitted) }() // whatever is still streaming when the test stops
 	t.Logf("%d concurrent requests over %d gateways: %d admitted, %d denied", m, len(c.Gateways), len(admitted), len(denied))
 	if len(admitted) != k || len(denied) != m-k {
 		t.Fatalf("%d admitted and %d denied, want %d and %d", len(admitted), len(denied), k, m-k)

@@ -62,11 +62,10 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	e, err := w.reservePrefill(ctx, owner, len(prompt))
+	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt))
 	if err != nil {
 		return nil, err
 	}
-	e.cancel = cancel
 
 	resp, err := w.runPrefill(ctx, e, t, prompt, sp)
 	w.finish(e, err)
@@ -77,11 +76,11 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 }
 
 // reservePrefill reserves local pages for a prompt and records the
-// request. Prefill pages are held only while a prompt is computed and
+// request (cancel ends its handler on an abort). Prefill pages are held only while a prompt is computed and
 // sent, so when the pool is momentarily full (a finished request's pages
 // wait for decode's verdict) the call waits for pages, until ctx ends,
 // instead of failing a request that fits.
-func (w *Worker) reservePrefill(ctx context.Context, owner kvpool.Owner, tokens int) (*entry, error) {
+func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseFunc, owner kvpool.Owner, tokens int) (*entry, error) {
 	pool := w.rt.Pool
 	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
 		w.mu.Lock()
@@ -93,7 +92,7 @@ func (w *Worker) reservePrefill(ctx context.Context, owner kvpool.Owner, tokens 
 		pages, err := pool.Reserve(owner, tokens)
 		if err == nil {
 			e := newEntry(ctx, owner, pages, tokens, stagePrefilling)
-			e.handler = true
+			e.handler, e.cancel = true, cancel
 			w.reqs[e.key] = e
 			w.mu.Unlock()
 			return e, nil
