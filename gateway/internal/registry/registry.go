@@ -163,8 +163,8 @@ func New(cfg Config) *Registry {
 }
 
 // Worker is one registered worker. The same *Worker stands for a worker ID
-// across re-registrations; its connection is replaced only when the
-// control address changes.
+// across re-registrations; its connection is replaced when the control
+// address changes or the worker had been lost.
 type Worker struct {
 	id string
 
@@ -340,19 +340,17 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	r.registering.Lock()
 	defer r.registering.Unlock()
 
-	// Reuse the connection when the address is unchanged; dial otherwise.
+	// Reuse the connection of a healthy worker whose address is unchanged
+	// (it re-registers because it was told to); dial afresh otherwise. A
+	// lost worker's connection is in reconnect backoff, and its first RPCs
+	// would fail fast although the worker is back.
 	r.mu.Lock()
 	old := r.byID[info.WorkerId]
 	var conn *grpc.ClientConn
-	if old != nil && old.info.GetControlAddr() == info.ControlAddr {
+	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr {
 		conn = old.conn
 	}
 	r.mu.Unlock()
-	if conn != nil {
-		// A worker registering is up now: a reused connection may still be
-		// in reconnect backoff from when the worker was gone.
-		conn.ResetConnectBackoff()
-	}
 	fresh := conn == nil
 	if fresh {
 		var err error

@@ -185,9 +185,14 @@ func TestHealthFollowsHeartbeats(t *testing.T) {
 			}
 		}
 	}
-	if len(h.dials) != 1 {
-		t.Errorf("dialled %v; re-registering at the same address must reuse the connection", h.dials)
+	if len(h.dials) != 2 {
+		t.Errorf("dialled %v; a worker back from being lost gets a fresh connection (the old one is in reconnect backoff)", h.dials)
 	}
+	h.register(t, info("w1", controlpb.Role_ROLE_BOTH, "h", "tcp"), pool(20, 7))
+	if len(h.dials) != 2 {
+		t.Errorf("dialled %v; a healthy worker re-registering at the same address must keep its connection", h.dials)
+	}
+	h.kinds() // drain
 	// Long lost: forgotten.
 	h.clock.advance(7 * time.Second)
 	h.sweep()
