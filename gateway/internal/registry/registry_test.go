@@ -192,7 +192,6 @@ func TestHealthFollowsHeartbeats(t *testing.T) {
 	if len(h.dials) != 2 {
 		t.Errorf("dialled %v; a healthy worker re-registering at the same address must keep its connection", h.dials)
 	}
-	h.kinds() // drain
 	// Long lost: forgotten.
 	h.clock.advance(7 * time.Second)
 	h.sweep()
