@@ -2,6 +2,7 @@ package kvtransfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,6 +133,18 @@ func (s *samples) report(b *testing.B) {
 // timedTransfer runs one transfer of src and returns how long it took in
 // all and after Open.
 func timedTransfer(b *testing.B, h *harness, tk *Ticket, src [][]byte) (whole, streamed time.Duration) {
+	whole, streamed, err := transferOnce(h, tk, src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return whole, streamed
+}
+
+// transferOnce sends src to tk's pages under a fresh transfer ID and waits
+// for the receiver's verdict. It may run on any goroutine; with several in
+// flight, the outcome it reads may be another's, which is fine as long as
+// every one of them succeeded.
+func transferOnce(h *harness, tk *Ticket, src [][]byte) (whole, streamed time.Duration, err error) {
 	next := *tk
 	next.TransferID = NewTransferID()
 	h.sink.add(&next)
@@ -138,22 +152,22 @@ func timedTransfer(b *testing.B, h *harness, tk *Ticket, src [][]byte) (whole, s
 	t0 := time.Now()
 	st, err := h.send.Open(ctx, &next)
 	if err != nil {
-		b.Fatal(err)
+		return 0, 0, err
 	}
 	t1 := time.Now()
 	for i, p := range src {
 		if err := st.Push(ctx, i, 0, p); err != nil {
-			b.Fatal(err)
+			return 0, 0, err
 		}
 	}
 	if _, err := st.Complete(ctx, next.PromptTokens, 0); err != nil {
-		b.Fatal(err)
+		return 0, 0, err
 	}
 	t2 := time.Now()
 	if o := <-h.sink.outcomes; o.err != nil {
-		b.Fatal(o.err)
+		return 0, 0, o.err
 	}
-	return t2.Sub(t0), t2.Sub(t1)
+	return t2.Sub(t0), t2.Sub(t1), nil
 }
 
 // run alternates baseline and transfer for b.N iterations; pages and ping
@@ -241,6 +255,59 @@ func BenchmarkSHMvsMemcpy(b *testing.B) {
 					copy(other.Page(tk.Pages[i]), p)
 				}
 			}, func() { pipe.copy(one) })
+		})
+	}
+}
+
+// BenchmarkSHMConcurrent measures shm throughput with several transfers in
+// flight at once, as on a busy prefill worker: each iteration runs
+// shmInFlight transfers of the size at once (each to its own pages) against
+// as many goroutines copying the same bytes with copy(). Handshake and
+// verdict round trips of one transfer overlap the copies of the others, so
+// on small transfers this shows the throughput a worker gets, where
+// BenchmarkSHMvsMemcpy shows one request's latency.
+func BenchmarkSHMConcurrent(b *testing.B) {
+	const shmInFlight = 4
+	for _, sz := range shmSizes[:2] {
+		b.Run(sz.name, func(b *testing.B) {
+			h := newHarness(b, SHM, sz.pages*shmInFlight, sz.pageBytes, harnessOpts{segPath: benchSegPath(b)})
+			total := int64(sz.pages * sz.pageBytes)
+			var tickets []*Ticket
+			var srcs, dsts [][][]byte
+			for range shmInFlight {
+				tickets = append(tickets, h.ticket(int64(sz.pages)*16, 16, 0))
+				srcs = append(srcs, h.randomPages(sz.pages))
+				dsts = append(dsts, slicePages(h.randomPages(sz.pages)))
+			}
+			// parallel runs f for each of the shmInFlight streams at once.
+			parallel := func(f func(i int) error) {
+				var wg sync.WaitGroup
+				errs := make([]error, shmInFlight)
+				for i := range shmInFlight {
+					wg.Go(func() { errs[i] = f(i) })
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := samples{bytes: total * shmInFlight}
+			s.run(b, func() {
+				parallel(func(i int) error {
+					for j, p := range srcs[i] {
+						copy(dsts[i][j], p)
+					}
+					return nil
+				})
+			}, func() (time.Duration, time.Duration) {
+				t0 := time.Now()
+				parallel(func(i int) error {
+					_, _, err := transferOnce(h, tickets[i], srcs[i])
+					return err
+				})
+				d := time.Since(t0)
+				return d, d
+			}, nil, nil)
 		})
 	}
 }
