@@ -106,7 +106,7 @@ func (r requestsView) Abort(ctx context.Context, id, cause string) error {
 
 func requestView(s lifecycle.Snapshot) admin.RequestView {
 	v := admin.RequestView{
-		ID: s.ID, ClientRequestID: s.ClientRequestID, Tenant: s.Tenant, Model: s.Model,
+		ID: s.ID, ClientRequestID: s.ClientRequestID, Tenant: s.Tenant, Model: s.Model, Priority: s.Priority,
 		State: s.State.String(), Cause: s.Cause,
 		PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens,
 		Started: s.Received, Finished: s.Finished,

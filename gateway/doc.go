@@ -36,17 +36,19 @@
 //  3. admission checks it against the model's effective context (I2):
 //     400 context_length_exceeded naming messages/prompt or max_tokens; a
 //     missing max_tokens becomes what fits, capped by max_output_tokens;
-//  4. the tenant store admits it (rate limits, budget, concurrency); the
-//     lease's quota gives the x-ratelimit-* headers;
+//  4. the tenant store admits it (priority within the tenant's
+//     max_priority, else 403 forbidden; rate limits, budget, concurrency);
+//     the lease's quota gives the x-ratelimit-* headers;
 //  5. the request is admitted and a driver goroutine takes over.
 //
 // The driver waits for capacity: the request tries at once when nobody
-// waits in the fair queue, and otherwise waits its turn, weighted fair
-// across tenants, for at most gateway.queue.max_wait (429 with retry-after
-// after it, or when gateway.queue.max_waiting requests already wait). It
-// routes to the least-loaded healthy worker (most free pages for decode
-// and both, least work for prefill; an shm decode worker only with a
-// prefill worker on its host), then:
+// waits in the fair queue, and otherwise waits its turn (higher priority
+// first, then weighted fair across the tenants of its priority), for at
+// most gateway.queue.max_wait (429 with retry-after after it, or when
+// gateway.queue.max_waiting requests already wait). It routes to the
+// least-loaded healthy worker (most free pages for decode and both, least
+// work for prefill; an shm decode worker only with a prefill worker on its
+// host), then:
 //
 //   - P/D: Reserve on decode (ResourceExhausted: back to waiting, nothing
 //     held), Generate on decode with the ticket and, concurrently, Prefill

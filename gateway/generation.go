@@ -62,12 +62,13 @@ func (gen *generation) Close() {
 // driver runs one admitted request: it waits for capacity, drives the
 // workers, turns tokens into text and finishes the request's lifecycle.
 type driver struct {
-	g      *Gateway
-	req    *lifecycle.Request
-	gen    *generation
-	lease  *tenant.Lease
-	weight int
-	tok    *modelTokenizer
+	g        *Gateway
+	req      *lifecycle.Request
+	gen      *generation
+	lease    *tenant.Lease
+	weight   int
+	priority int // the request's; its tenant may use it (Acquire checked)
+	tok      *modelTokenizer
 	// log has the model; the request's context (d.req.Context()) adds
 	// request_id, tenant, trace_id and span_id to each line.
 	log  *slog.Logger
@@ -210,7 +211,8 @@ var errRetry = errors.New("gateway: worker full, waiting for capacity")
 
 // place waits for capacity and picks the workers. For P/D it also
 // reserves the decode pages and returns the ticket. Requests skip the
-// fair queue only when nobody waits in it.
+// fair queue only when nobody waits in it; in it, they wait at their
+// priority (higher levels first), then in weighted fair order.
 func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, error) {
 	q := d.g.queue
 	if q.Len() == 0 {
@@ -219,7 +221,7 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 			return rt, ticket, err
 		}
 	}
-	w, err := q.Enter(ctx, d.req.Info().Tenant, d.weight, int64(len(d.prompt))+d.maxTokens)
+	w, err := q.Enter(ctx, d.req.Info().Tenant, d.priority, d.weight, int64(len(d.prompt))+d.maxTokens)
 	switch {
 	case errors.Is(err, fairqueue.ErrFull):
 		return registry.Route{}, nil, rejected("queue_full", api.RateLimited(

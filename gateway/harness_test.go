@@ -364,6 +364,10 @@ type fakeWorker struct {
 	tokensSent   chan struct{} // if set, closed after the first Tokens event
 	failGenerate error         // returned by Generate after Ready (after one Tokens event)
 	failPrefill  error         // returned by Prefill instead of pushing
+	// releaseBeforeDone frees a request's pages before Generate sends
+	// Done, as a real worker does, so the gateway's next request finds
+	// them free as soon as this one ended.
+	releaseBeforeDone bool
 
 	mu       sync.Mutex
 	total    int64
@@ -378,6 +382,8 @@ type fakeWorker struct {
 	hbCancel context.CancelFunc
 	hbDone   chan struct{}
 	beats    atomic.Int64
+	hbMu     sync.Mutex // held during a heartbeat
+	hbPaused bool       // guarded by hbMu
 }
 
 const fakePageTokens = 16
@@ -483,14 +489,28 @@ func (w *fakeWorker) registerAt(addr string) error {
 				return
 			case <-tick.C:
 			}
-			resp, err := reg.Heartbeat(hctx, &controlpb.HeartbeatRequest{WorkerId: w.id, Pool: w.pool()})
-			if err == nil && resp.Reregister {
-				_, _ = reg.Register(hctx, &controlpb.RegisterRequest{Worker: w.info(addr), Pool: w.pool()})
+			w.hbMu.Lock()
+			if !w.hbPaused {
+				resp, err := reg.Heartbeat(hctx, &controlpb.HeartbeatRequest{WorkerId: w.id, Pool: w.pool()})
+				if err == nil && resp.Reregister {
+					_, _ = reg.Register(hctx, &controlpb.RegisterRequest{Worker: w.info(addr), Pool: w.pool()})
+				}
+				w.beats.Add(1)
 			}
-			w.beats.Add(1)
+			w.hbMu.Unlock()
 		}
 	}()
 	return nil
+}
+
+// pauseHeartbeats stops heartbeats without stopping the loop; it returns
+// once none is in flight. The gateway then routes on its own accounting
+// (pages routed and given back), which makes capacity deterministic; set
+// a heartbeat timeout long enough for the worker not to be declared lost.
+func (w *fakeWorker) pauseHeartbeats() {
+	w.hbMu.Lock()
+	defer w.hbMu.Unlock()
+	w.hbPaused = true
 }
 
 // stopHeartbeats silences the fake: the gateway will declare it lost.
@@ -675,6 +695,9 @@ func (w *fakeWorker) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStr
 		if i == 0 && w.failGenerate != nil {
 			return w.failGenerate
 		}
+	}
+	if w.releaseBeforeDone {
+		w.release(id)
 	}
 	return srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Done{Done: &controlpb.Done{
 		FinishReason: finish, PromptTokens: int64(len(req.Prompt)), CompletionTokens: int64(count)}}})

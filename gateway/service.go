@@ -110,7 +110,7 @@ func (s service) storeError(err error) error {
 // Every rejection happens here, before any worker is contacted (I1).
 func (s service) Generate(ctx context.Context, p api.Principal, req *api.GenerateRequest) (api.Generation, error) {
 	g := s.g
-	info := lifecycle.Info{ID: req.RequestID, Tenant: p.Tenant, Model: req.Model, Received: req.ReceivedAt}
+	info := lifecycle.Info{ID: req.RequestID, Tenant: p.Tenant, Model: req.Model, Priority: req.Priority, Received: req.ReceivedAt}
 	if !info.Received.IsZero() {
 		info.Deadline = info.Received.Add(g.cfg.Gateway.RequestTimeout)
 	}
@@ -181,7 +181,11 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	if err != nil {
 		return nil, s.storeError(err)
 	}
-	lease, err := g.store.Acquire(ctx, p.Tenant, tenant.AcquireRequest{Model: req.Model, Tokens: int64(len(prompt)) + dec.MaxTokens})
+	// The store holds the priority to the tenant's max_priority (I8): one
+	// above it is a 403 here, before any worker is contacted.
+	lease, err := g.store.Acquire(ctx, p.Tenant, tenant.AcquireRequest{
+		Model: req.Model, Tokens: int64(len(prompt)) + dec.MaxTokens, Priority: req.Priority,
+	})
 	if err != nil {
 		return nil, limitError(req.Model, err)
 	}
@@ -190,7 +194,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		return nil, err
 	}
 	d := &driver{
-		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, tok: mt,
+		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: req.Priority, tok: mt,
 		log:       g.logger.With("model", req.Model),
 		prompt:    prompt,
 		maxTokens: dec.MaxTokens,
@@ -241,6 +245,11 @@ func limitError(model string, err error) error {
 		return e
 	case errors.Is(err, tenant.ErrRateLimited):
 		return api.RateLimited(fmt.Sprintf("Rate limit reached for %s requests or tokens; retry after the indicated time.", le.Kind), le.RetryAfter, h)
+	case errors.Is(err, tenant.ErrForbidden) && le != nil && le.Kind == tenant.KindPriority:
+		// Not a rate limit: retrying the same request can never succeed,
+		// so no retry-after.
+		return &api.Error{Status: http.StatusForbidden, Type: api.TypeInvalidRequest, Code: "forbidden", Param: "priority",
+			Message: fmt.Sprintf("The requested priority is above the maximum your tenant may use (%d); send a priority from 0 to %d, or ask the operator to raise the tenant's max_priority.", le.Limit, le.Limit)}
 	case errors.Is(err, tenant.ErrForbidden):
 		return &api.Error{Status: http.StatusForbidden, Type: api.TypeInvalidRequest, Code: "forbidden",
 			Message: "This tenant may not make this request."}

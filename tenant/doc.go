@@ -27,7 +27,9 @@
 //  1. the tenant exists (ErrNotFound) and is enabled (ErrForbidden);
 //  2. the model is in the tenant's AllowedModels and the tenant in the
 //     model's AllowedTenants, when those lists are set (ErrModelNotAllowed);
-//  3. Priority <= MaxPriority, when set (ErrForbidden);
+//  3. Priority <= MaxPriority (ErrForbidden); MaxPriority 0, the default,
+//     allows priority 0 only, so no tenant may jump the queue unless an
+//     operator allowed it;
 //  4. the request fits at all: Tokens <= TokensPerMinute and
 //     Tokens <= Budget, when set (ErrRequestTooLarge, a 400: retrying
 //     cannot help);

@@ -116,7 +116,8 @@ type AcquireRequest struct {
 	// can consume. It is held against the token rate and the budget until
 	// Release reconciles it with the actual count.
 	Tokens int64
-	// Priority is the requested priority (>= 0).
+	// Priority is the requested priority (>= 0); above the tenant's
+	// Limits.MaxPriority it is denied with KindPriority (ErrForbidden).
 	Priority int
 }
 

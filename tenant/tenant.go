@@ -18,6 +18,10 @@ const MaxLimitValue int64 = 1_000_000_000_000_000
 // MaxWeight is the largest fair-scheduling weight a tenant may have.
 const MaxWeight = 1_000_000
 
+// MaxRequestPriority is the highest priority a request may ask for, and so
+// the largest useful Limits.MaxPriority (the public API's ceiling too).
+const MaxRequestPriority = 1000
+
 const (
 	maxNameLen  = 256
 	maxModelLen = 256
@@ -44,8 +48,8 @@ type Tenant struct {
 	Disabled bool `json:"disabled,omitempty"`
 }
 
-// Limits are a tenant's admission limits. Every numeric limit uses 0 for
-// "unlimited"; negative values are invalid.
+// Limits are a tenant's admission limits. Every numeric limit but
+// MaxPriority uses 0 for "unlimited"; negative values are invalid.
 type Limits struct {
 	// RequestsPerMinute is the request rate (token bucket, see package doc).
 	RequestsPerMinute int64 `json:"requests_per_minute,omitempty"`
@@ -59,9 +63,12 @@ type Limits struct {
 	BudgetPeriod BudgetPeriod `json:"budget_period,omitempty"`
 	// AllowedModels lists the models the tenant may use; empty means all.
 	AllowedModels []string `json:"allowed_models,omitempty"`
-	// MaxPriority is the highest request priority the tenant may ask for;
-	// 0 means unlimited, like the other limits.
-	MaxPriority int `json:"max_priority,omitempty"`
+	// MaxPriority is the highest request priority the tenant may ask for,
+	// 0 to MaxRequestPriority. Unlike the other limits, 0 (the default) is
+	// not "unlimited": it means priority 0 only, so a tenant jumps the wait
+	// queue only if an operator allowed it. A request above it is denied
+	// (KindPriority, ErrForbidden).
+	MaxPriority int `json:"max_priority"`
 }
 
 // ModelLimits are per-model limits set by the platform team. The gateway's
@@ -169,11 +176,14 @@ func (l Limits) Validate() error {
 		{"limits.tokens_per_minute", l.TokensPerMinute},
 		{"limits.max_concurrent", l.MaxConcurrent},
 		{"limits.budget", l.Budget},
-		{"limits.max_priority", int64(l.MaxPriority)},
 	} {
 		if err := validateCount(c.field, c.v); err != nil {
 			return err
 		}
+	}
+	if l.MaxPriority < 0 || l.MaxPriority > MaxRequestPriority {
+		return fmt.Errorf("%w: limits.max_priority must be between 0 (priority 0 only) and %d, got %d",
+			ErrInvalid, MaxRequestPriority, l.MaxPriority)
 	}
 	if l.BudgetPeriod != "" {
 		if err := l.BudgetPeriod.Validate(); err != nil {

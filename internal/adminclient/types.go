@@ -84,6 +84,8 @@ type RequestView struct {
 	ClientRequestID string `json:"client_request_id,omitempty"`
 	Tenant          string `json:"tenant"`
 	Model           string `json:"model"`
+	// Priority is the scheduling priority the request asked for.
+	Priority int `json:"priority"`
 	// State is the lifecycle state (received ... completed, rejected,
 	// aborted, failed).
 	State string `json:"state"`

@@ -134,7 +134,7 @@ func adminUsageText(w io.Writer) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "\nlimit flags: --requests-per-minute N --tokens-per-minute N --max-concurrent N --budget N")
-	fmt.Fprintln(w, "             --budget-period day|month|DURATION --allowed-models a,b --max-priority N (0 = unlimited)")
+	fmt.Fprintln(w, "             --budget-period day|month|DURATION --allowed-models a,b --max-priority N (0 = priority 0 only)")
 	fmt.Fprintln(w, "\nconnection flags (before or after the command): --url --token --token-file --cacert --json --timeout")
 	fmt.Fprintln(w, "Run 'warden admin <command> -h' for a command's flags.")
 }

@@ -81,6 +81,7 @@ func printRequest(w io.Writer, r adminclient.RequestView) {
 	fmt.Fprintf(w, "client_request_id:\t%s\n", orDash(r.ClientRequestID))
 	fmt.Fprintf(w, "tenant:\t%s\n", r.Tenant)
 	fmt.Fprintf(w, "model:\t%s\n", r.Model)
+	fmt.Fprintf(w, "priority:\t%d\n", r.Priority)
 	fmt.Fprintf(w, "state:\t%s\n", r.State)
 	fmt.Fprintf(w, "cause:\t%s\n", orDash(r.Cause))
 	fmt.Fprintf(w, "prefill_worker:\t%s\n", orDash(r.PrefillWorker))

@@ -29,7 +29,7 @@ func addLimitFlags(fs *flag.FlagSet) *limitFlags {
 	fs.Int64Var(&l.bg, "budget", 0, "tokens per budget period (0 = unlimited)")
 	fs.StringVar(&l.period, "budget-period", "", "budget period: day, month or a duration such as 168h")
 	fs.StringVar(&l.models, "allowed-models", "", "comma-separated models the tenant may use (empty = all)")
-	fs.IntVar(&l.prio, "max-priority", 0, "highest request priority (0 = unlimited)")
+	fs.IntVar(&l.prio, "max-priority", 0, fmt.Sprintf("highest request priority the tenant may ask for, 0 to %d (0 = priority 0 only)", tenant.MaxRequestPriority))
 	return l
 }
 
@@ -174,7 +174,8 @@ func printLimits(w io.Writer, l tenant.Limits) {
 	fmt.Fprintf(w, "max_concurrent:\t%s\n", limit(l.MaxConcurrent))
 	fmt.Fprintf(w, "budget:\t%s\n", budget(l))
 	fmt.Fprintf(w, "allowed_models:\t%s\n", listOr(l.AllowedModels, "all"))
-	fmt.Fprintf(w, "max_priority:\t%s\n", limit(int64(l.MaxPriority)))
+	// Not limit(): 0 is "priority 0 only", not unlimited.
+	fmt.Fprintf(w, "max_priority:\t%d\n", l.MaxPriority)
 }
 
 // limit renders a limit, 0 being unlimited.

@@ -342,7 +342,7 @@ func (s *Store) Acquire(_ context.Context, tenantID string, req tenant.AcquireRe
 	if ml, ok := s.models[req.Model]; !lim.Allows(req.Model) || (ok && !ml.Allows(tenantID)) {
 		return nil, &tenant.LimitError{Kind: tenant.KindModel}
 	}
-	if lim.MaxPriority > 0 && req.Priority > lim.MaxPriority {
+	if req.Priority > lim.MaxPriority { // 0, the default, allows priority 0 only
 		return nil, &tenant.LimitError{Kind: tenant.KindPriority, Limit: int64(lim.MaxPriority)}
 	}
 

@@ -122,8 +122,10 @@ local ml = redis.call('GET', KEYS[2])
 if not allows(t.models, model) or (ml and not allows(cjson.decode(ml).allowed_tenants, tid)) then
   return {3, 1, 0, 0, 0, 0, 0}
 end
-if t.max_priority > 0 and prio > t.max_priority then
-  return {3, 2, t.max_priority, 0, 0, 0, 0}
+-- max_priority 0 (the default) allows priority 0 only, unlike the other limits
+local maxprio = tonumber(t.max_priority) or 0
+if prio > maxprio then
+  return {3, 2, maxprio, 0, 0, 0, 0}
 end
 
 local rpm, tpm = t.rpm, t.tpm

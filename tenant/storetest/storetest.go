@@ -83,6 +83,7 @@ func Run(t *testing.T, newStores Factory) {
 		{"BudgetMonthAndDuration", day(2028, 2, 28, 23), testBudgetMonth},
 		{"Usage", day(2026, 4, 30, 23).Add(59 * time.Minute), testUsage},
 		{"LimitsUpdateImmediately", day(2026, 3, 10, 12), testLimitsUpdate},
+		{"PriorityDefaultsToZero", day(2026, 3, 10, 12), testPriority},
 		{"Unlimited", day(2026, 3, 10, 12), testUnlimited},
 		{"ExactAcrossReplicas", day(2026, 3, 10, 12), testExactAcrossReplicas},
 	}
@@ -262,6 +263,7 @@ func testTenantValidation(e *env) {
 		{"limits.max_concurrent", tenant.Tenant{Limits: tenant.Limits{MaxConcurrent: -1}}},
 		{"limits.budget", tenant.Tenant{Limits: tenant.Limits{Budget: -100}}},
 		{"limits.max_priority", tenant.Tenant{Limits: tenant.Limits{MaxPriority: -1}}},
+		{"limits.max_priority", tenant.Tenant{Limits: tenant.Limits{MaxPriority: tenant.MaxRequestPriority + 1}}},
 		{"limits.budget", tenant.Tenant{Limits: tenant.Limits{Budget: tenant.MaxLimitValue + 1}}},
 		{"limits.budget_period", tenant.Tenant{Limits: tenant.Limits{BudgetPeriod: "week"}}},
 		{"limits.budget_period", tenant.Tenant{Limits: tenant.Limits{BudgetPeriod: "30s"}}},
@@ -916,12 +918,59 @@ func testLimitsUpdate(e *env) {
 	e.deny(e.b, "acme", req, tenant.ErrModelNotAllowed)
 }
 
+// testPriority: MaxPriority 0, the default, allows priority 0 only (it is
+// not "unlimited" like the other limits); a set maximum allows exactly up
+// to itself, changes apply at once, and a denial charges nothing.
+func testPriority(e *env) {
+	t := e.t
+	tn := e.create(e.a, tenant.Tenant{ID: "acme", Limits: tenant.Limits{RequestsPerMinute: 3}})
+	if tn.Limits.MaxPriority != 0 {
+		t.Fatalf("default MaxPriority %d, want 0", tn.Limits.MaxPriority)
+	}
+	e.release(e.acquire(e.a, "acme", tenant.AcquireRequest{Model: "m"}), 0, 0)
+	for _, s := range []tenant.Store{e.a, e.b} {
+		le := e.deny(s, "acme", tenant.AcquireRequest{Model: "m", Priority: 1}, tenant.ErrForbidden)
+		wantLimit(t, le, tenant.LimitError{Kind: tenant.KindPriority, Limit: 0})
+		if errors.Is(le, tenant.ErrRateLimited) || le.RetryAfter != 0 {
+			t.Fatalf("priority denial %+v looks retryable", le)
+		}
+	}
+	le := e.deny(e.b, "acme", tenant.AcquireRequest{Model: "m", Priority: tenant.MaxRequestPriority}, tenant.ErrForbidden)
+	wantLimit(t, le, tenant.LimitError{Kind: tenant.KindPriority, Limit: 0})
+
+	tn.Limits.MaxPriority = 2
+	if _, err := e.a.UpdateTenant(e.ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	l := e.acquire(e.b, "acme", tenant.AcquireRequest{Model: "m", Priority: 2})
+	if l.Info().Priority != 2 {
+		t.Fatalf("lease priority %d", l.Info().Priority)
+	}
+	e.release(l, 0, 0)
+	le = e.deny(e.a, "acme", tenant.AcquireRequest{Model: "m", Priority: 3}, tenant.ErrForbidden)
+	wantLimit(t, le, tenant.LimitError{Kind: tenant.KindPriority, Limit: 2})
+	// The denials charged nothing: the third request of the minute passes,
+	// the fourth is rate limited.
+	e.acquire(e.a, "acme", tenant.AcquireRequest{Model: "m", Priority: 1})
+	e.deny(e.b, "acme", tenant.AcquireRequest{Model: "m"}, tenant.ErrRateLimited)
+
+	tn.Limits.MaxPriority = tenant.MaxRequestPriority
+	tn.Limits.RequestsPerMinute = 0
+	if _, err := e.a.UpdateTenant(e.ctx, tn); err != nil {
+		t.Fatal(err)
+	}
+	e.acquire(e.b, "acme", tenant.AcquireRequest{Model: "m", Priority: tenant.MaxRequestPriority})
+	if got, err := e.b.GetTenant(e.ctx, "acme"); err != nil || got.Limits.MaxPriority != tenant.MaxRequestPriority {
+		t.Fatalf("GetTenant: %+v, %v", got.Limits, err)
+	}
+}
+
 func testUnlimited(e *env) {
 	t := e.t
 	e.create(e.a, tenant.Tenant{ID: "acme"})
 	var leases []*tenant.Lease
 	for i := range 50 {
-		l := e.acquire([]tenant.Store{e.a, e.b}[i%2], "acme", tenant.AcquireRequest{Model: "m", Tokens: 1_000_000, Priority: 99})
+		l := e.acquire([]tenant.Store{e.a, e.b}[i%2], "acme", tenant.AcquireRequest{Model: "m", Tokens: 1_000_000})
 		wantQuota(t, "unlimited", l.Info().Quota, tenant.Quota{})
 		leases = append(leases, l)
 	}

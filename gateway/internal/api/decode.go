@@ -15,6 +15,11 @@ const (
 	maxUserLen       = 256
 )
 
+// MaxPriority is the highest request priority a client may send; whether
+// its tenant may use it is for the Service to decide (the tenant's
+// max_priority).
+const MaxPriority = 1000
+
 // fields is a request body split into its top-level fields.
 type fields map[string]json.RawMessage
 
@@ -50,7 +55,7 @@ func decodeRequest(kind Kind, body []byte, maxTokens int64) (*GenerateRequest, *
 		content = d.prompt
 	}
 	for _, step := range []func() *Error{
-		d.model, content, d.maxTokensField, d.sampling, d.stop, d.stream, d.n, d.user, d.otherFields,
+		d.model, content, d.maxTokensField, d.sampling, d.stop, d.stream, d.n, d.user, d.priority, d.otherFields,
 	} {
 		if e := step(); e != nil {
 			return nil, e
@@ -254,6 +259,22 @@ func (d *decoder) user() *Error {
 		return InvalidRequest("user", CodeInvalidValue, fmt.Sprintf("Invalid 'user': longer than %d bytes.", maxUserLen))
 	}
 	d.r.User = u
+	return nil
+}
+
+// priority reads the scheduling priority: an integer in [0, MaxPriority],
+// 0 when absent; a higher priority is served sooner when the workers are
+// saturated.
+func (d *decoder) priority() *Error {
+	raw := d.f.get("priority")
+	if raw == nil {
+		return nil
+	}
+	p, e := decodeIntIn(raw, "priority", 0, MaxPriority)
+	if e != nil {
+		return e
+	}
+	d.r.Priority = int(p)
 	return nil
 }
 

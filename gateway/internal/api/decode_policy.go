@@ -16,8 +16,10 @@ import (
 //     "logprobs": true or "top_k": 5 would return something the client
 //     did not ask for.
 //   - Engine and routing internals (cache salts, transfer parameters,
-//     worker choice, priorities, request IDs, any "warden…" field) are
-//     never client-steerable (I8): always 400 unsupported_parameter.
+//     worker choice, request IDs, any "warden…" field) are never
+//     client-steerable (I8): always 400 unsupported_parameter. (priority
+//     is not among them: the decoder reads it, and the core holds it to
+//     the tenant's max_priority.)
 //   - Every other field is ignored, like OpenAI-compatible servers commonly
 //     do, so newer SDKs keep working. This covers standard fields with no
 //     effect on the generated text (store, metadata, service_tier,
@@ -40,7 +42,7 @@ func checkOtherField(name string, raw json.RawMessage) *Error {
 
 func isInternalField(name string) bool {
 	switch name {
-	case "cache_salt", "kv_transfer_params", "transfer_params", "priority",
+	case "cache_salt", "kv_transfer_params", "transfer_params",
 		"request_id", "tenant", "tenant_id", "worker", "worker_id", "worker_address",
 		"prefill_worker", "decode_worker", "page_ids", "epoch", "data_parallel_rank":
 		return true

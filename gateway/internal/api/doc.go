@@ -19,13 +19,15 @@
 // The body must be valid UTF-8 (checked before parsing, because
 // encoding/json would silently replace bad bytes) holding one JSON object.
 // An explicit null is the same as an omitted field. Supported fields are
-// validated strictly; n must be 1. Standard fields that would change the
+// validated strictly; n must be 1; priority is an integer from 0 to
+// MaxPriority (whether the tenant may ask for it is the core's to check:
+// its max_priority, invariant I8). Standard fields that would change the
 // output are accepted only at their default value (logprobs: false,
 // presence_penalty: 0, tools: [], ...), and otherwise refused with 400
 // unsupported_parameter. Fields that would steer gateway or engine
-// internals (cache salts, KV-transfer parameters, worker choice,
-// priorities, request IDs, anything named warden…) are always refused
-// (invariant I8). Other unknown fields are ignored. See checkOtherField.
+// internals (cache salts, KV-transfer parameters, worker choice, request
+// IDs, anything named warden…) are always refused (invariant I8). Other
+// unknown fields are ignored. See checkOtherField.
 //
 // # Responses and streaming
 //

@@ -24,6 +24,12 @@ func fuzzSeeds() []string {
 		chatWith(`"max_tokens":1e400,"seed":-1e30`),
 		chatWith(`"temperature":2.0000001,"top_p":-0`),
 		chatWith(`"cache_salt":"x","kv_transfer_params":{}`),
+		chatWith(`"priority":3`),
+		chatWith(`"priority":-1`),
+		chatWith(`"priority":1.5,"max_tokens":2`),
+		chatWith(`"priority":"high"`),
+		`{"model":"tiny","prompt":"x","priority":1000}`,
+		`{"model":"tiny","prompt":"x","priority":1001}`,
 		`{"model":"tiny","messages":[{"role":"user","content":"\ud800"}]}`,
 		"{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}",
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
@@ -66,6 +72,9 @@ func checkDecoded(t *testing.T, kind Kind, body []byte) {
 	}
 	if req.TopP != nil && !(*req.TopP > 0 && *req.TopP <= 1) {
 		t.Fatalf("top_p %v", *req.TopP)
+	}
+	if req.Priority < 0 || req.Priority > MaxPriority {
+		t.Fatalf("priority %d", req.Priority)
 	}
 	if len(req.Stop) > maxStopSequences {
 		t.Fatalf("%d stop sequences", len(req.Stop))

@@ -131,4 +131,9 @@ type GenerateRequest struct {
 
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage (streaming only)
+
+	// Priority is the scheduling priority asked for, in [0, MaxPriority];
+	// 0 when absent. Higher is served sooner when workers are saturated.
+	// The core must refuse one above the tenant's maximum (I8).
+	Priority int
 }

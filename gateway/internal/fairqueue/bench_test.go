@@ -53,7 +53,7 @@ func BenchmarkTurn(b *testing.B) {
 				names[i] = fmt.Sprintf("tenant-%d", i)
 			}
 			enter := func(i int) {
-				if _, err := q.Enter(ctx, names[i%tenants], 1+i%3, int64(1+i%7)); err != nil {
+				if _, err := q.Enter(ctx, names[i%tenants], 0, 1+i%3, int64(1+i%7)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -71,7 +71,7 @@ func BenchmarkTurn(b *testing.B) {
 				t0 := time.Now()
 				enter(backlog + i)
 				t1 := time.Now()
-				head := q.ready[0].head() // Signal's pick: nobody holds a turn
+				head := q.levels[0].ready[0].head() // Signal's pick: nobody holds a turn
 				t2 := time.Now()
 				q.Signal()
 				<-head.Ready()
@@ -104,9 +104,11 @@ func BenchmarkTurn(b *testing.B) {
 
 // holder returns the waiter holding a turn, if any.
 func holder(q *Queue) *Waiter {
-	for _, f := range q.flows {
-		if h := f.head(); h.state == stateTrying {
-			return h
+	for _, l := range q.levels {
+		for _, f := range l.flows {
+			if h := f.head(); h.state == stateTrying {
+				return h
+			}
 		}
 	}
 	return nil

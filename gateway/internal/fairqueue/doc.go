@@ -1,8 +1,15 @@
 // Package fairqueue is the gateway's wait queue for admitted requests while
-// workers are saturated. Requests leave it by weighted fair queuing (WFQ)
-// across tenants, so one tenant's flood cannot starve another: over any
-// backlogged period each tenant's share of the turns converges to its weight
-// divided by the sum of the weights of the tenants waiting.
+// workers are saturated. Requests leave it by strict priority, then by
+// weighted fair queuing (WFQ) across tenants within a priority: a turn goes
+// to the highest priority level that has a waiter eligible for one, and
+// within that level to the tenant WFQ picks. So a request of a higher
+// priority is served before any request of a lower one that is still
+// waiting, however early that one arrived; and within a level one tenant's
+// flood cannot starve another: over any backlogged period each tenant's
+// share of the level's turns converges to its weight divided by the sum of
+// the weights of the tenants waiting at that level. Lower levels wait while
+// higher ones are backlogged; who may ask for which priority is for the
+// caller to decide (the gateway: each tenant's max_priority).
 //
 // # Protocol
 //
@@ -12,7 +19,7 @@
 //	if q.Len() == 0 && tryCapacity() { // fast path: nobody is waiting
 //		return nil
 //	}
-//	w, err := q.Enter(ctx, tenant, weight, cost) // ErrFull
+//	w, err := q.Enter(ctx, tenant, priority, weight, cost) // ErrFull
 //	if err != nil {
 //		return err
 //	}
@@ -30,8 +37,11 @@
 //	}
 //
 // Whoever frees capacity calls Signal. A Signal gives one turn to the next
-// waiter in WFQ order; at most Config.MaxTrying waiters hold a turn at once,
-// and at most one per tenant, which keeps each tenant's requests FIFO.
+// waiter in priority then WFQ order; at most Config.MaxTrying waiters hold
+// a turn at once, and at most one per flow (a tenant's waiters at one
+// priority), which keeps each flow FIFO. A tenant's requests at different
+// priorities are different flows: a high-priority request is not stuck
+// behind the same tenant's low-priority ones.
 //
 // No wake-up is lost:
 //   - Done on a waiter holding a turn (it got capacity, or gave up) hands the
@@ -42,20 +52,35 @@
 //   - the first waiter to enter an empty queue gets a turn at once, because
 //     a Signal sent while the queue was empty reached nobody.
 //
-// # Fair order
+// # Priority levels
 //
-// Each tenant with waiters is a flow with a virtual start tag S; its head
-// waiter (cost c, weight w) has the finish tag F = S + c/w. A turn goes to
-// the head with the smallest F (ties: the earlier arrival). When a head is
-// served (Done after holding a turn) the queue's virtual time V becomes
-// max(V, F) and the flow's next head starts at F. A tenant that arrives
-// with no waiters starts at V, so idle time earns no credit, and a waiter
-// that leaves unserved charges nothing to the ones behind it. This is
-// self-clocked fair queuing. With equal weights and costs, a request of a
-// tenant with no other waiters is served within one turn per other
-// backlogged tenant plus its own, however long their backlogs (the tests
-// check 2 turns against one flooding tenant); with weights and costs, other
-// tenants get turns until their finish tags pass the new request's.
+// Each priority with waiters is a level; levels are kept in descending
+// order of priority and a level without waiters is dropped. A turn goes to
+// the highest level that has a ready flow (one whose head does not hold a
+// turn already); only if no flow of that level is ready does the next level
+// down get it. There is no preemption: a lower-level waiter that already
+// holds a turn keeps it until it calls Retry or Done, and the next turn goes
+// to the higher level. Strict priority means a steady stream at a higher
+// level can starve lower levels; MaxWait bounds how long they wait (they
+// then leave with ErrTimeout).
+//
+// # Fair order within a level
+//
+// Each flow (tenant and priority) with waiters has a virtual start tag S;
+// its head waiter (cost c, weight w) has the finish tag F = S + c/w. Within
+// a level a turn goes to the head with the smallest F (ties: the earlier
+// arrival). Every level has its own virtual time V: when a head is served
+// (Done after holding a turn) its level's V becomes max(V, F) and the
+// flow's next head starts at F. A flow that arrives with no waiters starts
+// at its level's V, so idle time earns no credit, and a waiter that leaves
+// unserved charges nothing to the ones behind it. This is self-clocked fair
+// queuing, run per level; service at one level does not move another
+// level's V. With equal weights and costs, a request of a tenant with no
+// other waiters at its level is served within one turn per other
+// backlogged tenant of that level plus its own, however long their
+// backlogs, as long as no higher level has waiters (the tests check 2
+// turns against one flooding tenant); with weights and costs, other tenants
+// of the level get turns until their finish tags pass the new request's.
 //
 // # Leaving
 //
@@ -64,6 +89,10 @@
 // error. A waiter that waited MaxWait without a turn leaves the same way
 // with ErrTimeout. Timeouts are checked by a timer and by Enter, Signal and
 // Retry, so with a fake clock (Config.Now) the first of those calls after
-// the clock passes a deadline delivers it. The clock must not go back. A waiter holding a turn does not time out
-// until it calls Retry.
+// the clock passes a deadline delivers it. The clock must not go back. A
+// waiter holding a turn does not time out until it calls Retry. A waiter
+// that leaves while holding a turn (Done, or its context ending) hands the
+// turn on in the same order as a Signal would; one that times out at Retry
+// has given its turn back, and a Signal missed during that turn goes on to
+// the next waiter.
 package fairqueue

@@ -34,36 +34,19 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Queue is a weighted fair queue of waiters across tenants. Its methods are
-// safe for concurrent use. See the package comment for the protocol.
+// Queue is a wait queue with strict priority levels and weighted fair
+// queuing across tenants within each level. Its methods are safe for
+// concurrent use. See the package comment for the protocol.
 type Queue struct {
 	cfg Config
 
 	mu      sync.Mutex
-	vtime   float64          // virtual time V
-	seq     uint64           // arrival counter, for ties
-	flows   map[string]*flow // tenants with waiters
-	ready   flowHeap         // flows whose head may get a turn
-	arrived list.List        // every waiter, in arrival (= deadline) order
-	trying  int              // waiters holding a turn
-	missed  bool             // a Signal came while every turn was taken
-	timer   *time.Timer      // fires at the earliest deadline; nil when unarmed
-}
-
-// flow is one tenant's waiters.
-type flow struct {
-	tenant  string
-	waiters list.List // *Waiter, FIFO; the head is Front
-	start   float64   // virtual start tag of the head
-	index   int       // position in Queue.ready; -1 when not there
-}
-
-func (f *flow) head() *Waiter { return f.waiters.Front().Value.(*Waiter) }
-
-// finish is the head's virtual finish tag.
-func (f *flow) finish() float64 {
-	w := f.head()
-	return f.start + float64(w.cost)/float64(w.weight)
+	seq     uint64      // arrival counter, for ties
+	levels  []*level    // levels with waiters, highest priority first
+	arrived list.List   // every waiter, in arrival (= deadline) order
+	trying  int         // waiters holding a turn
+	missed  bool        // a Signal came while every turn was taken
+	timer   *time.Timer // fires at the earliest deadline; nil when unarmed
 }
 
 type waiterState uint8
@@ -100,21 +83,24 @@ func New(cfg Config) *Queue {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Queue{cfg: cfg, flows: make(map[string]*flow)}
+	return &Queue{cfg: cfg}
 }
 
-// Enter adds a waiter for tenantID at the tail of the tenant's queue. weight
-// is the tenant's scheduling weight (clamped to [1, tenant.MaxWeight]) and cost
-// the request's size in any unit shared by all callers, e.g. tokens (values
-// below 1 count as 1). It fails with ErrFull when MaxWaiting waiters are
-// already in the queue, or with ctx's error if ctx is already done.
+// Enter adds a waiter for tenantID at the tail of the tenant's queue at
+// priority (higher is served sooner; values below 0 count as 0). weight
+// is the tenant's scheduling weight (clamped to [1, tenant.MaxWeight]) and
+// cost the request's size in any unit shared by all callers, e.g. tokens
+// (values below 1 count as 1); they order the waiters within a priority
+// level. It fails with ErrFull when MaxWaiting waiters are already in the
+// queue, or with ctx's error if ctx is already done.
 //
 // The waiter leaves by itself when ctx ends; the caller must still call
 // Done.
-func (q *Queue) Enter(ctx context.Context, tenantID string, weight int, cost int64) (*Waiter, error) {
+func (q *Queue) Enter(ctx context.Context, tenantID string, priority, weight int, cost int64) (*Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	priority = max(priority, 0)
 	weight = min(max(weight, 1), tenant.MaxWeight)
 	cost = max(cost, 1)
 
@@ -131,16 +117,12 @@ func (q *Queue) Enter(ctx context.Context, tenantID string, weight int, cost int
 	if q.cfg.MaxWait > 0 {
 		w.deadline = now.Add(q.cfg.MaxWait)
 	}
-	f := q.flows[tenantID]
-	if f == nil {
-		f = &flow{tenant: tenantID, start: q.vtime, index: -1}
-		q.flows[tenantID] = f
-	}
+	f := q.levelLocked(priority).flowLocked(tenantID)
 	w.flow = f
 	w.inFlow = f.waiters.PushBack(w)
 	w.inArrived = q.arrived.PushBack(w)
 	if f.waiters.Len() == 1 {
-		heap.Push(&q.ready, f)
+		heap.Push(&f.level.ready, f)
 	}
 	if wasEmpty {
 		// A Signal sent while the queue was empty reached nobody: try now.
@@ -173,14 +155,17 @@ func (q *Queue) Len() int {
 	return q.arrived.Len()
 }
 
-// Waiting returns the number of waiters of tenantID.
+// Waiting returns the number of waiters of tenantID, at every priority.
 func (q *Queue) Waiting(tenantID string) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if f := q.flows[tenantID]; f != nil {
-		return f.waiters.Len()
+	n := 0
+	for _, l := range q.levels {
+		if f := l.flows[tenantID]; f != nil {
+			n += f.waiters.Len()
+		}
 	}
-	return 0
+	return n
 }
 
 // Ready returns the channel that receives a value each time the waiter gets
@@ -199,7 +184,7 @@ func (w *Waiter) Err() error {
 }
 
 // Retry gives the turn back after the waiter found no capacity. The waiter
-// keeps its place at the head of its tenant's queue and waits for the next
+// keeps its place at the head of its flow and waits for the next
 // Signal, or tries again at once if a Signal came during its turn. If its
 // MaxWait has passed it leaves with ErrTimeout. Retry without a turn does
 // nothing.
@@ -213,7 +198,7 @@ func (w *Waiter) Retry() {
 	now := q.cfg.Now()
 	w.state = stateQueued
 	q.trying--
-	heap.Push(&q.ready, w.flow)
+	heap.Push(&w.flow.level.ready, w.flow)
 	q.expireLocked(now)
 	if q.missed && q.trying < q.cfg.MaxTrying {
 		q.missed = false
@@ -240,13 +225,18 @@ func (w *Waiter) leave(cause error) {
 	q.removeLocked(w, cause, false)
 }
 
-// grantLocked gives a turn to the head with the smallest finish tag, if a
-// turn is free and some head is eligible, and reports whether it did.
+// grantLocked gives a turn to the head with the smallest finish tag in the
+// highest level that has an eligible head, if a turn is free, and reports
+// whether it did.
 func (q *Queue) grantLocked() bool {
-	if q.trying >= q.cfg.MaxTrying || q.ready.Len() == 0 {
+	if q.trying >= q.cfg.MaxTrying {
 		return false
 	}
-	w := heap.Pop(&q.ready).(*flow).head()
+	f := q.nextLocked()
+	if f == nil {
+		return false
+	}
+	w := f.head()
 	w.state = stateTrying
 	q.trying++
 	select {
@@ -257,26 +247,27 @@ func (q *Queue) grantLocked() bool {
 }
 
 // removeLocked takes w out of the queue, if it is still there. served
-// advances the virtual clock past w's finish tag; a non-nil err is what
-// Err will report (w then learns of its leaving by Ready being closed). A
-// turn w held goes to the next waiter.
+// advances its level's virtual clock past w's finish tag; a non-nil err is
+// what Err will report (w then learns of its leaving by Ready being
+// closed). A turn w held goes to the next waiter.
 func (q *Queue) removeLocked(w *Waiter, err error, served bool) {
 	w.stopCtx()
 	if w.state == stateGone {
 		return
 	}
 	f := w.flow
+	l := f.level
 	wasHead := f.waiters.Front() == w.inFlow
 	wasTrying := w.state == stateTrying
 	switch {
 	case wasTrying:
 		q.trying--
 	case wasHead:
-		heap.Remove(&q.ready, f.index)
+		heap.Remove(&l.ready, f.index)
 	}
 	if served {
-		q.vtime = max(q.vtime, f.finish())
-		f.start = q.vtime
+		l.vtime = max(l.vtime, f.finish())
+		f.start = l.vtime
 	}
 	w.state = stateGone
 	f.waiters.Remove(w.inFlow)
@@ -288,14 +279,14 @@ func (q *Queue) removeLocked(w *Waiter, err error, served bool) {
 
 	switch {
 	case f.waiters.Len() == 0:
-		delete(q.flows, f.tenant)
+		// A level without waiters is dropped: no tags are left to compare
+		// with, so its V starts over, which keeps V small enough for
+		// float64 tags to stay precise.
+		q.dropFlowLocked(f)
 	case wasHead:
-		heap.Push(&q.ready, f) // with its next head
+		heap.Push(&l.ready, f) // with its next head
 	}
 	if q.arrived.Len() == 0 {
-		// No tags are left to compare with, so start over; this keeps V
-		// small enough for float64 tags to stay precise.
-		q.vtime = 0
 		q.missed = false
 		if q.timer != nil {
 			q.timer.Stop()
@@ -345,34 +336,4 @@ func (q *Queue) onTimer() {
 	q.timer = nil
 	q.expireLocked(now)
 	q.armLocked(now)
-}
-
-// flowHeap orders flows by their head's finish tag, then arrival.
-type flowHeap []*flow
-
-func (h flowHeap) Len() int { return len(h) }
-func (h flowHeap) Less(i, j int) bool {
-	fi, fj := h[i].finish(), h[j].finish()
-	if fi != fj {
-		return fi < fj
-	}
-	return h[i].head().seq < h[j].head().seq
-}
-func (h flowHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *flowHeap) Push(x any) {
-	f := x.(*flow)
-	f.index = len(*h)
-	*h = append(*h, f)
-}
-func (h *flowHeap) Pop() any {
-	old := *h
-	f := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	f.index = -1
-	return f
 }

@@ -48,9 +48,14 @@ func hasTurn(t *testing.T, w *Waiter) bool {
 
 func mustEnter(t *testing.T, q *Queue, tenant string, weight int, cost int64) *Waiter {
 	t.Helper()
-	w, err := q.Enter(context.Background(), tenant, weight, cost)
+	return mustEnterAt(t, q, tenant, 0, weight, cost)
+}
+
+func mustEnterAt(t *testing.T, q *Queue, tenant string, priority, weight int, cost int64) *Waiter {
+	t.Helper()
+	w, err := q.Enter(context.Background(), tenant, priority, weight, cost)
 	if err != nil {
-		t.Fatalf("Enter(%s): %v", tenant, err)
+		t.Fatalf("Enter(%s, priority %d): %v", tenant, priority, err)
 	}
 	return w
 }
@@ -60,9 +65,9 @@ func checkEmpty(t *testing.T, q *Queue) {
 	t.Helper()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.arrived.Len() != 0 || len(q.flows) != 0 || q.ready.Len() != 0 || q.trying != 0 || q.missed || q.vtime != 0 || q.timer != nil {
-		t.Fatalf("queue not empty: arrived=%d flows=%d ready=%d trying=%d missed=%v vtime=%v timer=%v",
-			q.arrived.Len(), len(q.flows), q.ready.Len(), q.trying, q.missed, q.vtime, q.timer != nil)
+	if q.arrived.Len() != 0 || len(q.levels) != 0 || q.trying != 0 || q.missed || q.timer != nil {
+		t.Fatalf("queue not empty: arrived=%d levels=%d trying=%d missed=%v timer=%v",
+			q.arrived.Len(), len(q.levels), q.trying, q.missed, q.timer != nil)
 	}
 }
 
@@ -91,7 +96,7 @@ func TestFull(t *testing.T) {
 	q := New(Config{MaxWaiting: 2})
 	w1 := mustEnter(t, q, "a", 1, 1)
 	mustEnter(t, q, "b", 1, 1)
-	if _, err := q.Enter(context.Background(), "c", 1, 1); !errors.Is(err, ErrFull) {
+	if _, err := q.Enter(context.Background(), "c", 0, 1, 1); !errors.Is(err, ErrFull) {
 		t.Fatalf("third Enter: %v, want ErrFull", err)
 	}
 	w1.Done()
@@ -102,7 +107,7 @@ func TestFull(t *testing.T) {
 	w3.Done()
 
 	none := New(Config{MaxWaiting: 0})
-	if _, err := none.Enter(context.Background(), "a", 1, 1); !errors.Is(err, ErrFull) {
+	if _, err := none.Enter(context.Background(), "a", 0, 1, 1); !errors.Is(err, ErrFull) {
 		t.Fatalf("MaxWaiting 0: %v, want ErrFull", err)
 	}
 }
@@ -111,7 +116,7 @@ func TestEnterWithDoneContext(t *testing.T) {
 	q := New(Config{MaxWaiting: 2})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := q.Enter(ctx, "a", 1, 1); !errors.Is(err, context.Canceled) {
+	if _, err := q.Enter(ctx, "a", 0, 1, 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Enter with cancelled ctx: %v", err)
 	}
 	checkEmpty(t, q)
@@ -251,6 +256,19 @@ func TestWeightedOrder(t *testing.T) {
 	}
 	all[0].Retry()
 
+	got := serviceOrder(t, q, all, names)
+	want := "[a1 b1 a2 b2 c1 a3 b3 c2]"
+	if fmt.Sprint(got) != want {
+		t.Fatalf("service order %v, want %s", got, want)
+	}
+	checkEmpty(t, q)
+}
+
+// serviceOrder serves every waiter of all, one per Signal with MaxTrying
+// 1, and returns their names in the order they got their turns. Nobody may
+// hold a turn when it is called.
+func serviceOrder(t *testing.T, q *Queue, all []*Waiter, names map[*Waiter]string) []string {
+	t.Helper()
 	var got []string
 	for range len(all) {
 		q.Signal()
@@ -275,11 +293,7 @@ func TestWeightedOrder(t *testing.T) {
 			}
 		}
 	}
-	want := "[a1 b1 a2 b2 c1 a3 b3 c2]"
-	if fmt.Sprint(got) != want {
-		t.Fatalf("service order %v, want %s", got, want)
-	}
-	checkEmpty(t, q)
+	return got
 }
 
 func TestTimeoutWithFakeClock(t *testing.T) {
@@ -349,7 +363,7 @@ func TestCancelLeavesPromptly(t *testing.T) {
 	q := New(Config{MaxWaiting: 10})
 	a := mustEnter(t, q, "a", 1, 1)
 	ctx, cancel := context.WithCancelCause(context.Background())
-	b, err := q.Enter(ctx, "b", 1, 1)
+	b, err := q.Enter(ctx, "b", 0, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +386,7 @@ func TestCancelLeavesPromptly(t *testing.T) {
 func TestCancelWhileHoldingTurnHandsItOn(t *testing.T) {
 	q := New(Config{MaxWaiting: 10})
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := q.Enter(ctx, "a", 1, 1)
+	a, err := q.Enter(ctx, "a", 0, 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,26 +409,35 @@ type sim struct {
 	q        *Queue
 	capacity int
 	slot     int                     // services so far
-	queues   map[string][]*simWaiter // each tenant's waiters, FIFO
-	tenants  []string                // in order of first arrival
-	served   map[string]int
+	queues   map[string][]*simWaiter // each flow's waiters, FIFO
+	flows    []string                // flow keys, in order of first arrival
+	served   map[string]int          // services by tenant
+	servedAt map[int]int             // services by priority
 }
 
 type simWaiter struct {
-	w       *Waiter
-	tenant  string
-	arrived int // slot count at arrival
+	w        *Waiter
+	tenant   string
+	priority int
+	arrived  int // slot count at arrival
 }
 
 func newSim(t *testing.T) *sim {
-	return &sim{t: t, q: New(Config{MaxWaiting: 100_000}), queues: map[string][]*simWaiter{}, served: map[string]int{}}
+	return &sim{t: t, q: New(Config{MaxWaiting: 100_000}), queues: map[string][]*simWaiter{},
+		served: map[string]int{}, servedAt: map[int]int{}}
 }
 
-func (s *sim) enter(tenant string, weight int, cost int64) {
-	if _, ok := s.queues[tenant]; !ok {
-		s.tenants = append(s.tenants, tenant)
+func (s *sim) enter(tenant string, weight int, cost int64) { s.enterAt(tenant, 0, weight, cost) }
+
+// enterAt adds a waiter of tenant at priority; a flow is a tenant's
+// waiters at one priority.
+func (s *sim) enterAt(tenant string, priority, weight int, cost int64) {
+	key := fmt.Sprintf("%s/%d", tenant, priority)
+	if _, ok := s.queues[key]; !ok {
+		s.flows = append(s.flows, key)
 	}
-	s.queues[tenant] = append(s.queues[tenant], &simWaiter{w: mustEnter(s.t, s.q, tenant, weight, cost), tenant: tenant, arrived: s.slot})
+	sw := &simWaiter{w: mustEnterAt(s.t, s.q, tenant, priority, weight, cost), tenant: tenant, priority: priority, arrived: s.slot}
+	s.queues[key] = append(s.queues[key], sw)
 	s.drain(nil)
 }
 
@@ -427,17 +450,18 @@ func (s *sim) step(onServe func(sw *simWaiter, slots int)) {
 }
 
 // drain plays every pending turn until nobody holds one. Only heads are
-// looked at (FIFO within a tenant is tested elsewhere); finish checks that
+// looked at (FIFO within a flow is tested elsewhere); finish checks that
 // nobody else ever got a turn.
 func (s *sim) drain(onServe func(sw *simWaiter, slots int)) {
 	for {
 		var sw *simWaiter
-		for _, tenant := range s.tenants {
-			if q := s.queues[tenant]; len(q) > 0 && hasTurn(s.t, q[0].w) {
+		var key string
+		for _, k := range s.flows {
+			if q := s.queues[k]; len(q) > 0 && hasTurn(s.t, q[0].w) {
 				if sw != nil {
 					s.t.Fatal("two turns at once")
 				}
-				sw = q[0]
+				sw, key = q[0], k
 			}
 		}
 		if sw == nil {
@@ -450,7 +474,8 @@ func (s *sim) drain(onServe func(sw *simWaiter, slots int)) {
 		s.capacity--
 		s.slot++
 		s.served[sw.tenant]++
-		s.queues[sw.tenant] = s.queues[sw.tenant][1:]
+		s.servedAt[sw.priority]++
+		s.queues[key] = s.queues[key][1:]
 		if onServe != nil {
 			onServe(sw, s.slot-sw.arrived)
 		}
@@ -463,7 +488,7 @@ func (s *sim) finish() {
 	for _, q := range s.queues {
 		for _, sw := range q {
 			if hasTurn(s.t, sw.w) {
-				s.t.Fatalf("a %s waiter that was not its tenant's head got a turn", sw.tenant)
+				s.t.Fatalf("a %s waiter at priority %d that was not its flow's head got a turn", sw.tenant, sw.priority)
 			}
 		}
 	}
@@ -566,15 +591,18 @@ func TestIdleTenantEarnsNoCredit(t *testing.T) {
 func TestConcurrentRace(t *testing.T) {
 	// Without MaxWait a lost wake-up hangs the test; with it, timeouts race
 	// with everything else.
-	t.Run("no-timeout", func(t *testing.T) { concurrentRace(t, 0) })
-	t.Run("timeout", func(t *testing.T) { concurrentRace(t, 2*time.Millisecond) })
+	t.Run("no-timeout", func(t *testing.T) { concurrentRace(t, 0, 1) })
+	t.Run("timeout", func(t *testing.T) { concurrentRace(t, 2*time.Millisecond, 1) })
+	t.Run("priorities", func(t *testing.T) { concurrentRace(t, 0, 3) })
+	t.Run("priorities-timeout", func(t *testing.T) { concurrentRace(t, 2*time.Millisecond, 3) })
 }
 
 // concurrentRace has many goroutines enter, wait, take capacity, cancel and
-// time out at once; capacity is a counter that finished requests give back
-// with Signal. Everyone must finish, the capacity must never be
-// oversubscribed, and the queue must end empty.
-func concurrentRace(t *testing.T, maxWait time.Duration) {
+// time out at once, at priorities drawn from [0, levels); capacity is a
+// counter that finished requests give back with Signal. Everyone must
+// finish, the capacity must never be oversubscribed, and the queue must end
+// empty.
+func concurrentRace(t *testing.T, maxWait time.Duration, levels int) {
 	const (
 		workers  = 64
 		requests = 40
@@ -621,7 +649,7 @@ func concurrentRace(t *testing.T, maxWait time.Duration) {
 					if q.Len() == 0 && take() {
 						return nil
 					}
-					w, err := q.Enter(ctx, tenant, 1+g%3, int64(1+rng.IntN(4)))
+					w, err := q.Enter(ctx, tenant, rng.IntN(levels), 1+g%3, int64(1+rng.IntN(4)))
 					if err != nil {
 						return err
 					}

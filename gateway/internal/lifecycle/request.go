@@ -267,6 +267,7 @@ type Worker struct {
 // Snapshot is a consistent copy of a request's state.
 type Snapshot struct {
 	ID, ClientRequestID, Tenant, Model string
+	Priority                           int
 	State                              State
 	// Stage is the last non-terminal state (where an abort or failure
 	// happened).
@@ -289,7 +290,7 @@ func (r *Request) Snapshot() Snapshot {
 	defer r.mu.Unlock()
 	s := Snapshot{
 		ID: r.info.ID, ClientRequestID: r.info.ClientRequestID, Tenant: r.info.Tenant, Model: r.info.Model,
-		State: r.state, Stage: r.stage, Cause: r.cause,
+		Priority: r.info.Priority, State: r.state, Stage: r.stage, Cause: r.cause,
 		PromptTokens: r.prompt, CompletionTokens: r.completion,
 		Entered: r.entered, Received: r.info.Received,
 	}

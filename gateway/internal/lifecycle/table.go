@@ -56,6 +56,9 @@ type Info struct {
 	ClientRequestID string
 	Tenant          string
 	Model           string
+	// Priority is the scheduling priority the request asked for (and its
+	// tenant may use).
+	Priority int
 	// Received is when the gateway got the request; zero means now.
 	Received time.Time
 	// Deadline, if set, aborts the request with CauseDeadline when passed.

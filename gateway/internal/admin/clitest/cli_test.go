@@ -114,7 +114,8 @@ func TestAdminTenantsAndLimits(t *testing.T) {
 
 	out := g.ok(t, "tenants", "create", "acme", "--name", "Acme Corp", "--weight", "2", "--requests-per-minute", "60", "--allowed-models", "tiny, small")
 	if field(t, out, "id") != "acme" || field(t, out, "name") != "Acme Corp" || field(t, out, "weight") != "2" ||
-		field(t, out, "requests_per_minute") != "60" || field(t, out, "tokens_per_minute") != "unlimited" || field(t, out, "allowed_models") != "tiny,small" {
+		field(t, out, "requests_per_minute") != "60" || field(t, out, "tokens_per_minute") != "unlimited" || field(t, out, "allowed_models") != "tiny,small" ||
+		field(t, out, "max_priority") != "0" { // the default: priority 0 only, not unlimited
 		t.Fatalf("create output:\n%s", out)
 	}
 	// Connection flags may also come after the command's own arguments.
@@ -146,8 +147,19 @@ func TestAdminTenantsAndLimits(t *testing.T) {
 		t.Fatalf("store after limits set: %+v %v", got, err)
 	}
 	out = g.ok(t, "limits", "get", "acme")
-	if field(t, out, "budget") != "500000/day" {
+	if field(t, out, "budget") != "500000/day" || field(t, out, "max_priority") != "0" {
 		t.Fatalf("limits get:\n%s", out)
+	}
+	out = g.ok(t, "limits", "set", "acme", "--max-priority", "3")
+	if field(t, out, "max_priority") != "3" || field(t, out, "tokens_per_minute") != "1000" {
+		t.Fatalf("limits set --max-priority:\n%s", out)
+	}
+	if got, err := g.store.GetTenant(ctx, "acme"); err != nil || got.Limits.MaxPriority != 3 {
+		t.Fatalf("store after --max-priority: %+v %v", got.Limits, err)
+	}
+	if code, _, errOut := run(t, "admin", "limits", "set", "acme", "--max-priority", "1001", "--url", g.url, "--token", token, "--cacert", g.caFile); code == 0 ||
+		!strings.Contains(errOut, "max_priority") {
+		t.Fatalf("--max-priority 1001: exit %d, %s", code, errOut)
 	}
 
 	out = g.ok(t, "tenants", "update", "acme", "--disabled=true", "--weight", "7")
