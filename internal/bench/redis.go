@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warden-ai/warden/tenant/redisstore"
 )
 
 // EnvRedisAddr names the environment variable with the address of the
@@ -46,26 +48,14 @@ func uniquePrefix() string {
 	return "warden:{bench-" + rand.Text()[:12] + "}:"
 }
 
-// deletePrefix deletes every key under prefix.
+// deletePrefix deletes every key under prefix (redisstore.DeletePrefix).
 func deletePrefix(addr, prefix string) error {
 	c := newRedisClient(addr)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return fmt.Errorf("bench: listing Redis keys %s*: %w", prefix, err)
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		if err := c.Del(ctx, keys[:n]...).Err(); err != nil {
-			return fmt.Errorf("bench: deleting Redis keys %s*: %w", prefix, err)
-		}
-		keys = keys[n:]
+	if err := redisstore.DeletePrefix(ctx, c, prefix); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	return nil
 }

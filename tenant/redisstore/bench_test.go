@@ -3,8 +3,8 @@ package redisstore_test
 import (
 	"testing"
 
+	"github.com/warden-ai/warden/internal/redistest"
 	"github.com/warden-ai/warden/tenant"
-	"github.com/warden-ai/warden/tenant/internal/redistest"
 	"github.com/warden-ai/warden/tenant/memstore"
 	"github.com/warden-ai/warden/tenant/redisstore"
 )

@@ -11,8 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warden-ai/warden/internal/redistest"
 	"github.com/warden-ai/warden/tenant"
-	"github.com/warden-ai/warden/tenant/internal/redistest"
 	"github.com/warden-ai/warden/tenant/redisstore"
 	"github.com/warden-ai/warden/tenant/storetest"
 )

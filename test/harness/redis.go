@@ -4,20 +4,22 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warden-ai/warden/internal/redistest"
+	"github.com/warden-ai/warden/tenant/redisstore"
 )
 
 // Redis is a private redis-server run by a test, for tests that kill and
 // restart the tenant store. Its data lives in an append-only file fsynced
 // on every write, in a directory of its own, so that a restart after Kill
 // comes back with every tenant, key and limiter state, as a production
-// Redis with persistence does.
+// Redis with persistence does. Unlike redistest.Server it is a Process of
+// the Env, spawned, logged and stopped like the gateways and workers.
 type Redis struct {
 	*Process
 	// Addr is its host:port on the loopback interface.
@@ -28,17 +30,11 @@ type Redis struct {
 
 // StartRedis starts a private redis-server on a free loopback port and
 // waits until it answers; it is stopped when the test ends. Without
-// redis-server installed the test fails when $CI is "true" (CI must never
-// skip these tests) and is skipped otherwise.
+// redis-server installed the test fails when $CI is "true" and is skipped
+// otherwise (redistest.Binary).
 func (e *Env) StartRedis(t testing.TB) *Redis {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server is not installed and CI=true: %v", err)
-		}
-		t.Skipf("redis-server is not installed: %v", err)
-	}
+	bin := redistest.Binary(t)
 	dir := t.TempDir()
 	var last error
 	for range 5 { // a probed free port can be taken before redis binds it
@@ -80,7 +76,7 @@ func (r *Redis) start() error {
 	}
 	deadline := time.Now().Add(WaitTimeout)
 	for {
-		err := pingRedis(r.Addr)
+		err := redistest.Ping(r.Addr, time.Second)
 		if err == nil {
 			return nil
 		}
@@ -95,40 +91,15 @@ func (r *Redis) start() error {
 	}
 }
 
-// redisClient returns a client of addr that fails fast.
-func redisClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
-		MaxRetries: -1, DialerRetries: 1, Protocol: 2, DisableIdentity: true,
-	})
-}
-
-func pingRedis(addr string) error {
-	c := redisClient(addr)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return c.Ping(ctx).Err()
-}
-
 // deleteKeys removes every key under prefix from the Redis at addr (a
 // cluster's tenants in a shared Redis), ignoring a server that is gone.
 func deleteKeys(addr, prefix string) {
-	c := redisClient(addr)
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+		MaxRetries: -1, DialerRetries: 1, Protocol: 2, DisableIdentity: true,
+	})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if iter.Err() != nil {
-		return
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), 500)
-		_ = c.Del(ctx, keys[:n]...).Err()
-		keys = keys[n:]
-	}
+	_ = redisstore.DeletePrefix(ctx, c, prefix)
 }

@@ -2,7 +2,9 @@
 // WARDEN_TEST_REDIS_ADDR (default 127.0.0.1:6379) when it answers, otherwise
 // a private redis-server on a free port in a temporary directory, stopped
 // when the test ends. Without redis-server installed, tests fail when
-// CI=true and are skipped otherwise.
+// CI=true and are skipped otherwise. The tenant stores' tests use it, and
+// the end-to-end harness (test/harness) runs its own redis-server
+// processes with Binary and Ping.
 package redistest
 
 import (
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/warden-ai/warden/tenant/redisstore"
 )
 
 // EnvAddr names the environment variable with the address of a test Redis.
@@ -34,7 +38,7 @@ func Addr(t testing.TB) string {
 	if addr == "" {
 		addr = defaultAddr
 	}
-	if ping(addr, time.Second) == nil {
+	if Ping(addr, time.Second) == nil {
 		return addr
 	}
 	t.Logf("no Redis answers on %s; starting a private redis-server", addr)
@@ -68,14 +72,7 @@ func Start(t testing.TB) *Server {
 
 func start(t testing.TB, persist bool) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redis-server is not installed and CI=true: %v", err)
-		}
-		t.Skipf("redis-server is not installed: %v", err)
-	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), persist: persist}
+	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), persist: persist}
 	var lastErr error
 	for range 5 { // a free port can be taken between probing and binding
 		s.port = freePort(t)
@@ -87,6 +84,21 @@ func start(t testing.TB, persist bool) *Server {
 	}
 	t.Fatalf("start redis-server: %v", lastErr)
 	return nil
+}
+
+// Binary returns the path of redis-server. Without it installed the test
+// fails when $CI is "true" (CI must never skip Redis tests) and is skipped
+// otherwise.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server is not installed and CI=true: %v", err)
+		}
+		t.Skipf("redis-server is not installed: %v", err)
+	}
+	return bin
 }
 
 func freePort(t testing.TB) int {
@@ -118,7 +130,7 @@ func (s *Server) start() error {
 	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if ping(s.Addr, 200*time.Millisecond) == nil {
+		if Ping(s.Addr, 200*time.Millisecond) == nil {
 			s.cmd, s.done = cmd, done
 			return nil
 		}
@@ -167,7 +179,9 @@ func (s *Server) stop() {
 	s.cmd = nil
 }
 
-func ping(addr string, timeout time.Duration) error {
+// Ping reports whether a Redis answers PING at addr within timeout, with
+// one dial and no retries.
+func Ping(addr string, timeout time.Duration) error {
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
 		MaxRetries: -1, DialerRetries: 1, Protocol: 2, DisableIdentity: true,
@@ -200,19 +214,7 @@ func Prefix(t testing.TB, addr string) string {
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		if iter.Err() != nil { // the server may be gone: nothing to clean then
-			return
-		}
-		for len(keys) > 0 {
-			n := min(len(keys), 500)
-			_ = c.Del(ctx, keys[:n]...).Err()
-			keys = keys[n:]
-		}
+		_ = redisstore.DeletePrefix(ctx, c, p) // the server may be gone: nothing to clean then
 	})
 	return p
 }

@@ -1,0 +1,62 @@
+package redisstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/warden-ai/warden/tenant"
+)
+
+// tenantRecord is the stored form of a tenant. Besides the API fields it
+// carries the budget period pre-parsed for the Lua scripts (pkind "day",
+// "month" or "dur" with plen microseconds). Numeric fields have no
+// omitempty: the scripts read them unconditionally.
+type tenantRecord struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Weight      int       `json:"weight"`
+	CreatedAt   time.Time `json:"created_at"`
+	Disabled    bool      `json:"disabled"`
+	RPM         int64     `json:"rpm"`
+	TPM         int64     `json:"tpm"`
+	Conc        int64     `json:"conc"`
+	Budget      int64     `json:"budget"`
+	Period      string    `json:"period"`
+	PKind       string    `json:"pkind"`
+	PLen        int64     `json:"plen"`
+	Models      []string  `json:"models,omitempty"`
+	MaxPriority int       `json:"max_priority"`
+}
+
+func toRecord(t tenant.Tenant) tenantRecord {
+	r := tenantRecord{
+		ID: t.ID, Name: t.Name, Weight: t.Weight, CreatedAt: t.CreatedAt, Disabled: t.Disabled,
+		RPM: t.Limits.RequestsPerMinute, TPM: t.Limits.TokensPerMinute, Conc: t.Limits.MaxConcurrent,
+		Budget: t.Limits.Budget, Period: string(t.Limits.BudgetPeriod), PKind: string(t.Limits.BudgetPeriod),
+		Models: t.Limits.AllowedModels, MaxPriority: t.Limits.MaxPriority,
+	}
+	if d, ok := t.Limits.BudgetPeriod.Duration(); ok {
+		r.PKind, r.PLen = "dur", d.Microseconds()
+	}
+	return r
+}
+
+func (r tenantRecord) tenant() tenant.Tenant {
+	return tenant.Tenant{
+		ID: r.ID, Name: r.Name, Weight: r.Weight, CreatedAt: r.CreatedAt, Disabled: r.Disabled,
+		Limits: tenant.Limits{
+			RequestsPerMinute: r.RPM, TokensPerMinute: r.TPM, MaxConcurrent: r.Conc,
+			Budget: r.Budget, BudgetPeriod: tenant.BudgetPeriod(r.Period),
+			AllowedModels: r.Models, MaxPriority: r.MaxPriority,
+		},
+	}
+}
+
+func decodeTenant(raw string) (tenant.Tenant, error) {
+	var r tenantRecord
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return tenant.Tenant{}, fmt.Errorf("redisstore: corrupt tenant record: %w", err)
+	}
+	return r.tenant(), nil
+}
