@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,25 +14,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/warden-ai/warden/config"
-	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/admission"
-	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
-	"github.com/warden-ai/warden/internal/tlsutil"
 	"github.com/warden-ai/warden/tenant"
-	"github.com/warden-ai/warden/tenant/memstore"
-	"github.com/warden-ai/warden/tenant/redisstore"
 )
 
 // Timeouts of the gateway's own housekeeping.
@@ -207,155 +196,6 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	return g, nil
 }
 
-// openStore opens the tenant store tenants.store names, unless given one.
-func (g *Gateway) openStore(given tenant.Store) error {
-	t := &g.cfg.Tenants
-	if given != nil {
-		g.store = given
-	} else {
-		var secret []byte
-		if t.KeySecretFile != "" {
-			b, err := os.ReadFile(t.KeySecretFile)
-			if err != nil {
-				return fmt.Errorf("gateway: tenants.key_secret_file: %w", err)
-			}
-			secret = bytes.TrimSpace(b)
-		} else if t.Store == config.StoreMemory {
-			// Keys live only as long as the process: a random secret will do.
-			secret = make([]byte, 32)
-			_, _ = rand.Read(secret)
-		}
-		switch t.Store {
-		case config.StoreMemory:
-			s, err := memstore.New(secret)
-			if err != nil {
-				return fmt.Errorf("gateway: memory tenant store: %w", err)
-			}
-			g.store = s
-		case config.StoreRedis:
-			rdb, err := redisClient(&t.Redis)
-			if err != nil {
-				return err
-			}
-			s, err := redisstore.New(rdb, secret, redisstore.WithPrefix(t.Redis.KeyPrefix),
-				redisstore.WithFailOpen(t.FailOpen), redisstore.WithLogger(g.logger))
-			if err != nil {
-				_ = rdb.Close()
-				return fmt.Errorf("gateway: redis tenant store: %w", err)
-			}
-			g.store, g.closeStore = s, rdb.Close
-		default:
-			return fmt.Errorf("gateway: unknown tenants.store %q", t.Store)
-		}
-	}
-	var authn tenant.Authenticator = g.store
-	if t.AuthCacheTTL > 0 {
-		authn = tenant.NewAuthCache(g.store, tenant.AuthCacheConfig{TTL: t.AuthCacheTTL, Grace: t.OutageGrace, Logger: g.logger})
-	}
-	g.auth = &authenticator{next: authn, tenants: make(map[string]tenantInfo)}
-	return nil
-}
-
-// redisClient connects to the Redis store: one dial retry and short
-// timeouts, so an outage fails requests fast (503) instead of hanging them.
-func redisClient(r *config.Redis) (*redis.Client, error) {
-	opts := &redis.Options{
-		Addr: r.Addr, Username: r.Username, DB: r.DB,
-		DialerRetries: 1, DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout,
-		PoolTimeout: 2 * redisTimeout,
-	}
-	if r.PasswordFile != "" {
-		b, err := os.ReadFile(r.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: tenants.redis.password_file: %w", err)
-		}
-		opts.Password = string(bytes.TrimSpace(b))
-	}
-	if r.TLS {
-		host, _, err := net.SplitHostPort(r.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: tenants.redis.addr: %w", err)
-		}
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
-	}
-	return redis.NewClient(opts), nil
-}
-
-// adminToken reads the admin token from the configuration ("" when none).
-func (g *Gateway) adminToken() (string, error) {
-	gw := &g.cfg.Gateway
-	if gw.AdminTokenFile == "" {
-		return gw.AdminToken, nil
-	}
-	b, err := os.ReadFile(gw.AdminTokenFile)
-	if err != nil {
-		return "", fmt.Errorf("gateway: gateway.admin_token_file: %w", err)
-	}
-	return string(bytes.TrimSpace(b)), nil
-}
-
-// listen binds every listener and builds the servers.
-func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
-	gw := &g.cfg.Gateway
-	var serverTLS *tls.Config
-	if !gw.TLS.Plaintext {
-		var err error
-		if serverTLS, err = tlsutil.ServerTLSConfig(gw.TLS.CertFile, gw.TLS.KeyFile); err != nil {
-			return fmt.Errorf("gateway: gateway.tls: %w", err)
-		}
-	}
-	var err error
-	if g.apiLn, err = net.Listen("tcp", gw.Listen); err != nil {
-		return fmt.Errorf("gateway: API listener (gateway.listen): %w", err)
-	}
-	var h http.Handler = api.NewHandler(api.Config{
-		MaxBodyBytes: int64(gw.MaxBodyBytes),
-		Ready:        func(context.Context) error { return g.Ready() },
-		Metrics:      promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}),
-	}, g.auth, service{g}, g.logger)
-	h = otelhttp.NewHandler(h, "warden.api", append(obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp), apiTraceOptions()...)...)
-	g.apiSrv = httpServer(h, serverTLS)
-
-	token, err := g.adminToken()
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		if g.adminLn, err = net.Listen("tcp", gw.AdminListen); err != nil {
-			return fmt.Errorf("gateway: admin listener (gateway.admin_listen): %w", err)
-		}
-		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token}, g.store, clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
-	} else {
-		g.logger.Warn("no admin token configured: the admin API is not served")
-	}
-
-	if g.registryLn, err = net.Listen("tcp", gw.RegistryListen); err != nil {
-		return fmt.Errorf("gateway: registry listener (gateway.registry_listen): %w", err)
-	}
-	g.grpcSrv = grpc.NewServer(cluster.server...)
-	controlpb.RegisterRegistryServer(g.grpcSrv, g.reg)
-
-	if addr := g.cfg.Observability.Metrics.Listen; addr != "" {
-		if g.metricsLn, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("gateway: metrics listener (observability.metrics.listen): %w", err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}))
-		g.metricsSrv = httpServer(mux, nil)
-	}
-	return nil
-}
-
-// httpServer serves h, over TLS when cfg is set (each server gets its own
-// copy: serving adds HTTP/2 to it). WriteTimeout stays 0: streams are
-// long; the API bounds each write itself.
-func httpServer(h http.Handler, cfg *tls.Config) *http.Server {
-	if cfg != nil {
-		cfg = cfg.Clone()
-	}
-	return &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-}
-
 // APIAddr is the address the OpenAI-compatible API listens on.
 func (g *Gateway) APIAddr() net.Addr { return g.apiLn.Addr() }
 
@@ -382,140 +222,6 @@ func (g *Gateway) Ready() error {
 		}
 	}
 	return errors.New("gateway: no model is servable yet")
-}
-
-// Run serves until ctx is done or a listener fails, then shuts down: it
-// stops accepting requests, aborts those in flight (every worker involved
-// is told), stops the servers and closes the worker connections and the
-// tenant store. It returns nil after ctx ended. Run may be called once.
-func (g *Gateway) Run(ctx context.Context) error {
-	err := errors.New("gateway: Run called twice")
-	g.runOnce.Do(func() { err = g.run(ctx) })
-	return err
-}
-
-func (g *Gateway) run(ctx context.Context) error {
-	defer g.release()
-	regCtx, stopSweeper := context.WithCancel(context.Background())
-	defer stopSweeper()
-	go g.reg.Run(regCtx)
-
-	failed := make(chan error, 4)
-	var serving sync.WaitGroup
-	serveHTTP := func(name string, srv *http.Server, ln net.Listener) {
-		if srv == nil {
-			return
-		}
-		serving.Go(func() {
-			var err error
-			if srv.TLSConfig != nil {
-				err = srv.ServeTLS(ln, "", "")
-			} else {
-				err = srv.Serve(ln)
-			}
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				failed <- fmt.Errorf("gateway: %s server: %w", name, err)
-			}
-		})
-	}
-	serveHTTP("API", g.apiSrv, g.apiLn)
-	serveHTTP("admin", g.adminSrv, g.adminLn)
-	serveHTTP("metrics", g.metricsSrv, g.metricsLn)
-	serving.Go(func() {
-		if err := g.grpcSrv.Serve(g.registryLn); err != nil {
-			failed <- fmt.Errorf("gateway: registry server: %w", err)
-		}
-	})
-	attrs := []any{"api", g.apiLn.Addr().String(), "registry", g.registryLn.Addr().String(), "tls", g.apiSrv.TLSConfig != nil}
-	if g.adminLn != nil {
-		attrs = append(attrs, "admin", g.adminLn.Addr().String())
-	}
-	g.logger.Info("gateway serving", attrs...)
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		g.logger.Info("gateway shutting down")
-	case runErr = <-failed:
-		g.logger.Error("gateway stopping", "err", runErr)
-	}
-	g.shutdown()
-	serving.Wait()
-	return runErr
-}
-
-// shutdown stops new requests, aborts in-flight ones everywhere and stops
-// the servers.
-func (g *Gateway) shutdown() {
-	g.lifeMu.Lock()
-	g.closing = true
-	g.lifeMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if n := g.table.AbortAll(lifecycle.CauseShutdown); n > 0 {
-		g.logger.Info("aborting requests in flight", "count", n)
-	}
-	drivers := make(chan struct{})
-	go func() { g.running.Wait(); close(drivers) }()
-	select {
-	case <-drivers:
-	case <-ctx.Done():
-	}
-	for _, srv := range []*http.Server{g.apiSrv, g.adminSrv, g.metricsSrv} {
-		if srv != nil {
-			if err := srv.Shutdown(ctx); err != nil {
-				_ = srv.Close()
-			}
-		}
-	}
-	stopped := make(chan struct{})
-	go func() { g.grpcSrv.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		g.grpcSrv.Stop()
-	}
-	if err := g.table.Wait(ctx); err != nil {
-		g.logger.Warn("shutdown: abort fan-out still running", "err", err)
-	}
-}
-
-// begin counts a new request driver, unless the gateway is shutting down.
-func (g *Gateway) begin() bool {
-	g.lifeMu.RLock()
-	defer g.lifeMu.RUnlock()
-	if g.closing {
-		return false
-	}
-	g.running.Add(1)
-	return true
-}
-
-// release frees what New opened.
-func (g *Gateway) release() {
-	for _, ln := range []net.Listener{g.apiLn, g.adminLn, g.registryLn, g.metricsLn} {
-		if ln != nil {
-			_ = ln.Close()
-		}
-	}
-	if g.reg != nil {
-		g.reg.Close()
-	}
-	if err := g.closeStore(); err != nil {
-		g.logger.Warn("closing the tenant store", "err", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := g.stopTracing(ctx); err != nil {
-		g.logger.Warn("flushing traces", "err", err)
-	}
-}
-
-// Close frees what New opened, for a Gateway that will not Run (Run frees
-// it itself; Close is then a no-op).
-func (g *Gateway) Close() error {
-	g.runOnce.Do(g.release)
-	return nil
 }
 
 // acceptWorker vets a registering worker: its model must be configured

@@ -1,0 +1,93 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/obs"
+)
+
+// workerContext returns the context of calls to workers: cancelled when
+// ctx ends, but without ctx's deadline, which gRPC would pass on. A
+// worker thus never ends a request on its own clock before the gateway
+// has recorded why it ends (deadline, abort), and the gateway tells it
+// by cancelling the call and sending Abort.
+func workerContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	return wctx, func() { stop(); cancel() }
+}
+
+// runSingle runs the request on one both worker.
+func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
+	sctx, cancel := workerContext(ctx)
+	defer cancel()
+	d.req.Involve(participant{w}, registry.RoleBoth)
+	d.span.SetAttributes(attrDecodeWorker.String(w.ID()))
+	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
+		return failed(lifecycle.CauseInternal, api.Internal(), err)
+	}
+	stream, err := w.Client().Generate(sctx, &controlpb.GenerateRequest{
+		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling,
+	})
+	if err != nil {
+		return d.workerError("generate", w, err)
+	}
+	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
+}
+
+// runPD runs the request on a prefill and a decode worker: Generate on
+// decode (it waits for the KV) and Prefill concurrently.
+func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
+	if err := d.req.Advance(lifecycle.Reserved); err != nil {
+		return failed(lifecycle.CauseInternal, api.Internal(), err)
+	}
+	sctx, cancel := workerContext(ctx)
+	defer cancel()
+	owner := ownerPB(d.req.Owner())
+	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{
+		Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket,
+	})
+	if err != nil {
+		return d.workerError("generate", rt.Decode, err)
+	}
+	d.req.Involve(participant{rt.Prefill}, registry.RolePrefill)
+	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
+		return failed(lifecycle.CauseInternal, api.Internal(), err)
+	}
+	runHook(ctx, &d.g.hooks.beforePrefill)
+	prefilled := make(chan error, 1)
+	go func() {
+		resp, err := rt.Prefill.Client().Prefill(sctx, &controlpb.PrefillRequest{
+			Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(sctx),
+		})
+		if err == nil && resp.GetPromptTokens() != int64(len(d.prompt)) {
+			err = failed(causeCountMismatch, api.Internal(), fmt.Errorf(
+				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", rt.Prefill.ID(), resp.GetPromptTokens(), len(d.prompt)))
+		} else if err != nil {
+			err = d.workerError("prefill", rt.Prefill, err)
+		}
+		prefilled <- err
+	}()
+	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+}
+
+// participant adapts a registry worker to the lifecycle's abort fan-out.
+type participant struct{ w *registry.Worker }
+
+var _ lifecycle.Participant = participant{}
+
+func (p participant) ID() string { return p.w.ID() }
+
+func (p participant) Abort(ctx context.Context, owner lifecycle.Owner, cause string) error {
+	_, err := p.w.Client().Abort(ctx, &controlpb.AbortRequest{Owner: ownerPB(owner), Cause: cause})
+	return err
+}
+
+func ownerPB(o lifecycle.Owner) *controlpb.Owner {
+	return &controlpb.Owner{Tenant: o.Tenant, RequestId: o.RequestID, Epoch: o.Epoch}
+}

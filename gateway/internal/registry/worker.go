@@ -1,0 +1,135 @@
+package registry
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/warden-ai/warden/internal/controlpb"
+)
+
+// Worker is one registered worker. The same *Worker stands for a worker ID
+// across re-registrations; its connection is replaced when the control
+// address changes or the worker had been lost.
+type Worker struct {
+	id string
+
+	// guarded by Registry.mu
+	conn          *grpc.ClientConn
+	client        controlpb.WorkerClient
+	info          *controlpb.WorkerInfo
+	pool          *controlpb.PoolStats
+	running       int32
+	waiting       int32
+	healthy       bool
+	lastHeartbeat time.Time
+	registeredAt  time.Time
+	lostAt        time.Time
+	assigned      int64  // requests this gateway routed here, not yet done
+	pendingPages  int64  // pages routed here since the last heartbeat
+	reports       uint64 // registrations and heartbeats received
+
+	reg *Registry
+}
+
+// ID returns the worker ID.
+func (w *Worker) ID() string { return w.id }
+
+// Client returns the worker's control client (its current connection).
+func (w *Worker) Client() controlpb.WorkerClient {
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	return w.client
+}
+
+// Snapshot returns a copy of the worker's state.
+func (w *Worker) Snapshot() Snapshot {
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	return w.snapshotLocked()
+}
+
+// Begin records that the gateway routed a request needing pages (0 for a
+// prefill worker) here; call the returned func when it is done. Routing
+// uses these counts between heartbeats: the pages are counted as taken
+// until the next heartbeat, and as free again once the request is done
+// (the worker frees them before it ends the request).
+func (w *Worker) Begin(pages int64) (done func()) {
+	w.reg.mu.Lock()
+	w.assigned++
+	w.pendingPages += pages
+	seen := w.reports
+	w.reg.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.reg.mu.Lock()
+			defer w.reg.mu.Unlock()
+			w.assigned--
+			if w.reports == seen {
+				w.pendingPages -= pages
+			} else if free := min(w.pool.GetFreePages()+pages, w.pool.GetTotalPages()); free > w.pool.GetFreePages() {
+				// A heartbeat counted them in use since.
+				p := proto.Clone(w.pool).(*controlpb.PoolStats)
+				p.FreePages = free
+				w.pool = p
+			}
+		})
+	}
+}
+
+// Exhausted records that the worker just refused pages for lack of free
+// ones: its free count is taken to be below pages until the next heartbeat,
+// so that a heartbeat showing enough free pages is reported (Freed) even if
+// the previous one was already stale.
+func (w *Worker) Exhausted(pages int64) {
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	if w.pool.GetFreePages() >= pages {
+		p := proto.Clone(w.pool).(*controlpb.PoolStats)
+		p.FreePages = max(pages-1, 0)
+		w.pool = p
+	}
+}
+
+// Pool is a worker's KV pool accounting as last reported.
+type Pool struct {
+	TotalPages, FreePages, ReservedPages, InUsePages, QuarantinedPages int64
+	PageTokens                                                         int32
+	CapacityTokens, OwnerViolations                                    int64
+}
+
+func poolOf(p *controlpb.PoolStats) Pool {
+	return Pool{
+		TotalPages: p.GetTotalPages(), FreePages: p.GetFreePages(), ReservedPages: p.GetReservedPages(),
+		InUsePages: p.GetInUsePages(), QuarantinedPages: p.GetQuarantinedPages(), PageTokens: p.GetPageTokens(),
+		CapacityTokens: p.GetCapacityTokens(), OwnerViolations: p.GetOwnerViolations(),
+	}
+}
+
+// Snapshot is a copy of one worker's state.
+type Snapshot struct {
+	ID, Role, Model                            string
+	ControlAddr, TransferAddr, TransferBackend string
+	HostID, TokenizerSHA256, Backend, Version  string
+	ModelMaxContext                            int64
+	Pool                                       Pool
+	Running, Waiting                           int32
+	Healthy                                    bool
+	LastHeartbeat, RegisteredAt                time.Time
+	Assigned                                   int64
+}
+
+func (w *Worker) snapshotLocked() Snapshot {
+	i := w.info
+	return Snapshot{
+		ID: w.id, Role: RoleName(i.GetRole()), Model: i.GetModel(),
+		ControlAddr: i.GetControlAddr(), TransferAddr: i.GetTransferAddr(), TransferBackend: i.GetTransferBackend(),
+		HostID: i.GetHostId(), TokenizerSHA256: i.GetTokenizerSha256(), Backend: i.GetBackend(), Version: i.GetVersion(),
+		ModelMaxContext: i.GetModelMaxContext(),
+		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
+		Healthy: w.healthy, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
+	}
+}

@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+
+	"github.com/warden-ai/warden/gateway/internal/admin"
+	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/obs"
+	"github.com/warden-ai/warden/internal/tlsutil"
+)
+
+// adminToken reads the admin token from the configuration ("" when none).
+func (g *Gateway) adminToken() (string, error) {
+	gw := &g.cfg.Gateway
+	if gw.AdminTokenFile == "" {
+		return gw.AdminToken, nil
+	}
+	b, err := os.ReadFile(gw.AdminTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("gateway: gateway.admin_token_file: %w", err)
+	}
+	return string(bytes.TrimSpace(b)), nil
+}
+
+// listen binds every listener and builds the servers.
+func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
+	gw := &g.cfg.Gateway
+	var serverTLS *tls.Config
+	if !gw.TLS.Plaintext {
+		var err error
+		if serverTLS, err = tlsutil.ServerTLSConfig(gw.TLS.CertFile, gw.TLS.KeyFile); err != nil {
+			return fmt.Errorf("gateway: gateway.tls: %w", err)
+		}
+	}
+	var err error
+	if g.apiLn, err = net.Listen("tcp", gw.Listen); err != nil {
+		return fmt.Errorf("gateway: API listener (gateway.listen): %w", err)
+	}
+	var h http.Handler = api.NewHandler(api.Config{
+		MaxBodyBytes: int64(gw.MaxBodyBytes),
+		Ready:        func(context.Context) error { return g.Ready() },
+		Metrics:      promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}),
+	}, g.auth, service{g}, g.logger)
+	h = otelhttp.NewHandler(h, "warden.api", append(obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp), apiTraceOptions()...)...)
+	g.apiSrv = httpServer(h, serverTLS)
+
+	token, err := g.adminToken()
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		if g.adminLn, err = net.Listen("tcp", gw.AdminListen); err != nil {
+			return fmt.Errorf("gateway: admin listener (gateway.admin_listen): %w", err)
+		}
+		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token}, g.store, clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
+	} else {
+		g.logger.Warn("no admin token configured: the admin API is not served")
+	}
+
+	if g.registryLn, err = net.Listen("tcp", gw.RegistryListen); err != nil {
+		return fmt.Errorf("gateway: registry listener (gateway.registry_listen): %w", err)
+	}
+	g.grpcSrv = grpc.NewServer(cluster.server...)
+	controlpb.RegisterRegistryServer(g.grpcSrv, g.reg)
+
+	if addr := g.cfg.Observability.Metrics.Listen; addr != "" {
+		if g.metricsLn, err = net.Listen("tcp", addr); err != nil {
+			return fmt.Errorf("gateway: metrics listener (observability.metrics.listen): %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}))
+		g.metricsSrv = httpServer(mux, nil)
+	}
+	return nil
+}
+
+// httpServer serves h, over TLS when cfg is set (each server gets its own
+// copy: serving adds HTTP/2 to it). WriteTimeout stays 0: streams are
+// long; the API bounds each write itself.
+func httpServer(h http.Handler, cfg *tls.Config) *http.Server {
+	if cfg != nil {
+		cfg = cfg.Clone()
+	}
+	return &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+}

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/controlpb"
+)
+
+// receiver pumps a Generate stream into a channel, so the driver can wait
+// for it and for the prefill result at once.
+type received struct {
+	ev  *controlpb.GenerateEvent
+	err error
+}
+
+func newReceiver(ctx context.Context, stream interface {
+	Recv() (*controlpb.GenerateEvent, error)
+}) <-chan received {
+	ch := make(chan received)
+	go func() {
+		for {
+			ev, err := stream.Recv()
+			select {
+			case ch <- received{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// relay forwards the decode worker's events until Done, a stop string or a
+// failure. prefilled, when set, delivers the Prefill call's result: a
+// failure before decode is ready fails the request; after, decode has
+// verified the KV already and the failure is only logged. With retryable
+// (a both worker), ResourceExhausted before Ready is errRetry.
+func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan received, prefilled <-chan error, retryable bool) error {
+	text := newTextStream(d.tok.tok, d.stops)
+	for {
+		var r received
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case err := <-prefilled:
+			prefilled = nil
+			switch state := d.req.State(); {
+			case err == nil && state == lifecycle.Prefilling:
+				if err := d.req.Advance(lifecycle.Transferring); err != nil {
+					return failed(lifecycle.CauseInternal, api.Internal(), err)
+				}
+			case err != nil && state != lifecycle.Decoding:
+				return err
+			case err != nil:
+				d.log.WarnContext(ctx, "prefill reported an error after decode verified the KV", "err", err)
+			}
+			continue
+		case r = <-events:
+		}
+		if r.err != nil {
+			if errors.Is(r.err, io.EOF) {
+				return failed(causeProtocol, workerUnavailable("The worker ended the request without finishing it; retry the request."),
+					fmt.Errorf("worker %s ended the Generate stream without Done", w.ID()))
+			}
+			if retryable && status.Code(r.err) == codes.ResourceExhausted && d.req.State() == lifecycle.Prefilling {
+				// Nothing is held: a both worker reserves all or nothing.
+				w.Exhausted(d.pages)
+				return errRetry
+			}
+			return d.workerError("generate", w, r.err)
+		}
+		if end, err := d.onEvent(ctx, w, r.ev, text); end || err != nil {
+			return err
+		}
+	}
+}
+
+// onEvent handles one event of the decode stream; end is true once the
+// request completed.
+func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.GenerateEvent, text *textStream) (end bool, err error) {
+	state := d.req.State()
+	protocol := func(format string, args ...any) error {
+		return failed(causeProtocol, api.Internal(), fmt.Errorf("worker %s: "+format, append([]any{w.ID()}, args...)...))
+	}
+	switch e := ev.GetEvent().(type) {
+	case *controlpb.GenerateEvent_Ready:
+		if state != lifecycle.Prefilling && state != lifecycle.Transferring {
+			return false, protocol("Ready while %s", state)
+		}
+		if n := e.Ready.GetPromptTokens(); n != int64(len(d.prompt)) {
+			// The incident this gateway exists to prevent: decode ready on
+			// a prompt other than the one admitted.
+			return false, failed(causeCountMismatch, api.Internal(),
+				fmt.Errorf("worker %s is ready with %d prompt tokens, %d were admitted", w.ID(), n, len(d.prompt)))
+		}
+		if err := d.req.Advance(lifecycle.Decoding); err != nil {
+			return false, failed(lifecycle.CauseInternal, api.Internal(), err)
+		}
+		d.prefilled = int64(len(d.prompt))
+		// The first event commits the response: its status and headers.
+		if err := d.emit(ctx, api.Event{Headers: rateLimitHeaders(d.lease.Info().Quota)}); err != nil {
+			return false, err
+		}
+		runHook(ctx, &d.g.hooks.afterReady)
+		return false, nil
+
+	case *controlpb.GenerateEvent_Tokens:
+		if state != lifecycle.Decoding {
+			return false, protocol("tokens while %s", state)
+		}
+		ids := e.Tokens.GetIds()
+		now := time.Now()
+		if d.firstToken.IsZero() {
+			d.firstToken = now
+		}
+		d.lastToken = now
+		d.received += int64(len(ids))
+		if d.received > d.maxTokens {
+			return false, protocol("sent %d tokens, max_tokens is %d", d.received, d.maxTokens)
+		}
+		delta, stopped, err := text.add(ids)
+		if err != nil {
+			return false, protocol("undecodable token: %v", err)
+		}
+		if stopped {
+			// Billed: the tokens received; the worker is told to stop
+			// (Finish with CauseStop).
+			d.stopped, d.generated = true, d.received
+			return true, d.emit(ctx, api.Event{TextDelta: delta, FinishReason: "stop", Usage: d.usage()})
+		}
+		if delta == "" {
+			return false, nil
+		}
+		return false, d.emit(ctx, api.Event{TextDelta: delta})
+
+	case *controlpb.GenerateEvent_Done:
+		if state != lifecycle.Decoding {
+			return false, protocol("Done while %s", state)
+		}
+		done := e.Done
+		reason := done.GetFinishReason()
+		n := done.GetCompletionTokens()
+		// Done counts a final stop token that is not sent.
+		countOK := n == d.received || (reason == "stop" && n == d.received+1)
+		if done.GetPromptTokens() != d.prefilled || !countOK || (reason != "stop" && reason != "length") {
+			return false, failed(causeCountMismatch, api.Internal(), fmt.Errorf(
+				"worker %s: Done{%s, prompt %d, completion %d} disagrees with %d prompt tokens and %d tokens received",
+				w.ID(), reason, done.GetPromptTokens(), n, d.prefilled, d.received))
+		}
+		d.generated = n
+		rest, stopped := text.flush()
+		if stopped {
+			d.stopped, reason = true, "stop"
+		}
+		return true, d.emit(ctx, api.Event{TextDelta: rest, FinishReason: reason, Usage: d.usage()})
+	}
+	return false, protocol("unknown event %T", ev.GetEvent())
+}
+
+func (d *driver) usage() *api.Usage {
+	return &api.Usage{PromptTokens: d.prefilled, CompletionTokens: d.generated}
+}
+
+// emit hands one event to the HTTP layer, waiting while the client reads.
+func (d *driver) emit(ctx context.Context, ev api.Event) error {
+	select {
+	case d.gen.events <- ev:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

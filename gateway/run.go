@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+)
+
+// Run serves until ctx is done or a listener fails, then shuts down: it
+// stops accepting requests, aborts those in flight (every worker involved
+// is told), stops the servers and closes the worker connections and the
+// tenant store. It returns nil after ctx ended. Run may be called once.
+func (g *Gateway) Run(ctx context.Context) error {
+	err := errors.New("gateway: Run called twice")
+	g.runOnce.Do(func() { err = g.run(ctx) })
+	return err
+}
+
+func (g *Gateway) run(ctx context.Context) error {
+	defer g.release()
+	regCtx, stopSweeper := context.WithCancel(context.Background())
+	defer stopSweeper()
+	go g.reg.Run(regCtx)
+
+	failed := make(chan error, 4)
+	var serving sync.WaitGroup
+	serveHTTP := func(name string, srv *http.Server, ln net.Listener) {
+		if srv == nil {
+			return
+		}
+		serving.Go(func() {
+			var err error
+			if srv.TLSConfig != nil {
+				err = srv.ServeTLS(ln, "", "")
+			} else {
+				err = srv.Serve(ln)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- fmt.Errorf("gateway: %s server: %w", name, err)
+			}
+		})
+	}
+	serveHTTP("API", g.apiSrv, g.apiLn)
+	serveHTTP("admin", g.adminSrv, g.adminLn)
+	serveHTTP("metrics", g.metricsSrv, g.metricsLn)
+	serving.Go(func() {
+		if err := g.grpcSrv.Serve(g.registryLn); err != nil {
+			failed <- fmt.Errorf("gateway: registry server: %w", err)
+		}
+	})
+	attrs := []any{"api", g.apiLn.Addr().String(), "registry", g.registryLn.Addr().String(), "tls", g.apiSrv.TLSConfig != nil}
+	if g.adminLn != nil {
+		attrs = append(attrs, "admin", g.adminLn.Addr().String())
+	}
+	g.logger.Info("gateway serving", attrs...)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		g.logger.Info("gateway shutting down")
+	case runErr = <-failed:
+		g.logger.Error("gateway stopping", "err", runErr)
+	}
+	g.shutdown()
+	serving.Wait()
+	return runErr
+}
+
+// shutdown stops new requests, aborts in-flight ones everywhere and stops
+// the servers.
+func (g *Gateway) shutdown() {
+	g.lifeMu.Lock()
+	g.closing = true
+	g.lifeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if n := g.table.AbortAll(lifecycle.CauseShutdown); n > 0 {
+		g.logger.Info("aborting requests in flight", "count", n)
+	}
+	drivers := make(chan struct{})
+	go func() { g.running.Wait(); close(drivers) }()
+	select {
+	case <-drivers:
+	case <-ctx.Done():
+	}
+	for _, srv := range []*http.Server{g.apiSrv, g.adminSrv, g.metricsSrv} {
+		if srv != nil {
+			if err := srv.Shutdown(ctx); err != nil {
+				_ = srv.Close()
+			}
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { g.grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		g.grpcSrv.Stop()
+	}
+	if err := g.table.Wait(ctx); err != nil {
+		g.logger.Warn("shutdown: abort fan-out still running", "err", err)
+	}
+}
+
+// begin counts a new request driver, unless the gateway is shutting down.
+func (g *Gateway) begin() bool {
+	g.lifeMu.RLock()
+	defer g.lifeMu.RUnlock()
+	if g.closing {
+		return false
+	}
+	g.running.Add(1)
+	return true
+}
+
+// release frees what New opened.
+func (g *Gateway) release() {
+	for _, ln := range []net.Listener{g.apiLn, g.adminLn, g.registryLn, g.metricsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	if g.reg != nil {
+		g.reg.Close()
+	}
+	if err := g.closeStore(); err != nil {
+		g.logger.Warn("closing the tenant store", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.stopTracing(ctx); err != nil {
+		g.logger.Warn("flushing traces", "err", err)
+	}
+}
+
+// Close frees what New opened, for a Gateway that will not Run (Run frees
+// it itself; Close is then a no-op).
+func (g *Gateway) Close() error {
+	g.runOnce.Do(g.release)
+	return nil
+}

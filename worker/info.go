@@ -1,0 +1,70 @@
+package worker
+
+import (
+	"net"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/controlpb"
+)
+
+// controlAddr is the address gateways dial: worker.advertise_addr, or the
+// address the control listener is bound to.
+func (w *Worker) controlAddr() string {
+	if a := w.cfg.Worker.AdvertiseAddr; a != "" {
+		return a
+	}
+	return w.controlLn.Addr().String()
+}
+
+// advertisedTransferAddr is the address prefill workers dial:
+// worker.transfer.advertise_addr, or the host of the control address with
+// the port the transfer listener is bound to.
+func (w *Worker) advertisedTransferAddr() string {
+	if a := w.cfg.Worker.Transfer.AdvertiseAddr; a != "" {
+		return a
+	}
+	host, _, err := net.SplitHostPort(w.controlAddr())
+	if err != nil {
+		host = ""
+	}
+	_, port, _ := net.SplitHostPort(w.transferLn.Addr().String())
+	return net.JoinHostPort(host, port)
+}
+
+var rolesPB = map[config.Role]controlpb.Role{
+	config.RolePrefill: controlpb.Role_ROLE_PREFILL,
+	config.RoleDecode:  controlpb.Role_ROLE_DECODE,
+	config.RoleBoth:    controlpb.Role_ROLE_BOTH,
+}
+
+func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
+	wc := &w.cfg.Worker
+	return &controlpb.WorkerInfo{
+		WorkerId:        w.id,
+		Role:            rolesPB[w.role],
+		Model:           wc.Model,
+		ControlAddr:     w.controlAddr(),
+		TransferAddr:    w.transferAddr,
+		TransferBackend: string(wc.Transfer.Backend),
+		HostId:          hostID(hostname),
+		TokenizerSha256: w.assets.TokenizerSha256,
+		ModelMaxContext: int64(w.rt.Model.Config.MaxPositionEmbeddings),
+		Backend:         string(wc.Backend),
+		Version:         version,
+	}
+}
+
+// poolStats is the pool's accounting in the protocol's form.
+func (w *Worker) poolStats() *controlpb.PoolStats {
+	s := w.rt.Pool.Stats()
+	return &controlpb.PoolStats{
+		TotalPages:       int64(s.Total),
+		FreePages:        int64(s.Free),
+		ReservedPages:    int64(s.Reserved),
+		InUsePages:       int64(s.InUse),
+		QuarantinedPages: int64(s.Quarantined),
+		PageTokens:       int32(s.PageTokens),
+		CapacityTokens:   w.capacity.Tokens,
+		OwnerViolations:  int64(s.Violations),
+	}
+}
