@@ -16,13 +16,16 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
-// receiver pumps a Generate stream into a channel, so the driver can wait
-// for it and for the prefill result at once.
+// received is one Recv result of a Generate stream.
 type received struct {
 	ev  *controlpb.GenerateEvent
 	err error
 }
 
+// newReceiver pumps a Generate stream into a channel, so the driver can
+// wait for it and for the prefill result at once. The channel delivers
+// every event and then the stream's error; the pump stops there or when
+// ctx ends.
 func newReceiver(ctx context.Context, stream interface {
 	Recv() (*controlpb.GenerateEvent, error)
 }) <-chan received {
@@ -170,6 +173,8 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 	return false, protocol("unknown event %T", ev.GetEvent())
 }
 
+// usage is what the request has consumed so far (I7): the prompt tokens
+// prefilled and the tokens generated.
 func (d *driver) usage() *api.Usage {
 	return &api.Usage{PromptTokens: d.prefilled, CompletionTokens: d.generated}
 }

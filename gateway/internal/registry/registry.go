@@ -73,6 +73,7 @@ const (
 	Freed
 )
 
+// String names the change for logs.
 func (k ChangeKind) String() string {
 	switch k {
 	case Registered:
