@@ -14,6 +14,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/adminclient"
+	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
 )
@@ -56,7 +57,7 @@ type chunk struct {
 		Delta        struct{ Content string } `json:"delta"`
 		FinishReason *string                  `json:"finish_reason"`
 	} `json:"choices"`
-	Error *harness.ErrorBody `json:"error"`
+	Error *errenvelope.Body `json:"error"`
 }
 
 // readUntilText reads events until one carries text and returns the text.
@@ -165,7 +166,7 @@ func TestWorkerKill(t *testing.T) {
 				}
 			}
 		}
-		if last.Error == nil || deref(last.Error.Code) != "worker_unavailable" {
+		if last.Error == nil || last.Error.CodeOrEmpty() != "worker_unavailable" {
 			t.Errorf("last event %+v, want an error event with code worker_unavailable", last)
 		}
 		if !strings.HasPrefix(want.Text, text) || text == want.Text {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
 )
@@ -189,14 +190,14 @@ func expectError(t *testing.T, g *harness.Gateway, tc badCase) {
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("content-type %q", ct)
 	}
-	e, err := harness.DecodeError(body)
+	e, err := errenvelope.Decode(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := deref(e.Code); got != tc.code {
+	if got := e.CodeOrEmpty(); got != tc.code {
 		t.Errorf("code %q, want %q (message %q)", got, tc.code, e.Message)
 	}
-	if got := deref(e.Param); got != tc.param {
+	if got := e.ParamOrEmpty(); got != tc.param {
 		t.Errorf("param %q, want %q (message %q)", got, tc.param, e.Message)
 	}
 	if e.Message == "" || e.Type == "" {
@@ -208,13 +209,6 @@ func expectError(t *testing.T, g *harness.Gateway, tc badCase) {
 	if strings.Contains(e.Message, "wdn_") {
 		t.Errorf("message echoes a key: %q", e.Message)
 	}
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // decodeJSON reads a 200 JSON response into v.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/adminclient"
+	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/test/harness"
 )
@@ -244,7 +245,7 @@ func streamCompletion(ctx context.Context, g *harness.Gateway, key string, body 
 				Text         string  `json:"text"`
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
-			Error *harness.ErrorBody `json:"error"`
+			Error *errenvelope.Body `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &ev); err != nil {
 			return "", "", err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/internal/adminclient"
+	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/test/harness"
@@ -54,11 +55,11 @@ type answer struct {
 
 // code is the error code of an error answer ("" otherwise).
 func (a answer) code() string {
-	e, err := harness.DecodeError(a.body)
+	e, err := errenvelope.Decode(a.body)
 	if err != nil {
 		return ""
 	}
-	return deref(e.Code)
+	return e.CodeOrEmpty()
 }
 
 func (a answer) String() string {
@@ -138,10 +139,10 @@ func completionError(a answer, want harness.Output) (int64, error) {
 
 // checkDenied checks an error answer's status, code and type, and that it
 // carries a request ID and no key.
-func checkDenied(t *testing.T, a answer, status int, code string) harness.ErrorBody {
+func checkDenied(t *testing.T, a answer, status int, code string) errenvelope.Body {
 	t.Helper()
-	e, err := harness.DecodeError(a.body)
-	if err != nil || a.status != status || deref(e.Code) != code {
+	e, err := errenvelope.Decode(a.body)
+	if err != nil || a.status != status || e.CodeOrEmpty() != code {
 		t.Fatalf("%v, want %d %s", a, status, code)
 	}
 	if e.Message == "" || e.Type == "" || strings.Contains(e.Message, tenant.KeyPrefix) {
@@ -243,11 +244,11 @@ func checkNeverFits(t *testing.T, c *harness.Cluster, key string) {
 	for i := range c.Gateways {
 		a := mustCall(t, c, i, key, "/v1/completions", completionBody(harness.ModelTiny, "Hello", 100000))
 		e := checkDenied(t, a, http.StatusBadRequest, "context_length_exceeded")
-		if deref(e.Param) != "max_tokens" || !strings.Contains(e.Message, "8192") {
+		if e.ParamOrEmpty() != "max_tokens" || !strings.Contains(e.Message, "8192") {
 			t.Errorf("%v: want param max_tokens and the limit 8192 in the message", a)
 		}
 		a = mustCall(t, c, i, key, "/v1/completions", completionBody(harness.ModelTiny, long, 4))
-		if e := checkDenied(t, a, http.StatusBadRequest, "context_length_exceeded"); deref(e.Param) != "prompt" {
+		if e := checkDenied(t, a, http.StatusBadRequest, "context_length_exceeded"); e.ParamOrEmpty() != "prompt" {
 			t.Errorf("%v: want param prompt", a)
 		}
 	}
@@ -732,7 +733,7 @@ func testBudget(t *testing.T, c *harness.Cluster) {
 	checkDenied(t, a, http.StatusTooManyRequests, "insufficient_quota")
 	// More than the whole budget can never be admitted: 400, not 429.
 	a = mustCall(t, c, 0, key, "/v1/completions", holding(budget+1))
-	if e := checkDenied(t, a, http.StatusBadRequest, "request_too_large"); deref(e.Param) != "max_tokens" {
+	if e := checkDenied(t, a, http.StatusBadRequest, "request_too_large"); e.ParamOrEmpty() != "max_tokens" {
 		t.Errorf("%v: want param max_tokens", a)
 	}
 	checkNeverFits(t, c, key)
@@ -785,8 +786,8 @@ func testAdminBadInput(t *testing.T, c *harness.Cluster) {
 		}
 		data, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		e, err := harness.DecodeError(data)
-		if err != nil || resp.StatusCode != tc.status || deref(e.Code) != tc.code || deref(e.Param) != tc.param || e.Message == "" {
+		e, err := errenvelope.Decode(data)
+		if err != nil || resp.StatusCode != tc.status || e.CodeOrEmpty() != tc.code || e.ParamOrEmpty() != tc.param || e.Message == "" {
 			t.Errorf("%s: %d %s, want %d code %s param %q", tc.name, resp.StatusCode, data, tc.status, tc.code, tc.param)
 		}
 		if tc.status == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -157,16 +158,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 // decodeError turns an error answer into an *Error, whether or not it
 // carries the envelope (a proxy may answer in its own way).
 func decodeError(status int, data []byte) *Error {
-	var env ErrorEnvelope
-	if err := json.Unmarshal(data, &env); err == nil && env.Error.Message != "" {
-		e := &Error{Status: status, Type: env.Error.Type, Message: env.Error.Message}
-		if env.Error.Code != nil {
-			e.Code = *env.Error.Code
-		}
-		if env.Error.Param != nil {
-			e.Param = *env.Error.Param
-		}
-		return e
+	if b, err := errenvelope.Decode(data); err == nil && b.Message != "" {
+		return &Error{Status: status, Type: b.Type, Message: b.Message, Code: b.CodeOrEmpty(), Param: b.ParamOrEmpty()}
 	}
 	msg := strings.TrimSpace(string(data))
 	if len(msg) > 200 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -242,27 +243,7 @@ func (e *Error) Error() string {
 	return s + ")"
 }
 
-// ErrorEnvelope is the JSON body of an error answer.
-type ErrorEnvelope struct {
-	Error ErrorBody `json:"error"`
-}
-
-// ErrorBody is the inside of ErrorEnvelope.
-type ErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 // Envelope returns e's JSON body.
-func (e *Error) Envelope() ErrorEnvelope {
-	b := ErrorBody{Message: e.Message, Type: e.Type}
-	if e.Param != "" {
-		b.Param = &e.Param
-	}
-	if e.Code != "" {
-		b.Code = &e.Code
-	}
-	return ErrorEnvelope{Error: b}
+func (e *Error) Envelope() errenvelope.Envelope {
+	return errenvelope.New(e.Message, e.Type, e.Param, e.Code)
 }

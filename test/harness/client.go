@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -37,28 +36,6 @@ func (g *Gateway) Post(ctx context.Context, key, path string, body any) (*http.R
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	return g.HTTP.Do(req)
-}
-
-// ErrorBody is the OpenAI error envelope's inside.
-type ErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-// DecodeError reads an error envelope {"error": {...}}.
-func DecodeError(data []byte) (ErrorBody, error) {
-	var env struct {
-		Error *ErrorBody `json:"error"`
-	}
-	if err := json.Unmarshal(data, &env); err != nil {
-		return ErrorBody{}, fmt.Errorf("not an error envelope: %w: %q", err, data)
-	}
-	if env.Error == nil {
-		return ErrorBody{}, fmt.Errorf("no error in %q", data)
-	}
-	return *env.Error, nil
 }
 
 // SSE reads a text/event-stream: one Next per event's data.

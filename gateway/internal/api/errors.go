@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/warden-ai/warden/internal/errenvelope"
 )
 
 // Error types, as in OpenAI's error envelope.
@@ -148,25 +150,9 @@ func unsupportedMediaType(got string) *Error {
 		Message: fmt.Sprintf("Content-Type %q is not supported; send application/json.", got)}
 }
 
-// wireError is the body of the OpenAI error envelope.
-type wireError struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-func (e *Error) envelope() any {
-	w := wireError{Message: e.Message, Type: e.Type}
-	if e.Param != "" {
-		w.Param = &e.Param
-	}
-	if e.Code != "" {
-		w.Code = &e.Code
-	}
-	return struct {
-		Error wireError `json:"error"`
-	}{w}
+// envelope is e's JSON body.
+func (e *Error) envelope() errenvelope.Envelope {
+	return errenvelope.New(e.Message, e.Type, e.Param, e.Code)
 }
 
 // isReservedHeader reports the headers this package owns, never taken from
