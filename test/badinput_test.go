@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -128,23 +127,7 @@ func testBadInput(t *testing.T, c *harness.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Choices []struct {
-			Message struct{ Content string } `json:"message"`
-		} `json:"choices"`
-		Usage struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := decodeJSON(resp, &out); err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Choices) != 1 || out.Choices[0].Message.Content != want.Text ||
-		out.Usage.PromptTokens != want.PromptTokens || out.Usage.CompletionTokens != want.CompletionTokens {
-		t.Errorf("after the bad requests: %+v, want %q with usage %d+%d", out, want.Text, want.PromptTokens, want.CompletionTokens)
-	}
+	checkChatAnswer(t, "after the bad requests", resp, want)
 	c.WaitPoolsFree(t)
 }
 
@@ -212,13 +195,32 @@ func expectError(t *testing.T, g *harness.Gateway, tc badCase) {
 }
 
 // decodeJSON reads a 200 JSON response into v.
-func decodeJSON(resp *http.Response, v any) error {
+// checkChatAnswer checks that resp is a 200 chat completion whose one
+// choice is want's text, with want's usage.
+func checkChatAnswer(t *testing.T, what string, resp *http.Response, want harness.Output) {
+	t.Helper()
+	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		t.Fatalf("%s: reading the answer: %v", what, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %s: %s", resp.Status, body)
+		t.Fatalf("%s: status %s: %s", what, resp.Status, body)
 	}
-	return json.Unmarshal(body, v)
+	var out struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("%s: %v: %s", what, err, body)
+	}
+	if len(out.Choices) != 1 || out.Choices[0].Message.Content != want.Text ||
+		out.Usage.PromptTokens != want.PromptTokens || out.Usage.CompletionTokens != want.CompletionTokens {
+		t.Errorf("%s: answered %+v, want %q with usage %d+%d", what, out, want.Text, want.PromptTokens, want.CompletionTokens)
+	}
 }

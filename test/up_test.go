@@ -165,23 +165,7 @@ func checkUpServes(t *testing.T, info upInfo) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Choices []struct {
-			Message struct{ Content string } `json:"message"`
-		} `json:"choices"`
-		Usage struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-	}
-	if err := decodeJSON(resp, &out); err != nil {
-		t.Fatal(err)
-	}
-	if len(out.Choices) != 1 || out.Choices[0].Message.Content != want.Text ||
-		out.Usage.PromptTokens != want.PromptTokens || out.Usage.CompletionTokens != want.CompletionTokens {
-		t.Errorf("warden up answered %+v, want %q with usage %d+%d", out, want.Text, want.PromptTokens, want.CompletionTokens)
-	}
+	checkChatAnswer(t, "warden up", resp, want)
 }
 
 // parentOf returns the parent pid of pid from /proc, 0 if unknown.
