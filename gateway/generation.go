@@ -60,7 +60,7 @@ type driver struct {
 	gen      *generation
 	lease    *tenant.Lease
 	weight   int
-	priority int // the request's; its tenant may use it (Acquire checked)
+	priority int // what the store granted: the request's, or 0 on a degraded lease
 	tok      *modelTokenizer
 	// log has the model; the request's context (d.req.Context()) adds
 	// request_id, tenant, trace_id and span_id to each line.

@@ -194,7 +194,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		return nil, err
 	}
 	d := &driver{
-		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: req.Priority, tok: mt,
+		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: lease.Info().Priority, tok: mt,
 		log:       g.logger.With("model", req.Model),
 		prompt:    prompt,
 		maxTokens: dec.MaxTokens,

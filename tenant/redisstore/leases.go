@@ -85,8 +85,10 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 func (s *Store) degradedLease(id, tenantID string, req tenant.AcquireRequest) *tenant.Lease {
 	now := s.wallNow()
 	s.log.Warn("admitting request without limits: redis unavailable and fail-open set", "tenant", tenantID)
+	// Unchecked admission grants no privilege: the request waits at
+	// priority 0, whatever it asked for (its max_priority is unknown).
 	return tenant.NewLease(tenant.LeaseInfo{
-		ID: id, TenantID: tenantID, Model: req.Model, Priority: req.Priority,
+		ID: id, TenantID: tenantID, Model: req.Model,
 		AcquiredAt: now, ExpiresAt: now.Add(s.leaseTTL), Degraded: true,
 	}, s)
 }

@@ -172,9 +172,9 @@ func TestRedisOutage(t *testing.T) {
 	if errors.As(err, &le) {
 		t.Fatal("an outage is reported as a limit denial")
 	}
-	degraded, err := open.Acquire(ctx, "acme", tenant.AcquireRequest{Model: "m", Tokens: 300})
-	if err != nil || !degraded.Info().Degraded || degraded.Info().HeldTokens != 0 {
-		t.Fatalf("fail-open Acquire = %+v, %v; want a degraded lease holding nothing", degraded, err)
+	degraded, err := open.Acquire(ctx, "acme", tenant.AcquireRequest{Model: "m", Tokens: 300, Priority: 7})
+	if err != nil || !degraded.Info().Degraded || degraded.Info().HeldTokens != 0 || degraded.Info().Priority != 0 {
+		t.Fatalf("fail-open Acquire = %+v, %v; want a degraded lease holding nothing, at priority 0", degraded.Info(), err)
 	}
 	wantUnavailable(t, "Release", inFlight.Release(ctx, tenant.Consumed{PromptTokens: 100, CompletionTokens: 100}))
 	_, err = closed.ListTenants(ctx)
