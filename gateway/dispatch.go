@@ -83,8 +83,31 @@ var _ lifecycle.Participant = participant{}
 
 func (p participant) ID() string { return p.w.ID() }
 
-func (p participant) Abort(ctx context.Context, owner lifecycle.Owner, cause string) error {
-	_, err := p.w.Client().Abort(ctx, &controlpb.AbortRequest{Owner: ownerPB(owner), Cause: cause})
+// Abort sends Abort and returns the drain a prefill worker reports: the
+// transfer stream it stopped, which the fan-out relays to decode.
+func (p participant) Abort(ctx context.Context, owner lifecycle.Owner, cause string) (lifecycle.Drain, error) {
+	resp, err := p.w.Client().Abort(ctx, &controlpb.AbortRequest{Owner: ownerPB(owner), Cause: cause})
+	if err != nil {
+		return lifecycle.Drain{}, err
+	}
+	d := resp.GetDrain()
+	if !resp.GetDrained() || d.GetTransferId() == "" {
+		return lifecycle.Drain{}, nil
+	}
+	return lifecycle.Drain{TransferID: d.GetTransferId(), Epoch: d.GetEpoch()}, nil
+}
+
+// decodeParticipant is the decode worker of a P/D request: it also takes
+// the relay of prefill's drain (lifecycle.DrainReceiver).
+type decodeParticipant struct{ participant }
+
+var _ lifecycle.DrainReceiver = decodeParticipant{}
+
+// WriterDrained relays to decode that the writer of d drained.
+func (p decodeParticipant) WriterDrained(ctx context.Context, owner lifecycle.Owner, d lifecycle.Drain) error {
+	_, err := p.w.Client().WriterDrained(ctx, &controlpb.WriterDrainedRequest{
+		Owner: ownerPB(owner), Drain: &controlpb.Drain{TransferId: d.TransferID, Epoch: d.Epoch},
+	})
 	return err
 }
 

@@ -35,6 +35,14 @@ var backends = []config.TransferBackend{config.TransferTCP, config.TransferSHM}
 // to the prefill worker.
 func startPD(t *testing.T, cfg *config.Config, backend config.TransferBackend, decodePages, prefillPages int, prefillOpts ...worker.Option) (tg *testGateway, decode, prefill *pdWorker) {
 	t.Helper()
+	return startPDWith(t, cfg, backend, decodePages, prefillPages, nil, prefillOpts...)
+}
+
+// startPDWith is startPD with configure, if set, applied to the decode
+// worker's config.
+func startPDWith(t *testing.T, cfg *config.Config, backend config.TransferBackend, decodePages, prefillPages int,
+	configure func(decode *config.Config), prefillOpts ...worker.Option) (tg *testGateway, decode, prefill *pdWorker) {
+	t.Helper()
 	tg = startGateway(t, cfg)
 	reg := tg.RegistryAddr().String()
 	n := realN.Add(1)
@@ -42,6 +50,9 @@ func startPD(t *testing.T, cfg *config.Config, backend config.TransferBackend, d
 	pcfg := workerConfig(t, fmt.Sprintf("prefill-%s-%d", backend, n), config.RolePrefill, backend, reg)
 	dcfg.Worker.KV.MemoryBytes = config.ByteSize(decodePages * tinyPageBytes)
 	pcfg.Worker.KV.MemoryBytes = config.ByteSize(prefillPages * tinyPageBytes)
+	if configure != nil {
+		configure(dcfg)
+	}
 	decode = startPDWorker(t, tg, dcfg)
 	prefill = startPDWorker(t, tg, pcfg, prefillOpts...)
 	waitFor(t, "the model to be served", func() bool { return tg.Ready() == nil })
@@ -410,6 +421,96 @@ func TestPDCorruptTransferFailsCleanly(t *testing.T) {
 				t.Errorf("request after the fault: %v: %s", res, diff)
 			}
 			decode.settled()
+		})
+	}
+}
+
+// TestPDDrainRelayAfterLostDrainAck (I5, I6) end to end over shm:
+// prefill's COMPLETE is lost, so the transfer hangs until the request is
+// stopped — by an admin abort (the gateway's fan-out aborts both
+// workers), or by prefill giving up on its own (decode then fails the
+// transfer and reports it, and the gateway aborts prefill). Either way
+// prefill's DRAIN_ACK reaches decode out of sequence and decode ends the
+// session on it without accepting it, so it keeps the pages for an ack
+// that cannot come (quarantined after its short drain timeout). The
+// gateway's fan-out gets prefill's drain in its Abort answer and relays
+// it to decode, which releases the pages (drained, or late_drain if the
+// timeout came first): afterwards both pools balance with nothing
+// reserved and zero pages quarantined, and the next request gets its
+// reference content.
+func TestPDDrainRelayAfterLostDrainAck(t *testing.T) {
+	pt := newPromptText(t)
+	ref := newRefWorker(t, workerPages)
+	text, ids := pt.text(t, 40, 9)
+	want := ref.run(ids, 8)
+	for _, c := range []struct {
+		name string
+		stop func(t *testing.T, tg *testGateway, prefill *pdWorker, s lifecycle.Snapshot)
+	}{
+		{"admin abort", func(t *testing.T, tg *testGateway, _ *pdWorker, s lifecycle.Snapshot) {
+			if code, err := adminAbort(tg, s.ID); err != nil || code != http.StatusOK {
+				t.Fatalf("admin abort: %d, %v", code, err)
+			}
+		}},
+		{"prefill gives up, decode fails the transfer", func(t *testing.T, _ *testGateway, prefill *pdWorker, s lifecycle.Snapshot) {
+			_, err := prefill.client.Abort(context.Background(), &controlpb.AbortRequest{
+				Owner: &controlpb.Owner{Tenant: s.Tenant, RequestId: s.ID, Epoch: lifecycle.Epoch}, Cause: "test_prefill_abort"})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inj := faults.New(faults.Rule{Point: faults.SendFrame, Action: faults.Drop,
+				Match: func(e *faults.Event) bool { return e.Frame != nil && e.Frame.Type == "COMPLETE" }})
+			tg, decode, prefill := startPDWith(t, testConfig(), config.TransferSHM, workerPages, workerPages,
+				func(d *config.Config) { d.Worker.Transfer.DrainTimeout = 200 * time.Millisecond }, worker.WithTransferFaults(inj))
+			done := make(chan apiResult, 1)
+			go func() {
+				done <- completion{tg: tg, key: tg.key, prompt: text, max: 8, stream: true}.do(context.Background())
+			}()
+			waitFor(t, "the request's COMPLETE to be lost", func() bool { return inj.Fired(0) == 1 })
+			var s lifecycle.Snapshot
+			for _, l := range tg.table.List() {
+				if !l.State.Terminal() {
+					s = l
+				}
+			}
+			if s.ID == "" {
+				t.Fatal("no request in flight")
+			}
+			c.stop(t, tg, prefill, s)
+			if res := <-done; res.complete(true) || res.text != "" || res.usage != nil {
+				t.Errorf("the stopped request: %v", res)
+			}
+			if s := tg.finished(s.ID); s.State != lifecycle.Aborted && s.State != lifecycle.Failed {
+				t.Errorf("request %+v, want aborted or failed", s)
+			} else {
+				t.Logf("the request ended %s/%s at %s", s.State, s.Cause, s.Stage)
+			}
+			released := func() float64 {
+				return decode.metric("warden_decode_deferred_kv_release_total", map[string]string{"outcome": "drained"}) +
+					decode.metric("warden_decode_deferred_kv_release_total", map[string]string{"outcome": "late_drain"})
+			}
+			waitFor(t, "decode to release the pages on the relayed drain", func() bool { return released() == 1 })
+			if v := decode.metric("warden_decode_writer_drain_relays_total", map[string]string{"result": "applied"}); v != 1 {
+				t.Errorf("decode applied %v relayed drains, want 1", v)
+			}
+			waitFor(t, "the relay to show in the request's snapshot", func() bool {
+				s, _ := tg.table.Get(s.ID)
+				return slices.ContainsFunc(s.Workers, func(w lifecycle.Worker) bool { return w.ID == decode.id && w.DrainRelayed })
+			})
+			for _, w := range []*pdWorker{decode, prefill} {
+				if p := w.settled(); p.QuarantinedPages != 0 || p.FreePages != p.TotalPages {
+					t.Errorf("worker %s after the relay: %v, want every page free, none quarantined", w.id, p)
+				}
+			}
+			next := completion{tg: tg, key: tg.key, prompt: text, max: 8, stream: true}.do(context.Background())
+			if diff := next.matchesRef(want); !next.complete(true) || diff != "" {
+				t.Errorf("request after the fault: %v: %s", next, diff)
+			}
+			decode.settled()
+			prefill.settled()
 		})
 	}
 }

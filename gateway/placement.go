@@ -80,7 +80,7 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 		d.done = append(d.done, rt.Decode.Begin(rt.Pages))
 		return rt, nil, true, nil
 	}
-	d.req.Involve(participant{rt.Decode}, registry.RoleDecode)
+	d.req.Involve(decodeParticipant{participant{rt.Decode}}, registry.RoleDecode)
 	d.span.SetAttributes(attrDecodeWorker.String(rt.Decode.ID()), attrPrefillWorker.String(rt.Prefill.ID()))
 	rctx, cancel := workerContext(ctx)
 	defer cancel()

@@ -96,6 +96,21 @@
 // or quarantines after ReceiverConfig.DrainTimeout. OnRelease reports the
 // outcome (immediate, drained, timeout, late_drain).
 //
+// The DRAIN_ACK travels on the transfer's connection, so it is lost when
+// that connection dies or decode ends the session on a bad frame (bad MAC,
+// duplicate, missing or corrupt frame: the stream can no longer be
+// trusted, so nothing more is read from it). The sender knows it drained
+// all the same — Stream.Abort and Result.Drain return the Drain — and the
+// worker reports it in its Abort answer; the gateway relays it to decode
+// over the authenticated control plane, and Receiver.WriterDrained does
+// what the DRAIN_ACK would have done: it acks exactly that (transfer,
+// epoch) in the DeferredRelease (drained, or late_drain from quarantine)
+// and marks a transfer not yet torn down as drained, so its Abort releases
+// at once. Only the sender's own Drain may be relayed: a relay before the
+// writer drained would let a late write land in a reused page (the model
+// in internal/protomodel checks both). Without a relay (prefill died or
+// never answered) the pages stay quarantined until the worker restarts.
+//
 // # Wiring into the worker
 //
 // Decode: CreateSegment for shm and give Data() to the KV pool as its

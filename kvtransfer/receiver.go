@@ -21,7 +21,8 @@ import (
 //   - receiver_conn.go: one connection — handshake, admission, reuse;
 //   - receiver_session.go: one admitted transfer's frames and verdict;
 //   - receiver_tcp.go and receiver_shm.go: the two backends' page paths;
-//   - receiver_abort.go: Abort and the deferred release of shm pages.
+//   - receiver_abort.go: Abort and the deferred release of shm pages, and
+//     WriterDrained, the drain ack relayed over the control plane.
 
 // readBuffer is the read buffer of a tcp session.
 const readBuffer = 64 << 10

@@ -51,3 +51,34 @@ func (r *Receiver) Abort(id TransferID, release, quarantine func()) {
 		}
 	}
 }
+
+// WriterDrained records what the transfer connection may no longer be
+// able to say: the sender of transfer id at epoch has drained and will
+// write no further byte (the gateway relays it from prefill's Abort
+// answer, Drain, when the DRAIN_ACK was lost with its connection or the
+// session ended on a bad frame). It does what that DRAIN_ACK would have
+// done: the transfer's record, if the receiver still has one at that
+// epoch, is marked drained, so that Abort releases at once, and a release
+// Abort parked for (id, epoch) is acked through the DeferredRelease —
+// outcome drained, or late_drain if the pages were quarantined meanwhile.
+// It reports whether it found either; for an unknown transfer, or another
+// epoch, it changes nothing.
+//
+// The caller must know the drain for a fact: it comes from the sender
+// itself (Stream.Abort, Result.Drain), never from a guess or a timeout.
+// Call it not while holding a lock the Sink's methods or the release
+// callbacks take.
+func (r *Receiver) WriterDrained(id TransferID, epoch uint64) bool {
+	r.mu.Lock()
+	rec := r.transfers[id]
+	marked := rec != nil && rec.epoch == epoch
+	if marked {
+		rec.drained = true
+	}
+	r.mu.Unlock()
+	acked := r.dr.Ack(id, epoch)
+	if marked || acked {
+		r.stats.drainRelays.Add(1)
+	}
+	return marked || acked
+}

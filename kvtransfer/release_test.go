@@ -398,3 +398,103 @@ func TestSenderCancelWhileBlocked(t *testing.T) {
 		t.Error("transfer completed after the sender was cancelled")
 	}
 }
+
+// dropDrainAck loses the sender's DRAIN_ACK: the stream drains and closes
+// its connection, but decode never reads the ack.
+func dropDrainAck() *faults.Injector {
+	return faults.New(faults.Rule{Point: faults.SendFrame, Action: faults.Drop,
+		Match: func(e *faults.Event) bool { return e.Frame.Type == "DRAIN_ACK" }})
+}
+
+// TestShmWriterDrainedReleasesHold: the sender's DRAIN_ACK is lost with
+// its connection after decode parked the release, so the hold would only
+// time out. WriterDrained for another epoch or transfer releases nothing;
+// for the transfer's (id, epoch) — the drain the sender reported — it
+// releases through the same ack (outcome drained), once.
+func TestShmWriterDrainedReleasesHold(t *testing.T) {
+	inj := dropDrainAck()
+	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: inj, drainTimeout: time.Hour})
+	tk := h.ticket(2*16, 16, 0)
+	ctx := context.Background()
+	st, err := h.send.Open(ctx, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	h.sink.fence(tk.TransferID)
+	released := make(chan struct{}, 1)
+	h.recv.Abort(tk.TransferID, func() { released <- struct{}{} }, func() { t.Error("quarantined") })
+	d := st.Abort() // the ABORT frame may already have triggered it
+	if d.Acked || d.TransferID != tk.TransferID || d.Epoch != tk.Owner.Epoch {
+		t.Fatalf("drain %+v, want an unacked drain of the transfer", d)
+	}
+	if o := h.outcome(); !errors.Is(o.err, ErrAborted) {
+		t.Fatalf("outcome %+v", o)
+	}
+	if inj.Fired(0) != 1 {
+		t.Fatalf("DRAIN_ACK dropped %d times", inj.Fired(0))
+	}
+	waitFor(func() bool { return h.recv.Stats().Active == 0 }) // the session ended: only the hold is left
+	if h.recv.WriterDrained(tk.TransferID, tk.Owner.Epoch+1) || h.recv.WriterDrained(NewTransferID(), tk.Owner.Epoch) {
+		t.Error("a drain of another epoch or transfer was applied")
+	}
+	select {
+	case <-released:
+		t.Fatal("released by a drain of another epoch or transfer")
+	default:
+	}
+	if held, _ := h.recv.DeferredRelease().Pending(); held != 1 {
+		t.Fatalf("%d holds, want 1", held)
+	}
+	if !h.recv.WriterDrained(d.TransferID, d.Epoch) {
+		t.Fatal("the sender's drain was not applied")
+	}
+	<-released
+	if o := <-h.releases; o.o != OutcomeDrained {
+		t.Errorf("outcome %v", o.o)
+	}
+	if h.recv.WriterDrained(d.TransferID, d.Epoch) {
+		t.Error("a second relay of the drain was applied")
+	}
+	if s := h.recv.Stats(); s.DrainRelays != 1 || s.DrainAcks != 0 {
+		t.Errorf("stats %+v, want one drain relay and no drain ack", s)
+	}
+}
+
+// TestShmWriterDrainedBeforeAbort: the session ended without the drain
+// ack (lost with the connection) before decode tore the transfer down;
+// the relayed drain marks the transfer drained, so Abort releases at once
+// instead of holding pages for an ack that cannot come.
+func TestShmWriterDrainedBeforeAbort(t *testing.T) {
+	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: dropDrainAck(), drainTimeout: time.Hour})
+	tk := h.ticket(2*16, 16, 0)
+	ctx := context.Background()
+	st, err := h.send.Open(ctx, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	d := st.Abort()
+	if o := h.outcome(); !errors.Is(o.err, ErrIncomplete) {
+		t.Fatalf("outcome %+v, want the connection lost", o)
+	}
+	if !h.recv.WriterDrained(d.TransferID, d.Epoch) {
+		t.Fatal("the drain of a tracked transfer was not applied")
+	}
+	released := false
+	h.sink.fence(tk.TransferID)
+	h.recv.Abort(tk.TransferID, func() { released = true }, func() { t.Error("quarantined") })
+	if !released {
+		t.Error("relayed-drained transfer not released at once")
+	}
+	if o := <-h.releases; o.o != OutcomeImmediate {
+		t.Errorf("outcome %v", o.o)
+	}
+	if held, _ := h.recv.DeferredRelease().Pending(); held != 0 {
+		t.Errorf("%d holds left", held)
+	}
+}

@@ -24,6 +24,9 @@ type ReceiverStats struct {
 	DuplicateFrames uint64
 	// DrainAcks received for the connection's (transfer, epoch).
 	DrainAcks uint64
+	// DrainRelays: writer drains reported out of band (WriterDrained)
+	// that matched a transfer the receiver still held or tracked.
+	DrainRelays uint64
 }
 
 type receiverCounters struct {
@@ -31,7 +34,7 @@ type receiverCounters struct {
 	transfers, completed, failed              atomic.Uint64
 	frames, bytes, checksumFailures           atomic.Uint64
 	staleFrames, unknownFrames, duplicateFrms atomic.Uint64
-	drainAcks                                 atomic.Uint64
+	drainAcks, drainRelays                    atomic.Uint64
 }
 
 func (c *receiverCounters) snapshot() ReceiverStats {
@@ -48,6 +51,7 @@ func (c *receiverCounters) snapshot() ReceiverStats {
 		UnknownFrames:    c.unknownFrames.Load(),
 		DuplicateFrames:  c.duplicateFrms.Load(),
 		DrainAcks:        c.drainAcks.Load(),
+		DrainRelays:      c.drainRelays.Load(),
 	}
 }
 

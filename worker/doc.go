@@ -54,9 +54,20 @@
 //     sender's drain ack or quarantines after worker.transfer.drain_timeout.
 //     found is false when nothing was held; drained is true on prefill and
 //     both workers (once Abort returns no further byte of the request can
-//     be written by this worker). An Abort also refuses any later Reserve,
-//     Prefill or Generate for the same (tenant, request) at that epoch or an
-//     older one, with Aborted, so a call racing its Abort cannot start.
+//     be written by this worker), and drain then names the transfer whose
+//     stream stopped early (transfer ID, epoch) — also when the Prefill
+//     call had already ended, from the attempt's tombstone. An Abort also
+//     refuses any later Reserve, Prefill or Generate for the same (tenant,
+//     request) at that epoch or an older one, with Aborted, so a call
+//     racing its Abort cannot start.
+//   - WriterDrained(owner, drain) (decode, both): the gateway relays a
+//     prefill worker's drain; the receiver acks that (transfer, epoch) as
+//     its DRAIN_ACK would (Receiver.WriterDrained): held pages are
+//     released (outcome drained), quarantined ones freed (late_drain), a
+//     transfer not torn down yet is marked drained so that its teardown
+//     releases at once. applied is false, and nothing changes, for a drain
+//     the receiver does not know at that epoch or one that contradicts the
+//     request (counted by result, logged at WARN); it is never an error.
 //   - A request whose call was refused or failed after a tear-down answers
 //     later calls for that attempt with the same status for a while (at
 //     least a minute), so the gateway learns why.
@@ -75,9 +86,10 @@
 // observability.metrics.listen): the live KV pool, owner violations and
 // fence rejections, the engine, the transfer ends (bytes, frames,
 // duration by side, checksum failures, stale frames, authentication
-// failures), deferred releases by outcome, Abort calls, the worker's
-// identity (warden_worker_info) and, where NVML works, the GPUs
-// (internal/obs/gpu). docs/operations.md describes each.
+// failures), deferred releases by outcome, relayed writer drains by
+// result, Abort calls, the worker's identity (warden_worker_info) and,
+// where NVML works, the GPUs (internal/obs/gpu). docs/operations.md
+// describes each.
 //
 // Traces (WithTracerProvider, or observability.tracing): a server span per
 // control RPC continuing the gateway's trace, warden.prefill with

@@ -23,6 +23,7 @@ type metrics struct {
 	deferredRelease *prometheus.CounterVec
 	deferredSeconds prometheus.Histogram
 	aborts          *prometheus.CounterVec // stage, cause
+	drainRelays     *prometheus.CounterVec // result
 }
 
 // sources are the components whose counters are exported from snapshots;
@@ -59,6 +60,12 @@ func newMetrics() *metrics {
 			Name: "warden_worker_aborts_total",
 			Help: "Abort calls from the gateway, by the stage the request was in here (none: it held nothing, e.g. its call had already ended) and the gateway's cause.",
 		}, []string{"stage", "cause"}),
+		drainRelays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_decode_writer_drain_relays_total",
+			Help: "Writer drains the gateway relayed from prefill's Abort answer (WriterDrained), by result: applied " +
+				"(the transfer's held or quarantined pages were released, or its record marked drained), unknown " +
+				"(nothing of it here any more), mismatched (another epoch or request).",
+		}, []string{"result"}),
 	}
 	for _, side := range []string{sideSend, sideReceive} {
 		m.transferSeconds.WithLabelValues(side)
@@ -66,6 +73,9 @@ func newMetrics() *metrics {
 	for _, o := range []kvtransfer.Outcome{kvtransfer.OutcomeImmediate, kvtransfer.OutcomeDrained,
 		kvtransfer.OutcomeTimeout, kvtransfer.OutcomeLateDrain} {
 		m.deferredRelease.WithLabelValues(string(o))
+	}
+	for _, r := range []string{relayApplied, relayUnknown, relayMismatched} {
+		m.drainRelays.WithLabelValues(r)
 	}
 	return m
 }
@@ -85,7 +95,7 @@ func (m *metrics) register(reg prometheus.Registerer, src sources, gpus promethe
 		ConstLabels: info,
 	})
 	infoGauge.Set(1)
-	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts,
+	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays,
 		newSnapshotCollector(src), gpus, infoGauge} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker: registering metrics: %w", err)

@@ -144,7 +144,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	}
 	if ctx.Err() != nil {
 		stopSequence(es)
-		st.Abort()
+		w.drainStream(e, st)
 		return nil, stoppedStatus(ctx)
 	}
 	w.setStage(e, stageTransferring)
@@ -155,7 +155,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		ev, err := es.Next(ctx)
 		if err != nil {
 			stopSequence(es)
-			st.Abort()
+			w.drainStream(e, st)
 			return nil, stoppedStatus(ctx)
 		}
 		switch ev.Kind {
@@ -176,7 +176,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 				}
 				if err != nil {
 					stopSequence(es)
-					st.Abort()
+					w.drainStream(e, st)
 					return nil, sendStatus(ctx, err)
 				}
 			}
@@ -186,21 +186,22 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	}
 	switch {
 	case res.Finish != engine.FinishPrefilled && res.Finish != engine.FinishStop:
-		st.Abort()
+		w.drainStream(e, st)
 		if ctx.Err() != nil {
 			return nil, stoppedStatus(ctx)
 		}
 		w.logEngineFailure(ctx, e, res.Err)
 		return nil, engineStatus(res.Err)
 	case pushed != npages:
-		st.Abort()
+		w.drainStream(e, st)
 		return nil, status.Errorf(codes.Internal, "prefill finished with %d of %d pages pushed", pushed, npages)
 	case ctx.Err() != nil:
-		st.Abort()
+		w.drainStream(e, st)
 		return nil, stoppedStatus(ctx)
 	}
 	r, err := st.Complete(ctx, int64(len(prompt)), res.FirstToken)
 	if err != nil {
+		w.noteDrain(e, r.Drain) // decode rejected it, or it was aborted
 		return nil, sendStatus(ctx, err)
 	}
 	w.metrics.transferSeconds.WithLabelValues(sideSend).Observe(time.Since(start).Seconds())
@@ -211,6 +212,25 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		BytesSent:    r.Bytes,
 		PagesSent:    int32(r.Pages),
 	}, nil
+}
+
+// drainStream aborts st — once it returns, the stream can write no
+// further byte to decode — and records its Drain on e.
+func (w *Worker) drainStream(e *entry, st *kvtransfer.Stream) {
+	w.noteDrain(e, st.Abort())
+}
+
+// noteDrain records on e that its transfer stream stopped early and
+// drained, for the Abort answer (AbortResponse.drain): the gateway relays
+// it to decode, whose DRAIN_ACK for it may have been lost with the
+// connection. The zero Drain (nothing was left to stop) records nothing.
+func (w *Worker) noteDrain(e *entry, d kvtransfer.Drain) {
+	if d.TransferID == (kvtransfer.TransferID{}) {
+		return
+	}
+	w.mu.Lock()
+	e.drain = d
+	w.mu.Unlock()
 }
 
 // sendStatus is the status of a failed transfer: the abort's when ctx

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/kvtransfer"
 )
 
 // server is the worker's control-plane service, reachable only by the
@@ -47,6 +48,11 @@ func (s *server) Abort(ctx context.Context, req *controlpb.AbortRequest) (*contr
 	return s.w.abort(ctx, req)
 }
 
+// WriterDrained implements controlpb.WorkerServer.
+func (s *server) WriterDrained(ctx context.Context, req *controlpb.WriterDrainedRequest) (*controlpb.WriterDrainedResponse, error) {
+	return s.w.writerDrained(ctx, req)
+}
+
 // Status implements controlpb.WorkerServer.
 func (s *server) Status(context.Context, *controlpb.StatusRequest) (*controlpb.WorkerStatus, error) {
 	w := s.w
@@ -69,6 +75,9 @@ const maxCauseLen = 64
 // (or, for an shm transfer that may still write, parked until the
 // sender's drain ack), and on prefill its transfer stream drained. The
 // attempt is remembered, so a call for it that arrives later is refused.
+// On prefill the answer names the transfer whose stream stopped early
+// (AbortResponse.drain), also when the handler had already ended, so
+// that the gateway can relay the drain to decode.
 func (w *Worker) abort(ctx context.Context, req *controlpb.AbortRequest) (*controlpb.AbortResponse, error) {
 	owner, err := ownerFrom(req.GetOwner())
 	if err != nil {
@@ -90,9 +99,13 @@ func (w *Worker) abort(ctx context.Context, req *controlpb.AbortRequest) (*contr
 	w.tombs.add(key, owner.Epoch, st, time.Now())
 	e := w.reqs[key]
 	if e == nil || e.epoch > owner.Epoch {
+		var d *controlpb.Drain
+		if drained {
+			d = drainPB(w.tombs.drain(key, owner.Epoch))
+		}
 		w.mu.Unlock()
 		w.metrics.aborted(stageNone, cause)
-		return &controlpb.AbortResponse{Found: false, Drained: drained}, nil
+		return &controlpb.AbortResponse{Found: false, Drained: drained, Drain: d}, nil
 	}
 	stage := e.stage
 	then := w.abortLocked(e, st)
@@ -105,5 +118,70 @@ func (w *Worker) abort(ctx context.Context, req *controlpb.AbortRequest) (*contr
 	}
 	w.metrics.aborted(stage, cause)
 	w.log.InfoContext(requestContext(ctx, owner), "request aborted", "epoch", owner.Epoch, "cause", cause, "stage", stage)
-	return &controlpb.AbortResponse{Found: true, Drained: drained}, nil
+	var d *controlpb.Drain
+	if drained {
+		w.mu.Lock()
+		d = drainPB(e.drain, e.drain.TransferID != (kvtransfer.TransferID{}))
+		w.mu.Unlock()
+	}
+	return &controlpb.AbortResponse{Found: true, Drained: drained, Drain: d}, nil
+}
+
+// drainPB converts a recorded drain (ok false: none) for AbortResponse.
+func drainPB(d kvtransfer.Drain, ok bool) *controlpb.Drain {
+	if !ok {
+		return nil
+	}
+	return &controlpb.Drain{TransferId: d.TransferID.String(), Epoch: d.Epoch}
+}
+
+// Results of WriterDrained (warden_decode_writer_drain_relays_total).
+const (
+	relayApplied    = "applied"    // the receiver held or tracked the transfer
+	relayUnknown    = "unknown"    // nothing of it here (any more)
+	relayMismatched = "mismatched" // the drain contradicts the request
+)
+
+// writerDrained handles WriterDrained (decode, both): the gateway relays
+// that the writer of a transfer of the request has drained, as its
+// prefill worker's Abort answered. The receiver then does what the
+// transfer's DRAIN_ACK would have done (Receiver.WriterDrained). A drain
+// for a transfer the receiver does not know at that epoch, or one that
+// contradicts the request (another epoch than the request's, a transfer
+// this worker's table gives to another request), changes nothing: it is
+// counted and logged at WARN, and answered applied=false, never an error.
+// Only the gateway reaches this call (I10, newClusterAuth).
+func (w *Worker) writerDrained(ctx context.Context, req *controlpb.WriterDrainedRequest) (*controlpb.WriterDrainedResponse, error) {
+	if w.receiver == nil {
+		return nil, status.Error(codes.FailedPrecondition, "WriterDrained: this worker receives no KV transfers")
+	}
+	owner, err := ownerFrom(req.GetOwner())
+	if err != nil {
+		return nil, err
+	}
+	id, err := kvtransfer.ParseTransferID(req.GetDrain().GetTransferId())
+	if err != nil {
+		return nil, invalid("drain transfer_id: %v", err)
+	}
+	epoch := req.GetDrain().GetEpoch()
+	ctx = requestContext(ctx, owner)
+	result := relayApplied
+	w.mu.Lock()
+	e := w.byTransfer[id]
+	w.mu.Unlock()
+	switch {
+	case epoch != owner.Epoch || (e != nil && e.key != (reqKey{owner.Tenant, owner.Request})):
+		result = relayMismatched
+	case !w.receiver.WriterDrained(id, epoch):
+		result = relayUnknown
+	}
+	w.metrics.drainRelays.WithLabelValues(result).Inc()
+	if result != relayApplied {
+		w.log.WarnContext(ctx, "writer drain relayed for a transfer not held here: nothing changed",
+			"transfer", id.String(), "drain_epoch", epoch, "epoch", owner.Epoch, "result", result)
+		return &controlpb.WriterDrainedResponse{}, nil
+	}
+	w.log.InfoContext(ctx, "writer drain relayed by the gateway: the transfer's pages are released",
+		"transfer", id.String(), "epoch", epoch)
+	return &controlpb.WriterDrainedResponse{Applied: true}, nil
 }

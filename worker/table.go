@@ -64,6 +64,9 @@ type entry struct {
 	cancel  context.CancelCauseFunc
 	torn    bool
 	timer   *time.Timer
+	// drain (prefill): the request's transfer stream stopped early and
+	// drained (noteDrain); the Abort answer reports it.
+	drain kvtransfer.Drain
 }
 
 // newEntry records owner's pages; ctx is the call's, with the request's
@@ -113,6 +116,7 @@ func (w *Worker) claimLocked(e *entry, tomb error) bool {
 	}
 	if tomb != nil {
 		w.tombs.add(e.key, e.epoch, tomb, time.Now())
+		w.tombs.setDrain(e.key, e.epoch, e.drain)
 	}
 	return true
 }
@@ -232,7 +236,10 @@ func (w *Worker) expire(e *entry) {
 // tombstones remember attempts that were aborted or failed here, so that a
 // call for the same attempt arriving late (a Prefill racing its Abort, a
 // Generate after its transfer failed) is refused with the status the
-// attempt ended with instead of starting afresh. A tombstone covers every
+// attempt ended with instead of starting afresh. On prefill a tombstone
+// also keeps the attempt's transfer drain, so that the gateway's Abort,
+// which may arrive after the handler ended (decode failed the transfer
+// first), still reports it. A tombstone covers every
 // epoch up to the one recorded (a retry with a newer epoch may start); it
 // lasts ttl (at least tombstoneMinTTL) and at most tombstoneCap are kept.
 type tombstones struct {
@@ -251,6 +258,7 @@ type tombstone struct {
 	epoch uint64
 	st    error
 	at    time.Time
+	drain kvtransfer.Drain // zero: none recorded
 }
 
 type tombRef struct {
@@ -264,11 +272,33 @@ func newTombstones(ttl time.Duration) tombstones {
 
 func (t *tombstones) add(key reqKey, epoch uint64, st error, now time.Time) {
 	t.expire(now)
-	if old, ok := t.m[key]; ok && old.epoch > epoch {
+	old, ok := t.m[key]
+	if ok && old.epoch > epoch {
 		return
 	}
-	t.m[key] = tombstone{epoch: epoch, st: st, at: now}
+	ts := tombstone{epoch: epoch, st: st, at: now}
+	if ok && old.epoch == epoch {
+		ts.drain = old.drain // the attempt's drain outlives a later Abort
+	}
+	t.m[key] = ts
 	t.order = append(t.order, tombRef{key, now})
+}
+
+// setDrain records d (if set) on the tombstone of key's attempt at epoch.
+func (t *tombstones) setDrain(key reqKey, epoch uint64, d kvtransfer.Drain) {
+	if ts, ok := t.m[key]; ok && ts.epoch == epoch && d.TransferID != (kvtransfer.TransferID{}) {
+		ts.drain = d
+		t.m[key] = ts
+	}
+}
+
+// drain returns the transfer drain recorded for key's attempt at epoch.
+func (t *tombstones) drain(key reqKey, epoch uint64) (kvtransfer.Drain, bool) {
+	ts, ok := t.m[key]
+	if !ok || ts.epoch != epoch || ts.drain.TransferID == (kvtransfer.TransferID{}) {
+		return kvtransfer.Drain{}, false
+	}
+	return ts.drain, true
 }
 
 // check returns the status an attempt at epoch ended with, or nil.

@@ -1564,7 +1564,14 @@ type AbortResponse struct {
 	Found bool `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
 	// drained is set by a prefill worker once it can no longer write any
 	// page of the request's epoch.
-	Drained       bool `protobuf:"varint,2,opt,name=drained,proto3" json:"drained,omitempty"`
+	Drained bool `protobuf:"varint,2,opt,name=drained,proto3" json:"drained,omitempty"`
+	// drain is set with drained when the request's attempt had a transfer
+	// stream open to decode that stopped early (aborted or failed rather
+	// than verified): that stream can write no further byte. The gateway
+	// relays it to the request's decode worker (WriterDrained). Unset when
+	// the worker never opened a stream for the request, or when its
+	// transfer completed.
+	Drain         *Drain `protobuf:"bytes,3,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1611,6 +1618,13 @@ func (x *AbortResponse) GetDrained() bool {
 		return x.Drained
 	}
 	return false
+}
+
+func (x *AbortResponse) GetDrain() *Drain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
 }
 
 type StatusRequest struct {
@@ -1723,6 +1737,165 @@ func (x *WorkerStatus) GetRequests() []string {
 		return x.Requests
 	}
 	return nil
+}
+
+// Drain names a KV transfer whose writer has drained: it can write no
+// further byte of it.
+type Drain struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transfer_id is the ticket's transfer_id.
+	TransferId string `protobuf:"bytes,1,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	// epoch is the ticket's epoch (its owner's).
+	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Drain) Reset() {
+	*x = Drain{}
+	mi := &file_control_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Drain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Drain) ProtoMessage() {}
+
+func (x *Drain) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Drain.ProtoReflect.Descriptor instead.
+func (*Drain) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Drain) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+func (x *Drain) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type WriterDrainedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// owner is the request the transfer belongs to.
+	Owner *Owner `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// drain is what the request's prefill worker answered to Abort.
+	Drain         *Drain `protobuf:"bytes,2,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriterDrainedRequest) Reset() {
+	*x = WriterDrainedRequest{}
+	mi := &file_control_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriterDrainedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriterDrainedRequest) ProtoMessage() {}
+
+func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
+func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *WriterDrainedRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *WriterDrainedRequest) GetDrain() *Drain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+type WriterDrainedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// applied is true when decode knew the transfer at that epoch: it
+	// released (or un-quarantined) the transfer's pages, or marked the
+	// transfer drained so that its teardown releases them at once. False
+	// when it knew nothing of it (already released, another epoch, a
+	// restarted worker): nothing changed.
+	Applied       bool `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriterDrainedResponse) Reset() {
+	*x = WriterDrainedResponse{}
+	mi := &file_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriterDrainedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriterDrainedResponse) ProtoMessage() {}
+
+func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
+func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WriterDrainedResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
 }
 
 var File_control_proto protoreflect.FileDescriptor
@@ -1853,17 +2026,27 @@ const file_control_proto_rawDesc = "" +
 	"\x11completion_tokens\x18\x03 \x01(\x03R\x10completionTokens\"T\n" +
 	"\fAbortRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x14\n" +
-	"\x05cause\x18\x02 \x01(\tR\x05cause\"?\n" +
+	"\x05cause\x18\x02 \x01(\tR\x05cause\"o\n" +
 	"\rAbortResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x18\n" +
-	"\adrained\x18\x02 \x01(\bR\adrained\"\x0f\n" +
+	"\adrained\x18\x02 \x01(\bR\adrained\x12.\n" +
+	"\x05drain\x18\x03 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"\x0f\n" +
 	"\rStatusRequest\"\xc7\x01\n" +
 	"\fWorkerStatus\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x1a\n" +
-	"\brequests\x18\x05 \x03(\tR\brequests*N\n" +
+	"\brequests\x18\x05 \x03(\tR\brequests\">\n" +
+	"\x05Drain\x12\x1f\n" +
+	"\vtransfer_id\x18\x01 \x01(\tR\n" +
+	"transferId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"v\n" +
+	"\x14WriterDrainedRequest\x12.\n" +
+	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12.\n" +
+	"\x05drain\x18\x02 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"1\n" +
+	"\x15WriterDrainedResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PREFILL\x10\x01\x12\x0f\n" +
@@ -1871,13 +2054,14 @@ const file_control_proto_rawDesc = "" +
 	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
-	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xf7\x03\n" +
+	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xdb\x04\n" +
 	"\x06Worker\x12\\\n" +
 	"\vModelAssets\x12%.warden.control.v1.ModelAssetsRequest\x1a&.warden.control.v1.ModelAssetsResponse\x12P\n" +
 	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12P\n" +
 	"\aPrefill\x12!.warden.control.v1.PrefillRequest\x1a\".warden.control.v1.PrefillResponse\x12R\n" +
 	"\bGenerate\x12\".warden.control.v1.GenerateRequest\x1a .warden.control.v1.GenerateEvent0\x01\x12J\n" +
-	"\x05Abort\x12\x1f.warden.control.v1.AbortRequest\x1a .warden.control.v1.AbortResponse\x12K\n" +
+	"\x05Abort\x12\x1f.warden.control.v1.AbortRequest\x1a .warden.control.v1.AbortResponse\x12b\n" +
+	"\rWriterDrained\x12'.warden.control.v1.WriterDrainedRequest\x1a(.warden.control.v1.WriterDrainedResponse\x12K\n" +
 	"\x06Status\x12 .warden.control.v1.StatusRequest\x1a\x1f.warden.control.v1.WorkerStatusB0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
 
 var (
@@ -1893,33 +2077,36 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_control_proto_goTypes = []any{
-	(Role)(0),                   // 0: warden.control.v1.Role
-	(*PoolStats)(nil),           // 1: warden.control.v1.PoolStats
-	(*WorkerInfo)(nil),          // 2: warden.control.v1.WorkerInfo
-	(*RegisterRequest)(nil),     // 3: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),    // 4: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),    // 5: warden.control.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),   // 6: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),  // 7: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil), // 8: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),               // 9: warden.control.v1.Owner
-	(*SamplingParams)(nil),      // 10: warden.control.v1.SamplingParams
-	(*Ticket)(nil),              // 11: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),      // 12: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),     // 13: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),      // 14: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),     // 15: warden.control.v1.PrefillResponse
-	(*GenerateRequest)(nil),     // 16: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),       // 17: warden.control.v1.GenerateEvent
-	(*Ready)(nil),               // 18: warden.control.v1.Ready
-	(*Tokens)(nil),              // 19: warden.control.v1.Tokens
-	(*Done)(nil),                // 20: warden.control.v1.Done
-	(*AbortRequest)(nil),        // 21: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),       // 22: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),       // 23: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),        // 24: warden.control.v1.WorkerStatus
+	(Role)(0),                     // 0: warden.control.v1.Role
+	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
+	(*WorkerInfo)(nil),            // 2: warden.control.v1.WorkerInfo
+	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),     // 6: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),    // 7: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),   // 8: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                 // 9: warden.control.v1.Owner
+	(*SamplingParams)(nil),        // 10: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                // 11: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),        // 12: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 13: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),        // 14: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),       // 15: warden.control.v1.PrefillResponse
+	(*GenerateRequest)(nil),       // 16: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),         // 17: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                 // 18: warden.control.v1.Ready
+	(*Tokens)(nil),                // 19: warden.control.v1.Tokens
+	(*Done)(nil),                  // 20: warden.control.v1.Done
+	(*AbortRequest)(nil),          // 21: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 22: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 23: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 24: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 25: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 26: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 27: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -1939,29 +2126,34 @@ var file_control_proto_depIdxs = []int32{
 	19, // 14: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
 	20, // 15: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
 	9,  // 16: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	2,  // 17: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 18: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	3,  // 19: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 20: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	7,  // 21: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	12, // 22: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	14, // 23: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	16, // 24: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	21, // 25: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	23, // 26: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 27: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	6,  // 28: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	8,  // 29: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	13, // 30: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	15, // 31: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	17, // 32: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	22, // 33: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	24, // 34: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	25, // 17: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 18: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 19: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	9,  // 20: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	25, // 21: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 22: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 23: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	7,  // 24: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	12, // 25: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	14, // 26: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	16, // 27: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	21, // 28: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	26, // 29: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	23, // 30: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 31: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	6,  // 32: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	8,  // 33: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	13, // 34: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	15, // 35: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	17, // 36: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	22, // 37: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	27, // 38: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	24, // 39: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -1980,7 +2172,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -170,12 +170,13 @@ var Registry_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Worker_ModelAssets_FullMethodName = "/warden.control.v1.Worker/ModelAssets"
-	Worker_Reserve_FullMethodName     = "/warden.control.v1.Worker/Reserve"
-	Worker_Prefill_FullMethodName     = "/warden.control.v1.Worker/Prefill"
-	Worker_Generate_FullMethodName    = "/warden.control.v1.Worker/Generate"
-	Worker_Abort_FullMethodName       = "/warden.control.v1.Worker/Abort"
-	Worker_Status_FullMethodName      = "/warden.control.v1.Worker/Status"
+	Worker_ModelAssets_FullMethodName   = "/warden.control.v1.Worker/ModelAssets"
+	Worker_Reserve_FullMethodName       = "/warden.control.v1.Worker/Reserve"
+	Worker_Prefill_FullMethodName       = "/warden.control.v1.Worker/Prefill"
+	Worker_Generate_FullMethodName      = "/warden.control.v1.Worker/Generate"
+	Worker_Abort_FullMethodName         = "/warden.control.v1.Worker/Abort"
+	Worker_WriterDrained_FullMethodName = "/warden.control.v1.Worker/WriterDrained"
+	Worker_Status_FullMethodName        = "/warden.control.v1.Worker/Status"
 )
 
 // WorkerClient is the client API for Worker service.
@@ -199,6 +200,21 @@ type WorkerClient interface {
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GenerateEvent], error)
 	// Abort fences and frees everything the worker holds for a request.
 	Abort(ctx context.Context, in *AbortRequest, opts ...grpc.CallOption) (*AbortResponse, error)
+	// WriterDrained (decode or both) tells decode that the writer of one KV
+	// transfer of a request has drained: prefill's Abort answered drained
+	// with that transfer (AbortResponse.drain), so it can write no further
+	// byte of it. The gateway relays it after the abort fan-out, because the
+	// DRAIN_ACK that says the same on the transfer connection may never
+	// arrive (the connection died, or decode ended the session on a bad
+	// frame); decode then releases the transfer's pages (deferred release
+	// outcome drained, or late_drain if they were already quarantined)
+	// instead of keeping them quarantined until it restarts (I5). It is
+	// best effort and idempotent: a drain decode does not know, or that names
+	// another epoch, changes nothing and is not an error. A separate call,
+	// not a field of AbortRequest, because it follows prefill's answer
+	// rather than the abort, and the abort of decode must not wait for it.
+	// Like every Worker call, only the gateway may make it (I10).
+	WriterDrained(ctx context.Context, in *WriterDrainedRequest, opts ...grpc.CallOption) (*WriterDrainedResponse, error)
 	// Status reports pool accounting and in-flight work.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*WorkerStatus, error)
 }
@@ -270,6 +286,16 @@ func (c *workerClient) Abort(ctx context.Context, in *AbortRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *workerClient) WriterDrained(ctx context.Context, in *WriterDrainedRequest, opts ...grpc.CallOption) (*WriterDrainedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriterDrainedResponse)
+	err := c.cc.Invoke(ctx, Worker_WriterDrained_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *workerClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*WorkerStatus, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WorkerStatus)
@@ -301,6 +327,21 @@ type WorkerServer interface {
 	Generate(*GenerateRequest, grpc.ServerStreamingServer[GenerateEvent]) error
 	// Abort fences and frees everything the worker holds for a request.
 	Abort(context.Context, *AbortRequest) (*AbortResponse, error)
+	// WriterDrained (decode or both) tells decode that the writer of one KV
+	// transfer of a request has drained: prefill's Abort answered drained
+	// with that transfer (AbortResponse.drain), so it can write no further
+	// byte of it. The gateway relays it after the abort fan-out, because the
+	// DRAIN_ACK that says the same on the transfer connection may never
+	// arrive (the connection died, or decode ended the session on a bad
+	// frame); decode then releases the transfer's pages (deferred release
+	// outcome drained, or late_drain if they were already quarantined)
+	// instead of keeping them quarantined until it restarts (I5). It is
+	// best effort and idempotent: a drain decode does not know, or that names
+	// another epoch, changes nothing and is not an error. A separate call,
+	// not a field of AbortRequest, because it follows prefill's answer
+	// rather than the abort, and the abort of decode must not wait for it.
+	// Like every Worker call, only the gateway may make it (I10).
+	WriterDrained(context.Context, *WriterDrainedRequest) (*WriterDrainedResponse, error)
 	// Status reports pool accounting and in-flight work.
 	Status(context.Context, *StatusRequest) (*WorkerStatus, error)
 	mustEmbedUnimplementedWorkerServer()
@@ -327,6 +368,9 @@ func (UnimplementedWorkerServer) Generate(*GenerateRequest, grpc.ServerStreaming
 }
 func (UnimplementedWorkerServer) Abort(context.Context, *AbortRequest) (*AbortResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Abort not implemented")
+}
+func (UnimplementedWorkerServer) WriterDrained(context.Context, *WriterDrainedRequest) (*WriterDrainedResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method WriterDrained not implemented")
 }
 func (UnimplementedWorkerServer) Status(context.Context, *StatusRequest) (*WorkerStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
@@ -435,6 +479,24 @@ func _Worker_Abort_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Worker_WriterDrained_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriterDrainedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServer).WriterDrained(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Worker_WriterDrained_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServer).WriterDrained(ctx, req.(*WriterDrainedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Worker_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -475,6 +537,10 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Abort",
 			Handler:    _Worker_Abort_Handler,
+		},
+		{
+			MethodName: "WriterDrained",
+			Handler:    _Worker_WriterDrained_Handler,
 		},
 		{
 			MethodName: "Status",

@@ -11,9 +11,11 @@ import (
 )
 
 // fakeWorker records the aborts it receives; it fails the first failN.
+// Its Abort answers drain (a prefill worker whose stream stopped).
 type fakeWorker struct {
 	id    string
 	failN int
+	drain Drain
 
 	mu     sync.Mutex
 	calls  int
@@ -27,15 +29,47 @@ type abortCall struct {
 
 func (w *fakeWorker) ID() string { return w.id }
 
-func (w *fakeWorker) Abort(_ context.Context, owner Owner, cause string) error {
+func (w *fakeWorker) Abort(_ context.Context, owner Owner, cause string) (Drain, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.calls++
 	if w.calls <= w.failN {
-		return errors.New("worker unreachable")
+		return Drain{}, errors.New("worker unreachable")
 	}
 	w.aborts = append(w.aborts, abortCall{owner, cause})
+	return w.drain, nil
+}
+
+// fakeDecode is a fakeWorker that receives KV: it records the drains
+// relayed to it, failing the first relayFailN relays.
+type fakeDecode struct {
+	fakeWorker
+	relayFailN int
+
+	relayCalls int
+	relays     []relayCall
+}
+
+type relayCall struct {
+	owner Owner
+	drain Drain
+}
+
+func (w *fakeDecode) WriterDrained(_ context.Context, owner Owner, d Drain) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.relayCalls++
+	if w.relayCalls <= w.relayFailN {
+		return errors.New("worker unreachable")
+	}
+	w.relays = append(w.relays, relayCall{owner, d})
 	return nil
+}
+
+func (w *fakeDecode) gotRelays() []relayCall {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]relayCall(nil), w.relays...)
 }
 
 func (w *fakeWorker) got() []abortCall {
@@ -264,6 +298,57 @@ func TestAbortReachesEveryWorkerForEachCause(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestDrainRelay: when prefill's Abort answers with a drained transfer,
+// the fan-out relays it to the request's decode worker (retried), and
+// only there; an Abort without a drain relays nothing, and a decode-only
+// request (no writer) neither.
+func TestDrainRelay(t *testing.T) {
+	drain := Drain{TransferID: "00112233445566778899aabbccddeeff", Epoch: Epoch}
+	for _, c := range []struct {
+		name      string
+		drain     Drain
+		prefill   bool
+		want      int
+		wantState State
+	}{
+		{"prefill drained a transfer", drain, true, 1, Failed},
+		{"prefill had no transfer", Drain{}, true, 0, Aborted},
+		{"no prefill involved", drain, false, 0, Aborted},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := newTable(t, Config{})
+			r := start(t, tb, "req_d")
+			decode := &fakeDecode{fakeWorker: fakeWorker{id: "d1", failN: 1}, relayFailN: 2}
+			prefill := &fakeWorker{id: "p1", drain: c.drain}
+			_ = r.Advance(Admitted)
+			r.Involve(decode, "decode")
+			_ = r.Advance(Reserved)
+			if c.prefill {
+				r.Involve(prefill, "prefill")
+				_ = r.Advance(Prefilling)
+			}
+			if err := r.Finish(c.wantState, "x"); err != nil {
+				t.Fatal(err)
+			}
+			wait(t, tb) // the relay is part of the fan-out
+			got := decode.gotRelays()
+			if len(got) != c.want {
+				t.Fatalf("decode got relays %+v, want %d", got, c.want)
+			}
+			for _, g := range got {
+				if g.drain != c.drain || g.owner != r.Owner() {
+					t.Errorf("relay %+v, want %+v for %+v", g, c.drain, r.Owner())
+				}
+			}
+			for _, w := range r.Snapshot().Workers {
+				if want := w.ID == decode.id && c.want > 0; w.DrainRelayed != want {
+					t.Errorf("snapshot of %s: drain relayed %v, want %v", w.ID, w.DrainRelayed, want)
+				}
+			}
+		})
 	}
 }
 

@@ -40,8 +40,9 @@ type participant struct {
 	p    Participant
 	role string
 	// set by the fan-out
-	abortSent bool
-	abortErr  string
+	abortSent    bool
+	abortErr     string
+	drainRelayed bool
 }
 
 // Context is cancelled when the request is aborted (Abort, deadline) or
@@ -206,7 +207,8 @@ func (r *Request) Finish(state State, cause string) error {
 }
 
 // fanOut sends Abort to every participant, each in its own goroutine with
-// retries until the table's AbortTimeout.
+// retries until the table's AbortTimeout. A Drain an Abort returns is
+// relayed to the other participants that receive KV (relayDrain).
 func (r *Request) fanOut(ps []*participant, cause string) {
 	if cause == "" {
 		cause = CauseError
@@ -220,7 +222,11 @@ func (r *Request) fanOut(ps []*participant, cause string) {
 		t.fanout.Add(1)
 		go func() {
 			defer t.fanout.Done()
-			err := abortWithRetry(parent, t.cfg.AbortTimeout, p.p, owner, cause)
+			var d Drain
+			err := retry(parent, t.cfg.AbortTimeout, func(ctx context.Context) (err error) {
+				d, err = p.p.Abort(ctx, owner, cause)
+				return err
+			})
 			r.mu.Lock()
 			p.abortSent = err == nil
 			if err != nil {
@@ -230,18 +236,59 @@ func (r *Request) fanOut(ps []*participant, cause string) {
 			if err != nil {
 				t.cfg.Logger.Warn("abort did not reach worker", "request_id", owner.RequestID,
 					"tenant", owner.Tenant, "worker", p.p.ID(), "role", p.role, "cause", cause, "err", err)
+				return
+			}
+			if !d.IsZero() {
+				r.relayDrain(parent, ps, p, d)
 			}
 		}()
 	}
 }
 
-// abortWithRetry calls p.Abort until it succeeds or timeout passes.
-func abortWithRetry(parent context.Context, timeout time.Duration, p Participant, owner Owner, cause string) error {
+// relayDrain tells every participant but from that receives KV (decode)
+// that from's writer drained d: from's Abort returned it, so it can write
+// no further byte of that transfer, and the receiver may release the
+// pages it keeps for the drain ack that the transfer connection may no
+// longer deliver. Each relay runs in its own goroutine, retried until the
+// table's AbortTimeout; it is best effort (a receiver that never hears of
+// it quarantines the pages after its drain timeout, as without a relay)
+// and nothing waits for it but Table.Wait.
+func (r *Request) relayDrain(parent context.Context, ps []*participant, from *participant, d Drain) {
+	owner := r.Owner()
+	t := r.table
+	for _, p := range ps {
+		dr, ok := p.p.(DrainReceiver)
+		if !ok || p == from {
+			continue
+		}
+		t.fanout.Add(1)
+		go func() {
+			defer t.fanout.Done()
+			err := retry(parent, t.cfg.AbortTimeout, func(ctx context.Context) error {
+				return dr.WriterDrained(ctx, owner, d)
+			})
+			r.mu.Lock()
+			p.drainRelayed = err == nil
+			r.mu.Unlock()
+			if err != nil {
+				t.cfg.Logger.Warn("writer drain not relayed: its pages stay held until the worker's drain timeout, then quarantined",
+					"request_id", owner.RequestID, "tenant", owner.Tenant, "worker", p.p.ID(), "role", p.role,
+					"writer", from.p.ID(), "transfer", d.TransferID, "epoch", d.Epoch, "err", err)
+				return
+			}
+			t.cfg.Logger.Debug("writer drain relayed", "request_id", owner.RequestID, "tenant", owner.Tenant,
+				"worker", p.p.ID(), "writer", from.p.ID(), "transfer", d.TransferID, "epoch", d.Epoch)
+		}()
+	}
+}
+
+// retry calls f until it succeeds or timeout passes.
+func retry(parent context.Context, timeout time.Duration, f func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	backoff := 20 * time.Millisecond
 	for {
-		err := p.Abort(ctx, owner, cause)
+		err := f(ctx)
 		if err == nil {
 			return nil
 		}
@@ -262,6 +309,9 @@ type Worker struct {
 	AbortSent bool
 	// AbortError is the last error of a fan-out that gave up.
 	AbortError string
+	// DrainRelayed is true once another worker's writer drain was relayed
+	// to this one (it receives KV).
+	DrainRelayed bool
 }
 
 // Snapshot is a consistent copy of a request's state.
@@ -298,7 +348,8 @@ func (r *Request) Snapshot() Snapshot {
 		s.Finished = r.entered[r.state]
 	}
 	for _, p := range r.participants {
-		s.Workers = append(s.Workers, Worker{ID: p.p.ID(), Role: p.role, AbortSent: p.abortSent, AbortError: p.abortErr})
+		s.Workers = append(s.Workers, Worker{ID: p.p.ID(), Role: p.role, AbortSent: p.abortSent, AbortError: p.abortErr,
+			DrainRelayed: p.drainRelayed})
 	}
 	return s
 }

@@ -27,6 +27,21 @@
 // AbortTimeout. Abort is idempotent on workers, so telling a worker that
 // holds nothing is harmless; forgetting one would leave pages reserved.
 //
+// # Drain relay
+//
+// A prefill worker answers Abort once its transfer stream to decode can
+// write no further byte, and names that transfer and epoch (a Drain). The
+// stream's own DRAIN_ACK tells decode the same, unless it is lost with the
+// transfer connection (decode ended the session on a bad frame, the
+// connection died); decode would then keep the pages held and, after its
+// drain timeout, quarantined until it restarts (I5). So when an Abort
+// returns a Drain, the fan-out relays it to every other involved worker
+// that receives KV (a DrainReceiver: decode), asynchronously, retried
+// until AbortTimeout, best effort. The relay comes only from the writer's
+// own answer, after it drained: a relay sent before would let decode reuse
+// pages a one-sided write may still land in (the protocol model checks
+// both, kvtransfer/internal/protomodel).
+//
 // # Tracing
 //
 // When the context a request is started with carries a span (the

@@ -44,8 +44,31 @@ type Participant interface {
 	// ID names the worker.
 	ID() string
 	// Abort tells the worker to stop the request and free (or quarantine)
-	// what it holds for owner. It must be idempotent.
-	Abort(ctx context.Context, owner Owner, cause string) error
+	// what it holds for owner. It must be idempotent. A KV writer
+	// (prefill) returns the Drain of the transfer stream it stopped; the
+	// zero Drain when it had none, or when its transfer completed.
+	Abort(ctx context.Context, owner Owner, cause string) (Drain, error)
+}
+
+// Drain is a KV writer's word, in its Abort answer, that it can write no
+// further byte of transfer TransferID at Epoch.
+type Drain struct {
+	TransferID string
+	Epoch      uint64
+}
+
+// IsZero reports whether d names no transfer.
+func (d Drain) IsZero() bool { return d.TransferID == "" }
+
+// DrainReceiver is a Participant whose pages a KV writer writes (decode).
+// When another participant's Abort returns a Drain, the fan-out relays it
+// with WriterDrained (see the package documentation, "Drain relay").
+type DrainReceiver interface {
+	Participant
+	// WriterDrained tells the worker that the writer of d has drained, so
+	// that it releases the pages it keeps for d's drain ack. It must be
+	// idempotent and treat a drain it does not know as a no-op.
+	WriterDrained(ctx context.Context, owner Owner, d Drain) error
 }
 
 // Info is what a request is known by when it starts.
@@ -70,12 +93,12 @@ type Config struct {
 	// History is how many finished requests are kept for Get and List.
 	History int
 	// AbortTimeout bounds the Abort fan-out to one worker, retries
-	// included.
+	// included, and likewise each drain relay.
 	AbortTimeout time.Duration
 	// OnFinish, if set, is called once per request right after it reaches
 	// its terminal state (metrics). It must not block.
 	OnFinish func(Snapshot)
-	// Logger receives illegal transitions and failed aborts.
+	// Logger receives illegal transitions, failed aborts and relays.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time

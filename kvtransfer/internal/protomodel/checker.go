@@ -118,8 +118,15 @@ func (m *Model) Check(s State, quiescent bool) *Violation {
 	}
 	if quiescent {
 		for p := range m.Pages {
-			if o := s.Page[p].Owner; o >= 0 && s.Req[o].Hold != holdQuarantined {
+			o := s.Page[p].Owner
+			switch {
+			case o < 0:
+			case s.Req[o].Hold != holdQuarantined:
 				return &Violation{"quiescence", fmt.Sprintf("page %d leaked: still held by %s with no action enabled", p, reqName(int(o)))}
+			case s.Req[o].W != wDead:
+				// Quarantine is for writers that never acknowledge: a
+				// writer that drained must get its pages back.
+				return &Violation{"quiescence", fmt.Sprintf("page %d stays quarantined though %s's writer drained (its drain never reached decode)", p, reqName(int(o)))}
 			}
 		}
 	}
@@ -276,6 +283,20 @@ func (s *State) markDrained(r int) {
 	}
 }
 
+// writerDrained mirrors Receiver.WriterDrained: the record of the
+// transfer, if any, is marked drained (a later Abort releases at once) and
+// a held release, quarantined or not, is acked (DeferredRelease.Ack).
+func (s *State) writerDrained(r int) {
+	q := &s.Req[r]
+	if q.Rec == recPresent {
+		q.Drained = true
+	}
+	if q.DR == drHeld || q.DR == drQuarantined {
+		q.DR = drReleased
+		s.freePages(r)
+	}
+}
+
 // endSession mirrors the end of serveOne: done, and the record forgotten
 // when nothing is left to wait for.
 func (s *State) endSession(r int) {
@@ -363,14 +384,34 @@ func (s *State) canon() {
 				q.Pages = [MaxNeed]int8{-1, -1} // no writer, verifier or reader left
 			}
 		}
+		// The relay (RelayDrain) needs a stream that may still answer
+		// drained and acts only on a record or a held or quarantined
+		// release; once the record is gone and no release is held (or the
+		// request completed: no fan-out) it is a no-op now and forever, as
+		// good as sent.
+		stream := q.W == wOpen || q.W == wCompleted || q.W == wDrained
+		useful := q.Term != termCompleted && (q.Rec == recPresent || q.DR == drHeld || q.DR == drQuarantined)
+		if stream && !useful {
+			q.Relayed = true
+		}
+		pending := stream && !q.Relayed
 		if !session { // session rules need a running or verifying session
 			q.Held = false
 			if q.W >= wCompleted {
-				q.W = wDead
+				// Past the session only the relay reads the writer, and
+				// COMPLETE sent and DRAIN_ACK sent enable it alike.
+				if pending {
+					q.W = wDrained
+				} else {
+					q.W = wDead
+				}
 			}
-			if q.DR != drHeld {
+			if q.DR != drHeld && !(q.DR == drQuarantined && pending) {
 				q.DR = drNone
 			}
+		}
+		if q.W != wOpen && q.W != wCompleted && q.W != wDrained { // relayEnabled needs a stream
+			q.Relayed = false
 		}
 		if q.Rec != recPresent { // Receiver.Abort reads Drained of a record
 			q.Rec, q.Drained = recNone, false

@@ -20,10 +20,14 @@
 // completed, verified by decode, decoded (one step reads its pages and
 // yields a token) and finished. The gateway
 // may abort it at every stage; its writer may die at any time, or stop and
-// send DRAIN_ACK; decode's teardown fences the epoch, then releases, or
+// send DRAIN_ACK; decode may end the session on a bad frame (or a dead
+// connection) while the writer lives, so that its COMPLETE or DRAIN_ACK
+// never arrives; decode's teardown fences the epoch, then releases, or
 // holds the pages until the drain ack of exactly that transfer, or
-// quarantines them when the drain timeout fires first; released pages are
-// reused by the other request. Every action is atomic and any enabled
+// quarantines them when the drain timeout fires first; once the request
+// ended aborted or failed and its prefill's Abort answered drained, the
+// gateway relays that drain to decode, which acks it like a DRAIN_ACK;
+// released pages are reused by the other request. Every action is atomic and any enabled
 // action may run next, so a stalled writer is one whose next write is taken
 // arbitrarily late — after an abort, a release, a reuse. Actions and the
 // code they mirror (each rule in Model.Next names its function):
@@ -42,6 +46,11 @@
 //	VerifyComplete session.complete: verifySHM, Sink.Written, Complete/Fail
 //	RecvDrainAck   session.step DRAIN_ACK → markDrained, session.fail
 //	ConnLost       session.step: connection error → session.fail
+//	FrameError     session.step: bad MAC, duplicate, missing or corrupt
+//	               frame, or the connection died, under a live writer →
+//	               session.fail; the session ends without the drain ack
+//	RelayDrain     lifecycle fanOut → relayDrain → worker.writerDrained →
+//	               Receiver.WriterDrained (mark drained, DeferredRelease.Ack)
 //	TransferDone   runReserved after <-e.transferred: Pool.Activate, Ready
 //	DecodeStep     engine step: Pool.Verify, forward pass; relay
 //	DecodeFinish   serve → finish(e, nil) → Pool.Release
@@ -64,7 +73,9 @@
 //     decode was told of the abort (the gateway drops tokens after its own
 //     terminal state).
 //   - Quiescence: in a state with no enabled action every request is
-//     terminal and every page is free or quarantined (nothing leaked).
+//     terminal and every page is free or quarantined (nothing leaked), and
+//     quarantined only if its writer died: a writer that drained, whether
+//     or not its DRAIN_ACK arrived, gets its pages back.
 //
 // # What is abstracted away
 //
@@ -94,13 +105,18 @@
 //     field no rule reads again. TestCanonIsSound checks, state by state,
 //     that this changes neither a verdict nor a successor.
 //
-// With the tests' bounds the faithful model has 102,610 reachable states
-// (370,589 transitions, 288 quiescent states, depth 27).
+// With the tests' bounds the faithful model has 313,378 reachable states
+// (1,526,138 transitions, 288 quiescent states, depth 27).
 //
 // # Mutations
 //
 // Variant switches one rule to a plausible bug; the tests check that each
-// is caught and which invariant breaks. SkipFence (no BumpEpoch on abort)
+// is caught and which invariant breaks. RelayBeforeDrain (the gateway
+// relays without waiting for prefill's drained answer) breaks I5: decode
+// releases while the writer still writes, and the other request reuses the
+// page. NoRelay (the protocol before the relay) breaks quiescence: a
+// session ended on a bad frame leaves a drained writer's pages quarantined
+// for good. SkipFence (no BumpEpoch on abort)
 // is not caught: no invariant breaks, because whatever still acts for the
 // old epoch is already refused by claimLocked (Lookup and settleLocked
 // fail) and by the receiver's own record, and the handler stops its engine

@@ -34,6 +34,14 @@ type Variant struct {
 	LoseHold bool
 	// RelayIgnoresCancel: relay sends tokens without checking ctx.Err.
 	RelayIgnoresCancel bool
+	// RelayBeforeDrain: the gateway relays the writer's drain to decode
+	// as soon as the abort fan-out starts, without waiting for prefill's
+	// Abort to answer drained.
+	RelayBeforeDrain bool
+	// NoRelay: the gateway never relays prefill's drain (the protocol
+	// before the relay): a drain ack lost with its connection leaves the
+	// pages quarantined.
+	NoRelay bool
 }
 
 // Model is the protocol with its bounds.
@@ -95,6 +103,9 @@ type Req struct {
 	Drained, Held bool
 	// Prefill writer: state, and pages written (data, header, seal).
 	W, WPage uint8
+	// Relayed: the gateway relayed prefill's drain to decode
+	// (Receiver.WriterDrained ran).
+	Relayed bool
 	// Ghosts: what the invariants check.
 	BadAccept, BadRead, RelayAfterCancel bool
 }
@@ -262,6 +273,16 @@ func (m *Model) next(s State, r int, yield func(Step, State)) {
 				n.endSession(r)
 			})
 		}
+		if q.W != wDead {
+			// step: a bad MAC, duplicate, missing or corrupt frame, or a
+			// connection that died under a live writer → fail; the session
+			// ends without waiting for DRAIN_ACK, which can no longer reach
+			// decode. The writer may go on writing until it notices.
+			do("FrameError", func(n *State, q *Req) {
+				n.fail(r)
+				n.endSession(r)
+			})
+		}
 	}
 	if q.Sess == sessVerifying {
 		// session.complete → verifySHM, Sink.Written, Sink.Complete.
@@ -351,6 +372,17 @@ func (m *Model) next(s State, r int, yield func(Step, State)) {
 			}
 		})
 	}
+	if m.relayEnabled(q) {
+		// lifecycle fanOut → relayDrain: prefill's Abort answered drained
+		// with the transfer, so the gateway tells decode (WriterDrained →
+		// Receiver.WriterDrained). Prefill answers only once its stream
+		// drained (or had sent COMPLETE), and a dead prefill never
+		// answers.
+		do("RelayDrain", func(n *State, q *Req) {
+			q.Relayed = true
+			n.writerDrained(r)
+		})
+	}
 	if q.DR == drHeld {
 		// DeferredRelease.expire → worker.quarantine → Pool.Quarantine.
 		do("DrainTimeout", func(n *State, q *Req) {
@@ -362,4 +394,16 @@ func (m *Model) next(s State, r int, yield func(Step, State)) {
 			}
 		})
 	}
+}
+
+// relayEnabled reports whether the gateway may relay q's writer drain to
+// decode: the request ended aborted or failed (the fan-out runs), prefill
+// was dispatched and its Abort answered drained with a transfer — its
+// stream drained or had sent COMPLETE; with RelayBeforeDrain, as soon as
+// a stream exists.
+func (m *Model) relayEnabled(q *Req) bool {
+	if m.V.NoRelay || q.Relayed || (q.Term != termAborted && q.Term != termFailed) {
+		return false
+	}
+	return q.W == wCompleted || q.W == wDrained || (m.V.RelayBeforeDrain && q.W == wOpen)
 }

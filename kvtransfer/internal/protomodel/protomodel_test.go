@@ -6,7 +6,7 @@ import (
 )
 
 // limit bounds every exploration; the faithful model stays well below it.
-const limit = 200_000
+const limit = 500_000
 
 // faithful is the model the tests check: 3 pages; A needs 2 (a transfer
 // can complete short), B needs 1, so the requests run side by side, either
@@ -40,6 +40,27 @@ var coverage = []struct {
 	{"the other request runs while a stalled writer's pages are quarantined", func(m *Model, s *State) bool {
 		return s.Req[0].W == wOpen && s.Req[0].Hold == holdQuarantined && s.Req[1].W == wOpen
 	}},
+	{"a frame error ended the session while the writer could still write", func(m *Model, s *State) bool {
+		return s.Req[0].Sess == sessEnded && s.Req[0].W == wOpen && s.Req[0].Rec == recPresent
+	}},
+}
+
+// stepCoverage lists transitions the faithful model must take: the
+// action and what must hold in the state it is taken from.
+var stepCoverage = []struct {
+	name string
+	act  string
+	f    func(s *State, q *Req) bool
+}{
+	{"the relay acked a release held for a drain ack that can no longer come", "RelayDrain", func(s *State, q *Req) bool {
+		return q.DR == drHeld && q.Sess == sessEnded
+	}},
+	{"the relay released quarantined pages (late drain)", "RelayDrain", func(s *State, q *Req) bool {
+		return q.DR == drQuarantined && q.Hold == holdQuarantined
+	}},
+	{"the relay marked a record drained before decode's teardown", "RelayDrain", func(s *State, q *Req) bool {
+		return q.Rec == recPresent && q.Entry < entGone
+	}},
 }
 
 func TestFaithfulModelHoldsInvariants(t *testing.T) {
@@ -52,7 +73,16 @@ func TestFaithfulModelHoldsInvariants(t *testing.T) {
 		}
 		return m.Check(s, quiescent)
 	}
-	res, err := Explore(m.Init(), m.Next, check, Step.String, limit)
+	took := make([]bool, len(stepCoverage))
+	next := func(s State, yield func(Step, State)) {
+		m.Next(s, func(a Step, n State) {
+			for i, c := range stepCoverage {
+				took[i] = took[i] || (a.Act == c.act && c.f(&s, &s.Req[a.R]))
+			}
+			yield(a, n)
+		})
+	}
+	res, err := Explore(m.Init(), next, check, Step.String, limit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +92,11 @@ func TestFaithfulModelHoldsInvariants(t *testing.T) {
 	for i, c := range coverage {
 		if !reached[i] {
 			t.Errorf("never reached: %s", c.name)
+		}
+	}
+	for i, c := range stepCoverage {
+		if !took[i] {
+			t.Errorf("never taken: %s", c.name)
 		}
 	}
 	if res.Quiescent == 0 {
@@ -86,6 +121,8 @@ func TestMutationsAreCaught(t *testing.T) {
 		{"AdmitWithoutLookup", Variant{AdmitWithoutLookup: true}, "I5"},
 		{"LoseHold", Variant{LoseHold: true}, "quiescence"},
 		{"RelayIgnoresCancel", Variant{RelayIgnoresCancel: true}, "I6"},
+		{"RelayBeforeDrain", Variant{RelayBeforeDrain: true}, "I5"},
+		{"NoRelay", Variant{NoRelay: true}, "quiescence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := faithful()
@@ -138,7 +175,7 @@ func TestExploreShortestTrace(t *testing.T) {
 // expanded three times), faithful and with every mutation at once.
 func TestCanonIsSound(t *testing.T) {
 	t.Parallel()
-	all := Variant{true, true, true, true, true, true, true}
+	all := Variant{true, true, true, true, true, true, true, true, true}
 	for _, m := range []*Model{
 		{Pages: 2, Need: [NumReqs]int{2, 1}},
 		{Pages: 1, Need: [NumReqs]int{1, 1}, V: all},
