@@ -1,22 +1,14 @@
 package cli
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/tlsutil"
-	"github.com/warden-ai/warden/worker/model"
 )
 
 // Files and folders of `warden up`'s state directory.
@@ -83,143 +75,6 @@ func (pl *upPlan) configPath(p upProcess) string {
 // logPath returns where p's output goes.
 func (pl *upPlan) logPath(p upProcess) string {
 	return filepath.Join(pl.stateDir, upLogDir, p.file+".log")
-}
-
-// pins tells which configuration keys the user set, in the config file or
-// as WARDEN_* variables: those are kept as they are, everything else that
-// `warden up` needs is chosen by it.
-type pins struct {
-	file    map[string]any
-	environ func(string) (string, bool)
-}
-
-// loadPins reads the keys present in the config file at path ("" = none).
-func loadPins(path string, lookupEnv func(string) (string, bool)) (pins, error) {
-	p := pins{environ: lookupEnv}
-	if path == "" {
-		return p, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return p, fmt.Errorf("config: %w", err)
-	}
-	if err := yaml.Unmarshal(data, &p.file); err != nil {
-		return p, fmt.Errorf("config %s: %w", path, err)
-	}
-	return p, nil
-}
-
-// set reports whether the key at path was given.
-func (p pins) set(path ...string) bool {
-	_, ok := p.value(path...)
-	return ok
-}
-
-// value returns the value given for the key at path: the environment's
-// (a string), else the file's.
-func (p pins) value(path ...string) (any, bool) {
-	if p.environ != nil {
-		if v, ok := p.environ(config.EnvName(path...)); ok {
-			return v, true
-		}
-	}
-	var node any = p.file
-	for _, k := range path {
-		m, ok := node.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if node, ok = m[k]; !ok {
-			return nil, false
-		}
-	}
-	return node, node != nil
-}
-
-// upKeySecretEnv is how a generated API-key secret reaches config.Load.
-var upKeySecretEnv = config.EnvName("tenants", "key_secret_file")
-
-// keySecretFor generates the API-key HMAC secret that a Redis tenant
-// store needs when the config names none, and returns the variable that
-// points config.Load at it ("" when none is needed). Load validates, and
-// would refuse such a config before planUp could fill the secret in.
-func keySecretFor(o upOptions, lookupEnv func(string) (string, bool)) (name, value string, err error) {
-	path := o.configPath
-	if path != "" {
-		if path, err = filepath.Abs(path); err != nil {
-			return "", "", err
-		}
-	}
-	pn, err := loadPins(path, lookupEnv)
-	if err != nil {
-		return "", "", err
-	}
-	if store, _ := pn.value("tenants", "store"); store != string(config.StoreRedis) || pn.set("tenants", "key_secret_file") {
-		return "", "", nil
-	}
-	dir, err := filepath.Abs(o.stateDir)
-	if err != nil {
-		return "", "", err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", "", fmt.Errorf("state directory: %w", err)
-	}
-	secret, err := ensureSecretFile(filepath.Join(dir, upKeySecret))
-	return upKeySecretEnv, secret, err
-}
-
-// portPicker hands out free loopback ports. It keeps every port it picked
-// bound until release, so that no two picks collide; the processes that
-// use them bind them right after release.
-type portPicker struct {
-	held []net.Listener
-}
-
-// pick returns host:port with a port that is free on host now.
-func (pp *portPicker) pick(host string) (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return "", fmt.Errorf("finding a free port on %s: %w", host, err)
-	}
-	pp.held = append(pp.held, ln)
-	return ln.Addr().String(), nil
-}
-
-// resolve returns addr when it is pinned with a port, and otherwise a free
-// port: on addr's host when addr names one, else on loopback.
-func (pp *portPicker) resolve(addr string, pinned bool) (string, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if pinned && err == nil && port != "0" {
-		return addr, nil
-	}
-	if !pinned || err != nil || host == "" {
-		host = "127.0.0.1"
-	}
-	return pp.pick(host)
-}
-
-// release unbinds every picked port.
-func (pp *portPicker) release() {
-	for _, ln := range pp.held {
-		_ = ln.Close()
-	}
-	pp.held = nil
-}
-
-// dialAddr turns a listen address into one to dial: a wildcard host
-// becomes loopback.
-func dialAddr(listen string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil {
-		return listen
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-		if ip != nil && ip.To4() == nil {
-			host = "::1"
-		}
-	}
-	return net.JoinHostPort(host, port)
 }
 
 // modelNameChars are the characters config allows in a model name.
@@ -440,74 +295,4 @@ func setCluster(cfg *config.Config, pki tlsutil.PKI, peer string) {
 	} else {
 		c.CertFile, c.KeyFile = pki.WorkerCert, pki.WorkerKey
 	}
-}
-
-// ensureDevModel writes the tiny preset into dir unless a model is there.
-func ensureDevModel(dir string, log func(string, ...any)) error {
-	if _, err := os.Stat(filepath.Join(dir, model.ConfigFile)); err == nil {
-		return nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("dev model: %w", err)
-	}
-	log("generating the dev model (preset %s) in %s", model.PresetTiny, dir)
-	if err := model.Init(dir, model.PresetTiny, 1, model.F32); err != nil {
-		return fmt.Errorf("dev model: %w", err)
-	}
-	return nil
-}
-
-// ensureModelListed adds the served model to cfg.Models when the config
-// does not list it, with the context window of its config.json (the KV
-// pools may clamp it, I2).
-func ensureModelListed(cfg *config.Config, dir string) error {
-	for _, m := range cfg.Models {
-		if m.Name == cfg.Worker.Model {
-			return nil
-		}
-	}
-	mc, err := model.LoadConfig(dir)
-	if err != nil {
-		return fmt.Errorf("model directory %s: %w", dir, err)
-	}
-	cfg.Models = append(cfg.Models, config.Model{
-		Name: cfg.Worker.Model, ContextLength: mc.MaxPositionEmbeddings, ContextPolicy: config.ContextClamp,
-	})
-	return nil
-}
-
-// ensureSecretFile returns path after creating it, when missing, with a
-// random secret (0600).
-func ensureSecretFile(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
-		return path, nil
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	var b [32]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
-	return path, writeSecret(path, hex.EncodeToString(b[:]))
-}
-
-// writeSecret writes s to path, readable by the owner only.
-func writeSecret(path, s string) error {
-	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
-		return err
-	}
-	return os.Chmod(path, 0o600) // an existing file keeps its mode otherwise
-}
-
-// writeConfigs writes every process's configuration file (0600: it may
-// name secrets).
-func (pl *upPlan) writeConfigs() error {
-	for _, p := range append([]upProcess{pl.gateway}, pl.workers...) {
-		data, err := yaml.Marshal(p.cfg)
-		if err != nil {
-			return fmt.Errorf("%s config: %w", p.name, err)
-		}
-		header := "# Written by `warden up` for its " + p.name + "; rewritten at every start.\n"
-		if err := os.WriteFile(pl.configPath(p), append([]byte(header), data...), 0o600); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/worker/model"
+)
+
+// ensureDevModel writes the tiny preset into dir unless a model is there.
+func ensureDevModel(dir string, log func(string, ...any)) error {
+	if _, err := os.Stat(filepath.Join(dir, model.ConfigFile)); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("dev model: %w", err)
+	}
+	log("generating the dev model (preset %s) in %s", model.PresetTiny, dir)
+	if err := model.Init(dir, model.PresetTiny, 1, model.F32); err != nil {
+		return fmt.Errorf("dev model: %w", err)
+	}
+	return nil
+}
+
+// ensureModelListed adds the served model to cfg.Models when the config
+// does not list it, with the context window of its config.json (the KV
+// pools may clamp it, I2).
+func ensureModelListed(cfg *config.Config, dir string) error {
+	for _, m := range cfg.Models {
+		if m.Name == cfg.Worker.Model {
+			return nil
+		}
+	}
+	mc, err := model.LoadConfig(dir)
+	if err != nil {
+		return fmt.Errorf("model directory %s: %w", dir, err)
+	}
+	cfg.Models = append(cfg.Models, config.Model{
+		Name: cfg.Worker.Model, ContextLength: mc.MaxPositionEmbeddings, ContextPolicy: config.ContextClamp,
+	})
+	return nil
+}
+
+// ensureSecretFile returns path after creating it, when missing, with a
+// random secret (0600).
+func ensureSecretFile(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) != "" {
+		return path, nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails since Go 1.24
+	return path, writeSecret(path, hex.EncodeToString(b[:]))
+}
+
+// writeSecret writes s to path, readable by the owner only.
+func writeSecret(path, s string) error {
+	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o600) // an existing file keeps its mode otherwise
+}
+
+// writeConfigs writes every process's configuration file (0600: it may
+// name secrets).
+func (pl *upPlan) writeConfigs() error {
+	for _, p := range append([]upProcess{pl.gateway}, pl.workers...) {
+		data, err := yaml.Marshal(p.cfg)
+		if err != nil {
+			return fmt.Errorf("%s config: %w", p.name, err)
+		}
+		header := "# Written by `warden up` for its " + p.name + "; rewritten at every start.\n"
+		if err := os.WriteFile(pl.configPath(p), append([]byte(header), data...), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
