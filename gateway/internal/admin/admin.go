@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/warden-ai/warden/internal/adminclient"
+	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -190,35 +191,15 @@ func auditFrom(ctx context.Context) *auditRecord {
 	return &auditRecord{}
 }
 
-// statusWriter records the status of a response.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
 // audit logs every call once it is answered.
 func (s *server) audit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.now()
 		rec := &auditRecord{}
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &obs.StatusRecorder{ResponseWriter: w}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), auditKey{}, rec)))
 
-		status := sw.status
+		status := sw.Status
 		level, outcome := slog.LevelInfo, "ok"
 		switch {
 		case status == http.StatusUnauthorized:

@@ -71,44 +71,18 @@ func (s *server) requestID(next http.Handler) http.Handler {
 	})
 }
 
-// statusWriter records the status and size of a response for the access log.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach Flush and write deadlines.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // observe recovers panics into a 500 envelope and writes one access-log
 // line per request. It never logs bodies.
 func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info := infoFrom(r.Context())
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &obs.StatusRecorder{ResponseWriter: w}
 		defer func() {
 			v := recover()
 			if v != nil && v != http.ErrAbortHandler {
 				s.logger.ErrorContext(r.Context(), "panic while serving request",
 					"request_id", info.id, "panic", v, "stack", string(debug.Stack()))
-				if sw.status == 0 {
+				if sw.Status == 0 {
 					writeError(sw, Internal())
 				} else {
 					// The status line is gone: abort the connection so the
@@ -125,8 +99,8 @@ func (s *server) observe(next http.Handler) http.Handler {
 	})
 }
 
-func (s *server) logAccess(r *http.Request, info *requestInfo, sw *statusWriter) {
-	status := sw.status
+func (s *server) logAccess(r *http.Request, info *requestInfo, sw *obs.StatusRecorder) {
+	status := sw.Status
 	switch {
 	case status == 0 && r.Context().Err() != nil:
 		status = 499 // client closed the request before an answer
@@ -143,7 +117,7 @@ func (s *server) logAccess(r *http.Request, info *requestInfo, sw *statusWriter)
 		slog.String("method", r.Method),
 		slog.String("path", r.URL.Path),
 		slog.Int("status", status),
-		slog.Int64("bytes", sw.bytes),
+		slog.Int64("bytes", sw.Bytes),
 		slog.Duration("duration", s.now().Sub(info.start)),
 	}
 	if info.clientID != "" {
