@@ -198,16 +198,7 @@ func TestShmStaleDrainAckDoesNotRelease(t *testing.T) {
 	inj := faults.New(faults.Rule{Point: faults.SendFrame, Action: faults.Mutate,
 		Match: func(e *faults.Event) bool { return e.Frame.Type == "DRAIN_ACK" },
 		Edit:  func(h *faults.Frame) { h.Epoch-- }})
-	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: inj, drainTimeout: time.Hour})
-	tk := h.ticket(2*16, 16, 0)
-	ctx := context.Background()
-	st, err := h.send.Open(ctx, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
-		t.Fatal(err)
-	}
+	h, tk, st := shmOnePageWritten(t, harnessOpts{faults: inj, drainTimeout: time.Hour})
 	h.sink.fence(tk.TransferID)
 	released := make(chan struct{}, 1)
 	h.recv.Abort(tk.TransferID, func() { released <- struct{}{} }, func() {})
@@ -236,16 +227,8 @@ func TestShmStaleDrainAckDoesNotRelease(t *testing.T) {
 // TestShmSenderDrainsFirst: prefill aborted first (the gateway told it);
 // its DRAIN_ACK arrived before decode's Abort, which then releases at once.
 func TestShmSenderDrainsFirst(t *testing.T) {
-	h := newHarness(t, SHM, 16, 4096, harnessOpts{drainTimeout: time.Hour})
-	tk := h.ticket(2*16, 16, 0)
+	h, tk, st := shmOnePageWritten(t, harnessOpts{drainTimeout: time.Hour})
 	ctx := context.Background()
-	st, err := h.send.Open(ctx, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
-		t.Fatal(err)
-	}
 	d := st.Abort()
 	if !d.Acked || d.TransferID != tk.TransferID || d.Epoch != tk.Owner.Epoch {
 		t.Errorf("drain %+v", d)
@@ -270,16 +253,8 @@ func TestShmSenderDrainsFirst(t *testing.T) {
 // TestDecodeAbortStopsShmSender: decode's ABORT frame makes an idle
 // sender drain and ack on its own; the pages are released on the ack.
 func TestDecodeAbortStopsShmSender(t *testing.T) {
-	h := newHarness(t, SHM, 16, 4096, harnessOpts{drainTimeout: time.Hour})
-	tk := h.ticket(2*16, 16, 0)
+	h, tk, st := shmOnePageWritten(t, harnessOpts{drainTimeout: time.Hour})
 	ctx := context.Background()
-	st, err := h.send.Open(ctx, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
-		t.Fatal(err)
-	}
 	h.sink.fence(tk.TransferID)
 	released := make(chan struct{})
 	h.recv.Abort(tk.TransferID, func() { close(released) }, func() { t.Error("quarantined") })
@@ -413,16 +388,7 @@ func dropDrainAck() *faults.Injector {
 // releases through the same ack (outcome drained), once.
 func TestShmWriterDrainedReleasesHold(t *testing.T) {
 	inj := dropDrainAck()
-	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: inj, drainTimeout: time.Hour})
-	tk := h.ticket(2*16, 16, 0)
-	ctx := context.Background()
-	st, err := h.send.Open(ctx, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
-		t.Fatal(err)
-	}
+	h, tk, st := shmOnePageWritten(t, harnessOpts{faults: inj, drainTimeout: time.Hour})
 	h.sink.fence(tk.TransferID)
 	released := make(chan struct{}, 1)
 	h.recv.Abort(tk.TransferID, func() { released <- struct{}{} }, func() { t.Error("quarantined") })
@@ -468,16 +434,7 @@ func TestShmWriterDrainedReleasesHold(t *testing.T) {
 // the relayed drain marks the transfer drained, so Abort releases at once
 // instead of holding pages for an ack that cannot come.
 func TestShmWriterDrainedBeforeAbort(t *testing.T) {
-	h := newHarness(t, SHM, 16, 4096, harnessOpts{faults: dropDrainAck(), drainTimeout: time.Hour})
-	tk := h.ticket(2*16, 16, 0)
-	ctx := context.Background()
-	st, err := h.send.Open(ctx, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
-		t.Fatal(err)
-	}
+	h, tk, st := shmOnePageWritten(t, harnessOpts{faults: dropDrainAck(), drainTimeout: time.Hour})
 	d := st.Abort()
 	if o := h.outcome(); !errors.Is(o.err, ErrIncomplete) {
 		t.Fatalf("outcome %+v, want the connection lost", o)
@@ -497,4 +454,22 @@ func TestShmWriterDrainedBeforeAbort(t *testing.T) {
 	if held, _ := h.recv.DeferredRelease().Pending(); held != 0 {
 		t.Errorf("%d holds left", held)
 	}
+}
+
+// shmOnePageWritten opens an shm transfer of two pages on a fresh harness
+// with opts and writes its first page: a transfer a writer is in the
+// middle of.
+func shmOnePageWritten(t *testing.T, opts harnessOpts) (*harness, *Ticket, *Stream) {
+	t.Helper()
+	h := newHarness(t, SHM, 16, 4096, opts)
+	tk := h.ticket(2*16, 16, 0)
+	ctx := context.Background()
+	st, err := h.send.Open(ctx, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	return h, tk, st
 }
