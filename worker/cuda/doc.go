@@ -35,7 +35,8 @@
 // for the pages of every step. The KV-write and attention kernels check
 // every page they touch against the chunk's expected owner; a refused page
 // is neither written nor read, and the step fails with an error wrapping
-// kvpool.ErrOwnerViolation and delivers no logits.
+// kvpool.ErrOwnerViolation and delivers no logits; the engine counts it in
+// the pool's Violations (kvpool.Pool.RecordViolation).
 package cuda
 
 //go:generate ../../scripts/gen-ptx.sh

@@ -331,6 +331,14 @@ func (e *Engine) step(ctx context.Context) {
 	}
 	e.steps.Add(1)
 	if err := e.backend.Forward(ctx, e.batch); err != nil {
+		if errors.Is(err, kvpool.ErrOwnerViolation) {
+			// The backend's own check (on the device) refused a page: the
+			// step delivered nothing to anyone in it. Count it like a
+			// refused Verify, so the alert on violations fires.
+			e.pool.RecordViolation()
+			e.log.Error("backend KV ownership check failed; the step's sequences end without its output",
+				"sequences", len(e.members), "err", err)
+		}
 		for _, s := range e.members {
 			e.finish(s, FinishError, fmt.Errorf("engine: forward step: %w", err))
 		}

@@ -55,6 +55,8 @@ type rig struct {
 
 type rigOptions struct {
 	threads, chunk, maxBatch, pages int
+	// wrap, if set, wraps the cpu backend the engine drives.
+	wrap func(engine.Backend) engine.Backend
 }
 
 func newRig(t *testing.T, o rigOptions) *rig {
@@ -74,8 +76,12 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
+	var backend engine.Backend = be
+	if o.wrap != nil {
+		backend = o.wrap(be)
+	}
 	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, MaxBatch: o.maxBatch,
-		EOS: m.EOSTokenIDs()}, be, pool, nil)
+		EOS: m.EOSTokenIDs()}, backend, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,6 +382,45 @@ func TestOwnershipViolationsProduceNoTokens(t *testing.T) {
 	r.pool.Release(victim)
 	if s := r.pool.Stats(); s.Free != s.Total {
 		t.Fatalf("pool not all free at the end: %+v", s)
+	}
+}
+
+// refusingBackend is a backend whose own page check (as the cuda
+// backend's device kernel does) refuses the step numbered refuseAt.
+type refusingBackend struct {
+	engine.Backend
+	steps, refuseAt int
+}
+
+func (b *refusingBackend) Forward(ctx context.Context, batch []engine.Chunk) error {
+	b.steps++
+	if b.steps == b.refuseAt {
+		return &kvpool.ViolationError{Page: batch[0].Pages[0], Want: batch[0].Owner, Reason: kvpool.ReasonForeignTenant}
+	}
+	return b.Backend.Forward(ctx, batch)
+}
+
+// TestBackendViolationIsCountedAndEndsTheStep: a violation the backend
+// finds itself ends every sequence of that step with an owner-violation
+// error and no token from it, and counts in the pool's Violations (the
+// warden_kv_owner_violations_total metric) like a refused Verify.
+func TestBackendViolationIsCountedAndEndsTheStep(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
+		return &refusingBackend{Backend: b, refuseAt: 3}
+	}})
+	p := prompt(9, 20, r.m.Config.VocabSize)
+	before := r.pool.Stats().Violations
+	out := r.run(t, owner("refused"), p, greedy(8))
+	if !errors.Is(out.res.Err, kvpool.ErrOwnerViolation) {
+		t.Fatalf("result %v, want an owner violation", out.res.Err)
+	}
+	// Step 1 prefills and samples the first token, step 2 the second; the
+	// third is refused and delivers nothing.
+	if len(out.tokens) != 2 {
+		t.Errorf("%d tokens, want the 2 from the steps before the refused one", len(out.tokens))
+	}
+	if got := r.pool.Stats().Violations - before; got != 1 {
+		t.Errorf("violations counted: %d, want 1", got)
 	}
 }
 

@@ -35,6 +35,16 @@ func (p *Pool) Verify(owner Owner, pages []PageID, tokens int) error {
 	return nil
 }
 
+// RecordViolation counts in Stats.Violations an owner violation that a
+// check outside Verify found: a device kernel comparing the page tags it
+// keeps with each sequence's owner (the cuda backend), which reports it as
+// an error wrapping ErrOwnerViolation from its forward step.
+func (p *Pool) RecordViolation() {
+	p.mu.Lock()
+	p.violations++
+	p.mu.Unlock()
+}
+
 // verify does Verify's checks. Called with mu held.
 func (p *Pool) verify(owner Owner, pages []PageID, tokens int) *ViolationError {
 	pt := p.pageTokens
