@@ -422,10 +422,10 @@ func (b *Backend) violation(batch []engine.Chunk) error {
 	}
 	v := &kvpool.ViolationError{Page: kvpool.PageID(page)}
 	if chunk >= 0 && int(chunk) < len(batch) {
+		// Naming the refused chunk's owner lets the engine end only its
+		// sequences and run the others' chunks again.
 		c := batch[chunk]
-		if info, ok := b.pool.Page(c.Pages[0]); ok {
-			v.Want = info.Owner
-		}
+		v.Want = c.Owner
 		for i, id := range c.Pages {
 			if id == v.Page {
 				v.Needed = min(b.opt.PageTokens, max(0, c.Start-i*b.opt.PageTokens))

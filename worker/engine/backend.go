@@ -21,6 +21,12 @@ type Backend interface {
 	//
 	// The result for a chunk must not depend on the other chunks in the
 	// batch nor on how a prompt was split into chunks (determinism).
+	//
+	// A backend that checks page tags itself fails a step it refused with
+	// a *kvpool.ViolationError whose Want is the refused chunk's Owner
+	// (zero when it cannot tell). It must then have written the other
+	// chunks' K/V as a successful step would, or not at all: the engine
+	// ends the refused owner's sequences and runs the others' chunks again.
 	Forward(ctx context.Context, batch []Chunk) error
 	// VocabSize is the length of a logits row.
 	VocabSize() int

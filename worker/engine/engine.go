@@ -331,22 +331,43 @@ func (e *Engine) step(ctx context.Context) {
 	}
 	e.steps.Add(1)
 	if err := e.backend.Forward(ctx, e.batch); err != nil {
-		if errors.Is(err, kvpool.ErrOwnerViolation) {
-			// The backend's own check (on the device) refused a page: the
-			// step delivered nothing to anyone in it. Count it like a
-			// refused Verify, so the alert on violations fires.
-			e.pool.RecordViolation()
-			e.log.Error("backend KV ownership check failed; the step's sequences end without its output",
-				"sequences", len(e.members), "err", err)
-		}
-		for _, s := range e.members {
-			e.finish(s, FinishError, fmt.Errorf("engine: forward step: %w", err))
-		}
-		e.compact()
+		e.forwardFailed(err)
 		return
 	}
 	for i, s := range e.members {
 		e.advance(s, e.batch[i])
+	}
+	e.compact()
+}
+
+// forwardFailed handles a step the backend did not complete. A refusal by
+// the backend's own page check (ErrOwnerViolation: the cuda device check)
+// counts like a refused Verify, so the violation alert fires. When the
+// refusal names the sequence it refused (ViolationError.Want), only that
+// owner's sequences end; the others run the step again on the next turn:
+// nothing of theirs advanced (no slot marked written, no token sampled),
+// the refused step wrote their K/V only with the values it will write
+// again, and their tokens do not depend on the batch (determinism). Any
+// other failure ends every sequence of the step.
+func (e *Engine) forwardFailed(err error) {
+	var v *kvpool.ViolationError
+	if errors.Is(err, kvpool.ErrOwnerViolation) {
+		e.pool.RecordViolation()
+		if errors.As(err, &v) && v.Want != (kvpool.Owner{}) &&
+			slices.ContainsFunc(e.members, func(s *sequence) bool { return s.req.Owner == v.Want }) {
+			for _, s := range e.members {
+				if s.req.Owner == v.Want {
+					e.violation(s, err)
+				}
+			}
+			e.compact()
+			return
+		}
+		e.log.Error("backend KV ownership check failed without naming a sequence; the step's sequences end without output",
+			"sequences", len(e.members), "err", err)
+	}
+	for _, s := range e.members {
+		e.finish(s, FinishError, fmt.Errorf("engine: forward step: %w", err))
 	}
 	e.compact()
 }

@@ -386,25 +386,31 @@ func TestOwnershipViolationsProduceNoTokens(t *testing.T) {
 }
 
 // refusingBackend is a backend whose own page check (as the cuda
-// backend's device kernel does) refuses the step numbered refuseAt.
+// backend's device kernels do) refuses the step numbered refuseAt, naming
+// blame's chunk (the first chunk's owner when blame is zero).
 type refusingBackend struct {
 	engine.Backend
 	steps, refuseAt int
+	blame           kvpool.Owner
 }
 
 func (b *refusingBackend) Forward(ctx context.Context, batch []engine.Chunk) error {
 	b.steps++
 	if b.steps == b.refuseAt {
-		return &kvpool.ViolationError{Page: batch[0].Pages[0], Want: batch[0].Owner, Reason: kvpool.ReasonForeignTenant}
+		want := b.blame
+		if want == (kvpool.Owner{}) {
+			want = batch[0].Owner
+		}
+		return &kvpool.ViolationError{Page: batch[0].Pages[0], Want: want, Reason: kvpool.ReasonForeignTenant}
 	}
 	return b.Backend.Forward(ctx, batch)
 }
 
-// TestBackendViolationIsCountedAndEndsTheStep: a violation the backend
-// finds itself ends every sequence of that step with an owner-violation
-// error and no token from it, and counts in the pool's Violations (the
+// TestBackendViolationIsCountedAndEndsTheSequence: a violation the backend
+// finds itself ends the refused sequence with an owner-violation error and
+// no token from that step, and counts in the pool's Violations (the
 // warden_kv_owner_violations_total metric) like a refused Verify.
-func TestBackendViolationIsCountedAndEndsTheStep(t *testing.T) {
+func TestBackendViolationIsCountedAndEndsTheSequence(t *testing.T) {
 	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
 		return &refusingBackend{Backend: b, refuseAt: 3}
 	}})
@@ -421,6 +427,40 @@ func TestBackendViolationIsCountedAndEndsTheStep(t *testing.T) {
 	}
 	if got := r.pool.Stats().Violations - before; got != 1 {
 		t.Errorf("violations counted: %d, want 1", got)
+	}
+}
+
+// TestBackendViolationSparesTheOtherSequences: when the backend refuses
+// one sequence of a batch, the others run that step again and end with
+// exactly the tokens they produce alone.
+func TestBackendViolationSparesTheOtherSequences(t *testing.T) {
+	thief, a, b := owner("thief"), owner("bystander-a"), owner("bystander-b")
+	vocab := tinyModel(t).Config.VocabSize
+	prompts := map[kvpool.Owner][]int32{thief: prompt(11, 24, vocab), a: prompt(12, 40, vocab), b: prompt(13, 7, vocab)}
+	alone := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 4})
+	want := map[kvpool.Owner][]int32{}
+	for _, o := range []kvpool.Owner{a, b} {
+		want[o] = alone.run(t, o, prompts[o], greedy(12)).tokens
+	}
+
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 4, wrap: func(be engine.Backend) engine.Backend {
+		return &refusingBackend{Backend: be, refuseAt: 4, blame: thief}
+	}})
+	streams := map[kvpool.Owner]*engine.Stream{}
+	for _, o := range []kvpool.Owner{thief, a, b} {
+		streams[o] = r.submit(t, o, prompts[o], greedy(12))
+	}
+	if out := collect(t, streams[thief]); !errors.Is(out.res.Err, kvpool.ErrOwnerViolation) {
+		t.Errorf("refused sequence: %v, want an owner violation", out.res.Err)
+	}
+	for _, o := range []kvpool.Owner{a, b} {
+		out := collect(t, streams[o])
+		if out.res.Err != nil || !slices.Equal(out.tokens, want[o]) {
+			t.Errorf("%s: %v, tokens %v; want %v as alone", o.Request, out.res.Err, out.tokens, want[o])
+		}
+	}
+	if v := r.pool.Stats().Violations; v != 1 {
+		t.Errorf("violations counted: %d, want 1", v)
 	}
 }
 
