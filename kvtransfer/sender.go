@@ -165,6 +165,9 @@ type Drain struct {
 	Acked bool
 }
 
+// IsZero reports whether d names no transfer: nothing was left to stop.
+func (d Drain) IsZero() bool { return d.TransferID == TransferID{} }
+
 // PageSource yields the pages of a transfer.
 type PageSource interface {
 	// Page returns the bytes of page index i (the ticket's PageBytes long).

@@ -225,7 +225,7 @@ func (w *Worker) drainStream(e *entry, st *kvtransfer.Stream) {
 // it to decode, whose DRAIN_ACK for it may have been lost with the
 // connection. The zero Drain (nothing was left to stop) records nothing.
 func (w *Worker) noteDrain(e *entry, d kvtransfer.Drain) {
-	if d.TransferID == (kvtransfer.TransferID{}) {
+	if d.IsZero() {
 		return
 	}
 	w.mu.Lock()

@@ -121,15 +121,15 @@ func (w *Worker) abort(ctx context.Context, req *controlpb.AbortRequest) (*contr
 	var d *controlpb.Drain
 	if drained {
 		w.mu.Lock()
-		d = drainPB(e.drain, e.drain.TransferID != (kvtransfer.TransferID{}))
+		d = drainPB(e.drain)
 		w.mu.Unlock()
 	}
 	return &controlpb.AbortResponse{Found: true, Drained: drained, Drain: d}, nil
 }
 
-// drainPB converts a recorded drain (ok false: none) for AbortResponse.
-func drainPB(d kvtransfer.Drain, ok bool) *controlpb.Drain {
-	if !ok {
+// drainPB converts a recorded drain for AbortResponse; nil for none.
+func drainPB(d kvtransfer.Drain) *controlpb.Drain {
+	if d.IsZero() {
 		return nil
 	}
 	return &controlpb.Drain{TransferId: d.TransferID.String(), Epoch: d.Epoch}

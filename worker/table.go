@@ -286,19 +286,19 @@ func (t *tombstones) add(key reqKey, epoch uint64, st error, now time.Time) {
 
 // setDrain records d (if set) on the tombstone of key's attempt at epoch.
 func (t *tombstones) setDrain(key reqKey, epoch uint64, d kvtransfer.Drain) {
-	if ts, ok := t.m[key]; ok && ts.epoch == epoch && d.TransferID != (kvtransfer.TransferID{}) {
+	if ts, ok := t.m[key]; ok && ts.epoch == epoch && !d.IsZero() {
 		ts.drain = d
 		t.m[key] = ts
 	}
 }
 
-// drain returns the transfer drain recorded for key's attempt at epoch.
-func (t *tombstones) drain(key reqKey, epoch uint64) (kvtransfer.Drain, bool) {
-	ts, ok := t.m[key]
-	if !ok || ts.epoch != epoch || ts.drain.TransferID == (kvtransfer.TransferID{}) {
-		return kvtransfer.Drain{}, false
+// drain returns the transfer drain recorded for key's attempt at epoch;
+// the zero Drain when none was.
+func (t *tombstones) drain(key reqKey, epoch uint64) kvtransfer.Drain {
+	if ts, ok := t.m[key]; ok && ts.epoch == epoch {
+		return ts.drain
 	}
-	return ts.drain, true
+	return kvtransfer.Drain{}
 }
 
 // check returns the status an attempt at epoch ended with, or nil.
