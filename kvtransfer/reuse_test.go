@@ -137,16 +137,7 @@ func TestNoReuseConfigured(t *testing.T) {
 // between frames (verifying pages as they are sealed) ends the session,
 // fails the transfer and returns.
 func TestReceiverCloseDuringShmTransfer(t *testing.T) {
-	h := newHarness(t, SHM, 8, 4096, harnessOpts{})
-	tk := h.ticket(4*16, 16, 0)
-	ctx := context.Background()
-	st, err := h.send.Open(ctx, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Push(ctx, 0, 0, h.randomPages(1)[0]); err != nil {
-		t.Fatal(err)
-	}
+	h, tk, st := shmOnePageWritten(t, harnessOpts{})
 	h.recv.Close()
 	if o := h.outcome(); o.err == nil {
 		t.Fatal("transfer completed")
