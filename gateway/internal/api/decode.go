@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/warden-ai/warden/tenant"
 )
 
 // Limits on fields this layer checks itself.
@@ -17,8 +19,8 @@ const (
 
 // MaxPriority is the highest request priority a client may send; whether
 // its tenant may use it is for the Service to decide (the tenant's
-// max_priority).
-const MaxPriority = 1000
+// max_priority, which cannot exceed the same ceiling).
+const MaxPriority = tenant.MaxRequestPriority
 
 // fields is a request body split into its top-level fields.
 type fields map[string]json.RawMessage
