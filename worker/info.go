@@ -48,7 +48,7 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 		TransferBackend: string(wc.Transfer.Backend),
 		HostId:          hostID(hostname),
 		TokenizerSha256: w.assets.TokenizerSha256,
-		ModelMaxContext: int64(w.rt.Model.Config.MaxPositionEmbeddings),
+		ModelMaxContext: int64(w.rt.Model.Config.ContextLength()),
 		Backend:         string(wc.Backend),
 		Version:         version,
 	}
