@@ -194,23 +194,30 @@ func TestParseConfigErrors(t *testing.T) {
 
 func TestConfigJSONRoundTrip(t *testing.T) {
 	for _, name := range PresetNames() {
-		c, err := PresetConfig(name)
-		if err != nil {
-			t.Fatal(err)
+		for _, fam := range FamilyNames() {
+			checkRoundTrip(t, name, fam)
 		}
-		bos := int32(1)
-		c.BOSTokenID, c.EOSTokenIDs, c.TorchDType = &bos, TokenIDs{2, 3}, "float32"
-		data, err := json.Marshal(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := ParseConfig(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(back, c) {
-			t.Fatalf("%s: round trip changed config:\n%+v\n%+v", name, c, back)
-		}
+	}
+}
+
+func checkRoundTrip(t *testing.T, name, fam string) {
+	t.Helper()
+	c, err := FamilyPresetConfig(name, fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bos := int32(1)
+	c.BOSTokenID, c.EOSTokenIDs, c.TorchDType = &bos, TokenIDs{2, 3}, "float32"
+	data, err := json.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Fatalf("%s %s: round trip changed config:\n%+v\n%+v", name, fam, c, back)
 	}
 }
 
