@@ -26,22 +26,6 @@ func openTiny(t *testing.T, dtype model.DType) *model.Model {
 	return openTinyFamily(t, "llama", dtype)
 }
 
-// openTinyFamily writes and loads the tiny preset shaped as family (see
-// model.FamilyPresetConfig) in dtype.
-func openTinyFamily(t *testing.T, family string, dtype model.DType) *model.Model {
-	t.Helper()
-	dir := t.TempDir()
-	if err := model.InitFamily(dir, model.PresetTiny, family, 1, dtype); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
 // newGPU builds a cuda backend over m with a pool of pages pages.
 func newGPU(t *testing.T, m *model.Model, pages int, poolCfg kvpool.Config) (*Backend, *kvpool.Pool) {
 	t.Helper()
