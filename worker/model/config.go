@@ -56,8 +56,9 @@ const (
 	maxConfigPositions = 1 << 30
 )
 
-// Config is a Llama-family config.json after defaults are applied: every
-// size field is set and valid once ParseConfig or LoadConfig returns it.
+// Config is the config.json of a supported family (see Family) after
+// defaults are applied: every size field is set and valid once ParseConfig
+// or LoadConfig returns it.
 // Marshalling a Config writes a config.json that Hugging Face transformers
 // and ParseConfig both read back unchanged.
 type Config struct {
