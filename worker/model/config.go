@@ -30,8 +30,8 @@ var (
 	ErrUnsupportedArchitecture = errors.New("unsupported model architecture")
 )
 
-// Supported architectures (config.json "architectures"). See family.go
-// for what sets them apart.
+// Supported architectures (config.json "architectures"); Family says
+// what sets them apart.
 const (
 	ArchLlama   = "LlamaForCausalLM"
 	ArchMistral = "MistralForCausalLM"
