@@ -116,7 +116,7 @@ func TestProbeFindsBrokenAdmission(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the broken warden: %v\n%s", err, out)
 	}
-	info, keyB := probeUp(t, bin, []string{"WARDEN_BROKEN=" + "admission"}, "--single")
+	info, keyB := probeUp(t, bin, []string{"WARDEN_BROKEN=admission"})
 	code, rep, out := runProbe(t, info, keyB)
 	if code != 1 {
 		t.Fatalf("warden probe against a broken admission exited %d, want 1:\n%s", code, out)

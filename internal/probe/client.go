@@ -61,6 +61,10 @@ type chatRequest struct {
 	Abort abortMode
 	// AbortAfter is the number of streamed events before abortMidStream.
 	AbortAfter int
+	// OneRetry retries a 429 or 503 once instead of maxRetries times:
+	// for a prompt past the context, whose first answer other than 400
+	// is already the evidence.
+	OneRetry bool
 }
 
 // chatResult is what came back.
@@ -102,7 +106,11 @@ func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) 
 			return chatResult{}, errBudget
 		}
 		res, err := c.chatOnce(ctx, req)
-		if err != nil || !retryable(res) || try >= maxRetries {
+		limit := maxRetries
+		if req.OneRetry {
+			limit = 1
+		}
+		if err != nil || !retryable(res) || try >= limit {
 			return res, err
 		}
 		wait := res.retryAfter

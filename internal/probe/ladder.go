@@ -118,7 +118,7 @@ func (r *run) runJob(ctx context.Context, j ladderJob, t *tally) error {
 	mp := r.gen.markedPrompt(r.wordsFor(j.tokens))
 	label := fmt.Sprintf("key %s, ~%d-token prompt, markers %s…%s", j.client.label, j.tokens, mp.Markers[0], mp.Markers[2])
 	r.index.add(label, mp)
-	res, err := j.client.chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens, Abort: j.abort, AbortAfter: j.after})
+	res, err := j.client.chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens, Abort: j.abort, AbortAfter: j.after, OneRetry: j.over})
 	if errors.Is(err, errBudget) || ctx.Err() != nil {
 		return errBudget
 	}
