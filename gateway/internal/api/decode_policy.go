@@ -44,7 +44,8 @@ func isInternalField(name string) bool {
 	switch name {
 	case "cache_salt", "kv_transfer_params", "transfer_params",
 		"request_id", "tenant", "tenant_id", "worker", "worker_id", "worker_address",
-		"prefill_worker", "decode_worker", "page_ids", "epoch", "data_parallel_rank":
+		"prefill_worker", "decode_worker", "page_ids", "epoch", "data_parallel_rank",
+		"bootstrap_host", "bootstrap_port", "bootstrap_room":
 		return true
 	}
 	return strings.HasPrefix(strings.ToLower(name), "warden")
@@ -67,6 +68,8 @@ func fieldDefaults(name string) ([]any, bool) {
 		return []any{""}, true
 	case "best_of", "repetition_penalty":
 		return []any{1.0}, true
+	case "lora_request", "lora_name":
+		return nil, true
 	case "top_k":
 		return []any{0.0, -1.0}, true
 	case "tools", "functions", "stop_token_ids":
