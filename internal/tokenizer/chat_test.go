@@ -166,19 +166,37 @@ func TestTemplateWithoutTrimKeepsWhitespace(t *testing.T) {
 	if !reflect.DeepEqual(ids, mustEncode(t, tk, want)) {
 		t.Fatal("cut changed the tokenization")
 	}
-	// Content rendered twice, or not at all, is fine.
+	// Content rendered twice, transformed, or not at all, is fine.
 	tk = withTemplate(t, 512, `{{ messages[0].content }}|{{ messages[0].content | upper }}|{{ messages | length }}`)
 	ids, err = tk.ApplyChatTemplate([]Message{{Role: "user", Content: "hé"}, {Role: "user", Content: "dropped"}}, false)
-	if err != nil || mustDecode(t, tk, ids) != "hé|hé|2" {
+	if err != nil || mustDecode(t, tk, ids) != "hé|HÉ|2" {
 		t.Fatalf("got %q, %v", mustDecode(t, tk, ids), err)
 	}
 }
 
-func TestTemplateAlteringContentIsAnError(t *testing.T) {
-	tk := withTemplate(t, 512, `{% for m in messages %}{{ m.content[1:] }}{% endfor %}`)
-	_, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "hello"}}, false)
-	if !errors.Is(err, ErrChatTemplate) {
-		t.Fatalf("err %v", err)
+func TestTemplateTransformsContent(t *testing.T) {
+	tk := withTemplate(t, 512, `{% for m in messages %}{{ m.content[1:] }}|{{ m.content | tojson }}|{{ m.content.split('</think>')[-1] }}{% endfor %}`)
+	ids, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "hel\"lo</think>é"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mustDecode(t, tk, ids), `el"lo</think>é|"hel\"lo</think>é"|é`; got != want {
+		t.Fatalf("decoded %q, want %q", got, want)
+	}
+}
+
+func TestTemplateUsingSpecialLiteralIsAnError(t *testing.T) {
+	for _, tmpl := range []string{
+		`{{ '<|eot_id|>'[1:] }}`,
+		`{{ '<|eot_id|>' | length }}`,
+		`{% if '<|eot_id|>' in messages[0].content %}x{% endif %}`,
+		`{{ raise_exception('no ' + '<|eot_id|>') }}`,
+	} {
+		tk := withTemplate(t, 512, tmpl)
+		_, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "a<|eot_id|>"}}, false)
+		if !errors.Is(err, ErrChatTemplate) || strings.Contains(err.Error(), markOpen) {
+			t.Errorf("%s: err %v", tmpl, err)
+		}
 	}
 }
 
@@ -241,7 +259,7 @@ func FuzzChatTemplate(f *testing.F) {
 			strings.Contains(template, "range") || strings.Contains(template, "macro") {
 			return // unbounded loops, repetition and recursion: see ApplyChatTemplate
 		}
-		tmpl, err := compileTemplate(template)
+		tmpl, err := compileChatTemplate(template, base.specialTokens())
 		if err != nil {
 			return
 		}

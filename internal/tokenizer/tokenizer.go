@@ -37,8 +37,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // Sentinel errors; callers map them with errors.Is.
@@ -110,7 +108,7 @@ type Tokenizer struct {
 	hasBOS             bool
 	eos                []int32
 
-	chat    *jinja.Template
+	chat    *chatTemplate
 	chatSrc string
 
 	sha string

