@@ -17,20 +17,24 @@ mkdir -p "$dir"
 exec 9>"$dir/.lock"
 flock 9
 
-missing=()
 for spec in "$@"; do
-  name="${spec%@*}"
-  version="${spec##*@}"
-  if [[ -z "$name" || "$name" == "$spec" ]]; then
+  if [[ "${spec%@*}" == "" || "${spec%@*}" == "$spec" ]]; then
     echo "$0: $spec: want PKG@VERSION" >&2
     exit 2
   fi
-  have=""
-  if [[ -f "$dir/node_modules/$name/package.json" ]]; then
-    have="$(node -p 'require(process.argv[1]).version' "$dir/node_modules/$name/package.json")"
-  fi
-  [[ "$have" == "$version" ]] || missing+=("$spec")
 done
+# The specs not installed at their version (one node start for all).
+mapfile -t missing < <(node -e '
+  const fs = require("fs");
+  const [dir, ...specs] = process.argv.slice(1);
+  for (const spec of specs) {
+    const at = spec.lastIndexOf("@");
+    let have = "";
+    try {
+      have = JSON.parse(fs.readFileSync(`${dir}/node_modules/${spec.slice(0, at)}/package.json`)).version;
+    } catch (e) {}
+    if (have !== spec.slice(at + 1)) console.log(spec);
+  }' "$dir" "$@")
 if [[ ${#missing[@]} -gt 0 ]]; then
   npm install --prefix "$dir" --save-exact --no-audit --no-fund --ignore-scripts \
     --loglevel=error "${missing[@]}" >&2
