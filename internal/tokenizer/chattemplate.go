@@ -31,13 +31,26 @@ const (
 	markClose = "\uFDD1"
 )
 
-// Filters replaced by Python-exact versions: the engine's tojson sorts keys
-// and formats numbers the Go way when indenting; its trim strips Go's
-// whitespace (not U+001C-U+001F). The template source is rewritten to call
-// these names, passed in as variables.
+// The template source is rewritten where the engine differs from Python:
+//   - the tojson and trim filters call Python-exact versions passed in as
+//     variables (the engine's tojson sorts keys and formats numbers the Go
+//     way when indenting; its trim keeps U+001C-U+001F, which Python strips);
+//   - str.strip(), lstrip() and rstrip() without arguments get Python's
+//     white space as their argument (the engine's lstrip/rstrip strip only
+//     space, tab, CR and LF).
 const filterPrefix = "__warden_"
 
-var overriddenFilter = regexp.MustCompile(`\|(\s*)(tojson|trim)\b`)
+var (
+	overriddenFilter = regexp.MustCompile(`\|(\s*)(tojson|trim)\b`)
+	bareStrip        = regexp.MustCompile(`\.(strip|lstrip|rstrip)\(\s*\)`)
+)
+
+// pySpaceVar names the variable holding every character Python's
+// str.strip() strips.
+const pySpaceVar = filterPrefix + "pyspace"
+
+const pySpaceChars = "\t\n\v\f\r\x1c\x1d\x1e\x1f \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004" +
+	"\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 
 func compileChatTemplate(src string, specials []addedToken) (*chatTemplate, error) {
 	var b [16]byte
@@ -145,7 +158,8 @@ func rewriteTemplate(src string, mark func(string) string) string {
 func rewriteTag(out *strings.Builder, src, closer string, mark func(string) string) string {
 	code := 0 // src[:code] is code not yet written
 	flush := func(end int) {
-		out.WriteString(overriddenFilter.ReplaceAllString(src[code:end], "|${1}"+filterPrefix+"${2}"))
+		c := overriddenFilter.ReplaceAllString(src[code:end], "|${1}"+filterPrefix+"${2}")
+		out.WriteString(bareStrip.ReplaceAllString(c, ".${1}("+pySpaceVar+")"))
 	}
 	for i := 0; i < len(src); {
 		switch c := src[i]; {

@@ -198,6 +198,7 @@ func decodeJSON(dec *json.Decoder, depth int) (jinja.Value, error) {
 func addFilters(data map[string]jinja.Value, now time.Time) {
 	data[filterPrefix+"tojson"] = jinja.NewCallable("tojson", pyToJSON)
 	data[filterPrefix+"trim"] = jinja.NewCallable("trim", pyTrim)
+	data[pySpaceVar] = jinja.NewString(pySpaceChars)
 	data["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		if len(args) != 1 || !args[0].IsString() {
 			return jinja.Value{}, errors.New("strftime_now: want one format string")
