@@ -2,10 +2,13 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ardanlabs/jinja"
 )
 
 var conversation = []Message{
@@ -275,6 +278,69 @@ func FuzzChatTemplate(f *testing.F) {
 					t.Fatalf("special token %d from template %q, content %q", id, template, content)
 				}
 			}
+		}
+	})
+}
+
+// TestChatMarkersHonourTokenOptions: a special token the template writes
+// takes the whitespace around it (lstrip, rstrip) and is no token inside a
+// word (single_word), exactly as when the render is tokenized whole.
+func TestChatMarkersHonourTokenOptions(t *testing.T) {
+	tj := handVocab{added: []string{
+		`{"content": "<L>", "lstrip": true, "special": true}`,
+		`{"content": "<R>", "rstrip": true, "special": true}`,
+		`{"content": "<W>", "single_word": true, "special": true}`,
+		`{"content": "<P>", "special": false}`,
+	}}.json()
+	var cfg bytes.Buffer
+	cfg.WriteString(`{"chat_template": `)
+	writeJSONString(&cfg, "{% for m in messages %}a  <L>  {{ m.content }}  <R>  b{{ m.content }}<W>c <W> {{ m.content }}<P> <L><R>{% endfor %}")
+	cfg.WriteString("}")
+	tk := mustParse(t, tj, cfg.Bytes())
+	for _, content := range []string{"x", " ", "", "<P>"} {
+		msgs := []Message{{Role: "user", Content: content}}
+		text, err := tk.RenderChat(msgs, ChatOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := tk.EncodeChat(msgs, ChatOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := mustEncodeSpecial(t, tk, text); !reflect.DeepEqual(ids, want) {
+			t.Errorf("content %q: ids %v, want %v (render %q)", content, ids, want, text)
+		}
+	}
+}
+
+// FuzzChatJSON decodes tools and tool-call arguments (client bytes): errors
+// are fine, panics are not, and tojson writes back the same JSON value.
+func FuzzChatJSON(f *testing.F) {
+	for _, s := range []string{`{"a": [1, 2.5, -0.0, 1e400, "x\u2028"], "b": {"c": null, "d": true}}`, `[]`, `"s"`, `1e-7`, `{"a":1,"a":2}`, `{`, `12345678901234567890`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		v, err := parseJSONValue(raw)
+		if err != nil {
+			return
+		}
+		out, err := pyToJSON([]jinja.Value{v}, nil)
+		if err != nil {
+			t.Fatalf("tojson of %q: %v", raw, err)
+		}
+		s := out.AsString()
+		if strings.Contains(s, "Infinity") || strings.Contains(s, "NaN") {
+			return // Python's spelling of non-finite numbers is not JSON
+		}
+		var a, b any
+		if err := json.Unmarshal(raw, &a); err != nil {
+			t.Fatalf("parsed %q, which encoding/json refuses: %v", raw, err)
+		}
+		if err := json.Unmarshal([]byte(s), &b); err != nil {
+			t.Fatalf("tojson wrote %q: %v", s, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%q came back as %q", raw, s)
 		}
 	})
 }
