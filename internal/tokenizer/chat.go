@@ -14,7 +14,9 @@ type Message struct {
 	// Role is "system", "user", "assistant", "tool" or another role the
 	// template accepts: 1-64 characters of [A-Za-z0-9_-].
 	Role string
-	// Content is the message text. It is always passed as a string.
+	// Content is the message text, always passed as a string: "" for an
+	// assistant message with only tool calls (as vLLM passes an OpenAI
+	// client's null; Qwen3's template fails on none).
 	Content string
 	// ReasoningContent is an assistant's reasoning from an earlier turn
 	// (reasoning_content; Qwen3 and DeepSeek-R1 templates read it).
