@@ -344,3 +344,27 @@ func FuzzChatJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncodeChat against BenchmarkEncodeChatText: what rendering the
+// template (twice, see EncodeChat) adds to tokenizing the rendered text.
+func BenchmarkEncodeChat(b *testing.B) {
+	tk := presetTokenizer(b, 512)
+	for b.Loop() {
+		if _, err := tk.EncodeChat(conversation, ChatOptions{AddGenerationPrompt: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeChatText(b *testing.B) {
+	tk := presetTokenizer(b, 512)
+	text, err := tk.RenderChat(conversation, ChatOptions{AddGenerationPrompt: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := tk.EncodeSpecial(text); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
