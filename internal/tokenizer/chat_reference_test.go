@@ -32,7 +32,7 @@ var referenceTemplates = []string{
 // featuresTemplate exercises, with every conversation, the engine features
 // where it had to be brought in line with Python.
 const featuresTemplate = `{%- for m in messages %}
-[{{ m.content.strip() }}|{{ m.content.lstrip() }}|{{ m.content.rstrip() }}|{{ m.content | trim }}|{{ m.content | trim('x') }}|
+[{% generation %}{{ m.content.strip() }}{% endgeneration %}|{{ m.content.lstrip() }}|{{ m.content.rstrip() }}|{{ m.content | trim }}|{{ m.content | trim('x') }}|
 {{- m.content | tojson }}|{{ m.content | tojson(ensure_ascii=true) }}|{{ m.content.split('</think>')[-1].lstrip('\n') }}|{{ m.content[1:-1] }}|{{ m.role | upper }}]
 {% endfor %}
 {{- tools | tojson(indent=2) }}

@@ -3,7 +3,8 @@
 
 Renders chat templates with Python jinja2 set up the way Hugging Face
 transformers' apply_chat_template sets it up: an ImmutableSandboxedEnvironment
-with trim_blocks, lstrip_blocks and the loopcontrols extension, a tojson
+with trim_blocks, lstrip_blocks, the loopcontrols extension and the
+{% generation %} tag, a tojson
 filter calling json.dumps(ensure_ascii=False, ...), raise_exception and
 strftime_now (here with a fixed time, for repeatable tests).
 
@@ -16,8 +17,23 @@ import sys
 from datetime import datetime
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class AssistantTracker(Extension):
+    """transformers' {% generation %} tag, without the mask it records."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render", []), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
 
 
 def compile_template(source, now):
@@ -32,7 +48,7 @@ def compile_template(source, now):
         return now.strftime(fmt)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[AssistantTracker, loopcontrols])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
