@@ -121,15 +121,7 @@ func rewriteTemplate(src string, mark func(string) string) string {
 	}
 	var out strings.Builder
 	for len(src) > 0 {
-		open := strings.Index(src, "{")
-		for open >= 0 && (open+1 >= len(src) || !strings.ContainsRune("{%#", rune(src[open+1]))) {
-			next := strings.Index(src[open+1:], "{")
-			if next < 0 {
-				open = -1
-				break
-			}
-			open += 1 + next
-		}
+		open := tagStart(src)
 		if open < 0 {
 			out.WriteString(mark(src))
 			break
@@ -137,7 +129,7 @@ func rewriteTemplate(src string, mark func(string) string) string {
 		out.WriteString(mark(src[:open]))
 		closer := map[byte]string{'{': "}}", '%': "%}", '#': "#}"}[src[open+1]]
 		src = src[open:]
-		if closer == "#}" {
+		if closer == "#}" { // a comment: copied as it is
 			end := strings.Index(src[2:], closer)
 			if end < 0 {
 				out.WriteString(src)
@@ -153,10 +145,20 @@ func rewriteTemplate(src string, mark func(string) string) string {
 	return out.String()
 }
 
+// tagStart returns the index of the first "{{", "{%" or "{#" in s, or -1.
+func tagStart(s string) int {
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] == '{' && strings.IndexByte("{%#", s[i+1]) >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
 // rewriteTag copies one tag's body and its closer from src to out and
 // returns what follows.
 func rewriteTag(out *strings.Builder, src, closer string, mark func(string) string) string {
-	code := 0 // src[:code] is code not yet written
+	code := 0 // src[code:i] is code not yet written
 	flush := func(end int) {
 		c := overriddenFilter.ReplaceAllString(src[code:end], "|${1}"+filterPrefix+"${2}")
 		out.WriteString(bareStrip.ReplaceAllString(c, ".${1}("+pySpaceVar+")"))
