@@ -45,13 +45,6 @@ var (
 	bareStrip        = regexp.MustCompile(`\.(strip|lstrip|rstrip)\(\s*\)`)
 )
 
-// pySpaceVar names the variable holding every character Python's
-// str.strip() strips.
-const pySpaceVar = filterPrefix + "pyspace"
-
-const pySpaceChars = "\t\n\v\f\r\x1c\x1d\x1e\x1f \u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004" +
-	"\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
-
 func compileChatTemplate(src string, specials []addedToken) (*chatTemplate, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -347,10 +340,4 @@ func (r *rendered) parts(t *Tokenizer) []part {
 		}
 	}
 	return append(parts, part{text: r.text[prev:], m: t.plain})
-}
-
-// pySpace reports whether Python's str.strip() strips r: Go's white space
-// plus the separators U+001C-U+001F.
-func pySpace(r rune) bool {
-	return unicode.IsSpace(r) || 0x1c <= r && r <= 0x1f
 }
