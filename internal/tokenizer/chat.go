@@ -171,7 +171,29 @@ func (t *Tokenizer) EncodeChat(msgs []Message, opts ChatOptions) ([]int32, error
 	if err != nil {
 		return nil, err
 	}
-	return t.encodeParts(r.parts(t))
+	parts := r.parts(t)
+	ids, err := t.encodeParts(parts)
+	if err != nil {
+		return nil, err
+	}
+	// Belt and braces: every special token must be one the template wrote
+	// (a vocabulary in which plain text could merge into a special token's
+	// ID would break that).
+	written := 0
+	for _, p := range parts {
+		if p.m == t.special {
+			written++
+		}
+	}
+	for _, id := range ids {
+		if t.IsSpecial(id) {
+			written--
+		}
+	}
+	if written != 0 {
+		return nil, fmt.Errorf("%w: plain text tokenized into a special token", ErrChatTemplate)
+	}
+	return ids, nil
 }
 
 func checkRole(role string) error {
