@@ -377,3 +377,24 @@ func TestRewriteTemplate(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 }
+
+// TestChatRefusesSpecialFromMerges: a vocabulary in which plain text merges
+// into a special token's ID is refused rather than tokenized into control
+// tokens.
+func TestChatRefusesSpecialFromMerges(t *testing.T) {
+	tj := handVocab{
+		extra:  []string{"ab"},
+		merges: []string{"a b"},
+		added:  []string{`{"content": "ab", "special": true}`},
+	}.json()
+	var cfg bytes.Buffer
+	cfg.WriteString(`{"chat_template": "{{ messages[0].content }}"}`)
+	tk := mustParse(t, tj, cfg.Bytes())
+	if _, err := tk.EncodeChat([]Message{{Role: "user", Content: "xyz"}}, ChatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tk.EncodeChat([]Message{{Role: "user", Content: "ab"}}, ChatOptions{})
+	if !errors.Is(err, ErrChatTemplate) {
+		t.Fatalf("err %v", err)
+	}
+}
