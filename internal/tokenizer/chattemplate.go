@@ -45,6 +45,8 @@ var (
 	bareStrip        = regexp.MustCompile(`\.(strip|lstrip|rstrip)\(\s*\)`)
 )
 
+// compileChatTemplate compiles src as it is (filters made Python-exact) and
+// with specials' literals replaced by markers under a fresh secret.
 func compileChatTemplate(src string, specials []addedToken) (*chatTemplate, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
