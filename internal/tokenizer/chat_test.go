@@ -398,3 +398,34 @@ func TestChatRefusesSpecialFromMerges(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestEncodeChatConcurrent: one tokenizer renders for many requests at once
+// (run with -race).
+func TestEncodeChatConcurrent(t *testing.T) {
+	tk := withTemplate(t, 512, llamaStyleTemplate)
+	want, err := tk.EncodeChat(conversation, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 20 {
+				got, err := tk.EncodeChat(conversation, ChatOptions{})
+				if err == nil && !reflect.DeepEqual(got, want) {
+					err = errors.New("different tokens")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
