@@ -18,9 +18,10 @@
 // decoding does not apply clean_up_tokenization_spaces.
 //
 // Safety: [Tokenizer.Encode] never turns text into special (control) tokens,
-// whatever the text contains; only [Tokenizer.EncodeSpecial] and the template
-// parts of [Tokenizer.ApplyChatTemplate] do. User content therefore cannot
-// inject control tokens such as <|eot_id|>. [Parse] treats its input as
+// whatever the text contains; only [Tokenizer.EncodeSpecial] and
+// [Tokenizer.EncodeChat], where the chat template itself wrote them, do.
+// Request text therefore cannot inject control tokens such as <|eot_id|>,
+// even after the template transformed it. [Parse] treats its input as
 // untrusted. The chat template itself is trusted configuration, like the
 // weights: the Jinja engine bounds neither loops over range() nor macro
 // recursion, so templates must come from the operator's model directory (or
@@ -37,8 +38,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
-	"github.com/ardanlabs/jinja"
 )
 
 // Sentinel errors; callers map them with errors.Is.
@@ -110,7 +109,7 @@ type Tokenizer struct {
 	hasBOS             bool
 	eos                []int32
 
-	chat    *jinja.Template
+	chat    *chatTemplate
 	chatSrc string
 
 	sha string
