@@ -308,7 +308,7 @@ func waitQuiet(t *testing.T, ws ...*started) {
 		var last string
 		ok := poll(30*time.Second, func() bool {
 			s := w.rt.Pool.Stats()
-			if s.Free+s.Reserved+s.InUse+s.Quarantined != s.Total {
+			if s.Free+s.Reserved+s.InUse+s.Cached+s.Quarantined != s.Total {
 				t.Fatalf("worker %s: pool accounting broken: %+v", w.id, s)
 			}
 			w.mu.Lock()
