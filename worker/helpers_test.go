@@ -301,7 +301,8 @@ func generate(t *testing.T, c controlpb.WorkerClient, req *controlpb.GenerateReq
 func code(err error) codes.Code { return status.Code(err) }
 
 // waitQuiet waits until every worker has nothing in flight and its pool
-// balances with every page free, and fails the test otherwise.
+// balances with every page available (free, or cached and unreferenced),
+// and fails the test otherwise.
 func waitQuiet(t *testing.T, ws ...*started) {
 	t.Helper()
 	for _, w := range ws {
@@ -319,7 +320,7 @@ func waitQuiet(t *testing.T, ws ...*started) {
 				held, _ = w.receiver.DeferredRelease().Pending()
 			}
 			last = fmt.Sprintf("%+v, %d table entries, %d deferred releases", s, n, held)
-			return s.Free == s.Total && n == 0 && held == 0
+			return s.AvailableNow() == s.Total && n == 0 && held == 0
 		})
 		if !ok {
 			t.Fatalf("worker %s did not settle: %s", w.id, last)
