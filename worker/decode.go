@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
@@ -249,6 +250,10 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 		w.finish(e, st)
 		return st
 	}
+	if px != nil {
+		// Sent with the first event: the tokens the reservation reused.
+		srv.SetHeader(metadata.Pairs(cachekey.MetadataCachedTokens, strconv.Itoa(px.Hit*w.capacity.PageTokens)))
+	}
 	es, err := w.rt.Engine.Submit(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
 	})
@@ -275,7 +280,6 @@ func (w *Worker) serve(ctx context.Context, e *entry, es *engine.Stream, srv grp
 	case engine.FinishStop, engine.FinishLength:
 		trace.SpanFromContext(ctx).SetAttributes(obs.AttrOutputTokens.Int(res.CompletionTokens))
 		w.finish(e, nil)
-		srv.SetTrailer(metadata.Pairs(CachedTokensTrailer, strconv.Itoa(res.CachedTokens)))
 		return srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Done{Done: &controlpb.Done{
 			FinishReason:     string(res.Finish),
 			PromptTokens:     int64(res.PromptTokens),

@@ -14,27 +14,16 @@ import (
 	"github.com/warden-ai/warden/worker/engine"
 )
 
-// CacheDomainMetadata is the gRPC metadata key with which the gateway
-// passes a request's prefix-cache domain (64 hex digits) on Generate: the
-// domain it derived from the tenant (cachekey.Derive, I8). Absent means
-// the request uses no cache. Only the authenticated gateway can call a
-// worker (I10), and no client field reaches it.
-const CacheDomainMetadata = "warden-cache-domain"
-
-// CachedTokensTrailer is the trailer in which Generate reports how many
-// prompt tokens came from the prefix cache (usage.prompt_tokens_details).
-const CachedTokensTrailer = "warden-cached-tokens"
-
 // cacheDomainFrom reads the domain the gateway attached to ctx; false
 // when it attached none.
 func cacheDomainFrom(ctx context.Context) (cachekey.Domain, bool, error) {
-	vs := metadata.ValueFromIncomingContext(ctx, CacheDomainMetadata)
+	vs := metadata.ValueFromIncomingContext(ctx, cachekey.MetadataDomain)
 	if len(vs) == 0 {
 		return cachekey.Domain{}, false, nil
 	}
 	var d cachekey.Domain
 	if b, err := hex.DecodeString(vs[0]); err != nil || len(b) != len(d) || len(vs) > 1 {
-		return cachekey.Domain{}, false, invalid("%s must be one value of %d hex digits", CacheDomainMetadata, 2*len(d))
+		return cachekey.Domain{}, false, invalid("%s must be one value of %d hex digits", cachekey.MetadataDomain, 2*len(d))
 	}
 	hex.Decode(d[:], []byte(vs[0]))
 	return d, true, nil

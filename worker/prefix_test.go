@@ -19,20 +19,27 @@ import (
 
 // generateCached runs a Generate with the cache domain metadata the
 // gateway would attach, and returns the outcome and the cached tokens the
-// worker reported in the trailer.
+// worker reported in its header.
 func generateCached(t *testing.T, c controlpb.WorkerClient, domain string, req *controlpb.GenerateRequest) (outcome, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if domain != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, CacheDomainMetadata, domain)
+		ctx = metadata.AppendToOutgoingContext(ctx, cachekey.MetadataDomain, domain)
 	}
 	stream, err := c.Generate(ctx, req)
 	out := collect(t, stream, err)
 	if out.err != nil {
 		return out, -1
 	}
-	n, err := strconv.Atoi(stream.Trailer().Get(CachedTokensTrailer)[0])
+	md, err := stream.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(md.Get(cachekey.MetadataCachedTokens)) == 0 {
+		return out, 0
+	}
+	n, err := strconv.Atoi(md.Get(cachekey.MetadataCachedTokens)[0])
 	if err != nil {
 		t.Fatal(err)
 	}

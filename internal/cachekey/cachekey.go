@@ -19,6 +19,17 @@ import (
 	"fmt"
 )
 
+// MetadataDomain is the gRPC metadata key with which the gateway passes a
+// request's cache domain (64 hex digits) to a worker's Generate. Absent
+// means the request uses no cache. Only the authenticated gateway can
+// call a worker (I10); no client field reaches it.
+const MetadataDomain = "warden-cache-domain"
+
+// MetadataCachedTokens is the response header in which a worker's
+// Generate reports how many prompt tokens it reused from the cache
+// (usage.prompt_tokens_details.cached_tokens).
+const MetadataCachedTokens = "warden-cached-tokens"
+
 // Domain is a cache domain: requests share sealed pages only within one.
 type Domain [32]byte
 

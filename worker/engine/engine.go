@@ -76,7 +76,10 @@ type Request struct {
 // Stats are cumulative engine counters.
 type Stats struct {
 	Steps, PrefillTokens, DecodeTokens uint64
-	Running, Waiting                   int
+	// CachedTokens counts prompt positions reused from sealed prefix
+	// pages instead of prefilled.
+	CachedTokens     uint64
+	Running, Waiting int
 }
 
 // Engine runs sequences. Create it with New, start Run in a goroutine, and
@@ -100,6 +103,7 @@ type Engine struct {
 	sampler sampler
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
+	cachedTokens                       atomic.Uint64
 	nRunning, nWaiting                 atomic.Int64
 }
 
@@ -212,6 +216,7 @@ func (e *Engine) Stats() Stats {
 		Steps:         e.steps.Load(),
 		PrefillTokens: e.prefillTokens.Load(),
 		DecodeTokens:  e.decodeTokens.Load(),
+		CachedTokens:  e.cachedTokens.Load(),
 		Running:       int(e.nRunning.Load()),
 		Waiting:       int(e.nWaiting.Load()),
 	}
@@ -417,6 +422,7 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 		e.prefillTokens.Add(uint64(len(c.Tokens)))
 		s.prompt = s.pos
 		if s.pos == len(s.req.Prompt) {
+			e.cachedTokens.Add(uint64(s.cached))
 			e.sealPrompt(s)
 		}
 		if s.req.ReportProgress {
