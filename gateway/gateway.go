@@ -42,6 +42,7 @@ type Gateway struct {
 	started time.Time
 
 	store       tenant.Store
+	domains     *cacheDomains // prefix-cache domains of requests
 	closeStore  func() error
 	auth        *authenticator
 	modelLimits *tenant.ModelLimitsCache

@@ -71,10 +71,12 @@ type driver struct {
 	maxTokens int64
 	sampling  *controlpb.SamplingParams
 	stops     []string
-	pages     int64 // KV pages the request needs on its decode worker
+	pages     int64  // KV pages the request needs on its decode worker
+	domain    string // prefix-cache domain for workers (hex), "" for none
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)
+	cached     int64 // of those, reused from the prefix cache
 	generated  int64 // completion tokens, as billed
 	received   int64 // tokens received from the worker
 	stopped    bool  // a stop string ended the request
