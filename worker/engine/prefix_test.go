@@ -167,3 +167,45 @@ func TestPrefixReaderPresentsItsOwnTags(t *testing.T) {
 		t.Fatal("a prefix covering the whole prompt was accepted")
 	}
 }
+
+// TestConcurrentSamePrefixIsCorrect: requests of one domain with the same
+// new prefix running at once each compute it (none can reuse a page that
+// is still being written), all answer like the reference, and the pool
+// keeps one sealed copy; the next request reuses it.
+func TestConcurrentSamePrefixIsCorrect(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 16, maxBatch: 4})
+	p := prompt(80, 3*pageTokens+1, r.m.Config.VocabSize)
+	want := r.run(t, owner("ref"), p, greedy(5))
+	d := cacheDomain(t, "a")
+	var streams []*engine.Stream
+	var owners []kvpool.Owner
+	for i := range 3 {
+		o := owner(fmt.Sprint("c", i))
+		pages, hit, err := r.pool.ReservePrefix(o, len(p)+5, kvpool.Tags(d, 1, p[:len(p)-1], pageTokens))
+		if err != nil || hit != 0 {
+			t.Fatalf("hit %d, %v", hit, err)
+		}
+		r.pool.Activate(o)
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(5),
+			Prefix: &engine.Prefix{Domain: d, Version: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams, owners = append(streams, st), append(owners, o)
+	}
+	for i, st := range streams {
+		got := collect(t, st)
+		if got.res.Err != nil || !slices.Equal(got.tokens, want.tokens) {
+			t.Fatalf("request %d: %v %v, reference %v", i, got.res.Err, got.tokens, want.tokens)
+		}
+		if _, err := r.pool.Release(owners[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := r.pool.Stats(); s.Seals != 3 || s.Cached != 3 || s.Violations != 0 {
+		t.Fatalf("want one sealed copy of the 3 prompt pages: %+v", s)
+	}
+	if got := r.runCached(t, owner("after"), d, p, greedy(5)); got.res.CachedTokens != 3*pageTokens || !slices.Equal(got.tokens, want.tokens) {
+		t.Fatalf("after: %d cached, tokens %v", got.res.CachedTokens, got.tokens)
+	}
+}
