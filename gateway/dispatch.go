@@ -36,8 +36,8 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
 	gctx := sctx
-	if d.domain != "" {
-		gctx = metadata.AppendToOutgoingContext(sctx, cachekey.MetadataDomain, d.domain)
+	if d.cacheOn {
+		gctx = metadata.AppendToOutgoingContext(sctx, cachekey.MetadataDomain, d.domainHex())
 	}
 	stream, err := w.Client().Generate(gctx, &controlpb.GenerateRequest{
 		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling,
@@ -45,7 +45,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 	if err != nil {
 		return d.workerError("generate", w, err)
 	}
-	if d.domain != "" {
+	if d.cacheOn {
 		// The header comes with the first event; a failed stream has none.
 		if md, err := stream.Header(); err == nil {
 			if vs := md.Get(cachekey.MetadataCachedTokens); len(vs) == 1 {
@@ -54,7 +54,11 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 			}
 		}
 	}
-	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
+	if err := d.relay(ctx, w, newReceiver(sctx, stream), nil, true); err != nil {
+		return err
+	}
+	d.served(w)
+	return nil
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on

@@ -13,6 +13,8 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/gateway/internal/routing"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/tenant"
 )
@@ -71,8 +73,12 @@ type driver struct {
 	maxTokens int64
 	sampling  *controlpb.SamplingParams
 	stops     []string
-	pages     int64  // KV pages the request needs on its decode worker
-	domain    string // prefix-cache domain for workers (hex), "" for none
+	pages     int64 // KV pages the request needs on its decode worker
+	// The prefix cache (prefixcache.go): the request's domain, whether it
+	// uses the cache, and what routing scored.
+	domain   cachekey.Domain
+	cacheOn  bool
+	routeReq *routing.Request
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)

@@ -203,8 +203,8 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		sampling:  sampling(req, dec.MaxTokens),
 		stops:     req.Stop,
 		gen:       &generation{req: r, events: make(chan api.Event)},
-		domain:    g.domains.of(p, g.auth.info(p.Tenant).cache),
 	}
+	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil
 }
 
