@@ -175,6 +175,9 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		func() []registry.Snapshot { return g.reg.Workers() }); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	if err := g.promReg.Register(g.domains.indexSize()); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	g.admission = admission.NewController(admission.Config{Models: models, Limits: g.modelLimits, OnChange: g.onModelChange})
 
 	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))

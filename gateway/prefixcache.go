@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/routing"
@@ -75,4 +77,12 @@ func (d *driver) served(w *registry.Worker) {
 	all := append(d.prompt[:len(d.prompt):len(d.prompt)], 0) // Hashes drops the last token
 	r := &routing.Request{Model: d.routeReq.Model, Domain: d.domain, Cached: true, Prompt: all}
 	d.g.domains.index.Record(d.routeReq.Model, w.ID(), r.Hashes(pt))
+}
+
+// indexSize exports the routing index's size.
+func (c *cacheDomains) indexSize() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_gateway_prefix_index_entries",
+		Help: "Entries (worker, prompt page) in the gateway's prefix-cache routing index.",
+	}, func() float64 { return float64(c.index.Len()) })
 }
