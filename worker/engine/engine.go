@@ -6,9 +6,11 @@
 // only the worker knows whether a release must wait for a transfer to drain
 // (I5). The engine's promise is narrower and absolute: it reads a page only
 // after the pool has confirmed, in the same step, that the page belongs to
-// the sequence and that every slot read was written for it; and once a
-// stream's final event is delivered it no longer touches the sequence's
-// pages.
+// the sequence and that every slot read was written for it — or, for a
+// shared prefix page, that it is sealed with exactly the tag the engine
+// computed from the sequence's own prompt and cache domain (prefix.go);
+// and once a stream's final event is delivered it no longer touches the
+// sequence's pages.
 package engine
 
 import (
