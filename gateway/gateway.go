@@ -245,6 +245,10 @@ func (g *Gateway) onWorkerChange(c registry.Change) {
 		g.admission.SetWorkers(s.Model, capacities(g.reg.Healthy(s.Model)))
 	}
 	g.metrics.workerStates(g.reg.Workers())
+	if c.Kind == registry.Lost || c.Kind == registry.Registered {
+		// A restarted (or lost) worker's prefix cache is gone.
+		g.domains.index.Forget(c.Worker.ID)
+	}
 	if c.Kind == registry.Lost {
 		if n := g.table.AbortWorker(c.Worker.ID, lifecycle.CauseWorkerLost); n > 0 {
 			g.logger.Warn("aborted requests of a lost worker", "worker", c.Worker.ID, "count", n)
