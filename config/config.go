@@ -302,6 +302,11 @@ type KV struct {
 	// PoisonOnReserve fills pages with a poison pattern when reserved, so
 	// a read of an unwritten slot shows in the output. Test mode.
 	PoisonOnReserve bool `yaml:"poison_on_reserve"`
+	// PrefixCache keeps the full prompt pages of finished prefills as
+	// sealed pages that later requests of the same cache domain reuse
+	// (DESIGN I3). Default true; the cuda backend does not support it yet
+	// and ignores it.
+	PrefixCache bool `yaml:"prefix_cache"`
 }
 
 // TransferBackend names a KV transfer implementation.

@@ -65,7 +65,7 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.Ticket, ok bool, err error) {
 	model := d.req.Info().Model
 	total := int64(len(d.prompt)) + d.maxTokens
-	rt, err = d.g.reg.Pick(model, total)
+	rt, err = d.pick(model, total)
 	if err != nil {
 		return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
 	}

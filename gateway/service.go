@@ -14,6 +14,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
@@ -32,6 +33,7 @@ type authenticator struct {
 type tenantInfo struct {
 	weight  int
 	allowed tenant.Limits
+	cache   cachekey.Mode // the tenant's prefix-cache setting
 }
 
 var _ api.Authenticator = (*authenticator)(nil)
@@ -48,7 +50,7 @@ func (a *authenticator) Authenticate(ctx context.Context, key string) (api.Princ
 		return api.Principal{}, err
 	}
 	a.mu.Lock()
-	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits}
+	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache}
 	a.mu.Unlock()
 	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID}, nil
 }
@@ -202,6 +204,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		stops:     req.Stop,
 		gen:       &generation{req: r, events: make(chan api.Event)},
 	}
+	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil
 }
 

@@ -58,8 +58,10 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 func (w *Worker) poolStats() *controlpb.PoolStats {
 	s := w.rt.Pool.Stats()
 	return &controlpb.PoolStats{
-		TotalPages:       int64(s.Total),
-		FreePages:        int64(s.Free),
+		TotalPages: int64(s.Total),
+		// Cached pages are evicted on demand, so a reservation can have
+		// them: free here means available now (I12).
+		FreePages:        int64(s.AvailableNow()),
 		ReservedPages:    int64(s.Reserved),
 		InUsePages:       int64(s.InUse),
 		QuarantinedPages: int64(s.Quarantined),

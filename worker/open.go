@@ -43,6 +43,7 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if w.assets, err = loadAssets(w.cfg.Worker.ModelDir, w.cfg.Worker.Model); err != nil {
 		return err
 	}
+	w.version = w.cacheVersion()
 	if err := w.openTransfer(o.faults); err != nil {
 		return err
 	}

@@ -26,14 +26,19 @@ func newShape(req *GenerateRequest, created int64) shape {
 }
 
 type wireUsage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
+	PromptTokens        int64             `json:"prompt_tokens"`
+	CompletionTokens    int64             `json:"completion_tokens"`
+	TotalTokens         int64             `json:"total_tokens"`
+	PromptTokensDetails wirePromptDetails `json:"prompt_tokens_details"`
+}
+
+type wirePromptDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 func toWire(u Usage) *wireUsage {
 	return &wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-		TotalTokens: u.PromptTokens + u.CompletionTokens}
+		TotalTokens: u.PromptTokens + u.CompletionTokens, PromptTokensDetails: wirePromptDetails{CachedTokens: u.CachedTokens}}
 }
 
 // chunkUsage is a stream chunk's usage field: absent without

@@ -28,6 +28,11 @@ type Route struct {
 // gateway, then to the smaller ID. Free pages only rank workers: whether
 // they are really free is for the worker's Reserve to say.
 func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
+	return r.pick(model, totalTokens, decodeLess)
+}
+
+// pick is Pick with the ranking of decode-capable workers given by less.
+func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker) bool) (Route, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
@@ -45,7 +50,7 @@ func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 		default:
 			continue
 		}
-		if best == nil || decodeLess(w, best) {
+		if best == nil || less(w, best) {
 			best, bestPrefill = w, prefill
 		}
 	}
