@@ -17,53 +17,60 @@ type addedToken struct {
 }
 
 // addedMatcher finds added tokens in text the way Hugging Face does: tokens
-// with normalized=false are matched first, leftmost-longest; tokens with
-// normalized=true are then matched in the text between those matches. (No
-// normalizer is supported, so both passes see the same text.)
+// with normalized=false are matched first, leftmost-longest, in the raw text
+// ([addedMatcher.split]); the text between those matches is normalized and
+// tokens with normalized=true are then matched in it, by their normalized
+// content ([addedMatcher.splitNormalized]).
 //
 // With skipSpecial, a match of a special token is passed over and left as
 // text, like Hugging Face's encode_special_tokens (split_special_tokens).
 type addedMatcher struct {
-	passes      []*trie // empty: no tokens
+	raw, norm   *trie // nil: no tokens of that kind
 	skipSpecial bool
 }
 
 // plainView returns a matcher over the same tokens that skips special ones.
 func (m *addedMatcher) plainView() *addedMatcher {
-	return &addedMatcher{passes: m.passes, skipSpecial: true}
+	return &addedMatcher{raw: m.raw, norm: m.norm, skipSpecial: true}
 }
 
-func newAddedMatcher(toks []addedToken) *addedMatcher {
+// newAddedMatcher builds the matcher; n normalizes the content of tokens
+// with normalized=true (nil: no normalizer).
+func newAddedMatcher(toks []addedToken, n normalizer) *addedMatcher {
 	var raw, norm []addedToken
 	for _, t := range toks {
-		if t.normalized {
-			norm = append(norm, t)
-		} else {
+		switch {
+		case !t.normalized:
 			raw = append(raw, t)
+		case n != nil:
+			if t.content = n.normalize(t.content); t.content != "" {
+				norm = append(norm, t)
+			}
+		default:
+			norm = append(norm, t)
 		}
 	}
 	m := &addedMatcher{}
-	for _, set := range [][]addedToken{raw, norm} {
-		if len(set) > 0 {
-			m.passes = append(m.passes, newTrie(set))
-		}
+	if len(raw) > 0 {
+		m.raw = newTrie(raw)
+	}
+	if len(norm) > 0 {
+		m.norm = newTrie(norm)
 	}
 	return m
 }
 
-// split calls text for each stretch of plain text and token for each added
-// token found in s, in order. Stretches are non-empty.
+// split calls text for each stretch of s between tokens with
+// normalized=false and token for each such token, in order. Stretches are
+// non-empty.
 func (m *addedMatcher) split(s string, text func(string) error, token func(int32) error) error {
-	return m.splitFrom(0, s, text, token)
+	return m.raw.scanOrAll(s, m.skipSpecial, text, token)
 }
 
-func (m *addedMatcher) splitFrom(pass int, s string, text func(string) error, token func(int32) error) error {
-	if pass == len(m.passes) {
-		return text(s)
-	}
-	return m.passes[pass].scan(s, m.skipSpecial, func(gap string) error {
-		return m.splitFrom(pass+1, gap, text, token)
-	}, token)
+// splitNormalized is split for the tokens with normalized=true, on text
+// that has been normalized.
+func (m *addedMatcher) splitNormalized(s string, text func(string) error, token func(int32) error) error {
+	return m.norm.scanOrAll(s, m.skipSpecial, text, token)
 }
 
 // trie is a byte trie over the contents of a set of added tokens.
@@ -110,6 +117,17 @@ func (tr *trie) longestAt(s string, i int) (end int, tok int32) {
 		}
 	}
 	return end, tok
+}
+
+// scanOrAll is scan, or text(s) for a nil trie.
+func (tr *trie) scanOrAll(s string, skipSpecial bool, text func(string) error, token func(int32) error) error {
+	if tr == nil {
+		if s == "" {
+			return nil
+		}
+		return text(s)
+	}
+	return tr.scan(s, skipSpecial, text, token)
 }
 
 // scan splits s at the tokens of the trie, honouring single_word, lstrip and

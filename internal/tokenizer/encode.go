@@ -25,11 +25,13 @@ type part struct {
 	m    *addedMatcher
 }
 
-// encodeParts tokenizes the concatenation of parts. Added tokens are looked
-// for only inside each part, with that part's matcher; the plain text between
-// added tokens is pre-tokenized as one string even where it spans parts, so
-// that cutting text into parts changes nothing but which added tokens may
-// match.
+// encodeParts tokenizes the concatenation of parts. Added tokens with
+// normalized=false are looked for only inside each part, with that part's
+// matcher. The plain text between them is normalized, searched for added
+// tokens with normalized=true and pre-tokenized as one string even where it
+// spans parts, so that cutting text into parts changes nothing but which
+// added tokens may match; in such a stretch, special tokens are matched
+// only if every part it spans allows them.
 func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 	for _, p := range parts {
 		if err := validUTF8(p.text); err != nil {
@@ -41,9 +43,24 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		size += len(p.text)
 	}
 	var (
-		ids     = make([]int32, 0, size/3+1) // typical text: 3-4 bytes per token
-		pending []string                     // plain text not yet tokenized
+		ids          = make([]int32, 0, size/3+1) // typical text: 3-4 bytes per token
+		pending      []string                     // plain text not yet tokenized
+		pendingPlain bool                         // some of pending skips special tokens
+		atStart      = true                       // nothing is before the next text
 	)
+	pretokenize := func(s string) error {
+		first := atStart
+		atStart = false
+		return t.pre.each(s, first, func(piece string) error {
+			ids = t.bpe(ids, piece)
+			return nil
+		})
+	}
+	normToken := func(id int32) error {
+		atStart = false
+		ids = append(ids, id)
+		return nil
+	}
 	flush := func() error {
 		var text string
 		switch len(pending) {
@@ -54,26 +71,32 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		default:
 			text = strings.Join(pending, "")
 		}
-		pending = pending[:0]
-		return t.pre.each(text, func(piece string) error {
-			ids = t.bpe(ids, piece)
-			return nil
-		})
-	}
-	text := func(s string) error {
-		pending = append(pending, s)
-		return nil
-	}
-	token := func(id int32) error {
-		if err := flush(); err != nil {
-			return err
+		m := t.special
+		if pendingPlain {
+			m = t.plain
 		}
-		ids = append(ids, id)
-		return nil
+		pending, pendingPlain = pending[:0], false
+		if t.norm != nil {
+			text = t.norm.normalize(text)
+		}
+		return m.splitNormalized(text, pretokenize, normToken)
 	}
 	for _, p := range parts {
 		if p.text == "" {
 			continue
+		}
+		text := func(s string) error {
+			pending = append(pending, s)
+			pendingPlain = pendingPlain || p.m.skipSpecial
+			return nil
+		}
+		token := func(id int32) error {
+			if err := flush(); err != nil {
+				return err
+			}
+			atStart = false
+			ids = append(ids, id)
+			return nil
 		}
 		if err := p.m.split(p.text, text, token); err != nil {
 			return nil, err

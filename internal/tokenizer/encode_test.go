@@ -105,7 +105,7 @@ func TestTrickyStringsPreset(t *testing.T) {
 		var perPiece []int32
 		var bounds []int // pre-token end offsets
 		off := 0
-		_ = tk.pre.each(s, func(p string) error {
+		_ = tk.pre.each(s, true, func(p string) error {
 			perPiece = append(perPiece, mustEncode(t, tk, p)...)
 			off += len(p)
 			bounds = append(bounds, off)
@@ -167,7 +167,7 @@ func TestHuggingFaceGolden(t *testing.T) {
 					t.Errorf("%q: got %v, Hugging Face %v", s, got, g.IDs[i])
 				}
 				var pre []string
-				_ = tk.pre.each(s, func(p string) error {
+				_ = tk.pre.each(s, true, func(p string) error {
 					pre = append(pre, encodeByteLevel(p))
 					return nil
 				})

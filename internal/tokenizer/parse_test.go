@@ -18,7 +18,9 @@ func TestParseRejectsUnsupported(t *testing.T) {
 		msg            string
 	}{
 		{"model type", `"type": "BPE"`, `"type": "Unigram"`, ErrUnsupported, `tokenizer: unsupported model type "Unigram"`},
-		{"normalizer", `"normalizer": null`, `"normalizer": {"type": "NFC"}`, ErrUnsupported, `unsupported normalizer "NFC"`},
+		{"normalizer", `"normalizer": null`, `"normalizer": {"type": "Lowercase"}`, ErrUnsupported, `unsupported normalizer type "Lowercase"`},
+		{"regex replace", `"normalizer": null`, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Replace", "pattern": {"Regex": " "}, "content": "_"}]}`, ErrUnsupported, `normalizer.normalizers[1].pattern`},
+		{"deep normalizer", `"normalizer": null`, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": []}]}]}]}]}`, ErrUnsupported, `nested deeper`},
 		{"decoder", `"decoder": {"type": "ByteLevel"}`, `"decoder": {"type": "Metaspace"}`, ErrUnsupported, `unsupported decoder type "Metaspace"`},
 		{"byte_fallback", `"ignore_merges"`, `"byte_fallback": true, "ignore_merges"`, ErrUnsupported, `model.byte_fallback`},
 		{"dropout", `"ignore_merges"`, `"dropout": 0.1, "ignore_merges"`, ErrUnsupported, `model.dropout`},

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -56,6 +57,7 @@ func TestScannersMatchRegexp2(t *testing.T) {
 	}{
 		{"gpt2", gpt2Pattern, gpt2Next},
 		{"llama3", llama3Pattern, llama3Next},
+		{"qwen2", qwen2Pattern, qwen2Next},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			re := mustRegexSplitter(t, tc.pattern)
@@ -104,9 +106,13 @@ func FuzzScanners(f *testing.F) {
 	}
 	gpt2Re := mustRegexSplitter(f, gpt2Pattern)
 	llamaRe := mustRegexSplitter(f, llama3Pattern)
+	qwenRe := mustRegexSplitter(f, qwen2Pattern)
 	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) {
+		if !utf8.ValidString(s) || !goTablesAgree(s) {
 			return
+		}
+		if got, want := splitWith(t, scanSplitter(qwen2Next), s), splitWith(t, qwenRe, s); !reflect.DeepEqual(got, want) {
+			t.Errorf("qwen2 %q:\n scanner %q\n regexp2 %q", s, got, want)
 		}
 		if got, want := splitWith(t, scanSplitter(gpt2Next), s), splitWith(t, gpt2Re, s); !reflect.DeepEqual(got, want) {
 			t.Errorf("gpt2 %q:\n scanner %q\n regexp2 %q", s, got, want)
@@ -118,6 +124,53 @@ func FuzzScanners(f *testing.F) {
 			t.Errorf("pieces of %q concatenate to %q", s, got)
 		}
 	})
+}
+
+// goTablesAgree reports whether Go's unicode tables class every rune of s
+// as the generated Unicode 16 tables do; regexp2 uses Go's, so it is a
+// reference for the scanners only on such text.
+func goTablesAgree(s string) bool {
+	for _, r := range s {
+		goClass := clsOther
+		switch {
+		case unicode.IsLetter(r):
+			goClass = clsLetter
+		case unicode.IsNumber(r):
+			goClass = clsNumber
+		case unicode.IsSpace(r):
+			goClass = clsSpace
+		}
+		if goClass != classOfSlow(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestUnicode16Classes checks letters and digits newer than Go's tables,
+// classed as Hugging Face tokenizers does (tested with 0.23.2): Unicode
+// 16.0, nothing from 17.0.
+func TestUnicode16Classes(t *testing.T) {
+	for r, want := range map[rune]class{
+		0x2EBF0:  clsLetter, // CJK Ext. I (15.1)
+		0x18CFF:  clsLetter, // Khitan small script (16.0)
+		0x16D40:  clsLetter, // Kirat Rai (16.0)
+		0x10D41:  clsNumber, // Garay digit (16.0)
+		0x1CCF0:  clsNumber, // outlined digit (16.0)
+		0x323B0:  clsOther,  // CJK Ext. J (17.0)
+		0x10940:  clsOther,  // Sidetic (17.0)
+		'a':      clsLetter,
+		'7':      clsNumber,
+		'\u3000': clsSpace,
+	} {
+		if got := classOfSlow(r); got != want {
+			t.Errorf("%U: class %d, want %d", r, got, want)
+		}
+	}
+	if got := splitWith(t, scanSplitter(llama3Next), "a\U0002EBF0b 12\U00010D41\U0001CCF05"); !reflect.DeepEqual(got,
+		[]string{"a\U0002EBF0b", " ", "12\U00010D41", "\U0001CCF05"}) {
+		t.Errorf("llama3 split %q", got)
+	}
 }
 
 func TestRegexSplitterKeepsGaps(t *testing.T) {

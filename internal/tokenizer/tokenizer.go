@@ -97,9 +97,20 @@ type Tokenizer struct {
 	vocab        map[string]int32 // model token string (byte-level alphabet) → id
 	added        map[string]int32 // added token content → id
 	merges       map[uint64]merge // (left id, right id) → merge
-	byteID       [256]int32       // id of the one-byte token for each byte
+	byteID       [256]int32       // id of the one-byte token for each byte, or -1
 	ignoreMerges bool
 
+	// byteLevel: vocabulary entries spell bytes in the byte-level alphabet
+	// (GPT-2, Llama 3, Qwen). Otherwise they are text (SentencePiece-style
+	// BPE: Llama 2, Mistral), where characters outside the vocabulary fall
+	// back to <0xXX> tokens (byteFallback) or to the unknown token.
+	byteLevel    bool
+	byteFallback bool
+	unk          int32
+	hasUnk       bool
+	fuseUnk      bool
+
+	norm    normalizer // nil: none
 	pre     *preTokenizer
 	special *addedMatcher // all added tokens: EncodeSpecial, template text
 	plain   *addedMatcher // special ones passed over: Encode, user text
