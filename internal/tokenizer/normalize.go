@@ -59,8 +59,13 @@ type normalizerJSON struct {
 	Normalizers []json.RawMessage `json:"normalizers"`
 }
 
-// maxNormalizerDepth bounds nested Sequences in an untrusted file.
-const maxNormalizerDepth = 4
+// Bounds on an untrusted file's normalizer: nested Sequences, and the
+// strings Prepend and Replace insert (real files insert one character; a
+// long one would multiply the size of every text).
+const (
+	maxNormalizerDepth       = 4
+	maxNormalizerStringBytes = 16
+)
 
 // parseNormalizer reads tokenizer.json's normalizer; nil means none.
 func parseNormalizer(field string, raw json.RawMessage, depth int) (normalizer, error) {
@@ -81,16 +86,16 @@ func parseNormalizer(field string, raw json.RawMessage, depth int) (normalizer, 
 	case "NFKD":
 		return unicodeForm(norm.NFKD), nil
 	case "Prepend":
-		if n.Prepend == nil {
-			return nil, malformed(field+".prepend", "missing")
+		if n.Prepend == nil || len(*n.Prepend) > maxNormalizerStringBytes {
+			return nil, malformed(field+".prepend", "missing or longer than %d bytes", maxNormalizerStringBytes)
 		}
 		return prependNormalizer(*n.Prepend), nil
 	case "Replace":
 		if n.Pattern == nil || n.Pattern.String == nil || *n.Pattern.String == "" {
 			return nil, unsupported(field+".pattern", "(only non-empty String patterns are supported)")
 		}
-		if n.Content == nil {
-			return nil, malformed(field+".content", "missing")
+		if n.Content == nil || len(*n.Content) > maxNormalizerStringBytes {
+			return nil, malformed(field+".content", "missing or longer than %d bytes", maxNormalizerStringBytes)
 		}
 		return replaceNormalizer{old: *n.Pattern.String, new: *n.Content}, nil
 	case "Sequence":
