@@ -64,13 +64,29 @@ func newAddedMatcher(toks []addedToken, n normalizer) *addedMatcher {
 // normalized=false and token for each such token, in order. Stretches are
 // non-empty.
 func (m *addedMatcher) split(s string, text func(string) error, token func(int32) error) error {
-	return m.raw.scanOrAll(s, m.skipSpecial, text, token)
+	return m.raw.scanOrAll(s, m.skip(), text, token)
 }
 
 // splitNormalized is split for the tokens with normalized=true, on text
-// that has been normalized.
-func (m *addedMatcher) splitNormalized(s string, text func(string) error, token func(int32) error) error {
-	return m.norm.scanOrAll(s, m.skipSpecial, text, token)
+// that has been normalized; skip says whether a special token matched at
+// s[start:end] is passed over (m.skipSpecial does not apply).
+func (m *addedMatcher) splitNormalized(s string, skip skipFunc, text func(string) error, token func(int32) error) error {
+	return m.norm.scanOrAll(s, skip, text, token)
+}
+
+// skipFunc says whether a special token matched at s[start:end] is passed
+// over and left as text.
+type skipFunc func(start, end int) bool
+
+func skipAll(int, int) bool  { return true }
+func skipNone(int, int) bool { return false }
+
+// skip is the skipFunc of m.skipSpecial.
+func (m *addedMatcher) skip() skipFunc {
+	if m.skipSpecial {
+		return skipAll
+	}
+	return skipNone
 }
 
 // trie is a byte trie over the contents of a set of added tokens.
@@ -120,7 +136,7 @@ func (tr *trie) longestAt(s string, i int) (end int, tok int32) {
 }
 
 // scanOrAll is scan, or text(s) for a nil trie.
-func (tr *trie) scanOrAll(s string, skipSpecial bool, text func(string) error, token func(int32) error) error {
+func (tr *trie) scanOrAll(s string, skipSpecial skipFunc, text func(string) error, token func(int32) error) error {
 	if tr == nil {
 		if s == "" {
 			return nil
@@ -131,8 +147,8 @@ func (tr *trie) scanOrAll(s string, skipSpecial bool, text func(string) error, t
 }
 
 // scan splits s at the tokens of the trie, honouring single_word, lstrip and
-// rstrip, and passing over special tokens when skipSpecial is set.
-func (tr *trie) scan(s string, skipSpecial bool, gap func(string) error, token func(int32) error) error {
+// rstrip, and passing over the special tokens skipSpecial says to.
+func (tr *trie) scan(s string, skipSpecial skipFunc, gap func(string) error, token func(int32) error) error {
 	done := 0 // s[:done] has been emitted
 	for i := 0; i < len(s); {
 		if !tr.first[s[i]] {
@@ -146,7 +162,7 @@ func (tr *trie) scan(s string, skipSpecial bool, gap func(string) error, token f
 		}
 		t := &tr.toks[k]
 		start, stop := i, end
-		if (skipSpecial && t.special) ||
+		if (t.special && skipSpecial(start, stop)) ||
 			(t.singleWord && (endsWithWordChar(s[:start]) || startsWithWordChar(s[stop:]))) {
 			i = end // like Aho-Corasick's iterator, resume after the match
 			continue

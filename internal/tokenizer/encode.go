@@ -1,6 +1,9 @@
 package tokenizer
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Encode tokenizes plain text. Special-token strings in text (such as
 // "<|eot_id|>") are NOT recognised: they are tokenized as the characters they
@@ -30,8 +33,9 @@ type part struct {
 // matcher. The plain text between them is normalized, searched for added
 // tokens with normalized=true and pre-tokenized as one string even where it
 // spans parts, so that cutting text into parts changes nothing but which
-// added tokens may match; in such a stretch, special tokens are matched
-// only if every part it spans allows them.
+// added tokens may match. A special token with normalized=true is matched
+// there only inside text of a part that allows special tokens (or, when a
+// normalizer may move text, only if every part of the stretch allows them).
 func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 	for _, p := range parts {
 		if err := validUTF8(p.text); err != nil {
@@ -43,10 +47,10 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		size += len(p.text)
 	}
 	var (
-		ids          = make([]int32, 0, size/3+1) // typical text: 3-4 bytes per token
-		pending      []string                     // plain text not yet tokenized
-		pendingPlain bool                         // some of pending skips special tokens
-		atStart      = true                       // nothing is before the next text
+		ids     = make([]int32, 0, size/3+1) // typical text: 3-4 bytes per token
+		pending []string                     // plain text not yet tokenized
+		trusted []bool                       // per pending text: special tokens allowed
+		atStart = true                       // nothing is before the next text
 	)
 	pretokenize := func(s string) error {
 		first := atStart
@@ -71,15 +75,17 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		default:
 			text = strings.Join(pending, "")
 		}
-		m := t.special
-		if pendingPlain {
-			m = t.plain
+		var skip skipFunc
+		switch {
+		case t.norm == nil:
+			skip = skipWithin(pending, trusted)
+		case slices.Contains(trusted, false):
+			text, skip = t.norm.normalize(text), skipAll
+		default:
+			text, skip = t.norm.normalize(text), skipNone
 		}
-		pending, pendingPlain = pending[:0], false
-		if t.norm != nil {
-			text = t.norm.normalize(text)
-		}
-		return m.splitNormalized(text, pretokenize, normToken)
+		pending, trusted = pending[:0], trusted[:0]
+		return t.special.splitNormalized(text, skip, pretokenize, normToken)
 	}
 	for _, p := range parts {
 		if p.text == "" {
@@ -87,7 +93,7 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		}
 		text := func(s string) error {
 			pending = append(pending, s)
-			pendingPlain = pendingPlain || p.m.skipSpecial
+			trusted = append(trusted, !p.m.skipSpecial)
 			return nil
 		}
 		token := func(id int32) error {
@@ -106,4 +112,25 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		return nil, err
 	}
 	return ids, nil
+}
+
+// skipWithin returns the skipFunc for the concatenation of texts: a special
+// token is matched only where it lies inside one text that is trusted.
+func skipWithin(texts []string, trusted []bool) skipFunc {
+	if !slices.Contains(trusted, false) {
+		return skipNone
+	}
+	if !slices.Contains(trusted, true) {
+		return skipAll
+	}
+	return func(start, end int) bool {
+		off := 0
+		for i, s := range texts {
+			if start < off+len(s) {
+				return !trusted[i] || end > off+len(s)
+			}
+			off += len(s)
+		}
+		return true
+	}
 }
