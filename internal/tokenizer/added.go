@@ -25,37 +25,43 @@ type addedToken struct {
 // With skipSpecial, a match of a special token is passed over and left as
 // text, like Hugging Face's encode_special_tokens (split_special_tokens).
 type addedMatcher struct {
-	raw, norm   *trie // nil: no tokens of that kind
+	raw, norm   *trie   // nil: no tokens of that kind
+	passes      []*trie // raw and norm where not nil, for walking all tokens
 	skipSpecial bool
 }
 
 // plainView returns a matcher over the same tokens that skips special ones.
 func (m *addedMatcher) plainView() *addedMatcher {
-	return &addedMatcher{raw: m.raw, norm: m.norm, skipSpecial: true}
+	return &addedMatcher{raw: m.raw, norm: m.norm, passes: m.passes, skipSpecial: true}
 }
 
 // newAddedMatcher builds the matcher; n normalizes the content of tokens
 // with normalized=true (nil: no normalizer).
 func newAddedMatcher(toks []addedToken, n normalizer) *addedMatcher {
-	var raw, norm []addedToken
+	var (
+		raw, norm         []addedToken
+		rawKeys, normKeys []string // what each token matches
+	)
 	for _, t := range toks {
 		switch {
 		case !t.normalized:
-			raw = append(raw, t)
+			raw, rawKeys = append(raw, t), append(rawKeys, t.content)
 		case n != nil:
-			if t.content = n.normalize(t.content); t.content != "" {
-				norm = append(norm, t)
+			if key := n.normalize(t.content); key != "" {
+				norm, normKeys = append(norm, t), append(normKeys, key)
 			}
 		default:
-			norm = append(norm, t)
+			norm, normKeys = append(norm, t), append(normKeys, t.content)
 		}
 	}
 	m := &addedMatcher{}
 	if len(raw) > 0 {
-		m.raw = newTrie(raw)
+		m.raw = newTrie(raw, rawKeys)
+		m.passes = append(m.passes, m.raw)
 	}
 	if len(norm) > 0 {
-		m.norm = newTrie(norm)
+		m.norm = newTrie(norm, normKeys)
+		m.passes = append(m.passes, m.norm)
 	}
 	return m
 }
@@ -97,12 +103,14 @@ type trie struct {
 	toks  []addedToken
 }
 
-func newTrie(toks []addedToken) *trie {
+// newTrie builds the trie matching keys[i] (non-empty) as toks[i]; a key is
+// the token's content, normalized for a token with normalized=true.
+func newTrie(toks []addedToken, keys []string) *trie {
 	tr := &trie{edges: make(map[uint64]int32), term: []int32{-1}, toks: toks}
-	for i, t := range toks {
+	for i, k := range keys {
 		node := int32(0)
-		for j := range len(t.content) {
-			key := uint64(node)<<8 | uint64(t.content[j])
+		for j := range len(k) {
+			key := uint64(node)<<8 | uint64(k[j])
 			child, ok := tr.edges[key]
 			if !ok {
 				child = int32(len(tr.term))
@@ -112,7 +120,7 @@ func newTrie(toks []addedToken) *trie {
 			node = child
 		}
 		tr.term[node] = int32(i)
-		tr.first[t.content[0]] = true
+		tr.first[k[0]] = true
 	}
 	return tr
 }
