@@ -39,13 +39,13 @@ func (m *addedMatcher) plainView() *addedMatcher {
 // with normalized=true (nil: no normalizer).
 func newAddedMatcher(toks []addedToken, n normalizer) *addedMatcher {
 	var (
-		raw, norm         []addedToken
-		rawKeys, normKeys []string // what each token matches
+		raw, norm []addedToken
+		normKeys  []string // what each of norm matches
 	)
 	for _, t := range toks {
 		switch {
 		case !t.normalized:
-			raw, rawKeys = append(raw, t), append(rawKeys, t.content)
+			raw = append(raw, t)
 		case n != nil:
 			if key := n.normalize(t.content); key != "" {
 				norm, normKeys = append(norm, t), append(normKeys, key)
@@ -56,11 +56,11 @@ func newAddedMatcher(toks []addedToken, n normalizer) *addedMatcher {
 	}
 	m := &addedMatcher{}
 	if len(raw) > 0 {
-		m.raw = newTrie(raw, rawKeys)
+		m.raw = newTrie(raw)
 		m.passes = append(m.passes, m.raw)
 	}
 	if len(norm) > 0 {
-		m.norm = newTrie(norm, normKeys)
+		m.norm = newTrieKeys(norm, normKeys)
 		m.passes = append(m.passes, m.norm)
 	}
 	return m
@@ -103,9 +103,18 @@ type trie struct {
 	toks  []addedToken
 }
 
-// newTrie builds the trie matching keys[i] (non-empty) as toks[i]; a key is
-// the token's content, normalized for a token with normalized=true.
-func newTrie(toks []addedToken, keys []string) *trie {
+// newTrie builds the trie matching each token's content.
+func newTrie(toks []addedToken) *trie {
+	keys := make([]string, len(toks))
+	for i, t := range toks {
+		keys[i] = t.content
+	}
+	return newTrieKeys(toks, keys)
+}
+
+// newTrieKeys builds the trie matching keys[i] (non-empty) as toks[i]; a key
+// is the token's content, normalized for a token with normalized=true.
+func newTrieKeys(toks []addedToken, keys []string) *trie {
 	tr := &trie{edges: make(map[uint64]int32), term: []int32{-1}, toks: toks}
 	for i, k := range keys {
 		node := int32(0)
