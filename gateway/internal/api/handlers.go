@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -42,6 +43,9 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 // Model IDs may contain slashes ("org/name").
 func (s *server) model(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "*")
+	if u, err := url.PathUnescape(id); err == nil {
+		id = u // chi matches the raw path: "org%2Fname" is "org/name"
+	}
 	ms, err := s.svc.Models(r.Context(), infoFrom(r.Context()).principal)
 	if err != nil {
 		s.fail(w, r, err)
