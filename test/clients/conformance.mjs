@@ -40,6 +40,14 @@ await assert.rejects(
   client.responses.create({ model, input: prompt, previous_response_id: "resp_x" }),
   (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id",
 );
+// Tools are not served yet: refused naming the field, never ignored.
+await assert.rejects(
+  client.chat.completions.create({
+    model, messages: [{ role: "user", content: prompt }],
+    tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }],
+  }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === "tools" && e.code === "unsupported_parameter",
+);
 ok("node typed errors");
 
 // responses.create, not streamed and streamed.
