@@ -279,7 +279,7 @@ func limitError(model string, ar tenant.AcquireRequest, maxParam string, err err
 		case tenant.KindTokens:
 			msg = fmt.Sprintf("Rate limit reached for tokens per minute: limit %d, %d left, this request needs %s.", le.Limit, le.Remaining, what)
 		case tenant.KindConcurrency:
-			msg = fmt.Sprintf("Rate limit reached for concurrent requests: your tenant may run %d at once.", le.Limit)
+			msg = fmt.Sprintf("Rate limit reached for concurrency: your tenant may run %d requests at once.", le.Limit)
 		default:
 			msg = fmt.Sprintf("Rate limit reached for requests per minute: limit %d.", le.Limit)
 		}
