@@ -245,6 +245,13 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 	_ = send(sh.closing(text.String(), t.finish, *t.usage)...)
 }
 
+// notStored answers the routes of stored responses (retrieve, delete,
+// cancel, input items): warden keeps none.
+func notStored(w http.ResponseWriter, _ *http.Request) {
+	writeError(w, &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeNotFound,
+		Message: "This server does not store responses: every response is returned only to the request that created it."})
+}
+
 // nullable is s, or JSON null when empty.
 func nullable(s string) any {
 	if s == "" {

@@ -178,6 +178,12 @@ func TestResponsesRefusals(t *testing.T) {
 			t.Errorf("previous_response_id refusal does not explain why: %q", env.Error.Message)
 		}
 	}
+	for _, m := range []string{"GET", "DELETE"} {
+		rec := do(h, m, "/v1/responses/resp_123", "", authJSON())
+		if _, code, _, msg := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != CodeNotFound || !strings.Contains(msg, "does not store") {
+			t.Errorf("%s /v1/responses/resp_123: %d %s", m, rec.Code, rec.Body.String())
+		}
+	}
 	// store: true is accepted (nothing is stored, and the response says so).
 	if rec := do(h, "POST", "/v1/responses", `{"model":"tiny","input":"hi","store":true}`, authJSON()); rec.Code != 200 ||
 		!strings.Contains(rec.Body.String(), `"store":false`) {

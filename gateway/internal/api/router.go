@@ -96,6 +96,7 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 		r.With(requireJSON).Post("/v1/chat/completions", s.generate(KindChat))
 		r.With(requireJSON).Post("/v1/completions", s.generate(KindCompletion))
 		r.With(requireJSON).Post("/v1/responses", s.responses)
+		r.HandleFunc("/v1/responses/*", notStored)
 	})
 	return r
 }
