@@ -80,6 +80,10 @@ type Gateway struct {
 	// always assigns its own request ID (I6); when false the client's
 	// header is ignored. Default false.
 	TrustClientRequestID bool `yaml:"trust_client_request_id"`
+	// CORSOrigins lists the browser origins (scheme://host[:port]) allowed
+	// to call the public API cross-origin; "*" allows any. Empty, the
+	// default, sends no CORS headers, so browsers refuse cross-origin calls.
+	CORSOrigins []string `yaml:"cors_origins"`
 }
 
 // ServerTLS is the certificate a public listener presents.

@@ -73,8 +73,8 @@ type Event struct {
 type Usage struct {
 	PromptTokens     int64 // prompt tokens actually prefilled
 	CompletionTokens int64 // tokens actually generated
-	// CachedTokens is how many of PromptTokens were reused from the
-	// tenant's prefix cache (prompt_tokens_details.cached_tokens).
+	// CachedTokens is the part of PromptTokens served from a prefix cache
+	// instead of being computed (usage.prompt_tokens_details.cached_tokens).
 	CachedTokens int64
 }
 
