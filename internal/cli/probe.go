@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/warden-ai/warden/internal/probe"
@@ -26,7 +27,9 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.Concurrency, "concurrency", probe.DefaultConcurrency, "requests in flight per key in the marker test")
 	fs.IntVar(&cfg.LadderRounds, "rounds", probe.DefaultLadderRounds, "times each key climbs the prompt-length ladder")
 	fs.IntVar(&cfg.TimingSamples, "timing-samples", probe.DefaultTimingSamples, "probes per group in the prefix-cache timing test (0 skips it)")
+	fs.IntVar(&cfg.TimingPrefixTokens, "timing-prefix-tokens", probe.DefaultTimingPrefix, "length of the timing test's secret prefixes (at most a third of the context)")
 	fs.Float64Var(&cfg.Alpha, "alpha", probe.DefaultAlpha, "significance level of the timing test")
+	checks := fs.String("checks", strings.Join(probe.AllChecks, ","), "checks to run, comma-separated: "+strings.Join(probe.AllChecks, ", ")+" (markers includes admission, usage and consistency)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for markers and filler (default: from the clock)")
 	reportPath := fs.String("report", "", "write the JSON report to this file")
 	quiet := fs.Bool("quiet", false, "no progress lines")
@@ -39,6 +42,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	cfg.Keys = keys
+	cfg.Checks = strings.Split(*checks, ",")
 	if len(keys) == 1 {
 		fmt.Fprintln(e.stderr, "warden probe: one key: the cross-tenant checks are skipped")
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ const (
 	DefaultConcurrency    = 4
 	DefaultTimingSamples  = 100
 	DefaultAlpha          = 0.01
+	DefaultTimingPrefix   = 512
 	DefaultLadderRounds   = 2
 	defaultMaxTokens      = 16
 	consistencyMaxTokens  = 24
@@ -62,8 +64,13 @@ type Config struct {
 	// TimingSamples is the number of probes per group of the timing test
 	// (0: skip it).
 	TimingSamples int
+	// TimingPrefixTokens is the length of the timing test's secret
+	// prefixes (at most a third of the context; 0: DefaultTimingPrefix).
+	TimingPrefixTokens int
 	// Alpha is the significance level of the timing test.
 	Alpha float64
+	// Checks selects the checks to run (see AllChecks); empty: all.
+	Checks []string
 	// Seed makes the markers and filler reproducible (0: from the clock).
 	Seed uint64
 	// Progress, when set, receives a line per step.
@@ -86,6 +93,12 @@ func (c *Config) defaults() {
 	if c.Alpha <= 0 {
 		c.Alpha = DefaultAlpha
 	}
+	if c.TimingPrefixTokens <= 0 {
+		c.TimingPrefixTokens = DefaultTimingPrefix
+	}
+	if len(c.Checks) == 0 {
+		c.Checks = AllChecks
+	}
 	if c.Seed == 0 {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
@@ -93,6 +106,18 @@ func (c *Config) defaults() {
 		c.Progress = func(string, ...any) {}
 	}
 }
+
+// The checks Config.Checks selects from. CheckMarkers includes admission
+// and usage, which it judges on the same requests, and the consistency
+// check, which runs under its load.
+const (
+	CheckSteering = "steering"
+	CheckMarkers  = "markers"
+	CheckTiming   = "timing"
+)
+
+// AllChecks are every check, the default.
+var AllChecks = []string{CheckSteering, CheckMarkers, CheckTiming}
 
 // ErrCannotRun means the probe could not start (exit code 2).
 var ErrCannotRun = errors.New("probe cannot run")
@@ -121,6 +146,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if len(cfg.Keys) == 0 {
 		return nil, fmt.Errorf("%w: no API key", ErrCannotRun)
 	}
+	for _, c := range cfg.Checks {
+		if !slices.Contains(AllChecks, c) {
+			return nil, fmt.Errorf("%w: unknown check %q (want %s)", ErrCannotRun, c, strings.Join(AllChecks, ", "))
+		}
+	}
 	hc, err := httpClient(cfg.CACert)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCannotRun, err)
@@ -144,12 +174,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%w: %w", ErrCannotRun, err)
 	}
 	r.report.Model, r.report.ContextLength, r.report.ContextSource = r.model, r.ctxLen, r.ctxSource
-	r.report.add(r.steering(ctx))
-	baseline := r.consistencyAlone(ctx)
-	ladder, loaded := r.markerLadder(ctx, baseline)
-	r.report.add(ladder...)
-	r.report.add(loaded)
-	r.report.add(r.timing(ctx))
+	if slices.Contains(cfg.Checks, CheckSteering) {
+		r.report.add(r.steering(ctx))
+	}
+	if slices.Contains(cfg.Checks, CheckMarkers) {
+		baseline := r.consistencyAlone(ctx)
+		ladder, loaded := r.markerLadder(ctx, baseline)
+		r.report.add(ladder...)
+		r.report.add(loaded)
+	}
+	if slices.Contains(cfg.Checks, CheckTiming) {
+		r.report.add(r.timing(ctx))
+	}
 	r.report.Requests = cfg.Budget - int(max(b.left.Load(), 0))
 	r.report.Duration = time.Since(r.report.Started).Seconds()
 	return r.report, nil

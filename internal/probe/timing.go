@@ -6,10 +6,6 @@ import (
 	"net/http"
 )
 
-// timingPrefixTokens bounds the secret prefix of the timing test: long
-// enough that a cache hit saves a measurable prefill.
-const timingPrefixTokens = 512
-
 // timingSample is one probe: primed (its prefix was sent before, by the
 // primer) or fresh.
 type timingSample struct {
@@ -27,7 +23,7 @@ func (r *run) timing(ctx context.Context) Check {
 		c.Verdict, c.Summary = VerdictSkipped, "--timing-samples 0"
 		return c
 	}
-	words := r.wordsFor(min(timingPrefixTokens, r.ctxLen/3))
+	words := r.wordsFor(min(r.cfg.TimingPrefixTokens, r.ctxLen/3))
 	a := r.clients[0]
 	control, err := r.timingGroup(ctx, a, a, words, n)
 	if err != nil {
