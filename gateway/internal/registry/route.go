@@ -16,6 +16,9 @@ type Route struct {
 	// FreePages is Decode's free pages as last reported, less the pages
 	// routed there since.
 	FreePages int64
+	// Busy: Decode's in-flight budget is used up (budget.go); the request
+	// should wait in the fair queue.
+	Busy bool
 }
 
 // Pick chooses where a request of totalTokens (prompt + max output) for
@@ -45,7 +48,7 @@ func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 		default:
 			continue
 		}
-		if best == nil || decodeLess(w, best) {
+		if best == nil || decodeBetter(w, best) {
 			best, bestPrefill = w, prefill
 		}
 	}
@@ -53,7 +56,7 @@ func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 		return Route{}, fmt.Errorf("%w for model %s", ErrNoWorker, model)
 	}
 	return Route{Decode: best, Prefill: bestPrefill, Pages: pagesFor(totalTokens, best.pool.GetPageTokens()),
-		FreePages: best.pool.GetFreePages() - best.pendingPages}, nil
+		FreePages: best.pool.GetFreePages() - best.pendingPages, Busy: !best.roomLocked()}, nil
 }
 
 // prefillFor returns the least-loaded healthy prefill worker that can push
