@@ -10,9 +10,9 @@ package registry
 // sequences seen in such a heartbeat is its batch size (its compute slots).
 // Until a worker has been seen saturated its budget is unbounded (KV pages
 // alone limit placement, as before). The budget allows an eighth more than
-// the slots (at least one), so that a request finishing prefill and
-// transfer is ready to take a slot the moment one frees: the engine's
-// pending list then holds at most that slack.
+// the slots (none below 8 slots), so that with a large batch a request
+// finishing prefill and transfer is ready to take a slot the moment one
+// frees: the engine's pending list then holds at most that slack.
 
 // learnSlots updates the worker's learned batch size from its last report.
 // Called with r.mu held.
@@ -29,7 +29,7 @@ func (w *Worker) budgetLocked() int64 {
 		return 0
 	}
 	s := int64(w.slots)
-	return s + max(1, s/8)
+	return s + s/8
 }
 
 // roomLocked reports whether w's in-flight budget admits one more request.

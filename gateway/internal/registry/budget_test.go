@@ -9,7 +9,7 @@ import (
 
 // TestInFlightBudget: a worker's batch size is learned from a heartbeat that
 // shows it saturated; from then on this gateway places at most the slots
-// plus an eighth (at least one) on it, prefers a worker with room, and
+// plus an eighth on it, prefers a worker with room, and
 // reports Busy when none has any. Re-registration forgets what was learned.
 func TestInFlightBudget(t *testing.T) {
 	h := newHarness(t, nil)
@@ -31,7 +31,7 @@ func TestInFlightBudget(t *testing.T) {
 	}
 	a, _ := h.Get("a")
 	var done []func()
-	for range 20 { // unbounded until learned
+	for range 30 { // unbounded until learned
 		if rt := pick(); rt.Busy {
 			t.Fatalf("worker never seen saturated is busy after %d requests", len(done))
 		}
@@ -41,19 +41,19 @@ func TestInFlightBudget(t *testing.T) {
 	if s := a.Snapshot(); s.Slots != 0 || s.InFlightBudget != 0 {
 		t.Fatalf("learned %d slots from an unsaturated worker", s.Slots)
 	}
-	beat("a", 8, 12)
-	if s := a.Snapshot(); s.Slots != 8 || s.InFlightBudget != 9 {
-		t.Fatalf("slots %d budget %d, want 8 and 9", s.Slots, s.InFlightBudget)
+	beat("a", 16, 12)
+	if s := a.Snapshot(); s.Slots != 16 || s.InFlightBudget != 18 {
+		t.Fatalf("slots %d budget %d, want 16 and 18", s.Slots, s.InFlightBudget)
 	}
-	for len(done) >= 9 {
+	for len(done) >= 18 {
 		if !pick().Busy {
-			t.Fatalf("%d in flight on a budget of 9: not busy", len(done))
+			t.Fatalf("%d in flight on a budget of 18: not busy", len(done))
 		}
 		done[len(done)-1]()
 		done = done[:len(done)-1]
 	}
 	if pick().Busy {
-		t.Fatal("8 in flight on a budget of 9: busy")
+		t.Fatal("17 in flight on a budget of 18: busy")
 	}
 	// A second worker with room is preferred over a full one.
 	h.register(t, info("b", controlpb.Role_ROLE_BOTH, "host", "tcp"), pool(100, 50))
