@@ -50,7 +50,7 @@ func TestFairnessDefaultPool(t *testing.T) {
 	// The light tenant alone.
 	var alone []time.Duration
 	for range 5 {
-		var r fairRecord
+		r := fairRecord{sent: time.Now()}
 		text, _, err := streamCompletion(ctx, c.Gateway(), light, body, &r)
 		if err != nil || text != want.Text {
 			t.Fatalf("light tenant alone: %q, %v", text, err)
