@@ -1,5 +1,7 @@
 package registry
 
+import "github.com/warden-ai/warden/internal/controlpb"
+
 // In-flight budget: the gateway places on a decode-capable worker only what
 // that worker can run now, so that excess load waits in the gateway's fair
 // queue (priority levels, then weighted fair queuing) rather than first in,
@@ -9,10 +11,12 @@ package registry
 // sequences is running as many as its batch holds, so the most running
 // sequences seen in such a heartbeat is its batch size (its compute slots).
 // Until a worker has been seen saturated its budget is unbounded (KV pages
-// alone limit placement, as before). The budget allows an eighth more than
-// the slots (none below 8 slots), so that with a large batch a request
-// finishing prefill and transfer is ready to take a slot the moment one
-// frees: the engine's pending list then holds at most that slack.
+// alone limit placement, as before). The budget allows some slack above the
+// slots, so that a request is ready to take a slot the moment one frees; the
+// engine's pending list then holds at most that slack. A decode worker
+// counts requests still in prefill and transfer against its budget, so its
+// slack is a quarter of the slots (at least one); a both worker prefills in
+// its own batch, so its slack is an eighth (none below 8 slots).
 
 // learnSlots updates the worker's learned batch size from its last report.
 // Called with r.mu held.
@@ -29,6 +33,9 @@ func (w *Worker) budgetLocked() int64 {
 		return 0
 	}
 	s := int64(w.slots)
+	if w.info.GetRole() == controlpb.Role_ROLE_DECODE {
+		return s + max(1, s/4)
+	}
 	return s + s/8
 }
 

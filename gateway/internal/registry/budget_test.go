@@ -68,4 +68,11 @@ func TestInFlightBudget(t *testing.T) {
 	for _, d := range done {
 		d()
 	}
+	// A decode worker's budget has more slack: its requests count from
+	// before prefill and transfer.
+	h.register(t, info("d", controlpb.Role_ROLE_DECODE, "host", "tcp"), pool(100, 100))
+	beat("d", 2, 1)
+	if d, _ := h.Get("d"); d.Snapshot().InFlightBudget != 3 {
+		t.Fatalf("decode worker with 2 slots: budget %d, want 3", d.Snapshot().InFlightBudget)
+	}
 }
