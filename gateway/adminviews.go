@@ -35,7 +35,7 @@ func workerView(w registry.Snapshot) admin.WorkerView {
 			QuarantinedPages: p.QuarantinedPages, PageTokens: int64(p.PageTokens), CapacityTokens: p.CapacityTokens,
 			OwnerViolations: p.OwnerViolations,
 		},
-		Running: int(w.Running), Waiting: int(w.Waiting),
+		Running: int(w.Running), Waiting: int(w.Waiting), InFlightBudget: w.InFlightBudget,
 	}
 }
 

@@ -30,7 +30,6 @@ import (
 // Timeouts of the gateway's own housekeeping.
 const (
 	leaseReleaseTimeout = 5 * time.Second
-	leaseRetryInterval  = 100 * time.Millisecond
 	shutdownTimeout     = 10 * time.Second
 	redisTimeout        = time.Second
 )
@@ -49,6 +48,7 @@ type Gateway struct {
 	admission   *admission.Controller
 	tokenizers  *tokenizers
 	table       *lifecycle.Table
+	journal     *tenant.ReleaseJournal
 	queue       *fairqueue.Queue
 	reg         *registry.Registry
 	metrics     *metrics
@@ -159,6 +159,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		g.promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 
+	g.journal = tenant.NewReleaseJournal(tenant.JournalConfig{Logger: g.logger})
 	g.modelLimits = tenant.NewModelLimitsCache(g.store, tenant.ModelLimitsCacheConfig{Logger: g.logger})
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
@@ -176,6 +177,12 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if err := g.promReg.Register(g.domains.indexSize()); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if err := g.promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_lease_release_journal",
+		Help: "Tenant lease releases that failed while the tenant store was unavailable, waiting to be retried.",
+	}, func() float64 { return float64(g.journal.Len()) })); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	g.admission = admission.NewController(admission.Config{Models: models, Limits: g.modelLimits, OnChange: g.onModelChange})

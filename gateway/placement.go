@@ -69,6 +69,10 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 	if err != nil {
 		return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
 	}
+	if rt.Busy {
+		// Every worker runs what it can: wait here, in fair order.
+		return rt, nil, false, nil
+	}
 	if rt.Prefill == nil {
 		// A both worker reserves by itself when Generate arrives, and says
 		// so there if its pool is full (runSingle, errRetry); skip the

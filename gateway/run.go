@@ -27,6 +27,9 @@ func (g *Gateway) run(ctx context.Context) error {
 	regCtx, stopSweeper := context.WithCancel(context.Background())
 	defer stopSweeper()
 	go g.reg.Run(regCtx)
+	journalDone := make(chan struct{})
+	go func() { g.journal.Run(regCtx); close(journalDone) }()
+	defer func() { stopSweeper(); <-journalDone }()
 
 	failed := make(chan error, 4)
 	var serving sync.WaitGroup
@@ -129,6 +132,7 @@ func (g *Gateway) release() {
 	if g.reg != nil {
 		g.reg.Close()
 	}
+	g.flushJournal()
 	if err := g.closeStore(); err != nil {
 		g.logger.Warn("closing the tenant store", "err", err)
 	}
@@ -136,6 +140,21 @@ func (g *Gateway) release() {
 	defer cancel()
 	if err := g.stopTracing(ctx); err != nil {
 		g.logger.Warn("flushing traces", "err", err)
+	}
+}
+
+// flushJournal gives the store a last chance to take the releases that
+// failed during an outage before it is closed; what it cannot take returns
+// at the leases' expiry.
+func (g *Gateway) flushJournal() {
+	if g.journal == nil || g.journal.Len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
+	defer cancel()
+	if !g.journal.Flush(ctx) {
+		g.logger.Warn("shutdown: tenant store unavailable; lease releases lost, their slots return at the leases' expiry",
+			"count", g.journal.Len())
 	}
 }
 

@@ -39,6 +39,10 @@ type WorkerView struct {
 	// waiting for one.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
+	// InFlightBudget is the most requests this gateway places on the
+	// worker at once, learned from its batch size (0: not learned yet,
+	// no bound); the rest wait in the gateway's fair queue.
+	InFlightBudget int64 `json:"in_flight_budget"`
 }
 
 // PoolView is a worker's KV pool accounting, as last reported. At a quiet

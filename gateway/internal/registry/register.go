@@ -113,7 +113,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	}
 	w.conn, w.client = conn, client
 	w.info, w.pool = info, req.Pool
-	w.running, w.waiting = 0, 0
+	w.running, w.waiting, w.slots = 0, 0, 0
 	w.healthy, w.lastHeartbeat, w.registeredAt, w.lostAt = true, now, now, time.Time{}
 	w.pendingPages = 0
 	w.reports++
@@ -145,6 +145,7 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	}
 	prev, pending := w.pool, w.pendingPages
 	w.pool, w.running, w.waiting = req.Pool, req.Running, req.Waiting
+	w.learnSlots()
 	w.lastHeartbeat = r.cfg.Now()
 	w.pendingPages = 0
 	w.reports++

@@ -16,6 +16,9 @@ type Route struct {
 	// FreePages is Decode's free pages as last reported, less the pages
 	// routed there since.
 	FreePages int64
+	// Busy: Decode's in-flight budget is used up (budget.go); the request
+	// should wait in the fair queue.
+	Busy bool
 }
 
 // Pick chooses where a request of totalTokens (prompt + max output) for
@@ -50,7 +53,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 		default:
 			continue
 		}
-		if best == nil || less(w, best) {
+		if best == nil || decodeBetter(w, best, less) {
 			best, bestPrefill = w, prefill
 		}
 	}
@@ -58,7 +61,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 		return Route{}, fmt.Errorf("%w for model %s", ErrNoWorker, model)
 	}
 	return Route{Decode: best, Prefill: bestPrefill, Pages: pagesFor(totalTokens, best.pool.GetPageTokens()),
-		FreePages: best.pool.GetFreePages() - best.pendingPages}, nil
+		FreePages: best.pool.GetFreePages() - best.pendingPages, Busy: !best.roomLocked()}, nil
 }
 
 // prefillFor returns the least-loaded healthy prefill worker that can push

@@ -30,6 +30,7 @@ type Worker struct {
 	assigned      int64  // requests this gateway routed here, not yet done
 	pendingPages  int64  // pages routed here since the last heartbeat
 	reports       uint64 // registrations and heartbeats received
+	slots         int32  // learned batch size, 0 until seen (budget.go)
 
 	reg *Registry
 }
@@ -120,6 +121,12 @@ type Snapshot struct {
 	Healthy                                    bool
 	LastHeartbeat, RegisteredAt                time.Time
 	Assigned                                   int64
+
+	// Slots is the learned batch size, 0 until the worker was seen
+	// saturated; InFlightBudget the most requests this gateway places
+	// there at once (0: no bound). See budget.go.
+	Slots          int32
+	InFlightBudget int64
 }
 
 func (w *Worker) snapshotLocked() Snapshot {
@@ -130,6 +137,7 @@ func (w *Worker) snapshotLocked() Snapshot {
 		HostID: i.GetHostId(), TokenizerSHA256: i.GetTokenizerSha256(), Backend: i.GetBackend(), Version: i.GetVersion(),
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
+		Slots: w.slots, InFlightBudget: w.budgetLocked(),
 		Healthy: w.healthy, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
 	}
 }
