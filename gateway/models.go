@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -46,7 +47,10 @@ func (t *tokenizers) get(model string) *modelTokenizer {
 }
 
 // accept vets a registering worker's tokenizer (registry.Config.Accept;
-// the registry runs registrations one at a time).
+// the registry runs registrations one at a time). The assets come in one
+// message of up to controlpb.MaxAssetsMessageBytes, far above gRPC's
+// default 4 MiB receive limit (real tokenizer.json files are 9-35 MB), and
+// are checked against the tokenizer_sha256 the worker registered with.
 func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error {
 	cur := t.get(info.Model)
 	if cur != nil && cur.sha == info.TokenizerSha256 {
@@ -55,19 +59,23 @@ func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, cli
 	if cur != nil {
 		for _, w := range t.reg.Healthy(info.Model) {
 			if w.ID != info.WorkerId && w.TokenizerSHA256 == cur.sha {
-				return status.Errorf(codes.FailedPrecondition,
+				return refuse(refusedTokenizerMismatch, codes.FailedPrecondition,
 					"worker %s: tokenizer_sha256 %s differs from %s, the tokenizer of model %s served by worker %s",
 					info.WorkerId, info.TokenizerSha256, cur.sha, info.Model, w.ID)
 			}
 		}
 	}
-	assets, err := client.ModelAssets(ctx, &controlpb.ModelAssetsRequest{})
+	assets, err := client.ModelAssets(ctx, &controlpb.ModelAssetsRequest{}, grpc.MaxCallRecvMsgSize(controlpb.MaxAssetsMessageBytes))
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "worker %s: fetching model assets from %s: %v", info.WorkerId, info.ControlAddr, err)
+		code := codes.Unavailable
+		if status.Code(err) == codes.ResourceExhausted {
+			code = codes.FailedPrecondition // too large: retrying cannot help
+		}
+		return refuse(refusedAssetsUnavailable, code, "worker %s: fetching model assets from %s: %v", info.WorkerId, info.ControlAddr, err)
 	}
 	mt, err := parseAssets(info, assets)
 	if err != nil {
-		return status.Errorf(codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
+		return refuse(refusedAssetsInvalid, codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
 	}
 	t.mu.Lock()
 	t.models[info.Model] = mt

@@ -2,10 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/internal/controlpb"
 )
@@ -21,13 +24,16 @@ const (
 // accounting and the engine's load; register again when the gateway asks
 // (it restarted) or after a failure, with capped exponential backoff. A
 // gateway that is down only delays this loop; the worker keeps serving.
-// Stopping simply ends the heartbeats: the gateway declares the worker
-// lost after its heartbeat timeout.
-func (w *Worker) registerLoop(ctx context.Context, addr string) {
+// A registration the gateway refuses (refused) is logged as an error with
+// the gateway's cause; with WithExitOnRefusal the loop returns it, else it
+// retries like any failure (the cause may pass, e.g. workers serving
+// another tokenizer leave). Stopping simply ends the heartbeats: the
+// gateway declares the worker lost after its heartbeat timeout.
+func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 	conn, err := grpc.NewClient(addr, w.auth.registry...)
 	if err != nil {
 		w.log.Error("cannot dial gateway registry", "gateway", addr, "err", err)
-		return
+		return nil
 	}
 	defer conn.Close()
 	client := controlpb.NewRegistryClient(conn)
@@ -40,9 +46,14 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) {
 			log.Info("registered with gateway", "heartbeat_interval", interval)
 			failing, wait = false, backoffMin
 			err = w.heartbeat(ctx, client, interval)
+		} else if refused(err) {
+			log.Error("gateway refused the registration", "code", status.Code(err).String(), "cause", status.Convert(err).Message())
+			if w.exitOnRefusal {
+				return fmt.Errorf("worker: gateway %s refused the registration: %s", addr, status.Convert(err).Message())
+			}
 		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if err == nil {
 			log.Info("gateway asked the worker to register again")
@@ -55,10 +66,22 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) {
 		}
 		failing = true
 		if !sleep(ctx, jitter(wait)) {
-			return
+			return nil
 		}
 		wait = min(2*wait, backoffMax)
 	}
+	return nil
+}
+
+// refused reports whether a Register error is the gateway refusing this
+// worker (its model, tokenizer, assets or credentials), not a failure to
+// reach it.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 // rpcTimeout bounds one registry call.

@@ -52,6 +52,9 @@ type Worker struct {
 
 	controlLn, transferLn, metricsLn net.Listener
 
+	// exitOnRefusal: see WithExitOnRefusal.
+	exitOnRefusal bool
+
 	// hooks are test seams; nil in production.
 	hooks hooks
 
@@ -84,6 +87,8 @@ type options struct {
 	tracer   trace.TracerProvider
 	version  string
 	faults   *faults.Injector
+	// exitOnRefusal: see WithExitOnRefusal.
+	exitOnRefusal bool
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -108,6 +113,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options
 // drop or corrupt KV transfers of real workers. Without it, as in
 // production, nothing is injected.
 func WithTransferFaults(inj *faults.Injector) Option { return func(o *options) { o.faults = inj } }
+
+// WithExitOnRefusal makes Run stop with the gateway's cause when a gateway
+// refuses the worker's registration, instead of retrying (`warden up`
+// uses it to report the cause at once).
+func WithExitOnRefusal() Option { return func(o *options) { o.exitOnRefusal = true } }
 
 // New opens everything the worker needs, so that a bad configuration fails
 // here, before Run: the control, transfer and metrics listeners, the model
@@ -134,6 +144,7 @@ func New(cfg *config.Config, opts ...Option) (*Worker, error) {
 		tombs:          newTombstones(2 * wc.Transfer.ReserveTimeout),
 		metrics:        newMetrics(),
 		stopTracing:    func(context.Context) error { return nil },
+		exitOnRefusal:  o.exitOnRefusal,
 	}
 	w.log = o.logger.With("worker_id", w.id, "role", string(w.role))
 	if o.tracer == nil {

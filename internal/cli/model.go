@@ -10,18 +10,19 @@ import (
 
 func runModel(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "init" {
-		fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--seed N] [--dtype f32|bf16|f16]")
+		fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
 		return errUsage
 	}
 	return runModelInit(ctx, e, args[1:])
 }
 
 func runModelInit(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "model init", "model init --out DIR --preset "+strings.Join(model.PresetNames(), "|")+" [--seed N] [--dtype f32|bf16|f16]")
+	fs := newFlags(e, "model init", "model init --out DIR --preset "+strings.Join(model.PresetNames(), "|")+" [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
 	out := fs.String("out", "", "directory to write (created if missing)")
 	preset := fs.String("preset", model.PresetTiny, "model preset: "+strings.Join(model.PresetNames(), ", "))
 	seed := fs.Uint64("seed", 1, "random seed of the weights")
 	dtype := fs.String("dtype", "f32", "weight dtype: f32, bf16 or f16")
+	tokFrom := fs.String("tokenizer-from", "", "directory of a real tokenizer (tokenizer.json, tokenizer_config.json) to use instead of the preset's; the vocabulary is sized to it")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -34,10 +35,15 @@ func runModelInit(_ context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := model.Init(*out, *preset, *seed, dt); err != nil {
+	if *tokFrom != "" {
+		err = model.InitWithTokenizer(*out, *preset, *tokFrom, *seed, dt)
+	} else {
+		err = model.Init(*out, *preset, *seed, dt)
+	}
+	if err != nil {
 		return err
 	}
-	cfg, err := model.PresetConfig(*preset)
+	cfg, err := model.LoadConfig(*out)
 	if err != nil {
 		return err
 	}

@@ -156,7 +156,9 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 	}
 	u.say("started the gateway (pid %d), API %s, admin %s", u.gateway.cmd.Process.Pid, pl.apiURL, pl.adminURL)
 	for _, p := range pl.workers {
-		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p)}, env, pl.logPath(p))
+		// A refused registration ends the worker with the gateway's
+		// cause, which the wait below reports at once.
+		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p), "--exit-on-refusal"}, env, pl.logPath(p))
 		if err != nil {
 			return err
 		}

@@ -49,6 +49,7 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	cfgPath := fs.String("config", "", "YAML configuration file (the defaults and WARDEN_* variables apply either way)")
 	var gateways listFlag
 	fs.Var(&gateways, "gateway", "gateway registry host:port; repeat for several (replaces worker.gateways)")
+	exitOnRefusal := fs.Bool("exit-on-refusal", false, "exit with the gateway's cause when a gateway refuses the registration, instead of retrying")
 	for _, f := range workerFlags {
 		fs.String(f.name, "", f.usage)
 	}
@@ -80,7 +81,11 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(cfg, worker.WithLogger(logger), worker.WithVersion(Version))
+	opts := []worker.Option{worker.WithLogger(logger), worker.WithVersion(Version)}
+	if *exitOnRefusal {
+		opts = append(opts, worker.WithExitOnRefusal())
+	}
+	w, err := worker.New(cfg, opts...)
 	if err != nil {
 		return err
 	}
