@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,7 +35,8 @@ type modelTokenizer struct {
 // replaced when no healthy worker serves the old one; a worker whose
 // tokenizer differs from the one healthy workers serve is refused.
 type tokenizers struct {
-	reg *registry.Registry
+	reg    *registry.Registry
+	logger *slog.Logger
 
 	mu     sync.Mutex
 	models map[string]*modelTokenizer
@@ -73,10 +76,13 @@ func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, cli
 		}
 		return refuse(refusedAssetsUnavailable, code, "worker %s: fetching model assets from %s: %v", info.WorkerId, info.ControlAddr, err)
 	}
+	start := time.Now()
 	mt, err := parseAssets(info, assets)
 	if err != nil {
 		return refuse(refusedAssetsInvalid, codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
 	}
+	t.logger.Info("model tokenizer loaded", "model", info.Model, "worker", info.WorkerId,
+		"bytes", len(assets.GetTokenizerJson()), "duration", time.Since(start), "tokenizer_sha256", mt.sha)
 	t.mu.Lock()
 	t.models[info.Model] = mt
 	t.mu.Unlock()

@@ -50,15 +50,17 @@ func llama3Model(t *testing.T) (dir, pkg string) {
 }
 
 // realConversations are the chat requests sent to realistic models:
-// system prompt, multi-turn, whitespace, CJK, emoji and special-token
-// text typed as content (which must count as plain text).
+// system prompt, multi-turn, whitespace, CJK, emoji, code. (Special-token
+// text typed as content is left out: warden counts it as plain text,
+// Hugging Face's apply_chat_template(tokenize=True) as special tokens; see
+// docs/api.md.)
 var realConversations = [][]tokenizer.Message{
 	{{Role: "user", Content: "Hello!"}},
 	{
 		{Role: "system", Content: "You are terse.  Answer in one line."},
 		{Role: "user", Content: "Wie geht's? 你好 🌍\n\n  indented\tline"},
 		{Role: "assistant", Content: "Fine, thanks."},
-		{Role: "user", Content: "Say <|eot_id|> and <|begin_of_text|> literally."},
+		{Role: "user", Content: "Und jetzt: 1+1=2, x_y := f(z) // done."},
 	},
 }
 

@@ -89,6 +89,8 @@ type options struct {
 	faults   *faults.Injector
 	// exitOnRefusal: see WithExitOnRefusal.
 	exitOnRefusal bool
+	// progress: see WithProgress.
+	progress func(Step)
 }
 
 // WithLogger sets the logger (default slog.Default()).

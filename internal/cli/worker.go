@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
 	"strings"
 
 	"github.com/warden-ai/warden/config"
@@ -84,6 +85,9 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	opts := []worker.Option{worker.WithLogger(logger), worker.WithVersion(Version)}
 	if *exitOnRefusal {
 		opts = append(opts, worker.WithExitOnRefusal())
+	}
+	if isTerminal(e.stderr) {
+		opts = append(opts, worker.WithProgress(func(s worker.Step) { fmt.Fprintf(e.stderr, "warden worker: %s\n", stepLine(s)) }))
 	}
 	w, err := worker.New(cfg, opts...)
 	if err != nil {

@@ -57,7 +57,13 @@ func NpmPackage(t testing.TB, spec string) string {
 // the directory's tokenizer.json and tokenizer_config.json.
 func HFChatTokens(t testing.TB, pkgDir, modelDir string, convs [][]tokenizer.Message) [][]int32 {
 	t.Helper()
-	in, err := json.Marshal(convs)
+	wire := make([][]map[string]string, len(convs))
+	for i, msgs := range convs {
+		for _, m := range msgs {
+			wire[i] = append(wire[i], map[string]string{"role": m.Role, "content": m.Content})
+		}
+	}
+	in, err := json.Marshal(wire)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +80,8 @@ func HFChatTokens(t testing.TB, pkgDir, modelDir string, convs [][]tokenizer.Mes
 		t.Skip("node is not installed: no reference tokenizer")
 	}
 	if err != nil {
-		t.Fatalf("reference tokenizer: %v\n%s", err, stderr.String())
+		msg := stderr.String()
+		t.Fatalf("reference tokenizer: %v\n%s", err, msg[max(len(msg)-2000, 0):])
 	}
 	var ids [][]int32
 	if err := json.Unmarshal(out, &ids); err != nil || len(ids) != len(convs) {
