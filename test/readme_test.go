@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/warden-ai/warden/internal/obs/obstest"
 	"github.com/warden-ai/warden/test/harness"
@@ -74,7 +75,8 @@ func TestReadmeServingARealModel(t *testing.T) {
 	var resp struct {
 		Model   string `json:"model"`
 		Choices []struct {
-			Message struct{ Content string } `json:"message"`
+			Message      struct{ Content string } `json:"message"`
+			FinishReason string                   `json:"finish_reason"`
 		} `json:"choices"`
 		Usage struct {
 			PromptTokens     int `json:"prompt_tokens"`
@@ -84,16 +86,16 @@ func TestReadmeServingARealModel(t *testing.T) {
 	if err := json.Unmarshal(out, &resp); err != nil {
 		t.Fatalf("curl answered %s: %v", out, err)
 	}
-	// What the printed line asks: one user message, "Hello!", 32 tokens.
-	msgs := realConversations[0]
-	want, err := referenceAt(t, dir).Chat(t.Context(), msgs, 32)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// What the printed line asks: one user message, "Hello!", up to 32
+	// tokens, sampled at the default temperature (so the text is not the
+	// greedy reference's; its length and the prompt's count are exact).
 	hf := harness.HFChatTokens(t, pkg, dir, realConversations[:1])
-	if resp.Model != filepath.Base(dir) || len(resp.Choices) != 1 || resp.Choices[0].Message.Content != want.Text ||
-		resp.Usage.PromptTokens != len(hf[0]) || resp.Usage.CompletionTokens != want.CompletionTokens {
-		t.Errorf("curl answered %s, want model %s, %q, usage %d+%d", out, filepath.Base(dir), want.Text, len(hf[0]), want.CompletionTokens)
+	c := resp.Choices
+	if resp.Model != filepath.Base(dir) || len(c) != 1 || c[0].Message.Content == "" || !utf8.ValidString(c[0].Message.Content) ||
+		resp.Usage.PromptTokens != len(hf[0]) || resp.Usage.CompletionTokens < 1 || resp.Usage.CompletionTokens > 32 ||
+		(c[0].FinishReason == "length") != (resp.Usage.CompletionTokens == 32) {
+		t.Errorf("curl answered %s, want model %s, some text, usage.prompt_tokens %d and at most 32 completion tokens",
+			out, filepath.Base(dir), len(hf[0]))
 	}
 
 	if err := up.Signal(syscall.SIGINT); err != nil {
