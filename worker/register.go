@@ -59,9 +59,11 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 			log.Info("gateway asked the worker to register again")
 			continue
 		}
-		if !failing {
+		switch {
+		case refused(err): // logged above
+		case !failing:
 			log.Warn("gateway registry unreachable; retrying with backoff", "err", err)
-		} else {
+		default:
 			log.Debug("gateway registry still unreachable", "err", err)
 		}
 		failing = true
