@@ -42,11 +42,12 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 	failing := false
 	for ctx.Err() == nil {
 		interval, err := w.register(ctx, client)
+		isRefusal := err != nil && refused(err)
 		if err == nil {
 			log.Info("registered with gateway", "heartbeat_interval", interval)
 			failing, wait = false, backoffMin
 			err = w.heartbeat(ctx, client, interval)
-		} else if refused(err) {
+		} else if isRefusal {
 			log.Error("gateway refused the registration", "code", status.Code(err).String(), "cause", status.Convert(err).Message())
 			if w.exitOnRefusal {
 				return fmt.Errorf("worker: gateway %s refused the registration: %s", addr, status.Convert(err).Message())
@@ -60,7 +61,7 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 			continue
 		}
 		switch {
-		case refused(err): // logged above
+		case isRefusal: // logged above
 		case !failing:
 			log.Warn("gateway registry unreachable; retrying with backoff", "err", err)
 		default:
