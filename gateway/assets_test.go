@@ -16,13 +16,18 @@ import (
 )
 
 // TestLargeModelAssetsRegister: a worker whose tokenizer.json is the size
-// of real ones (Llama 3's is 9 MB, the largest 35 MB; gRPC's default
-// receive limit is 4 MiB) registers, and the gateway tokenizes with it.
+// of real ones (above gRPC's default 4 MiB receive limit; Llama 3's is 9 MB)
+// registers, and the gateway tokenizes with it. The limit leaves room for
+// the largest real tokenizers (35 MB).
 func TestLargeModelAssetsRegister(t *testing.T) {
+	if controlpb.MaxAssetsMessageBytes < 40<<20 || controlpb.MaxAssetFileBytes < 40<<20 {
+		t.Fatalf("asset limits %d (message) and %d (file) do not fit a 35 MB tokenizer.json",
+			controlpb.MaxAssetsMessageBytes, controlpb.MaxAssetFileBytes)
+	}
 	tg := startGateway(t, testConfig())
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
 	// Trailing whitespace keeps the JSON valid and its meaning unchanged.
-	big := append(bytes.Clone(tokFiles.tokenizerJSON), bytes.Repeat([]byte{' '}, 36<<20)...)
+	big := append(bytes.Clone(tokFiles.tokenizerJSON), bytes.Repeat([]byte{' '}, 6<<20)...)
 	sum := sha256.Sum256(big)
 	w.sha = hex.EncodeToString(sum[:])
 	w.assets.TokenizerJson, w.assets.TokenizerSha256 = big, w.sha

@@ -19,6 +19,11 @@ const (
 	backoffMax = 30 * time.Second
 )
 
+// registerTimeout bounds one Register call. The gateway vets a new
+// tokenizer inside it (fetches the asset files, tens of MB for some real
+// models, and parses them: seconds), so it is far longer than a heartbeat.
+const registerTimeout = time.Minute
+
 // registerLoop keeps the worker registered with the gateway at addr until
 // ctx ends: Register, then Heartbeat every interval with the pool's
 // accounting and the engine's load; register again when the gateway asks
@@ -87,14 +92,14 @@ func refused(err error) bool {
 	return false
 }
 
-// rpcTimeout bounds one registry call.
+// rpcTimeout bounds one Heartbeat call.
 func rpcTimeout(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
 // register announces the worker and returns the heartbeat interval: the
 // gateway's when it names one, else worker.heartbeat_interval.
 func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) (time.Duration, error) {
 	interval := w.cfg.Worker.HeartbeatInterval
-	cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
+	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats()})
 	if err != nil {
