@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
@@ -189,7 +190,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 
 	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))
 	hostname, _ := os.Hostname()
-	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer)}
+	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer), logger: g.logger}
 	g.reg = registry.New(registry.Config{
 		GatewayID:        "gateway-" + hostname,
 		HeartbeatTimeout: cfg.Gateway.HeartbeatTimeout,
@@ -237,11 +238,19 @@ func (g *Gateway) Ready() error {
 
 // acceptWorker vets a registering worker: its model must be configured
 // here, and its tokenizer must be the model's (see tokenizers.accept).
+// A refusal is counted by reason (warden_worker_registrations_refused_total);
+// the registry logs it and returns it to the worker.
 func (g *Gateway) acceptWorker(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error {
+	var err error
 	if !g.admission.Has(info.Model) {
-		return fmt.Errorf("model %q is not configured on this gateway", info.Model)
+		err = refuse(refusedUnknownModel, codes.FailedPrecondition, "model %q is not configured on this gateway", info.Model)
+	} else {
+		err = g.tokenizers.accept(ctx, info, client)
 	}
-	return g.tokenizers.accept(ctx, info, client)
+	if r, ok := errors.AsType[*refusal](err); ok {
+		g.metrics.refused.WithLabelValues(r.reason).Inc()
+	}
+	return err
 }
 
 // onWorkerChange follows the registry: every model's effective context is

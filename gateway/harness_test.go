@@ -428,6 +428,15 @@ func newFake(tg *testGateway, role controlpb.Role, pages int64, fab *fabric) *fa
 
 // start serves the fake and registers it; it returns once registered.
 func (w *fakeWorker) start() *fakeWorker {
+	w.t.Helper()
+	if err := w.registerAt(w.serve()); err != nil {
+		w.t.Fatalf("fake %s: register: %v", w.id, err)
+	}
+	return w
+}
+
+// serve starts the fake's control server and returns its address.
+func (w *fakeWorker) serve() string {
 	t := w.t
 	t.Helper()
 	w.assets.Model = w.model
@@ -443,12 +452,8 @@ func (w *fakeWorker) start() *fakeWorker {
 	controlpb.RegisterWorkerServer(w.srv, w)
 	go func() { _ = w.srv.Serve(ln) }()
 	t.Cleanup(w.kill)
-	addr := ln.Addr().String()
-	w.addr = addr
-	if err := w.registerAt(addr); err != nil {
-		t.Fatalf("fake %s: register: %v", w.id, err)
-	}
-	return w
+	w.addr = ln.Addr().String()
+	return w.addr
 }
 
 func (w *fakeWorker) registryClient() controlpb.RegistryClient {

