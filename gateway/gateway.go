@@ -67,6 +67,7 @@ type Gateway struct {
 	closing bool
 	running sync.WaitGroup // request drivers
 	runOnce sync.Once
+	drain   drainState
 
 	// hooks are test seams; unset in production.
 	hooks hooks
@@ -214,8 +215,12 @@ func (g *Gateway) RegistryAddr() net.Addr { return g.registryLn.Addr() }
 // (`warden up`).
 func (g *Gateway) Store() tenant.Store { return g.store }
 
-// Ready reports whether at least one model is being served.
+// Ready reports whether at least one model is being served, and the
+// gateway is not shutting down.
 func (g *Gateway) Ready() error {
+	if g.stopping() {
+		return errDraining
+	}
 	for _, s := range g.admission.States() {
 		if s.Serving {
 			return nil

@@ -53,6 +53,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		MaxBodyBytes: int64(gw.MaxBodyBytes),
 		Ready:        func(context.Context) error { return g.Ready() },
 		Metrics:      promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}),
+		OnError:      g.metrics.rejected,
 	}, g.auth, service{g}, g.logger)
 	h = otelhttp.NewHandler(h, "warden.api", append(obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp), apiTraceOptions()...)...)
 	g.apiSrv = httpServer(h, serverTLS)

@@ -3,6 +3,9 @@ package cli
 import (
 	"context"
 	"flag"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/warden-ai/warden/config"
@@ -104,5 +107,29 @@ func runGateway(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer onSecondSignal(g.AbortNow)()
 	return g.Run(ctx)
+}
+
+// onSecondSignal calls abort when a second SIGTERM or Ctrl-C arrives (the
+// first ends the context and starts the drain) and returns the function
+// that stops watching.
+func onSecondSignal(abort func()) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n == 2 {
+					abort()
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }

@@ -34,6 +34,11 @@ type Config struct {
 	Metrics http.Handler
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnError, if set, is told of every API response that carried an
+	// error: its status (200 for an error event ending a stream) and
+	// reason (the error code, or its type when it has none). Probes and
+	// /metrics are not API responses.
+	OnError func(status int, reason string)
 }
 
 // server holds the handlers' dependencies.
