@@ -38,6 +38,16 @@ type WorkerView struct {
 	// waiting for one.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
+	// Cordoned: this gateway places no new request on the worker
+	// (workers cordon or drain); requests already there run to their end.
+	Cordoned bool `json:"cordoned"`
+	// Assigned is how many requests this gateway placed on the worker
+	// that have not ended.
+	Assigned int64 `json:"assigned"`
+	// Idle: no request of this gateway is assigned to the worker and its
+	// last heartbeat showed nothing running or waiting. A cordoned idle
+	// worker is drained: it may be stopped.
+	Idle bool `json:"idle"`
 }
 
 // PoolView is a worker's KV pool accounting, as last reported. At a quiet

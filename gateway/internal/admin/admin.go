@@ -34,6 +34,9 @@ type Cluster interface {
 	Workers() []WorkerView
 	// Models returns every configured model with its context agreement.
 	Models() []ModelView
+	// Cordon stops (on) or resumes new placements on worker id and
+	// returns its state; false for an unknown worker.
+	Cordon(id string, on bool) (WorkerView, bool)
 }
 
 // Requests is the gateway's table of requests.
@@ -140,6 +143,9 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		r.Get("/usage", s.handle("usage.get", s.usage))
 
 		r.Get("/workers", s.handle("worker.list", s.workers))
+		r.Post("/workers/{id}/cordon", s.handle("worker.cordon", s.cordon(true)))
+		r.Post("/workers/{id}/drain", s.handle("worker.drain", s.cordon(true)))
+		r.Post("/workers/{id}/uncordon", s.handle("worker.uncordon", s.cordon(false)))
 		r.Get("/models", s.handle("model.list", s.models))
 		r.Get("/requests", s.handle("request.list", s.listRequests))
 		r.Get("/requests/{id}", s.handle("request.get", s.getRequest))

@@ -20,6 +20,21 @@ func (s *server) workers(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
+// cordon handles POST /workers/{id}/cordon, /drain (on) and /uncordon
+// (off). Drain is cordon whose answer is read for Idle: the client polls
+// until the worker's requests have ended.
+func (s *server) cordon(on bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := target(r, chi.URLParam(r, "id"))
+		v, ok := s.cluster.Cordon(id, on)
+		if !ok {
+			return apiErr(http.StatusNotFound, adminclient.CodeNotFound, "", "worker %q: not registered here", id)
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
 func (s *server) models(w http.ResponseWriter, _ *http.Request) error {
 	ms := slices.SortedFunc(slices.Values(s.cluster.Models()), func(a, b ModelView) int {
 		return strings.Compare(a.Name, b.Name)
