@@ -143,8 +143,10 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 	check("/healthz", 200, `{"status":"ok"}`)
 	check("/readyz", 503, `{"status":"not_ready"}`)
+	check("/health", 503, `{"status":"not_ready"}`)
 	ready = nil
 	check("/readyz", 200, `{"status":"ready"}`)
+	check("/health", 200, `{"status":"ready"}`)
 	check("/metrics", 200, "warden_up 1")
 
 	if rec := do(newTestHandler(&fakeService{}), "GET", "/metrics", "", nil); rec.Code != 404 {

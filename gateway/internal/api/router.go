@@ -52,7 +52,8 @@ type server struct {
 func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
-// /v1/completions, /v1/chat/completions, /healthz, /readyz and, if
+// /v1/completions, /v1/chat/completions, /healthz, /readyz (also as
+// vLLM's /health) and, if
 // configured, /metrics. A nil logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
@@ -88,6 +89,9 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	// vLLM's /health, for clients and load balancers configured for it:
+	// 200 while the gateway can serve, 503 otherwise (as /readyz).
+	r.Get("/health", s.readyz)
 	if cfg.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
 	}
