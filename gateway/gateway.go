@@ -68,6 +68,7 @@ type Gateway struct {
 	running sync.WaitGroup // request drivers
 	runOnce sync.Once
 	drain   drainState
+	reload  reloadState
 
 	// hooks are test seams; unset in production.
 	hooks hooks
@@ -99,6 +100,8 @@ type options struct {
 	registry *prometheus.Registry
 	tracer   trace.TracerProvider
 	store    tenant.Store
+	level    *slog.LevelVar
+	source   func() (*config.Config, error)
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -133,6 +136,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	}
 	gw := &Gateway{cfg: cfg, logger: o.logger, started: time.Now(), closeStore: func() error { return nil },
 		stopTracing: func(context.Context) error { return nil }}
+	gw.reload.level, gw.reload.source = o.level, o.source
 	g = gw
 	defer func() {
 		if err != nil {

@@ -24,6 +24,10 @@ const MaxBodyBytes = 1 << 20
 type Config struct {
 	// Token is the admin bearer token. Empty refuses every request.
 	Token string
+	// Reload, if set, serves POST /reload: it reloads the gateway's
+	// configuration file and returns the fields it changed, or why it
+	// changed nothing.
+	Reload func() ([]string, error)
 	// Now is the clock (default day of /usage); nil means time.Now.
 	Now func() time.Time
 }
@@ -92,6 +96,7 @@ type server struct {
 	cluster  Cluster
 	requests Requests
 	logger   *slog.Logger
+	reload   func() ([]string, error)
 }
 
 // NewHandler returns the admin API (see the package comment for routes and
@@ -108,6 +113,7 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		cluster:  cluster,
 		requests: requests,
 		logger:   logger,
+		reload:   cfg.Reload,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -142,6 +148,7 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 
 		r.Get("/usage", s.handle("usage.get", s.usage))
 
+		r.Post("/reload", s.handle("config.reload", s.reloadConfig))
 		r.Get("/workers", s.handle("worker.list", s.workers))
 		r.Post("/workers/{id}/cordon", s.handle("worker.cordon", s.cordon(true)))
 		r.Post("/workers/{id}/drain", s.handle("worker.drain", s.cordon(true)))

@@ -20,6 +20,21 @@ func (s *server) workers(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
+// reloadConfig handles POST /reload: 200 with the fields changed, or 409
+// with the reason nothing changed (an invalid file, or fields that need a
+// restart, named).
+func (s *server) reloadConfig(w http.ResponseWriter, _ *http.Request) error {
+	if s.reload == nil {
+		return apiErr(http.StatusNotFound, adminclient.CodeNotFound, "", "This gateway has no configuration file to reload.")
+	}
+	changed, err := s.reload()
+	if err != nil {
+		return apiErr(http.StatusConflict, adminclient.CodeInvalidValue, "", "%s", err.Error())
+	}
+	writeJSON(w, http.StatusOK, map[string][]string{"changed": append([]string{}, changed...)})
+	return nil
+}
+
 // cordon handles POST /workers/{id}/cordon, /drain (on) and /uncordon
 // (off). Drain is cordon whose answer is read for Idle: the client polls
 // until the worker's requests have ended.
