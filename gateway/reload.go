@@ -32,7 +32,7 @@ type reloadState struct {
 }
 
 // WithConfigSource names where ReloadFromSource (SIGHUP, the admin API's
-// POST /reload) reads the new configuration: load reads the file again
+// POST /admin/v1/reload) reads the new configuration: load reads the file again
 // with the same flags and environment applied.
 func WithConfigSource(load func() (*config.Config, error)) Option {
 	return func(o *options) { o.source = load }
@@ -62,7 +62,7 @@ func (g *Gateway) ReloadFromSource() ([]string, error) {
 func WithLogLevel(level *slog.LevelVar) Option { return func(o *options) { o.level = level } }
 
 // Reload applies a new configuration to the running gateway (SIGHUP, or
-// the admin API's POST /reload): the log level and the queue's size. It
+// the admin API's POST /admin/v1/reload): the log level and the queue's size. It
 // validates next first and refuses it whole, naming the fields, when it
 // changes anything else (those need a restart); in either failure the
 // running configuration is untouched. It returns the fields it changed.

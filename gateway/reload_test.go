@@ -19,8 +19,14 @@ import (
 // field, or that is invalid; either refusal leaves the running
 // configuration untouched. The admin API's POST /reload does the same.
 func TestReload(t *testing.T) {
+	// testConfig with what ValidateGateway also asks of it.
+	valid := func() *config.Config {
+		c := testConfig()
+		c.Worker.HeartbeatInterval = time.Second
+		return c
+	}
 	var mu sync.Mutex
-	next := testConfig()
+	next := valid()
 	source := func() (*config.Config, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -31,11 +37,11 @@ func TestReload(t *testing.T) {
 	edit := func(f func(c *config.Config)) {
 		mu.Lock()
 		defer mu.Unlock()
-		next = testConfig()
+		next = valid()
 		f(next)
 	}
 	var level slog.LevelVar
-	tg := startGatewayWith(t, testConfig(), WithLogLevel(&level), WithConfigSource(source))
+	tg := startGatewayWith(t, valid(), WithLogLevel(&level), WithConfigSource(source))
 
 	if changed, err := tg.ReloadFromSource(); err != nil || len(changed) != 0 {
 		t.Fatalf("reload of the same configuration: %v, %v; want nothing changed", changed, err)
@@ -75,7 +81,7 @@ func TestReload(t *testing.T) {
 
 	// The admin call.
 	edit(func(c *config.Config) { c.Observability.LogLevel = "warn" })
-	code, body := tg.admin(http.MethodPost, "/reload")
+	code, body := tg.admin(http.MethodPost, "/admin/v1/reload")
 	var out struct{ Changed []string }
 	if err := json.Unmarshal(body, &out); code != http.StatusOK || err != nil || !slices.Equal(out.Changed, []string{"gateway.queue.max_waiting", "observability.log_level"}) {
 		t.Fatalf("POST /reload: %d %s", code, body)
@@ -84,7 +90,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("log level %v after POST /reload, want warn", level.Level())
 	}
 	edit(func(c *config.Config) { c.Gateway.AdminListen = "127.0.0.1:2" })
-	if code, body = tg.admin(http.MethodPost, "/reload"); code != http.StatusConflict || !strings.Contains(string(body), "gateway.admin_listen") {
+	if code, body = tg.admin(http.MethodPost, "/admin/v1/reload"); code != http.StatusConflict || !strings.Contains(string(body), "gateway.admin_listen") {
 		t.Fatalf("POST /reload changing admin_listen: %d %s, want 409 naming it", code, body)
 	}
 }
