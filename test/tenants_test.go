@@ -34,6 +34,10 @@ func TestTenantsRedis(t *testing.T) {
 	c := harness.Start(t, env, harness.Options{
 		Gateways: 2, Redis: true,
 		Workers: append(harness.Single(harness.ModelTiny), harness.Single(harness.ModelEndless)...),
+		// No worker is lost here on purpose: on a loaded machine the
+		// default 2 s let a starved worker miss its heartbeats, and the
+		// gateway aborted a request the test holds open (worker_lost).
+		HeartbeatTimeout: 15 * time.Second,
 	})
 	t.Run("RequestsPerMinute", func(t *testing.T) { t.Parallel(); testRequestsPerMinute(t, c) })
 	t.Run("TokensPerMinute", func(t *testing.T) { t.Parallel(); testTokensPerMinute(t, c) })
