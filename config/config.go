@@ -73,6 +73,12 @@ type Gateway struct {
 	// HeartbeatTimeout is how long a worker may stay silent before the
 	// gateway declares it lost and aborts its requests. Default 6s.
 	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
+	// DrainTimeout is how long a stopping gateway (SIGTERM, Ctrl-C) lets
+	// the requests in flight finish: it turns unready at once, answers new
+	// requests 503 with retry-after, and aborts what still runs when the
+	// timeout passes (or at a second signal). 0 aborts at once. Default
+	// 30s; keep Kubernetes' terminationGracePeriodSeconds above it.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// Queue bounds the admission queue used when workers are busy.
 	Queue Queue `yaml:"queue"`
 	// TrustClientRequestID, when true, records a client's X-Request-ID as

@@ -36,7 +36,17 @@ func workerView(w registry.Snapshot) admin.WorkerView {
 			OwnerViolations: p.OwnerViolations,
 		},
 		Running: int(w.Running), Waiting: int(w.Waiting), InFlightBudget: w.InFlightBudget,
+		Cordoned: w.Cordoned, Assigned: w.Assigned, Idle: w.Idle(),
 	}
+}
+
+// Cordon implements admin.Cluster.
+func (c clusterView) Cordon(id string, on bool) (admin.WorkerView, bool) {
+	s, ok := c.g.reg.Cordon(id, on)
+	if !ok {
+		return admin.WorkerView{}, false
+	}
+	return workerView(s), true
 }
 
 // Models implements admin.Cluster.

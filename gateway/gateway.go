@@ -69,6 +69,8 @@ type Gateway struct {
 	closing bool
 	running sync.WaitGroup // request drivers
 	runOnce sync.Once
+	drain   drainState
+	reload  reloadState
 
 	// hooks are test seams; unset in production.
 	hooks hooks
@@ -100,6 +102,8 @@ type options struct {
 	registry *prometheus.Registry
 	tracer   trace.TracerProvider
 	store    tenant.Store
+	level    *slog.LevelVar
+	source   func() (*config.Config, error)
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -134,6 +138,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	}
 	gw := &Gateway{cfg: cfg, logger: o.logger, started: time.Now(), closeStore: func() error { return nil },
 		stopTracing: func(context.Context) error { return nil }}
+	gw.reload.level, gw.reload.source = o.level, o.source
 	g = gw
 	defer func() {
 		if err != nil {
@@ -226,8 +231,12 @@ func (g *Gateway) RegistryAddr() net.Addr { return g.registryLn.Addr() }
 // (`warden up`).
 func (g *Gateway) Store() tenant.Store { return g.store }
 
-// Ready reports whether at least one model is being served.
+// Ready reports whether at least one model is being served, and the
+// gateway is not shutting down.
 func (g *Gateway) Ready() error {
+	if g.stopping() {
+		return errDraining
+	}
 	for _, s := range g.admission.States() {
 		if s.Serving {
 			return nil

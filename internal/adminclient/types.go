@@ -43,6 +43,16 @@ type WorkerView struct {
 	// worker at once, learned from its batch size (0: not learned yet,
 	// no bound); the rest wait in the gateway's fair queue.
 	InFlightBudget int64 `json:"in_flight_budget"`
+	// Cordoned: this gateway places no new request on the worker
+	// (workers cordon or drain); requests already there run to their end.
+	Cordoned bool `json:"cordoned"`
+	// Assigned is how many requests this gateway placed on the worker
+	// that have not ended.
+	Assigned int64 `json:"assigned"`
+	// Idle: no request of this gateway is assigned to the worker and its
+	// last heartbeat showed nothing running or waiting. A cordoned idle
+	// worker is drained: it may be stopped.
+	Idle bool `json:"idle"`
 }
 
 // PoolView is a worker's KV pool accounting, as last reported. At a quiet

@@ -24,6 +24,10 @@ const MaxBodyBytes = 1 << 20
 type Config struct {
 	// Token is the admin bearer token. Empty refuses every request.
 	Token string
+	// Reload, if set, serves POST /reload: it reloads the gateway's
+	// configuration file and returns the fields it changed, or why it
+	// changed nothing.
+	Reload func() ([]string, error)
 	// Now is the clock (default day of /usage); nil means time.Now.
 	Now func() time.Time
 }
@@ -34,6 +38,9 @@ type Cluster interface {
 	Workers() []WorkerView
 	// Models returns every configured model with its context agreement.
 	Models() []ModelView
+	// Cordon stops (on) or resumes new placements on worker id and
+	// returns its state; false for an unknown worker.
+	Cordon(id string, on bool) (WorkerView, bool)
 }
 
 // Requests is the gateway's table of requests.
@@ -89,6 +96,7 @@ type server struct {
 	cluster  Cluster
 	requests Requests
 	logger   *slog.Logger
+	reload   func() ([]string, error)
 }
 
 // NewHandler returns the admin API (see the package comment for routes and
@@ -105,6 +113,7 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		cluster:  cluster,
 		requests: requests,
 		logger:   logger,
+		reload:   cfg.Reload,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -139,7 +148,11 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 
 		r.Get("/usage", s.handle("usage.get", s.usage))
 
+		r.Post("/reload", s.handle("config.reload", s.reloadConfig))
 		r.Get("/workers", s.handle("worker.list", s.workers))
+		r.Post("/workers/{id}/cordon", s.handle("worker.cordon", s.cordon(true)))
+		r.Post("/workers/{id}/drain", s.handle("worker.drain", s.cordon(true)))
+		r.Post("/workers/{id}/uncordon", s.handle("worker.uncordon", s.cordon(false)))
 		r.Get("/models", s.handle("model.list", s.models))
 		r.Get("/requests", s.handle("request.list", s.listRequests))
 		r.Get("/requests/{id}", s.handle("request.get", s.getRequest))

@@ -108,7 +108,8 @@ func (s *server) logAccess(r *http.Request, info *requestInfo, sw *obs.StatusRec
 		status = http.StatusOK
 	}
 	level := slog.LevelInfo
-	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+	api := strings.HasPrefix(r.URL.Path, "/v1/")
+	if !api {
 		level = slog.LevelDebug // probes and scrapes
 	}
 	attrs := []slog.Attr{
@@ -120,10 +121,16 @@ func (s *server) logAccess(r *http.Request, info *requestInfo, sw *obs.StatusRec
 		slog.Int64("bytes", sw.Bytes),
 		slog.Duration("duration", s.now().Sub(info.start)),
 	}
+	if sw.ErrorCode != "" {
+		attrs = append(attrs, slog.String("error_code", sw.ErrorCode))
+	}
 	if info.clientID != "" {
 		attrs = append(attrs, slog.String("client_request_id", info.clientID))
 	}
 	s.logger.LogAttrs(r.Context(), level, "http request", attrs...)
+	if s.cfg.OnError != nil && sw.ErrorCode != "" && (api || status >= 400) {
+		s.cfg.OnError(status, sw.ErrorCode)
+	}
 }
 
 // limitBody answers 413 for a declared length over the limit and caps the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -77,7 +78,13 @@ func TestClientRequestIDKeptSeparately(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := NewHandler(Config{}, fakeAuth{}, &fakeService{}, logger)
+	type answer struct {
+		status int
+		reason string
+	}
+	var errs []answer
+	h := NewHandler(Config{OnError: func(status int, reason string) { errs = append(errs, answer{status, reason}) }},
+		fakeAuth{}, &fakeService{}, logger)
 	const secret = "my-secret-prompt-text"
 	rec := do(h, "POST", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"`+secret+`"}]}`, authJSON())
 	do(h, "POST", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"`+secret+`"}],"n":"x"}`, authJSON())
@@ -108,6 +115,13 @@ func TestAccessLog(t *testing.T) {
 	if lines[1]["status"] != 400.0 || lines[2]["status"] != 500.0 {
 		t.Errorf("statuses %v, %v", lines[1]["status"], lines[2]["status"])
 	}
+	// The error code is in the access line and counted (OnError).
+	if _, ok := first["error_code"]; ok || lines[1]["error_code"] != CodeInvalidType || lines[2]["error_code"] != CodeInternal {
+		t.Errorf("error codes %v, %v, %v", first["error_code"], lines[1]["error_code"], lines[2]["error_code"])
+	}
+	if want := []answer{{400, CodeInvalidType}, {500, CodeInternal}}; !slices.Equal(errs, want) {
+		t.Errorf("OnError saw %v, want %v", errs, want)
+	}
 	if !strings.Contains(logs, "connection refused") {
 		t.Errorf("internal cause of the 500 not logged:\n%s", logs)
 	}
@@ -129,8 +143,10 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 	check("/healthz", 200, `{"status":"ok"}`)
 	check("/readyz", 503, `{"status":"not_ready"}`)
+	check("/health", 503, `{"status":"not_ready"}`)
 	ready = nil
 	check("/readyz", 200, `{"status":"ready"}`)
+	check("/health", 200, `{"status":"ready"}`)
 	check("/metrics", 200, "warden_up 1")
 
 	if rec := do(newTestHandler(&fakeService{}), "GET", "/metrics", "", nil); rec.Code != 404 {

@@ -37,6 +37,11 @@ type Config struct {
 	CORSOrigins []string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnError, if set, is told of every API response that carried an
+	// error: its status (200 for an error event ending a stream) and
+	// reason (the error code, or its type when it has none). Probes and
+	// /metrics are not API responses.
+	OnError func(status int, reason string)
 }
 
 // server holds the handlers' dependencies.
@@ -51,7 +56,8 @@ func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
 // /v1/models/{id}, /v1/completions, /v1/chat/completions, /v1/responses,
-// /healthz, /readyz and, if configured, /metrics. A nil logger discards logs.
+// /healthz, /readyz (also as vLLM's /health) and, if configured, /metrics.
+// A nil logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -86,6 +92,9 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
+	// vLLM's /health, for clients and load balancers configured for it:
+	// 200 while the gateway can serve, 503 otherwise (as /readyz).
+	r.Get("/health", s.readyz)
 	if cfg.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
 	}

@@ -22,7 +22,7 @@ type Route struct {
 }
 
 // Pick chooses where a request of totalTokens (prompt + max output) for
-// model runs: the healthy decode-capable worker (decode or both) with the
+// model runs, never on a cordoned worker: the healthy decode-capable worker (decode or both) with the
 // most free pages (counting pages routed since its last heartbeat), and
 // for a decode worker the healthy prefill worker with the least work. A
 // decode worker is eligible only with a prefill worker it can receive
@@ -40,7 +40,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.info.Model != model {
+		if !w.healthy || w.cordoned || w.info.Model != model {
 			continue
 		}
 		var prefill *Worker
@@ -64,13 +64,31 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 		FreePages: best.pool.GetFreePages() - best.pendingPages, Busy: !best.roomLocked()}, nil
 }
 
+// Cordon stops (on) or resumes (off) new placements on worker id; the
+// requests already placed there run to their end. The mark stays across
+// the worker's re-registrations. It returns the worker's state, or false
+// for an unknown worker.
+func (r *Registry) Cordon(id string, on bool) (Snapshot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.byID[id]
+	if !ok {
+		return Snapshot{}, false
+	}
+	if w.cordoned != on {
+		w.cordoned = on
+		r.cfg.Logger.Info("worker placements changed by an operator", "worker", id, "cordoned", on)
+	}
+	return w.snapshotLocked(), true
+}
+
 // prefillFor returns the least-loaded healthy prefill worker that can push
 // KV to decode, or nil. Called with r.mu held.
 func (r *Registry) prefillFor(decode *Worker) *Worker {
 	sameHost := decode.info.TransferBackend == "shm"
 	var best *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
+		if !w.healthy || w.cordoned || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
 			(sameHost && w.info.HostId != decode.info.HostId) {
 			continue
 		}

@@ -24,6 +24,7 @@ type Worker struct {
 	running       int32
 	waiting       int32
 	healthy       bool
+	cordoned      bool // an operator stopped new placements here (Cordon)
 	lastHeartbeat time.Time
 	registeredAt  time.Time
 	lostAt        time.Time
@@ -119,14 +120,23 @@ type Snapshot struct {
 	Pool                                       Pool
 	Running, Waiting                           int32
 	Healthy                                    bool
-	LastHeartbeat, RegisteredAt                time.Time
-	Assigned                                   int64
+	// Cordoned: no new request is placed here (Registry.Cordon).
+	Cordoned                    bool
+	LastHeartbeat, RegisteredAt time.Time
+	Assigned                    int64
 
 	// Slots is the learned batch size, 0 until the worker was seen
 	// saturated; InFlightBudget the most requests this gateway places
 	// there at once (0: no bound). See budget.go.
 	Slots          int32
 	InFlightBudget int64
+}
+
+// Idle reports whether no request of this gateway runs on the worker and
+// its last heartbeat showed none running or waiting: a drained worker
+// may be stopped.
+func (s Snapshot) Idle() bool {
+	return s.Assigned == 0 && s.Running == 0 && s.Waiting == 0
 }
 
 func (w *Worker) snapshotLocked() Snapshot {
@@ -138,6 +148,6 @@ func (w *Worker) snapshotLocked() Snapshot {
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
 		Slots: w.slots, InFlightBudget: w.budgetLocked(),
-		Healthy: w.healthy, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
+		Healthy: w.healthy, Cordoned: w.cordoned, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
 	}
 }
