@@ -78,7 +78,7 @@ func abortedError(cause string, timeout time.Duration) *api.Error {
 			Message: "The server is shutting down; retry the request.", Headers: http.Header{"Retry-After": {"1"}}}
 	case lifecycle.CauseAdmin:
 		return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServer, Code: "request_aborted",
-			Message: "The request was aborted by an operator."}
+			Message: "The request was aborted by an operator.", Headers: http.Header{"Retry-After": {"1"}}}
 	}
 	return &api.Error{Status: 499, Type: api.TypeInvalidRequest, Code: "request_aborted",
 		Message: "The request was aborted by the client."}
@@ -90,6 +90,11 @@ func abortedError(cause string, timeout time.Duration) *api.Error {
 func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 	if d.req.AbortCause() != "" {
 		return err // aborted: serve reports the abort
+	}
+	if registry.ConnectionLost(err) {
+		// Refused or reset: out of routing now, not at the heartbeat
+		// deadline.
+		d.g.reg.Suspect(w.ID(), err)
 	}
 	st, _ := status.FromError(err)
 	wrapped := fmt.Errorf("%s on worker %s: %w", call, w.ID(), err)

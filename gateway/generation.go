@@ -67,17 +67,19 @@ type driver struct {
 	log  *slog.Logger
 	span trace.Span // the request span; finish ends it
 
-	prompt    []int32
-	maxTokens int64
-	sampling  *controlpb.SamplingParams
-	stops     []string
-	pages     int64 // KV pages the request needs on its decode worker
+	prompt      []int32
+	promptParam string // "prompt" or "messages", for errors
+	maxTokens   int64
+	sampling    *controlpb.SamplingParams
+	stops       []string
+	pages       int64 // KV pages the request needs on its decode worker
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)
 	generated  int64 // completion tokens, as billed
 	received   int64 // tokens received from the worker
 	stopped    bool  // a stop string ended the request
+	failovers  int // placements again after an unreachable worker
 	firstToken time.Time
 	lastToken  time.Time
 	done       []func() // routing load to give back

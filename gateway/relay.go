@@ -83,6 +83,9 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 				w.Exhausted(d.pages)
 				return errRetry
 			}
+			if retryable && d.req.State() == lifecycle.Prefilling && d.failover(w, r.err) {
+				return errRetry // never reached the worker: place it again
+			}
 			return d.workerError("generate", w, r.err)
 		}
 		if end, err := d.onEvent(ctx, w, r.ev, text); end || err != nil {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,12 +55,17 @@ func engineStatus(err error) error {
 }
 
 // transferStatus maps a KV transfer error: a transfer that failed
-// verification is DataLoss, with kvtransfer's text.
+// verification is DataLoss, with kvtransfer's text; one whose connection
+// ended before COMPLETE (the writer crashed or went away) is Unavailable,
+// the same answer as the writer's own loss, so that one cause gives the
+// client one status (a 503 to retry, not a 500).
 func transferStatus(err error) error {
 	var code codes.Code
 	switch {
 	case errors.Is(err, kvtransfer.ErrAborted):
 		code = codes.Aborted
+	case errors.Is(err, kvtransfer.ErrIncomplete) && connectionLost(err):
+		code = codes.Unavailable
 	case errors.Is(err, kvtransfer.ErrChecksum), errors.Is(err, kvtransfer.ErrIncomplete),
 		errors.Is(err, kvtransfer.ErrTokenCount), errors.Is(err, kvtransfer.ErrStaleEpoch),
 		errors.Is(err, kvtransfer.ErrDuplicate), errors.Is(err, kvtransfer.ErrOwnerMismatch),
@@ -74,6 +82,13 @@ func transferStatus(err error) error {
 		code = codes.Unavailable
 	}
 	return status.Errorf(code, "kv transfer: %v", err)
+}
+
+// connectionLost reports whether err ends in the loss of a connection
+// (the peer closed or reset it), not in a bad frame.
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // abortError is the cancellation cause of a handler stopped on purpose:

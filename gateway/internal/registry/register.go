@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/internal/controlpb"
@@ -69,13 +70,15 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	defer r.registering.Unlock()
 
 	// Reuse the connection of a healthy worker whose address is unchanged
-	// (it re-registers because it was told to); dial afresh otherwise. A
-	// lost worker's connection is in reconnect backoff, and its first RPCs
-	// would fail fast although the worker is back.
+	// and whose connection is up (it re-registers because it was told
+	// to); dial afresh otherwise. A lost or restarted worker's old
+	// connection is in reconnect backoff, and its first RPCs would fail
+	// fast although the worker is back: a re-registered worker must serve
+	// from the moment it registers.
 	r.mu.Lock()
 	old := r.byID[info.WorkerId]
 	var conn *grpc.ClientConn
-	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr {
+	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr && old.conn.GetState() == connectivity.Ready {
 		conn = old.conn
 	}
 	r.mu.Unlock()
@@ -155,6 +158,11 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	case prev.GetCapacityTokens() != req.Pool.CapacityTokens:
 		r.cfg.Logger.Warn("worker pool capacity changed", "worker", snap.ID, "model", snap.Model,
 			"from", prev.GetCapacityTokens(), "to", req.Pool.CapacityTokens)
+		r.emit(Change{Kind: Capacity, Worker: snap})
+	case prev.GetQuarantinedPages() != req.Pool.QuarantinedPages:
+		// What the pool can hold now changed (I12).
+		r.cfg.Logger.Warn("worker quarantined pages changed", "worker", snap.ID, "model", snap.Model,
+			"from", prev.GetQuarantinedPages(), "to", req.Pool.QuarantinedPages, "usable_tokens", snap.Pool.UsableTokens())
 		r.emit(Change{Kind: Capacity, Worker: snap})
 	case req.Pool.FreePages > prev.GetFreePages()-pending:
 		// More free pages than routing assumed: waiters may fit now.

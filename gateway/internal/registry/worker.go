@@ -101,6 +101,17 @@ type Pool struct {
 	CapacityTokens, OwnerViolations                                    int64
 }
 
+// UsableTokens is the most tokens one request can hold on this worker
+// now: every page except the quarantined ones, times page_tokens. Free,
+// reserved and in-use pages (and reclaimable cached ones) all come back
+// without a restart; quarantined pages do not until their writer is
+// proven drained or the worker restarts (I5). This is the one place the
+// gateway derives a pool's capacity net of quarantine (I12): admission,
+// routing and the admin API use it.
+func (p Pool) UsableTokens() int64 {
+	return max(p.TotalPages-p.QuarantinedPages, 0) * int64(p.PageTokens)
+}
+
 func poolOf(p *controlpb.PoolStats) Pool {
 	return Pool{
 		TotalPages: p.GetTotalPages(), FreePages: p.GetFreePages(), ReservedPages: p.GetReservedPages(),
