@@ -199,8 +199,16 @@ type WorkerInfo struct {
 	ModelMaxContext int64  `protobuf:"varint,9,opt,name=model_max_context,json=modelMaxContext,proto3" json:"model_max_context,omitempty"`
 	Backend         string `protobuf:"bytes,10,opt,name=backend,proto3" json:"backend,omitempty"`
 	Version         string `protobuf:"bytes,11,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What prefill and decode of one model must agree on before a request
+	// may depend on it (invariant I11), besides page_tokens and
+	// tokenizer_sha256: the KV cache's element type ("f32") and layout
+	// (e.g. "layer,kv,slot,kv_dim=L16x2xTx256"), and a SHA-256 of the
+	// model's weights and config.json.
+	KvDtype       string `protobuf:"bytes,12,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	KvLayout      string `protobuf:"bytes,13,opt,name=kv_layout,json=kvLayout,proto3" json:"kv_layout,omitempty"`
+	WeightsSha256 string `protobuf:"bytes,14,opt,name=weights_sha256,json=weightsSha256,proto3" json:"weights_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -306,6 +314,27 @@ func (x *WorkerInfo) GetBackend() string {
 func (x *WorkerInfo) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetKvDtype() string {
+	if x != nil {
+		return x.KvDtype
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetKvLayout() string {
+	if x != nil {
+		return x.KvLayout
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetWeightsSha256() string {
+	if x != nil {
+		return x.WeightsSha256
 	}
 	return ""
 }
@@ -1915,7 +1944,7 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x83\x03\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\xe2\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -1929,7 +1958,10 @@ const file_control_proto_rawDesc = "" +
 	"\x11model_max_context\x18\t \x01(\x03R\x0fmodelMaxContext\x12\x18\n" +
 	"\abackend\x18\n" +
 	" \x01(\tR\abackend\x12\x18\n" +
-	"\aversion\x18\v \x01(\tR\aversion\"z\n" +
+	"\aversion\x18\v \x01(\tR\aversion\x12\x19\n" +
+	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
+	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
+	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"z\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\"e\n" +

@@ -78,7 +78,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	r.mu.Lock()
 	old := r.byID[info.WorkerId]
 	var conn *grpc.ClientConn
-	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr && old.conn.GetState() == connectivity.Ready {
+	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr && reusable(old.conn.GetState()) {
 		conn = old.conn
 	}
 	r.mu.Unlock()
@@ -169,4 +169,11 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 		r.emit(Change{Kind: Freed, Worker: snap})
 	}
 	return &controlpb.HeartbeatResponse{}, nil
+}
+
+// reusable reports whether a worker's connection in state s may serve its
+// new registration: up, or idle (it connects on the next call). One that
+// is connecting or failing is in reconnect backoff.
+func reusable(s connectivity.State) bool {
+	return s == connectivity.Ready || s == connectivity.Idle
 }
