@@ -43,6 +43,9 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if w.assets, err = loadAssets(w.cfg.Worker.ModelDir, w.cfg.Worker.Model); err != nil {
 		return err
 	}
+	if w.layout, err = modelLayout(w.cfg.Worker.ModelDir, &w.rt.Model.Config); err != nil {
+		return err
+	}
 	if err := w.openTransfer(o.faults); err != nil {
 		return err
 	}

@@ -61,6 +61,8 @@ type (
 	ModelView = adminclient.ModelView
 	// WorkerCapacity is one serving worker's pool size in tokens.
 	WorkerCapacity = adminclient.WorkerCapacity
+	// LayoutRefusal is a worker refused at registration (I11).
+	LayoutRefusal = adminclient.LayoutRefusal
 	// RequestView is one request, in flight or recently finished.
 	RequestView = adminclient.RequestView
 )

@@ -68,6 +68,12 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 
 	r.registering.Lock()
 	defer r.registering.Unlock()
+	if r.cfg.Agree != nil {
+		if err := r.cfg.Agree(info, req.GetPool()); err != nil {
+			r.cfg.Logger.Warn("worker registration refused", "worker", info.WorkerId, "model", info.Model, "err", err)
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
 
 	// Reuse the connection of a healthy worker whose address is unchanged
 	// and whose connection is up (it re-registers because it was told

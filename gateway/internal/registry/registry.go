@@ -119,6 +119,10 @@ type Config struct {
 	// configured, tokenizer). Its error is returned to the worker: use a
 	// gRPC status; anything else is sent as FailedPrecondition.
 	Accept func(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error
+	// Agree, if set, checks a registering worker against the model's
+	// other workers (layout agreement, I11) before Accept. Its error is
+	// returned to the worker as FailedPrecondition.
+	Agree func(info *controlpb.WorkerInfo, pool *controlpb.PoolStats) error
 	// OnChange, if set, receives the change feed (see the package doc).
 	OnChange func(Change)
 	Logger   *slog.Logger

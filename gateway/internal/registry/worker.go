@@ -125,6 +125,7 @@ type Snapshot struct {
 	ID, Role, Model                            string
 	ControlAddr, TransferAddr, TransferBackend string
 	HostID, TokenizerSHA256, Backend, Version  string
+	KVDType, KVLayout, WeightsSHA256           string
 	ModelMaxContext                            int64
 	Pool                                       Pool
 	Running, Waiting                           int32
@@ -139,6 +140,7 @@ func (w *Worker) snapshotLocked() Snapshot {
 		ID: w.id, Role: RoleName(i.GetRole()), Model: i.GetModel(),
 		ControlAddr: i.GetControlAddr(), TransferAddr: i.GetTransferAddr(), TransferBackend: i.GetTransferBackend(),
 		HostID: i.GetHostId(), TokenizerSHA256: i.GetTokenizerSha256(), Backend: i.GetBackend(), Version: i.GetVersion(),
+		KVDType: i.GetKvDtype(), KVLayout: i.GetKvLayout(), WeightsSHA256: i.GetWeightsSha256(),
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
 		Healthy: w.healthy, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
