@@ -71,6 +71,10 @@ const (
 	Capacity
 	// Freed: a worker's free pages grew.
 	Freed
+	// Suspected: a worker's connection was refused or reset; it is down
+	// like a lost one, but its calls fail by themselves (the connection
+	// is gone), so nothing needs aborting on its account.
+	Suspected
 )
 
 // String names the change for logs.
@@ -84,6 +88,8 @@ func (k ChangeKind) String() string {
 		return "capacity"
 	case Freed:
 		return "freed"
+	case Suspected:
+		return "suspected"
 	}
 	return fmt.Sprintf("change(%d)", uint8(k))
 }

@@ -10,7 +10,7 @@ import (
 // Failover: a worker whose connection is refused or reset is not left in
 // routing until its heartbeat deadline passes. The driver of the request
 // that saw it calls Suspect, which marks the worker down at once (Change
-// Lost), exactly as a missed heartbeat would; a live worker is then told
+// Suspected), as a missed heartbeat would; a live worker is then told
 // to register again by its next heartbeat and serves again from that
 // registration.
 
@@ -41,8 +41,7 @@ func ConnectionLost(err error) bool {
 
 // Suspect marks the worker down at once because its connection was
 // refused or reset (err, for the log). It does nothing to a worker that is
-// already down or unknown. The change feed hears Lost, as after a missed
-// heartbeat.
+// already down or unknown. The change feed hears Suspected.
 func (r *Registry) Suspect(id string, err error) {
 	r.mu.Lock()
 	w := r.byID[id]
@@ -55,7 +54,7 @@ func (r *Registry) Suspect(id string, err error) {
 	r.mu.Unlock()
 	r.cfg.Logger.Warn("worker suspect: its connection was refused or reset", "worker", snap.ID, "role", snap.Role,
 		"model", snap.Model, "err", err)
-	r.emit(Change{Kind: Lost, Worker: snap})
+	r.emit(Change{Kind: Suspected, Worker: snap})
 }
 
 // PrefillFor returns the least-loaded healthy prefill worker that can push
