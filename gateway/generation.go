@@ -79,7 +79,7 @@ type driver struct {
 	generated  int64 // completion tokens, as billed
 	received   int64 // tokens received from the worker
 	stopped    bool  // a stop string ended the request
-	failovers  int // placements again after an unreachable worker
+	failovers  int   // placements again after an unreachable worker
 	firstToken time.Time
 	lastToken  time.Time
 	done       []func() // routing load to give back

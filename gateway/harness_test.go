@@ -373,10 +373,10 @@ type fakeWorker struct {
 	total       int64
 	free        int64
 	quarantined int64 // of total, neither free nor reserved
-	calls    []call
-	reserved map[string]int64 // request → pages
-	cancels  map[string]context.CancelFunc
-	maxSeen  []int32 // sampling max_tokens of each Generate
+	calls       []call
+	reserved    map[string]int64 // request → pages
+	cancels     map[string]context.CancelFunc
+	maxSeen     []int32 // sampling max_tokens of each Generate
 
 	srv      *grpc.Server
 	addr     string // control address
