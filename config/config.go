@@ -338,6 +338,11 @@ type Transfer struct {
 	// that no Generate claimed by then, are fenced and released, so a lost
 	// gateway or a dead prefill worker can never leak pages. Default 30s.
 	ReserveTimeout time.Duration `yaml:"reserve_timeout"`
+	// ReserveTimeoutMax is the ceiling of a reservation's timeout when the
+	// gateway asks for more than ReserveTimeout because the prompt is long
+	// and prefill is slow (its measured rate × the prompt's tokens), so
+	// admitted work does not time out on a loaded machine. Default 10m.
+	ReserveTimeoutMax time.Duration `yaml:"reserve_timeout_max"`
 }
 
 // Observability configures logs, metrics and traces.

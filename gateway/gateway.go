@@ -48,6 +48,7 @@ type Gateway struct {
 	admission   *admission.Controller
 	tokenizers  *tokenizers
 	layouts     *layoutAgreement
+	rates       prefillRates // measured prefill time per token, for reservation timeouts
 	table       *lifecycle.Table
 	queue       *fairqueue.Queue
 	reg         *registry.Registry

@@ -144,6 +144,7 @@ func (d *driver) reserve(ctx context.Context, rt registry.Route, total int64) (*
 	defer cancel()
 	return rt.Decode.Client().Reserve(rctx, &controlpb.ReserveRequest{
 		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: total,
+		TimeoutMs: d.g.rates.reserveTimeout(d.req.Info().Model, len(d.prompt)).Milliseconds(),
 	})
 }
 

@@ -116,6 +116,9 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			return false, failed(lifecycle.CauseInternal, api.Internal(), err)
 		}
 		d.prefilled = int64(len(d.prompt))
+		if started := d.req.Snapshot().Entered[lifecycle.Prefilling]; !started.IsZero() {
+			d.g.rates.observe(d.req.Info().Model, len(d.prompt), time.Since(started))
+		}
 		// The first event commits the response: its status and headers.
 		if err := d.emit(ctx, api.Event{Headers: rateLimitHeaders(d.lease.Info().Quota)}); err != nil {
 			return false, err

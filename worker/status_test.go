@@ -5,10 +5,12 @@ import (
 	"io"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/kvtransfer"
 )
 
@@ -32,6 +34,27 @@ func TestTransferStatusOneCausePerCode(t *testing.T) {
 	} {
 		if got := status.Code(transferStatus(c.err)); got != c.want {
 			t.Errorf("%v: %s, want %s", c.err, got, c.want)
+		}
+	}
+}
+
+// TestReserveTimeoutFor: the gateway's asked-for reservation timeout is
+// clamped to [reserve_timeout, reserve_timeout_max].
+func TestReserveTimeoutFor(t *testing.T) {
+	w := &Worker{reserveTimeout: 30 * time.Second}
+	w.cfg = config.Default()
+	w.cfg.Worker.Transfer.ReserveTimeoutMax = 10 * time.Minute
+	for _, c := range []struct {
+		askedMs int64
+		want    time.Duration
+	}{
+		{0, 30 * time.Second},
+		{5000, 30 * time.Second},
+		{120000, 2 * time.Minute},
+		{3600000, 10 * time.Minute},
+	} {
+		if got := w.reserveTimeoutFor(c.askedMs); got != c.want {
+			t.Errorf("asked %d ms: %s, want %s", c.askedMs, got, c.want)
 		}
 	}
 }

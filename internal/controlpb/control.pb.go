@@ -967,7 +967,13 @@ type ReserveRequest struct {
 	PromptTokens int64                  `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	// total_tokens = prompt_tokens + max_tokens: pages are reserved for the
 	// whole sequence so decode can never run out mid-generation.
-	TotalTokens   int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	TotalTokens int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	// timeout_ms is how long the gateway expects the prompt's prefill and
+	// transfer to take (its measured prefill rate × prompt_tokens, with a
+	// margin); decode keeps the reservation that long, clamped to
+	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max].
+	// 0: reserve_timeout.
+	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1025,13 @@ func (x *ReserveRequest) GetPromptTokens() int64 {
 func (x *ReserveRequest) GetTotalTokens() int64 {
 	if x != nil {
 		return x.TotalTokens
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
 	}
 	return 0
 }
@@ -2017,11 +2030,13 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"page_bytes\x18\n" +
 	" \x01(\x03R\tpageBytes\x12(\n" +
-	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\"\x88\x01\n" +
+	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\"\xa7\x01\n" +
 	"\x0eReserveRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"D\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"D\n" +
 	"\x0fReserveResponse\x121\n" +
 	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xec\x01\n" +
 	"\x0ePrefillRequest\x12.\n" +
