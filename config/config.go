@@ -371,9 +371,11 @@ const (
 
 // Metrics configures Prometheus metrics.
 type Metrics struct {
-	// Listen is an optional extra plain-HTTP listener serving /metrics,
-	// for workers (which have no HTTP API) or a separate scrape port.
-	// Empty: the gateway serves /metrics on its API listener only.
+	// Listen is an optional plain-HTTP (ops) listener serving /metrics,
+	// for workers (which have no HTTP API) or the gateway's scrape port;
+	// bind it to a private interface (the gateway's metrics name
+	// tenants). Empty: the gateway serves /metrics only on its admin
+	// listener, behind the admin token; never on the public API listener.
 	Listen string `yaml:"listen"`
 	// TenantLabelCap bounds the distinct tenant label values per metric;
 	// further tenants are counted under tenant="other". 0 drops the

@@ -193,7 +193,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 	terr, c := e.transferErr, e.completion
 	w.mu.Unlock()
 	if terr != nil {
-		st := transferStatus(terr)
+		st := receiveStatus(terr)
 		w.finish(e, st)
 		return st
 	}

@@ -54,18 +54,25 @@ func engineStatus(err error) error {
 	return status.Errorf(codes.Internal, "engine: %v", err)
 }
 
+// receiveStatus maps a KV transfer error on the receiving (decode) side:
+// a transfer whose connection ended before COMPLETE (the writer crashed
+// or went away) is Unavailable, the same answer as the writer's own loss,
+// so that one cause gives the client one status (a 503 to retry, not a
+// 500); anything else as transferStatus.
+func receiveStatus(err error) error {
+	if errors.Is(err, kvtransfer.ErrIncomplete) && connectionLost(err) {
+		return status.Errorf(codes.Unavailable, "kv transfer: the writer went away: %v", err)
+	}
+	return transferStatus(err)
+}
+
 // transferStatus maps a KV transfer error: a transfer that failed
-// verification is DataLoss, with kvtransfer's text; one whose connection
-// ended before COMPLETE (the writer crashed or went away) is Unavailable,
-// the same answer as the writer's own loss, so that one cause gives the
-// client one status (a 503 to retry, not a 500).
+// verification is DataLoss, with kvtransfer's text.
 func transferStatus(err error) error {
 	var code codes.Code
 	switch {
 	case errors.Is(err, kvtransfer.ErrAborted):
 		code = codes.Aborted
-	case errors.Is(err, kvtransfer.ErrIncomplete) && connectionLost(err):
-		code = codes.Unavailable
 	case errors.Is(err, kvtransfer.ErrChecksum), errors.Is(err, kvtransfer.ErrIncomplete),
 		errors.Is(err, kvtransfer.ErrTokenCount), errors.Is(err, kvtransfer.ErrStaleEpoch),
 		errors.Is(err, kvtransfer.ErrDuplicate), errors.Is(err, kvtransfer.ErrOwnerMismatch),

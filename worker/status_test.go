@@ -14,7 +14,7 @@ import (
 	"github.com/warden-ai/warden/kvtransfer"
 )
 
-// TestTransferStatusOneCausePerCode: a transfer cut short by the loss of
+// TestTransferStatusOneCausePerCode: on decode, a transfer cut short by the loss of
 // its connection (the writer crashed) is Unavailable, the same answer the
 // writer's loss gets, so the client sees a 503 to retry; a transfer that
 // failed verification stays DataLoss (a 500, counted as integrity).
@@ -32,7 +32,7 @@ func TestTransferStatusOneCausePerCode(t *testing.T) {
 		{kvtransfer.ErrAborted, codes.Aborted},
 		{kvtransfer.ErrBusy, codes.FailedPrecondition},
 	} {
-		if got := status.Code(transferStatus(c.err)); got != c.want {
+		if got := status.Code(receiveStatus(c.err)); got != c.want {
 			t.Errorf("%v: %s, want %s", c.err, got, c.want)
 		}
 	}
