@@ -85,7 +85,7 @@ func testMetricsNotPublic(t *testing.T, c *harness.Cluster, key string) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != c.want || (c.want == http.StatusOK) != strings.Contains(string(body), "warden_requests_total") {
+		if resp.StatusCode != c.want || (c.want == http.StatusOK) != strings.Contains(string(body), "warden_workers") {
 			t.Errorf("GET /metrics on the admin port: %s, want %d", resp.Status, c.want)
 		}
 	}
