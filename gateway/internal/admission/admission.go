@@ -17,6 +17,16 @@
 // servable when it has a healthy both worker, or a healthy prefill worker
 // and a healthy decode worker.
 //
+// # Capacity truth (I12)
+//
+// The effective context is then lowered to what the pools can hold now,
+// net of quarantined pages (WorkerCapacity.UnusableTokens): the best
+// decode (or both) worker, paired with the smallest prefill pool. When
+// that lowers it, the state is Degraded (an event, a metric and an alert
+// for the gateway); with no usable page left the model is not served.
+// Recheck applies the current state again to a request that waited, so
+// the queue never holds one that can no longer run.
+//
 // The state is recomputed on every change of the serving workers
 // (SetWorkers, called by the registry's change feed on registration,
 // capacity change and loss) and when the per-model limits change.
