@@ -80,6 +80,10 @@ type Gateway struct {
 	// always assigns its own request ID (I6); when false the client's
 	// header is ignored. Default false.
 	TrustClientRequestID bool `yaml:"trust_client_request_id"`
+	// CORSOrigins lists the browser origins (scheme://host[:port]) allowed
+	// to call the public API cross-origin; "*" allows any. Empty, the
+	// default, sends no CORS headers, so browsers refuse cross-origin calls.
+	CORSOrigins []string `yaml:"cors_origins"`
 }
 
 // ServerTLS is the certificate a public listener presents.
@@ -302,6 +306,11 @@ type KV struct {
 	// PoisonOnReserve fills pages with a poison pattern when reserved, so
 	// a read of an unwritten slot shows in the output. Test mode.
 	PoisonOnReserve bool `yaml:"poison_on_reserve"`
+	// PrefixCache keeps the full prompt pages of finished prefills as
+	// sealed pages that later requests of the same cache domain reuse
+	// (DESIGN I3). Default true; the cuda backend does not support it yet
+	// and ignores it.
+	PrefixCache bool `yaml:"prefix_cache"`
 }
 
 // TransferBackend names a KV transfer implementation.

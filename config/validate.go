@@ -234,6 +234,12 @@ func (g *Gateway) validate(v *validator) {
 	if g.MaxBodyBytes <= 0 {
 		v.add("gateway.max_body_bytes", "must be > 0 (got %d)", int64(g.MaxBodyBytes))
 	}
+	for i, o := range g.CORSOrigins {
+		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil) {
+			v.add(fmt.Sprintf("gateway.cors_origins[%d]", i), "must be \"*\" or an origin such as https://app.example.com (got %q)", o)
+		}
+	}
 	v.positiveDuration("gateway.request_timeout", g.RequestTimeout)
 	v.positiveDuration("gateway.heartbeat_timeout", g.HeartbeatTimeout)
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)

@@ -39,6 +39,12 @@ func TestValidationRules(t *testing.T) {
 		{"queue wait", func(c *Config) { c.Gateway.Queue.MaxWait = 0 },
 			[]string{`gateway.queue.max_wait: must be > 0 (got 0s)`}},
 		{"no queue, no wait", func(c *Config) { c.Gateway.Queue = Queue{} }, nil},
+		{"cors origins", func(c *Config) {
+			c.Gateway.CORSOrigins = []string{"*", "https://app.example.com", "http://localhost:3000/", "app.example.com", "https://x.example/path"}
+		}, []string{
+			`gateway.cors_origins[3]: must be "*" or an origin such as https://app.example.com (got "app.example.com")`,
+			`gateway.cors_origins[4]: must be "*" or an origin such as https://app.example.com (got "https://x.example/path")`,
+		}},
 
 		{"cluster auth", func(c *Config) { c.Cluster.Auth = "kerberos" },
 			[]string{`cluster.auth: must be one of mtls, shared_secret (got "kerberos")`}},

@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strconv"
+
+	"google.golang.org/grpc/metadata"
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 )
@@ -31,13 +35,30 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
-	stream, err := w.Client().Generate(sctx, &controlpb.GenerateRequest{
+	gctx := sctx
+	if d.cacheOn {
+		gctx = metadata.AppendToOutgoingContext(sctx, cachekey.MetadataDomain, d.domainHex())
+	}
+	stream, err := w.Client().Generate(gctx, &controlpb.GenerateRequest{
 		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling,
 	})
 	if err != nil {
 		return d.workerError("generate", w, err)
 	}
-	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
+	if d.cacheOn {
+		// The header comes with the first event; a failed stream has none.
+		if md, err := stream.Header(); err == nil {
+			if vs := md.Get(cachekey.MetadataCachedTokens); len(vs) == 1 {
+				n, _ := strconv.ParseInt(vs[0], 10, 64)
+				d.cached = min(max(n, 0), int64(len(d.prompt)))
+			}
+		}
+	}
+	if err := d.relay(ctx, w, newReceiver(sctx, stream), nil, true); err != nil {
+		return err
+	}
+	d.served(w)
+	return nil
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on

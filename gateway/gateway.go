@@ -42,6 +42,7 @@ type Gateway struct {
 	started time.Time
 
 	store       tenant.Store
+	domains     *cacheDomains // prefix-cache domains of requests
 	closeStore  func() error
 	auth        *authenticator
 	modelLimits *tenant.ModelLimitsCache
@@ -176,6 +177,9 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		func() []registry.Snapshot { return g.reg.Workers() }); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	if err := g.promReg.Register(g.domains.indexSize()); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	g.admission = admission.NewController(admission.Config{Models: models, Limits: g.modelLimits, OnChange: g.onModelChange})
 
 	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))
@@ -245,6 +249,10 @@ func (g *Gateway) onWorkerChange(c registry.Change) {
 		g.admission.SetWorkers(s.Model, capacities(g.reg.Healthy(s.Model)))
 	}
 	g.metrics.workerStates(g.reg.Workers())
+	if c.Kind == registry.Lost || c.Kind == registry.Registered {
+		// A restarted (or lost) worker's prefix cache is gone.
+		g.domains.index.Forget(c.Worker.ID)
+	}
 	if c.Kind == registry.Lost {
 		if n := g.table.AbortWorker(c.Worker.ID, lifecycle.CauseWorkerLost); n > 0 {
 			g.logger.Warn("aborted requests of a lost worker", "worker", c.Worker.ID, "count", n)

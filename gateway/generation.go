@@ -13,6 +13,8 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/gateway/internal/routing"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/tenant"
 )
@@ -73,9 +75,15 @@ type driver struct {
 	sampling    *controlpb.SamplingParams
 	stops       []string
 	pages       int64 // KV pages the request needs on its decode worker
+	// The prefix cache (prefixcache.go): the request's domain, whether it
+	// uses the cache, and what routing scored.
+	domain   cachekey.Domain
+	cacheOn  bool
+	routeReq *routing.Request
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)
+	cached     int64 // of those, reused from the prefix cache
 	generated  int64 // completion tokens, as billed
 	received   int64 // tokens received from the worker
 	stopped    bool  // a stop string ended the request

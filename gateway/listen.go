@@ -51,6 +51,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 	}
 	var h http.Handler = api.NewHandler(api.Config{
 		MaxBodyBytes: int64(gw.MaxBodyBytes),
+		CORSOrigins:  gw.CORSOrigins,
 		Ready:        func(context.Context) error { return g.Ready() },
 		// Logged as client_request_id only when trusted.
 		TrustClientRequestID: gw.TrustClientRequestID,

@@ -97,7 +97,7 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 			}
 			return rt, nil, false, err
 		}
-		rt, err = d.g.reg.Pick(model, total)
+		rt, err = d.pick(model, total)
 		if err != nil {
 			return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
 		}

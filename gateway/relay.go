@@ -182,7 +182,7 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 // usage is what the request has consumed so far (I7): the prompt tokens
 // prefilled and the tokens generated.
 func (d *driver) usage() *api.Usage {
-	return &api.Usage{PromptTokens: d.prefilled, CompletionTokens: d.generated}
+	return &api.Usage{PromptTokens: d.prefilled, CompletionTokens: d.generated, CachedTokens: min(d.cached, d.prefilled)}
 }
 
 // emit hands one event to the HTTP layer, waiting while the client reads.

@@ -14,6 +14,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
@@ -32,6 +33,7 @@ type authenticator struct {
 type tenantInfo struct {
 	weight  int
 	allowed tenant.Limits
+	cache   cachekey.Mode // the tenant's prefix-cache setting
 }
 
 var _ api.Authenticator = (*authenticator)(nil)
@@ -41,14 +43,14 @@ func (a *authenticator) Authenticate(ctx context.Context, key string) (api.Princ
 	p, err := a.next.Authenticate(ctx, key)
 	switch {
 	case errors.Is(err, tenant.ErrUnauthenticated):
-		return api.Principal{}, api.InvalidAPIKey("Incorrect API key provided, or the key was revoked.")
+		return api.Principal{}, api.InvalidAPIKey(invalidKeyMessage)
 	case errors.Is(err, tenant.ErrUnavailable):
 		return api.Principal{}, storeUnavailable()
 	case err != nil:
 		return api.Principal{}, err
 	}
 	a.mu.Lock()
-	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits}
+	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache}
 	a.mu.Unlock()
 	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID}, nil
 }
@@ -63,6 +65,10 @@ func storeUnavailable() *api.Error {
 	return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServer, Code: "service_unavailable",
 		Message: "The tenant store is unavailable; retry shortly.", Headers: http.Header{"Retry-After": {"1"}}}
 }
+
+// invalidKeyMessage answers every rejected key alike: the store does not
+// say which check failed, so the message names every possibility.
+const invalidKeyMessage = "Incorrect API key provided, or the key was revoked, or its tenant is disabled."
 
 // service implements api.Service on the gateway.
 type service struct{ g *Gateway }
@@ -183,11 +189,22 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	// The store holds the priority to the tenant's max_priority (I8): one
 	// above it is a 403 here, before any worker is contacted.
-	lease, err := g.store.Acquire(ctx, p.Tenant, tenant.AcquireRequest{
-		Model: req.Model, Tokens: int64(len(prompt)) + dec.MaxTokens, Priority: req.Priority,
-	})
+	ar := tenant.AcquireRequest{Model: req.Model, Tokens: int64(len(prompt)) + dec.MaxTokens, Priority: req.Priority}
+	if req.MaxTokens == nil {
+		// No max_tokens: the output gets what the tenant can still spend
+		// (token rate, budget), at least one token; it ends with "length".
+		ar.MinTokens = int64(len(prompt)) + 1
+	}
+	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
 	if err != nil {
-		return nil, limitError(req.Model, err)
+		maxParam := "max_tokens"
+		if req.MaxTokens == nil {
+			maxParam = param
+		}
+		return nil, limitError(req.Model, ar, maxParam, err)
+	}
+	if held := lease.Info().HeldTokens; ar.MinTokens > 0 && !lease.Info().Degraded && held < ar.Tokens {
+		dec.MaxTokens = held - int64(len(prompt))
 	}
 	if err := r.Advance(lifecycle.Admitted); err != nil {
 		g.releaseLease(lease, req.RequestID, tenant.Consumed{})
@@ -203,6 +220,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		stops:       req.Stop,
 		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
+	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil
 }
 
@@ -226,26 +244,50 @@ func sampling(req *api.GenerateRequest, maxTokens int64) *controlpb.SamplingPara
 	return sp
 }
 
-// limitError maps a tenant store denial to the client's error.
-func limitError(model string, err error) error {
+// limitError maps a tenant store denial of ar to the client's error.
+// maxParam names the field that set the output budget: "max_tokens", or
+// the prompt's param when the client sent none (then only the prompt and
+// one output token were asked for).
+func limitError(model string, ar tenant.AcquireRequest, maxParam string, err error) error {
 	var le *tenant.LimitError
 	errors.As(err, &le)
 	var h http.Header
 	if le != nil {
 		h = rateLimitHeaders(le.Quota)
 	}
+	asked := ar.Tokens
+	what := fmt.Sprintf("the prompt plus max_tokens (%d tokens)", asked)
+	if ar.MinTokens > 0 {
+		asked = ar.MinTokens
+		what = fmt.Sprintf("the prompt plus one output token (%d tokens)", asked)
+	}
 	switch {
 	case errors.Is(err, tenant.ErrModelNotAllowed):
 		return api.ModelNotFound(model)
 	case errors.Is(err, tenant.ErrRequestTooLarge):
-		return api.InvalidRequest("max_tokens", "request_too_large",
-			"The request's prompt plus max_tokens exceeds your tenant's per-minute token limit or budget; it can never be admitted.")
+		limit := "per-minute token limit"
+		if le.Kind == tenant.KindBudget {
+			limit = "whole token budget"
+		}
+		return api.InvalidRequest(maxParam, "request_too_large", fmt.Sprintf(
+			"This request can never be admitted: %s exceeds your tenant's %s of %d tokens.", what, limit, le.Limit))
 	case errors.Is(err, tenant.ErrInsufficientQuota):
-		e := api.RateLimited("Your tenant's token budget for this period is used up.", le.RetryAfter, h)
+		e := api.RateLimited(fmt.Sprintf(
+			"Your tenant's token budget for this period has %d of %d tokens left, fewer than this request may use: %s. Lower max_tokens, or retry when the period resets.",
+			le.Remaining, le.Limit, what), le.RetryAfter, h)
 		e.Code = "insufficient_quota"
 		return e
 	case errors.Is(err, tenant.ErrRateLimited):
-		return api.RateLimited(fmt.Sprintf("Rate limit reached for %s requests or tokens; retry after the indicated time.", le.Kind), le.RetryAfter, h)
+		var msg string
+		switch le.Kind {
+		case tenant.KindTokens:
+			msg = fmt.Sprintf("Rate limit reached for tokens per minute: limit %d, %d left, this request needs %s.", le.Limit, le.Remaining, what)
+		case tenant.KindConcurrency:
+			msg = fmt.Sprintf("Rate limit reached for concurrency: your tenant may run %d requests at once.", le.Limit)
+		default:
+			msg = fmt.Sprintf("Rate limit reached for requests per minute: limit %d.", le.Limit)
+		}
+		return api.RateLimited(msg+" Retry after the time in the retry-after header.", le.RetryAfter, h)
 	case errors.Is(err, tenant.ErrForbidden) && le != nil && le.Kind == tenant.KindPriority:
 		// Not a rate limit: retrying the same request can never succeed,
 		// so no retry-after.
@@ -253,9 +295,9 @@ func limitError(model string, err error) error {
 			Message: fmt.Sprintf("The requested priority is above the maximum your tenant may use (%d); send a priority from 0 to %d, or ask the operator to raise the tenant's max_priority.", le.Limit, le.Limit)}
 	case errors.Is(err, tenant.ErrForbidden):
 		return &api.Error{Status: http.StatusForbidden, Type: api.TypeInvalidRequest, Code: "forbidden",
-			Message: "This tenant may not make this request."}
+			Message: "Your tenant is disabled; ask the operator to enable it."}
 	case errors.Is(err, tenant.ErrNotFound), errors.Is(err, tenant.ErrUnauthenticated):
-		return api.InvalidAPIKey("Incorrect API key provided, or the key was revoked.")
+		return api.InvalidAPIKey(invalidKeyMessage)
 	case errors.Is(err, tenant.ErrUnavailable):
 		return storeUnavailable()
 	}

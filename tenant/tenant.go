@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/warden-ai/warden/internal/cachekey"
 )
 
 // MaxLimitValue is the largest value any limit, budget or token count may
@@ -46,6 +48,12 @@ type Tenant struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Disabled tenants fail authentication and admission.
 	Disabled bool `json:"disabled,omitempty"`
+	// PrefixCache scopes the tenant's prefix cache (DESIGN I3, I8): ""
+	// or "tenant" (the tenant's requests share cached prompt pages),
+	// "key" (only requests made with the same API key do), "off" (no
+	// sharing). The gateway derives the domain; no request field can
+	// widen it.
+	PrefixCache cachekey.Mode `json:"prefix_cache,omitempty"`
 }
 
 // Limits are a tenant's admission limits. Every numeric limit but
@@ -212,6 +220,9 @@ func (t Tenant) Normalize() (Tenant, error) {
 	}
 	if err := t.Limits.Validate(); err != nil {
 		return Tenant{}, err
+	}
+	if _, err := cachekey.ParseMode(string(t.PrefixCache)); err != nil {
+		return Tenant{}, fmt.Errorf("%w: prefix_cache: %w", ErrInvalid, err)
 	}
 	if t.Weight == 0 {
 		t.Weight = 1

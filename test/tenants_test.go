@@ -40,6 +40,7 @@ func TestTenantsRedis(t *testing.T) {
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, c) })
 	t.Run("Revocation", func(t *testing.T) { t.Parallel(); testRevocation(t, c) })
 	t.Run("Budget", func(t *testing.T) { t.Parallel(); testBudget(t, c) })
+	t.Run("NoMaxTokens", func(t *testing.T) { t.Parallel(); testNoMaxTokens(t, c) })
 	t.Run("AdminBadInput", func(t *testing.T) { t.Parallel(); testAdminBadInput(t, c) })
 }
 

@@ -140,6 +140,13 @@ func match(t *testing.T, re *regexp.Regexp, s string) string {
 // trusts only the printed CA, and compares it with the reference.
 func checkUpServes(t *testing.T, info upInfo) {
 	t.Helper()
+	checkUpServesModel(t, info, harness.ModelTiny, reference(t, harness.ModelTiny))
+}
+
+// checkUpServesModel is checkUpServes for the served model name with
+// reference ref.
+func checkUpServesModel(t *testing.T, info upInfo, name string, ref *harness.Reference) {
+	t.Helper()
 	pem, err := os.ReadFile(info.ca)
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +157,11 @@ func checkUpServes(t *testing.T, info upInfo) {
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	msgs := []tokenizer.Message{{Role: "user", Content: "Hello from warden up!"}}
-	want, err := reference(t, harness.ModelTiny).Chat(context.Background(), msgs, 24)
+	want, err := ref.Chat(context.Background(), msgs, 24)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(map[string]any{"model": "tiny", "messages": wireMessages(msgs), "max_tokens": 24, "temperature": 0})
+	body, _ := json.Marshal(map[string]any{"model": name, "messages": wireMessages(msgs), "max_tokens": 24, "temperature": 0})
 	req, err := http.NewRequest(http.MethodPost, info.baseURL+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

@@ -2,14 +2,17 @@ package worker
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
@@ -117,14 +120,19 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 			w.mu.Unlock()
 			return status.Errorf(codes.NotFound, "no reservation for request %s/%s: Reserve first", owner.Tenant, owner.Request)
 		}
-		e, err = w.reserveLocalLocked(ctx, owner, len(prompt), sp.MaxTokens)
+		px, err := w.prefixFor(srv.Context())
+		if err != nil {
+			w.mu.Unlock()
+			return err
+		}
+		e, err = w.reserveLocalLocked(ctx, owner, prompt, sp.MaxTokens, px)
 		if err != nil {
 			w.mu.Unlock()
 			return err
 		}
 		e.handler, e.cancel = true, cancel
 		w.mu.Unlock()
-		return w.runLocal(ctx, e, prompt, sp, srv)
+		return w.runLocal(ctx, e, prompt, sp, px, srv)
 	}
 	if err := w.claimReservationLocked(e, owner, req.GetTicket(), len(prompt), sp.MaxTokens); err != nil {
 		w.mu.Unlock()
@@ -135,19 +143,29 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	return w.runReserved(ctx, e, prompt, sp, srv)
 }
 
-// reserveLocalLocked reserves pages for a whole request on a both worker.
-// Called with w.mu held.
-func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, prompt, maxTokens int) (*entry, error) {
-	total := int64(prompt) + int64(maxTokens)
+// reserveLocalLocked reserves pages for a whole request on a both worker;
+// with px, the prompt's leading pages found sealed in px's domain are
+// shared instead (px.Hit says how many). Called with w.mu held.
+func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, prompt []int32, maxTokens int, px *engine.Prefix) (*entry, error) {
+	total := int64(len(prompt)) + int64(maxTokens)
 	if total > w.capacity.Tokens {
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
 	if err := w.admitLocked(owner); err != nil {
 		return nil, err
 	}
-	pages, err := w.rt.Pool.Reserve(owner, int(total))
+	var tags []kvpool.Tag
+	if px != nil {
+		// The last prompt token is always computed: its logits give the
+		// first output token.
+		tags = kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
+	}
+	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)
 	if err != nil {
 		return nil, poolStatus(err, total, w.capacity.Tokens)
+	}
+	if px != nil {
+		px.Hit = hit
 	}
 	e := newEntry(ctx, owner, pages, int(total), stagePrefilling)
 	w.reqs[e.key] = e
@@ -233,7 +251,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 
 // runLocal prefills and decodes a request on a both worker, traced as
 // warden.generate with an event when the prompt is in the cache.
-func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
+func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, px *engine.Prefix, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
 	ctx, span := w.startSpan(ctx, spanGenerate, obs.OperationGenerate, e.owner, trace.SpanKindInternal,
 		obs.AttrInputTokens.Int(len(prompt)))
 	defer func() { endSpan(span, err) }()
@@ -242,8 +260,12 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 		w.finish(e, st)
 		return st
 	}
+	if px != nil {
+		// Sent with the first event: the tokens the reservation reused.
+		srv.SetHeader(metadata.Pairs(cachekey.MetadataCachedTokens, strconv.Itoa(px.Hit*w.capacity.PageTokens)))
+	}
 	es, err := w.rt.Engine.Submit(ctx, engine.Request{
-		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true,
+		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
 	})
 	if err != nil {
 		st := engineStatus(err)

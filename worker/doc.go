@@ -9,7 +9,27 @@
 // out of a request — completion, failure, Abort, a cancelled stream, an
 // abandoned reservation, shutdown — ends with the request's pages free
 // (or quarantined, I5) and its engine sequence stopped. Free + reserved +
-// in-use + quarantined pages equal the pool at every quiet moment.
+// in-use + cached + quarantined pages equal the pool at every quiet
+// moment.
+//
+// # Prefix cache
+//
+// With worker.kv.prefix_cache (default on; not with the cuda backend), a
+// both worker serving a Generate that carries a cache domain (gRPC
+// metadata cachekey.MetadataDomain, 64 hex digits, set only by the
+// gateway from the tenant: I8) reserves with kvpool.ReservePrefix, so the
+// prompt's leading full pages already sealed in that domain are shared,
+// not recomputed; the engine prefills only the rest, verifies the shared
+// pages against the chain tags it computes from the prompt (I3), and
+// seals the prompt's full pages when the prompt is in the cache. The
+// response header cachekey.MetadataCachedTokens says how many prompt
+// tokens were reused. Status reports free_pages as free + cached (cached
+// pages are evicted on demand). Not yet: prefill and decode workers
+// neither reuse nor keep cached pages (P/D always transfers the whole
+// prompt), and two concurrent requests with the same new prefix both
+// compute it (the second reserved before the first sealed; waiting for a
+// seal would hold its pages idle for a whole prefill, so the engine does
+// not).
 //
 // # Control-plane contract
 //

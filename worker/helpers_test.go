@@ -301,14 +301,15 @@ func generate(t *testing.T, c controlpb.WorkerClient, req *controlpb.GenerateReq
 func code(err error) codes.Code { return status.Code(err) }
 
 // waitQuiet waits until every worker has nothing in flight and its pool
-// balances with every page free, and fails the test otherwise.
+// balances with every page available (free, or cached and unreferenced),
+// and fails the test otherwise.
 func waitQuiet(t *testing.T, ws ...*started) {
 	t.Helper()
 	for _, w := range ws {
 		var last string
 		ok := poll(30*time.Second, func() bool {
 			s := w.rt.Pool.Stats()
-			if s.Free+s.Reserved+s.InUse+s.Quarantined != s.Total {
+			if s.Free+s.Reserved+s.InUse+s.Cached+s.Quarantined != s.Total {
 				t.Fatalf("worker %s: pool accounting broken: %+v", w.id, s)
 			}
 			w.mu.Lock()
@@ -319,7 +320,7 @@ func waitQuiet(t *testing.T, ws ...*started) {
 				held, _ = w.receiver.DeferredRelease().Pending()
 			}
 			last = fmt.Sprintf("%+v, %d table entries, %d deferred releases", s, n, held)
-			return s.Free == s.Total && n == 0 && held == 0
+			return s.AvailableNow() == s.Total && n == 0 && held == 0
 		})
 		if !ok {
 			t.Fatalf("worker %s did not settle: %s", w.id, last)

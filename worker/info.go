@@ -48,7 +48,7 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 		TransferBackend: string(wc.Transfer.Backend),
 		HostId:          hostID(hostname),
 		TokenizerSha256: w.assets.TokenizerSha256,
-		ModelMaxContext: int64(w.rt.Model.Config.MaxPositionEmbeddings),
+		ModelMaxContext: int64(w.rt.Model.Config.ContextLength()),
 		Backend:         string(wc.Backend),
 		Version:         version,
 		KvDtype:         w.layout.kvDType,
@@ -61,8 +61,10 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 func (w *Worker) poolStats() *controlpb.PoolStats {
 	s := w.rt.Pool.Stats()
 	return &controlpb.PoolStats{
-		TotalPages:       int64(s.Total),
-		FreePages:        int64(s.Free),
+		TotalPages: int64(s.Total),
+		// Cached pages are evicted on demand, so a reservation can have
+		// them: free here means available now (I12).
+		FreePages:        int64(s.AvailableNow()),
 		ReservedPages:    int64(s.Reserved),
 		InUsePages:       int64(s.InUse),
 		QuarantinedPages: int64(s.Quarantined),

@@ -166,6 +166,8 @@ type snapshotCollector struct {
 	steps, tokens, sequences                         *prometheus.Desc
 	transferBytes, transferFrames                    *prometheus.Desc
 	checksumFailures, staleFrames, authFailures      *prometheus.Desc
+	prefixShared, prefixSeals, prefixEvictions       *prometheus.Desc
+	prefixHits                                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*snapshotCollector)(nil)
@@ -176,12 +178,16 @@ func newSnapshotCollector(src sources) *snapshotCollector {
 	}
 	return &snapshotCollector{
 		src:             src,
-		kvPages:         d("warden_kv_pages", "KV pool pages by state; free+reserved+in_use+quarantined is the pool size.", "state"),
+		kvPages:         d("warden_kv_pages", "KV pool pages by state; free+reserved+in_use+cached+quarantined is the pool size (cached: sealed prefix pages no request holds, evicted on demand).", "state"),
 		kvCapacity:      d("warden_kv_capacity_tokens", "KV pool capacity in tokens: the most one request can ever hold."),
 		violations:      d("warden_kv_owner_violations_total", "KV reads refused by the owner check (I3); each aborted its request without output."),
 		fenceRejections: d("warden_kv_fence_rejections_total", "KV writes refused by the owner/epoch fence."),
 		steps:           d("warden_engine_steps_total", "Forward steps the engine ran."),
-		tokens:          d("warden_engine_tokens_total", "Tokens the engine processed, by kind (prefill, decode).", "kind"),
+		tokens:          d("warden_engine_tokens_total", "Tokens the engine processed, by kind (prefill, decode, cached: prompt positions reused from the prefix cache).", "kind"),
+		prefixShared:    d("warden_kv_prefix_shared_pages", "Sealed prefix pages referenced by running requests (counted in warden_kv_pages{state=\"in_use\"})."),
+		prefixSeals:     d("warden_kv_prefix_sealed_pages_total", "Prompt pages sealed into the prefix cache."),
+		prefixEvictions: d("warden_kv_prefix_evictions_total", "Cached prefix pages evicted to make room for a reservation."),
+		prefixHits:      d("warden_kv_prefix_hit_pages_total", "Sealed prefix pages reused by a reservation instead of being computed."),
 		sequences:       d("warden_engine_sequences", "Sequences in the engine, by state (running, waiting).", "state"),
 		transferBytes:   d("warden_transfer_bytes_total", "KV page bytes transferred, by direction (sent, received).", "direction"),
 		transferFrames:  d("warden_transfer_frames_total", "KV transfer DATA frames, by direction (sent, received).", "direction"),
@@ -197,6 +203,7 @@ func newSnapshotCollector(src sources) *snapshotCollector {
 // Describe implements prometheus.Collector.
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.kvPages, c.kvCapacity, c.violations, c.fenceRejections,
+		c.prefixShared, c.prefixSeals, c.prefixEvictions, c.prefixHits,
 		c.steps, c.tokens, c.sequences, c.transferBytes, c.transferFrames,
 		c.checksumFailures, c.staleFrames, c.authFailures} {
 		ch <- d
@@ -218,6 +225,11 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	}{{kvpool.Free, ps.Free}, {kvpool.Reserved, ps.Reserved}, {kvpool.InUse, ps.InUse}, {kvpool.Quarantined, ps.Quarantined}} {
 		gauge(c.kvPages, float64(s.n), s.state.String())
 	}
+	gauge(c.kvPages, float64(ps.Cached), "cached")
+	gauge(c.prefixShared, float64(ps.Shared))
+	counter(c.prefixSeals, ps.Seals)
+	counter(c.prefixEvictions, ps.Evictions)
+	counter(c.prefixHits, ps.Hits)
 	gauge(c.kvCapacity, float64(c.src.pool.Capacity().Tokens))
 	counter(c.violations, ps.Violations)
 	counter(c.fenceRejections, ps.FenceRejections)
@@ -226,6 +238,7 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.steps, es.Steps)
 	counter(c.tokens, es.PrefillTokens, "prefill")
 	counter(c.tokens, es.DecodeTokens, "decode")
+	counter(c.tokens, es.CachedTokens, "cached")
 	gauge(c.sequences, float64(es.Running), "running")
 	gauge(c.sequences, float64(es.Waiting), "waiting")
 

@@ -46,6 +46,7 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if w.layout, err = modelLayout(w.cfg.Worker.ModelDir, &w.rt.Model.Config); err != nil {
 		return err
 	}
+	w.version = w.cacheVersion()
 	if err := w.openTransfer(o.faults); err != nil {
 		return err
 	}

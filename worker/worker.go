@@ -48,6 +48,7 @@ type Worker struct {
 	info           *controlpb.WorkerInfo
 	assets         *controlpb.ModelAssetsResponse
 	layout         layout // KV layout and weights hash, for the gateway's agreement check
+	version        uint64 // model/format version of sealed prefix pages
 	reserveTimeout time.Duration
 	transferAddr   string
 

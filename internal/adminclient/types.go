@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/errenvelope"
 	"github.com/warden-ai/warden/tenant"
 )
@@ -135,11 +136,13 @@ type TenantCreate struct {
 	Weight   int           `json:"weight,omitempty"`
 	Limits   tenant.Limits `json:"limits,omitzero"`
 	Disabled bool          `json:"disabled,omitempty"`
+	// PrefixCache is tenant (default), key or off; see tenant.Tenant.
+	PrefixCache cachekey.Mode `json:"prefix_cache,omitempty"`
 }
 
 // Tenant returns the tenant to create.
 func (c TenantCreate) Tenant() tenant.Tenant {
-	return tenant.Tenant{ID: c.ID, Name: c.Name, Weight: c.Weight, Limits: c.Limits, Disabled: c.Disabled}
+	return tenant.Tenant{ID: c.ID, Name: c.Name, Weight: c.Weight, Limits: c.Limits, Disabled: c.Disabled, PrefixCache: c.PrefixCache}
 }
 
 // TenantPatch is the body of PATCH /admin/v1/tenants/{id}: absent (or
@@ -149,6 +152,8 @@ type TenantPatch struct {
 	Weight   *int         `json:"weight,omitempty"`
 	Limits   *LimitsPatch `json:"limits,omitempty"`
 	Disabled *bool        `json:"disabled,omitempty"`
+	// PrefixCache, when set, replaces the tenant's prefix-cache scope.
+	PrefixCache *cachekey.Mode `json:"prefix_cache,omitempty"`
 }
 
 // Apply returns t with the patch applied.
@@ -156,6 +161,7 @@ func (p TenantPatch) Apply(t tenant.Tenant) tenant.Tenant {
 	setIf(&t.Name, p.Name)
 	setIf(&t.Weight, p.Weight)
 	setIf(&t.Disabled, p.Disabled)
+	setIf(&t.PrefixCache, p.PrefixCache)
 	if p.Limits != nil {
 		t.Limits = p.Limits.Apply(t.Limits)
 	}

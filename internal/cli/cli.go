@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/warden-ai/warden/internal/brokenmode"
 	"github.com/warden-ai/warden/internal/isolation"
 )
 
@@ -44,6 +45,7 @@ func commands() []command {
 		{"check", "audit the running gateway's context agreement (exit 1 on a violation)", runCheck, false},
 		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin, false},
 		{"bench", "benchmarks: engine, gateway, tenants", runBench, false},
+		{"probe", "audit an OpenAI-compatible endpoint for cross-tenant leakage", runProbe, false},
 		{"version", "print the version", runVersion, false},
 	}
 }
@@ -67,6 +69,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err := isolation.Refuse()
 		if !c.serves {
 			err = nil
+		}
+		if brokenmode.Built && c.serves {
+			fmt.Fprintln(stderr, "warden: THIS BINARY IS BUILT WITH -tags warden_broken: isolation failures can be switched on (WARDEN_BROKEN) for testing `warden probe`; never serve anyone with it")
 		}
 		if err == nil {
 			err = c.run(ctx, e, args[1:])

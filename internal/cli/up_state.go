@@ -44,7 +44,7 @@ func ensureModelListed(cfg *config.Config, dir string) error {
 		return fmt.Errorf("model directory %s: %w", dir, err)
 	}
 	cfg.Models = append(cfg.Models, config.Model{
-		Name: cfg.Worker.Model, ContextLength: mc.MaxPositionEmbeddings, ContextPolicy: config.ContextClamp,
+		Name: cfg.Worker.Model, ContextLength: mc.ContextLength(), ContextPolicy: config.ContextClamp,
 	})
 	return nil
 }

@@ -17,53 +17,82 @@ type addedToken struct {
 }
 
 // addedMatcher finds added tokens in text the way Hugging Face does: tokens
-// with normalized=false are matched first, leftmost-longest; tokens with
-// normalized=true are then matched in the text between those matches. (No
-// normalizer is supported, so both passes see the same text.)
+// with normalized=false are matched first, leftmost-longest, in the raw text
+// ([addedMatcher.split]); the text between those matches is normalized and
+// tokens with normalized=true are then matched in it, by their normalized
+// content ([addedMatcher.splitNormalized]).
 //
 // With skipSpecial, a match of a special token is passed over and left as
 // text, like Hugging Face's encode_special_tokens (split_special_tokens).
 type addedMatcher struct {
-	passes      []*trie // empty: no tokens
+	raw, norm   *trie   // nil: no tokens of that kind
+	passes      []*trie // raw and norm where not nil, for walking all tokens
 	skipSpecial bool
 }
 
 // plainView returns a matcher over the same tokens that skips special ones.
 func (m *addedMatcher) plainView() *addedMatcher {
-	return &addedMatcher{passes: m.passes, skipSpecial: true}
+	return &addedMatcher{raw: m.raw, norm: m.norm, passes: m.passes, skipSpecial: true}
 }
 
-func newAddedMatcher(toks []addedToken) *addedMatcher {
-	var raw, norm []addedToken
+// newAddedMatcher builds the matcher; n normalizes the content of tokens
+// with normalized=true (nil: no normalizer).
+func newAddedMatcher(toks []addedToken, n normalizer) *addedMatcher {
+	var (
+		raw, norm []addedToken
+		normKeys  []string // what each of norm matches
+	)
 	for _, t := range toks {
-		if t.normalized {
-			norm = append(norm, t)
-		} else {
+		switch {
+		case !t.normalized:
 			raw = append(raw, t)
+		case n != nil:
+			if key := n.normalize(t.content); key != "" {
+				norm, normKeys = append(norm, t), append(normKeys, key)
+			}
+		default:
+			norm, normKeys = append(norm, t), append(normKeys, t.content)
 		}
 	}
 	m := &addedMatcher{}
-	for _, set := range [][]addedToken{raw, norm} {
-		if len(set) > 0 {
-			m.passes = append(m.passes, newTrie(set))
-		}
+	if len(raw) > 0 {
+		m.raw = newTrie(raw)
+		m.passes = append(m.passes, m.raw)
+	}
+	if len(norm) > 0 {
+		m.norm = newTrieKeys(norm, normKeys)
+		m.passes = append(m.passes, m.norm)
 	}
 	return m
 }
 
-// split calls text for each stretch of plain text and token for each added
-// token found in s, in order. Stretches are non-empty.
+// split calls text for each stretch of s between tokens with
+// normalized=false and token for each such token, in order. Stretches are
+// non-empty.
 func (m *addedMatcher) split(s string, text func(string) error, token func(int32) error) error {
-	return m.splitFrom(0, s, text, token)
+	return m.raw.scanOrAll(s, m.skip(), text, token)
 }
 
-func (m *addedMatcher) splitFrom(pass int, s string, text func(string) error, token func(int32) error) error {
-	if pass == len(m.passes) {
-		return text(s)
+// splitNormalized is split for the tokens with normalized=true, on text
+// that has been normalized; skip says whether a special token matched at
+// s[start:end] is passed over (m.skipSpecial does not apply).
+func (m *addedMatcher) splitNormalized(s string, skip skipFunc, text func(string) error, token func(int32) error) error {
+	return m.norm.scanOrAll(s, skip, text, token)
+}
+
+// skipFunc says whether a special token matched at s[start:end] is passed
+// over and left as text.
+type skipFunc func(start, end int) bool
+
+func skipAll(int, int) bool  { return true }
+func skipNone(int, int) bool { return false }
+
+// skip is the skipFunc of m.skipSpecial.
+func (m *addedMatcher) skip() skipFunc {
+	if m.skipSpecial {
+		return skipAll
 	}
-	return m.passes[pass].scan(s, m.skipSpecial, func(gap string) error {
-		return m.splitFrom(pass+1, gap, text, token)
-	}, token)
+	return skipNone
 }
 
 // trie is a byte trie over the contents of a set of added tokens.
@@ -74,12 +103,23 @@ type trie struct {
 	toks  []addedToken
 }
 
+// newTrie builds the trie matching each token's content.
 func newTrie(toks []addedToken) *trie {
-	tr := &trie{edges: make(map[uint64]int32), term: []int32{-1}, toks: toks}
+	keys := make([]string, len(toks))
 	for i, t := range toks {
+		keys[i] = t.content
+	}
+	return newTrieKeys(toks, keys)
+}
+
+// newTrieKeys builds the trie matching keys[i] (non-empty) as toks[i]; a key
+// is the token's content, normalized for a token with normalized=true.
+func newTrieKeys(toks []addedToken, keys []string) *trie {
+	tr := &trie{edges: make(map[uint64]int32), term: []int32{-1}, toks: toks}
+	for i, k := range keys {
 		node := int32(0)
-		for j := range len(t.content) {
-			key := uint64(node)<<8 | uint64(t.content[j])
+		for j := range len(k) {
+			key := uint64(node)<<8 | uint64(k[j])
 			child, ok := tr.edges[key]
 			if !ok {
 				child = int32(len(tr.term))
@@ -89,7 +129,7 @@ func newTrie(toks []addedToken) *trie {
 			node = child
 		}
 		tr.term[node] = int32(i)
-		tr.first[t.content[0]] = true
+		tr.first[k[0]] = true
 	}
 	return tr
 }
@@ -112,9 +152,20 @@ func (tr *trie) longestAt(s string, i int) (end int, tok int32) {
 	return end, tok
 }
 
+// scanOrAll is scan, or text(s) for a nil trie.
+func (tr *trie) scanOrAll(s string, skipSpecial skipFunc, text func(string) error, token func(int32) error) error {
+	if tr == nil {
+		if s == "" {
+			return nil
+		}
+		return text(s)
+	}
+	return tr.scan(s, skipSpecial, text, token)
+}
+
 // scan splits s at the tokens of the trie, honouring single_word, lstrip and
-// rstrip, and passing over special tokens when skipSpecial is set.
-func (tr *trie) scan(s string, skipSpecial bool, gap func(string) error, token func(int32) error) error {
+// rstrip, and passing over the special tokens skipSpecial says to.
+func (tr *trie) scan(s string, skipSpecial skipFunc, gap func(string) error, token func(int32) error) error {
 	done := 0 // s[:done] has been emitted
 	for i := 0; i < len(s); {
 		if !tr.first[s[i]] {
@@ -128,7 +179,7 @@ func (tr *trie) scan(s string, skipSpecial bool, gap func(string) error, token f
 		}
 		t := &tr.toks[k]
 		start, stop := i, end
-		if (skipSpecial && t.special) ||
+		if (t.special && skipSpecial(start, stop)) ||
 			(t.singleWord && (endsWithWordChar(s[:start]) || startsWithWordChar(s[stop:]))) {
 			i = end // like Aho-Corasick's iterator, resume after the match
 			continue

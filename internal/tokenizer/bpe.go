@@ -86,7 +86,7 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 
 // bpe appends the token IDs of one pre-token (raw bytes) to dst.
 func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
-	if len(piece) == 1 {
+	if len(piece) == 1 && t.byteLevel {
 		return append(dst, t.byteID[piece[0]])
 	}
 	if ids, ok := t.cache.get(piece); ok {
@@ -101,34 +101,87 @@ func (t *Tokenizer) bpe(dst []int32, piece string) []int32 {
 func (t *Tokenizer) bpeUncached(dst []int32, piece string) []int32 {
 	if t.ignoreMerges {
 		// Llama 3's ignore_merges: a pre-token that is a token is kept whole.
-		var buf [2 * smallPiece]byte // each byte spells as at most 2 bytes
-		spelled := buf[:0]
-		for i := range len(piece) {
-			spelled = utf8.AppendRune(spelled, byteToRune(piece[i]))
-		}
-		if id, ok := t.vocab[string(spelled)]; ok {
+		if id, ok := t.vocab[t.spell(piece)]; ok {
 			return append(dst, id)
 		}
 	}
-	return t.mergeWord(dst, piece)
+	var buf [smallPiece]int32
+	return t.mergeSymbols(dst, t.symbols(buf[:0], piece))
 }
 
-// mergeWord runs BPE on the bytes of piece: starting from one token per
-// byte, it repeatedly applies the lowest-ranked merge among adjacent pairs,
+// spell returns piece as the model vocabulary spells it.
+func (t *Tokenizer) spell(piece string) string {
+	if !t.byteLevel {
+		return piece
+	}
+	var buf [2 * smallPiece]byte // each byte spells as at most 2 bytes
+	spelled := buf[:0]
+	for i := range len(piece) {
+		spelled = utf8.AppendRune(spelled, byteToRune(piece[i]))
+	}
+	return string(spelled)
+}
+
+// symbols appends the initial symbols of piece, before any merge: one per
+// byte for a byte-level model; otherwise one per character, where a
+// character missing from the vocabulary becomes its bytes' <0xXX> tokens
+// (byte_fallback), else the unknown token (consecutive ones fused into one
+// with fuse_unk), else nothing — Hugging Face's BPE does the same.
+func (t *Tokenizer) symbols(dst []int32, piece string) []int32 {
+	if t.byteLevel {
+		for i := range len(piece) {
+			dst = append(dst, t.byteID[piece[i]])
+		}
+		return dst
+	}
+	lastUnk := false
+	for i, r := range piece {
+		n := utf8.RuneLen(r)
+		if id, ok := t.vocab[piece[i:i+n]]; ok {
+			dst = append(dst, id)
+			lastUnk = false
+			continue
+		}
+		if t.byteFallback && t.hasByteTokens(piece[i:i+n]) {
+			for j := i; j < i+n; j++ {
+				dst = append(dst, t.byteID[piece[j]])
+			}
+			lastUnk = false
+			continue
+		}
+		if t.hasUnk && !(t.fuseUnk && lastUnk) {
+			dst = append(dst, t.unk)
+		}
+		lastUnk = t.hasUnk
+	}
+	return dst
+}
+
+// hasByteTokens reports whether every byte of s has a <0xXX> token.
+func (t *Tokenizer) hasByteTokens(s string) bool {
+	for i := range len(s) {
+		if t.byteID[s[i]] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeSymbols runs BPE on the initial symbols ids (which it overwrites):
+// it repeatedly applies the lowest-ranked merge among adjacent pairs,
 // leftmost first on ties (Hugging Face's order). A min-heap of candidate
 // merges, validated when popped, keeps long pieces at O(n log n).
-func (t *Tokenizer) mergeWord(dst []int32, piece string) []int32 {
-	n := len(piece)
+func (t *Tokenizer) mergeSymbols(dst []int32, ids []int32) []int32 {
+	n := len(ids)
 	// Pieces are mostly short: keep their working arrays on the stack.
-	var idsBuf, nextBuf, prevBuf [smallPiece]int32
+	var nextBuf, prevBuf [smallPiece]int32
 	var heapBuf [2 * smallPiece]uint64
-	ids, next, prev := idsBuf[:0], nextBuf[:0], prevBuf[:0]
+	next, prev := nextBuf[:0], prevBuf[:0]
 	if n > smallPiece {
-		ids, next, prev = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+		next, prev = make([]int32, 0, n), make([]int32, 0, n)
 	}
-	ids, next, prev = ids[:n], next[:n], prev[:n] // next: next live symbol, or n; prev: previous, or -1
+	next, prev = next[:n], prev[:n] // next: next live symbol, or n; prev: previous, or -1
 	for i := range n {
-		ids[i] = t.byteID[piece[i]]
 		next[i] = int32(i + 1)
 		prev[i] = int32(i - 1)
 	}

@@ -1,19 +1,63 @@
 package tokenizer
 
 import (
-	"crypto/rand"
+	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
-	"unicode"
-
-	"github.com/ardanlabs/jinja"
+	"time"
 )
 
-// Message is one chat message.
+// Message is one chat message, with the fields Hugging Face chat templates
+// read. Empty optional fields are left out of the message the template sees,
+// as a client would leave them out of its JSON (templates test whether a key
+// is defined).
 type Message struct {
-	Role    string
+	// Role is "system", "user", "assistant", "tool" or another role the
+	// template accepts: 1-64 characters of [A-Za-z0-9_-].
+	Role string
+	// Content is the message text, always passed as a string: "" for an
+	// assistant message with only tool calls (as vLLM passes an OpenAI
+	// client's null; Qwen3's template fails on none).
 	Content string
+	// ReasoningContent is an assistant's reasoning from an earlier turn
+	// (reasoning_content; Qwen3 and DeepSeek-R1 templates read it).
+	ReasoningContent string
+	// ToolCalls are the function calls an assistant message made.
+	ToolCalls []ToolCall
+	// ToolCallID is, in a "tool" message, the id of the call it answers.
+	ToolCallID string
+	// Name is the optional name of the author (name).
+	Name string
+}
+
+// ToolCall is one function call an assistant made. Templates see it as
+// {"id", "type", "function": {"name", "arguments"}}, arguments an object, as
+// transformers expects.
+type ToolCall struct {
+	// ID is the call's id; left out when empty.
+	ID string
+	// Name is the called function's name.
+	Name string
+	// Arguments is the JSON value of the arguments, normally an object.
+	// The OpenAI API carries it as a string that holds JSON: pass that
+	// string's bytes. Empty means {}.
+	Arguments json.RawMessage
+}
+
+// ChatOptions are the template inputs besides the messages.
+type ChatOptions struct {
+	// AddGenerationPrompt appends the header that cues the assistant's reply
+	// (add_generation_prompt).
+	AddGenerationPrompt bool
+	// Tools are the tool definitions the model may call (tools), each a JSON
+	// object as in the OpenAI API's tools array:
+	// {"type": "function", "function": {"name", "description", "parameters"}}.
+	// Key order is kept. Nil passes tools = none.
+	Tools []json.RawMessage
+	// EnableThinking, when set, is passed as enable_thinking (Qwen3's switch
+	// for reasoning); nil leaves it undefined, the template's default.
+	EnableThinking *bool
+	// Now is the time strftime_now formats; zero means the current time.
+	Now time.Time
 }
 
 // llama3Template is the default chat template when the tokenizer has Llama
@@ -53,11 +97,11 @@ func (t *Tokenizer) setChatTemplate(src string) error {
 	if len(src) > maxTemplateBytes {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrChatTemplate, len(src), maxTemplateBytes)
 	}
-	tmpl, err := compileTemplate(src)
+	ct, err := compileChatTemplate(src, t.specialTokens())
 	if err != nil {
 		return err
 	}
-	t.chat, t.chatSrc = tmpl, src
+	t.chat, t.chatSrc = ct, src
 	return nil
 }
 
@@ -68,95 +112,88 @@ func (t *Tokenizer) addedID(content string) int32 {
 	return -1
 }
 
+// specialTokens returns the added tokens that are special.
+func (t *Tokenizer) specialTokens() []addedToken {
+	var out []addedToken
+	for _, tr := range t.special.passes {
+		for _, tok := range tr.toks {
+			if tok.special {
+				out = append(out, tok)
+			}
+		}
+	}
+	return out
+}
+
 // ChatTemplate returns the source of the template ApplyChatTemplate renders.
 func (t *Tokenizer) ChatTemplate() string { return t.chatSrc }
 
-// compileTemplate compiles a Jinja template, turning a panic of the engine
-// into an error.
-func compileTemplate(src string) (tmpl *jinja.Template, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			tmpl, err = nil, fmt.Errorf("%w: compile panicked: %v", ErrChatTemplate, r)
-		}
-	}()
-	tmpl, err = jinja.Compile(src)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrChatTemplate, err)
-	}
-	return tmpl, nil
-}
-
-func renderTemplate(tmpl *jinja.Template, data map[string]any) (out string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			out, err = "", fmt.Errorf("%w: render panicked: %v", ErrChatTemplate, r)
-		}
-	}()
-	out, err = tmpl.Render(data)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrChatTemplate, err)
-	}
-	return out, nil
-}
-
 // ApplyChatTemplate renders the chat template for msgs and tokenizes the
-// result. With addGenerationPrompt the template appends the header that cues
-// the assistant's reply.
-//
-// Injection safety. Message content is never tokenized as template text: the
-// template is rendered with a placeholder in place of each content, made of
-// private-use characters and a random per-call number. The rendered string is
-// cut at the placeholders; template text is tokenized with special tokens
-// recognised (EncodeSpecial) and each content as plain text (Encode), so a
-// message containing "<|eot_id|>" yields the tokens of those characters.
-// Plain text on both sides of a cut is still pre-tokenized as one string, so
-// for content without special-token strings the result equals Hugging Face's
-// tokenization of the rendered text.
-//
-// Whitespace trimming of content by the template (`| trim`, `.strip()`) is
-// honoured: the placeholder carries the content's leading and trailing
-// whitespace, which the template keeps or drops. Other transformations of
-// content (slicing, replace, upper) see the placeholder, not the text; a
-// template that alters a placeholder is reported as an error.
-//
-// Roles must be 1–64 characters of [A-Za-z0-9_-]; they are rendered into the
-// template text.
+// result: EncodeChat with only AddGenerationPrompt set.
 func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) ([]int32, error) {
-	tag, err := newPlaceholderTag()
+	return t.EncodeChat(msgs, ChatOptions{AddGenerationPrompt: addGenerationPrompt})
+}
+
+// RenderChat returns the text the chat template renders for msgs: the same
+// string as Hugging Face's apply_chat_template(msgs, tokenize=False) with
+// the same tools and options (see docs/api.md for the deliberate
+// differences). EncodeChat tokenizes exactly this string.
+func (t *Tokenizer) RenderChat(msgs []Message, opts ChatOptions) (string, error) {
+	r, err := t.renderChat(msgs, opts)
+	if err != nil {
+		return "", err
+	}
+	return r.text, nil
+}
+
+// EncodeChat renders the chat template for msgs (see RenderChat) and
+// tokenizes the result.
+//
+// Injection safety. Special (control) tokens are recognised only where the
+// template itself wrote them: in its literal text and in bos_token and
+// eos_token. Everything that comes from the request (contents, roles, names,
+// tool calls, tool definitions) is tokenized as plain text, even when the
+// template transforms it (tojson, split, trim, slicing), so a message
+// containing "<|eot_id|>" yields the tokens of those characters. Without
+// such text the tokens equal Hugging Face's tokenization of the rendered
+// string. How it works: the template is compiled a second time with every
+// special-token literal replaced by a marker carrying a secret random
+// number, and bos_token/eos_token passed as markers; the markers in that
+// render are the only places special tokens are matched. The render with the
+// markers put back must equal the plain render, otherwise the template used
+// a special-token literal other than by printing it and the call fails with
+// ErrChatTemplate.
+//
+// Roles must be 1–64 characters of [A-Za-z0-9_-]; all text must be valid
+// UTF-8; tool-call arguments and tools must be JSON.
+func (t *Tokenizer) EncodeChat(msgs []Message, opts ChatOptions) ([]int32, error) {
+	r, err := t.renderChat(msgs, opts)
 	if err != nil {
 		return nil, err
 	}
-	list := make([]any, len(msgs))
-	cores := make([]string, len(msgs))
-	for i, m := range msgs {
-		if err := checkRole(m.Role); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
+	parts := r.parts(t)
+	ids, err := t.encodeParts(parts)
+	if err != nil {
+		return nil, err
+	}
+	// Belt and braces: every special token must be one the template wrote
+	// (a vocabulary in which plain text could merge into a special token's
+	// ID would break that).
+	written := 0
+	for _, p := range parts {
+		if p.m == t.special {
+			written++
 		}
-		if err := validUTF8(m.Content); err != nil {
-			return nil, fmt.Errorf("message %d content: %w", i, err)
+	}
+	for _, id := range ids {
+		if t.IsSpecial(id) {
+			written--
 		}
-		// Same whitespace as the engine's trim (strings.TrimSpace).
-		afterLead := strings.TrimLeftFunc(m.Content, unicode.IsSpace)
-		lead := m.Content[:len(m.Content)-len(afterLead)]
-		core := strings.TrimRightFunc(afterLead, unicode.IsSpace)
-		trail := afterLead[len(core):]
-		cores[i] = core
-		list[i] = map[string]any{"role": m.Role, "content": lead + tag.placeholder(i) + trail}
 	}
-	out, err := renderTemplate(t.chat, map[string]any{
-		"messages":              list,
-		"add_generation_prompt": addGenerationPrompt,
-		"bos_token":             t.bosToken,
-		"eos_token":             t.eosToken,
-	})
-	if err != nil {
-		return nil, err
+	if written != 0 {
+		return nil, fmt.Errorf("%w: plain text tokenized into a special token", ErrChatTemplate)
 	}
-	parts, err := tag.cut(out, cores, t)
-	if err != nil {
-		return nil, err
-	}
-	return t.encodeParts(parts)
+	return ids, nil
 }
 
 func checkRole(role string) error {
@@ -170,68 +207,4 @@ func checkRole(role string) error {
 		}
 	}
 	return nil
-}
-
-// Placeholders are phOpen + tag + "." + message index + phClose. The tag is
-// decimal so that case-changing filters leave it intact; the private-use
-// delimiters are not whitespace, so trimming leaves them intact too.
-const (
-	phOpen  = "\uE000"
-	phClose = "\uE001"
-)
-
-type placeholderTag string
-
-func newPlaceholderTag() (placeholderTag, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("tokenizer: placeholder: %w", err)
-	}
-	var n uint64
-	for _, x := range b {
-		n = n<<8 | uint64(x)
-	}
-	return placeholderTag(phOpen + strconv.FormatUint(n, 10) + "."), nil
-}
-
-func (tag placeholderTag) placeholder(i int) string {
-	return string(tag) + strconv.Itoa(i) + phClose
-}
-
-// cut splits rendered template output at the placeholders into template
-// text (special tokens recognised) and message contents (plain text).
-func (tag placeholderTag) cut(out string, cores []string, t *Tokenizer) ([]part, error) {
-	errAltered := fmt.Errorf("%w: the template altered a message placeholder", ErrChatTemplate)
-	var parts []part
-	template := func(text string) error {
-		if strings.Contains(text, phOpen) || strings.Contains(text, phClose) {
-			return errAltered
-		}
-		parts = append(parts, part{text: text, m: t.special})
-		return nil
-	}
-	for {
-		i := strings.Index(out, string(tag))
-		if i < 0 {
-			break
-		}
-		if err := template(out[:i]); err != nil {
-			return nil, err
-		}
-		rest := out[i+len(tag):]
-		j := strings.Index(rest, phClose)
-		if j < 0 {
-			return nil, errAltered
-		}
-		k, err := strconv.Atoi(rest[:j])
-		if err != nil || k < 0 || k >= len(cores) {
-			return nil, errAltered
-		}
-		parts = append(parts, part{text: cores[k], m: t.plain})
-		out = rest[j+len(phClose):]
-	}
-	if err := template(out); err != nil {
-		return nil, err
-	}
-	return parts, nil
 }

@@ -2,10 +2,13 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/ardanlabs/jinja"
 )
 
 var conversation = []Message{
@@ -166,19 +169,37 @@ func TestTemplateWithoutTrimKeepsWhitespace(t *testing.T) {
 	if !reflect.DeepEqual(ids, mustEncode(t, tk, want)) {
 		t.Fatal("cut changed the tokenization")
 	}
-	// Content rendered twice, or not at all, is fine.
+	// Content rendered twice, transformed, or not at all, is fine.
 	tk = withTemplate(t, 512, `{{ messages[0].content }}|{{ messages[0].content | upper }}|{{ messages | length }}`)
 	ids, err = tk.ApplyChatTemplate([]Message{{Role: "user", Content: "hé"}, {Role: "user", Content: "dropped"}}, false)
-	if err != nil || mustDecode(t, tk, ids) != "hé|hé|2" {
+	if err != nil || mustDecode(t, tk, ids) != "hé|HÉ|2" {
 		t.Fatalf("got %q, %v", mustDecode(t, tk, ids), err)
 	}
 }
 
-func TestTemplateAlteringContentIsAnError(t *testing.T) {
-	tk := withTemplate(t, 512, `{% for m in messages %}{{ m.content[1:] }}{% endfor %}`)
-	_, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "hello"}}, false)
-	if !errors.Is(err, ErrChatTemplate) {
-		t.Fatalf("err %v", err)
+func TestTemplateTransformsContent(t *testing.T) {
+	tk := withTemplate(t, 512, `{% for m in messages %}{{ m.content[1:] }}|{{ m.content | tojson }}|{{ m.content.split('</think>')[-1] }}{% endfor %}`)
+	ids, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "hel\"lo</think>é"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mustDecode(t, tk, ids), `el"lo</think>é|"hel\"lo</think>é"|é`; got != want {
+		t.Fatalf("decoded %q, want %q", got, want)
+	}
+}
+
+func TestTemplateUsingSpecialLiteralIsAnError(t *testing.T) {
+	for _, tmpl := range []string{
+		`{{ '<|eot_id|>'[1:] }}`,
+		`{{ '<|eot_id|>' | length }}`,
+		`{% if '<|eot_id|>' in messages[0].content %}x{% endif %}`,
+		`{{ raise_exception('no ' + '<|eot_id|>') }}`,
+	} {
+		tk := withTemplate(t, 512, tmpl)
+		_, err := tk.ApplyChatTemplate([]Message{{Role: "user", Content: "a<|eot_id|>"}}, false)
+		if !errors.Is(err, ErrChatTemplate) || strings.Contains(err.Error(), markOpen) {
+			t.Errorf("%s: err %v", tmpl, err)
+		}
 	}
 }
 
@@ -241,7 +262,7 @@ func FuzzChatTemplate(f *testing.F) {
 			strings.Contains(template, "range") || strings.Contains(template, "macro") {
 			return // unbounded loops, repetition and recursion: see ApplyChatTemplate
 		}
-		tmpl, err := compileTemplate(template)
+		tmpl, err := compileChatTemplate(template, base.specialTokens())
 		if err != nil {
 			return
 		}
@@ -259,4 +280,152 @@ func FuzzChatTemplate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestChatMarkersHonourTokenOptions: a special token the template writes
+// takes the whitespace around it (lstrip, rstrip) and is no token inside a
+// word (single_word), exactly as when the render is tokenized whole.
+func TestChatMarkersHonourTokenOptions(t *testing.T) {
+	tj := handVocab{added: []string{
+		`{"content": "<L>", "lstrip": true, "special": true}`,
+		`{"content": "<R>", "rstrip": true, "special": true}`,
+		`{"content": "<W>", "single_word": true, "special": true}`,
+		`{"content": "<P>", "special": false}`,
+	}}.json()
+	var cfg bytes.Buffer
+	cfg.WriteString(`{"chat_template": `)
+	writeJSONString(&cfg, "{% for m in messages %}a  <L>  {{ m.content }}  <R>  b{{ m.content }}<W>c <W> {{ m.content }}<P> <L><R>{% endfor %}")
+	cfg.WriteString("}")
+	tk := mustParse(t, tj, cfg.Bytes())
+	for _, content := range []string{"x", " ", "", "<P>"} {
+		msgs := []Message{{Role: "user", Content: content}}
+		text, err := tk.RenderChat(msgs, ChatOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := tk.EncodeChat(msgs, ChatOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := mustEncodeSpecial(t, tk, text); !reflect.DeepEqual(ids, want) {
+			t.Errorf("content %q: ids %v, want %v (render %q)", content, ids, want, text)
+		}
+	}
+}
+
+// FuzzChatJSON decodes tools and tool-call arguments (client bytes): errors
+// are fine, panics are not, and tojson writes back the same JSON value.
+func FuzzChatJSON(f *testing.F) {
+	for _, s := range []string{`{"a": [1, 2.5, -0.0, 1e400, "x\u2028"], "b": {"c": null, "d": true}}`, `[]`, `"s"`, `1e-7`, `{"a":1,"a":2}`, `{`, `12345678901234567890`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		v, err := parseJSONValue(raw)
+		if err != nil {
+			return
+		}
+		out, err := pyToJSON([]jinja.Value{v}, nil)
+		if err != nil {
+			t.Fatalf("tojson of %q: %v", raw, err)
+		}
+		s := out.AsString()
+		if strings.Contains(s, "Infinity") || strings.Contains(s, "NaN") {
+			return // Python's spelling of non-finite numbers is not JSON
+		}
+		var a, b any
+		if err := json.Unmarshal(raw, &a); err != nil {
+			t.Fatalf("parsed %q, which encoding/json refuses: %v", raw, err)
+		}
+		if err := json.Unmarshal([]byte(s), &b); err != nil {
+			t.Fatalf("tojson wrote %q: %v", s, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%q came back as %q", raw, s)
+		}
+	})
+}
+
+// BenchmarkEncodeChat against BenchmarkEncodeChatText: what rendering the
+// template (twice, see EncodeChat) adds to tokenizing the rendered text.
+func BenchmarkEncodeChat(b *testing.B) {
+	tk := presetTokenizer(b, 512)
+	for b.Loop() {
+		if _, err := tk.EncodeChat(conversation, ChatOptions{AddGenerationPrompt: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeChatText(b *testing.B) {
+	tk := presetTokenizer(b, 512)
+	text, err := tk.RenderChat(conversation, ChatOptions{AddGenerationPrompt: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := tk.EncodeSpecial(text); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func TestRewriteTemplate(t *testing.T) {
+	src := `A<|eot_id|>{{ 'x | trim <|eot_id|>' | trim }}{# <|eot_id|> | tojson #}{{ x.strip() ~ "a\"<|eot_id|>" |tojson(indent=2) }}{ {x}{%- if y.lstrip( ) -%}`
+	want := `AM{{ 'x | trim M' | __warden_trim }}{# <|eot_id|> | tojson #}{{ x.strip(__warden_pyspace) ~ "a\"M" |__warden_tojson(indent=2) }}{ {x}{%- if y.lstrip(__warden_pyspace) -%}`
+	got := rewriteTemplate(src, func(s string) string { return strings.ReplaceAll(s, "<|eot_id|>", "M") })
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+// TestChatRefusesSpecialFromMerges: a vocabulary in which plain text merges
+// into a special token's ID is refused rather than tokenized into control
+// tokens.
+func TestChatRefusesSpecialFromMerges(t *testing.T) {
+	tj := handVocab{
+		extra:  []string{"ab"},
+		merges: []string{"a b"},
+		added:  []string{`{"content": "ab", "special": true}`},
+	}.json()
+	var cfg bytes.Buffer
+	cfg.WriteString(`{"chat_template": "{{ messages[0].content }}"}`)
+	tk := mustParse(t, tj, cfg.Bytes())
+	if _, err := tk.EncodeChat([]Message{{Role: "user", Content: "xyz"}}, ChatOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := tk.EncodeChat([]Message{{Role: "user", Content: "ab"}}, ChatOptions{})
+	if !errors.Is(err, ErrChatTemplate) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestEncodeChatConcurrent: one tokenizer renders for many requests at once
+// (run with -race).
+func TestEncodeChatConcurrent(t *testing.T) {
+	tk := withTemplate(t, 512, llamaStyleTemplate)
+	want, err := tk.EncodeChat(conversation, ChatOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 20 {
+				got, err := tk.EncodeChat(conversation, ChatOptions{})
+				if err == nil && !reflect.DeepEqual(got, want) {
+					err = errors.New("different tokens")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
 }

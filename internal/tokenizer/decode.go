@@ -1,7 +1,10 @@
 package tokenizer
 
 import (
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -102,4 +105,100 @@ func invalidLen(b []byte) int {
 		}
 	}
 	return 1
+}
+
+type decoderJSON struct {
+	Type     string            `json:"type"`
+	Pattern  *patternJSON      `json:"pattern"`
+	Content  *string           `json:"content"`
+	Start    int               `json:"start"`
+	Stop     int               `json:"stop"`
+	Decoders []json.RawMessage `json:"decoders"`
+	// Metaspace
+	Replacement string `json:"replacement"`
+}
+
+// parseDecoder reads tokenizer.json's decoder and returns what one token
+// decodes to. A byte-level model needs the ByteLevel decoder. A
+// SentencePiece-style one takes Metaspace, or a Sequence of Replace
+// (String pattern), ByteFallback, Fuse and Strip of leading spaces — the
+// decoders Llama 2 and Mistral files use. Strip and Metaspace remove the
+// space the encoder put before the first word; warden decodes
+// continuations of a prompt, where that space is text, so it keeps it.
+func parseDecoder(raw json.RawMessage, byteLevel bool) (func(string) string, error) {
+	if isNull(raw) {
+		return nil, unsupported("decoder", "null")
+	}
+	var d decoderJSON
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, malformed("decoder", "%v", err)
+	}
+	if byteLevel {
+		if d.Type != "ByteLevel" {
+			return nil, unsupported("decoder type", "%q (a ByteLevel pre-tokenizer needs the ByteLevel decoder)", d.Type)
+		}
+		return decodeByteLevel, nil
+	}
+	var (
+		replacer     *strings.Replacer
+		byteFallback bool
+	)
+	switch d.Type {
+	case "Metaspace":
+		if utf8.RuneCountInString(d.Replacement) != 1 {
+			return nil, malformed("decoder.replacement", "%q is not one character", d.Replacement)
+		}
+		replacer = strings.NewReplacer(d.Replacement, " ")
+	case "Sequence":
+		var pairs []string
+		for i, r := range d.Decoders {
+			field := fmt.Sprintf("decoder.decoders[%d]", i)
+			var e decoderJSON
+			if err := json.Unmarshal(r, &e); err != nil {
+				return nil, malformed(field, "%v", err)
+			}
+			switch e.Type {
+			case "Replace":
+				if e.Pattern == nil || e.Pattern.String == nil || *e.Pattern.String == "" || e.Content == nil {
+					return nil, unsupported(field, "Replace without a non-empty String pattern and a content")
+				}
+				if len(*e.Content) > maxNormalizerStringBytes {
+					return nil, malformed(field+".content", "longer than %d bytes", maxNormalizerStringBytes)
+				}
+				if byteFallback || len(pairs) > 0 {
+					return nil, unsupported(field, "Replace after ByteFallback or another Replace")
+				}
+				pairs = append(pairs, *e.Pattern.String, *e.Content)
+			case "ByteFallback":
+				byteFallback = true
+			case "Fuse":
+			case "Strip":
+				if e.Content == nil || *e.Content != " " || e.Stop != 0 {
+					return nil, unsupported(field, "Strip other than of leading spaces")
+				}
+			default:
+				return nil, unsupported(field+" type", "%q", e.Type)
+			}
+		}
+		replacer = strings.NewReplacer(pairs...)
+	default:
+		return nil, unsupported("decoder type", "%q", d.Type)
+	}
+	return func(tok string) string {
+		if byteFallback {
+			if b, ok := byteFallbackToken(tok); ok {
+				return string([]byte{b})
+			}
+		}
+		return replacer.Replace(tok)
+	}, nil
+}
+
+// byteFallbackToken parses a byte-fallback token, <0xXX>.
+func byteFallbackToken(tok string) (byte, bool) {
+	if len(tok) != 6 || !strings.HasPrefix(tok, "<0x") || tok[5] != '>' {
+		return 0, false
+	}
+	b, err := strconv.ParseUint(tok[3:5], 16, 8)
+	return byte(b), err == nil
 }

@@ -1,6 +1,9 @@
 package tokenizer
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Encode tokenizes plain text. Special-token strings in text (such as
 // "<|eot_id|>") are NOT recognised: they are tokenized as the characters they
@@ -25,11 +28,14 @@ type part struct {
 	m    *addedMatcher
 }
 
-// encodeParts tokenizes the concatenation of parts. Added tokens are looked
-// for only inside each part, with that part's matcher; the plain text between
-// added tokens is pre-tokenized as one string even where it spans parts, so
-// that cutting text into parts changes nothing but which added tokens may
-// match.
+// encodeParts tokenizes the concatenation of parts. Added tokens with
+// normalized=false are looked for only inside each part, with that part's
+// matcher. The plain text between them is normalized, searched for added
+// tokens with normalized=true and pre-tokenized as one string even where it
+// spans parts, so that cutting text into parts changes nothing but which
+// added tokens may match. A special token with normalized=true is matched
+// there only inside text of a part that allows special tokens (or, when a
+// normalizer may move text, only if every part of the stretch allows them).
 func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 	for _, p := range parts {
 		if err := validUTF8(p.text); err != nil {
@@ -43,7 +49,22 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 	var (
 		ids     = make([]int32, 0, size/3+1) // typical text: 3-4 bytes per token
 		pending []string                     // plain text not yet tokenized
+		trusted []bool                       // per pending text: special tokens allowed
+		atStart = true                       // nothing is before the next text
 	)
+	pretokenize := func(s string) error {
+		first := atStart
+		atStart = false
+		return t.pre.each(s, first, func(piece string) error {
+			ids = t.bpe(ids, piece)
+			return nil
+		})
+	}
+	normToken := func(id int32) error {
+		atStart = false
+		ids = append(ids, id)
+		return nil
+	}
 	flush := func() error {
 		var text string
 		switch len(pending) {
@@ -54,26 +75,34 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		default:
 			text = strings.Join(pending, "")
 		}
-		pending = pending[:0]
-		return t.pre.each(text, func(piece string) error {
-			ids = t.bpe(ids, piece)
-			return nil
-		})
-	}
-	text := func(s string) error {
-		pending = append(pending, s)
-		return nil
-	}
-	token := func(id int32) error {
-		if err := flush(); err != nil {
-			return err
+		var skip skipFunc
+		switch {
+		case t.norm == nil:
+			skip = skipWithin(pending, trusted)
+		case slices.Contains(trusted, false):
+			text, skip = t.norm.normalize(text), skipAll
+		default:
+			text, skip = t.norm.normalize(text), skipNone
 		}
-		ids = append(ids, id)
-		return nil
+		pending, trusted = pending[:0], trusted[:0]
+		return t.special.splitNormalized(text, skip, pretokenize, normToken)
 	}
 	for _, p := range parts {
 		if p.text == "" {
 			continue
+		}
+		text := func(s string) error {
+			pending = append(pending, s)
+			trusted = append(trusted, !p.m.skipSpecial)
+			return nil
+		}
+		token := func(id int32) error {
+			if err := flush(); err != nil {
+				return err
+			}
+			atStart = false
+			ids = append(ids, id)
+			return nil
 		}
 		if err := p.m.split(p.text, text, token); err != nil {
 			return nil, err
@@ -83,4 +112,25 @@ func (t *Tokenizer) encodeParts(parts []part) ([]int32, error) {
 		return nil, err
 	}
 	return ids, nil
+}
+
+// skipWithin returns the skipFunc for the concatenation of texts: a special
+// token is matched only where it lies inside one text that is trusted.
+func skipWithin(texts []string, trusted []bool) skipFunc {
+	if !slices.Contains(trusted, false) {
+		return skipNone
+	}
+	if !slices.Contains(trusted, true) {
+		return skipAll
+	}
+	return func(start, end int) bool {
+		off := 0
+		for i, s := range texts {
+			if start < off+len(s) {
+				return !trusted[i] || end > off+len(s)
+			}
+			off += len(s)
+		}
+		return true
+	}
 }

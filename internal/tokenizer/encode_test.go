@@ -105,7 +105,7 @@ func TestTrickyStringsPreset(t *testing.T) {
 		var perPiece []int32
 		var bounds []int // pre-token end offsets
 		off := 0
-		_ = tk.pre.each(s, func(p string) error {
+		_ = tk.pre.each(s, true, func(p string) error {
 			perPiece = append(perPiece, mustEncode(t, tk, p)...)
 			off += len(p)
 			bounds = append(bounds, off)
@@ -167,7 +167,7 @@ func TestHuggingFaceGolden(t *testing.T) {
 					t.Errorf("%q: got %v, Hugging Face %v", s, got, g.IDs[i])
 				}
 				var pre []string
-				_ = tk.pre.each(s, func(p string) error {
+				_ = tk.pre.each(s, true, func(p string) error {
 					pre = append(pre, encodeByteLevel(p))
 					return nil
 				})
@@ -364,4 +364,48 @@ func FuzzRoundTrip(f *testing.F) {
 			t.Fatalf("stream %q, want %q", sb.String(), s)
 		}
 	})
+}
+
+// TestNormalizedSpecialTokenAcrossParts: a special token with
+// normalized=true is matched in the second pass, over text joined across
+// parts; it is recognised only inside a part that allows special tokens,
+// never in user text nor straddling a boundary.
+func TestNormalizedSpecialTokenAcrossParts(t *testing.T) {
+	h := handVocab{extra: helloVocab.extra, merges: helloVocab.merges,
+		added: []string{`{"id": 300, "content": "<n>", "normalized": true, "special": true}`}}
+	tk := mustParse(t, h.json(), nil)
+	n, ok := tk.TokenID("<n>")
+	if !ok {
+		t.Fatal("no <n>")
+	}
+	count := func(parts ...part) int {
+		ids, err := tk.encodeParts(parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for _, id := range ids {
+			if id == n {
+				k++
+			}
+		}
+		return k
+	}
+	sp, pl := tk.special, tk.plain
+	for _, tc := range []struct {
+		name  string
+		parts []part
+		want  int
+	}{
+		{"template", []part{{"a<n>b", sp}}, 1},
+		{"user", []part{{"a<n>b", pl}}, 0},
+		{"template then user", []part{{"x<n>", sp}, {"<n>y", pl}}, 1},
+		{"user then template", []part{{"x<n>", pl}, {"<n>y", sp}}, 1},
+		{"straddling", []part{{"x<", sp}, {"n>y", pl}}, 0},
+		{"straddling trusted", []part{{"x<", sp}, {"n>y", sp}}, 1},
+	} {
+		if got := count(tc.parts...); got != tc.want {
+			t.Errorf("%s: %d <n> tokens, want %d", tc.name, got, tc.want)
+		}
+	}
 }

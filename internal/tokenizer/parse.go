@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // fileJSON is the subset of Hugging Face's tokenizer.json this package reads.
@@ -33,6 +34,8 @@ type modelJSON struct {
 	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
 	ByteFallback            bool             `json:"byte_fallback"`
+	UnkToken                *string          `json:"unk_token"`
+	FuseUnk                 bool             `json:"fuse_unk"`
 	IgnoreMerges            bool             `json:"ignore_merges"`
 	Vocab                   map[string]int64 `json:"vocab"`
 	Merges                  []mergeJSON      `json:"merges"`
@@ -68,7 +71,10 @@ func (m *mergeJSON) UnmarshalJSON(b []byte) error {
 
 type preTokenizerJSON struct {
 	Type           string            `json:"type"`
-	AddPrefixSpace bool              `json:"add_prefix_space"`
+	AddPrefixSpace *bool             `json:"add_prefix_space"`
+	Replacement    string            `json:"replacement"`
+	PrependScheme  string            `json:"prepend_scheme"`
+	Split          *bool             `json:"split"`
 	UseRegex       *bool             `json:"use_regex"`
 	Pattern        *patternJSON      `json:"pattern"`
 	Behavior       string            `json:"behavior"`
@@ -122,27 +128,36 @@ func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	switch {
 	case m.Dropout != nil && *m.Dropout != 0:
 		return nil, unsupported("model.dropout", "%v", *m.Dropout)
-	case m.ByteFallback:
-		return nil, unsupported("model.byte_fallback", "true")
 	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
 		return nil, unsupported("model.continuing_subword_prefix", "%q", *m.ContinuingSubwordPrefix)
 	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return nil, unsupported("model.end_of_word_suffix", "%q", *m.EndOfWordSuffix)
 	}
-	if !isNull(f.Normalizer) {
-		typ, _ := typeOf(f.Normalizer)
-		return nil, unsupported("normalizer", "%q", typ)
-	}
-	if err := checkDecoder(f.Decoder); err != nil {
-		return nil, err
-	}
-	pre, err := parsePreTokenizer(f.PreTokenizer)
+	norm, err := parseNormalizer("normalizer", f.Normalizer, 0)
 	if err != nil {
 		return nil, err
 	}
-	t := &Tokenizer{pre: pre, ignoreMerges: m.IgnoreMerges}
-	if err := t.buildVocab(m.Vocab, f.AddedTokens); err != nil {
+	pre, byteLevel, err := parsePreTokenizer(f.PreTokenizer)
+	if err != nil {
 		return nil, err
+	}
+	if byteLevel && m.ByteFallback {
+		return nil, unsupported("model.byte_fallback", "true with a ByteLevel pre-tokenizer")
+	}
+	pieceOf, err := parseDecoder(f.Decoder, byteLevel)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tokenizer{pre: pre, norm: norm, ignoreMerges: m.IgnoreMerges,
+		byteLevel: byteLevel, byteFallback: m.ByteFallback, fuseUnk: m.FuseUnk}
+	if err := t.buildVocab(m.Vocab, f.AddedTokens, pieceOf); err != nil {
+		return nil, err
+	}
+	if m.UnkToken != nil && !byteLevel {
+		t.unk, t.hasUnk = t.vocab[*m.UnkToken]
+		if !t.hasUnk {
+			return nil, malformed("model.unk_token", "%q is not in the vocabulary", *m.UnkToken)
+		}
 	}
 	if err := t.buildMerges(m.Merges); err != nil {
 		return nil, err
@@ -150,27 +165,24 @@ func parseTokenizerJSON(data []byte) (*Tokenizer, error) {
 	return t, nil
 }
 
-func checkDecoder(raw json.RawMessage) error {
+// parsePreTokenizer reads the pre-tokenizer. byteLevel reports a ByteLevel
+// one (at the end of a Sequence, or alone): the model then works on bytes.
+// Otherwise the model is SentencePiece-style, on text, and the
+// pre-tokenizer is null or Metaspace.
+func parsePreTokenizer(raw json.RawMessage) (pre *preTokenizer, byteLevel bool, err error) {
 	if isNull(raw) {
-		return unsupported("decoder", "null (want ByteLevel)")
-	}
-	typ, err := typeOf(raw)
-	if err != nil {
-		return malformed("decoder", "%v", err)
-	}
-	if typ != "ByteLevel" {
-		return unsupported("decoder type", "%q", typ)
-	}
-	return nil
-}
-
-func parsePreTokenizer(raw json.RawMessage) (*preTokenizer, error) {
-	if isNull(raw) {
-		return nil, unsupported("pre_tokenizer", "null (want ByteLevel)")
+		return &preTokenizer{}, false, nil
 	}
 	var p preTokenizerJSON
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return nil, malformed("pre_tokenizer", "%v", err)
+		return nil, false, malformed("pre_tokenizer", "%v", err)
+	}
+	if p.Type == "Metaspace" {
+		m, err := parseMetaspace(p)
+		if err != nil {
+			return nil, false, err
+		}
+		return &preTokenizer{meta: m}, false, nil
 	}
 	items := []preTokenizerJSON{p}
 	if p.Type == "Sequence" {
@@ -178,7 +190,7 @@ func parsePreTokenizer(raw json.RawMessage) (*preTokenizer, error) {
 		for i, r := range p.PreTokenizers {
 			var q preTokenizerJSON
 			if err := json.Unmarshal(r, &q); err != nil {
-				return nil, malformed(fmt.Sprintf("pre_tokenizer.pretokenizers[%d]", i), "%v", err)
+				return nil, false, malformed(fmt.Sprintf("pre_tokenizer.pretokenizers[%d]", i), "%v", err)
 			}
 			items = append(items, q)
 		}
@@ -194,30 +206,50 @@ func parsePreTokenizer(raw json.RawMessage) (*preTokenizer, error) {
 		case "Split":
 			s, err := parseSplit(field, q)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			pt.splitters = append(pt.splitters, s)
 		case "ByteLevel":
 			if !last {
-				return nil, unsupported(field, "ByteLevel before the end of the sequence")
+				return nil, false, unsupported(field, "ByteLevel before the end of the sequence")
 			}
-			if q.AddPrefixSpace {
+			if q.AddPrefixSpace != nil && *q.AddPrefixSpace {
 				pt.splitters = append(pt.splitters, prefixSpace{})
 			}
 			if q.UseRegex == nil || *q.UseRegex {
 				pt.splitters = append(pt.splitters, scanSplitter(gpt2Next))
 			}
 		default:
-			return nil, unsupported(field+" type", "%q", q.Type)
+			return nil, false, unsupported(field+" type", "%q", q.Type)
 		}
 		if last && q.Type != "ByteLevel" {
-			return nil, unsupported(field, "byte-level BPE needs a ByteLevel pre-tokenizer at the end")
+			return nil, false, unsupported(field, "a Split sequence must end with ByteLevel")
 		}
 	}
 	if len(items) == 0 {
-		return nil, unsupported("pre_tokenizer", "empty Sequence (want ByteLevel)")
+		return nil, false, unsupported("pre_tokenizer", "empty Sequence")
 	}
-	return &pt, nil
+	return &pt, true, nil
+}
+
+// parseMetaspace reads a Metaspace pre-tokenizer, in its current form
+// (prepend_scheme) or the older one (add_prefix_space).
+func parseMetaspace(p preTokenizerJSON) (*metaspace, error) {
+	if utf8.RuneCountInString(p.Replacement) != 1 {
+		return nil, malformed("pre_tokenizer.replacement", "%q is not one character", p.Replacement)
+	}
+	m := &metaspace{replacement: p.Replacement, prepend: p.PrependScheme, split: p.Split == nil || *p.Split}
+	switch m.prepend {
+	case prependAlways, prependFirst, prependNever:
+	case "":
+		m.prepend = prependAlways
+		if p.AddPrefixSpace != nil && !*p.AddPrefixSpace {
+			m.prepend = prependNever
+		}
+	default:
+		return nil, unsupported("pre_tokenizer.prepend_scheme", "%q", m.prepend)
+	}
+	return m, nil
 }
 
 func parseSplit(field string, q preTokenizerJSON) (splitter, error) {
@@ -239,6 +271,8 @@ func parseSplit(field string, q preTokenizerJSON) (splitter, error) {
 		return scanSplitter(gpt2Next), nil
 	case llama3Pattern:
 		return scanSplitter(llama3Next), nil
+	case qwen2Pattern:
+		return scanSplitter(qwen2Next), nil
 	}
 	s, err := newRegexSplitter(pat)
 	if err != nil {
@@ -247,7 +281,9 @@ func parseSplit(field string, q preTokenizerJSON) (splitter, error) {
 	return s, nil
 }
 
-func (t *Tokenizer) buildVocab(vocab map[string]int64, added []addedTokenJSON) error {
+// buildVocab fills the vocabulary; pieceOf gives the bytes a token stands
+// for (the decoder's view of it).
+func (t *Tokenizer) buildVocab(vocab map[string]int64, added []addedTokenJSON, pieceOf func(string) string) error {
 	if len(vocab) == 0 {
 		return malformed("model.vocab", "empty")
 	}
@@ -285,9 +321,17 @@ func (t *Tokenizer) buildVocab(vocab map[string]int64, added []addedTokenJSON) e
 		}
 		t.vocab[tok] = id
 		t.kinds[id] = kindModel
-		t.pieces[id] = decodeByteLevel(tok)
+		t.pieces[id] = pieceOf(tok)
 	}
 	for b := range 256 {
+		if !t.byteLevel {
+			// Byte fallback tokens, where the vocabulary has them.
+			t.byteID[b] = -1
+			if id, ok := t.vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+				t.byteID[b] = id
+			}
+			continue
+		}
 		id, ok := t.vocab[string(byteToRune(byte(b)))]
 		if !ok {
 			return malformed("model.vocab", "no byte-level token for byte 0x%02x", b)
@@ -302,16 +346,17 @@ func (t *Tokenizer) buildVocab(vocab map[string]int64, added []addedTokenJSON) e
 				a.content, a.id, t.pieces[a.id])
 		}
 		t.added[a.content] = a.id
-		// Hugging Face runs added tokens through the ByteLevel decoder too,
-		// so content made only of byte-level runes decodes to those bytes.
-		t.pieces[a.id] = decodeByteLevel(a.content)
+		// Hugging Face runs added tokens through the decoder too (so with
+		// ByteLevel, content made only of byte-level runes decodes to
+		// those bytes).
+		t.pieces[a.id] = pieceOf(a.content)
 		t.kinds[a.id] = kindAdded
 		if a.special {
 			t.kinds[a.id] = kindSpecial
 		}
 		all = append(all, a)
 	}
-	t.special = newAddedMatcher(all)
+	t.special = newAddedMatcher(all, t.norm)
 	t.plain = t.special.plainView()
 	return nil
 }

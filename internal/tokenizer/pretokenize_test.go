@@ -4,7 +4,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
 )
 
 // trickyStrings exercise the corners of the split patterns.
@@ -56,6 +59,7 @@ func TestScannersMatchRegexp2(t *testing.T) {
 	}{
 		{"gpt2", gpt2Pattern, gpt2Next},
 		{"llama3", llama3Pattern, llama3Next},
+		{"qwen2", qwen2Pattern, qwen2Next},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			re := mustRegexSplitter(t, tc.pattern)
@@ -104,9 +108,13 @@ func FuzzScanners(f *testing.F) {
 	}
 	gpt2Re := mustRegexSplitter(f, gpt2Pattern)
 	llamaRe := mustRegexSplitter(f, llama3Pattern)
+	qwenRe := mustRegexSplitter(f, qwen2Pattern)
 	f.Fuzz(func(t *testing.T, s string) {
 		if !utf8.ValidString(s) {
 			return
+		}
+		if got, want := splitWith(t, scanSplitter(qwen2Next), s), splitWith(t, qwenRe, s); !reflect.DeepEqual(got, want) {
+			t.Errorf("qwen2 %q:\n scanner %q\n regexp2 %q", s, got, want)
 		}
 		if got, want := splitWith(t, scanSplitter(gpt2Next), s), splitWith(t, gpt2Re, s); !reflect.DeepEqual(got, want) {
 			t.Errorf("gpt2 %q:\n scanner %q\n regexp2 %q", s, got, want)
@@ -118,6 +126,70 @@ func FuzzScanners(f *testing.F) {
 			t.Errorf("pieces of %q concatenate to %q", s, got)
 		}
 	})
+}
+
+// TestUnicode16Classes checks letters and digits newer than Go's tables,
+// classed as Hugging Face tokenizers does (tested with 0.23.2): Unicode
+// 16.0, nothing from 17.0.
+func TestUnicode16Classes(t *testing.T) {
+	for r, want := range map[rune]class{
+		0x2EBF0:  clsLetter, // CJK Ext. I (15.1)
+		0x18CFF:  clsLetter, // Khitan small script (16.0)
+		0x16D40:  clsLetter, // Kirat Rai (16.0)
+		0x10D41:  clsNumber, // Garay digit (16.0)
+		0x1CCF0:  clsNumber, // outlined digit (16.0)
+		0x323B0:  clsOther,  // CJK Ext. J (17.0)
+		0x10940:  clsOther,  // Sidetic (17.0)
+		'a':      clsLetter,
+		'7':      clsNumber,
+		'\u3000': clsSpace,
+	} {
+		if got := classOfSlow(r); got != want {
+			t.Errorf("%U: class %d, want %d", r, got, want)
+		}
+	}
+	// The scanner and the regexp2 fallback (its pattern upgraded) agree.
+	s := "a\U0002EBF0b 12\U00010D41\U0001CCF05"
+	want := []string{"a\U0002EBF0b", " ", "12\U00010D41", "\U0001CCF05"}
+	if got := splitWith(t, scanSplitter(llama3Next), s); !reflect.DeepEqual(got, want) {
+		t.Errorf("llama3 scanner split %q", got)
+	}
+	if got := splitWith(t, mustRegexSplitter(t, llama3Pattern), s); !reflect.DeepEqual(got, want) {
+		t.Errorf("llama3 regexp2 split %q", got)
+	}
+	if goUnicodeVersion != unicode.Version {
+		t.Errorf("unicode_tables.go was generated against Go's Unicode %s, this Go has %s: run go generate",
+			goUnicodeVersion, unicode.Version)
+	}
+}
+
+func TestUpgradeUnicodeClasses(t *testing.T) {
+	// What the first match is, in a text with Unicode 16 letters and digits.
+	for pattern, want := range map[string]string{
+		`\p{Nd}+`:         "1\U00010D41",
+		`[^\s\p{N}]+`:     "x\U00018CFF",
+		`\P{Nd}+`:         "x\U00018CFF",
+		`[\]\p{L}]+`:      "x\U00018CFF",
+		`[]\p{Lo}x]+`:     "x\U00018CFF",
+		`\p{L}\p{Nd}`:     "\U00018CFF1",
+		`(?i:\p{Lo}+)\d*`: "\U00018CFF1", // \d is not upgraded
+	} {
+		re := mustRegexSplitter(t, pattern)
+		m, err := re.re.FindStringMatch("x\U00018CFF1\U00010D41 ")
+		if err != nil || m == nil {
+			t.Errorf("%s: no match (%v)", pattern, err)
+			continue
+		}
+		if m.String() != want {
+			t.Errorf("%s: matched %+q, want %+q", pattern, m.String(), want)
+		}
+	}
+	// Left as they are: nothing to add, \P inside a class, nested classes.
+	for _, p := range []string{`\p{Zs}+`, `[^\P{L}]`, `[a-z-[aeiou]]\p{L}`, `\p{L`} {
+		if got := upgradeUnicodeClasses(p); got != p {
+			t.Errorf("%s became %s", p, got)
+		}
+	}
 }
 
 func TestRegexSplitterKeepsGaps(t *testing.T) {
@@ -133,4 +205,21 @@ func TestRegexSplitterKeepsGaps(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
+}
+
+// FuzzUpgradeUnicodeClasses: the rewrite of an untrusted pattern never
+// panics, and a pattern regexp2 compiles still compiles after it.
+func FuzzUpgradeUnicodeClasses(f *testing.F) {
+	for _, p := range []string{llama3Pattern, gpt2Pattern, qwen2Pattern, `[^\P{L}]`, `[]\p{N}]`, `\p{`, `[a-[b]]`, `\\p{L}`} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, pattern string) {
+		up := upgradeUnicodeClasses(pattern)
+		if _, err := regexp2.Compile(pattern); err != nil {
+			return
+		}
+		if _, err := regexp2.Compile(up); err != nil {
+			t.Fatalf("%q compiles, its upgrade %q does not: %v", pattern, up, err)
+		}
+	})
 }

@@ -80,12 +80,23 @@ func (s *Store) Acquire(_ context.Context, tenantID string, req tenant.AcquireRe
 		used = st.budgetUsed
 	}
 	untilEnd := ceilMS(float64(end.UnixMicro() - nowUS))
+	held := req.Tokens
+	if req.MinTokens > 0 && req.MinTokens < held { // flexible: take what is left
+		if tpm > 0 {
+			held = min(held, remaining(tk))
+		}
+		if lim.Budget > 0 {
+			held = min(held, lim.Budget-used)
+		}
+		held = max(held, req.MinTokens)
+		cost = float64(held)
+	}
 	switch {
 	case tpm > 0 && cost > tpm:
 		return nil, deny(tenant.KindTokens, lim.TokensPerMinute, quota.RemainingTokens, quota.ResetTokens, 0, true)
-	case lim.Budget > 0 && req.Tokens > lim.Budget:
+	case lim.Budget > 0 && held > lim.Budget:
 		return nil, deny(tenant.KindBudget, lim.Budget, max(0, lim.Budget-used), untilEnd, 0, true)
-	case lim.Budget > 0 && used+req.Tokens > lim.Budget:
+	case lim.Budget > 0 && used+held > lim.Budget:
 		return nil, deny(tenant.KindBudget, lim.Budget, max(0, lim.Budget-used), untilEnd, untilEnd, false)
 	case rpm > 0 && rq < 1:
 		return nil, deny(tenant.KindRequests, lim.RequestsPerMinute, quota.RemainingRequests, quota.ResetRequests, ceilMS((1-rq)*window/rpm), false)
@@ -106,9 +117,9 @@ func (s *Store) Acquire(_ context.Context, tenantID string, req tenant.AcquireRe
 		st.tokens.set(tk, nowUS)
 	}
 	setQuota(rq, tk)
-	st.budgetPeriod, st.budgetStart, st.budgetUsed = lim.BudgetPeriod, start, used+req.Tokens
+	st.budgetPeriod, st.budgetStart, st.budgetUsed = lim.BudgetPeriod, start, used+held
 	info := tenant.LeaseInfo{
-		ID: rand.Text(), TenantID: tenantID, Model: req.Model, HeldTokens: req.Tokens,
+		ID: rand.Text(), TenantID: tenantID, Model: req.Model, HeldTokens: held,
 		Priority: req.Priority, AcquiredAt: time.UnixMicro(nowUS).UTC(),
 		ExpiresAt: time.UnixMicro(nowUS).Add(s.leaseTTL).UTC(), Quota: quota,
 	}

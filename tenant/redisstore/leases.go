@@ -40,7 +40,7 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 	leaseID := rand.Text()
 	keys := []string{s.key("t", tenantID), s.key("m", req.Model), s.key("rl", tenantID), s.key("bg", tenantID), s.key("cc", tenantID)}
 	r, err := s.sc.acquire.Run(ctx, s.rdb, keys, s.now(), tenantID, req.Model, req.Tokens, req.Priority,
-		leaseID, s.leaseTTL.Microseconds(), tenant.ConcurrencyRetryAfter.Milliseconds()).Int64Slice()
+		leaseID, s.leaseTTL.Microseconds(), tenant.ConcurrencyRetryAfter.Milliseconds(), req.MinTokens).Int64Slice()
 	if err != nil {
 		err = s.fail(ctx, "acquire", err)
 		if s.failOpen && errors.Is(err, tenant.ErrUnavailable) {
@@ -63,7 +63,7 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 	switch v(0) {
 	case acqOK:
 		return tenant.NewLease(tenant.LeaseInfo{
-			ID: leaseID, TenantID: tenantID, Model: req.Model, HeldTokens: req.Tokens, Priority: req.Priority,
+			ID: leaseID, TenantID: tenantID, Model: req.Model, HeldTokens: v(15), Priority: req.Priority,
 			AcquiredAt: time.UnixMicro(v(13)).UTC(), ExpiresAt: time.UnixMicro(v(14)).UTC(), Quota: quota,
 		}, s), nil
 	case acqNoTenant:

@@ -79,7 +79,7 @@ end
 
 // Acquire reply: {status, kind, limit, remaining, reset_ms, retry_ms,
 // unsatisfiable, limit_req, rem_req, reset_req_ms, limit_tok, rem_tok,
-// reset_tok_ms, now_us, expires_us}.
+// reset_tok_ms, now_us, expires_us, held_tokens}.
 const (
 	acqOK = iota
 	acqNoTenant
@@ -103,7 +103,8 @@ const (
 //
 // KEYS: tenant record, model limits, rate state, budget state, leases.
 // ARGV: clock, tenant ID, model, tokens, priority, lease ID, lease TTL (us),
-// concurrency retry-after (ms).
+// concurrency retry-after (ms), min tokens (flexible request when above 0
+// and below tokens: hold what the rate and budget have left, at least min).
 const acquireSrc = prelude + `
 local now = clock(ARGV[1])
 local raw = redis.call('GET', KEYS[1])
@@ -150,6 +151,12 @@ if b[1] == pid then used = tonumber(b[2]) end
 local left = t.budget - used
 if left < 0 then left = 0 end
 local until_end = ceilms(pend - now)
+local minc = tonumber(ARGV[9])
+if minc > 0 and minc < cost then
+  if tpm > 0 and rem(tk) < cost then cost = rem(tk) end
+  if t.budget > 0 and t.budget - used < cost then cost = t.budget - used end
+  if cost < minc then cost = minc end
+end
 if tpm > 0 and cost > tpm then return deny(3, tpm, q[5], q[6], 0, 1) end
 if t.budget > 0 and cost > t.budget then return deny(4, t.budget, left, until_end, 0, 1) end
 if t.budget > 0 and used + cost > t.budget then return deny(4, t.budget, left, until_end, until_end, 0) end
@@ -186,7 +193,7 @@ redis.call('PEXPIRE', KEYS[4], ceilms(pend - now) + 86400000)
 local ttl = tonumber(ARGV[7])
 redis.call('ZADD', KEYS[5], int(now + ttl), ARGV[6])
 redis.call('PEXPIRE', KEYS[5], ceilms(ttl) + 60000)
-return {0, 0, 0, 0, 0, 0, 0, q[1], q[2], q[3], q[4], q[5], q[6], now, now + ttl}
+return {0, 0, 0, 0, 0, 0, 0, q[1], q[2], q[3], q[4], q[5], q[6], now, now + ttl, cost}
 `
 
 // releaseSrc frees a lease's slot, reconciles its held tokens with the

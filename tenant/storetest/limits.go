@@ -147,6 +147,42 @@ func testTooLarge(e *env) {
 	e.acquire(e.a, "small", tenant.AcquireRequest{Model: "m", Tokens: 500})
 }
 
+// testFlexible checks requests without a fixed output budget: they hold
+// what the token rate and budget have left, down to their minimum.
+func testFlexible(e *env) {
+	t := e.t
+	e.create(e.a, tenant.Tenant{ID: "acme", Limits: tenant.Limits{TokensPerMinute: 1000, Budget: 1500}})
+	flex := func(tokens, minTokens int64) tenant.AcquireRequest {
+		return tenant.AcquireRequest{Model: "m", Tokens: tokens, MinTokens: minTokens}
+	}
+	if got := e.acquire(e.a, "acme", flex(800, 10)).Info().HeldTokens; got != 800 {
+		t.Fatalf("flexible request with room: held %d, want all 800", got)
+	}
+	l := e.acquire(e.b, "acme", flex(5000, 10)) // 200 left in the bucket
+	if got := l.Info().HeldTokens; got != 200 || l.Info().Quota.RemainingTokens != 0 {
+		t.Fatalf("flexible request: held %d (quota %+v), want the 200 left", got, l.Info().Quota)
+	}
+	le := e.deny(e.a, "acme", flex(5000, 10), tenant.ErrRateLimited)
+	if le.Kind != tenant.KindTokens || le.RetryAfter != 600*time.Millisecond {
+		t.Fatalf("flexible request on an empty bucket: %+v, want tokens, retry after the minimum's 600ms", le)
+	}
+	e.release(l, 20, 30) // refunds 150
+	e.clock.Advance(time.Minute)
+	// The bucket is full again; the budget has 1500-800-50 = 650 left.
+	if got := e.acquire(e.b, "acme", flex(5000, 10)).Info().HeldTokens; got != 650 {
+		t.Fatalf("flexible request under the budget: held %d, want 650", got)
+	}
+	le = e.deny(e.a, "acme", flex(5000, 10), tenant.ErrInsufficientQuota)
+	if le.Kind != tenant.KindBudget || le.Remaining != 0 {
+		t.Fatalf("flexible request with the budget spent: %+v", le)
+	}
+	e.create(e.a, tenant.Tenant{ID: "tiny", Limits: tenant.Limits{TokensPerMinute: 100}})
+	le = e.deny(e.b, "tiny", flex(5000, 101), tenant.ErrRequestTooLarge)
+	if le.Kind != tenant.KindTokens || !le.Unsatisfiable {
+		t.Fatalf("flexible request whose minimum exceeds the limit: %+v", le)
+	}
+}
+
 func testConcurrency(e *env) {
 	t := e.t
 	e.create(e.a, tenant.Tenant{ID: "acme", Limits: tenant.Limits{MaxConcurrent: 2}})
@@ -282,41 +318,17 @@ func testUnlimited(e *env) {
 
 // testExactAcrossReplicas fires more concurrent requests than a limit
 // allows, split over both replicas, and checks that exactly the limit is
-// admitted.
+// admitted; flexible requests together never hold more than the limit.
 func testExactAcrossReplicas(e *env) {
 	t := e.t
 	const n, m = 10, 40
 	e.create(e.a, tenant.Tenant{ID: "rpm", Limits: tenant.Limits{RequestsPerMinute: n}})
 	e.create(e.a, tenant.Tenant{ID: "tpm", Limits: tenant.Limits{TokensPerMinute: n * 100}})
 	e.create(e.a, tenant.Tenant{ID: "conc", Limits: tenant.Limits{MaxConcurrent: n / 2}})
+	e.create(e.a, tenant.Tenant{ID: "flex", Limits: tenant.Limits{TokensPerMinute: n * 100}})
 
 	burst := func(id string, tokens int64, sentinel error) []*tenant.Lease {
-		t.Helper()
-		var (
-			wg       sync.WaitGroup
-			mu       sync.Mutex
-			leases   []*tenant.Lease
-			wrongErr atomic.Value
-		)
-		for i := range m {
-			wg.Go(func() {
-				s := []tenant.Store{e.a, e.b}[i%2]
-				l, err := s.Acquire(e.ctx, id, tenant.AcquireRequest{Model: "m", Tokens: tokens})
-				switch {
-				case err == nil:
-					mu.Lock()
-					leases = append(leases, l)
-					mu.Unlock()
-				case !errors.Is(err, sentinel):
-					wrongErr.Store(err)
-				}
-			})
-		}
-		wg.Wait()
-		if err := wrongErr.Load(); err != nil {
-			t.Fatalf("%s: unexpected error %v", id, err)
-		}
-		return leases
+		return e.burst(id, m, tenant.AcquireRequest{Model: "m", Tokens: tokens}, sentinel)
 	}
 	if got := len(burst("rpm", 0, tenant.ErrRateLimited)); got != n {
 		t.Fatalf("rpm limit %d, %d concurrent requests over 2 replicas: %d admitted", n, m, got)
@@ -339,11 +351,46 @@ func testExactAcrossReplicas(e *env) {
 	if len(leases) != n/2 {
 		t.Fatalf("concurrency limit %d, %d concurrent requests: %d admitted", n/2, m, len(leases))
 	}
-	for _, l := range leases {
-		wg.Go(func() { e.release(l, 0, 0) })
+
+	// Flexible requests (up to 250 tokens, at least 30) take what is left:
+	// together they hold exactly the limit, never more.
+	held := int64(0)
+	for _, l := range e.burst("flex", m, tenant.AcquireRequest{Model: "m", Tokens: 250, MinTokens: 30}, tenant.ErrRateLimited) {
+		held += l.Info().HeldTokens
+	}
+	if held != n*100 {
+		t.Fatalf("flexible requests over 2 replicas hold %d tokens, want exactly the limit %d", held, n*100)
+	}
+}
+
+// burst fires m concurrent copies of req, alternating replicas, and
+// returns the leases granted; every denial must wrap sentinel.
+func (e *env) burst(id string, m int, req tenant.AcquireRequest, sentinel error) []*tenant.Lease {
+	t := e.t
+	t.Helper()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		leases   []*tenant.Lease
+		wrongErr atomic.Value
+	)
+	for i := range m {
+		wg.Go(func() {
+			s := []tenant.Store{e.a, e.b}[i%2]
+			l, err := s.Acquire(e.ctx, id, req)
+			switch {
+			case err == nil:
+				mu.Lock()
+				leases = append(leases, l)
+				mu.Unlock()
+			case !errors.Is(err, sentinel):
+				wrongErr.Store(err)
+			}
+		})
 	}
 	wg.Wait()
-	if got := len(burst("conc", 0, tenant.ErrRateLimited)); got != n/2 {
-		t.Fatalf("after releasing all: %d admitted, want %d", got, n/2)
+	if err := wrongErr.Load(); err != nil {
+		t.Fatalf("%s: unexpected error %v", id, err)
 	}
+	return leases
 }

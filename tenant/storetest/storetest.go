@@ -75,6 +75,7 @@ func Run(t *testing.T, newStores Factory) {
 		{"RequestsPerMinute", day(2026, 3, 10, 12), testRequestsPerMinute},
 		{"TokensHoldAndReconcile", day(2026, 3, 10, 12), testTokens},
 		{"RequestTooLarge", day(2026, 3, 10, 12), testTooLarge},
+		{"FlexibleTokens", day(2026, 3, 10, 12), testFlexible},
 		{"Concurrency", day(2026, 3, 10, 12), testConcurrency},
 		{"BudgetDay", day(2026, 3, 10, 22), testBudgetDay},
 		{"BudgetMonthAndDuration", day(2028, 2, 28, 23), testBudgetMonth},

@@ -349,6 +349,11 @@ func (b *Backend) layer(s cu.Stream, a stepArgs, l, rows int) error {
 	if err := k.linearOut(s, b.w.dtype, b.qkv, b.h, w.qkv, 0, rows, int(b.geom.QKVDim), hid, modeStore); err != nil {
 		return err
 	}
+	if w.prep() {
+		if err := k.qkvPrepRows(s, b.qkv, w.qkvBias, w.qNorm, w.kNorm, a.geom, rows, sp.Heads+2*sp.KVHeads); err != nil {
+			return err
+		}
+	}
 	if err := k.ropeKVRows(s, a, b.qkv, b.kv, b.ropeCos, b.ropeSin, rows, l); err != nil {
 		return err
 	}

@@ -23,16 +23,7 @@ const testPageTokens = 16
 // openTiny writes and loads the tiny preset in dtype.
 func openTiny(t *testing.T, dtype model.DType) *model.Model {
 	t.Helper()
-	dir := t.TempDir()
-	if err := model.Init(dir, model.PresetTiny, 1, dtype); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return openTinyFamily(t, "llama", dtype)
 }
 
 // newGPU builds a cuda backend over m with a pool of pages pages.
@@ -196,12 +187,22 @@ func maxDiff(a, b []float32) (diff, mag float64) {
 }
 
 // TestGreedyMatchesCPU runs two sequences of different tenants, prefilled
-// in chunks and decoded together, on the cpu and the cuda backend: the
+// in chunks and decoded together, on the cpu and the cuda backend, for
+// every model family (Qwen2's q/k/v biases, Qwen3's q/k norms): the
 // logits agree within float tolerance and the greedy tokens are equal.
 func TestGreedyMatchesCPU(t *testing.T) {
-	for _, dt := range []model.DType{model.F32, model.BF16} {
-		t.Run(string(dt), func(t *testing.T) {
-			m := openTiny(t, dt)
+	type run struct {
+		family string
+		dt     model.DType
+	}
+	runs := []run{{"llama", model.F32}}
+	for _, f := range model.FamilyNames() {
+		runs = append(runs, run{f, model.BF16})
+	}
+	for _, rc := range runs {
+		dt := rc.dt
+		t.Run(rc.family+"/"+string(dt), func(t *testing.T) {
+			m := openTinyFamily(t, rc.family, dt)
 			vocab := m.Config.VocabSize
 			cb, cpool := newCPU(t, m, 16)
 			gb, gpool := newGPU(t, m, 16, kvpool.Config{})
@@ -231,7 +232,7 @@ func TestGreedyMatchesCPU(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("EQUIV %s tokens=%d max_logit_rel_diff=%.3g", dt, len(cs[0].tokens)+len(cs[1].tokens), worst)
+			t.Logf("EQUIV %s/%s tokens=%d max_logit_rel_diff=%.3g", rc.family, dt, len(cs[0].tokens)+len(cs[1].tokens), worst)
 		})
 	}
 }

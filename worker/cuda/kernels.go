@@ -53,7 +53,7 @@ type kernels struct {
 	linear [numWTypes][2]cu.Function
 	embed  [numWTypes]cu.Function
 
-	rmsnorm, ropeKV, attention, argmax, applyTags, fillPages cu.Function
+	rmsnorm, qkvPrep, ropeKV, attention, argmax, applyTags, fillPages cu.Function
 }
 
 // loadKernels loads the PTX for arch ("sm_80" or "sm_90"); the driver
@@ -91,6 +91,7 @@ func loadKernels(arch string) (*kernels, error) {
 		k.embed[t] = get("embed_" + t.suffix())
 	}
 	k.rmsnorm = get("rmsnorm")
+	k.qkvPrep = get("qkv_prep")
 	k.ropeKV = get("rope_kv")
 	k.attention = get("attention")
 	k.argmax = get("argmax")
@@ -145,6 +146,17 @@ func (k *kernels) embedRows(s cu.Stream, t wtype, x, table, tokens cu.DevicePtr,
 func (k *kernels) rmsNorm(s cu.Stream, out, x, w, srcRows cu.DevicePtr, rows, n int, eps float64) error {
 	return launch(k.rmsnorm, dim3{rows, 1, 1}, dim3{rowThreads, 1, 1}, s,
 		ptr(out), ptr(x), ptr(w), ptr(srcRows), i64(n), math.Float64bits(eps))
+}
+
+// qkvPrepRows adds the q/k/v biases (bias non-zero) and RMS-normalises
+// every query and key head (qNorm and kNorm non-zero) of rows rows of qkv,
+// which hold heads+2·kvHeads head slices each.
+func (k *kernels) qkvPrepRows(s cu.Stream, qkv, bias, qNorm, kNorm, geom cu.DevicePtr, rows, slices int) error {
+	if slices > maxGridY {
+		return fmt.Errorf("cuda: %d attention head slices exceed the kernel's grid", slices)
+	}
+	return launch(k.qkvPrep, dim3{rows, slices, 1}, dim3{attentionThreads, 1, 1}, s,
+		ptr(qkv), ptr(bias), ptr(qNorm), ptr(kNorm), ptr(geom))
 }
 
 // stepArgs are the per-step device arrays the KV and attention kernels

@@ -17,7 +17,16 @@ import (
 type layerWeights struct {
 	attnNorm, mlpNorm      cu.DevicePtr // float32 [hidden]
 	qkv, o, gate, up, down cu.DevicePtr // wtype
+	// qkvBias is the q, k and v biases stacked like qkv (float32
+	// [qDim+2·kvDim]), 0 for a family without them (Qwen2 has them).
+	qkvBias cu.DevicePtr
+	// qNorm and kNorm are the per-head norm weights (float32 [head_dim]),
+	// 0 for a family without them (Qwen3 has them).
+	qNorm, kNorm cu.DevicePtr
 }
+
+// prep reports whether the layer needs the qkv_prep kernel.
+func (w *layerWeights) prep() bool { return w.qkvBias != 0 || w.qNorm != 0 }
 
 // deviceWeights are the model's tensors in one device allocation.
 type deviceWeights struct {
@@ -102,7 +111,7 @@ func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
 		lmOff = p.add(host(mw.LMHead, dtype))
 	}
 	normOff := p.add(host(mw.Norm, wF32))
-	type layerOffs struct{ attnNorm, mlpNorm, qkv, o, gate, up, down int64 }
+	type layerOffs struct{ attnNorm, mlpNorm, qkv, o, gate, up, down, bias, qNorm, kNorm int64 }
 	offs := make([]layerOffs, len(mw.Layers))
 	for i, l := range mw.Layers {
 		offs[i] = layerOffs{
@@ -113,6 +122,14 @@ func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
 			gate:     p.add(host(l.Gate, dtype)),
 			up:       p.add(host(l.Up, dtype)),
 			down:     p.add(host(l.Down, dtype)),
+			bias:     -1, qNorm: -1, kNorm: -1,
+		}
+		// model.Load binds all three biases or none, both norms or none.
+		if l.QBias != nil {
+			offs[i].bias = p.add(host(l.QBias, wF32), host(l.KBias, wF32), host(l.VBias, wF32))
+		}
+		if l.QNorm != nil {
+			offs[i].qNorm, offs[i].kNorm = p.add(host(l.QNorm, wF32)), p.add(host(l.KNorm, wF32))
 		}
 	}
 	if p.err != nil {
@@ -136,11 +153,19 @@ func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
 	c := &m.Config
 	per := int64(c.QDim()*c.HiddenSize+2*c.KVDim()*c.HiddenSize+c.HiddenSize*c.QDim()+3*c.IntermediateSize*c.HiddenSize) * int64(dtype.size())
 	dw.decodeBytes = int64(c.NumHiddenLayers)*per + int64(c.VocabSize)*int64(c.HiddenSize)*int64(dtype.size())
+	// opt is the address of an optional tensor, 0 when absent.
+	opt := func(off int64) cu.DevicePtr {
+		if off < 0 {
+			return 0
+		}
+		return buf + cu.DevicePtr(off)
+	}
 	for _, o := range offs {
 		dw.layers = append(dw.layers, layerWeights{
 			attnNorm: buf + cu.DevicePtr(o.attnNorm), mlpNorm: buf + cu.DevicePtr(o.mlpNorm),
 			qkv: buf + cu.DevicePtr(o.qkv), o: buf + cu.DevicePtr(o.o), gate: buf + cu.DevicePtr(o.gate),
 			up: buf + cu.DevicePtr(o.up), down: buf + cu.DevicePtr(o.down),
+			qkvBias: opt(o.bias), qNorm: opt(o.qNorm), kNorm: opt(o.kNorm),
 		})
 	}
 	return dw, nil

@@ -6,9 +6,11 @@
 // only the worker knows whether a release must wait for a transfer to drain
 // (I5). The engine's promise is narrower and absolute: it reads a page only
 // after the pool has confirmed, in the same step, that the page belongs to
-// the sequence and that every slot read was written for it; and once a
-// stream's final event is delivered it no longer touches the sequence's
-// pages.
+// the sequence and that every slot read was written for it — or, for a
+// shared prefix page, that it is sealed with exactly the tag the engine
+// computed from the sequence's own prompt and cache domain (prefix.go);
+// and once a stream's final event is delivered it no longer touches the
+// sequence's pages.
 package engine
 
 import (
@@ -68,12 +70,18 @@ type Request struct {
 	// ReportProgress asks for EventProgress after every prefill chunk (so
 	// a prefill worker can start sending finished pages).
 	ReportProgress bool
+	// Prefix, when set, reuses and publishes sealed prefix pages; see
+	// Prefix.
+	Prefix *Prefix
 }
 
 // Stats are cumulative engine counters.
 type Stats struct {
 	Steps, PrefillTokens, DecodeTokens uint64
-	Running, Waiting                   int
+	// CachedTokens counts prompt positions reused from sealed prefix
+	// pages instead of prefilled.
+	CachedTokens     uint64
+	Running, Waiting int
 }
 
 // Engine runs sequences. Create it with New, start Run in a goroutine, and
@@ -97,6 +105,7 @@ type Engine struct {
 	sampler sampler
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
+	cachedTokens                       atomic.Uint64
 	nRunning, nWaiting                 atomic.Int64
 }
 
@@ -110,6 +119,13 @@ type sequence struct {
 	next      [1]int32 // decode input token (an array, so a step allocates nothing)
 	first     int32
 	prompt    int // prompt positions in the cache, for usage
+
+	// The prefix cache (prefix.go): the chain tags of the prompt's full
+	// pages, how many leading pages are shared sealed pages, and how many
+	// prompt positions were reused rather than computed.
+	tags   []kvpool.Tag
+	shared int
+	cached int
 }
 
 // New creates an engine over backend and pool.
@@ -153,6 +169,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if req.Prefilled {
 		s.pos = len(req.Prompt)
 		s.prompt = len(req.Prompt)
+	}
+	if err := e.startPrefix(s); err != nil {
+		return nil, err
 	}
 	e.mu.Lock()
 	if e.stopped {
@@ -199,6 +218,7 @@ func (e *Engine) Stats() Stats {
 		Steps:         e.steps.Load(),
 		PrefillTokens: e.prefillTokens.Load(),
 		DecodeTokens:  e.decodeTokens.Load(),
+		CachedTokens:  e.cachedTokens.Load(),
 		Running:       int(e.nRunning.Load()),
 		Waiting:       int(e.nWaiting.Load()),
 	}
@@ -282,7 +302,7 @@ func (e *Engine) admit() {
 		// The prefill worker sampled the first token from its own cache.
 		// Deliver it only if the transferred prompt is verifiably this
 		// sequence's, then decode from it.
-		if err := e.pool.Verify(s.req.Owner, s.req.Pages, s.pos); err != nil {
+		if err := e.verify(s, s.pos); err != nil {
 			e.violation(s, err)
 			continue
 		}
@@ -376,7 +396,7 @@ func (e *Engine) forwardFailed(err error) {
 // tagged with its owner (the pages this chunk writes included), and the
 // positions the chunk reads ([0, Start)) must have been written for it.
 func (e *Engine) checkPages(s *sequence, c Chunk) error {
-	return e.pool.Verify(s.req.Owner, c.Pages, c.Start)
+	return e.verify(s, c.Start)
 }
 
 // violation ends a sequence whose ownership check failed, loudly. The
@@ -391,7 +411,10 @@ func (e *Engine) violation(s *sequence, err error) {
 // advance records what a chunk wrote and samples if it produced logits.
 func (e *Engine) advance(s *sequence, c Chunk) {
 	end := c.Start + len(c.Tokens)
-	if err := e.pool.MarkTokensWritten(s.req.Owner, c.Pages, end); err != nil {
+	// Shared sealed pages are read-only and complete: only the owned rest
+	// of the table is marked.
+	skip := s.shared * e.cfg.PageTokens
+	if err := e.pool.MarkTokensWritten(s.req.Owner, c.Pages[s.shared:], end-skip); err != nil {
 		e.finish(s, FinishError, err)
 		return
 	}
@@ -400,6 +423,10 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	if prefill {
 		e.prefillTokens.Add(uint64(len(c.Tokens)))
 		s.prompt = s.pos
+		if s.pos == len(s.req.Prompt) {
+			e.cachedTokens.Add(uint64(s.cached))
+			e.sealPrompt(s)
+		}
 		if s.req.ReportProgress {
 			s.stream.push(Event{Kind: EventProgress, Positions: s.pos})
 		}
@@ -451,6 +478,7 @@ func (e *Engine) finish(s *sequence, reason FinishReason, err error) {
 	s.stream.push(Event{Kind: EventDone, Result: &Result{
 		Finish:           reason,
 		PromptTokens:     s.prompt,
+		CachedTokens:     min(s.cached, s.prompt),
 		CompletionTokens: s.generated,
 		FirstToken:       s.first,
 		Err:              err,

@@ -49,6 +49,9 @@ type Result struct {
 	// PromptTokens is the number of prompt positions that were actually in
 	// the KV cache (computed here or received through a verified transfer).
 	PromptTokens int
+	// CachedTokens is how many of PromptTokens were reused from sealed
+	// prefix pages rather than computed.
+	CachedTokens int
 	// CompletionTokens is the number of tokens actually sampled, including
 	// a final stop token.
 	CompletionTokens int

@@ -20,15 +20,32 @@ import (
 // counted in Stats.Violations; ErrInvalid (uncounted) if tokens < 0. The
 // success path does not allocate.
 func (p *Pool) Verify(owner Owner, pages []PageID, tokens int) error {
-	if tokens < 0 {
-		return fmt.Errorf("%w: verify %d tokens for %v", ErrInvalid, tokens, owner)
+	return p.VerifyPrefix(owner, pages, tokens, nil)
+}
+
+// VerifyPrefix is Verify for a table whose first len(tags) pages are
+// shared sealed pages: for those, the reader presents the tags it computed
+// itself from its own tokens and cache domain (Tags), and each page must be
+// sealed with exactly that tag (same domain, version and chain hash) and
+// referenced there by owner's holding; any other page, another domain, a
+// different hash or an unsealed page is a violation (ReasonNotSealed,
+// ReasonForeignDomain, ReasonTagMismatch, ReasonUnshared), counted as in
+// Verify. The other pages are checked as by Verify. ErrInvalid (uncounted)
+// if tokens < 0 or there are more tags than pages.
+func (p *Pool) VerifyPrefix(owner Owner, pages []PageID, tokens int, tags []Tag) error {
+	if tokens < 0 || len(tags) > len(pages) {
+		return fmt.Errorf("%w: verify %d tokens with %d prefix tags in %d pages for %v", ErrInvalid, tokens, len(tags), len(pages), owner)
 	}
 	if !isolation.Enabled() {
 		return nil // the benchmark-only build without checks
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if v := p.verify(owner, pages, tokens); v != nil {
+	v := p.verifyShared(owner, pages, tags)
+	if v == nil {
+		v = p.verify(owner, pages, tokens, len(tags))
+	}
+	if v != nil {
 		p.violations++
 		return v
 	}
@@ -45,8 +62,9 @@ func (p *Pool) RecordViolation() {
 	p.mu.Unlock()
 }
 
-// verify does Verify's checks. Called with mu held.
-func (p *Pool) verify(owner Owner, pages []PageID, tokens int) *ViolationError {
+// verify does Verify's checks on the pages from index shared on (the
+// shared ones are verifyShared's). Called with mu held.
+func (p *Pool) verify(owner Owner, pages []PageID, tokens, shared int) *ViolationError {
 	pt := p.pageTokens
 	if p.pagesFor(tokens) > len(pages) {
 		return &ViolationError{Page: NoPage, Want: owner, Written: len(pages) * pt, Needed: tokens, Reason: ReasonShortTable}
@@ -54,8 +72,8 @@ func (p *Pool) verify(owner Owner, pages []PageID, tokens int) *ViolationError {
 	// All pages of one holding share its owner and state, so the owner is
 	// compared once and later pages only by holding pointer.
 	var ok *holding
-	left := tokens // positions not yet accounted for
-	for _, id := range pages {
+	left := max(0, tokens-shared*pt) // positions not yet accounted for
+	for _, id := range pages[shared:] {
 		if !p.exists(id) {
 			return &ViolationError{Page: id, Want: owner, Reason: ReasonNoSuchPage}
 		}
@@ -63,7 +81,7 @@ func (p *Pool) verify(owner Owner, pages []PageID, tokens int) *ViolationError {
 		need := min(left, pt) // slots read from this page
 		left -= need
 		if ok == nil || m.h != ok {
-			if r := ownerFault(owner, m.h); r != 0 {
+			if r := ownerFault(owner, m); r != 0 {
 				return p.violation(owner, id, m, need, r)
 			}
 			ok = m.h
@@ -84,9 +102,13 @@ func (p *Pool) violation(owner Owner, id PageID, m *page, needed int, r Reason) 
 	return v
 }
 
-// ownerFault says why a page held by h may not be accessed by owner, or 0.
-func ownerFault(owner Owner, h *holding) Reason {
+// ownerFault says why page m may not be accessed by owner as an owned
+// page, or 0.
+func ownerFault(owner Owner, m *page) Reason {
+	h := m.h
 	switch {
+	case m.s != nil:
+		return ReasonSealed
 	case h == nil:
 		return ReasonFree
 	case h.state == Quarantined:
@@ -208,7 +230,7 @@ func (p *Pool) fence(owner Owner, id PageID) (*page, error) {
 		return nil, &FenceError{Page: id, Want: owner, Reason: ReasonNoSuchPage}
 	}
 	m := &p.pages[id]
-	r := ownerFault(owner, m.h)
+	r := ownerFault(owner, m)
 	if r == 0 && m.h.waiters > 0 {
 		r = ReasonFencing
 	}

@@ -29,6 +29,32 @@
 // epoch+1 and resets every Written to 0: anything still acting for the old
 // epoch (a late transfer frame, a stale reader) is refused from then on.
 //
+// # Prefix cache
+//
+// A page can also be sealed (Seal, prefix.go): once every slot of a full
+// prompt page was written for its owner, it becomes read-only and is
+// tagged with a Tag — cache domain, model/format version and the chain
+// hash of every token up to and including the page — instead of an owner.
+// Sealed pages are reference-counted: ReservePrefix puts the longest run
+// of sealed pages matching a sequence's leading tags at the head of its
+// table (a hit) and reserves the rest; Release (or Quarantine) drops the
+// references. A sealed page nobody references is Cached: it stays
+// findable and is evicted, least recently used first, when a reservation
+// needs the space (zeroed if ZeroOnRelease; poisoned when reserved again
+// in PoisonOnReserve mode). A reader presents, for each shared page, the
+// tag it computed itself from its own tokens and domain (VerifyPrefix);
+// any other tag, another domain, an unsealed page or one its holding does
+// not reference is an owner violation. Nobody writes a sealed page.
+//
+// Accounting: Free + Reserved + InUse + Cached + Quarantined == Total,
+// where sealed pages some holding references count in InUse (Stats.Shared
+// of them) and Stats.AvailableNow() = Free + Cached is what a reservation
+// can get now.
+//
+// Several sequences of one request (n > 1) share its prompt the same way:
+// each reserves with the prompt's tags in a domain private to the request
+// and reads the pages the first one sealed.
+//
 // # Checks
 //
 // Verify is the read check (I3) the engine runs before every forward step;
@@ -42,7 +68,7 @@
 // # Concurrency
 //
 // All methods are safe for concurrent use; one mutex guards the metadata and
-// every operation holds it only briefly. Free + Reserved + InUse +
+// every operation holds it only briefly. Free + Reserved + InUse + Cached +
 // Quarantined == Total holds whenever the mutex is free, so every Stats
 // snapshot satisfies it.
 //

@@ -9,33 +9,61 @@ import (
 // Reserve gives owner ceil(tokens/PageTokens) free pages, all or nothing,
 // and returns them in order: the owner's page table. The pages become
 // Reserved, tagged owner, with nothing written. Pages are taken in FIFO
-// order (longest free first), so the choice is deterministic.
+// order (longest free first), so the choice is deterministic. When too few
+// pages are free, unreferenced cached pages are evicted, least recently
+// used first.
 //
 // Errors: ErrInvalid (empty tenant or request, tokens < 1), ErrNeverFits
 // (more pages than the pool has), ErrOwnerExists (the tenant and request
-// already hold pages, at any epoch), ErrNoSpace (not enough free pages now).
+// already hold pages, at any epoch), ErrNoSpace (not enough free and
+// cached pages now).
 func (p *Pool) Reserve(owner Owner, tokens int) ([]PageID, error) {
+	pages, _, err := p.ReservePrefix(owner, tokens, nil)
+	return pages, err
+}
+
+// ReservePrefix is Reserve for a sequence whose leading pages may already
+// be sealed in the cache: prefix[i] is the tag page i of its table would
+// carry (Tags of its prompt). The longest run of leading tags found sealed
+// is shared, not copied: those pages head the returned table, referenced
+// by owner (never evicted while referenced), and hit says how many there
+// are; the rest of the table is reserved as by Reserve. A reader of the
+// shared pages must present the same tags to VerifyPrefix.
+//
+// The caller decides what may hit: to leave the last prompt token for the
+// forward step that samples from it, pass the tags of prompt[:len-1].
+func (p *Pool) ReservePrefix(owner Owner, tokens int, prefix []Tag) (pages []PageID, hit int, err error) {
 	if !owner.valid() {
-		return nil, fmt.Errorf("%w: owner %v needs a tenant and a request", ErrInvalid, owner)
+		return nil, 0, fmt.Errorf("%w: owner %v needs a tenant and a request", ErrInvalid, owner)
 	}
 	if tokens < 1 {
-		return nil, fmt.Errorf("%w: reserve %d tokens for %v", ErrInvalid, tokens, owner)
+		return nil, 0, fmt.Errorf("%w: reserve %d tokens for %v", ErrInvalid, tokens, owner)
 	}
 	n := p.pagesFor(tokens)
 	if n > len(p.pages) {
-		return nil, fmt.Errorf("%w: %d tokens need %d pages of %d tokens, the pool has %d pages (%d tokens)",
+		return nil, 0, fmt.Errorf("%w: %d tokens need %d pages of %d tokens, the pool has %d pages (%d tokens)",
 			ErrNeverFits, tokens, n, p.pageTokens, len(p.pages), p.Capacity().Tokens)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if h, ok := p.holders[owner.key()]; ok {
-		return nil, fmt.Errorf("%w: %v holds %d %s pages", ErrOwnerExists, h.owner, len(h.pages), h.state)
+		return nil, 0, fmt.Errorf("%w: %v holds %d %s pages", ErrOwnerExists, h.owner, len(h.pages), h.state)
 	}
-	if free := p.free.len(); n > free {
-		return nil, fmt.Errorf("%w: %d tokens need %d pages, %d of %d free", ErrNoSpace, tokens, n, free, len(p.pages))
+	hits, idleHits := p.lookup(prefix[:min(len(prefix), n)])
+	own := n - len(hits)
+	if avail := p.free.len() + p.idle.Len() - idleHits; own > avail {
+		return nil, 0, fmt.Errorf("%w: %d tokens need %d pages, %d of %d free or cached", ErrNoSpace, tokens, own, avail, len(p.pages))
 	}
-	h := &holding{owner: owner, state: Reserved, pages: make([]PageID, n)}
-	for i := range h.pages {
+	h := &holding{owner: owner, state: Reserved, pages: make([]PageID, n), shared: len(hits)}
+	for i, id := range hits {
+		p.acquire(id)
+		h.pages[i] = id
+	}
+	p.hits += uint64(len(hits))
+	for p.free.len() < own {
+		p.evictOldest()
+	}
+	for i := len(hits); i < n; i++ {
 		id := p.free.pop()
 		h.pages[i] = id
 		p.pages[id] = page{h: h}
@@ -44,9 +72,9 @@ func (p *Pool) Reserve(owner Owner, tokens int) ([]PageID, error) {
 		}
 	}
 	p.holders[owner.key()] = h
-	p.counts[Reserved] += n
+	p.counts[Reserved] += own
 	p.version.Add(1)
-	return slices.Clone(h.pages), nil
+	return slices.Clone(h.pages), len(hits), nil
 }
 
 // Activate moves owner's Reserved pages to InUse (its sequence starts). It
@@ -109,7 +137,7 @@ func (p *Pool) BumpEpoch(owner Owner) (Owner, error) {
 		return Owner{}, fmt.Errorf("%w: epoch of %v cannot grow", ErrInvalid, owner)
 	}
 	h.owner.Epoch++
-	for _, id := range h.pages {
+	for _, id := range h.pages[h.shared:] {
 		p.pages[id].written = 0
 	}
 	p.version.Add(1)
@@ -119,9 +147,10 @@ func (p *Pool) BumpEpoch(owner Owner) (Owner, error) {
 // Quarantine makes owner's pages Quarantined: they keep their owner tag (for
 // debugging and metrics) but can be neither read nor written, and are not
 // reused until ReleaseQuarantined or a restart (I5: a one-sided writer may
-// still write them). It waits for in-flight WritePage copies first, is a
-// no-op on pages already quarantined, and returns how many pages the owner
-// holds.
+// still write them). Sealed pages the owner shares are let go at once (no
+// writer can write a sealed page). It waits for in-flight WritePage copies
+// first, is a no-op on pages already quarantined, and returns how many
+// pages the owner holds.
 //
 // Errors: ErrNotHeld, ErrStaleEpoch.
 func (p *Pool) Quarantine(owner Owner) (int, error) {
@@ -132,6 +161,7 @@ func (p *Pool) Quarantine(owner Owner) (int, error) {
 		return 0, err
 	}
 	if h.state != Quarantined {
+		p.unshare(h)
 		p.setState(h, Quarantined)
 	}
 	return len(h.pages), nil
@@ -187,28 +217,38 @@ func (p *Pool) settled(owner Owner) (*holding, error) {
 	}
 }
 
-// setState moves all of h's pages to state to. Called with mu held.
+// setState moves all of h's owned pages to state to. Called with mu held.
 func (p *Pool) setState(h *holding, to State) {
-	p.counts[h.state] -= len(h.pages)
-	p.counts[to] += len(h.pages)
+	own := len(h.pages) - h.shared
+	p.counts[h.state] -= own
+	p.counts[to] += own
 	h.state = to
 	p.version.Add(1)
 }
 
-// freeHolding returns h's pages to the free list and forgets h. Called with
-// mu held and h unpinned.
+// freeHolding returns h's owned pages to the free list, lets go of the
+// sealed pages it shares and forgets h. It returns how many pages h held.
+// Called with mu held and h unpinned.
 func (p *Pool) freeHolding(h *holding) int {
+	n := len(h.pages)
+	p.unshare(h)
 	for _, id := range h.pages {
-		p.pages[id] = page{}
-		if p.zeroOnRelease {
-			clear(p.Data(id))
-		}
-		p.free.push(id)
+		p.freePage(id)
 	}
 	p.counts[h.state] -= len(h.pages)
 	delete(p.holders, h.owner.key())
 	p.version.Add(1)
-	return len(h.pages)
+	return n
+}
+
+// freePage returns page id to the free list, zeroed if the pool is
+// configured to. Called with mu held.
+func (p *Pool) freePage(id PageID) {
+	p.pages[id] = page{}
+	if p.zeroOnRelease {
+		clear(p.Data(id))
+	}
+	p.free.push(id)
 }
 
 // fillPoison fills b with the little-endian PoisonWord pattern.

@@ -424,7 +424,7 @@ func (m *model) compare(t *testing.T, p *kvpool.Pool, step int, desc string) {
 		}
 	}
 	s := p.Stats()
-	if s != want || s.Free+s.Reserved+s.InUse+s.Quarantined != s.Total {
+	if s != want || s.Free+s.Reserved+s.InUse+s.Cached+s.Quarantined != s.Total {
 		t.Fatalf("step %d %s: Stats = %+v, model %+v", step, desc, s, want)
 	}
 	h := p.Holdings()

@@ -84,7 +84,7 @@ func TestTransitionsWaitForInFlightCopy(t *testing.T) {
 			if info.State != want {
 				t.Errorf("page state after %s = %v, want %v", name, info.State, want)
 			}
-			if s := p.Stats(); s.Free+s.Reserved+s.InUse+s.Quarantined != s.Total || h.waiters != 0 {
+			if s := p.Stats(); s.Free+s.Reserved+s.InUse+s.Cached+s.Quarantined != s.Total || h.waiters != 0 {
 				t.Errorf("after %s: %+v, waiters %d", name, s, h.waiters)
 			}
 		})

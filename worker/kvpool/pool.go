@@ -2,6 +2,7 @@ package kvpool
 
 import (
 	"cmp"
+	"container/list"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -79,15 +80,28 @@ func PagesForBudget(budgetBytes int64, pageBytes int) int {
 }
 
 // Stats is a consistent snapshot of the pool's accounting:
-// Free+Reserved+InUse+Quarantined == Total.
+// Free+Reserved+InUse+Cached+Quarantined == Total.
 type Stats struct {
 	Total, Free, Reserved, InUse, Quarantined int
+	// Cached counts sealed prefix pages no holding references: reusable
+	// by a hit, and evicted (least recently used first) when a
+	// reservation needs the space. Shared counts sealed pages some
+	// holding references; they are included in InUse.
+	Cached, Shared int
 	// PageTokens is the number of token slots per page.
 	PageTokens int
 	// Violations counts reads refused by Verify (I3); FenceRejections
 	// counts writes refused by the fence. Both only grow.
 	Violations, FenceRejections uint64
+	// Seals counts pages sealed, Evictions cached pages evicted, Hits
+	// pages reused by a reservation. All only grow.
+	Seals, Evictions, Hits uint64
 }
+
+// AvailableNow is the number of pages a reservation could get right now:
+// the free pages plus the cached ones it would evict. Quarantined pages
+// are not in it. Admission (I12) uses this figure, never Free alone.
+func (s Stats) AvailableNow() int { return s.Free + s.Cached }
 
 // Holding is one owner's pages, as listed by Holdings.
 type Holding struct {
@@ -95,13 +109,20 @@ type Holding struct {
 	State State
 	// Pages in reservation order: the owner's page table.
 	Pages []PageID
+	// Shared is how many leading Pages are sealed prefix pages the owner
+	// references rather than owns.
+	Shared int
 }
 
 // PageInfo is one page's metadata, as returned by Page.
 type PageInfo struct {
-	Owner   Owner // zero when free
+	Owner   Owner // zero when free or sealed
 	State   State
 	Written int
+	// Tag and Refs describe a Sealed page: its prefix tag and how many
+	// holdings reference it.
+	Tag  Tag
+	Refs int
 }
 
 // Pool is an owner-tagged paged KV pool. Create it with New.
@@ -121,15 +142,25 @@ type Pool struct {
 	pages   []page
 	free    fifo
 	holders map[ownerKey]*holding
-	// counts holds the number of pages per non-free state.
+	// counts holds the number of owned pages per non-free state.
 	counts          [Quarantined + 1]int
 	violations      uint64
 	fenceRejections uint64
+
+	// The prefix cache (prefix.go): sealed pages by tag, the unreferenced
+	// ones in least-recently-used order (front first), and how many
+	// sealed pages are referenced.
+	index                  map[Tag]PageID
+	idle                   *list.List
+	shared                 int
+	seals, evictions, hits uint64
 }
 
-// page is one page's metadata.
+// page is one page's metadata: owned by a holding (h), sealed (s), or
+// free (both nil).
 type page struct {
-	h       *holding // nil when free
+	h       *holding
+	s       *sealed
 	written int32
 }
 
@@ -138,6 +169,8 @@ type holding struct {
 	owner Owner
 	state State
 	pages []PageID
+	// shared is how many leading pages are sealed pages h references.
+	shared int
 	// pins counts WritePage copies in flight into these pages; waiters
 	// counts Release/BumpEpoch/Quarantine calls waiting for pins to drop
 	// to zero. While waiters > 0 no new copy may start, so the wait ends.
@@ -170,6 +203,8 @@ func New(cfg Config) (*Pool, error) {
 		pages:           make([]page, cfg.Pages),
 		free:            newFIFO(cfg.Pages),
 		holders:         make(map[ownerKey]*holding),
+		index:           make(map[Tag]PageID),
+		idle:            list.New(),
 	}
 	binary.LittleEndian.PutUint32(p.poison[:], PoisonWord)
 	p.drained.L = &p.mu
@@ -204,11 +239,16 @@ func (p *Pool) Stats() Stats {
 		Total:           len(p.pages),
 		Free:            p.free.len(),
 		Reserved:        p.counts[Reserved],
-		InUse:           p.counts[InUse],
+		InUse:           p.counts[InUse] + p.shared,
 		Quarantined:     p.counts[Quarantined],
+		Cached:          p.idle.Len(),
+		Shared:          p.shared,
 		PageTokens:      p.pageTokens,
 		Violations:      p.violations,
 		FenceRejections: p.fenceRejections,
+		Seals:           p.seals,
+		Evictions:       p.evictions,
+		Hits:            p.hits,
 	}
 }
 
@@ -225,7 +265,7 @@ func (p *Pool) Holdings() []Holding {
 	defer p.mu.Unlock()
 	out := make([]Holding, 0, len(p.holders))
 	for _, h := range p.holders {
-		out = append(out, Holding{Owner: h.owner, State: h.state, Pages: slices.Clone(h.pages)})
+		out = append(out, Holding{Owner: h.owner, State: h.state, Pages: slices.Clone(h.pages), Shared: h.shared})
 	}
 	slices.SortFunc(out, func(a, b Holding) int {
 		return cmp.Or(cmp.Compare(a.Owner.Tenant, b.Owner.Tenant), cmp.Compare(a.Owner.Request, b.Owner.Request))
@@ -241,6 +281,9 @@ func (p *Pool) Page(id PageID) (PageInfo, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := &p.pages[id]
+	if m.s != nil {
+		return PageInfo{State: Sealed, Written: p.pageTokens, Tag: m.s.tag, Refs: m.s.refs}, true
+	}
 	if m.h == nil {
 		return PageInfo{}, true
 	}

@@ -43,7 +43,7 @@ func reserve(t testing.TB, p *kvpool.Pool, o kvpool.Owner, tokens int) []kvpool.
 func checkAccounting(t testing.TB, p *kvpool.Pool) kvpool.Stats {
 	t.Helper()
 	s := p.Stats()
-	if s.Free+s.Reserved+s.InUse+s.Quarantined != s.Total {
+	if s.Free+s.Reserved+s.InUse+s.Cached+s.Quarantined != s.Total {
 		t.Fatalf("accounting broken: %+v", s)
 	}
 	return s

@@ -54,9 +54,14 @@ const (
 	// their owner tag but nobody may read or write them, and they are not
 	// reused until ReleaseQuarantined.
 	Quarantined
+	// Sealed pages are read-only prefix-cache pages (see Seal): complete,
+	// tagged with a Tag instead of an owner, and shared by every holding
+	// that references them. In Stats a sealed page counts as InUse while
+	// some holding references it and as Cached when none does.
+	Sealed
 )
 
-var stateNames = [...]string{Free: "free", Reserved: "reserved", InUse: "in_use", Quarantined: "quarantined"}
+var stateNames = [...]string{Free: "free", Reserved: "reserved", InUse: "in_use", Quarantined: "quarantined", Sealed: "sealed"}
 
 // String returns the state's name as used in logs and metric labels.
 func (s State) String() string {
@@ -94,6 +99,22 @@ const (
 	// ReasonShortTable: the page table has too few pages for the token
 	// count (Verify only).
 	ReasonShortTable
+	// ReasonSealed: the page is a sealed prefix page, read-only, and the
+	// access did not present its tag (a write, or a read as an owned page).
+	ReasonSealed
+	// ReasonNotSealed: the reader presented a prefix tag for a page that
+	// is not sealed (free, owned, or still being written).
+	ReasonNotSealed
+	// ReasonForeignDomain: the sealed page belongs to another cache domain
+	// than the one the reader presented.
+	ReasonForeignDomain
+	// ReasonTagMismatch: the sealed page's chain hash or model/format
+	// version differs from the one the reader computed.
+	ReasonTagMismatch
+	// ReasonUnshared: the sealed page matches, but the reader's holding
+	// does not reference it at that place of its table (it could be
+	// evicted under the reader).
+	ReasonUnshared
 )
 
 var reasonNames = [...]string{
@@ -106,6 +127,11 @@ var reasonNames = [...]string{
 	ReasonFencing:        "fencing",
 	ReasonUnwritten:      "unwritten",
 	ReasonShortTable:     "short_table",
+	ReasonSealed:         "sealed",
+	ReasonNotSealed:      "not_sealed",
+	ReasonForeignDomain:  "foreign_domain",
+	ReasonTagMismatch:    "tag_mismatch",
+	ReasonUnshared:       "unshared",
 }
 
 // String returns the reason's name, suitable as a metric label.

@@ -24,7 +24,7 @@ func BenchmarkInitSmall(b *testing.B) {
 	b.Run("generate", func(b *testing.B) {
 		b.SetBytes(size)
 		for b.Loop() {
-			if err := writeModel(dir, cfg, 1, F32); err != nil {
+			if err := WriteRandom(dir, cfg, 1, F32); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -23,16 +23,20 @@ var (
 	// inconsistent (bad sizes, token ids out of range, …).
 	ErrInvalidConfig = errors.New("invalid model config")
 	// ErrUnsupportedArchitecture reports a model the engine cannot run: an
-	// architecture other than Llama (or Mistral without sliding window), or
-	// an architectural feature such as biases, partial rotary embeddings or
-	// a RoPE scaling type other than llama3.
+	// architecture other than Llama, Mistral, Qwen2 (Qwen2.5) or Qwen3 (such
+	// as Gemma or a mixture of experts), or an architectural feature such as
+	// an output or MLP bias, partial rotary embeddings or a RoPE scaling
+	// type other than llama3.
 	ErrUnsupportedArchitecture = errors.New("unsupported model architecture")
 )
 
-// Supported architectures (config.json "architectures").
+// Supported architectures (config.json "architectures"); Family says
+// what sets them apart.
 const (
 	ArchLlama   = "LlamaForCausalLM"
 	ArchMistral = "MistralForCausalLM"
+	ArchQwen2   = "Qwen2ForCausalLM" // Qwen2 and Qwen2.5: q/k/v bias
+	ArchQwen3   = "Qwen3ForCausalLM" // per-head q/k RMSNorm
 )
 
 // RopeTypeLlama3 is the only RoPE scaling type implemented.
@@ -52,8 +56,9 @@ const (
 	maxConfigPositions = 1 << 30
 )
 
-// Config is a Llama-family config.json after defaults are applied: every
-// size field is set and valid once ParseConfig or LoadConfig returns it.
+// Config is the config.json of a supported family (see Family) after
+// defaults are applied: every size field is set and valid once ParseConfig
+// or LoadConfig returns it.
 // Marshalling a Config writes a config.json that Hugging Face transformers
 // and ParseConfig both read back unchanged.
 type Config struct {
@@ -79,9 +84,17 @@ type Config struct {
 	// TorchDType is informational ("float32", "bfloat16", …); each tensor
 	// carries its own dtype.
 	TorchDType string `json:"torch_dtype,omitempty"`
-	// SlidingWindow is accepted only for Mistral, and only when nil or at
-	// least MaxPositionEmbeddings (so attention is full in practice).
+	// SlidingWindow is the attention window of Mistral and (when
+	// UseSlidingWindow is set) Qwen layers; nil for full attention. A
+	// window shorter than MaxPositionEmbeddings clamps the context the
+	// engine serves to the window (see ContextLength).
 	SlidingWindow *int `json:"sliding_window,omitempty"`
+	// UseSlidingWindow, MaxWindowLayers and LayerTypes are Qwen2/Qwen3's
+	// switches for which layers use SlidingWindow; they are ignored for
+	// Llama and Mistral, as transformers ignores them.
+	UseSlidingWindow bool     `json:"use_sliding_window,omitempty"`
+	MaxWindowLayers  *int     `json:"max_window_layers,omitempty"`
+	LayerTypes       []string `json:"layer_types,omitempty"`
 }
 
 // RopeScaling is config.json's rope_scaling for rope_type "llama3".
@@ -180,8 +193,14 @@ func ParseConfig(data []byte) (Config, error) {
 	if c.TorchDType == "" {
 		c.TorchDType = raw.DType
 	}
-	if raw.AttentionBias {
-		return Config{}, fmt.Errorf("%w: attention_bias is true; only bias-free attention is supported", ErrUnsupportedArchitecture)
+	if len(c.LayerTypes) == 0 {
+		c.LayerTypes = nil
+	}
+	// Qwen2's q/k/v biases are part of the architecture (its config has no
+	// attention_bias key); elsewhere attention_bias also adds an output
+	// projection bias, which the engine does not implement.
+	if raw.AttentionBias && !c.Family().QKVBias {
+		return Config{}, fmt.Errorf("%w: attention_bias is true; attention biases are supported only as Qwen2's q/k/v biases", ErrUnsupportedArchitecture)
 	}
 	if raw.MLPBias {
 		return Config{}, fmt.Errorf("%w: mlp_bias is true; only a bias-free MLP is supported", ErrUnsupportedArchitecture)
@@ -265,7 +284,7 @@ func (r *rawRope) scaling() (*RopeScaling, error) {
 // Validate checks that c describes a model the engine can run and that its
 // sizes are consistent. ParseConfig calls it after applying defaults.
 func (c *Config) Validate() error {
-	if err := c.checkArchitecture(); err != nil {
+	if err := c.checkFamily(); err != nil {
 		return err
 	}
 	sizes := []struct {
@@ -317,36 +336,6 @@ func (c *Config) Validate() error {
 	for _, id := range c.EOSTokenIDs {
 		if err := c.checkTokenID("eos_token_id", id); err != nil {
 			return err
-		}
-	}
-	return nil
-}
-
-func (c *Config) checkArchitecture() error {
-	archs := c.Architectures
-	if len(archs) == 0 {
-		// Some older checkpoints only name the model type.
-		switch c.ModelType {
-		case "llama":
-			archs = []string{ArchLlama}
-		case "mistral":
-			archs = []string{ArchMistral}
-		case "":
-			return fmt.Errorf("%w: config names neither architectures nor model_type", ErrUnsupportedArchitecture)
-		default:
-			return fmt.Errorf("%w: model_type %q (supported: llama, mistral)", ErrUnsupportedArchitecture, c.ModelType)
-		}
-	}
-	for _, a := range archs {
-		switch a {
-		case ArchLlama:
-		case ArchMistral:
-			if c.SlidingWindow != nil && *c.SlidingWindow < c.MaxPositionEmbeddings {
-				return fmt.Errorf("%w: %s with sliding_window %d below max_position_embeddings %d (sliding-window attention is not implemented)",
-					ErrUnsupportedArchitecture, a, *c.SlidingWindow, c.MaxPositionEmbeddings)
-			}
-		default:
-			return fmt.Errorf("%w: %q (supported: %s, %s)", ErrUnsupportedArchitecture, a, ArchLlama, ArchMistral)
 		}
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -143,11 +145,23 @@ func TestParseConfigErrors(t *testing.T) {
 		is   error
 		msg  string
 	}{
-		{"other architecture", with("architectures", []string{"Qwen2ForCausalLM"}), ErrUnsupportedArchitecture,
-			`unsupported model architecture: "Qwen2ForCausalLM" (supported: LlamaForCausalLM, MistralForCausalLM)`},
+		{"gemma", with("architectures", []string{"Gemma2ForCausalLM"}), ErrUnsupportedArchitecture,
+			`unsupported model architecture: "Gemma2ForCausalLM" (Gemma's GeGLU MLP, scaled embeddings and 1+w norms are not implemented) (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)`},
+		{"qwen3 moe", with("architectures", []string{"Qwen3MoeForCausalLM"}), ErrUnsupportedArchitecture,
+			`"Qwen3MoeForCausalLM" (mixture-of-experts models are not supported)`},
+		{"mixtral model type", with("architectures", nil, "model_type", "mixtral"), ErrUnsupportedArchitecture,
+			`"mixtral" (mixture-of-experts models are not supported)`},
+		{"mixed families", with("architectures", []string{ArchLlama, ArchQwen3}), ErrUnsupportedArchitecture,
+			"architectures [LlamaForCausalLM Qwen3ForCausalLM] mix model families"},
 		{"no architecture", with("architectures", nil), ErrUnsupportedArchitecture, "config names neither architectures nor model_type"},
-		{"mistral sliding window", with("architectures", []string{ArchMistral}, "sliding_window", 1024), ErrUnsupportedArchitecture,
-			"MistralForCausalLM with sliding_window 1024 below max_position_embeddings 4096"},
+		{"qwen3 attention bias", with("architectures", []string{ArchQwen3}, "attention_bias", true), ErrUnsupportedArchitecture,
+			"attention_bias is true; attention biases are supported only as Qwen2's q/k/v biases"},
+		{"bad layer type", with("architectures", []string{ArchQwen3}, "layer_types", []string{"full_attention", "chunked_attention"}), ErrUnsupportedArchitecture,
+			`layer_types[1] is "chunked_attention"`},
+		{"layer types length", with("architectures", []string{ArchQwen2}, "layer_types", []string{"full_attention"}), ErrInvalidConfig,
+			"layer_types lists 1 layers, num_hidden_layers is 2"},
+		{"zero window", with("architectures", []string{ArchMistral}, "sliding_window", 0), ErrInvalidConfig,
+			"sliding_window is 0, want a positive window or null"},
 		{"heads vs kv heads", with("num_attention_heads", 12, "num_key_value_heads", 5), ErrInvalidConfig,
 			"num_attention_heads 12 is not a multiple of num_key_value_heads 5"},
 		{"zero hidden", with("hidden_size", 0), ErrInvalidConfig, "hidden_size is 0, want 1..2097152"},
@@ -180,23 +194,30 @@ func TestParseConfigErrors(t *testing.T) {
 
 func TestConfigJSONRoundTrip(t *testing.T) {
 	for _, name := range PresetNames() {
-		c, err := PresetConfig(name)
-		if err != nil {
-			t.Fatal(err)
+		for _, fam := range FamilyNames() {
+			checkRoundTrip(t, name, fam)
 		}
-		bos := int32(1)
-		c.BOSTokenID, c.EOSTokenIDs, c.TorchDType = &bos, TokenIDs{2, 3}, "float32"
-		data, err := json.Marshal(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := ParseConfig(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(back, c) {
-			t.Fatalf("%s: round trip changed config:\n%+v\n%+v", name, c, back)
-		}
+	}
+}
+
+func checkRoundTrip(t *testing.T, name, fam string) {
+	t.Helper()
+	c, err := FamilyPresetConfig(name, fam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bos := int32(1)
+	c.BOSTokenID, c.EOSTokenIDs, c.TorchDType = &bos, TokenIDs{2, 3}, "float32"
+	data, err := json.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, c) {
+		t.Fatalf("%s %s: round trip changed config:\n%+v\n%+v", name, fam, c, back)
 	}
 }
 
@@ -276,6 +297,13 @@ func checkClose(t *testing.T, got, want []float64) {
 // valid values may underflow to 0).
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(llama32Config))
+	for _, name := range []string{"qwen2.5-0.5b-instruct.json", "qwen3-0.6b.json", "mistral-7b-v0.1.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "configs", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Add([]byte(`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"max_position_embeddings":4,"eos_token_id":[1,2]}`))
 	f.Add([]byte(`{"architectures":["MistralForCausalLM"],"hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"max_position_embeddings":4,"rope_parameters":{"rope_type":"llama3","rope_theta":2,"factor":1e300,"low_freq_factor":1e-300,"high_freq_factor":1e300,"original_max_position_embeddings":1}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

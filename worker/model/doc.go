@@ -1,5 +1,6 @@
-// Package model reads and writes Llama-family model directories in the
-// Hugging Face layout:
+// Package model reads and writes model directories of the Llama family
+// and its relatives (Mistral; Qwen2/Qwen2.5 with q/k/v biases; Qwen3 with
+// per-head q/k norms: see Family) in the Hugging Face layout:
 //
 //	config.json                      architecture and sizes (Config)
 //	generation_config.json           optional; BOS/EOS for generation
@@ -9,9 +10,10 @@
 //
 // Load memory-maps the safetensors files read-only and checks every tensor
 // the engine needs against the config; tensors alias the mapping, so
-// loading copies no weight bytes. Init writes deterministic random models
-// (presets "tiny" and "small") through the same writer and config code,
-// so a generated directory and a real checkpoint load the same way.
+// loading copies no weight bytes. Init and InitFamily write deterministic
+// random models (presets "tiny" and "small", shaped as any family) through
+// the same writer and config code, so a generated directory and a real
+// checkpoint load the same way.
 //
 // Safetensors bytes are untrusted input: the header parser bounds the
 // header length by the file size before reading it and checks every

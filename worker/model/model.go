@@ -29,6 +29,12 @@ type LayerWeights struct {
 	Gate              *Tensor // [intermediate, hidden]
 	Up                *Tensor // [intermediate, hidden]
 	Down              *Tensor // [hidden, intermediate]
+	// QBias, KBias and VBias are the q/k/v projection biases ([heads×head_dim],
+	// [kv_heads×head_dim] twice) of a family with QKVBias, else nil.
+	QBias, KBias, VBias *Tensor
+	// QNorm and KNorm are the per-head RMSNorm weights ([head_dim]) of a
+	// family with QKNorm, else nil.
+	QNorm, KNorm *Tensor
 }
 
 // Weights are all tensors the engine reads, checked against the config.
@@ -228,6 +234,16 @@ func (m *Model) bindWeights() error {
 			w.Norm = t
 		case roleLMHead:
 			w.LMHead = t
+		case roleQBias:
+			l.QBias = t
+		case roleKBias:
+			l.KBias = t
+		case roleVBias:
+			l.VBias = t
+		case roleQNorm:
+			l.QNorm = t
+		case roleKNorm:
+			l.KNorm = t
 		}
 	}
 	if m.Config.TieWordEmbeddings {

@@ -355,7 +355,7 @@ func TestLoadErrors(t *testing.T) {
 			editFile(t, filepath.Join(dir, ConfigFile), func(b []byte) []byte {
 				return []byte(strings.Replace(string(b), ArchLlama, "GPTNeoXForCausalLM", 1))
 			})
-		}, ErrUnsupportedArchitecture, `model: DIR/config.json: unsupported model architecture: "GPTNeoXForCausalLM" (supported: LlamaForCausalLM, MistralForCausalLM)`},
+		}, ErrUnsupportedArchitecture, `model: DIR/config.json: unsupported model architecture: "GPTNeoXForCausalLM" (not a Llama-style decoder) (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)`},
 		{"unsupported dtype", func(t *testing.T, dir string) {
 			rewriteWeights(t, dir, func(ts []*Tensor) []*Tensor {
 				return replaceTensor(ts, &Tensor{Name: upProj, DType: "I8", Shape: []int{176, 64}, Data: make([]byte, 176*64)})
@@ -440,7 +440,7 @@ func TestTiedEmbeddings(t *testing.T) {
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHiddenLayers, cfg.VocabSize = 64, 128, 1, 300
 	cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.HeadDim = 4, 2, 16
 	dir := t.TempDir()
-	if err := writeModel(dir, cfg, 1, BF16); err != nil {
+	if err := WriteRandom(dir, cfg, 1, BF16); err != nil {
 		t.Fatal(err)
 	}
 	m := load(t, dir)

@@ -20,8 +20,9 @@ const (
 // PresetNames lists the presets Init accepts.
 func PresetNames() []string { return []string{PresetTiny, PresetSmall} }
 
-// PresetConfig returns a preset's config without token ids (Init takes
-// them from the tokenizer it writes).
+// PresetConfig returns a preset's Llama config without token ids (Init
+// takes them from the tokenizer it writes); FamilyPresetConfig shapes it
+// as another family.
 //
 //   - tiny (≈158k parameters, 0.6 MB as F32): 2 layers, hidden 64, 4 query
 //     and 2 KV heads of 16 dimensions, vocabulary 512, 16384 positions,
@@ -62,11 +63,54 @@ func PresetConfig(name string) (Config, error) {
 	return c, nil
 }
 
+// FamilyPresetConfig returns preset name's config shaped like the
+// published checkpoints of family (a model_type of FamilyNames):
+//
+//   - llama: PresetConfig unchanged.
+//   - mistral (as Mistral-7B-v0.3): rope_theta 1e6, no RoPE scaling, rms
+//     eps 1e-5, untied LM head, sliding_window null.
+//   - qwen2 (as Qwen2.5-0.5B): q/k/v biases, rope_theta 1e6, rms eps 1e-6,
+//     tied embeddings, sliding_window equal to the context with
+//     use_sliding_window false.
+//   - qwen3 (as Qwen3-0.6B): per-head q/k norms, head_dim twice
+//     hidden/heads (as in Qwen3, where it is not hidden/heads), rope_theta
+//     1e6, rms eps 1e-6, tied embeddings, no sliding window.
+func FamilyPresetConfig(name, family string) (Config, error) {
+	c, err := PresetConfig(name)
+	if err != nil {
+		return Config{}, err
+	}
+	fam, err := FamilyByName(family)
+	if err != nil {
+		return Config{}, err
+	}
+	if fam.Arch == ArchLlama {
+		return c, nil
+	}
+	c.Architectures, c.ModelType = []string{fam.Arch}, fam.ModelType
+	c.RopeScaling, c.RopeTheta = nil, 1e6
+	switch fam.Arch {
+	case ArchMistral:
+		c.RMSNormEps, c.TieWordEmbeddings = 1e-5, false
+	case ArchQwen2:
+		c.RMSNormEps, c.TieWordEmbeddings = 1e-6, true
+		window, layers := c.MaxPositionEmbeddings, c.NumHiddenLayers
+		c.SlidingWindow, c.MaxWindowLayers = &window, &layers
+	case ArchQwen3:
+		c.RMSNormEps, c.TieWordEmbeddings = 1e-6, true
+		c.HeadDim = 2 * c.HiddenSize / c.NumAttentionHeads
+		layers := c.NumHiddenLayers
+		c.MaxWindowLayers = &layers
+	}
+	return c, nil
+}
+
 // Gains of the random initialisation; see initDistribution.
 const (
 	normSpread = 0.05
 	qkGain     = 2.0
 	lmHeadGain = 4.0
+	biasStd    = 0.5
 )
 
 // initDistribution is the random-weights scheme. It keeps the network out
@@ -90,9 +134,17 @@ const (
 //   - Tied: one matrix serves both ends; std 1/√hidden keeps the token's
 //     own embedding from dominating its logits (which would make the
 //     model echo its input).
+//   - q/k/v biases: std biasStd, a shift small beside the projections'
+//     unit scale.
+//   - q/k norms: qkGain ± normSpread·qkGain, so normalised queries and
+//     keys have the scale qkGain gives them in the other families.
 func (c *Config) initDistribution(s *TensorSpec) distribution {
 	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
 	switch s.role {
+	case roleQBias, roleKBias, roleVBias:
+		return distribution{std: biasStd}
+	case roleQNorm, roleKNorm:
+		return distribution{mean: qkGain, std: qkGain * normSpread}
 	case roleInputNorm, rolePostAttentionNorm, roleFinalNorm:
 		return distribution{mean: 1, std: normSpread}
 	case roleQ, roleK:
@@ -112,7 +164,13 @@ func (c *Config) initDistribution(s *TensorSpec) distribution {
 	return distribution{std: 1}
 }
 
-// Init writes a deterministic random model of the named preset into dir
+// Init is InitFamily for a Llama model.
+func Init(dir, preset string, seed uint64, dtype DType) error {
+	return InitFamily(dir, preset, "llama", seed, dtype)
+}
+
+// InitFamily writes a deterministic random model of the named preset,
+// shaped as family (FamilyPresetConfig), into dir
 // (created if needed): the tokenizer files (internal/tokenizer's preset
 // for the config's vocabulary size), config.json and
 // generation_config.json with the tokenizer's BOS/EOS ids, and
@@ -121,8 +179,8 @@ func (c *Config) initDistribution(s *TensorSpec) distribution {
 // byte-identical files. Weights are generated one tensor at a time on all
 // CPUs and streamed to disk, so memory holds at most one tensor.
 // Existing files of the same names are replaced.
-func Init(dir, preset string, seed uint64, dtype DType) error {
-	cfg, err := PresetConfig(preset)
+func InitFamily(dir, preset, family string, seed uint64, dtype DType) error {
+	cfg, err := FamilyPresetConfig(preset, family)
 	if err != nil {
 		return err
 	}
@@ -137,12 +195,17 @@ func Init(dir, preset string, seed uint64, dtype DType) error {
 		return fmt.Errorf("model: writing preset tokenizer: %w", err)
 	}
 	cfg.BOSTokenID, cfg.EOSTokenIDs = &info.BOS, slices.Clone(info.EOS)
-	return writeModel(dir, cfg, seed, dtype)
+	return WriteRandom(dir, cfg, seed, dtype)
 }
 
-// writeModel writes config.json, generation_config.json and random
-// weights for cfg (whose token ids are already set) into dir.
-func writeModel(dir string, cfg Config, seed uint64, dtype DType) error {
+// WriteRandom writes config.json, generation_config.json and random
+// weights (see initDistribution) for cfg, whose token ids are already set,
+// into dir: Init without the tokenizer, for any valid config. Tests use it
+// to build models of real checkpoints' config shapes.
+func WriteRandom(dir string, cfg Config, seed uint64, dtype DType) error {
+	if !dtype.IsFloat() {
+		return fmt.Errorf("model: weights dtype %q: %w", dtype, ErrUnsupportedDType)
+	}
 	cfg.TorchDType = dtype.TorchName()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("model: preset config: %w", err)

@@ -2,8 +2,9 @@ package model
 
 import "fmt"
 
-// Standard tensor names of a Llama checkpoint. Per-layer names are
-// LayerPrefix(i) + one of the Layer* suffixes.
+// Standard tensor names of a Llama-family checkpoint. Per-layer names are
+// LayerPrefix(i) + one of the Layer* suffixes; the biases exist only in
+// Qwen2 checkpoints, the q/k norms only in Qwen3 ones.
 const (
 	EmbedTokensName = "model.embed_tokens.weight"
 	FinalNormName   = "model.norm.weight"
@@ -18,6 +19,11 @@ const (
 	LayerGateProj          = "mlp.gate_proj.weight"
 	LayerUpProj            = "mlp.up_proj.weight"
 	LayerDownProj          = "mlp.down_proj.weight"
+	LayerQBias             = "self_attn.q_proj.bias"
+	LayerKBias             = "self_attn.k_proj.bias"
+	LayerVBias             = "self_attn.v_proj.bias"
+	LayerQNorm             = "self_attn.q_norm.weight"
+	LayerKNorm             = "self_attn.k_norm.weight"
 )
 
 // LayerPrefix returns "model.layers.{i}.".
@@ -40,6 +46,11 @@ const (
 	roleDown
 	roleFinalNorm
 	roleLMHead
+	roleQBias
+	roleKBias
+	roleVBias
+	roleQNorm
+	roleKNorm
 )
 
 // TensorSpec is a tensor the engine needs, with the shape the config
@@ -53,10 +64,12 @@ type TensorSpec struct {
 }
 
 // TensorSpecs lists every tensor the engine reads, in model order:
-// embedding, each layer's tensors, final norm, then lm_head unless
-// tie_word_embeddings is set (the embedding then serves as the LM head).
+// embedding, each layer's tensors (with the family's biases or q/k
+// norms), final norm, then lm_head unless tie_word_embeddings is set (the
+// embedding then serves as the LM head).
 func (c *Config) TensorSpecs() []TensorSpec {
 	h, q, kv, ff := c.HiddenSize, c.QDim(), c.KVDim(), c.IntermediateSize
+	fam := c.Family()
 	specs := []TensorSpec{{Name: EmbedTokensName, Shape: []int{c.VocabSize, h}, role: roleEmbed}}
 	for i := range c.NumHiddenLayers {
 		p := LayerPrefix(i)
@@ -71,6 +84,19 @@ func (c *Config) TensorSpecs() []TensorSpec {
 			TensorSpec{p + LayerUpProj, []int{ff, h}, roleUp, i},
 			TensorSpec{p + LayerDownProj, []int{h, ff}, roleDown, i},
 		)
+		if fam.QKVBias {
+			specs = append(specs,
+				TensorSpec{p + LayerQBias, []int{q}, roleQBias, i},
+				TensorSpec{p + LayerKBias, []int{kv}, roleKBias, i},
+				TensorSpec{p + LayerVBias, []int{kv}, roleVBias, i},
+			)
+		}
+		if fam.QKNorm {
+			specs = append(specs,
+				TensorSpec{p + LayerQNorm, []int{c.HeadDim}, roleQNorm, i},
+				TensorSpec{p + LayerKNorm, []int{c.HeadDim}, roleKNorm, i},
+			)
+		}
 	}
 	specs = append(specs, TensorSpec{Name: FinalNormName, Shape: []int{h}, role: roleFinalNorm})
 	if !c.TieWordEmbeddings {

@@ -74,6 +74,10 @@ func Open(opt Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c := &m.Config; c.WindowClamped() {
+		opt.Logger.Warn("sliding-window attention is not implemented: the context is clamped to the window, where full attention is the same",
+			"model", m.Dir, "sliding_window", c.ContextLength(), "max_position_embeddings", c.MaxPositionEmbeddings)
+	}
 	r, err := open(m, opt)
 	if err != nil {
 		m.Close()

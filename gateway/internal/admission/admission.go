@@ -44,12 +44,14 @@ package admission
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/internal/brokenmode"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -489,6 +491,9 @@ func (c *Controller) Admit(ctx context.Context, req Request) (Decision, error) {
 			"The prompt is empty: it must hold at least one token.")
 	}
 	limit, prompt := st.Effective, req.PromptTokens
+	if brokenmode.On(brokenmode.Admission) {
+		limit = math.MaxInt32 // test-only build: see internal/brokenmode
+	}
 	d := Decision{Limit: limit, State: st}
 	if req.MaxTokens != nil {
 		want := *req.MaxTokens

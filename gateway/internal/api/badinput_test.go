@@ -110,6 +110,8 @@ func TestBadInput(t *testing.T) {
 		{"top_k", "POST", chat, nil, chatWith(`"top_k":5`), 400, inv, CodeUnsupportedParameter, "top_k"},
 		{"cache salt (I8)", "POST", chat, nil, chatWith(`"cache_salt":"other-tenant"`), 400, inv, CodeUnsupportedParameter, "cache_salt"},
 		{"transfer params (I8)", "POST", chat, nil, chatWith(`"kv_transfer_params":{"remote_host":"10.0.0.1"}`), 400, inv, CodeUnsupportedParameter, "kv_transfer_params"},
+		{"P/D bootstrap (I8)", "POST", chat, nil, chatWith(`"bootstrap_room":1`), 400, inv, CodeUnsupportedParameter, "bootstrap_room"},
+		{"LoRA adapter", "POST", chat, nil, chatWith(`"lora_request":{"lora_name":"x"}`), 400, inv, CodeUnsupportedParameter, "lora_request"},
 		{"priority negative", "POST", chat, nil, chatWith(`"priority":-1`), 400, inv, CodeIntegerTooSmall, "priority"},
 		{"priority fraction", "POST", chat, nil, chatWith(`"priority":1.5`), 400, inv, CodeInvalidType, "priority"},
 		{"priority string", "POST", chat, nil, chatWith(`"priority":"high"`), 400, inv, CodeInvalidType, "priority"},

@@ -3,6 +3,8 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -67,6 +69,12 @@ func decodeMessage(raw json.RawMessage, param string) (Message, *Error) {
 
 // decodeContent accepts a string or an array of text parts.
 func decodeContent(raw json.RawMessage, param string) (string, *Error) {
+	return decodeTextParts(raw, param, "text")
+}
+
+// decodeTextParts accepts a string or an array of parts whose type is one
+// of textTypes (each with a "text"), concatenated in order.
+func decodeTextParts(raw json.RawMessage, param string, textTypes ...string) (string, *Error) {
 	if raw == nil {
 		return "", missing(param)
 	}
@@ -92,14 +100,14 @@ func decodeContent(raw json.RawMessage, param string) (string, *Error) {
 		if e != nil {
 			return "", e
 		}
-		switch typ {
-		case "text":
-		case "image_url", "input_audio", "file", "refusal":
+		switch {
+		case slices.Contains(textTypes, typ):
+		case slices.Contains(nonTextParts, typ):
 			return "", InvalidRequest(pp+".type", CodeUnsupportedValue,
 				fmt.Sprintf("Unsupported content part type %q: only text parts are supported.", typ))
 		default:
 			return "", InvalidRequest(pp+".type", CodeInvalidValue,
-				fmt.Sprintf("Invalid value for '%s.type': expected \"text\", got %q.", pp, typ))
+				fmt.Sprintf("Invalid value for '%s.type': expected %s, got %q.", pp, quotedList(textTypes), typ))
 		}
 		rawText := f.get("text")
 		if rawText == nil {
@@ -112,6 +120,22 @@ func decodeContent(raw json.RawMessage, param string) (string, *Error) {
 		b.WriteString(text)
 	}
 	return b.String(), nil
+}
+
+// nonTextParts are content part types of chat and responses that carry
+// something other than text.
+var nonTextParts = []string{"image_url", "input_audio", "file", "refusal", "input_image", "input_file"}
+
+// quotedList formats names as "a", "b" or "c" for messages.
+func quotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) == 1 {
+		return q[0]
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
 }
 
 // prompt reads a completion prompt: a string, or an array holding exactly
@@ -135,11 +159,11 @@ func (d *decoder) prompt() *Error {
 		return e
 	case len(items) == 0:
 		return InvalidRequest("prompt", CodeEmptyArray, "Invalid 'prompt': empty array. Expected one string.")
+	case items[0][0] == '[' || describe(items[0]) == "a number":
+		return InvalidRequest("prompt", CodeUnsupportedValue, "Unsupported value for 'prompt': token-ID prompts are not supported; send the prompt as text.")
 	case len(items) > 1:
 		return InvalidRequest("prompt", CodeUnsupportedValue,
-			fmt.Sprintf("Unsupported value for 'prompt': batches are not supported, send one prompt per request (got %d).", len(items)))
-	case items[0][0] == '[' || describe(items[0]) == "a number":
-		return InvalidRequest("prompt", CodeUnsupportedValue, "Unsupported value for 'prompt': send text, not token IDs.")
+			fmt.Sprintf("Unsupported value for 'prompt': batches are not supported, send one prompt per request (got %d prompts).", len(items)))
 	}
 	p, e := decodeString(items[0], "prompt[0]")
 	d.r.Prompt = p

@@ -20,6 +20,10 @@ import (
 //     client-steerable (I8): always 400 unsupported_parameter. (priority
 //     is not among them: the decoder reads it, and the core holds it to
 //     the tenant's max_priority.)
+//   - vLLM's output-changing extensions (guided_json, guided_choice,
+//     structured_outputs, chat_template_kwargs, add_generation_prompt,
+//     continue_final_message, bad_words, skip_special_tokens, ...) follow
+//     the same rule: see vllmFieldDefaults.
 //   - Every other field is ignored, like OpenAI-compatible servers commonly
 //     do, so newer SDKs keep working. This covers standard fields with no
 //     effect on the generated text (store, metadata, service_tier,
@@ -33,7 +37,11 @@ func checkOtherField(name string, raw json.RawMessage) *Error {
 			fmt.Sprintf("Unsupported parameter: '%s' is controlled by the gateway and cannot be set by clients.", name))
 	}
 	defaults, semantic := fieldDefaults(name)
-	if semantic && !isDefault(raw, defaults...) {
+	switch {
+	case semantic && defaults == nil:
+		return InvalidRequest(name, CodeUnsupportedParameter,
+			fmt.Sprintf("Unsupported parameter: '%s' would change the output and is not supported by this server.", name))
+	case semantic && !isDefault(raw, defaults...):
 		return InvalidRequest(name, CodeUnsupportedParameter,
 			fmt.Sprintf("Unsupported parameter: '%s' is only accepted at its default value by this server.", name))
 	}
@@ -44,7 +52,8 @@ func isInternalField(name string) bool {
 	switch name {
 	case "cache_salt", "kv_transfer_params", "transfer_params",
 		"request_id", "tenant", "tenant_id", "worker", "worker_id", "worker_address",
-		"prefill_worker", "decode_worker", "page_ids", "epoch", "data_parallel_rank":
+		"prefill_worker", "decode_worker", "page_ids", "epoch", "data_parallel_rank",
+		"bootstrap_host", "bootstrap_port", "bootstrap_room":
 		return true
 	}
 	return strings.HasPrefix(strings.ToLower(name), "warden")
@@ -67,6 +76,8 @@ func fieldDefaults(name string) ([]any, bool) {
 		return []any{""}, true
 	case "best_of", "repetition_penalty":
 		return []any{1.0}, true
+	case "lora_request", "lora_name":
+		return nil, true
 	case "top_k":
 		return []any{0.0, -1.0}, true
 	case "tools", "functions", "stop_token_ids":
@@ -79,6 +90,31 @@ func fieldDefaults(name string) ([]any, bool) {
 		return []any{[]any{"text"}}, true
 	case "audio", "prediction", "web_search_options":
 		return nil, true
+	}
+	return vllmFieldDefaults(name)
+}
+
+// vllmFieldDefaults covers the extensions of vLLM and similar engines
+// that change the output; like the standard fields above they are accepted
+// at their default value only.
+func vllmFieldDefaults(name string) ([]any, bool) {
+	switch name {
+	case "guided_json", "guided_choice", "guided_regex", "guided_grammar", "guided_decoding_backend",
+		"guided_whitespace_pattern", "structured_outputs", "chat_template", "logits_processors",
+		"allowed_token_ids", "truncate_prompt_tokens", "mm_processor_kwargs", "vllm_xargs", "add_special_tokens":
+		return nil, true
+	case "chat_template_kwargs":
+		return []any{map[string]any{}}, true
+	case "bad_words":
+		return []any{[]any{}}, true
+	case "add_generation_prompt", "skip_special_tokens", "spaces_between_special_tokens":
+		return []any{true}, true
+	case "continue_final_message", "include_stop_str_in_output", "use_beam_search", "return_tokens_as_token_ids":
+		return []any{false}, true
+	case "prompt_logprobs":
+		return []any{0.0}, true
+	case "length_penalty":
+		return []any{1.0}, true
 	}
 	return nil, false
 }

@@ -105,12 +105,21 @@ func decodeInt(raw json.RawMessage, param string) (int64, *Error) {
 
 func belowMin(param, code string, min, got float64) *Error {
 	return InvalidRequest(param, code, fmt.Sprintf(
-		"Invalid '%s': value below minimum. Expected a value >= %g, but got %g instead.", param, min, got))
+		"Invalid '%s': value below minimum. Expected a value >= %s, but got %s instead.", param, plain(min), plain(got)))
 }
 
 func aboveMax(param, code string, max, got float64) *Error {
 	return InvalidRequest(param, code, fmt.Sprintf(
-		"Invalid '%s': value above maximum. Expected a value <= %g, but got %g instead.", param, max, got))
+		"Invalid '%s': value above maximum. Expected a value <= %s, but got %s instead.", param, plain(max), plain(got)))
+}
+
+// plain formats a number for messages without an exponent for integers
+// (16777216, not 1.6777216e+07); huge or tiny values keep one.
+func plain(v float64) string {
+	if math.Abs(v) < 1e21 && (v == math.Trunc(v) || math.Abs(v) >= 1e-6) {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 // decodeIntIn reads an integer in [min, max].

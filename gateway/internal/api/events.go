@@ -25,7 +25,8 @@ func (t *tracker) observe(ev Event) error {
 		return fmt.Errorf("%w: text delta is not valid UTF-8", errBrokenContract)
 	case t.finish != "" && (ev.TextDelta != "" || ev.FinishReason != ""):
 		return fmt.Errorf("%w: event after the finish reason", errBrokenContract)
-	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0):
+	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0 ||
+		ev.Usage.CachedTokens < 0 || ev.Usage.CachedTokens > ev.Usage.PromptTokens):
 		return fmt.Errorf("%w: negative usage %+v", errBrokenContract, *ev.Usage)
 	}
 	if ev.FinishReason != "" {

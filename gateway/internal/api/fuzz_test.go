@@ -41,6 +41,11 @@ func fuzzSeeds() []string {
 // checkDecoded asserts the decoder's contract on one body.
 func checkDecoded(t *testing.T, kind Kind, body []byte) {
 	req, e := decodeRequest(kind, body, DefaultMaxTokensLimit)
+	checkDecodeResult(t, kind, req, e)
+}
+
+// checkDecodeResult asserts the contract of every request decoder.
+func checkDecodeResult(t *testing.T, kind Kind, req *GenerateRequest, e *Error) {
 	if (req == nil) == (e == nil) {
 		t.Fatalf("want exactly one of request and error, got %v and %v", req, e)
 	}

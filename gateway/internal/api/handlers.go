@@ -4,8 +4,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+
+	"github.com/go-chi/chi/v5"
 )
 
 type wireModel struct {
@@ -36,18 +39,75 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// model serves GET /v1/models/{id}: one model the principal may use.
+// Model IDs may contain slashes ("org/name").
+func (s *server) model(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "*")
+	if u, err := url.PathUnescape(id); err == nil {
+		id = u // chi matches the raw path: "org%2Fname" is "org/name"
+	}
+	ms, err := s.svc.Models(r.Context(), infoFrom(r.Context()).principal)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			writeJSON(w, http.StatusOK, wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
+				ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength})
+			return
+		}
+	}
+	writeError(w, ModelNotFound(id))
+}
+
+// readBody reads the request body, answering 413 or 400 itself when it
+// cannot.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, RequestTooLarge(tooBig.Limit))
+		} else if r.Context().Err() == nil {
+			writeError(w, InvalidRequest("", CodeInvalidJSON, "The request body could not be read."))
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// start fills in the gateway's fields of req and starts it, answering the
+// rejection itself. The caller must Close the generation and clear the
+// write deadline (clearDeadline) when done.
+func (s *server) start(w http.ResponseWriter, r *http.Request, req *GenerateRequest) (Generation, *http.ResponseController, bool) {
+	info := infoFrom(r.Context())
+	req.RequestID, req.ClientRequestID, req.ReceivedAt = info.id, info.clientID, info.start
+	gen, err := s.svc.Generate(r.Context(), info.principal, req)
+	if err == nil && gen == nil {
+		err = errors.New("api: Service.Generate returned no generation and no error")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return nil, nil, false
+	}
+	return gen, http.NewResponseController(w), true
+}
+
+// setDeadline bounds the next write to the client.
+func (s *server) setDeadline(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(s.now().Add(s.cfg.WriteTimeout))
+}
+
+// clearDeadline removes the write deadline: deadlines set per write
+// outlive the request on a kept-alive connection unless cleared.
+func (s *server) clearDeadline(rc *http.ResponseController) { _ = rc.SetWriteDeadline(time.Time{}) }
+
 // generate serves both generation endpoints.
 func (s *server) generate(kind Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		info := infoFrom(r.Context())
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				writeError(w, RequestTooLarge(tooBig.Limit))
-			} else if r.Context().Err() == nil {
-				writeError(w, InvalidRequest("", CodeInvalidJSON, "The request body could not be read."))
-			}
+		body, ok := s.readBody(w, r)
+		if !ok {
 			return
 		}
 		req, e := decodeRequest(kind, body, s.cfg.MaxTokensLimit)
@@ -55,33 +115,29 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			writeError(w, e)
 			return
 		}
-		req.RequestID, req.ClientRequestID, req.ReceivedAt = info.id, info.clientID, info.start
-
-		gen, err := s.svc.Generate(r.Context(), info.principal, req)
-		if err == nil && gen == nil {
-			err = errors.New("api: Service.Generate returned no generation and no error")
-		}
-		if err != nil {
-			s.fail(w, r, err)
+		gen, rc, ok := s.start(w, r, req)
+		if !ok {
 			return
 		}
 		defer gen.Close()
-
-		rc := http.NewResponseController(w)
-		// Deadlines set per write outlive the request on a kept-alive
-		// connection unless cleared.
-		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
-		sh := newShape(req, info.start.Unix())
+		defer s.clearDeadline(rc)
+		sh := newShape(req, infoFrom(r.Context()).start.Unix())
 		if req.Stream {
 			s.stream(w, r, rc, gen, sh, req.IncludeUsage)
-		} else {
-			s.respond(w, r, rc, gen, sh)
+			return
 		}
+		text, finish, usage, ok := s.collect(w, r, gen)
+		if !ok {
+			return
+		}
+		s.setDeadline(rc)
+		writeJSON(w, http.StatusOK, sh.response(text, finish, usage))
 	}
 }
 
-// respond waits for the whole generation and sends one JSON response.
-func (s *server) respond(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh shape) {
+// collect waits for the whole generation: its text, finish reason and
+// usage. On failure it answers the error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (string, string, Usage, bool) {
 	var (
 		t    tracker
 		text strings.Builder
@@ -90,14 +146,12 @@ func (s *server) respond(w http.ResponseWriter, r *http.Request, rc *http.Respon
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
 			s.fail(w, r, err)
-			return
+			return "", "", Usage{}, false
 		}
 		if done {
-			break
+			return text.String(), t.finish, *t.usage, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		text.WriteString(ev.TextDelta)
 	}
-	_ = rc.SetWriteDeadline(s.now().Add(s.cfg.WriteTimeout))
-	writeJSON(w, http.StatusOK, sh.response(text.String(), t.finish, *t.usage))
 }

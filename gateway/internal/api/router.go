@@ -36,6 +36,9 @@ type Config struct {
 	// default) ignores it: a tenant could otherwise plant another
 	// request's ID in lines attributed to itself.
 	TrustClientRequestID bool
+	// CORSOrigins are the browser origins allowed to call the API
+	// cross-origin ("*": any); empty sends no CORS headers.
+	CORSOrigins []string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -51,9 +54,10 @@ type server struct {
 func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
-// /v1/completions, /v1/chat/completions, /healthz and /readyz. It never serves
-// /metrics: the gateway's metrics name tenants, so they live on the admin
-// listener (behind the admin token) and the ops listener. A nil logger discards logs.
+// /v1/models/{id}, /v1/completions, /v1/chat/completions, /v1/responses,
+// /healthz and /readyz. It never serves /metrics: the gateway's metrics
+// name tenants, so they live on the admin listener (behind the admin
+// token) and the ops listener. A nil logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -73,7 +77,7 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 	s := &server{cfg: cfg, auth: auth, svc: svc, logger: logger}
 
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.observe, s.limitBody)
+	r.Use(s.requestID, s.observe, s.cors, s.finishHeaders, s.limitBody)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, notFound(req.URL.Path))
 	})
@@ -91,8 +95,11 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Get("/v1/models", s.models)
+		r.Get("/v1/models/*", s.model)
 		r.With(requireJSON).Post("/v1/chat/completions", s.generate(KindChat))
 		r.With(requireJSON).Post("/v1/completions", s.generate(KindCompletion))
+		r.With(requireJSON).Post("/v1/responses", s.responses)
+		r.HandleFunc("/v1/responses/*", notStored)
 	})
 	return r
 }

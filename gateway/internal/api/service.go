@@ -73,6 +73,9 @@ type Event struct {
 type Usage struct {
 	PromptTokens     int64 // prompt tokens actually prefilled
 	CompletionTokens int64 // tokens actually generated
+	// CachedTokens is the part of PromptTokens served from a prefix cache
+	// instead of being computed (usage.prompt_tokens_details.cached_tokens).
+	CachedTokens int64
 }
 
 // Model describes one model served to a principal.

@@ -26,14 +26,31 @@ func newShape(req *GenerateRequest, created int64) shape {
 }
 
 type wireUsage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	TotalTokens      int64 `json:"total_tokens"`
+	PromptTokens            int64             `json:"prompt_tokens"`
+	CompletionTokens        int64             `json:"completion_tokens"`
+	TotalTokens             int64             `json:"total_tokens"`
+	PromptTokensDetails     promptDetails     `json:"prompt_tokens_details"`
+	CompletionTokensDetails completionDetails `json:"completion_tokens_details"`
+}
+
+// promptDetails breaks down prompt_tokens as OpenAI does.
+type promptDetails struct {
+	// CachedTokens were served from a prefix cache rather than computed.
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// completionDetails breaks down completion_tokens as OpenAI does; warden
+// has no reasoning or predicted-output tokens, so all are 0.
+type completionDetails struct {
+	ReasoningTokens          int64 `json:"reasoning_tokens"`
+	AcceptedPredictionTokens int64 `json:"accepted_prediction_tokens"`
+	RejectedPredictionTokens int64 `json:"rejected_prediction_tokens"`
 }
 
 func toWire(u Usage) *wireUsage {
 	return &wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
-		TotalTokens: u.PromptTokens + u.CompletionTokens}
+		TotalTokens:         u.PromptTokens + u.CompletionTokens,
+		PromptTokensDetails: promptDetails{CachedTokens: u.CachedTokens}}
 }
 
 // chunkUsage is a stream chunk's usage field: absent without

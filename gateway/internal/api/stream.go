@@ -31,8 +31,21 @@ func (s *sseWriter) data(v any) error {
 	return s.raw(marshal(v))
 }
 
-func (s *sseWriter) raw(payload []byte) error {
-	buf := make([]byte, 0, len(payload)+8)
+// named sends one event with an event name: "event: <name>", then
+// "data: <json>".
+func (s *sseWriter) named(name string, v any) error {
+	return s.write(name, marshal(v))
+}
+
+func (s *sseWriter) raw(payload []byte) error { return s.write("", payload) }
+
+func (s *sseWriter) write(name string, payload []byte) error {
+	buf := make([]byte, 0, len(payload)+len(name)+16)
+	if name != "" {
+		buf = append(buf, "event: "...)
+		buf = append(buf, name...)
+		buf = append(buf, '\n')
+	}
 	buf = append(buf, "data: "...)
 	buf = append(buf, payload...)
 	buf = append(buf, "\n\n"...)

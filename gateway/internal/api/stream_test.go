@@ -53,7 +53,7 @@ func TestStreamWireFormat(t *testing.T) {
 		`{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":"tiny","choices":[{"index":0,"delta":{"content":" 🌍"},"logprobs":null,"finish_reason":null}],"usage":null}`,
 		`{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":"tiny","choices":[{"index":0,"delta":{"content":"!"},"logprobs":null,"finish_reason":null}],"usage":null}`,
 		`{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":"tiny","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null}`,
-		`{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":"tiny","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11}}`,
+		`{"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":"tiny","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":4,"total_tokens":11,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}`,
 		`[DONE]`,
 	}
 	req := svc.lastRequest(t)

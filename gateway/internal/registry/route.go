@@ -30,6 +30,11 @@ type Route struct {
 // pool cannot hold totalTokens now (Pool.UsableTokens: net of quarantine)
 // is never picked.
 func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
+	return r.pick(model, totalTokens, decodeLess)
+}
+
+// pick is Pick with the ranking of decode-capable workers given by less.
+func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker) bool) (Route, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
@@ -47,7 +52,7 @@ func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 		default:
 			continue
 		}
-		if best == nil || decodeLess(w, best) {
+		if best == nil || less(w, best) {
 			best, bestPrefill = w, prefill
 		}
 	}

@@ -1,6 +1,7 @@
 // Element-wise and per-row kernels of the forward step: embedding gather,
-// RMSNorm, RoPE with the KV write into owner-tagged pages, greedy argmax,
-// and the owner-tag and page-fill maintenance kernels.
+// RMSNorm, the q/k/v bias and per-head q/k norm of the Qwen families, RoPE
+// with the KV write into owner-tagged pages, greedy argmax, and the
+// owner-tag and page-fill maintenance kernels.
 #include "common.cuh"
 
 // embed_*: x[r] = E[tokens[r]] as float32. Grid: rows; any block size.
@@ -40,6 +41,37 @@ extern "C" __global__ void rmsnorm(float* out, const float* x, const float* w, c
   const float inv = 1.0f / (float)sqrt((double)(mean + (float)eps));
   float* o = out + r * n;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) o[i] = (xr[i] * inv) * w[i];
+}
+
+// qkv_prep applies, to each row's [q | k | v] (width qkv_dim) before
+// rope_kv, the family's extra attention steps, as the cpu backend does:
+// first, when bias is non-null, the q/k/v projection biases (bias is
+// [qkv_dim], stacked like the row: x += b, one float32 addition); then,
+// when q_norm and k_norm are non-null, an RMSNorm of every query and key
+// head over head_dim with weight q_norm or k_norm ([head_dim] each) and
+// eps, computed as rmsnorm computes it. Grid: (rows, heads + 2·kv_heads),
+// one block per head slice of the row (query heads, key heads, value
+// heads); block: a multiple of 32.
+extern "C" __global__ void qkv_prep(float* qkv, const float* bias, const float* q_norm, const float* k_norm,
+                                    const Geometry* g) {
+  __shared__ float scratch[33];
+  const i64 hd = g->head_dim, slice = blockIdx.y;
+  float* x = qkv + (i64)blockIdx.x * g->qkv_dim + slice * hd;
+  if (bias) {
+    const float* b = bias + slice * hd;
+    for (i64 i = threadIdx.x; i < hd; i += blockDim.x) x[i] += b[i];
+  }
+  // The weight is the same for the whole block, so every thread of it
+  // returns here or none does (block_sum needs them all).
+  const float* w = slice < g->heads ? q_norm : slice < g->heads + g->kv_heads ? k_norm : nullptr;
+  if (!w) return;
+  // Each thread sums the elements it wrote itself: no barrier needed.
+  float s = 0.f;
+  for (i64 i = threadIdx.x; i < hd; i += blockDim.x) s = fmaf(x[i], x[i], s);
+  s = block_sum(s, scratch);
+  const float mean = s / (float)hd;
+  const float inv = 1.0f / (float)sqrt((double)(mean + (float)g->eps));
+  for (i64 i = threadIdx.x; i < hd; i += blockDim.x) x[i] = (x[i] * inv) * w[i];
 }
 
 // rope_kv rotates each row's queries and keys (Hugging Face rotate-half:

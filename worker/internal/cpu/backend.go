@@ -1,5 +1,6 @@
 // Package cpu is warden's pure-Go compute backend: a Llama-family forward
-// pass in float32 over the paged KV pool, on the SIMD kernels of
+// pass (with Qwen2's q/k/v biases and Qwen3's per-head q/k norms) in
+// float32 over the paged KV pool, on the SIMD kernels of
 // worker/internal/kernels.
 //
 // Every output element is computed by one deterministic code path whatever
@@ -28,6 +29,11 @@ type Spec struct {
 	// InvFreq holds the HeadDim/2 RoPE inverse frequencies (scaling
 	// already applied).
 	InvFreq []float64
+	// QKVBias: the q, k and v projections add a bias (Qwen2).
+	QKVBias bool
+	// QKNorm: every head of q and k is RMS-normalised over HeadDim (eps
+	// RMSNormEps) before RoPE (Qwen3).
+	QKNorm bool
 }
 
 // KVDim is the width of one position's K (or V) in one layer.
@@ -42,6 +48,11 @@ func (s Spec) PageBytes(pageTokens int) int { return s.Layers * 2 * pageTokens *
 type LayerWeights struct {
 	AttnNorm, Wq, Wk, Wv, Wo   []float32
 	MLPNorm, WGate, WUp, WDown []float32
+	// Bq, Bk and Bv are the projection biases when Spec.QKVBias, else nil.
+	Bq, Bk, Bv []float32
+	// QNorm and KNorm are the per-head norm weights ([HeadDim]) when
+	// Spec.QKNorm, else nil.
+	QNorm, KNorm []float32
 }
 
 // Weights are the whole model's tensors. LMHead may alias Embed (tied).
@@ -183,6 +194,22 @@ func checkWeights(s Spec, w Weights) error {
 			check(p+"up_proj", l.WUp, s.Intermediate*s.Hidden),
 			check(p+"down_proj", l.WDown, s.Hidden*s.Intermediate),
 		)
+		// Absent optional tensors must be nil (want 0), so a spec and its
+		// weights cannot disagree about the family.
+		bias, norm := 0, 0
+		if s.QKVBias {
+			bias = 1
+		}
+		if s.QKNorm {
+			norm = 1
+		}
+		errs = append(errs,
+			check(p+"q_proj.bias", l.Bq, bias*qDim),
+			check(p+"k_proj.bias", l.Bk, bias*kv),
+			check(p+"v_proj.bias", l.Bv, bias*kv),
+			check(p+"q_norm", l.QNorm, norm*s.HeadDim),
+			check(p+"k_norm", l.KNorm, norm*s.HeadDim),
+		)
 	}
 	return errors.Join(errs...)
 }
@@ -255,6 +282,15 @@ func (b *Backend) layerForward(l, rows int) {
 	b.pool.MatMulT(q, h, w.Wq, rows, qDim, hid)
 	b.pool.MatMulT(k, h, w.Wk, rows, kvDim, hid)
 	b.pool.MatMulT(v, h, w.Wv, rows, kvDim, hid)
+	if s.QKVBias {
+		addRows(q, w.Bq)
+		addRows(k, w.Bk)
+		addRows(v, w.Bv)
+	}
+	if s.QKNorm {
+		normHeads(q, w.QNorm, s.RMSNormEps)
+		normHeads(k, w.KNorm, s.RMSNormEps)
+	}
 	b.ropeAndStore(l, q, k, v)
 	b.layer = l
 	b.attend()
@@ -272,6 +308,22 @@ func (b *Backend) layerForward(l, rows int) {
 	kernels.SiLUMul(gate, up)
 	b.pool.MatMulT(h, gate, w.WDown, rows, hid, inter)
 	kernels.Add(x, x, h)
+}
+
+// addRows adds bias to every row of x (rows of len(bias) elements), as
+// a Linear layer's bias: the product first, then one float32 addition.
+func addRows(x, bias []float32) {
+	for r := 0; r < len(x); r += len(bias) {
+		kernels.Add(x[r:r+len(bias)], x[r:r+len(bias)], bias)
+	}
+}
+
+// normHeads RMS-normalises every head (len(w) elements) of x in place with
+// weight w.
+func normHeads(x, w []float32, eps float32) {
+	for o := 0; o < len(x); o += len(w) {
+		kernels.RMSNorm(x[o:o+len(w)], x[o:o+len(w)], w, eps)
+	}
 }
 
 // ropeAndStore rotates q and k in place (Hugging Face rotate_half

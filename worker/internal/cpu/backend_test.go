@@ -33,6 +33,24 @@ func testSpec() Spec {
 	return s
 }
 
+// familySpecs are testSpec with each combination of the family features:
+// plain (Llama, Mistral), q/k/v bias (Qwen2), q/k norm with a head_dim
+// other than hidden/heads (Qwen3), and both.
+func familySpecs() map[string]Spec {
+	plain := testSpec()
+	bias, norm := plain, plain
+	bias.QKVBias = true
+	norm.QKNorm = true
+	norm.HeadDim = 12
+	norm.InvFreq = make([]float64, norm.HeadDim/2)
+	for i := range norm.InvFreq {
+		norm.InvFreq[i] = 1 / math.Pow(1e6, float64(2*i)/float64(norm.HeadDim))
+	}
+	both := norm
+	both.QKVBias = true
+	return map[string]Spec{"llama": plain, "qkv-bias": bias, "qk-norm": norm, "bias+norm": both}
+}
+
 func randWeights(s Spec, seed uint64) Weights {
 	r := rand.New(rand.NewPCG(seed, 1))
 	mat := func(out, in int) []float32 {
@@ -50,14 +68,28 @@ func randWeights(s Spec, seed uint64) Weights {
 		}
 		return v
 	}
+	vec := func(n int, mean, std float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(mean + std*r.NormFloat64())
+		}
+		return v
+	}
 	qDim := s.Heads * s.HeadDim
 	w := Weights{Embed: mat(s.Vocab, s.Hidden), Norm: norm()}
 	for range s.Layers {
-		w.Layers = append(w.Layers, LayerWeights{
+		l := LayerWeights{
 			AttnNorm: norm(), Wq: mat(qDim, s.Hidden), Wk: mat(s.KVDim(), s.Hidden), Wv: mat(s.KVDim(), s.Hidden),
 			Wo: mat(s.Hidden, qDim), MLPNorm: norm(),
 			WGate: mat(s.Intermediate, s.Hidden), WUp: mat(s.Intermediate, s.Hidden), WDown: mat(s.Hidden, s.Intermediate),
-		})
+		}
+		if s.QKVBias {
+			l.Bq, l.Bk, l.Bv = vec(qDim, 0, 0.5), vec(s.KVDim(), 0, 0.5), vec(s.KVDim(), 0, 0.5)
+		}
+		if s.QKNorm {
+			l.QNorm, l.KNorm = vec(s.HeadDim, 1.5, 0.2), vec(s.HeadDim, 1.5, 0.2)
+		}
+		w.Layers = append(w.Layers, l)
 	}
 	w.LMHead = mat(s.Vocab, s.Hidden)
 	for i := range w.LMHead {
@@ -67,7 +99,9 @@ func randWeights(s Spec, seed uint64) Weights {
 }
 
 // reference computes every position's logits in float64 with a plain,
-// unpaged implementation of the Llama forward pass.
+// unpaged implementation of the Llama forward pass, with Qwen2's q/k/v
+// biases (added to the projections) and Qwen3's q/k norms (an RMSNorm of
+// every head before RoPE) when the spec has them.
 func reference(s Spec, w Weights, tokens []int32) [][]float64 {
 	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
 	qDim, kvDim := s.Heads*hd, s.KVDim()
@@ -120,6 +154,27 @@ func reference(s Spec, w Weights, tokens []int32) [][]float64 {
 	for _, lw := range w.Layers {
 		h := rms(x, lw.AttnNorm)
 		q, k, v := matmul(h, lw.Wq, qDim, hid), matmul(h, lw.Wk, kvDim, hid), matmul(h, lw.Wv, kvDim, hid)
+		if s.QKVBias {
+			for i := 0; i < n; i++ {
+				for j := range q[i] {
+					q[i][j] += float64(lw.Bq[j])
+				}
+				for j := range k[i] {
+					k[i][j] += float64(lw.Bk[j])
+					v[i][j] += float64(lw.Bv[j])
+				}
+			}
+		}
+		if s.QKNorm {
+			for i := 0; i < n; i++ {
+				for hh := 0; hh < s.Heads; hh++ {
+					copy(q[i][hh*hd:], rms([][]float64{q[i][hh*hd : (hh+1)*hd]}, lw.QNorm)[0])
+				}
+				for g := 0; g < s.KVHeads; g++ {
+					copy(k[i][g*hd:], rms([][]float64{k[i][g*hd : (g+1)*hd]}, lw.KNorm)[0])
+				}
+			}
+		}
 		for i := 0; i < n; i++ {
 			for hh := 0; hh < s.Heads; hh++ {
 				rope(q[i][hh*hd:(hh+1)*hd], i)
@@ -212,32 +267,42 @@ func pageIDs(first, n int) []kvpool.PageID {
 }
 
 func TestForwardMatchesFloat64Reference(t *testing.T) {
-	s := testSpec()
-	w := randWeights(s, 7)
-	const pt = 4
-	pages := newTestPages(64, s.PageBytes(pt))
-	b, err := New(s, w, pages, Options{Threads: 2, MaxBatchTokens: 96, PageTokens: pt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	tokens := randTokens(rand.New(rand.NewPCG(1, 2)), 37, s.Vocab)
-	want := reference(s, w, tokens)
-	got := runPrompt(t, b, tokens, pageIDs(0, 10), 1) // one position per step: every position's logits
-	for pos := range tokens {
-		var maxDiff, maxRef float64
-		for j, v := range got[pos] {
-			maxDiff = math.Max(maxDiff, math.Abs(float64(v)-want[pos][j]))
-			maxRef = math.Max(maxRef, math.Abs(want[pos][j]))
-		}
-		if rel := maxDiff / maxRef; rel > 1e-4 || math.IsNaN(rel) {
-			t.Fatalf("position %d: relative error %.3g exceeds 1e-4", pos, rel)
-		}
+	for name, s := range familySpecs() {
+		t.Run(name, func(t *testing.T) {
+			w := randWeights(s, 7)
+			const pt = 4
+			pages := newTestPages(64, s.PageBytes(pt))
+			b, err := New(s, w, pages, Options{Threads: 2, MaxBatchTokens: 96, PageTokens: pt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			tokens := randTokens(rand.New(rand.NewPCG(1, 2)), 37, s.Vocab)
+			want := reference(s, w, tokens)
+			got := runPrompt(t, b, tokens, pageIDs(0, 10), 1) // one position per step: every position's logits
+			for pos := range tokens {
+				var maxDiff, maxRef float64
+				for j, v := range got[pos] {
+					maxDiff = math.Max(maxDiff, math.Abs(float64(v)-want[pos][j]))
+					maxRef = math.Max(maxRef, math.Abs(want[pos][j]))
+				}
+				if rel := maxDiff / maxRef; rel > 1e-4 || math.IsNaN(rel) {
+					t.Fatalf("position %d: relative error %.3g exceeds 1e-4", pos, rel)
+				}
+			}
+		})
 	}
 }
 
 func TestChunkingAndBatchingAreBitIdentical(t *testing.T) {
-	s := testSpec()
+	for name, s := range familySpecs() {
+		t.Run(name, func(t *testing.T) { checkBitIdentical(t, s) })
+	}
+}
+
+// checkBitIdentical checks that a prompt's logits and KV pages do not
+// depend on the prefill chunking, the thread count or batch neighbours.
+func checkBitIdentical(t *testing.T, s Spec) {
 	w := randWeights(s, 3)
 	const pt = 4
 	r := rand.New(rand.NewPCG(5, 6))
@@ -317,10 +382,26 @@ func TestForwardRejectsBadChunks(t *testing.T) {
 	if _, err := New(s, bad, newTestPages(1, 1), Options{MaxBatchTokens: 1, PageTokens: 1}); err == nil {
 		t.Error("New accepted a wrong-size k_proj")
 	}
+	// Weights and spec must agree on the family's tensors.
+	qwen3 := familySpecs()["qk-norm"]
+	noNorm := randWeights(qwen3, 1)
+	noNorm.Layers[1].KNorm = nil
+	if _, err := New(qwen3, noNorm, newTestPages(1, 1), Options{MaxBatchTokens: 1, PageTokens: 1}); err == nil {
+		t.Error("New accepted a q/k-norm spec with weights lacking the norms")
+	}
+	withBias := randWeights(familySpecs()["qkv-bias"], 1)
+	if _, err := New(s, withBias, newTestPages(1, 1), Options{MaxBatchTokens: 1, PageTokens: 1}); err == nil {
+		t.Error("New accepted biases the spec does not have")
+	}
 }
 
 func TestDecodeStepDoesNotAllocate(t *testing.T) {
-	s := testSpec()
+	for name, s := range familySpecs() {
+		t.Run(name, func(t *testing.T) { checkDecodeAllocs(t, s) })
+	}
+}
+
+func checkDecodeAllocs(t *testing.T, s Spec) {
 	const pt = 4
 	pages := newTestPages(64, s.PageBytes(pt))
 	b, err := New(s, randWeights(s, 2), pages, Options{Threads: 2, MaxBatchTokens: 96, PageTokens: pt})

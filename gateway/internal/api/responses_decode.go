@@ -1,0 +1,235 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// responseParams are the fields of a /v1/responses request that its
+// response object echoes back.
+type responseParams struct {
+	instructions *string
+	maxOutput    *int64
+	temperature  float64
+	topP         float64
+}
+
+// decodeResponsesRequest parses and validates a /v1/responses body into
+// the chat form the core serves: instructions become a leading system
+// message, input the messages after it. warden keeps no state between
+// requests, so previous_response_id and conversation are refused; store
+// is accepted and ignored (nothing is ever stored; the response says
+// "store": false).
+func decodeResponsesRequest(body []byte, maxTokens int64) (*GenerateRequest, *responseParams, *Error) {
+	f, e := splitBody(body)
+	if e != nil {
+		return nil, nil, e
+	}
+	d := &decoder{f: f, r: &GenerateRequest{Kind: KindChat}, maxTokens: maxTokens}
+	p := &responseParams{temperature: 1, topP: 1}
+	for _, step := range []func() *Error{
+		d.model, func() *Error { return d.responsesInput(p) }, d.maxOutputTokens, d.sampling, d.responsesStream,
+		d.user, d.priority, d.responsesOptions, d.otherFields,
+	} {
+		if e := step(); e != nil {
+			return nil, nil, e
+		}
+	}
+	p.maxOutput = d.r.MaxTokens
+	if d.r.Temperature != nil {
+		p.temperature = *d.r.Temperature
+	}
+	if d.r.TopP != nil {
+		p.topP = *d.r.TopP
+	}
+	return d.r, p, nil
+}
+
+// responsesInput reads instructions and input (a string, or an array of
+// message items).
+func (d *decoder) responsesInput(p *responseParams) *Error {
+	if raw := d.f.get("instructions"); raw != nil {
+		s, e := decodeString(raw, "instructions")
+		if e != nil {
+			return e
+		}
+		p.instructions = &s
+		d.r.Messages = append(d.r.Messages, Message{Role: "system", Content: s})
+	}
+	raw := d.f.get("input")
+	if raw == nil {
+		return missing("input")
+	}
+	if raw[0] == '"' {
+		s, e := decodeString(raw, "input")
+		if e != nil {
+			return e
+		}
+		d.r.Messages = append(d.r.Messages, Message{Role: "user", Content: s})
+		return nil
+	}
+	items, e := decodeArray(raw, "input", "a string or an array of input items")
+	if e != nil {
+		return e
+	}
+	if len(items) == 0 {
+		return InvalidRequest("input", CodeEmptyArray, "Invalid 'input': empty array. Expected at least 1 item.")
+	}
+	for i, item := range items {
+		m, e := decodeInputItem(item, fmt.Sprintf("input[%d]", i))
+		if e != nil {
+			return e
+		}
+		d.r.Messages = append(d.r.Messages, m)
+	}
+	return nil
+}
+
+// decodeInputItem reads one input item: a message with a role and text
+// content. Tool calls and their outputs, reasoning items and item
+// references are not supported.
+func decodeInputItem(raw json.RawMessage, param string) (Message, *Error) {
+	f, e := decodeObject(raw, param)
+	if e != nil {
+		return Message{}, e
+	}
+	if rawType := f.get("type"); rawType != nil {
+		typ, e := decodeString(rawType, param+".type")
+		if e != nil {
+			return Message{}, e
+		}
+		switch typ {
+		case "message":
+		case "function_call", "function_call_output", "reasoning", "item_reference", "file_search_call",
+			"web_search_call", "computer_call", "computer_call_output", "image_generation_call",
+			"code_interpreter_call", "local_shell_call", "local_shell_call_output", "mcp_call",
+			"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
+			"custom_tool_call_output":
+			return Message{}, InvalidRequest(param+".type", CodeUnsupportedValue, fmt.Sprintf(
+				"Unsupported input item type %q: this server supports message items only (no tools, no stored items).", typ))
+		default:
+			return Message{}, InvalidRequest(param+".type", CodeInvalidValue,
+				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", got %q.", param, typ))
+		}
+	}
+	rawRole := f.get("role")
+	if rawRole == nil {
+		return Message{}, missing(param + ".role")
+	}
+	role, e := decodeString(rawRole, param+".role")
+	if e != nil {
+		return Message{}, e
+	}
+	switch role {
+	case "system", "user", "assistant", "developer":
+	default:
+		return Message{}, InvalidRequest(param+".role", CodeInvalidValue, fmt.Sprintf(
+			"Invalid value for '%s.role': expected one of system, user, assistant, developer; got %q.", param, role))
+	}
+	content, e := decodeTextParts(f.get("content"), param+".content", "input_text", "output_text", "text")
+	if e != nil {
+		return Message{}, e
+	}
+	return Message{Role: role, Content: content}, nil
+}
+
+// maxOutputTokens reads max_output_tokens, the Responses API's
+// max_tokens.
+func (d *decoder) maxOutputTokens() *Error {
+	if raw := d.f.get("max_output_tokens"); raw != nil {
+		v, e := decodeIntIn(raw, "max_output_tokens", 1, d.maxTokens)
+		if e != nil {
+			return e
+		}
+		d.r.MaxTokens = &v
+	}
+	return nil
+}
+
+// responsesStream reads stream; a responses stream always ends with the
+// whole response, usage included.
+func (d *decoder) responsesStream() *Error {
+	if raw := d.f.get("stream"); raw != nil {
+		var e *Error
+		if d.r.Stream, e = decodeBool(raw, "stream"); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// responsesOptions applies the policy for the Responses API's own fields
+// that change the output or need state: refused unless at their default.
+func (d *decoder) responsesOptions() *Error {
+	stateless := func(name string) *Error {
+		return InvalidRequest(name, CodeUnsupportedParameter, fmt.Sprintf(
+			"Unsupported parameter: '%s'. This server does not store responses or conversations; send the whole conversation in 'input' instead.", name))
+	}
+	for _, name := range []string{"previous_response_id", "conversation"} {
+		if d.f.get(name) != nil {
+			return stateless(name)
+		}
+	}
+	if raw := d.f.get("store"); raw != nil {
+		if _, e := decodeBool(raw, "store"); e != nil {
+			return e
+		}
+	}
+	checks := []struct {
+		name     string
+		defaults []any
+	}{
+		{"background", []any{false}},
+		{"include", []any{[]any{}}},
+		{"truncation", []any{"disabled"}},
+		{"reasoning", []any{map[string]any{}}},
+		{"prompt", nil},
+	}
+	for _, c := range checks {
+		if raw := d.f.get(c.name); raw != nil && (c.defaults == nil || !isDefault(raw, c.defaults...)) {
+			return InvalidRequest(c.name, CodeUnsupportedParameter,
+				fmt.Sprintf("Unsupported parameter: '%s' is only accepted at its default value by this server.", c.name))
+		}
+	}
+	return d.textOptions()
+}
+
+// textOptions checks text.format (plain text only) and text.verbosity.
+func (d *decoder) textOptions() *Error {
+	raw := d.f.get("text")
+	if raw == nil {
+		return nil
+	}
+	text, e := decodeObject(raw, "text")
+	if e != nil {
+		return e
+	}
+	if raw := text.get("format"); raw != nil {
+		format, e := decodeObject(raw, "text.format")
+		if e != nil {
+			return e
+		}
+		rawType := format.get("type")
+		if rawType == nil {
+			return missing("text.format.type")
+		}
+		typ, e := decodeString(rawType, "text.format.type")
+		if e != nil {
+			return e
+		}
+		switch typ {
+		case "text":
+		case "json_object", "json_schema":
+			return InvalidRequest("text.format.type", CodeUnsupportedValue, fmt.Sprintf(
+				"Unsupported value for 'text.format.type': %q (structured outputs) is not supported by this server yet; use \"text\".", typ))
+		default:
+			return InvalidRequest("text.format.type", CodeInvalidValue,
+				fmt.Sprintf("Invalid value for 'text.format.type': expected \"text\", \"json_object\" or \"json_schema\", got %q.", typ))
+		}
+	}
+	if raw := text.get("verbosity"); raw != nil && !isDefault(raw, "medium") {
+		return InvalidRequest("text.verbosity", CodeUnsupportedValue,
+			"Unsupported value for 'text.verbosity': only \"medium\" is supported by this server.")
+	}
+	return nil
+}

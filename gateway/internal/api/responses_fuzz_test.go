@@ -1,0 +1,28 @@
+package api
+
+import "testing"
+
+// FuzzDecodeResponsesRequest: the /v1/responses decoder keeps the same
+// contract as the others (exactly one of a valid chat request and a 400)
+// on any body, and its params agree with the request.
+func FuzzDecodeResponsesRequest(f *testing.F) {
+	for _, s := range append(fuzzSeeds(),
+		`{"model":"tiny","input":"hi","instructions":"be brief","max_output_tokens":5,"stream":true,"store":true}`,
+		`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"message","role":"assistant","content":"b"}]}`,
+		`{"model":"tiny","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}`,
+		`{"model":"tiny","input":"hi","previous_response_id":"resp_1","text":{"format":{"type":"json_schema"}}}`,
+		`{"model":"tiny","input":"hi","text":{"format":{"type":"text"},"verbosity":"medium"},"reasoning":{},"include":[]}`,
+	) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, p, e := decodeResponsesRequest(body, DefaultMaxTokensLimit)
+		checkDecodeResult(t, KindChat, req, e)
+		if (p == nil) != (req == nil) {
+			t.Fatalf("params %v with request %v", p, req)
+		}
+		if req != nil && (req.MaxTokens != p.maxOutput || req.IncludeUsage) {
+			t.Fatalf("request %+v, params %+v", req, p)
+		}
+	})
+}

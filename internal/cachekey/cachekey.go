@@ -1,0 +1,126 @@
+// Package cachekey names prefix-cache content (DESIGN I3, I8): the cache
+// domain whose requests may share sealed KV pages, derived server-side from
+// the tenant, and the chain hash that identifies a page of prompt KV by
+// every token up to and including it.
+//
+// A domain is HMAC-SHA256(server secret, tenant[, key]): no client field
+// enters it, so a client can neither choose nor widen it; a tenant setting
+// may only narrow it (Mode key: one domain per API key) or switch caching
+// off. The chain hash of page i covers the domain, the model/format
+// version and tokens [0, (i+1)·pageTokens), so equal hashes mean equal KV
+// in one domain and one model, and two domains never produce the same
+// hash for the same tokens.
+package cachekey
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+)
+
+// MetadataDomain is the gRPC metadata key with which the gateway passes a
+// request's cache domain (64 hex digits) to a worker's Generate. Absent
+// means the request uses no cache. Only the authenticated gateway can
+// call a worker (I10); no client field reaches it.
+const MetadataDomain = "warden-cache-domain"
+
+// MetadataCachedTokens is the response header in which a worker's
+// Generate reports how many prompt tokens it reused from the cache
+// (usage.prompt_tokens_details.cached_tokens).
+const MetadataCachedTokens = "warden-cached-tokens"
+
+// Domain is a cache domain: requests share sealed pages only within one.
+type Domain [32]byte
+
+// Hash is the chain hash of one full page of prompt tokens.
+type Hash [32]byte
+
+// Mode is a tenant's prefix-cache setting.
+type Mode string
+
+// Modes. The zero Mode means ModeTenant.
+const (
+	// ModeTenant: one domain per tenant (the default).
+	ModeTenant Mode = "tenant"
+	// ModeKey: one domain per API key of the tenant (narrower).
+	ModeKey Mode = "key"
+	// ModeOff: no caching; requests share nothing.
+	ModeOff Mode = "off"
+)
+
+// ParseMode checks a configured mode; "" is ModeTenant.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case "", ModeTenant:
+		return ModeTenant, nil
+	case ModeKey, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("cachekey: unknown prefix cache mode %q (want tenant, key or off)", s)
+}
+
+// MinSecretBytes is the shortest server secret Derive accepts.
+const MinSecretBytes = 16
+
+// Derive returns the cache domain of a request of tenant made with API key
+// keyID under mode, and false when the request must not use the cache
+// (ModeOff, an empty tenant, a ModeKey request without a key, or a secret
+// shorter than MinSecretBytes). Only server-side values enter it.
+func Derive(secret []byte, mode Mode, tenant, keyID string) (Domain, bool) {
+	if len(secret) < MinSecretBytes || tenant == "" {
+		return Domain{}, false
+	}
+	mac := hmac.New(sha256.New, secret)
+	switch mode {
+	case "", ModeTenant:
+		writeField(mac, "tenant")
+		writeField(mac, tenant)
+	case ModeKey:
+		if keyID == "" {
+			return Domain{}, false
+		}
+		writeField(mac, "key")
+		writeField(mac, tenant)
+		writeField(mac, keyID)
+	default:
+		return Domain{}, false
+	}
+	var d Domain
+	mac.Sum(d[:0])
+	return d, true
+}
+
+// writeField writes s length-prefixed, so field boundaries cannot shift.
+func writeField(w interface{ Write([]byte) (int, error) }, s string) {
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+	w.Write(n[:])
+	w.Write([]byte(s))
+}
+
+// Chain returns the chain hashes of the full pages of tokens: element i
+// covers tokens [0, (i+1)·pageTokens) in domain d under model/format
+// version. A trailing partial page has no hash. pageTokens must be > 0.
+func Chain(d Domain, version uint64, tokens []int32, pageTokens int) []Hash {
+	n := len(tokens) / pageTokens
+	out := make([]Hash, n)
+	var prev Hash
+	buf := make([]byte, 0, 32+8+4*pageTokens)
+	for i := range n {
+		buf = buf[:0]
+		if i == 0 {
+			buf = append(buf, "warden-prefix-v1"...)
+			buf = append(buf, d[:]...)
+			buf = binary.LittleEndian.AppendUint64(buf, version)
+		} else {
+			buf = append(buf, prev[:]...)
+		}
+		for _, t := range tokens[i*pageTokens : (i+1)*pageTokens] {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(t))
+		}
+		prev = sha256.Sum256(buf)
+		out[i] = prev
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/warden-ai/warden/internal/probe"
+)
+
+// runProbe audits an OpenAI-compatible endpoint for cross-tenant leakage.
+// Exit codes: 0 no finding, 1 a finding, 2 the probe could not run.
+func runProbe(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "probe", "probe --base-url URL --key KEY_A [--key KEY_B] [flags]")
+	var keys listFlag
+	cfg := probe.Config{}
+	fs.StringVar(&cfg.BaseURL, "base-url", "", "the endpoint's API root, e.g. https://127.0.0.1:8443/v1 (required)")
+	fs.Var(&keys, "key", "an API key; give keys of two tenants for the cross-tenant checks (repeatable)")
+	fs.StringVar(&cfg.Model, "model", "", "model to probe (default: the first one listed)")
+	fs.StringVar(&cfg.CACert, "cacert", "", "PEM file of a CA to trust (a dev CA)")
+	fs.StringVar(&cfg.Tokenizer, "tokenizer", "", "model directory with the endpoint's tokenizer: usage is checked exactly")
+	fs.IntVar(&cfg.Budget, "budget", probe.DefaultBudget, "at most this many requests")
+	fs.DurationVar(&cfg.Duration, "duration", probe.DefaultDuration, "at most this long")
+	fs.IntVar(&cfg.Concurrency, "concurrency", probe.DefaultConcurrency, "requests in flight per key in the marker test")
+	fs.IntVar(&cfg.LadderRounds, "rounds", probe.DefaultLadderRounds, "times each key climbs the prompt-length ladder")
+	fs.IntVar(&cfg.TimingSamples, "timing-samples", probe.DefaultTimingSamples, "probes per group in the prefix-cache timing test (0 skips it)")
+	fs.Float64Var(&cfg.Alpha, "alpha", probe.DefaultAlpha, "significance level of the timing test")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed for markers and filler (default: from the clock)")
+	reportPath := fs.String("report", "", "write the JSON report to this file")
+	quiet := fs.Bool("quiet", false, "no progress lines")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if cfg.BaseURL == "" || len(keys) == 0 {
+		fmt.Fprintln(e.stderr, "warden probe: --base-url and at least one --key are required")
+		fs.Usage()
+		return errUsage
+	}
+	cfg.Keys = keys
+	if len(keys) == 1 {
+		fmt.Fprintln(e.stderr, "warden probe: one key: the cross-tenant checks are skipped")
+	}
+	if !*quiet {
+		cfg.Progress = func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, "%s probe: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+		}
+	}
+	rep, err := probe.Run(ctx, cfg)
+	if err != nil {
+		code := 2
+		if !errors.Is(err, probe.ErrCannotRun) {
+			err = fmt.Errorf("%w: %w", probe.ErrCannotRun, err)
+		}
+		return exitError{code: code, msg: "probe: " + err.Error()}
+	}
+	rep.WriteText(e.stdout)
+	if *reportPath != "" {
+		f, err := os.Create(*reportPath)
+		if err != nil {
+			return exitError{code: 2, msg: "probe: " + err.Error()}
+		}
+		werr := rep.WriteJSON(f)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return exitError{code: 2, msg: "probe: writing the report: " + werr.Error()}
+		}
+	}
+	if code := rep.ExitCode(); code != 0 {
+		return exitError{code: code}
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+// Package probe audits an OpenAI-compatible endpoint for cross-tenant
+// leakage from the outside, the way the incident that motivates warden was
+// found: unique markers in prompts lengthened past the context limit, from
+// two tenants at once, with aborts; the same prompt alone and under the
+// other tenant's load; prefix-cache timing across tenants; admission and
+// usage; and whether client-steered internals are accepted. It needs only
+// the endpoint's URL and API keys, so it runs against warden, vLLM, SGLang
+// or a hosted API alike (`warden probe`; docs/probe.md).
+package probe
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/warden-ai/warden/internal/tokenizer"
+)
+
+// Defaults of Config.
+const (
+	DefaultBudget         = 600
+	DefaultDuration       = 10 * time.Minute
+	DefaultConcurrency    = 4
+	DefaultTimingSamples  = 100
+	DefaultAlpha          = 0.01
+	DefaultLadderRounds   = 2
+	defaultMaxTokens      = 16
+	consistencyMaxTokens  = 24
+	consistencyAloneRuns  = 3
+	consistencyLoadedRuns = 4
+)
+
+// Config is one probe run.
+type Config struct {
+	// BaseURL is the API root, with or without the trailing /v1.
+	BaseURL string
+	// Keys are API keys of distinct tenants: at least one; the
+	// cross-tenant checks need two.
+	Keys []string
+	// Model to probe; empty: the first model the first key lists.
+	Model string
+	// CACert is a PEM file of extra roots to trust (a dev CA).
+	CACert string
+	// Tokenizer is a model directory (tokenizer.json,
+	// tokenizer_config.json) whose tokenizer the endpoint uses: usage is
+	// then compared exactly.
+	Tokenizer string
+	// Budget bounds the number of requests; Duration the wall time.
+	Budget   int
+	Duration time.Duration
+	// Concurrency is the number of requests in flight per key in the
+	// marker test.
+	Concurrency int
+	// LadderRounds is how many times each key climbs the length ladder.
+	LadderRounds int
+	// TimingSamples is the number of probes per group of the timing test
+	// (0: skip it).
+	TimingSamples int
+	// Alpha is the significance level of the timing test.
+	Alpha float64
+	// Seed makes the markers and filler reproducible (0: from the clock).
+	Seed uint64
+	// Progress, when set, receives a line per step.
+	Progress func(format string, args ...any)
+}
+
+func (c *Config) defaults() {
+	if c.Budget <= 0 {
+		c.Budget = DefaultBudget
+	}
+	if c.Duration <= 0 {
+		c.Duration = DefaultDuration
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.LadderRounds <= 0 {
+		c.LadderRounds = DefaultLadderRounds
+	}
+	if c.Alpha <= 0 {
+		c.Alpha = DefaultAlpha
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Progress == nil {
+		c.Progress = func(string, ...any) {}
+	}
+}
+
+// ErrCannotRun means the probe could not start (exit code 2).
+var ErrCannotRun = errors.New("probe cannot run")
+
+// run is the state of one probe run.
+type run struct {
+	cfg     Config
+	clients []*client
+	gen     *textGen
+	index   *leakIndex
+	tok     *tokenizer.Tokenizer
+	model   string
+	// ctx is the context length in tokens and how it was learned.
+	ctxLen    int
+	ctxSource string
+	// Tokens per filler word and the fixed overhead of a prompt (template,
+	// instruction, markers), from calibration.
+	perWord, overhead float64
+	report            *Report
+}
+
+// Run probes the endpoint and returns its report. An error wrapping
+// ErrCannotRun means nothing could be judged.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	if len(cfg.Keys) == 0 {
+		return nil, fmt.Errorf("%w: no API key", ErrCannotRun)
+	}
+	hc, err := httpClient(cfg.CACert)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCannotRun, err)
+	}
+	b := &budget{deadline: time.Now().Add(cfg.Duration)}
+	b.left.Store(int64(cfg.Budget))
+	base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1") + "/v1"
+	r := &run{cfg: cfg, gen: newTextGen(cfg.Seed), index: newLeakIndex()}
+	for i, k := range cfg.Keys {
+		r.clients = append(r.clients, &client{base: base, key: k, label: string(rune('A' + i)), http: hc, budget: b})
+	}
+	r.report = &Report{Target: base, Keys: len(cfg.Keys), Seed: cfg.Seed, Started: time.Now().UTC()}
+	if cfg.Tokenizer != "" {
+		if r.tok, err = tokenizer.Load(cfg.Tokenizer); err != nil {
+			return nil, fmt.Errorf("%w: --tokenizer: %w", ErrCannotRun, err)
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, b.deadline.Add(time.Minute))
+	defer cancel()
+	if err := r.setup(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCannotRun, err)
+	}
+	r.report.Model, r.report.ContextLength, r.report.ContextSource = r.model, r.ctxLen, r.ctxSource
+	r.report.add(r.steering(ctx))
+	baseline := r.consistencyAlone(ctx)
+	ladder, loaded := r.markerLadder(ctx, baseline)
+	r.report.add(ladder...)
+	r.report.add(loaded)
+	r.report.add(r.timing(ctx))
+	r.report.Requests = cfg.Budget - int(max(b.left.Load(), 0))
+	r.report.Duration = time.Since(r.report.Started).Seconds()
+	return r.report, nil
+}
+
+func httpClient(caFile string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, err
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: tr, Timeout: 5 * time.Minute}, nil
+}
+
+// setup picks the model, learns its context length and calibrates how
+// many tokens a filler word costs.
+func (r *run) setup(ctx context.Context) error {
+	a := r.clients[0]
+	models, err := a.models(ctx)
+	if err != nil {
+		return err
+	}
+	var m *modelInfo
+	for i := range models {
+		if r.cfg.Model == "" || models[i].ID == r.cfg.Model {
+			m = &models[i]
+			break
+		}
+	}
+	if m == nil {
+		return fmt.Errorf("model %q is not listed for key A", r.cfg.Model)
+	}
+	r.model = m.ID
+	for _, c := range r.clients[1:] {
+		if _, err := c.models(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.calibrate(ctx); err != nil {
+		return err
+	}
+	r.cfg.Progress("model %s: %.2f tokens per filler word, %.0f tokens of overhead", r.model, r.perWord, r.overhead)
+	if m.ContextLength > 0 {
+		r.ctxLen, r.ctxSource = m.ContextLength, "advertised"
+	} else if err := r.discoverContext(ctx); err != nil {
+		return err
+	}
+	r.cfg.Progress("context length %d (%s)", r.ctxLen, r.ctxSource)
+	return nil
+}
+
+// calibrate measures the prompt tokens of two prompts of known word counts.
+func (r *run) calibrate(ctx context.Context) error {
+	const w1, w2 = 20, 200
+	var p [2]int
+	for i, w := range []int{w1, w2} {
+		mp := r.gen.markedPrompt(w)
+		res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1})
+		if err != nil {
+			return err
+		}
+		if res.Status != http.StatusOK {
+			return fmt.Errorf("a %d-word prompt with key A: %d %s %s", w, res.Status, res.ErrCode, res.ErrMsg)
+		}
+		p[i] = res.PromptTokens
+		if r.tok != nil {
+			p[i] = r.exactTokens(mp.Text)
+		}
+	}
+	if p[0] <= 0 || p[1] <= p[0] {
+		// No usage reported: assume three tokens per word, an
+		// overestimate for these syllables in every BPE vocabulary tried.
+		r.perWord, r.overhead = 3, 40
+		r.report.Notes = append(r.report.Notes, "the endpoint reports no usage: prompt lengths are estimated")
+		return nil
+	}
+	r.perWord = float64(p[1]-p[0]) / (w2 - w1)
+	r.overhead = float64(p[0]) - r.perWord*w1
+	return nil
+}
+
+// wordsFor returns the filler words that make a prompt of about n tokens.
+func (r *run) wordsFor(n int) int {
+	return max(4, int((float64(n)-r.overhead)/r.perWord))
+}
+
+// tokensFor estimates the prompt tokens of a prompt of w filler words.
+func (r *run) tokensFor(w int) int { return int(r.overhead + r.perWord*float64(w)) }
+
+// exactTokens counts prompt tokens with the endpoint's own tokenizer.
+func (r *run) exactTokens(prompt string) int {
+	ids, err := r.tok.ApplyChatTemplate([]tokenizer.Message{{Role: "user", Content: prompt}}, true)
+	if err != nil {
+		return -1
+	}
+	return len(ids)
+}
+
+// discoverContext finds the context length by bisection on 400
+// context_length_exceeded, when the endpoint does not advertise it.
+func (r *run) discoverContext(ctx context.Context) error {
+	a := r.clients[0]
+	fits := func(words int) (bool, error) {
+		res, err := a.chat(ctx, chatRequest{Model: r.model, Prompt: r.gen.markedPrompt(words).Text, MaxTokens: 1})
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case res.Status == http.StatusOK:
+			return true, nil
+		case res.Status == http.StatusBadRequest:
+			return false, nil
+		default:
+			return false, fmt.Errorf("finding the context length: %d %s %s", res.Status, res.ErrCode, res.ErrMsg)
+		}
+	}
+	lo, hi := 0, 1024
+	for {
+		ok, err := fits(hi)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		lo = hi
+		if hi *= 2; r.tokensFor(hi) > 1<<21 {
+			return errors.New("no context limit found below 2M tokens")
+		}
+	}
+	for hi-lo > max(8, lo/64) {
+		mid := (lo + hi) / 2
+		ok, err := fits(mid)
+		if err != nil {
+			return err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	r.ctxLen, r.ctxSource = r.tokensFor(lo)+1, "discovered by bisection"
+	return nil
+}

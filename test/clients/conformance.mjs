@@ -1,0 +1,83 @@
+// Client conformance: drives warden with the official OpenAI Node SDK and
+// the Vercel AI SDK (default provider, so the Responses API), greedy, and
+// checks that every client sees the same text as a plain chat request.
+// Run by test/clients_test.go with WARDEN_BASE_URL, WARDEN_API_KEY,
+// WARDEN_MODEL and NODE_EXTRA_CA_CERTS set; prints one "ok <scenario>" line
+// per scenario and exits non-zero on the first failure.
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { createOpenAI } from "@ai-sdk/openai";
+import { generateText, streamText } from "ai";
+
+const baseURL = process.env.WARDEN_BASE_URL;
+const apiKey = process.env.WARDEN_API_KEY;
+const model = process.env.WARDEN_MODEL;
+const prompt = "Tell me a story.";
+const max = 12;
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+const ok = (name) => console.log(`ok ${name}`);
+
+// The reference: a plain chat completion, greedy.
+const chat = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: prompt }], max_tokens: max, temperature: 0,
+});
+const want = chat.choices[0].message.content;
+assert.equal(want, process.env.WARDEN_WANT, "chat answer differs from the reference model's");
+assert.equal(chat.usage.prompt_tokens_details.cached_tokens, 0);
+ok("node chat");
+
+// models.retrieve, and its typed 404.
+const m = await client.models.retrieve(model);
+assert.equal(m.id, model);
+assert.ok(m.context_length > 0);
+await assert.rejects(client.models.retrieve("no-such-model"), (e) => e instanceof OpenAI.NotFoundError && e.code === "model_not_found");
+ok("node models.retrieve");
+
+// Typed errors: a bad key, an unsupported parameter.
+const bad = new OpenAI({ baseURL, apiKey: "wdn_bad_key", maxRetries: 0 });
+await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.code === "invalid_api_key");
+await assert.rejects(
+  client.responses.create({ model, input: prompt, previous_response_id: "resp_x" }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id",
+);
+// Tools are not served yet: refused naming the field, never ignored.
+await assert.rejects(
+  client.chat.completions.create({
+    model, messages: [{ role: "user", content: prompt }],
+    tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }],
+  }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === "tools" && e.code === "unsupported_parameter",
+);
+ok("node typed errors");
+
+// responses.create, not streamed and streamed.
+const resp = await client.responses.create({ model, input: prompt, max_output_tokens: max, temperature: 0 });
+assert.equal(resp.output_text, want);
+assert.equal(resp.usage.input_tokens, chat.usage.prompt_tokens);
+assert.equal(resp.usage.output_tokens, chat.usage.completion_tokens);
+ok("node responses.create");
+
+const stream = await client.responses.create({ model, input: prompt, max_output_tokens: max, temperature: 0, stream: true });
+let deltas = "";
+let final;
+for await (const ev of stream) {
+  if (ev.type === "response.output_text.delta") deltas += ev.delta;
+  if (ev.type === "response.completed" || ev.type === "response.incomplete") final = ev.response;
+}
+assert.equal(deltas, want);
+assert.equal(final.output[0].content[0].text, want);
+ok("node responses.create stream");
+
+// The Vercel AI SDK's default provider calls /v1/responses.
+const openai = createOpenAI({ baseURL, apiKey });
+const gen = await generateText({ model: openai(model), prompt, maxOutputTokens: max, temperature: 0, maxRetries: 0 });
+assert.equal(gen.text, want);
+assert.equal(gen.usage.inputTokens, chat.usage.prompt_tokens);
+ok("ai-sdk generateText");
+
+const st = streamText({ model: openai(model), prompt, maxOutputTokens: max, temperature: 0, maxRetries: 0, onError: ({ error }) => { throw error; } });
+let text = "";
+for await (const part of st.textStream) text += part;
+assert.equal(text, want);
+assert.ok(["length", "stop"].includes(await st.finishReason));
+ok("ai-sdk streamText");

@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/test/harness"
+)
+
+// Pinned client libraries for TestClientConformance, installed by
+// scripts/npm-cache.sh into a cache outside the repository.
+var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0.118", "zod@4.6.7"}
+
+// TestClientConformance drives `warden up` (P/D) with the official OpenAI
+// Node SDK and the Vercel AI SDK's default provider (the Responses API):
+// chat, models.retrieve, typed errors, responses.create streamed and not,
+// generateText and streamText. Every client must see exactly the text of
+// the float64 reference model (greedy). Without node/npm it is skipped,
+// except under CI.
+func TestClientConformance(t *testing.T) {
+	modules := installClients(t)
+	state := t.TempDir()
+	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), "up", "--state-dir", state, "--listen", "127.0.0.1:0")
+	up.Env = append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir)
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Kill() })
+	info := waitUp(t, up)
+
+	const prompt, maxTokens = "Tell me a story.", 12 // as in conformance.mjs
+	want, err := reference(t, harness.ModelTiny).Chat(context.Background(), []tokenizer.Message{{Role: "user", Content: prompt}}, maxTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ESM resolves packages next to the script: run a copy beside the cache.
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("clients", "conformance.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "conformance.mjs"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "node", "conformance.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL=tiny",
+		"WARDEN_WANT="+want.Text, "NODE_EXTRA_CA_CERTS="+info.ca)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s", err, out, up.Log())
+	}
+	for _, scenario := range []string{"node chat", "node models.retrieve", "node typed errors", "node responses.create",
+		"node responses.create stream", "ai-sdk generateText", "ai-sdk streamText"} {
+		if !strings.Contains(string(out), "ok "+scenario+"\n") {
+			t.Errorf("scenario %q did not pass:\n%s", scenario, out)
+		}
+	}
+}
+
+// installClients installs clientPackages and returns their node_modules.
+func installClients(t *testing.T) string {
+	t.Helper()
+	for _, bin := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is required under CI: %v", bin, err)
+			}
+			t.Skipf("%s not installed", bin)
+		}
+	}
+	out, err := exec.CommandContext(t.Context(), filepath.Join("..", "scripts", "npm-cache.sh"), clientPackages...).Output()
+	if err != nil {
+		t.Fatalf("installing %v: %v", clientPackages, err)
+	}
+	return strings.TrimSpace(string(out))
+}
