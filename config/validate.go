@@ -365,6 +365,10 @@ func (c *Config) validateWorker(v *validator) {
 	}
 	v.positiveDuration("worker.transfer.drain_timeout", t.DrainTimeout)
 	v.positiveDuration("worker.transfer.reserve_timeout", t.ReserveTimeout)
+	v.positiveDuration("worker.transfer.reserve_timeout_max", t.ReserveTimeoutMax)
+	if t.ReserveTimeoutMax > 0 && t.ReserveTimeoutMax < t.ReserveTimeout {
+		v.add("worker.transfer.reserve_timeout_max", "must be >= worker.transfer.reserve_timeout (%s)", t.ReserveTimeout)
+	}
 }
 
 func (o *Observability) validate(v *validator) {

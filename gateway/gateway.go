@@ -48,6 +48,8 @@ type Gateway struct {
 	modelLimits *tenant.ModelLimitsCache
 	admission   *admission.Controller
 	tokenizers  *tokenizers
+	layouts     *layoutAgreement
+	rates       prefillRates // measured prefill time per token, for reservation timeouts
 	table       *lifecycle.Table
 	journal     *tenant.ReleaseJournal
 	queue       *fairqueue.Queue
@@ -200,11 +202,13 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		GatewayID:        "gateway-" + hostname,
 		HeartbeatTimeout: cfg.Gateway.HeartbeatTimeout,
 		Dial:             func(addr string) (*grpc.ClientConn, error) { return grpc.NewClient(addr, dial...) },
+		Agree:            func(i *controlpb.WorkerInfo, p *controlpb.PoolStats) error { return g.layouts.agree(i, p) },
 		Accept:           g.acceptWorker,
 		OnChange:         g.onWorkerChange,
 		Logger:           g.logger,
 	})
 	g.tokenizers.reg = g.reg
+	g.layouts = newLayoutAgreement(g.reg, g.metrics)
 	g.metrics.workerStates(nil)
 
 	if err := g.listen(cluster, o.tracer); err != nil {

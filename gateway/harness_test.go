@@ -370,13 +370,14 @@ type fakeWorker struct {
 	// them free as soon as this one ended.
 	releaseBeforeDone bool
 
-	mu       sync.Mutex
-	total    int64
-	free     int64
-	calls    []call
-	reserved map[string]int64 // request → pages
-	cancels  map[string]context.CancelFunc
-	maxSeen  []int32 // sampling max_tokens of each Generate
+	mu          sync.Mutex
+	total       int64
+	free        int64
+	quarantined int64 // of total, neither free nor reserved
+	calls       []call
+	reserved    map[string]int64 // request → pages
+	cancels     map[string]context.CancelFunc
+	maxSeen     []int32 // sampling max_tokens of each Generate
 
 	srv      *grpc.Server
 	addr     string // control address
@@ -539,8 +540,8 @@ func (w *fakeWorker) kill() {
 func (w *fakeWorker) pool() *controlpb.PoolStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return &controlpb.PoolStats{TotalPages: w.total, FreePages: w.free, ReservedPages: w.total - w.free,
-		PageTokens: fakePageTokens, CapacityTokens: w.total * fakePageTokens}
+	return &controlpb.PoolStats{TotalPages: w.total, FreePages: w.free, ReservedPages: w.total - w.free - w.quarantined,
+		QuarantinedPages: w.quarantined, PageTokens: fakePageTokens, CapacityTokens: w.total * fakePageTokens}
 }
 
 func (w *fakeWorker) record(method string, owner *controlpb.Owner, cause string) {
@@ -578,6 +579,15 @@ func (w *fakeWorker) freePages() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.free
+}
+
+// quarantine moves n free pages to quarantine, as a decode worker does
+// when a dead writer's pages time out (I5).
+func (w *fakeWorker) quarantine(n int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.free -= n
+	w.quarantined += n
 }
 
 // setFree changes the free pages (as other traffic would).

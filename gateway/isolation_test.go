@@ -84,7 +84,8 @@ func TestPDMatchesSingleWorkerAcrossLengths(t *testing.T) {
 		cfg.Models[0].ContextLength /= 2 // see incidentGeometry
 	}
 	limit := cfg.Models[0].ContextLength // at most the pools' capacity
-	lens := []int{1, pdPageTokens - 1, pdPageTokens, pdPageTokens + 1, 2*pdPageTokens - 1, 2 * pdPageTokens, 2*pdPageTokens + 1, limit - maxTokens}
+	// The shortest prompt is BOS and one token: an empty prompt is a 400.
+	lens := []int{2, pdPageTokens - 1, pdPageTokens, pdPageTokens + 1, 2*pdPageTokens - 1, 2 * pdPageTokens, 2*pdPageTokens + 1, limit - maxTokens}
 	type probe struct {
 		n    int
 		text string
@@ -166,7 +167,7 @@ func TestPDStressWithAborts(t *testing.T) {
 		ref  reference
 	}
 	var prompts []prompt
-	for i, n := range []int{1, 5, 15, 16, 17, 23, 31, 32, 33, 40, 47, 64} {
+	for i, n := range []int{2, 5, 15, 16, 17, 23, 31, 32, 33, 40, 47, 64} { // 2: BOS and one token, the shortest prompt
 		text, ids := pt.text(t, n, uint64(100+i))
 		max := 4 + 2*(i%3)
 		prompts = append(prompts, prompt{text, max, ref.run(ids, max)})

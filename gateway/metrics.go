@@ -31,6 +31,7 @@ type metrics struct {
 	aborts        *prometheus.CounterVec   // stage, cause
 	integrity     *prometheus.CounterVec   // kind
 	refused       *prometheus.CounterVec   // reason
+	deg           degradedMetrics
 
 	models  map[string]bool // configured models (label values allowed)
 	tenants *labelCap       // nil: no tenant label
@@ -122,6 +123,10 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if m.deg, err = newDegradedMetrics(reg); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -220,6 +225,7 @@ func (m *metrics) modelState(s admission.State) {
 		agree = 1
 	}
 	m.agreement.WithLabelValues(s.Model).Set(agree)
+	m.deg.modelDegraded(s, s.Usable)
 }
 
 // workerStates exports the number of workers per role and state.

@@ -73,12 +73,29 @@ func TestMetricsExposition(t *testing.T) {
 	d.poolQuiet()
 	p.poolQuiet()
 
+	// The public API does not serve /metrics (it names tenants); the
+	// admin listener does, behind the admin token.
 	resp, err := tg.http.Get(tg.base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, _ := io.ReadAll(resp.Body)
+	public, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || strings.Contains(string(public), "acme") {
+		t.Errorf("unauthenticated /metrics on the API port: %s %s", resp.Status, public)
+	}
+	resp, err = tg.http.Get("https://" + tg.AdminAddr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/metrics on the admin listener without the token: %s", resp.Status)
+	}
+	code, gw := tg.admin(http.MethodGet, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics on the admin listener: %d %s", code, gw)
+	}
 	expositions := map[string][]byte{"gateway": gw, "decode worker": obstest.Exposition(t, dReg), "prefill worker": obstest.Exposition(t, pReg)}
 	for what, e := range expositions {
 		obstest.CheckMetrics(t, what, e)

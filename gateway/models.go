@@ -167,7 +167,8 @@ func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error
 func capacities(ws []registry.Snapshot) []admission.WorkerCapacity {
 	out := make([]admission.WorkerCapacity, len(ws))
 	for i, w := range ws {
-		out[i] = admission.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.Pool.CapacityTokens, MaxPositions: w.ModelMaxContext}
+		out[i] = admission.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.Pool.CapacityTokens,
+			UnusableTokens: w.Pool.CapacityTokens - w.Pool.UsableTokens(), MaxPositions: w.ModelMaxContext}
 	}
 	return out
 }

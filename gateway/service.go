@@ -212,12 +212,13 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	d := &driver{
 		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: lease.Info().Priority, tok: mt,
-		log:       g.logger.With("model", req.Model),
-		prompt:    prompt,
-		maxTokens: dec.MaxTokens,
-		sampling:  sampling(req, dec.MaxTokens),
-		stops:     req.Stop,
-		gen:       &generation{req: r, events: make(chan api.Event)},
+		log:         g.logger.With("model", req.Model),
+		prompt:      prompt,
+		promptParam: param,
+		maxTokens:   dec.MaxTokens,
+		sampling:    sampling(req, dec.MaxTokens),
+		stops:       req.Stop,
+		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil

@@ -122,8 +122,10 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 		TransferAddr: net.JoinHostPort("127.0.0.1", transferPort), TransferBackend: "tcp",
 		HostId: info.GetHostId(), TokenizerSha256: hex.EncodeToString(sum[:]),
 		ModelMaxContext: 16384, Backend: "cpu", Version: "v1.2.3",
+		// The tiny test model: 2 layers, K and V 32 wide.
+		KvDtype: "f32", KvLayout: "layer,kv,slot,kv_dim=2x2xTx32", WeightsSha256: info.GetWeightsSha256(),
 	}
-	if !proto.Equal(info, want) || info.GetHostId() == "" {
+	if !proto.Equal(info, want) || info.GetHostId() == "" || len(info.GetWeightsSha256()) != 64 {
 		t.Errorf("registered\n%v\nwant\n%v", info, want)
 	}
 	idle := &controlpb.PoolStats{TotalPages: testPages, FreePages: testPages, PageTokens: pageTokens, CapacityTokens: testPages * pageTokens}

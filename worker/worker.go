@@ -47,6 +47,7 @@ type Worker struct {
 	server         *grpc.Server
 	info           *controlpb.WorkerInfo
 	assets         *controlpb.ModelAssetsResponse
+	layout         layout // KV layout and weights hash, for the gateway's agreement check
 	version        uint64 // model/format version of sealed prefix pages
 	reserveTimeout time.Duration
 	transferAddr   string

@@ -72,6 +72,7 @@ func (c *Cluster) build(o Options) error {
 		if g.HTTP, err = httpClient(pki.CACert); err != nil {
 			return err
 		}
+		g.HTTP.Transport = &errorScan{next: g.HTTP.Transport}
 		if g.Admin, err = adminclient.New(adminclient.Config{URL: g.AdminURL, Token: c.AdminToken, Transport: g.HTTP.Transport}); err != nil {
 			return err
 		}

@@ -30,6 +30,10 @@ type Config struct {
 	Reload func() ([]string, error)
 	// Now is the clock (default day of /usage); nil means time.Now.
 	Now func() time.Time
+	// Metrics, if set, is served at GET /metrics behind the admin token:
+	// the gateway's metrics name tenants, so they are never served where
+	// strangers can read them.
+	Metrics http.Handler
 }
 
 // Cluster is the gateway's view of its workers and models.
@@ -64,6 +68,8 @@ type (
 	ModelView = adminclient.ModelView
 	// WorkerCapacity is one serving worker's pool size in tokens.
 	WorkerCapacity = adminclient.WorkerCapacity
+	// LayoutRefusal is a worker refused at registration (I11).
+	LayoutRefusal = adminclient.LayoutRefusal
 	// RequestView is one request, in flight or recently finished.
 	RequestView = adminclient.RequestView
 )
@@ -130,6 +136,9 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 	r.MethodNotAllowed(s.handle("route.method", func(_ http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusMethodNotAllowed, adminclient.CodeMethodNotAllowed, "", "Method %s is not allowed for %s.", r.Method, r.URL.Path)
 	}))
+	if cfg.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	}
 	r.Route("/admin/v1", func(r chi.Router) {
 		r.Post("/tenants", s.handle("tenant.create", s.createTenant))
 		r.Get("/tenants", s.handle("tenant.list", s.listTenants))

@@ -119,10 +119,13 @@ func RateLimited(message string, retryAfter time.Duration, headers http.Header) 
 }
 
 // ModelUnavailable is the 503 for a model that exists but cannot be served
-// now (no healthy worker, context policy "refuse", draining).
+// now (no healthy worker, context policy "refuse", draining), with
+// retry-after. reason is shown to API customers: it must name no worker,
+// address or pool size (those go to logs and the admin API).
 func ModelUnavailable(model, reason string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeModelUnavailable, Param: "model",
-		Message: fmt.Sprintf("The model %q cannot be served right now: %s", model, reason)}
+		Message: fmt.Sprintf("The model %q cannot be served right now: %s; retry shortly.", model, reason),
+		Headers: http.Header{"Retry-After": {"1"}}}
 }
 
 // Internal is the generic 500. It says nothing about the cause; log that

@@ -63,7 +63,10 @@ func clientRequestID(h http.Header) string {
 // else runs, so every response (404, 405, 413, panics) carries it.
 func (s *server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := &requestInfo{id: newRequestID(), clientID: clientRequestID(r.Header), start: s.now()}
+		info := &requestInfo{id: newRequestID(), start: s.now()}
+		if s.cfg.TrustClientRequestID {
+			info.clientID = clientRequestID(r.Header)
+		}
 		w.Header().Set("X-Request-Id", info.id)
 		// The HTTP server span (when traced) is found by the request ID too.
 		trace.SpanFromContext(r.Context()).SetAttributes(obs.AttrRequestID.String(info.id))

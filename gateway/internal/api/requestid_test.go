@@ -56,19 +56,31 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 }
 
 func TestClientRequestIDKeptSeparately(t *testing.T) {
-	for _, tc := range []struct{ header, value, want string }{
-		{"X-Request-Id", "trace-42", "trace-42"},
-		{"X-Client-Request-Id", "abc", "abc"},
-		{"X-Request-Id", "has space", ""},
-		{"X-Request-Id", strings.Repeat("a", 129), ""},
+	for _, tc := range []struct {
+		header, value, want string
+		trusted             bool
+	}{
+		{"X-Request-Id", "trace-42", "trace-42", true},
+		{"X-Client-Request-Id", "abc", "abc", true},
+		{"X-Request-Id", "has space", "", true},
+		{"X-Request-Id", strings.Repeat("a", 129), "", true},
+		// Untrusted (the default): neither kept nor logged.
+		{"X-Request-Id", "trace-42", "", false},
+		{"X-Client-Request-Id", "abc", "", false},
 	} {
 		svc := &fakeService{}
+		var logs bytes.Buffer
+		logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h := NewHandler(Config{MaxBodyBytes: 64 << 10, TrustClientRequestID: tc.trusted}, fakeAuth{}, svc, logger)
 		header := authJSON()
 		header.Set(tc.header, tc.value)
-		rec := do(newTestHandler(svc), "POST", "/v1/chat/completions", goodChat, header)
+		rec := do(h, "POST", "/v1/chat/completions", goodChat, header)
 		req := svc.lastRequest(t)
 		if req.ClientRequestID != tc.want || req.RequestID != rec.Header().Get("X-Request-Id") || req.RequestID == tc.value {
 			t.Errorf("%s=%q: client id %q, request id %q, header %q", tc.header, tc.value, req.ClientRequestID, req.RequestID, rec.Header().Get("X-Request-Id"))
+		}
+		if logged := strings.Contains(logs.String(), "client_request_id"); logged != (tc.want != "") {
+			t.Errorf("%s=%q trusted=%v: client_request_id logged %v:\n%s", tc.header, tc.value, tc.trusted, logged, logs.String())
 		}
 	}
 }
@@ -127,11 +139,13 @@ func TestAccessLog(t *testing.T) {
 	}
 }
 
-func TestHealthReadyMetrics(t *testing.T) {
+// TestHealthReadyNoMetrics: /healthz and /readyz answer without
+// authentication; /metrics is not on the public API at all (it names
+// tenants: the admin and ops listeners serve it).
+func TestHealthReadyNoMetrics(t *testing.T) {
 	ready := errors.New("no worker registered")
 	cfg := Config{
-		Ready:   func(context.Context) error { return ready },
-		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("warden_up 1\n")) }),
+		Ready: func(context.Context) error { return ready },
 	}
 	h := NewHandler(cfg, fakeAuth{}, &fakeService{}, nil)
 	check := func(path string, status int, body string) {
@@ -147,9 +161,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	ready = nil
 	check("/readyz", 200, `{"status":"ready"}`)
 	check("/health", 200, `{"status":"ready"}`)
-	check("/metrics", 200, "warden_up 1")
-
-	if rec := do(newTestHandler(&fakeService{}), "GET", "/metrics", "", nil); rec.Code != 404 {
-		t.Errorf("/metrics without a handler: %d", rec.Code)
+	if rec := do(h, "GET", "/metrics", "", nil); rec.Code != http.StatusNotFound || strings.Contains(rec.Body.String(), "warden_") {
+		t.Errorf("unauthenticated /metrics on the public API: %d %s", rec.Code, rec.Body)
 	}
 }

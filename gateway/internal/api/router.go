@@ -30,8 +30,12 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Ready reports readiness for GET /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
-	// Metrics, if set, is served at GET /metrics without authentication.
-	Metrics http.Handler
+	// TrustClientRequestID keeps the client's own request ID
+	// (x-client-request-id, else x-request-id) as client_request_id in
+	// the access log and GenerateRequest.ClientRequestID. False (the
+	// default) ignores it: a tenant could otherwise plant another
+	// request's ID in lines attributed to itself.
+	TrustClientRequestID bool
 	// CORSOrigins are the browser origins allowed to call the API
 	// cross-origin ("*": any); empty sends no CORS headers.
 	CORSOrigins []string
@@ -56,8 +60,9 @@ func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
 // /v1/models/{id}, /v1/completions, /v1/chat/completions, /v1/responses,
-// /healthz, /readyz (also as vLLM's /health) and, if configured, /metrics.
-// A nil logger discards logs.
+// /healthz, /readyz (also as vLLM's /health). It never serves /metrics:
+// the gateway's metrics name tenants, so they live on the admin listener
+// (behind the admin token) and the ops listener. A nil logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -95,9 +100,6 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 	// vLLM's /health, for clients and load balancers configured for it:
 	// 200 while the gateway can serve, 503 otherwise (as /readyz).
 	r.Get("/health", s.readyz)
-	if cfg.Metrics != nil {
-		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
-	}
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Get("/v1/models", s.models)

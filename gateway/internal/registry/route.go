@@ -29,7 +29,9 @@ type Route struct {
 // from: its transfer backend shm needs a prefill worker on the same host
 // (host_id); tcp takes any. Ties go to fewer requests routed by this
 // gateway, then to the smaller ID. Free pages only rank workers: whether
-// they are really free is for the worker's Reserve to say.
+// they are really free is for the worker's Reserve to say. A worker whose
+// pool cannot hold totalTokens now (Pool.UsableTokens: net of quarantine)
+// is never picked.
 func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 	return r.pick(model, totalTokens, decodeLess)
 }
@@ -40,7 +42,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.cordoned || w.info.Model != model {
+		if !w.healthy || w.cordoned || w.info.Model != model || poolOf(w.pool).UsableTokens() < totalTokens {
 			continue
 		}
 		var prefill *Worker

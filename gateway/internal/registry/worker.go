@@ -103,6 +103,17 @@ type Pool struct {
 	CapacityTokens, OwnerViolations                                    int64
 }
 
+// UsableTokens is the most tokens one request can hold on this worker
+// now: every page except the quarantined ones, times page_tokens. Free,
+// reserved and in-use pages (and reclaimable cached ones) all come back
+// without a restart; quarantined pages do not until their writer is
+// proven drained or the worker restarts (I5). This is the one place the
+// gateway derives a pool's capacity net of quarantine (I12): admission,
+// routing and the admin API use it.
+func (p Pool) UsableTokens() int64 {
+	return max(p.TotalPages-p.QuarantinedPages, 0) * int64(p.PageTokens)
+}
+
 func poolOf(p *controlpb.PoolStats) Pool {
 	return Pool{
 		TotalPages: p.GetTotalPages(), FreePages: p.GetFreePages(), ReservedPages: p.GetReservedPages(),
@@ -116,6 +127,7 @@ type Snapshot struct {
 	ID, Role, Model                            string
 	ControlAddr, TransferAddr, TransferBackend string
 	HostID, TokenizerSHA256, Backend, Version  string
+	KVDType, KVLayout, WeightsSHA256           string
 	ModelMaxContext                            int64
 	Pool                                       Pool
 	Running, Waiting                           int32
@@ -145,6 +157,7 @@ func (w *Worker) snapshotLocked() Snapshot {
 		ID: w.id, Role: RoleName(i.GetRole()), Model: i.GetModel(),
 		ControlAddr: i.GetControlAddr(), TransferAddr: i.GetTransferAddr(), TransferBackend: i.GetTransferBackend(),
 		HostID: i.GetHostId(), TokenizerSHA256: i.GetTokenizerSha256(), Backend: i.GetBackend(), Version: i.GetVersion(),
+		KVDType: i.GetKvDtype(), KVLayout: i.GetKvLayout(), WeightsSHA256: i.GetWeightsSha256(),
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
 		Slots: w.slots, InFlightBudget: w.budgetLocked(),
