@@ -73,6 +73,12 @@ type Gateway struct {
 	// HeartbeatTimeout is how long a worker may stay silent before the
 	// gateway declares it lost and aborts its requests. Default 6s.
 	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
+	// DrainTimeout is how long a stopping gateway (SIGTERM, Ctrl-C) lets
+	// the requests in flight finish: it turns unready at once, answers new
+	// requests 503 with retry-after, and aborts what still runs when the
+	// timeout passes (or at a second signal). 0 aborts at once. Default
+	// 30s; keep Kubernetes' terminationGracePeriodSeconds above it.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// Queue bounds the admission queue used when workers are busy.
 	Queue Queue `yaml:"queue"`
 	// TrustClientRequestID, when true, records a client's X-Request-ID as
@@ -347,6 +353,11 @@ type Transfer struct {
 	// that no Generate claimed by then, are fenced and released, so a lost
 	// gateway or a dead prefill worker can never leak pages. Default 30s.
 	ReserveTimeout time.Duration `yaml:"reserve_timeout"`
+	// ReserveTimeoutMax is the ceiling of a reservation's timeout when the
+	// gateway asks for more than ReserveTimeout because the prompt is long
+	// and prefill is slow (its measured rate × the prompt's tokens), so
+	// admitted work does not time out on a loaded machine. Default 10m.
+	ReserveTimeoutMax time.Duration `yaml:"reserve_timeout_max"`
 }
 
 // Observability configures logs, metrics and traces.
@@ -375,9 +386,11 @@ const (
 
 // Metrics configures Prometheus metrics.
 type Metrics struct {
-	// Listen is an optional extra plain-HTTP listener serving /metrics,
-	// for workers (which have no HTTP API) or a separate scrape port.
-	// Empty: the gateway serves /metrics on its API listener only.
+	// Listen is an optional plain-HTTP (ops) listener serving /metrics,
+	// for workers (which have no HTTP API) or the gateway's scrape port;
+	// bind it to a private interface (the gateway's metrics name
+	// tenants). Empty: the gateway serves /metrics only on its admin
+	// listener, behind the admin token; never on the public API listener.
 	Listen string `yaml:"listen"`
 	// TenantLabelCap bounds the distinct tenant label values per metric;
 	// further tenants are counted under tenant="other". 0 drops the

@@ -242,6 +242,7 @@ func (g *Gateway) validate(v *validator) {
 	}
 	v.positiveDuration("gateway.request_timeout", g.RequestTimeout)
 	v.positiveDuration("gateway.heartbeat_timeout", g.HeartbeatTimeout)
+	v.nonNegativeDuration("gateway.drain_timeout", g.DrainTimeout)
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)
 	if g.Queue.MaxWaiting > 0 {
 		v.positiveDuration("gateway.queue.max_wait", g.Queue.MaxWait)
@@ -364,6 +365,10 @@ func (c *Config) validateWorker(v *validator) {
 	}
 	v.positiveDuration("worker.transfer.drain_timeout", t.DrainTimeout)
 	v.positiveDuration("worker.transfer.reserve_timeout", t.ReserveTimeout)
+	v.positiveDuration("worker.transfer.reserve_timeout_max", t.ReserveTimeoutMax)
+	if t.ReserveTimeoutMax > 0 && t.ReserveTimeoutMax < t.ReserveTimeout {
+		v.add("worker.transfer.reserve_timeout_max", "must be >= worker.transfer.reserve_timeout (%s)", t.ReserveTimeout)
+	}
 }
 
 func (o *Observability) validate(v *validator) {

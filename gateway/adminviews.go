@@ -35,8 +35,18 @@ func workerView(w registry.Snapshot) admin.WorkerView {
 			QuarantinedPages: p.QuarantinedPages, PageTokens: int64(p.PageTokens), CapacityTokens: p.CapacityTokens,
 			OwnerViolations: p.OwnerViolations,
 		},
-		Running: int(w.Running), Waiting: int(w.Waiting),
+		Running: int(w.Running), Waiting: int(w.Waiting), InFlightBudget: w.InFlightBudget,
+		Cordoned: w.Cordoned, Assigned: w.Assigned, Idle: w.Idle(),
 	}
+}
+
+// Cordon implements admin.Cluster.
+func (c clusterView) Cordon(id string, on bool) (admin.WorkerView, bool) {
+	s, ok := c.g.reg.Cordon(id, on)
+	if !ok {
+		return admin.WorkerView{}, false
+	}
+	return workerView(s), true
 }
 
 // Models implements admin.Cluster.
@@ -46,12 +56,14 @@ func (c clusterView) Models() []admin.ModelView {
 	for i, s := range states {
 		ws := make([]admin.WorkerCapacity, len(s.Workers))
 		for j, w := range s.Workers {
-			ws[j] = admin.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.CapacityTokens}
+			ws[j] = admin.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.CapacityTokens,
+				UsableTokens: w.CapacityTokens - w.UnusableTokens}
 		}
 		out[i] = admin.ModelView{
 			Name: s.Model, ConfiguredContext: s.Configured, EffectiveContext: s.Effective,
 			Policy: string(s.Policy), Serving: s.Serving, Verdict: string(s.Verdict),
 			Workers: ws, MaxOutputTokens: s.MaxOutputTokens,
+			Reason: s.Reason, Degraded: s.Degraded, UsableContext: s.Usable, Refused: c.g.layouts.refusals(s.Model),
 		}
 	}
 	return out

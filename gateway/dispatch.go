@@ -82,19 +82,38 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	}
 	runHook(ctx, &d.g.hooks.beforePrefill)
 	prefilled := make(chan error, 1)
-	go func() {
-		resp, err := rt.Prefill.Client().Prefill(sctx, &controlpb.PrefillRequest{
-			Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(sctx),
-		})
-		if err == nil && resp.GetPromptTokens() != int64(len(d.prompt)) {
-			err = failed(causeCountMismatch, api.Internal(), fmt.Errorf(
-				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", rt.Prefill.ID(), resp.GetPromptTokens(), len(d.prompt)))
-		} else if err != nil {
-			err = d.workerError("prefill", rt.Prefill, err)
-		}
-		prefilled <- err
-	}()
+	go func() { prefilled <- d.prefill(sctx, rt, ticket) }()
 	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+}
+
+// prefill sends the prompt and the ticket to rt's prefill worker. When
+// that worker cannot be reached (nothing was sent, so nothing holds the
+// ticket), the same ticket goes to another healthy prefill worker that can
+// push to the same decode worker: decode's reservation, the owner and the
+// epoch stay, and the one writer of the transfer is still the only one
+// that ever received its ticket (bounded by maxFailovers).
+func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
+	w := rt.Prefill
+	for {
+		resp, err := w.Client().Prefill(ctx, &controlpb.PrefillRequest{
+			Owner: ticket.GetOwner(), Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(ctx),
+		})
+		switch {
+		case err == nil && resp.GetPromptTokens() != int64(len(d.prompt)):
+			return failed(causeCountMismatch, api.Internal(), fmt.Errorf(
+				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", w.ID(), resp.GetPromptTokens(), len(d.prompt)))
+		case err == nil:
+			return nil
+		case d.failover(w, err):
+			if next := d.g.reg.PrefillFor(rt.Decode); next != nil {
+				d.req.Involve(participant{next}, registry.RolePrefill)
+				d.span.SetAttributes(attrPrefillWorker.String(next.ID()))
+				w = next
+				continue
+			}
+		}
+		return d.workerError("prefill", w, err)
+	}
 }
 
 // participant adapts a registry worker to the lifecycle's abort fan-out.

@@ -78,31 +78,46 @@ func abortedError(cause string, timeout time.Duration) *api.Error {
 			Message: "The server is shutting down; retry the request.", Headers: http.Header{"Retry-After": {"1"}}}
 	case lifecycle.CauseAdmin:
 		return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeServer, Code: "request_aborted",
-			Message: "The request was aborted by an operator."}
+			Message: "The request was aborted by an operator.", Headers: http.Header{"Retry-After": {"1"}}}
 	}
 	return &api.Error{Status: 499, Type: api.TypeInvalidRequest, Code: "request_aborted",
 		Message: "The request was aborted by the client."}
 }
 
-// workerError maps a worker's error on call to the request's failure.
-// Integrity failures (transfer verification, owner violations) get a
-// generic 500; finish logs and counts them.
+// workerError maps a worker's error on call to the request's failure
+// (workerFailure). A refused or reset connection also marks the worker
+// suspect at once.
 func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 	if d.req.AbortCause() != "" {
 		return err // aborted: serve reports the abort
 	}
+	if registry.ConnectionLost(err) {
+		// Refused or reset: out of routing now, not at the heartbeat
+		// deadline.
+		d.g.reg.Suspect(w.ID(), err)
+	}
+	cause, client := workerFailure(err)
+	return failed(cause, client, fmt.Errorf("%s on worker %s: %w", call, w.ID(), err))
+}
+
+// workerFailure maps a worker's gRPC error to one cause and one client
+// error (the table in docs/api.md). Integrity failures (transfer
+// verification, owner violations) get a generic 500; finish logs and
+// counts them. Everything that retrying may fix elsewhere is a 503 with
+// retry-after. The client error never names the worker.
+func workerFailure(err error) (cause string, client *api.Error) {
 	st, _ := status.FromError(err)
-	wrapped := fmt.Errorf("%s on worker %s: %w", call, w.ID(), err)
 	switch {
 	case st.Code() == codes.DataLoss:
-		return failed(causeDataLoss, api.Internal(), wrapped)
+		return causeDataLoss, api.Internal()
 	case st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "kv owner violation"):
-		return failed(causeOwnerViolation, api.Internal(), wrapped)
+		return causeOwnerViolation, api.Internal()
 	case st.Code() == codes.Unavailable, st.Code() == codes.Aborted, st.Code() == codes.DeadlineExceeded,
 		st.Code() == codes.Canceled, st.Code() == codes.ResourceExhausted, st.Code() == codes.OutOfRange:
-		// Gone, shutting down, or aborted on its side (an abandoned
-		// reservation); capacity that changed under admission.
-		return failed(causeWorkerGone, workerUnavailable("The worker serving this request failed or went away; retry the request."), wrapped)
+		// Gone, shutting down, a transfer cut short by its writer's
+		// crash, or aborted on its side (an abandoned reservation);
+		// capacity that changed under admission.
+		return causeWorkerGone, workerUnavailable("The worker serving this request failed or went away; retry the request.")
 	}
-	return failed(causeWorkerError, api.Internal(), wrapped)
+	return causeWorkerError, api.Internal()
 }

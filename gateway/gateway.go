@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
@@ -30,7 +31,6 @@ import (
 // Timeouts of the gateway's own housekeeping.
 const (
 	leaseReleaseTimeout = 5 * time.Second
-	leaseRetryInterval  = 100 * time.Millisecond
 	shutdownTimeout     = 10 * time.Second
 	redisTimeout        = time.Second
 )
@@ -48,7 +48,10 @@ type Gateway struct {
 	modelLimits *tenant.ModelLimitsCache
 	admission   *admission.Controller
 	tokenizers  *tokenizers
+	layouts     *layoutAgreement
+	rates       prefillRates // measured prefill time per token, for reservation timeouts
 	table       *lifecycle.Table
+	journal     *tenant.ReleaseJournal
 	queue       *fairqueue.Queue
 	reg         *registry.Registry
 	metrics     *metrics
@@ -68,6 +71,8 @@ type Gateway struct {
 	closing bool
 	running sync.WaitGroup // request drivers
 	runOnce sync.Once
+	drain   drainState
+	reload  reloadState
 
 	// hooks are test seams; unset in production.
 	hooks hooks
@@ -99,6 +104,8 @@ type options struct {
 	registry *prometheus.Registry
 	tracer   trace.TracerProvider
 	store    tenant.Store
+	level    *slog.LevelVar
+	source   func() (*config.Config, error)
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -133,6 +140,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	}
 	gw := &Gateway{cfg: cfg, logger: o.logger, started: time.Now(), closeStore: func() error { return nil },
 		stopTracing: func(context.Context) error { return nil }}
+	gw.reload.level, gw.reload.source = o.level, o.source
 	g = gw
 	defer func() {
 		if err != nil {
@@ -159,6 +167,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		g.promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 
+	g.journal = tenant.NewReleaseJournal(tenant.JournalConfig{Logger: g.logger})
 	g.modelLimits = tenant.NewModelLimitsCache(g.store, tenant.ModelLimitsCacheConfig{Logger: g.logger})
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
@@ -178,20 +187,28 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	if err := g.promReg.Register(g.domains.indexSize()); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
+	if err := g.promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_lease_release_journal",
+		Help: "Tenant lease releases that failed while the tenant store was unavailable, waiting to be retried.",
+	}, func() float64 { return float64(g.journal.Len()) })); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	g.admission = admission.NewController(admission.Config{Models: models, Limits: g.modelLimits, OnChange: g.onModelChange})
 
 	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))
 	hostname, _ := os.Hostname()
-	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer)}
+	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer), logger: g.logger}
 	g.reg = registry.New(registry.Config{
 		GatewayID:        "gateway-" + hostname,
 		HeartbeatTimeout: cfg.Gateway.HeartbeatTimeout,
 		Dial:             func(addr string) (*grpc.ClientConn, error) { return grpc.NewClient(addr, dial...) },
+		Agree:            func(i *controlpb.WorkerInfo, p *controlpb.PoolStats) error { return g.layouts.agree(i, p) },
 		Accept:           g.acceptWorker,
 		OnChange:         g.onWorkerChange,
 		Logger:           g.logger,
 	})
 	g.tokenizers.reg = g.reg
+	g.layouts = newLayoutAgreement(g.reg, g.metrics)
 	g.metrics.workerStates(nil)
 
 	if err := g.listen(cluster, o.tracer); err != nil {
@@ -218,8 +235,12 @@ func (g *Gateway) RegistryAddr() net.Addr { return g.registryLn.Addr() }
 // (`warden up`).
 func (g *Gateway) Store() tenant.Store { return g.store }
 
-// Ready reports whether at least one model is being served.
+// Ready reports whether at least one model is being served, and the
+// gateway is not shutting down.
 func (g *Gateway) Ready() error {
+	if g.stopping() {
+		return errDraining
+	}
 	for _, s := range g.admission.States() {
 		if s.Serving {
 			return nil
@@ -230,11 +251,19 @@ func (g *Gateway) Ready() error {
 
 // acceptWorker vets a registering worker: its model must be configured
 // here, and its tokenizer must be the model's (see tokenizers.accept).
+// A refusal is counted by reason (warden_worker_registrations_refused_total);
+// the registry logs it and returns it to the worker.
 func (g *Gateway) acceptWorker(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error {
+	var err error
 	if !g.admission.Has(info.Model) {
-		return fmt.Errorf("model %q is not configured on this gateway", info.Model)
+		err = refuse(refusedUnknownModel, codes.FailedPrecondition, "model %q is not configured on this gateway", info.Model)
+	} else {
+		err = g.tokenizers.accept(ctx, info, client)
 	}
-	return g.tokenizers.accept(ctx, info, client)
+	if r, ok := errors.AsType[*refusal](err); ok {
+		g.metrics.refused.WithLabelValues(r.reason).Inc()
+	}
+	return err
 }
 
 // onWorkerChange follows the registry: every model's effective context is

@@ -213,8 +213,14 @@ func TestEffectiveContextFollowsWorkers(t *testing.T) {
 	}
 	code, _, body := tg.post("/v1/completions", map[string]any{"model": "strict", "prompt": "hi"})
 	if e := decodeEnvelope(t, body); code != 503 || str(e.Error.Code) != "model_unavailable" ||
-		!strings.Contains(e.Error.Message, "configured context 2048 exceeds KV pool capacity 1024 of worker "+strict.id) {
+		!strings.Contains(e.Error.Message, "context_policy refuse") || strings.Contains(e.Error.Message, strict.id) ||
+		strings.Contains(e.Error.Message, "1024") {
 		t.Fatalf("refused model: %d %s", code, body)
+	}
+	// The details are for operators: the admin API has them.
+	if code, body := tg.admin(http.MethodGet, "/admin/v1/models"); code != http.StatusOK ||
+		!strings.Contains(string(body), "configured context 2048 exceeds KV pool capacity 1024 of worker "+strict.id) {
+		t.Fatalf("admin models: %d %s", code, body)
 	}
 	if n := len(strict.requestCalls()); n != 0 {
 		t.Fatalf("a refused model's worker got %d request RPCs", n)

@@ -69,11 +69,12 @@ type driver struct {
 	log  *slog.Logger
 	span trace.Span // the request span; finish ends it
 
-	prompt    []int32
-	maxTokens int64
-	sampling  *controlpb.SamplingParams
-	stops     []string
-	pages     int64 // KV pages the request needs on its decode worker
+	prompt      []int32
+	promptParam string // "prompt" or "messages", for errors
+	maxTokens   int64
+	sampling    *controlpb.SamplingParams
+	stops       []string
+	pages       int64 // KV pages the request needs on its decode worker
 	// The prefix cache (prefixcache.go): the request's domain, whether it
 	// uses the cache, and what routing scored.
 	domain   cachekey.Domain
@@ -86,6 +87,7 @@ type driver struct {
 	generated  int64 // completion tokens, as billed
 	received   int64 // tokens received from the worker
 	stopped    bool  // a stop string ended the request
+	failovers  int   // placements again after an unreachable worker
 	firstToken time.Time
 	lastToken  time.Time
 	done       []func() // routing load to give back

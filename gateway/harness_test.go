@@ -119,6 +119,7 @@ func testConfig() *config.Config {
 	g.AdminToken = adminToken
 	g.HeartbeatTimeout = 3 * time.Second
 	g.RequestTimeout = time.Minute
+	g.DrainTimeout = 0 // stopping aborts at once; the drain tests set one
 	g.Queue = config.Queue{MaxWaiting: 16, MaxWait: 20 * time.Second}
 	cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
 	cfg.Models = []config.Model{{Name: "tiny", ContextLength: 2048, ContextPolicy: config.ContextClamp}}
@@ -369,13 +370,14 @@ type fakeWorker struct {
 	// them free as soon as this one ended.
 	releaseBeforeDone bool
 
-	mu       sync.Mutex
-	total    int64
-	free     int64
-	calls    []call
-	reserved map[string]int64 // request → pages
-	cancels  map[string]context.CancelFunc
-	maxSeen  []int32 // sampling max_tokens of each Generate
+	mu          sync.Mutex
+	total       int64
+	free        int64
+	quarantined int64 // of total, neither free nor reserved
+	calls       []call
+	reserved    map[string]int64 // request → pages
+	cancels     map[string]context.CancelFunc
+	maxSeen     []int32 // sampling max_tokens of each Generate
 
 	srv      *grpc.Server
 	addr     string // control address
@@ -428,6 +430,15 @@ func newFake(tg *testGateway, role controlpb.Role, pages int64, fab *fabric) *fa
 
 // start serves the fake and registers it; it returns once registered.
 func (w *fakeWorker) start() *fakeWorker {
+	w.t.Helper()
+	if err := w.registerAt(w.serve()); err != nil {
+		w.t.Fatalf("fake %s: register: %v", w.id, err)
+	}
+	return w
+}
+
+// serve starts the fake's control server and returns its address.
+func (w *fakeWorker) serve() string {
 	t := w.t
 	t.Helper()
 	w.assets.Model = w.model
@@ -443,12 +454,8 @@ func (w *fakeWorker) start() *fakeWorker {
 	controlpb.RegisterWorkerServer(w.srv, w)
 	go func() { _ = w.srv.Serve(ln) }()
 	t.Cleanup(w.kill)
-	addr := ln.Addr().String()
-	w.addr = addr
-	if err := w.registerAt(addr); err != nil {
-		t.Fatalf("fake %s: register: %v", w.id, err)
-	}
-	return w
+	w.addr = ln.Addr().String()
+	return w.addr
 }
 
 func (w *fakeWorker) registryClient() controlpb.RegistryClient {
@@ -533,8 +540,8 @@ func (w *fakeWorker) kill() {
 func (w *fakeWorker) pool() *controlpb.PoolStats {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return &controlpb.PoolStats{TotalPages: w.total, FreePages: w.free, ReservedPages: w.total - w.free,
-		PageTokens: fakePageTokens, CapacityTokens: w.total * fakePageTokens}
+	return &controlpb.PoolStats{TotalPages: w.total, FreePages: w.free, ReservedPages: w.total - w.free - w.quarantined,
+		QuarantinedPages: w.quarantined, PageTokens: fakePageTokens, CapacityTokens: w.total * fakePageTokens}
 }
 
 func (w *fakeWorker) record(method string, owner *controlpb.Owner, cause string) {
@@ -572,6 +579,15 @@ func (w *fakeWorker) freePages() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.free
+}
+
+// quarantine moves n free pages to quarantine, as a decode worker does
+// when a dead writer's pages time out (I5).
+func (w *fakeWorker) quarantine(n int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.free -= n
+	w.quarantined += n
 }
 
 // setFree changes the free pages (as other traffic would).

@@ -121,8 +121,11 @@ func TestIncidentShapeRejectedBeforeAnyWorker(t *testing.T) {
 					res := completion{tg: tg, key: tg.key, prompt: texts[i], max: incidentMax}.do(context.Background())
 					switch {
 					case policy == config.ContextRefuse:
+						// The public message says why without the pool's size
+						// or the worker (those are in the logs and admin API).
 						if res.status != http.StatusServiceUnavailable || res.errCode != "model_unavailable" ||
-							!strings.Contains(res.errMsg, fmt.Sprintf("configured context %d exceeds KV pool capacity %d", size.context, limit)) {
+							!strings.Contains(res.errMsg, "context_policy refuse") || strings.Contains(res.errMsg, fmt.Sprint(limit)) ||
+							strings.Contains(res.errMsg, decode.id) {
 							t.Errorf("%s under refuse: %v", what, res)
 						}
 						rejectedBeforeAnyWorker(t, what, tg, res, before, decode, prefill)

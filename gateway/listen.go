@@ -53,7 +53,9 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		MaxBodyBytes: int64(gw.MaxBodyBytes),
 		CORSOrigins:  gw.CORSOrigins,
 		Ready:        func(context.Context) error { return g.Ready() },
-		Metrics:      promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}),
+		OnError:      g.metrics.rejected,
+		// Logged as client_request_id only when trusted.
+		TrustClientRequestID: gw.TrustClientRequestID,
 	}, g.auth, service{g}, g.logger)
 	h = otelhttp.NewHandler(h, "warden.api", append(obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp), apiTraceOptions()...)...)
 	g.apiSrv = httpServer(h, serverTLS)
@@ -66,7 +68,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		if g.adminLn, err = net.Listen("tcp", gw.AdminListen); err != nil {
 			return fmt.Errorf("gateway: admin listener (gateway.admin_listen): %w", err)
 		}
-		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token}, g.store, clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
+		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token, Reload: g.adminReload(), Metrics: promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{})}, g.store, clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
 	} else {
 		g.logger.Warn("no admin token configured: the admin API is not served")
 	}

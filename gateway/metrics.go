@@ -19,16 +19,19 @@ const otherLabel = "other"
 // metrics are the gateway's Prometheus metrics, all prefixed warden_.
 type metrics struct {
 	requests      *prometheus.CounterVec   // model, outcome, code
-	duration      *prometheus.HistogramVec // phase
-	ttft          prometheus.Histogram
-	tpot          prometheus.Histogram
-	tokens        *prometheus.CounterVec // kind[, tenant]
-	rejections    *prometheus.CounterVec // reason
-	contextTokens *prometheus.GaugeVec   // model, kind
-	agreement     *prometheus.GaugeVec   // model
-	workers       *prometheus.GaugeVec   // role, state
-	aborts        *prometheus.CounterVec // stage, cause
-	integrity     *prometheus.CounterVec // kind
+	duration      *prometheus.HistogramVec // phase, model
+	ttft          *prometheus.HistogramVec // model
+	tpot          *prometheus.HistogramVec // model
+	tokens        *prometheus.CounterVec   // kind[, tenant]
+	rejections    *prometheus.CounterVec   // reason
+	errors        *prometheus.CounterVec   // reason, status
+	contextTokens *prometheus.GaugeVec     // model, kind
+	agreement     *prometheus.GaugeVec     // model
+	workers       *prometheus.GaugeVec     // role, state
+	aborts        *prometheus.CounterVec   // stage, cause
+	integrity     *prometheus.CounterVec   // kind
+	refused       *prometheus.CounterVec   // reason
+	deg           degradedMetrics
 
 	models  map[string]bool // configured models (label values allowed)
 	tenants *labelCap       // nil: no tenant label
@@ -45,19 +48,23 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 		}, []string{"model", "outcome", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warden_request_duration_seconds",
-			Help:    "Time requests spent in each phase: queue (admitted until a worker took it), prefill, transfer, decode, and total.",
+			Help:    "Time requests spent in each phase, by model: queue (admitted until a worker took it), prefill, transfer, decode, and total.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
-		}, []string{"phase"}),
-		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"phase", "model"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warden_time_to_first_token_seconds",
-			Help:    "Time from receiving a request to its first output token.",
+			Help:    "Time from receiving a request to its first output token, by model.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
-		}),
-		tpot: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"model"}),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "warden_time_per_output_token_seconds",
-			Help:    "Mean time between output tokens of a completed request, after the first.",
+			Help:    "Mean time between output tokens of a completed request, after the first, by model.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
+		}, []string{"model"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_requests_rejected_total",
+			Help: "API requests answered with an error, by reason (the error code, or its type when it has none) and HTTP status: every 4xx and 5xx (400, 401, 403, 404, 413, 429, 503, ...), and status 200 for an error that ended a stream.",
+		}, []string{"reason", "status"}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warden_admission_rejections_total",
 			Help: "Requests rejected before any worker was involved, by reason (the error code).",
@@ -82,6 +89,10 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 			Name: "warden_integrity_failures_total",
 			Help: "Requests failed because a worker reported a KV integrity problem (data_loss: transfer verification; owner_violation: I3) or returned counts that disagree with admission.",
 		}, []string{"kind"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_worker_registrations_refused_total",
+			Help: "Worker registrations the gateway refused, by reason (unknown_model, tokenizer_mismatch, assets_unavailable, assets_invalid).",
+		}, []string{"reason"}),
 		models: make(map[string]bool, len(models)),
 	}
 	tokenLabels := []string{"kind"}
@@ -96,8 +107,8 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 	for _, name := range models {
 		m.models[name] = true
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.rejections,
-		m.contextTokens, m.agreement, m.workers, m.aborts, m.integrity,
+	cs := []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.rejections, m.errors,
+		m.contextTokens, m.agreement, m.workers, m.aborts, m.integrity, m.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warden_inflight_requests",
 			Help: "Requests received and not yet finished.",
@@ -112,6 +123,10 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if m.deg, err = newDegradedMetrics(reg); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
@@ -146,7 +161,8 @@ func (m *metrics) modelLabel(model string) string {
 // finished records a request that reached its terminal state; status is
 // the HTTP status the client got (499 when it had gone).
 func (m *metrics) finished(s lifecycle.Snapshot, status int, firstToken, lastToken time.Time) {
-	m.requests.WithLabelValues(m.modelLabel(s.Model), s.State.String(), strconv.Itoa(status)).Inc()
+	model := m.modelLabel(s.Model)
+	m.requests.WithLabelValues(model, s.State.String(), strconv.Itoa(status)).Inc()
 	switch s.State {
 	case lifecycle.Rejected:
 		m.rejections.WithLabelValues(s.Cause).Inc()
@@ -158,7 +174,7 @@ func (m *metrics) finished(s lifecycle.Snapshot, status int, firstToken, lastTok
 	phase := func(name string, from time.Time, to ...time.Time) {
 		for _, t := range to {
 			if !from.IsZero() && !t.IsZero() {
-				m.duration.WithLabelValues(name).Observe(t.Sub(from).Seconds())
+				m.duration.WithLabelValues(name, model).Observe(t.Sub(from).Seconds())
 				return
 			}
 		}
@@ -171,12 +187,17 @@ func (m *metrics) finished(s lifecycle.Snapshot, status int, firstToken, lastTok
 	}
 	phase("total", s.Received, end)
 	if !firstToken.IsZero() {
-		m.ttft.Observe(firstToken.Sub(s.Received).Seconds())
+		m.ttft.WithLabelValues(model).Observe(firstToken.Sub(s.Received).Seconds())
 		if s.State == lifecycle.Completed && s.CompletionTokens > 1 {
-			m.tpot.Observe(lastToken.Sub(firstToken).Seconds() / float64(s.CompletionTokens-1))
+			m.tpot.WithLabelValues(model).Observe(lastToken.Sub(firstToken).Seconds() / float64(s.CompletionTokens-1))
 		}
 	}
 	m.billed(s.Tenant, s.PromptTokens, s.CompletionTokens)
+}
+
+// rejected counts an API answer that carried an error (api.Config.OnError).
+func (m *metrics) rejected(status int, reason string) {
+	m.errors.WithLabelValues(reason, strconv.Itoa(status)).Inc()
 }
 
 // billed counts the tokens a request is charged for: the same numbers the
@@ -204,6 +225,7 @@ func (m *metrics) modelState(s admission.State) {
 		agree = 1
 	}
 	m.agreement.WithLabelValues(s.Model).Set(agree)
+	m.deg.modelDegraded(s, s.Usable)
 }
 
 // workerStates exports the number of workers per role and state.

@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -32,7 +35,8 @@ type modelTokenizer struct {
 // replaced when no healthy worker serves the old one; a worker whose
 // tokenizer differs from the one healthy workers serve is refused.
 type tokenizers struct {
-	reg *registry.Registry
+	reg    *registry.Registry
+	logger *slog.Logger
 
 	mu     sync.Mutex
 	models map[string]*modelTokenizer
@@ -46,7 +50,10 @@ func (t *tokenizers) get(model string) *modelTokenizer {
 }
 
 // accept vets a registering worker's tokenizer (registry.Config.Accept;
-// the registry runs registrations one at a time).
+// the registry runs registrations one at a time). The assets come in one
+// message of up to controlpb.MaxAssetsMessageBytes, far above gRPC's
+// default 4 MiB receive limit (real tokenizer.json files are 9-35 MB), and
+// are checked against the tokenizer_sha256 the worker registered with.
 func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error {
 	cur := t.get(info.Model)
 	if cur != nil && cur.sha == info.TokenizerSha256 {
@@ -55,20 +62,27 @@ func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, cli
 	if cur != nil {
 		for _, w := range t.reg.Healthy(info.Model) {
 			if w.ID != info.WorkerId && w.TokenizerSHA256 == cur.sha {
-				return status.Errorf(codes.FailedPrecondition,
+				return refuse(refusedTokenizerMismatch, codes.FailedPrecondition,
 					"worker %s: tokenizer_sha256 %s differs from %s, the tokenizer of model %s served by worker %s",
 					info.WorkerId, info.TokenizerSha256, cur.sha, info.Model, w.ID)
 			}
 		}
 	}
-	assets, err := client.ModelAssets(ctx, &controlpb.ModelAssetsRequest{})
+	assets, err := client.ModelAssets(ctx, &controlpb.ModelAssetsRequest{}, grpc.MaxCallRecvMsgSize(controlpb.MaxAssetsMessageBytes))
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "worker %s: fetching model assets from %s: %v", info.WorkerId, info.ControlAddr, err)
+		code := codes.Unavailable
+		if status.Code(err) == codes.ResourceExhausted {
+			code = codes.FailedPrecondition // too large: retrying cannot help
+		}
+		return refuse(refusedAssetsUnavailable, code, "worker %s: fetching model assets from %s: %v", info.WorkerId, info.ControlAddr, err)
 	}
+	start := time.Now()
 	mt, err := parseAssets(info, assets)
 	if err != nil {
-		return status.Errorf(codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
+		return refuse(refusedAssetsInvalid, codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
 	}
+	t.logger.Info("model tokenizer loaded", "model", info.Model, "worker", info.WorkerId,
+		"bytes", len(assets.GetTokenizerJson()), "duration", time.Since(start), "tokenizer_sha256", mt.sha)
 	t.mu.Lock()
 	t.models[info.Model] = mt
 	t.mu.Unlock()
@@ -153,7 +167,8 @@ func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error
 func capacities(ws []registry.Snapshot) []admission.WorkerCapacity {
 	out := make([]admission.WorkerCapacity, len(ws))
 	for i, w := range ws {
-		out[i] = admission.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.Pool.CapacityTokens, MaxPositions: w.ModelMaxContext}
+		out[i] = admission.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.Pool.CapacityTokens,
+			UnusableTokens: w.Pool.CapacityTokens - w.Pool.UsableTokens(), MaxPositions: w.ModelMaxContext}
 	}
 	return out
 }

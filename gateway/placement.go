@@ -16,9 +16,30 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
-// errRetry: a both worker had no free pages for the request's Generate;
-// the request waits for capacity again.
-var errRetry = errors.New("gateway: worker full, waiting for capacity")
+// errRetry: a both worker had no free pages for the request's Generate,
+// or could not be reached before anything was sent to it; the request is
+// placed again.
+var errRetry = errors.New("gateway: worker full or unreachable, placing the request again")
+
+// maxFailovers bounds how often one request is placed again because the
+// worker chosen for it could not be reached (registry.NotSent).
+const maxFailovers = 3
+
+// failover reports whether the call on w that failed with err may be
+// placed again: nothing reached the worker (its connection was refused),
+// the request was not aborted, and it has failovers left. The worker is
+// marked suspect either way (workerError).
+func (d *driver) failover(w *registry.Worker, err error) bool {
+	if !registry.NotSent(err) || d.req.AbortCause() != "" || d.failovers >= maxFailovers {
+		return false
+	}
+	d.failovers++
+	d.g.reg.Suspect(w.ID(), err)
+	d.g.metrics.failover()
+	d.log.WarnContext(d.req.Context(), "worker unreachable: placing the request on another worker",
+		"worker", w.ID(), "attempt", d.failovers, "err", err)
+	return true
+}
 
 // place waits for capacity and picks the workers. For P/D it also
 // reserves the decode pages and returns the ticket. Requests skip the
@@ -65,44 +86,70 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.Ticket, ok bool, err error) {
 	model := d.req.Info().Model
 	total := int64(len(d.prompt)) + d.maxTokens
-	rt, err = d.pick(model, total)
-	if err != nil {
-		return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
-	}
-	if rt.Prefill == nil {
-		// A both worker reserves by itself when Generate arrives, and says
-		// so there if its pool is full (runSingle, errRetry); skip the
-		// call when its last heartbeat already shows too few free pages.
-		if rt.FreePages < rt.Pages {
+	for {
+		// Capacity may have shrunk since admission (quarantine, a lost
+		// worker): a request that can no longer run is rejected now,
+		// never left waiting (I12).
+		if err := d.g.admission.Recheck(model, int64(len(d.prompt)), d.maxTokens, d.promptParam); err != nil {
+			var apiErr *api.Error
+			if errors.As(err, &apiErr) {
+				return rt, nil, false, rejected("", apiErr)
+			}
+			return rt, nil, false, err
+		}
+		rt, err = d.pick(model, total)
+		if err != nil {
+			return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
+		}
+		if rt.Busy {
+			// Every worker runs what it can: wait here, in fair order.
 			return rt, nil, false, nil
 		}
-		d.pages = rt.Pages
-		d.done = append(d.done, rt.Decode.Begin(rt.Pages))
-		return rt, nil, true, nil
+		if rt.Prefill == nil {
+			// A both worker reserves by itself when Generate arrives, and
+			// says so there if its pool is full (runSingle, errRetry);
+			// skip the call when its last heartbeat already shows too few
+			// free pages.
+			if rt.FreePages < rt.Pages {
+				return rt, nil, false, nil
+			}
+			d.pages = rt.Pages
+			d.done = append(d.done, rt.Decode.Begin(rt.Pages))
+			return rt, nil, true, nil
+		}
+		resp, err := d.reserve(ctx, rt, total)
+		switch status.Code(err) {
+		case codes.OK:
+		case codes.ResourceExhausted:
+			rt.Decode.Exhausted(rt.Pages)
+			return rt, nil, false, nil
+		default:
+			if d.failover(rt.Decode, err) {
+				continue // nothing was reserved: another decode worker
+			}
+			return rt, nil, false, d.workerError("reserve", rt.Decode, err)
+		}
+		t := resp.GetTicket()
+		if o := t.GetOwner(); o.GetTenant() != d.req.Info().Tenant || o.GetRequestId() != d.req.ID() ||
+			o.GetEpoch() != lifecycle.Epoch || t.GetPromptTokens() != int64(len(d.prompt)) || t.GetDecodeWorkerId() != rt.Decode.ID() {
+			return rt, nil, false, failed(causeProtocol, api.Internal(),
+				fmt.Errorf("decode worker %s returned a ticket for another request or prompt", rt.Decode.ID()))
+		}
+		d.done = append(d.done, rt.Decode.Begin(rt.Pages), rt.Prefill.Begin(0))
+		return rt, t, true, nil
 	}
+}
+
+// reserve asks rt's decode worker for the request's pages.
+func (d *driver) reserve(ctx context.Context, rt registry.Route, total int64) (*controlpb.ReserveResponse, error) {
 	d.req.Involve(decodeParticipant{participant{rt.Decode}}, registry.RoleDecode)
 	d.span.SetAttributes(attrDecodeWorker.String(rt.Decode.ID()), attrPrefillWorker.String(rt.Prefill.ID()))
 	rctx, cancel := workerContext(ctx)
 	defer cancel()
-	resp, err := rt.Decode.Client().Reserve(rctx, &controlpb.ReserveRequest{
+	return rt.Decode.Client().Reserve(rctx, &controlpb.ReserveRequest{
 		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: total,
+		TimeoutMs: d.g.rates.reserveTimeout(d.req.Info().Model, len(d.prompt)).Milliseconds(),
 	})
-	switch status.Code(err) {
-	case codes.OK:
-	case codes.ResourceExhausted:
-		rt.Decode.Exhausted(rt.Pages)
-		return rt, nil, false, nil
-	default:
-		return rt, nil, false, d.workerError("reserve", rt.Decode, err)
-	}
-	t := resp.GetTicket()
-	if o := t.GetOwner(); o.GetTenant() != d.req.Info().Tenant || o.GetRequestId() != d.req.ID() ||
-		o.GetEpoch() != lifecycle.Epoch || t.GetPromptTokens() != int64(len(d.prompt)) || t.GetDecodeWorkerId() != rt.Decode.ID() {
-		return rt, nil, false, failed(causeProtocol, api.Internal(),
-			fmt.Errorf("decode worker %s returned a ticket for another request or prompt", rt.Decode.ID()))
-	}
-	d.done = append(d.done, rt.Decode.Begin(rt.Pages), rt.Prefill.Begin(0))
-	return rt, t, true, nil
 }
 
 // releaseRoute gives back the routing load of the current attempt.

@@ -83,6 +83,9 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 				w.Exhausted(d.pages)
 				return errRetry
 			}
+			if retryable && d.req.State() == lifecycle.Prefilling && d.failover(w, r.err) {
+				return errRetry // never reached the worker: place it again
+			}
 			return d.workerError("generate", w, r.err)
 		}
 		if end, err := d.onEvent(ctx, w, r.ev, text); end || err != nil {
@@ -113,6 +116,9 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			return false, failed(lifecycle.CauseInternal, api.Internal(), err)
 		}
 		d.prefilled = int64(len(d.prompt))
+		if started := d.req.Snapshot().Entered[lifecycle.Prefilling]; !started.IsZero() {
+			d.g.rates.observe(d.req.Info().Model, len(d.prompt), time.Since(started))
+		}
 		// The first event commits the response: its status and headers.
 		if err := d.emit(ctx, api.Event{Headers: rateLimitHeaders(d.lease.Info().Quota)}); err != nil {
 			return false, err

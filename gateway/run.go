@@ -8,14 +8,14 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 )
 
 // Run serves until ctx is done or a listener fails, then shuts down: it
-// stops accepting requests, aborts those in flight (every worker involved
-// is told), stops the servers and closes the worker connections and the
-// tenant store. It returns nil after ctx ended. Run may be called once.
+// turns unready and answers new requests 503 (retry-after), lets those in
+// flight finish for gateway.drain_timeout (AbortNow cuts it short),
+// aborts the rest (every worker involved is told), stops the servers and
+// closes the worker connections and the tenant store. It returns nil
+// after ctx ended. Run may be called once.
 func (g *Gateway) Run(ctx context.Context) error {
 	err := errors.New("gateway: Run called twice")
 	g.runOnce.Do(func() { err = g.run(ctx) })
@@ -27,6 +27,9 @@ func (g *Gateway) run(ctx context.Context) error {
 	regCtx, stopSweeper := context.WithCancel(context.Background())
 	defer stopSweeper()
 	go g.reg.Run(regCtx)
+	journalDone := make(chan struct{})
+	go func() { g.journal.Run(regCtx); close(journalDone) }()
+	defer func() { stopSweeper(); <-journalDone }()
 
 	failed := make(chan error, 4)
 	var serving sync.WaitGroup
@@ -46,6 +49,7 @@ func (g *Gateway) run(ctx context.Context) error {
 			}
 		})
 	}
+	g.logServerErrors(g.apiSrv, g.adminSrv, g.metricsSrv)
 	serveHTTP("API", g.apiSrv, g.apiLn)
 	serveHTTP("admin", g.adminSrv, g.adminLn)
 	serveHTTP("metrics", g.metricsSrv, g.metricsLn)
@@ -67,28 +71,21 @@ func (g *Gateway) run(ctx context.Context) error {
 	case runErr = <-failed:
 		g.logger.Error("gateway stopping", "err", runErr)
 	}
+	if runErr != nil {
+		g.AbortNow() // a failed listener: no drain
+	}
 	g.shutdown()
 	serving.Wait()
 	return runErr
 }
 
-// shutdown stops new requests, aborts in-flight ones everywhere and stops
-// the servers.
+// shutdown drains the requests in flight (drainRequests), aborts the rest
+// everywhere and stops the servers.
 func (g *Gateway) shutdown() {
-	g.lifeMu.Lock()
-	g.closing = true
-	g.lifeMu.Unlock()
+	g.drainRequests()
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if n := g.table.AbortAll(lifecycle.CauseShutdown); n > 0 {
-		g.logger.Info("aborting requests in flight", "count", n)
-	}
-	drivers := make(chan struct{})
-	go func() { g.running.Wait(); close(drivers) }()
-	select {
-	case <-drivers:
-	case <-ctx.Done():
-	}
+	g.abortInFlight(ctx)
 	for _, srv := range []*http.Server{g.apiSrv, g.adminSrv, g.metricsSrv} {
 		if srv != nil {
 			if err := srv.Shutdown(ctx); err != nil {
@@ -129,6 +126,7 @@ func (g *Gateway) release() {
 	if g.reg != nil {
 		g.reg.Close()
 	}
+	g.flushJournal()
 	if err := g.closeStore(); err != nil {
 		g.logger.Warn("closing the tenant store", "err", err)
 	}
@@ -136,6 +134,21 @@ func (g *Gateway) release() {
 	defer cancel()
 	if err := g.stopTracing(ctx); err != nil {
 		g.logger.Warn("flushing traces", "err", err)
+	}
+}
+
+// flushJournal gives the store a last chance to take the releases that
+// failed during an outage before it is closed; what it cannot take returns
+// at the leases' expiry.
+func (g *Gateway) flushJournal() {
+	if g.journal == nil || g.journal.Len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
+	defer cancel()
+	if !g.journal.Flush(ctx) {
+		g.logger.Warn("shutdown: tenant store unavailable; lease releases lost, their slots return at the leases' expiry",
+			"count", g.journal.Len())
 	}
 }
 

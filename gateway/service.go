@@ -212,12 +212,13 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	d := &driver{
 		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: lease.Info().Priority, tok: mt,
-		log:       g.logger.With("model", req.Model),
-		prompt:    prompt,
-		maxTokens: dec.MaxTokens,
-		sampling:  sampling(req, dec.MaxTokens),
-		stops:     req.Stop,
-		gen:       &generation{req: r, events: make(chan api.Event)},
+		log:         g.logger.With("model", req.Model),
+		prompt:      prompt,
+		promptParam: param,
+		maxTokens:   dec.MaxTokens,
+		sampling:    sampling(req, dec.MaxTokens),
+		stops:       req.Stop,
+		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil
@@ -306,30 +307,19 @@ func limitError(model string, ar tenant.AcquireRequest, maxParam string, err err
 // releaseLease releases a lease with the request's actual usage. It tries
 // once on the caller's path — so a healthy store has reconciled the
 // tenant's tokens before the response ends, and the client's next request
-// sees the refund — and, if the store is unavailable, keeps retrying in
-// the background for leaseReleaseTimeout (a lease given up on expires
-// after its TTL), so that an outage never holds up responses.
+// sees the refund — and, if the store is unavailable, hands the release to
+// the journal, which retries it until the store is back, so that an outage
+// never holds up responses and the tenant's concurrency slot returns within
+// a second of the store's recovery, not at the lease's TTL.
 func (g *Gateway) releaseLease(l *tenant.Lease, requestID string, used tenant.Consumed) {
 	ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
+	defer cancel()
 	err := l.Release(ctx, used)
-	if err == nil || !errors.Is(err, tenant.ErrUnavailable) {
-		cancel()
-		g.leaseReleased(requestID, err)
+	if errors.Is(err, tenant.ErrUnavailable) {
+		g.journal.Add(l, used, requestID)
 		return
 	}
-	g.running.Add(1) // Close waits for the retries
-	go func() {
-		defer g.running.Done()
-		defer cancel()
-		for errors.Is(err, tenant.ErrUnavailable) && ctx.Err() == nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(leaseRetryInterval):
-				err = l.Release(ctx, used)
-			}
-		}
-		g.leaseReleased(requestID, err)
-	}()
+	g.leaseReleased(requestID, err)
 }
 
 func (g *Gateway) leaseReleased(requestID string, err error) {

@@ -2,13 +2,16 @@
 # Prints the address (host:port) of a running Redis for tests.
 #
 #   addr=$(scripts/redis-test.sh)          # reuse or start one
+#   addr=$(scripts/redis-test.sh start)    # always start a private one
 #   WARDEN_TEST_REDIS_ADDR=$addr go test ./tenant/...
 #   scripts/redis-test.sh stop "$addr"     # stop it, if this script started it
 #
 # Uses $WARDEN_TEST_REDIS_ADDR if it answers PING, else 127.0.0.1:6379, else
 # a server this script started before, else starts a throwaway redis-server
-# (no persistence) on a free port, daemonized, and prints its address. Exits
-# non-zero if redis-server is needed but not installed.
+# (no persistence) on a free port, daemonized, and prints its address. With
+# `start` it skips the search and always starts one (scripts/test.sh does,
+# so the suite never touches a Redis it did not start). Exits non-zero if
+# redis-server is needed but not installed.
 set -euo pipefail
 
 state_dir="${TMPDIR:-/tmp}/warden-redis-test"
@@ -32,12 +35,15 @@ if [[ "${1:-}" == "stop" ]]; then
 fi
 
 # Candidates: the configured address, the default one, then servers this
-# script started earlier.
-candidates=(${WARDEN_TEST_REDIS_ADDR:-} 127.0.0.1:6379)
-for pidfile in "$state_dir"/*.pid; do
-  [[ -f "$pidfile" ]] && candidates+=("127.0.0.1:$(basename "$pidfile" .pid)")
-done
-for addr in "${candidates[@]}"; do
+# script started earlier; none with `start`.
+candidates=()
+if [[ "${1:-}" != "start" ]]; then
+  candidates=(${WARDEN_TEST_REDIS_ADDR:-} 127.0.0.1:6379)
+  for pidfile in "$state_dir"/*.pid; do
+    [[ -f "$pidfile" ]] && candidates+=("127.0.0.1:$(basename "$pidfile" .pid)")
+  done
+fi
+for addr in "${candidates[@]+"${candidates[@]}"}"; do
   if ping "${addr%:*}" "${addr##*:}"; then
     echo "$addr"
     exit 0

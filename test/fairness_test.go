@@ -161,6 +161,14 @@ const (
 // request returned the reference text, and waits until the pool is free.
 func runLoad(t *testing.T, c *harness.Cluster, body map[string]any, want harness.Output, clients map[string]int, keys map[string]string) *load {
 	t.Helper()
+	return runLoadAfter(t, c, body, want, clients, keys, func() { time.Sleep(fairWarmup) })
+}
+
+// runLoadAfter is runLoad with warm in place of the fixed warm-up: the
+// window starts when warm returns.
+func runLoadAfter(t *testing.T, c *harness.Cluster, body map[string]any, want harness.Output, clients map[string]int,
+	keys map[string]string, warm func()) *load {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var (
@@ -199,7 +207,7 @@ func runLoad(t *testing.T, c *harness.Cluster, body map[string]any, want harness
 			})
 		}
 	}
-	time.Sleep(fairWarmup)
+	warm()
 	l.start = time.Now()
 	time.Sleep(fairWindow)
 	l.end = time.Now()

@@ -70,6 +70,12 @@ func reference(t testing.TB, name string) *harness.Reference {
 	if name == harness.ModelEndless {
 		dir = env.Models[harness.ModelEndless]
 	}
+	return referenceAt(t, dir)
+}
+
+// referenceAt returns the reference engine of the model in dir.
+func referenceAt(t testing.TB, dir string) *harness.Reference {
+	t.Helper()
 	references.Lock()
 	defer references.Unlock()
 	if r := references.m[dir]; r != nil {

@@ -15,13 +15,11 @@ import (
 	"github.com/warden-ai/warden/worker/model"
 )
 
-// maxAssetBytes bounds one tokenizer file the worker ships to gateways
-// (a Llama 3 tokenizer.json is about 9 MB).
-const maxAssetBytes = 64 << 20
-
 // loadAssets reads the files the gateway needs to tokenize exactly as this
 // model was trained: tokenizer.json (required) and, when present,
 // tokenizer_config.json, generation_config.json and chat_template.jinja.
+// Files above controlpb.MaxAssetFileBytes, or together above
+// controlpb.MaxAssetsBytes, are refused here: no gateway would accept them.
 func loadAssets(dir, modelName string) (*controlpb.ModelAssetsResponse, error) {
 	read := func(name string, required bool) ([]byte, error) {
 		path := filepath.Join(dir, name)
@@ -32,8 +30,8 @@ func loadAssets(dir, modelName string) (*controlpb.ModelAssetsResponse, error) {
 		if err != nil {
 			return nil, fmt.Errorf("worker: model asset: %w", err)
 		}
-		if fi.Size() > maxAssetBytes {
-			return nil, fmt.Errorf("worker: model asset %s is %d bytes, more than the %d allowed", path, fi.Size(), maxAssetBytes)
+		if fi.Size() > controlpb.MaxAssetFileBytes {
+			return nil, fmt.Errorf("worker: model asset %s is %d bytes, more than the %d allowed", path, fi.Size(), controlpb.MaxAssetFileBytes)
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -54,6 +52,10 @@ func loadAssets(dir, modelName string) (*controlpb.ModelAssetsResponse, error) {
 	}
 	if a.ChatTemplateJinja, err = read(tokenizer.ChatTemplateFile, false); err != nil {
 		return nil, err
+	}
+	total := len(a.TokenizerJson) + len(a.TokenizerConfigJson) + len(a.GenerationConfigJson) + len(a.ChatTemplateJinja)
+	if total > controlpb.MaxAssetsBytes {
+		return nil, fmt.Errorf("worker: the model assets in %s are %d bytes together, more than the %d allowed", dir, total, controlpb.MaxAssetsBytes)
 	}
 	sum := sha256.Sum256(a.TokenizerJson)
 	a.TokenizerSha256 = hex.EncodeToString(sum[:])

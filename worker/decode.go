@@ -73,8 +73,18 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 	e.ticket, e.live, e.transferred = t, true, make(chan struct{})
 	w.reqs[e.key] = e
 	w.byTransfer[t.TransferID] = e
-	e.timer = time.AfterFunc(w.reserveTimeout, func() { w.expire(e) })
+	e.timeout = w.reserveTimeoutFor(req.GetTimeoutMs())
+	e.timer = time.AfterFunc(e.timeout, func() { w.expire(e) })
 	return &controlpb.ReserveResponse{Ticket: ticketToProto(t, w.id)}, nil
+}
+
+// reserveTimeoutFor is how long a reservation waits for its transfer and
+// its Generate: what the gateway asked for (its measured prefill time for
+// the prompt, with a margin), clamped to [worker.transfer.reserve_timeout,
+// worker.transfer.reserve_timeout_max].
+func (w *Worker) reserveTimeoutFor(askedMs int64) time.Duration {
+	d := min(time.Duration(askedMs)*time.Millisecond, w.cfg.Worker.Transfer.ReserveTimeoutMax)
+	return max(d, w.reserveTimeout)
 }
 
 // generate handles Generate. An owner with a reservation (Reserve) is
@@ -201,7 +211,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 	terr, c := e.transferErr, e.completion
 	w.mu.Unlock()
 	if terr != nil {
-		st := transferStatus(terr)
+		st := receiveStatus(terr)
 		w.finish(e, st)
 		return st
 	}

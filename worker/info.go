@@ -51,6 +51,9 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 		ModelMaxContext: int64(w.rt.Model.Config.ContextLength()),
 		Backend:         string(wc.Backend),
 		Version:         version,
+		KvDtype:         w.layout.kvDType,
+		KvLayout:        w.layout.kvLayout,
+		WeightsSha256:   w.layout.weightsSHA256,
 	}
 }
 

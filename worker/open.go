@@ -37,13 +37,20 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if err := w.listen(); err != nil {
 		return err
 	}
+	start := time.Now()
 	if err := w.openRuntime(); err != nil {
 		return err
 	}
+	w.stepDone(o.progress, Step{Name: "weights", Bytes: weightsBytes(w.cfg.Worker.ModelDir), KVBytes: w.capacity.Bytes, Duration: time.Since(start)})
+	start = time.Now()
 	if w.assets, err = loadAssets(w.cfg.Worker.ModelDir, w.cfg.Worker.Model); err != nil {
 		return err
 	}
+	if w.layout, err = modelLayout(w.cfg.Worker.ModelDir, &w.rt.Model.Config); err != nil {
+		return err
+	}
 	w.version = w.cacheVersion()
+	w.stepDone(o.progress, Step{Name: "assets", Bytes: w.assetsBytes(), Duration: time.Since(start)})
 	if err := w.openTransfer(o.faults); err != nil {
 		return err
 	}

@@ -2,10 +2,13 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/internal/controlpb"
 )
@@ -16,18 +19,26 @@ const (
 	backoffMax = 30 * time.Second
 )
 
+// registerTimeout bounds one Register call. The gateway vets a new
+// tokenizer inside it (fetches the asset files, tens of MB for some real
+// models, and parses them: seconds), so it is far longer than a heartbeat.
+const registerTimeout = time.Minute
+
 // registerLoop keeps the worker registered with the gateway at addr until
 // ctx ends: Register, then Heartbeat every interval with the pool's
 // accounting and the engine's load; register again when the gateway asks
 // (it restarted) or after a failure, with capped exponential backoff. A
 // gateway that is down only delays this loop; the worker keeps serving.
-// Stopping simply ends the heartbeats: the gateway declares the worker
-// lost after its heartbeat timeout.
-func (w *Worker) registerLoop(ctx context.Context, addr string) {
+// A registration the gateway refuses (refused) is logged as an error with
+// the gateway's cause; with WithExitOnRefusal the loop returns it, else it
+// retries like any failure (the cause may pass, e.g. workers serving
+// another tokenizer leave). Stopping simply ends the heartbeats: the
+// gateway declares the worker lost after its heartbeat timeout.
+func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 	conn, err := grpc.NewClient(addr, w.auth.registry...)
 	if err != nil {
 		w.log.Error("cannot dial gateway registry", "gateway", addr, "err", err)
-		return
+		return nil
 	}
 	defer conn.Close()
 	client := controlpb.NewRegistryClient(conn)
@@ -36,39 +47,59 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) {
 	failing := false
 	for ctx.Err() == nil {
 		interval, err := w.register(ctx, client)
+		isRefusal := err != nil && refused(err)
 		if err == nil {
 			log.Info("registered with gateway", "heartbeat_interval", interval)
 			failing, wait = false, backoffMin
 			err = w.heartbeat(ctx, client, interval)
+		} else if isRefusal {
+			log.Error("gateway refused the registration", "code", status.Code(err).String(), "cause", status.Convert(err).Message())
+			if w.exitOnRefusal {
+				return fmt.Errorf("worker: gateway %s refused the registration: %s", addr, status.Convert(err).Message())
+			}
 		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		if err == nil {
 			log.Info("gateway asked the worker to register again")
 			continue
 		}
-		if !failing {
+		switch {
+		case isRefusal: // logged above
+		case !failing:
 			log.Warn("gateway registry unreachable; retrying with backoff", "err", err)
-		} else {
+		default:
 			log.Debug("gateway registry still unreachable", "err", err)
 		}
 		failing = true
 		if !sleep(ctx, jitter(wait)) {
-			return
+			return nil
 		}
 		wait = min(2*wait, backoffMax)
 	}
+	return nil
 }
 
-// rpcTimeout bounds one registry call.
+// refused reports whether a Register error is the gateway refusing this
+// worker (its model, tokenizer, assets or credentials), not a failure to
+// reach it.
+func refused(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
+}
+
+// rpcTimeout bounds one Heartbeat call.
 func rpcTimeout(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
 // register announces the worker and returns the heartbeat interval: the
 // gateway's when it names one, else worker.heartbeat_interval.
 func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) (time.Duration, error) {
 	interval := w.cfg.Worker.HeartbeatInterval
-	cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
+	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats()})
 	if err != nil {

@@ -7,13 +7,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/warden-ai/warden/config"
@@ -29,7 +32,8 @@ type fakeGateway struct {
 	mu         sync.Mutex
 	registers  []*controlpb.RegisterRequest
 	heartbeats []*controlpb.HeartbeatRequest
-	reregister bool // answer the next heartbeat with reregister
+	reregister bool  // answer the next heartbeat with reregister
+	refuse     error // when set, every Register fails with it
 }
 
 func startFakeGateway(t *testing.T) *fakeGateway {
@@ -54,6 +58,9 @@ func (g *fakeGateway) Register(_ context.Context, req *controlpb.RegisterRequest
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.registers = append(g.registers, proto.Clone(req).(*controlpb.RegisterRequest))
+	if g.refuse != nil {
+		return nil, g.refuse
+	}
 	return &controlpb.RegisterResponse{HeartbeatIntervalMs: 20, GatewayId: "fake"}, nil
 }
 
@@ -115,8 +122,10 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 		TransferAddr: net.JoinHostPort("127.0.0.1", transferPort), TransferBackend: "tcp",
 		HostId: info.GetHostId(), TokenizerSha256: hex.EncodeToString(sum[:]),
 		ModelMaxContext: 16384, Backend: "cpu", Version: "v1.2.3",
+		// The tiny test model: 2 layers, K and V 32 wide.
+		KvDtype: "f32", KvLayout: "layer,kv,slot,kv_dim=2x2xTx32", WeightsSha256: info.GetWeightsSha256(),
 	}
-	if !proto.Equal(info, want) || info.GetHostId() == "" {
+	if !proto.Equal(info, want) || info.GetHostId() == "" || len(info.GetWeightsSha256()) != 64 {
 		t.Errorf("registered\n%v\nwant\n%v", info, want)
 	}
 	idle := &controlpb.PoolStats{TotalPages: testPages, FreePages: testPages, PageTokens: pageTokens, CapacityTokens: testPages * pageTokens}
@@ -154,4 +163,41 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 		return len(regs) == 2
 	})
 	waitQuiet(t, w)
+}
+
+// TestRefusedRegistration: a refusal is retried by default (its cause may
+// pass), and with WithExitOnRefusal ends Run with the gateway's cause.
+func TestRefusedRegistration(t *testing.T) {
+	cause := status.Error(codes.FailedPrecondition, "worker w: tokenizer: malformed tokenizer.json")
+	refusing := func() *fakeGateway {
+		g := startFakeGateway(t)
+		g.mu.Lock()
+		g.refuse = cause
+		g.mu.Unlock()
+		return g
+	}
+	g := refusing()
+	startWorker(t, testConfig(t, config.RoleBoth, config.TransferTCP, testPages, g.addr))
+	g.waitFor(t, "a second registration after the refusal", func(regs []*controlpb.RegisterRequest, _ []*controlpb.HeartbeatRequest) bool {
+		return len(regs) >= 2
+	})
+
+	g2 := refusing()
+	w := newTestWorker(t, testConfig(t, config.RoleBoth, config.TransferTCP, testPages, g2.addr), WithExitOnRefusal())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second): // a hang guard, not a timing check
+		t.Fatal("Run does not end after the registration was refused")
+	}
+	if err == nil || !strings.Contains(err.Error(), "refused the registration") || !strings.Contains(err.Error(), "malformed tokenizer.json") {
+		t.Fatalf("Run = %v, want the refusal with its cause", err)
+	}
+	if !refused(cause) || refused(status.Error(codes.Unavailable, "down")) {
+		t.Error("refused() classifies Unavailable as a refusal or FailedPrecondition as not")
+	}
 }

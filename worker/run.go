@@ -42,7 +42,7 @@ func (w *Worker) run(ctx context.Context) error {
 		close(engineDone)
 	}()
 
-	failed := make(chan error, 3)
+	failed := make(chan error, 3+len(w.cfg.Worker.Gateways))
 	var serving sync.WaitGroup
 	serving.Go(func() {
 		if err := w.server.Serve(w.controlLn); err != nil {
@@ -70,7 +70,11 @@ func (w *Worker) run(ctx context.Context) error {
 	regCtx, stopRegistering := context.WithCancel(ctx)
 	var registering sync.WaitGroup
 	for _, addr := range w.cfg.Worker.Gateways {
-		registering.Go(func() { w.registerLoop(regCtx, addr) })
+		registering.Go(func() {
+			if err := w.registerLoop(regCtx, addr); err != nil {
+				failed <- err
+			}
+		})
 	}
 	w.log.Info("worker serving", "control", w.controlAddr(), "transfer", w.transferAddr,
 		"transfer_backend", string(w.cfg.Worker.Transfer.Backend), "gateways", w.cfg.Worker.Gateways)

@@ -70,7 +70,7 @@ func (s *sink) Fail(t *kvtransfer.Ticket, err error) {
 	close(e.transferred)
 	var then func()
 	if !e.handler {
-		then = (*Worker)(s).abortLocked(e, transferStatus(err))
+		then = (*Worker)(s).abortLocked(e, receiveStatus(err))
 	}
 	s.mu.Unlock()
 	if then != nil {

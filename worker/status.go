@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,6 +54,18 @@ func engineStatus(err error) error {
 	return status.Errorf(codes.Internal, "engine: %v", err)
 }
 
+// receiveStatus maps a KV transfer error on the receiving (decode) side:
+// a transfer whose connection ended before COMPLETE (the writer crashed
+// or went away) is Unavailable, the same answer as the writer's own loss,
+// so that one cause gives the client one status (a 503 to retry, not a
+// 500); anything else as transferStatus.
+func receiveStatus(err error) error {
+	if errors.Is(err, kvtransfer.ErrIncomplete) && connectionLost(err) {
+		return status.Errorf(codes.Unavailable, "kv transfer: the writer went away: %v", err)
+	}
+	return transferStatus(err)
+}
+
 // transferStatus maps a KV transfer error: a transfer that failed
 // verification is DataLoss, with kvtransfer's text.
 func transferStatus(err error) error {
@@ -74,6 +89,13 @@ func transferStatus(err error) error {
 		code = codes.Unavailable
 	}
 	return status.Errorf(code, "kv transfer: %v", err)
+}
+
+// connectionLost reports whether err ends in the loss of a connection
+// (the peer closed or reset it), not in a bad frame.
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // abortError is the cancellation cause of a handler stopped on purpose:

@@ -64,6 +64,7 @@ type entry struct {
 	cancel  context.CancelCauseFunc
 	torn    bool
 	timer   *time.Timer
+	timeout time.Duration // the reservation's timeout (reserveTimeoutFor)
 	// drain (prefill): the request's transfer stream stopped early and
 	// drained (noteDrain); the Abort answer reports it.
 	drain kvtransfer.Drain
@@ -221,7 +222,7 @@ func (w *Worker) abortLocked(e *entry, st error) (then func()) {
 // expire abandons a reservation whose transfer did not complete, or that
 // no Generate claimed, within the reserve timeout.
 func (w *Worker) expire(e *entry) {
-	st := status.Errorf(codes.Aborted, "reservation abandoned: KV transfer not completed and claimed within %s", w.reserveTimeout)
+	st := status.Errorf(codes.Aborted, "reservation abandoned: KV transfer not completed and claimed within %s", e.timeout)
 	w.mu.Lock()
 	if e.torn || (e.handler && e.completed) {
 		w.mu.Unlock()
@@ -229,7 +230,7 @@ func (w *Worker) expire(e *entry) {
 	}
 	then := w.abortLocked(e, st)
 	w.mu.Unlock()
-	w.log.WarnContext(e.ctx, "abandoning reservation", "epoch", e.epoch, "timeout", w.reserveTimeout)
+	w.log.WarnContext(e.ctx, "abandoning reservation", "epoch", e.epoch, "timeout", e.timeout)
 	then()
 }
 

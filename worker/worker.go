@@ -47,11 +47,15 @@ type Worker struct {
 	server         *grpc.Server
 	info           *controlpb.WorkerInfo
 	assets         *controlpb.ModelAssetsResponse
+	layout         layout // KV layout and weights hash, for the gateway's agreement check
 	version        uint64 // model/format version of sealed prefix pages
 	reserveTimeout time.Duration
 	transferAddr   string
 
 	controlLn, transferLn, metricsLn net.Listener
+
+	// exitOnRefusal: see WithExitOnRefusal.
+	exitOnRefusal bool
 
 	// hooks are test seams; nil in production.
 	hooks hooks
@@ -85,6 +89,10 @@ type options struct {
 	tracer   trace.TracerProvider
 	version  string
 	faults   *faults.Injector
+	// exitOnRefusal: see WithExitOnRefusal.
+	exitOnRefusal bool
+	// progress: see WithProgress.
+	progress func(Step)
 }
 
 // WithLogger sets the logger (default slog.Default()).
@@ -109,6 +117,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options
 // drop or corrupt KV transfers of real workers. Without it, as in
 // production, nothing is injected.
 func WithTransferFaults(inj *faults.Injector) Option { return func(o *options) { o.faults = inj } }
+
+// WithExitOnRefusal makes Run stop with the gateway's cause when a gateway
+// refuses the worker's registration, instead of retrying (`warden up`
+// uses it to report the cause at once).
+func WithExitOnRefusal() Option { return func(o *options) { o.exitOnRefusal = true } }
 
 // New opens everything the worker needs, so that a bad configuration fails
 // here, before Run: the control, transfer and metrics listeners, the model
@@ -135,6 +148,7 @@ func New(cfg *config.Config, opts ...Option) (*Worker, error) {
 		tombs:          newTombstones(2 * wc.Transfer.ReserveTimeout),
 		metrics:        newMetrics(),
 		stopTracing:    func(context.Context) error { return nil },
+		exitOnRefusal:  o.exitOnRefusal,
 	}
 	w.log = o.logger.With("worker_id", w.id, "role", string(w.role))
 	if o.tracer == nil {

@@ -54,7 +54,7 @@ type dashboard struct {
 
 // grafanaVars stand in for the dashboard's variables when its queries are
 // parsed by Prometheus' own parser.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$model", ".*")
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$__range", "1h", "$model", ".*", "$tenant", ".*")
 
 func TestDashboard(t *testing.T) {
 	path := filepath.Join("..", "grafana", "warden.json")

@@ -297,6 +297,29 @@ func (c *Client) Workers(ctx context.Context) ([]WorkerView, error) {
 	return out.Data, err
 }
 
+// CordonWorker stops new placements on worker id; its requests run on.
+func (c *Client) CordonWorker(ctx context.Context, id string) (WorkerView, error) {
+	return c.workerAction(ctx, id, "cordon")
+}
+
+// UncordonWorker lets the gateway place requests on worker id again.
+func (c *Client) UncordonWorker(ctx context.Context, id string) (WorkerView, error) {
+	return c.workerAction(ctx, id, "uncordon")
+}
+
+// DrainWorker cordons worker id and returns its state: Idle tells whether
+// its requests have all ended (call Workers, or DrainWorker again, until it
+// is).
+func (c *Client) DrainWorker(ctx context.Context, id string) (WorkerView, error) {
+	return c.workerAction(ctx, id, "drain")
+}
+
+func (c *Client) workerAction(ctx context.Context, id, action string) (WorkerView, error) {
+	var out WorkerView
+	err := c.do(ctx, http.MethodPost, "/workers/"+seg(id)+"/"+action, nil, nil, &out)
+	return out, err
+}
+
 // Models returns the configured models with their context agreement.
 func (c *Client) Models(ctx context.Context) ([]ModelView, error) {
 	var out List[ModelView]

@@ -39,6 +39,20 @@ type WorkerView struct {
 	// waiting for one.
 	Running int `json:"running"`
 	Waiting int `json:"waiting"`
+	// InFlightBudget is the most requests this gateway places on the
+	// worker at once, learned from its batch size (0: not learned yet,
+	// no bound); the rest wait in the gateway's fair queue.
+	InFlightBudget int64 `json:"in_flight_budget"`
+	// Cordoned: this gateway places no new request on the worker
+	// (workers cordon or drain); requests already there run to their end.
+	Cordoned bool `json:"cordoned"`
+	// Assigned is how many requests this gateway placed on the worker
+	// that have not ended.
+	Assigned int64 `json:"assigned"`
+	// Idle: no request of this gateway is assigned to the worker and its
+	// last heartbeat showed nothing running or waiting. A cordoned idle
+	// worker is drained: it may be stopped.
+	Idle bool `json:"idle"`
 }
 
 // PoolView is a worker's KV pool accounting, as last reported. At a quiet
@@ -71,6 +85,16 @@ type ModelView struct {
 	// Workers are the workers that may serve the model, with their pools.
 	Workers         []WorkerCapacity `json:"workers"`
 	MaxOutputTokens int64            `json:"max_output_tokens,omitempty"`
+	// Reason explains a verdict other than agree, or a degraded context.
+	Reason string `json:"reason,omitempty"`
+	// Degraded is set while quarantined KV pages lower the effective
+	// context (I12); UsableContext is the largest request the workers can
+	// hold now.
+	Degraded      bool  `json:"degraded,omitempty"`
+	UsableContext int64 `json:"usable_context"`
+	// Refused lists workers of the model whose registration was refused
+	// because they disagree with a registered worker (I11).
+	Refused []LayoutRefusal `json:"refused_workers,omitempty"`
 }
 
 // WorkerCapacity is one serving worker's KV pool size in tokens.
@@ -78,6 +102,23 @@ type WorkerCapacity struct {
 	ID             string `json:"id"`
 	Role           string `json:"role"`
 	CapacityTokens int64  `json:"capacity_tokens"`
+	// UsableTokens is what the pool can hold now, net of quarantine.
+	UsableTokens int64 `json:"usable_tokens"`
+}
+
+// LayoutRefusal is a worker refused at registration because it disagrees
+// with a registered worker of its model on Field (page_tokens, kv_dtype,
+// kv_layout, weights_sha256 or tokenizer_sha256).
+type LayoutRefusal struct {
+	Worker string `json:"worker"`
+	Role   string `json:"role"`
+	// Conflicts is the registered worker it disagrees with.
+	Conflicts string    `json:"conflicts_with"`
+	Field     string    `json:"field"`
+	Message   string    `json:"message"`
+	At        time.Time `json:"at"`
+	// Attempts counts its refused registrations.
+	Attempts int64 `json:"attempts"`
 }
 
 // RequestView is one request, in flight or recently finished.

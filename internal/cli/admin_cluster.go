@@ -116,3 +116,57 @@ func adminRequestAbort(ctx context.Context, a *adminRun, args []string) error {
 		}
 	})
 }
+
+func adminWorkerCordon(ctx context.Context, a *adminRun, args []string) error {
+	pos, c, err := a.open(a.flags(), args, "<id>")
+	if err != nil {
+		return err
+	}
+	v, err := c.CordonWorker(ctx, pos[0])
+	return a.show(v, err, func(w io.Writer) { printPlacement(w, v) })
+}
+
+func adminWorkerUncordon(ctx context.Context, a *adminRun, args []string) error {
+	pos, c, err := a.open(a.flags(), args, "<id>")
+	if err != nil {
+		return err
+	}
+	v, err := c.UncordonWorker(ctx, pos[0])
+	return a.show(v, err, func(w io.Writer) { printPlacement(w, v) })
+}
+
+// adminWorkerDrain cordons the worker, then asks again every second until
+// it is idle or --wait passed (0: answer at once).
+func adminWorkerDrain(ctx context.Context, a *adminRun, args []string) error {
+	fs := a.flags()
+	wait := fs.Duration("wait", 5*time.Minute, "how long to wait for the worker's requests to end (0: do not wait)")
+	pos, c, err := a.open(fs, args, "<id>")
+	if err != nil {
+		return err
+	}
+	v, err := c.DrainWorker(ctx, pos[0])
+	deadline := time.Now().Add(*wait)
+	for err == nil && !v.Idle && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		v, err = c.DrainWorker(ctx, pos[0])
+	}
+	if err == nil && !v.Idle && *wait > 0 {
+		err = fmt.Errorf("worker %s is cordoned but not idle after %s: %d requests assigned, %d running, %d waiting",
+			v.ID, *wait, v.Assigned, v.Running, v.Waiting)
+	}
+	return a.show(v, err, func(w io.Writer) { printPlacement(w, v) })
+}
+
+// printPlacement prints a worker's placement state.
+func printPlacement(w io.Writer, v adminclient.WorkerView) {
+	state := "schedulable"
+	if v.Cordoned {
+		state = "cordoned"
+	}
+	fmt.Fprintf(w, "worker %s: %s, %d requests assigned, %d running, %d waiting, idle %v\n",
+		v.ID, state, v.Assigned, v.Running, v.Waiting, v.Idle)
+}

@@ -58,6 +58,12 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 	rep := checkReport{URL: url, Models: models, Violations: []string{}, Warnings: []string{}}
 	var findings []string
 	for _, m := range models {
+		for _, r := range m.Refused {
+			// I11: a worker that disagrees with its model's workers.
+			rep.Violations = append(rep.Violations, m.Name)
+			findings = append(findings, fmt.Sprintf("FAIL  model %q: worker %s (%s) refused at registration (%d attempts): %s %s",
+				m.Name, r.Worker, r.Role, r.Attempts, r.Field, r.Message))
+		}
 		switch {
 		case violates(m):
 			rep.Violations = append(rep.Violations, m.Name)
@@ -83,7 +89,7 @@ func runCheck(ctx context.Context, e *env, args []string) error {
 		printCheck(e.stdout, url, models, findings)
 	}
 	if len(rep.Violations) > 0 {
-		return exitError{code: 1, msg: fmt.Sprintf("check failed: configured context exceeds effective context for %s",
+		return exitError{code: 1, msg: fmt.Sprintf("check failed: workers disagree, or configured context exceeds effective context, for %s",
 			strings.Join(rep.Violations, ", "))}
 	}
 	return nil
@@ -114,6 +120,11 @@ func violation(m adminclient.ModelView) string {
 	if len(small) > 0 {
 		s += ": " + strings.Join(small, ", ")
 	}
+	if m.Degraded {
+		// I12: quarantined pages, not the configuration.
+		return s + fmt.Sprintf("; degraded: quarantined KV pages leave room for %d tokens (%s). They come back when their writer is proven drained or the worker restarts.",
+			m.UsableContext, m.Reason)
+	}
 	switch m.Policy {
 	case string(config.ContextRefuse):
 		s += "; policy refuse: the model is not served"
@@ -134,13 +145,15 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  WORKER\tROLE\tPOOL CAPACITY (tokens)")
+		fmt.Fprintln(tw, "  WORKER\tROLE\tPOOL CAPACITY (tokens)\tUSABLE NOW")
 		for _, wc := range m.Workers {
 			note := ""
 			if wc.CapacityTokens < m.ConfiguredContext {
 				note = "< configured"
+			} else if wc.UsableTokens < m.ConfiguredContext {
+				note = "quarantine < configured"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", wc.ID, wc.Role, wc.CapacityTokens, note)
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", wc.ID, wc.Role, wc.CapacityTokens, wc.UsableTokens, note)
 		}
 		_ = tw.Flush()
 	}

@@ -3,6 +3,10 @@ package cli
 import (
 	"context"
 	"flag"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/warden-ai/warden/config"
@@ -87,7 +91,13 @@ func runGateway(ctx context.Context, e *env, args []string) error {
 	if err := cfg.ValidateGateway(); err != nil {
 		return err
 	}
-	logger, err := obs.NewLogger(e.stderr, cfg.Observability.LogLevel, string(cfg.Observability.LogFormat))
+	lvl, err := obs.ParseLevel(cfg.Observability.LogLevel)
+	if err != nil {
+		return err
+	}
+	var level slog.LevelVar
+	level.Set(lvl)
+	logger, err := obs.NewLoggerVar(e.stderr, &level, string(cfg.Observability.LogFormat))
 	if err != nil {
 		return err
 	}
@@ -100,9 +110,63 @@ func runGateway(ctx context.Context, e *env, args []string) error {
 			logger.Warn("flushing traces", "err", err)
 		}
 	}()
-	g, err := gateway.New(cfg, gateway.WithLogger(logger), gateway.WithTracerProvider(tp))
+	// A reload reads the file again, with the same flags on top.
+	source := func() (*config.Config, error) {
+		next, err := config.Load(*configPath)
+		if err != nil {
+			return nil, err
+		}
+		f.apply(fs, next)
+		return next, nil
+	}
+	g, err := gateway.New(cfg, gateway.WithLogger(logger), gateway.WithTracerProvider(tp),
+		gateway.WithLogLevel(&level), gateway.WithConfigSource(source))
 	if err != nil {
 		return err
 	}
+	defer onSecondSignal(g.AbortNow)()
+	defer onHangup(func() { _, _ = g.ReloadFromSource() })()
 	return g.Run(ctx)
+}
+
+// onHangup calls reload at every SIGHUP and returns the function that
+// stops watching.
+func onHangup(reload func()) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				reload()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(hup); close(done) }
+}
+
+// onSecondSignal calls abort when a second SIGTERM or Ctrl-C arrives (the
+// first ends the context and starts the drain) and returns the function
+// that stops watching.
+func onSecondSignal(abort func()) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				if n++; n == 2 {
+					abort()
+					return
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }

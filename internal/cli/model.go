@@ -10,7 +10,7 @@ import (
 
 func runModel(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] != "init" {
-		fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--family "+strings.Join(model.FamilyNames(), "|")+"] [--seed N] [--dtype f32|bf16|f16]")
+		fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--family "+strings.Join(model.FamilyNames(), "|")+"] [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
 		return errUsage
 	}
 	return runModelInit(ctx, e, args[1:])
@@ -18,12 +18,13 @@ func runModel(ctx context.Context, e *env, args []string) error {
 
 func runModelInit(_ context.Context, e *env, args []string) error {
 	fs := newFlags(e, "model init", "model init --out DIR --preset "+strings.Join(model.PresetNames(), "|")+
-		" [--family "+strings.Join(model.FamilyNames(), "|")+"] [--seed N] [--dtype f32|bf16|f16]")
+		" [--family "+strings.Join(model.FamilyNames(), "|")+"] [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
 	out := fs.String("out", "", "directory to write (created if missing)")
 	preset := fs.String("preset", model.PresetTiny, "model preset: "+strings.Join(model.PresetNames(), ", "))
 	family := fs.String("family", "llama", "architecture to shape the preset as: "+strings.Join(model.FamilyNames(), ", "))
 	seed := fs.Uint64("seed", 1, "random seed of the weights")
 	dtype := fs.String("dtype", "f32", "weight dtype: f32, bf16 or f16")
+	tokFrom := fs.String("tokenizer-from", "", "directory of a real tokenizer (tokenizer.json, tokenizer_config.json) to use instead of the preset's; the vocabulary is sized to it")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -36,11 +37,19 @@ func runModelInit(_ context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := model.FamilyPresetConfig(*preset, *family)
+	switch {
+	case *tokFrom != "" && *family != "llama":
+		return fmt.Errorf("--tokenizer-from shapes a llama model; it cannot be combined with --family %s", *family)
+	case *tokFrom != "":
+		err = model.InitWithTokenizer(*out, *preset, *tokFrom, *seed, dt)
+	default:
+		err = model.InitFamily(*out, *preset, *family, *seed, dt)
+	}
 	if err != nil {
 		return err
 	}
-	if err := model.InitFamily(*out, *preset, *family, *seed, dt); err != nil {
+	cfg, err := model.LoadConfig(*out)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "wrote %s %s model (%s, %.1fM parameters, %s, seed %d) to %s\n",

@@ -78,6 +78,9 @@ func runUp(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("finding the warden binary to run: %w", err)
 	}
 	u := &upRun{plan: pl, say: say}
+	if isTerminal(e.stderr) {
+		u.progress = say
+	}
 	err = u.start(ctx, exe, *readyTimeout)
 	var key string
 	if err == nil {
@@ -98,12 +101,16 @@ func runUp(ctx context.Context, e *env, args []string) error {
 
 // upRun is the state of a running `warden up`.
 type upRun struct {
-	plan    *upPlan
-	say     func(string, ...any)
-	gateway *child
-	workers []*child
-	admin   *adminclient.Client
-	httpc   *http.Client
+	plan *upPlan
+	say  func(string, ...any)
+	// progress shows the children's start-up steps; nil when stderr is
+	// not a terminal.
+	progress func(string, ...any)
+	logs     map[*child]*logFollower
+	gateway  *child
+	workers  []*child
+	admin    *adminclient.Client
+	httpc    *http.Client
 }
 
 // all returns every child, gateway first.
@@ -156,7 +163,9 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 	}
 	u.say("started the gateway (pid %d), API %s, admin %s", u.gateway.cmd.Process.Pid, pl.apiURL, pl.adminURL)
 	for _, p := range pl.workers {
-		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p)}, env, pl.logPath(p))
+		// A refused registration ends the worker with the gateway's
+		// cause, which the wait below reports at once.
+		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p), "--exit-on-refusal"}, env, pl.logPath(p))
 		if err != nil {
 			return err
 		}
@@ -176,6 +185,7 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 				return errors.New(c.crashReport())
 			}
 		}
+		u.showProgress()
 		if notReady = u.ready(ctx); notReady == nil {
 			return nil
 		}
@@ -185,6 +195,29 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 		case <-deadline.C:
 			return fmt.Errorf("not ready after %v: %v (logs in %s)", timeout, notReady, filepath.Join(pl.stateDir, upLogDir))
 		case <-tick.C:
+		}
+	}
+}
+
+// showProgress prints the start-up steps the children logged since the
+// last call (on a terminal only).
+func (u *upRun) showProgress() {
+	if u.progress == nil {
+		return
+	}
+	if u.logs == nil {
+		u.logs = map[*child]*logFollower{}
+	}
+	for _, c := range u.all() {
+		f := u.logs[c]
+		if f == nil {
+			f = &logFollower{path: c.logPath}
+			u.logs[c] = f
+		}
+		for _, line := range f.lines() {
+			if p, ok := progressFromLog(line); ok {
+				u.progress("%s: %s", c.name, p)
+			}
 		}
 	}
 }

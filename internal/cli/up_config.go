@@ -116,6 +116,10 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	var pp portPicker
 	defer pp.release()
 	gw := &cfg.Gateway
+	// Ctrl-C stops the gateway first and kills it after upStopGrace: its
+	// drain must end well before, so that what still runs is aborted
+	// cleanly (every worker told).
+	gw.DrainTimeout = min(gw.DrainTimeout, upStopGrace/2)
 	if o.listen != "" {
 		gw.Listen = o.listen
 	} else if !pn.set("gateway", "listen") {

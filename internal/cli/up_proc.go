@@ -77,17 +77,26 @@ func (c *child) stop(grace time.Duration, force <-chan struct{}) error {
 	return fmt.Errorf("killed after not stopping within %v", grace)
 }
 
-// crashReport describes a child that ended on its own: its exit status
-// and the first lines of its crash (a Go panic or fatal error) or else the
-// last lines of its log.
+// crashReport describes a child that ended on its own: its exit status,
+// the error it exited with (the CLI's last "warden ...: " line, such as a
+// refused registration's cause) and the first lines of its crash (a Go
+// panic or fatal error) or else the last lines of its log.
 func (c *child) crashReport() string {
 	status := "exited"
 	if c.err != nil {
 		status = c.err.Error()
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "the %s stopped unexpectedly (%s); its log is %s", c.name, status, c.logPath)
-	if lines := crashExcerpt(c.logPath, 20); len(lines) > 0 {
+	fmt.Fprintf(&b, "the %s stopped unexpectedly (%s)", c.name, status)
+	lines := crashExcerpt(c.logPath, 20)
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "warden ") {
+			fmt.Fprintf(&b, ": %s", lines[i])
+			break
+		}
+	}
+	fmt.Fprintf(&b, "; its log is %s", c.logPath)
+	if len(lines) > 0 {
 		b.WriteString(":\n")
 		for _, l := range lines {
 			b.WriteString("    " + l + "\n")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -24,9 +25,19 @@ func ensureDevModel(dir string, log func(string, ...any)) error {
 		return fmt.Errorf("dev model: %w", err)
 	}
 	log("generating the dev model (preset %s) in %s", model.PresetTiny, dir)
+	start := time.Now()
 	if err := model.Init(dir, model.PresetTiny, 1, model.F32); err != nil {
 		return fmt.Errorf("dev model: %w", err)
 	}
+	var size int64
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if fi, err := e.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+	}
+	log("generated the dev model (%s) in %v", formatSize(size), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
 	"strings"
 
 	"github.com/warden-ai/warden/config"
@@ -49,6 +50,7 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	cfgPath := fs.String("config", "", "YAML configuration file (the defaults and WARDEN_* variables apply either way)")
 	var gateways listFlag
 	fs.Var(&gateways, "gateway", "gateway registry host:port; repeat for several (replaces worker.gateways)")
+	exitOnRefusal := fs.Bool("exit-on-refusal", false, "exit with the gateway's cause when a gateway refuses the registration, instead of retrying")
 	for _, f := range workerFlags {
 		fs.String(f.name, "", f.usage)
 	}
@@ -80,7 +82,14 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(cfg, worker.WithLogger(logger), worker.WithVersion(Version))
+	opts := []worker.Option{worker.WithLogger(logger), worker.WithVersion(Version)}
+	if *exitOnRefusal {
+		opts = append(opts, worker.WithExitOnRefusal())
+	}
+	if isTerminal(e.stderr) {
+		opts = append(opts, worker.WithProgress(func(s worker.Step) { fmt.Fprintf(e.stderr, "warden worker: %s\n", stepLine(s)) }))
+	}
+	w, err := worker.New(cfg, opts...)
 	if err != nil {
 		return err
 	}

@@ -199,8 +199,16 @@ type WorkerInfo struct {
 	ModelMaxContext int64  `protobuf:"varint,9,opt,name=model_max_context,json=modelMaxContext,proto3" json:"model_max_context,omitempty"`
 	Backend         string `protobuf:"bytes,10,opt,name=backend,proto3" json:"backend,omitempty"`
 	Version         string `protobuf:"bytes,11,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What prefill and decode of one model must agree on before a request
+	// may depend on it (invariant I11), besides page_tokens and
+	// tokenizer_sha256: the KV cache's element type ("f32") and layout
+	// (e.g. "layer,kv,slot,kv_dim=L16x2xTx256"), and a SHA-256 of the
+	// model's weights and config.json.
+	KvDtype       string `protobuf:"bytes,12,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
+	KvLayout      string `protobuf:"bytes,13,opt,name=kv_layout,json=kvLayout,proto3" json:"kv_layout,omitempty"`
+	WeightsSha256 string `protobuf:"bytes,14,opt,name=weights_sha256,json=weightsSha256,proto3" json:"weights_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -306,6 +314,27 @@ func (x *WorkerInfo) GetBackend() string {
 func (x *WorkerInfo) GetVersion() string {
 	if x != nil {
 		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetKvDtype() string {
+	if x != nil {
+		return x.KvDtype
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetKvLayout() string {
+	if x != nil {
+		return x.KvLayout
+	}
+	return ""
+}
+
+func (x *WorkerInfo) GetWeightsSha256() string {
+	if x != nil {
+		return x.WeightsSha256
 	}
 	return ""
 }
@@ -938,7 +967,13 @@ type ReserveRequest struct {
 	PromptTokens int64                  `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	// total_tokens = prompt_tokens + max_tokens: pages are reserved for the
 	// whole sequence so decode can never run out mid-generation.
-	TotalTokens   int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	TotalTokens int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	// timeout_ms is how long the gateway expects the prompt's prefill and
+	// transfer to take (its measured prefill rate × prompt_tokens, with a
+	// margin); decode keeps the reservation that long, clamped to
+	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max].
+	// 0: reserve_timeout.
+	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -990,6 +1025,13 @@ func (x *ReserveRequest) GetPromptTokens() int64 {
 func (x *ReserveRequest) GetTotalTokens() int64 {
 	if x != nil {
 		return x.TotalTokens
+	}
+	return 0
+}
+
+func (x *ReserveRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
 	}
 	return 0
 }
@@ -1915,7 +1957,7 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x83\x03\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\xe2\x03\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -1929,7 +1971,10 @@ const file_control_proto_rawDesc = "" +
 	"\x11model_max_context\x18\t \x01(\x03R\x0fmodelMaxContext\x12\x18\n" +
 	"\abackend\x18\n" +
 	" \x01(\tR\abackend\x12\x18\n" +
-	"\aversion\x18\v \x01(\tR\aversion\"z\n" +
+	"\aversion\x18\v \x01(\tR\aversion\x12\x19\n" +
+	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
+	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
+	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"z\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\"e\n" +
@@ -1985,11 +2030,13 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"page_bytes\x18\n" +
 	" \x01(\x03R\tpageBytes\x12(\n" +
-	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\"\x88\x01\n" +
+	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\"\xa7\x01\n" +
 	"\x0eReserveRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12!\n" +
-	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\"D\n" +
+	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"D\n" +
 	"\x0fReserveResponse\x121\n" +
 	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xec\x01\n" +
 	"\x0ePrefillRequest\x12.\n" +

@@ -28,16 +28,36 @@ const (
 // NewLogger returns a logger writing to w at level (debug, info, warn,
 // error, or any form slog.Level.UnmarshalText accepts) in format json or
 // text. Its records carry trace_id, span_id, request_id and tenant from
-// the context passed to the logging call (see ContextHandler).
+// the context passed to the logging call (see ContextHandler). In JSON,
+// durations are seconds (a number), not Go's nanoseconds.
 func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	lvl, err := ParseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	var v slog.LevelVar
+	v.Set(lvl)
+	return NewLoggerVar(w, &v, format)
+}
+
+// ParseLevel parses a log level name (debug, info, warn, error, or any
+// form slog.Level.UnmarshalText accepts).
+func ParseLevel(level string) (slog.Level, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("obs: log level %q: want debug, info, warn or error", level)
+		return 0, fmt.Errorf("obs: log level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	return lvl, nil
+}
+
+// NewLoggerVar is NewLogger with a level the caller may change while the
+// logger runs (a configuration reload).
+func NewLoggerVar(w io.Writer, level *slog.LevelVar, format string) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler
 	switch strings.ToLower(format) {
 	case "json":
+		opts.ReplaceAttr = durationSeconds
 		h = slog.NewJSONHandler(w, opts)
 	case "text":
 		h = slog.NewTextHandler(w, opts)
@@ -45,6 +65,15 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("obs: log format %q: want json or text", format)
 	}
 	return slog.New(NewContextHandler(h)), nil
+}
+
+// durationSeconds writes duration attributes as seconds, the unit log
+// queries and Prometheus use, instead of JSON's nanoseconds.
+func durationSeconds(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.Float64Value(a.Value.Duration().Seconds())
+	}
+	return a
 }
 
 // requestKey is the context key of requestInfo.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -179,4 +180,27 @@ func BenchmarkLogger(b *testing.B) {
 			grouped.InfoContext(ctx, "admitted", "prompt_tokens", 42)
 		}
 	})
+}
+
+// TestJSONDurationsInSeconds: JSON records carry durations as seconds (a
+// number), at the top level and in groups; text keeps Go's notation.
+func TestJSONDurationsInSeconds(t *testing.T) {
+	var buf bytes.Buffer
+	logger, err := NewLogger(&buf, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger.Info("done", "duration", 1500*time.Millisecond, slog.Group("phase", "queue", 250*time.Millisecond))
+	got := lines(t, &buf)
+	if len(got) != 1 || got[0]["duration"] != 1.5 || got[0]["phase"].(map[string]any)["queue"] != 0.25 {
+		t.Fatalf("record %v, want duration 1.5 and phase.queue 0.25", got)
+	}
+	buf.Reset()
+	if logger, err = NewLogger(&buf, "info", "text"); err != nil {
+		t.Fatal(err)
+	}
+	logger.Info("done", "duration", 1500*time.Millisecond)
+	if !strings.Contains(buf.String(), "duration=1.5s") {
+		t.Fatalf("text record %q, want duration=1.5s", buf.String())
+	}
 }

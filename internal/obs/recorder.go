@@ -11,6 +11,10 @@ type StatusRecorder struct {
 	Status int
 	// Bytes is how many body bytes were written.
 	Bytes int64
+	// ErrorCode is the code (or, without one, the type) of the error the
+	// response carried, in its body or as a stream's last event; empty
+	// for none. The handler that wrote the error sets it.
+	ErrorCode string
 }
 
 // WriteHeader records the first final status code and passes it on.

@@ -40,6 +40,9 @@ func (c *Cluster) build(o Options) error {
 		gw.TLS.CertFile, gw.TLS.KeyFile = pki.ServerCert, pki.ServerKey
 		gw.AdminTokenFile = tokenFile
 		gw.HeartbeatTimeout = o.HeartbeatTimeout
+		// Stop (SIGTERM) aborts the requests in flight at once; a test of
+		// the drain sets a timeout with EditGateway.
+		gw.DrainTimeout = 0
 		cfg.Worker.HeartbeatInterval = o.HeartbeatTimeout / 4
 		cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
 		if o.Redis {
@@ -69,6 +72,7 @@ func (c *Cluster) build(o Options) error {
 		if g.HTTP, err = httpClient(pki.CACert); err != nil {
 			return err
 		}
+		g.HTTP.Transport = &errorScan{next: g.HTTP.Transport}
 		if g.Admin, err = adminclient.New(adminclient.Config{URL: g.AdminURL, Token: c.AdminToken, Transport: g.HTTP.Transport}); err != nil {
 			return err
 		}

@@ -132,6 +132,7 @@ func New(t testing.TB, env *Env, o Options) *Cluster {
 		}
 	})
 	t.Cleanup(c.Close)
+	t.Cleanup(func() { c.checkErrorBodies(t) })
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.LogTails(t, 40)

@@ -28,6 +28,8 @@ type Process struct {
 	LogPath string
 	// Env, when set, replaces the inherited environment.
 	Env []string
+	// Dir, when set, is the working directory (default: the test's).
+	Dir string
 	// Bin, when set, is the executable instead of the Env's warden binary
 	// (e.g. redis-server).
 	Bin string
@@ -71,6 +73,7 @@ func (p *Process) Start() error {
 	cmd := exec.Command(bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = p.Env
+	cmd.Dir = p.Dir
 	// Own process group (signals reach it alone); SIGKILL when the test
 	// binary dies, so a crashed test leaves no process behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -2,7 +2,9 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -195,6 +197,48 @@ func InitFamily(dir, preset, family string, seed uint64, dtype DType) error {
 		return fmt.Errorf("model: writing preset tokenizer: %w", err)
 	}
 	cfg.BOSTokenID, cfg.EOSTokenIDs = &info.BOS, slices.Clone(info.EOS)
+	return WriteRandom(dir, cfg, seed, dtype)
+}
+
+// InitWithTokenizer is Init with a real tokenizer instead of the preset's:
+// it copies tokenizer.json, and tokenizer_config.json and
+// chat_template.jinja where present, from tokenizerDir into dir, and sizes
+// the preset's vocabulary to that tokenizer (embedding and LM head rows
+// for every token ID) with its BOS and EOS tokens. The result is a model
+// of the preset's shape that tokenizes and chats exactly like the model
+// the tokenizer comes from, with random weights.
+func InitWithTokenizer(dir, preset, tokenizerDir string, seed uint64, dtype DType) error {
+	cfg, err := PresetConfig(preset)
+	if err != nil {
+		return err
+	}
+	if !dtype.IsFloat() {
+		return fmt.Errorf("model: weights dtype %q: %w", dtype, ErrUnsupportedDType)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	for _, name := range []string{tokenizer.TokenizerFile, tokenizer.TokenizerConfigFile, tokenizer.ChatTemplateFile} {
+		data, err := os.ReadFile(filepath.Join(tokenizerDir, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && name != tokenizer.TokenizerFile:
+			continue
+		case err != nil:
+			return fmt.Errorf("model: tokenizer: %w", err)
+		}
+		if err := writeFileAtomic(filepath.Join(dir, name), data); err != nil {
+			return err
+		}
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	cfg.VocabSize = tok.VocabSize()
+	cfg.BOSTokenID, cfg.EOSTokenIDs = nil, tok.EOS()
+	if bos, ok := tok.BOS(); ok {
+		cfg.BOSTokenID = &bos
+	}
 	return WriteRandom(dir, cfg, seed, dtype)
 }
 

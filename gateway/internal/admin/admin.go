@@ -24,8 +24,16 @@ const MaxBodyBytes = 1 << 20
 type Config struct {
 	// Token is the admin bearer token. Empty refuses every request.
 	Token string
+	// Reload, if set, serves POST /reload: it reloads the gateway's
+	// configuration file and returns the fields it changed, or why it
+	// changed nothing.
+	Reload func() ([]string, error)
 	// Now is the clock (default day of /usage); nil means time.Now.
 	Now func() time.Time
+	// Metrics, if set, is served at GET /metrics behind the admin token:
+	// the gateway's metrics name tenants, so they are never served where
+	// strangers can read them.
+	Metrics http.Handler
 }
 
 // Cluster is the gateway's view of its workers and models.
@@ -34,6 +42,9 @@ type Cluster interface {
 	Workers() []WorkerView
 	// Models returns every configured model with its context agreement.
 	Models() []ModelView
+	// Cordon stops (on) or resumes new placements on worker id and
+	// returns its state; false for an unknown worker.
+	Cordon(id string, on bool) (WorkerView, bool)
 }
 
 // Requests is the gateway's table of requests.
@@ -57,6 +68,8 @@ type (
 	ModelView = adminclient.ModelView
 	// WorkerCapacity is one serving worker's pool size in tokens.
 	WorkerCapacity = adminclient.WorkerCapacity
+	// LayoutRefusal is a worker refused at registration (I11).
+	LayoutRefusal = adminclient.LayoutRefusal
 	// RequestView is one request, in flight or recently finished.
 	RequestView = adminclient.RequestView
 )
@@ -89,6 +102,7 @@ type server struct {
 	cluster  Cluster
 	requests Requests
 	logger   *slog.Logger
+	reload   func() ([]string, error)
 }
 
 // NewHandler returns the admin API (see the package comment for routes and
@@ -105,6 +119,7 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		cluster:  cluster,
 		requests: requests,
 		logger:   logger,
+		reload:   cfg.Reload,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -121,6 +136,9 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 	r.MethodNotAllowed(s.handle("route.method", func(_ http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusMethodNotAllowed, adminclient.CodeMethodNotAllowed, "", "Method %s is not allowed for %s.", r.Method, r.URL.Path)
 	}))
+	if cfg.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
+	}
 	r.Route("/admin/v1", func(r chi.Router) {
 		r.Post("/tenants", s.handle("tenant.create", s.createTenant))
 		r.Get("/tenants", s.handle("tenant.list", s.listTenants))
@@ -139,7 +157,11 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 
 		r.Get("/usage", s.handle("usage.get", s.usage))
 
+		r.Post("/reload", s.handle("config.reload", s.reloadConfig))
 		r.Get("/workers", s.handle("worker.list", s.workers))
+		r.Post("/workers/{id}/cordon", s.handle("worker.cordon", s.cordon(true)))
+		r.Post("/workers/{id}/drain", s.handle("worker.drain", s.cordon(true)))
+		r.Post("/workers/{id}/uncordon", s.handle("worker.uncordon", s.cordon(false)))
 		r.Get("/models", s.handle("model.list", s.models))
 		r.Get("/requests", s.handle("request.list", s.listRequests))
 		r.Get("/requests/{id}", s.handle("request.get", s.getRequest))

@@ -20,6 +20,36 @@ func (s *server) workers(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
+// reloadConfig handles POST /reload: 200 with the fields changed, or 409
+// with the reason nothing changed (an invalid file, or fields that need a
+// restart, named).
+func (s *server) reloadConfig(w http.ResponseWriter, _ *http.Request) error {
+	if s.reload == nil {
+		return apiErr(http.StatusNotFound, adminclient.CodeNotFound, "", "This gateway has no configuration file to reload.")
+	}
+	changed, err := s.reload()
+	if err != nil {
+		return apiErr(http.StatusConflict, adminclient.CodeInvalidValue, "", "%s", err.Error())
+	}
+	writeJSON(w, http.StatusOK, map[string][]string{"changed": append([]string{}, changed...)})
+	return nil
+}
+
+// cordon handles POST /workers/{id}/cordon, /drain (on) and /uncordon
+// (off). Drain is cordon whose answer is read for Idle: the client polls
+// until the worker's requests have ended.
+func (s *server) cordon(on bool) func(w http.ResponseWriter, r *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := target(r, chi.URLParam(r, "id"))
+		v, ok := s.cluster.Cordon(id, on)
+		if !ok {
+			return apiErr(http.StatusNotFound, adminclient.CodeNotFound, "", "worker %q: not registered here", id)
+		}
+		writeJSON(w, http.StatusOK, v)
+		return nil
+	}
+}
+
 func (s *server) models(w http.ResponseWriter, _ *http.Request) error {
 	ms := slices.SortedFunc(slices.Values(s.cluster.Models()), func(a, b ModelView) int {
 		return strings.Compare(a.Name, b.Name)

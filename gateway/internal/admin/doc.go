@@ -21,6 +21,10 @@
 //	DELETE /model-limits/{model}      remove a model's limits
 //	GET    /usage?tenant=&from=&to=   usage per UTC day and model (days YYYY-MM-DD, default today)
 //	GET    /workers                   registered workers and their KV pools
+//	POST   /workers/{id}/cordon       stop new placements on a worker
+//	POST   /workers/{id}/drain        cordon; the answer's idle says when its requests ended
+//	POST   /workers/{id}/uncordon     place requests on a worker again
+//	POST   /reload                    reload the configuration file (fields changed, or 409 naming those refused)
 //	GET    /models                    configured vs effective context, per-worker capacity, verdict (I2)
 //	GET    /requests?tenant=&model=   requests in flight
 //	GET    /requests/{id}             one request, in flight or recently finished

@@ -17,6 +17,16 @@
 // servable when it has a healthy both worker, or a healthy prefill worker
 // and a healthy decode worker.
 //
+// # Capacity truth (I12)
+//
+// The effective context is then lowered to what the pools can hold now,
+// net of quarantined pages (WorkerCapacity.UnusableTokens): the best
+// decode (or both) worker, paired with the smallest prefill pool. When
+// that lowers it, the state is Degraded (an event, a metric and an alert
+// for the gateway); with no usable page left the model is not served.
+// Recheck applies the current state again to a request that waited, so
+// the queue never holds one that can no longer run.
+//
 // The state is recomputed on every change of the serving workers
 // (SetWorkers, called by the registry's change feed on registration,
 // capacity change and loss) and when the per-model limits change.
@@ -36,6 +46,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/warden-ai/warden/config"
@@ -93,17 +104,52 @@ type WorkerCapacity struct {
 	Role string
 	// CapacityTokens is the KV pool's capacity_tokens.
 	CapacityTokens int64
+	// UnusableTokens is the part of the capacity that the pool cannot
+	// hand out now: its quarantined pages, in tokens (CapacityTokens −
+	// registry.Pool.UsableTokens). 0: all of it is usable.
+	UnusableTokens int64
 	// MaxPositions is the model's max_position_embeddings as the worker
 	// loaded it; 0 when unknown.
 	MaxPositions int64
 }
 
-// limit is the most tokens the worker can serve for one request.
+// limit is the most tokens the worker can serve for one request once
+// nothing is quarantined.
 func (w WorkerCapacity) limit() int64 {
 	if w.MaxPositions > 0 && w.MaxPositions < w.CapacityTokens {
 		return w.MaxPositions
 	}
 	return w.CapacityTokens
+}
+
+// usableLimit is the most tokens the worker can serve for one request now.
+func (w WorkerCapacity) usableLimit() int64 {
+	return max(min(w.limit(), w.CapacityTokens-w.UnusableTokens), 0)
+}
+
+// usableNow is the largest request the model's workers can hold now: the
+// best both worker, or the best decode worker paired with a prefill
+// worker (routing picks among decode workers, so the best one counts;
+// any prefill worker may be paired, so the smallest one counts).
+func usableNow(ws []WorkerCapacity) int64 {
+	var best, bestDecode int64
+	prefill := int64(-1)
+	for _, w := range ws {
+		switch u := w.usableLimit(); w.Role {
+		case RoleBoth:
+			best = max(best, u)
+		case RoleDecode:
+			bestDecode = max(bestDecode, u)
+		case RolePrefill:
+			if prefill < 0 || u < prefill {
+				prefill = u
+			}
+		}
+	}
+	if prefill >= 0 {
+		best = max(best, min(bestDecode, prefill))
+	}
+	return best
 }
 
 // State is a model's current context agreement.
@@ -126,6 +172,28 @@ type State struct {
 	// MaxOutputTokens is the output cap (configuration and tenant store,
 	// the smaller); 0 means none.
 	MaxOutputTokens int64
+	// Degraded is set when quarantined KV pages lower Effective below
+	// what the pools hold once nothing is quarantined (I12); Reason says
+	// by how much.
+	Degraded bool
+	// Usable is the largest request the workers can hold now, net of
+	// quarantined pages (0 without workers).
+	Usable int64
+}
+
+// PublicReason says why a model is not served in words fit for API
+// customers: no worker IDs, addresses or pool sizes (Reason has those,
+// for logs and the admin API).
+func (st State) PublicReason() string {
+	switch {
+	case st.Verdict == VerdictNoWorkers:
+		return "no healthy worker serves it"
+	case st.Verdict == VerdictRefused:
+		return "its configured context does not fit its workers' KV pools (context_policy refuse)"
+	case st.Degraded:
+		return "its workers' KV pools are out of usable pages"
+	}
+	return "it is not being served"
 }
 
 // Compute derives a model's state from its policy, its per-model limits
@@ -169,6 +237,7 @@ func Compute(m Model, limits tenant.ModelLimits, workers []WorkerCapacity) State
 		return st
 	case smallest.limit() >= st.Configured:
 		st.Verdict, st.Serving, st.Effective = VerdictAgree, true, st.Configured
+		st.degrade()
 		return st
 	}
 	what := fmt.Sprintf("KV pool capacity %d", smallest.CapacityTokens)
@@ -188,7 +257,30 @@ func Compute(m Model, limits tenant.ModelLimits, workers []WorkerCapacity) State
 		// Keep room for at least one prompt token.
 		st.MaxOutputTokens = st.Effective - 1
 	}
+	st.degrade()
 	return st
+}
+
+// degrade lowers the effective context of a served model to what its
+// pools can hold now, net of quarantined pages (I12), and keeps the output
+// cap below it.
+func (st *State) degrade() {
+	now := usableNow(st.Workers)
+	st.Usable = now
+	if now < st.Effective {
+		st.Degraded = true
+		st.Reason = strings.TrimPrefix(st.Reason+fmt.Sprintf(
+			"; quarantined KV pages lower the effective context from %d to %d", st.Effective, now), "; ")
+		st.Effective = now
+		if now < 2 {
+			// Not even one prompt and one output token fit.
+			st.Serving, st.Effective = false, 0
+		}
+	}
+	if st.Degraded && st.MaxOutputTokens >= st.Effective {
+		// Keep room for at least one prompt token.
+		st.MaxOutputTokens = max(st.Effective-1, 0)
+	}
 }
 
 // LimitsSource serves the tenant store's per-model limits
@@ -277,7 +369,7 @@ func (c *Controller) update(model string, change func()) {
 
 func sameState(a, b State) bool {
 	if a.Configured != b.Configured || a.Effective != b.Effective || a.Serving != b.Serving ||
-		a.Verdict != b.Verdict || a.Reason != b.Reason || a.MaxOutputTokens != b.MaxOutputTokens ||
+		a.Verdict != b.Verdict || a.Reason != b.Reason || a.MaxOutputTokens != b.MaxOutputTokens || a.Degraded != b.Degraded || a.Usable != b.Usable ||
 		len(a.Workers) != len(b.Workers) {
 		return false
 	}
@@ -317,6 +409,36 @@ func (c *Controller) State(ctx context.Context, model string) (State, bool, erro
 
 func sameLimits(a, b tenant.ModelLimits) bool {
 	return a.MaxContext == b.MaxContext && a.MaxOutputTokens == b.MaxOutputTokens
+}
+
+// Current returns model's state as last computed, without refreshing its
+// limits; ok is false for an unconfigured model.
+func (c *Controller) Current(model string) (State, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.states[model]
+	return st, ok
+}
+
+// Recheck decides again, against the model's current state, whether an
+// admitted request of prompt + output tokens can still run: capacity may
+// have shrunk (quarantine, a lost worker) while it waited. The rejection
+// is the 400 (or 503) Admit would give now; nil when it still fits.
+func (c *Controller) Recheck(model string, prompt, output int64, promptParam string) error {
+	st, ok := c.Current(model)
+	switch {
+	case !ok:
+		return api.ModelNotFound(model)
+	case !st.Serving:
+		return api.ModelUnavailable(model, st.PublicReason())
+	case prompt+output > st.Effective:
+		param := "max_tokens"
+		if prompt >= st.Effective {
+			param = promptParam
+		}
+		return api.ContextLengthExceeded(param, st.Effective, prompt, output)
+	}
+	return nil
 }
 
 // States returns every configured model's state, by name, without
@@ -362,7 +484,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (Decision, error) {
 	case err != nil:
 		return Decision{}, err
 	case !st.Serving:
-		return Decision{}, api.ModelUnavailable(req.Model, st.Reason)
+		return Decision{}, api.ModelUnavailable(req.Model, st.PublicReason())
 	}
 	if req.PromptTokens <= 0 {
 		return Decision{}, api.InvalidRequest(req.PromptParam, api.CodeInvalidValue,

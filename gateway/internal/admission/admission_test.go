@@ -168,7 +168,7 @@ func TestAdmit(t *testing.T) {
 		{name: "default fills the window", req: Request{Model: "m", PromptTokens: 700}, maxOut: 300},
 		{name: "empty prompt", req: Request{Model: "m", PromptParam: "prompt"}, status: 400, param: "prompt"},
 		{name: "unknown model", req: Request{Model: "nope", PromptTokens: 1}, status: 404, param: "model"},
-		{name: "refused", req: Request{Model: "r", PromptTokens: 1}, status: 503, msg: []string{"configured context 8192 exceeds KV pool capacity 1000 of worker small"}},
+		{name: "refused", req: Request{Model: "r", PromptTokens: 1}, status: 503, msg: []string{"context_policy refuse"}},
 		{name: "no workers", req: Request{Model: "idle", PromptTokens: 1}, status: 503, msg: []string{"no healthy worker"}},
 	}
 	for _, tc := range cases {
@@ -193,6 +193,11 @@ func TestAdmit(t *testing.T) {
 				if !strings.Contains(e.Message, m) {
 					t.Errorf("message %q lacks %q", e.Message, m)
 				}
+			}
+			// Nothing internal reaches an API customer: no worker ID, no
+			// pool size (those are in State.Reason, for logs and admin).
+			if tc.status == 503 && (strings.Contains(e.Message, "small") || strings.Contains(e.Message, "1000") || e.Headers.Get("Retry-After") == "") {
+				t.Errorf("503 %q (retry-after %q) names internals or lacks retry-after", e.Message, e.Headers.Get("Retry-After"))
 			}
 		})
 	}

@@ -125,6 +125,8 @@ func TestBadInput(t *testing.T) {
 		{"completion priority 1001", "POST", compl, nil, `{"model":"tiny","prompt":"a","priority":1001}`, 400, inv, CodeIntegerTooLarge, "priority"},
 		{"warden field (I8)", "POST", chat, nil, chatWith(`"warden_worker":"w1"`), 400, inv, CodeUnsupportedParameter, "warden_worker"},
 		{"prompt missing", "POST", compl, nil, `{"model":"tiny"}`, 400, inv, CodeMissingParameter, "prompt"},
+		{"prompt empty", "POST", compl, nil, `{"model":"tiny","prompt":""}`, 400, inv, CodeInvalidValue, "prompt"},
+		{"prompt empty in array", "POST", compl, nil, `{"model":"tiny","prompt":[""]}`, 400, inv, CodeInvalidValue, "prompt[0]"},
 		{"prompt tokens", "POST", compl, nil, `{"model":"tiny","prompt":[1,2,3]}`, 400, inv, CodeUnsupportedValue, "prompt"},
 		{"prompt batch", "POST", compl, nil, `{"model":"tiny","prompt":["a","b"]}`, 400, inv, CodeUnsupportedValue, "prompt"},
 		{"prompt object", "POST", compl, nil, `{"model":"tiny","prompt":{}}`, 400, inv, CodeInvalidType, "prompt"},

@@ -148,6 +148,9 @@ func (d *decoder) prompt() *Error {
 	if raw[0] == '"' {
 		p, e := decodeString(raw, "prompt")
 		d.r.Prompt = p
+		if e == nil && p == "" {
+			return emptyPrompt("prompt")
+		}
 		return e
 	}
 	items, e := decodeArray(raw, "prompt", "a string or an array of one string")
@@ -164,5 +167,14 @@ func (d *decoder) prompt() *Error {
 	}
 	p, e := decodeString(items[0], "prompt[0]")
 	d.r.Prompt = p
+	if e == nil && p == "" {
+		return emptyPrompt("prompt[0]")
+	}
 	return e
+}
+
+// emptyPrompt is the documented 400 for an empty completion prompt (the
+// BOS token alone is no prompt).
+func emptyPrompt(param string) *Error {
+	return InvalidRequest(param, CodeInvalidValue, "Invalid '"+param+"': the prompt is empty. Send at least one character.")
 }

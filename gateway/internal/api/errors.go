@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/internal/errenvelope"
+	"github.com/warden-ai/warden/internal/obs"
 )
 
 // Error types, as in OpenAI's error envelope.
@@ -118,10 +119,13 @@ func RateLimited(message string, retryAfter time.Duration, headers http.Header) 
 }
 
 // ModelUnavailable is the 503 for a model that exists but cannot be served
-// now (no healthy worker, context policy "refuse", draining).
+// now (no healthy worker, context policy "refuse", draining), with
+// retry-after. reason is shown to API customers: it must name no worker,
+// address or pool size (those go to logs and the admin API).
 func ModelUnavailable(model, reason string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeModelUnavailable, Param: "model",
-		Message: fmt.Sprintf("The model %q cannot be served right now: %s", model, reason)}
+		Message: fmt.Sprintf("The model %q cannot be served right now: %s; retry shortly.", model, reason),
+		Headers: http.Header{"Retry-After": {"1"}}}
 }
 
 // Internal is the generic 500. It says nothing about the cause; log that
@@ -178,8 +182,27 @@ func copyHeaders(dst, src http.Header) {
 
 // writeError sends e as a JSON error response.
 func writeError(w http.ResponseWriter, e *Error) {
+	noteError(w, e)
 	copyHeaders(w.Header(), e.Headers)
 	writeJSON(w, e.Status, e.envelope())
+}
+
+// noteError records e's code on the response for the access log and the
+// rejection metric (observe).
+func noteError(w http.ResponseWriter, e *Error) {
+	if rec, ok := w.(*obs.StatusRecorder); ok {
+		rec.ErrorCode = e.reason()
+	}
+}
+
+// reason is the error's code, or its type when it has no code: the
+// label of warden_requests_rejected_total and the access log's
+// error_code.
+func (e *Error) reason() string {
+	if e.Code != "" {
+		return e.Code
+	}
+	return e.Type
 }
 
 // marshal encodes one of this package's wire types, which cannot fail,

@@ -63,7 +63,10 @@ func clientRequestID(h http.Header) string {
 // else runs, so every response (404, 405, 413, panics) carries it.
 func (s *server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := &requestInfo{id: newRequestID(), clientID: clientRequestID(r.Header), start: s.now()}
+		info := &requestInfo{id: newRequestID(), start: s.now()}
+		if s.cfg.TrustClientRequestID {
+			info.clientID = clientRequestID(r.Header)
+		}
 		w.Header().Set("X-Request-Id", info.id)
 		// The HTTP server span (when traced) is found by the request ID too.
 		trace.SpanFromContext(r.Context()).SetAttributes(obs.AttrRequestID.String(info.id))
@@ -108,7 +111,8 @@ func (s *server) logAccess(r *http.Request, info *requestInfo, sw *obs.StatusRec
 		status = http.StatusOK
 	}
 	level := slog.LevelInfo
-	if !strings.HasPrefix(r.URL.Path, "/v1/") {
+	api := strings.HasPrefix(r.URL.Path, "/v1/")
+	if !api {
 		level = slog.LevelDebug // probes and scrapes
 	}
 	attrs := []slog.Attr{
@@ -120,10 +124,16 @@ func (s *server) logAccess(r *http.Request, info *requestInfo, sw *obs.StatusRec
 		slog.Int64("bytes", sw.Bytes),
 		slog.Duration("duration", s.now().Sub(info.start)),
 	}
+	if sw.ErrorCode != "" {
+		attrs = append(attrs, slog.String("error_code", sw.ErrorCode))
+	}
 	if info.clientID != "" {
 		attrs = append(attrs, slog.String("client_request_id", info.clientID))
 	}
 	s.logger.LogAttrs(r.Context(), level, "http request", attrs...)
+	if s.cfg.OnError != nil && sw.ErrorCode != "" && (api || status >= 400) {
+		s.cfg.OnError(status, sw.ErrorCode)
+	}
 }
 
 // limitBody answers 413 for a declared length over the limit and caps the

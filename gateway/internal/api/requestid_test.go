@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -55,19 +56,31 @@ func TestRequestIDOnEveryResponse(t *testing.T) {
 }
 
 func TestClientRequestIDKeptSeparately(t *testing.T) {
-	for _, tc := range []struct{ header, value, want string }{
-		{"X-Request-Id", "trace-42", "trace-42"},
-		{"X-Client-Request-Id", "abc", "abc"},
-		{"X-Request-Id", "has space", ""},
-		{"X-Request-Id", strings.Repeat("a", 129), ""},
+	for _, tc := range []struct {
+		header, value, want string
+		trusted             bool
+	}{
+		{"X-Request-Id", "trace-42", "trace-42", true},
+		{"X-Client-Request-Id", "abc", "abc", true},
+		{"X-Request-Id", "has space", "", true},
+		{"X-Request-Id", strings.Repeat("a", 129), "", true},
+		// Untrusted (the default): neither kept nor logged.
+		{"X-Request-Id", "trace-42", "", false},
+		{"X-Client-Request-Id", "abc", "", false},
 	} {
 		svc := &fakeService{}
+		var logs bytes.Buffer
+		logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h := NewHandler(Config{MaxBodyBytes: 64 << 10, TrustClientRequestID: tc.trusted}, fakeAuth{}, svc, logger)
 		header := authJSON()
 		header.Set(tc.header, tc.value)
-		rec := do(newTestHandler(svc), "POST", "/v1/chat/completions", goodChat, header)
+		rec := do(h, "POST", "/v1/chat/completions", goodChat, header)
 		req := svc.lastRequest(t)
 		if req.ClientRequestID != tc.want || req.RequestID != rec.Header().Get("X-Request-Id") || req.RequestID == tc.value {
 			t.Errorf("%s=%q: client id %q, request id %q, header %q", tc.header, tc.value, req.ClientRequestID, req.RequestID, rec.Header().Get("X-Request-Id"))
+		}
+		if logged := strings.Contains(logs.String(), "client_request_id"); logged != (tc.want != "") {
+			t.Errorf("%s=%q trusted=%v: client_request_id logged %v:\n%s", tc.header, tc.value, tc.trusted, logged, logs.String())
 		}
 	}
 }
@@ -77,7 +90,13 @@ func TestClientRequestIDKeptSeparately(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h := NewHandler(Config{}, fakeAuth{}, &fakeService{}, logger)
+	type answer struct {
+		status int
+		reason string
+	}
+	var errs []answer
+	h := NewHandler(Config{OnError: func(status int, reason string) { errs = append(errs, answer{status, reason}) }},
+		fakeAuth{}, &fakeService{}, logger)
 	const secret = "my-secret-prompt-text"
 	rec := do(h, "POST", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"`+secret+`"}]}`, authJSON())
 	do(h, "POST", "/v1/chat/completions", `{"model":"tiny","messages":[{"role":"user","content":"`+secret+`"}],"n":"x"}`, authJSON())
@@ -108,16 +127,25 @@ func TestAccessLog(t *testing.T) {
 	if lines[1]["status"] != 400.0 || lines[2]["status"] != 500.0 {
 		t.Errorf("statuses %v, %v", lines[1]["status"], lines[2]["status"])
 	}
+	// The error code is in the access line and counted (OnError).
+	if _, ok := first["error_code"]; ok || lines[1]["error_code"] != CodeInvalidType || lines[2]["error_code"] != CodeInternal {
+		t.Errorf("error codes %v, %v, %v", first["error_code"], lines[1]["error_code"], lines[2]["error_code"])
+	}
+	if want := []answer{{400, CodeInvalidType}, {500, CodeInternal}}; !slices.Equal(errs, want) {
+		t.Errorf("OnError saw %v, want %v", errs, want)
+	}
 	if !strings.Contains(logs, "connection refused") {
 		t.Errorf("internal cause of the 500 not logged:\n%s", logs)
 	}
 }
 
-func TestHealthReadyMetrics(t *testing.T) {
+// TestHealthReadyNoMetrics: /healthz and /readyz answer without
+// authentication; /metrics is not on the public API at all (it names
+// tenants: the admin and ops listeners serve it).
+func TestHealthReadyNoMetrics(t *testing.T) {
 	ready := errors.New("no worker registered")
 	cfg := Config{
-		Ready:   func(context.Context) error { return ready },
-		Metrics: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("warden_up 1\n")) }),
+		Ready: func(context.Context) error { return ready },
 	}
 	h := NewHandler(cfg, fakeAuth{}, &fakeService{}, nil)
 	check := func(path string, status int, body string) {
@@ -129,11 +157,11 @@ func TestHealthReadyMetrics(t *testing.T) {
 	}
 	check("/healthz", 200, `{"status":"ok"}`)
 	check("/readyz", 503, `{"status":"not_ready"}`)
+	check("/health", 503, `{"status":"not_ready"}`)
 	ready = nil
 	check("/readyz", 200, `{"status":"ready"}`)
-	check("/metrics", 200, "warden_up 1")
-
-	if rec := do(newTestHandler(&fakeService{}), "GET", "/metrics", "", nil); rec.Code != 404 {
-		t.Errorf("/metrics without a handler: %d", rec.Code)
+	check("/health", 200, `{"status":"ready"}`)
+	if rec := do(h, "GET", "/metrics", "", nil); rec.Code != http.StatusNotFound || strings.Contains(rec.Body.String(), "warden_") {
+		t.Errorf("unauthenticated /metrics on the public API: %d %s", rec.Code, rec.Body)
 	}
 }

@@ -30,13 +30,22 @@ type Config struct {
 	WriteTimeout time.Duration
 	// Ready reports readiness for GET /readyz; nil means always ready.
 	Ready func(ctx context.Context) error
-	// Metrics, if set, is served at GET /metrics without authentication.
-	Metrics http.Handler
+	// TrustClientRequestID keeps the client's own request ID
+	// (x-client-request-id, else x-request-id) as client_request_id in
+	// the access log and GenerateRequest.ClientRequestID. False (the
+	// default) ignores it: a tenant could otherwise plant another
+	// request's ID in lines attributed to itself.
+	TrustClientRequestID bool
 	// CORSOrigins are the browser origins allowed to call the API
 	// cross-origin ("*": any); empty sends no CORS headers.
 	CORSOrigins []string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// OnError, if set, is told of every API response that carried an
+	// error: its status (200 for an error event ending a stream) and
+	// reason (the error code, or its type when it has none). Probes and
+	// /metrics are not API responses.
+	OnError func(status int, reason string)
 }
 
 // server holds the handlers' dependencies.
@@ -51,7 +60,9 @@ func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
 // /v1/models/{id}, /v1/completions, /v1/chat/completions, /v1/responses,
-// /healthz, /readyz and, if configured, /metrics. A nil logger discards logs.
+// /healthz, /readyz (also as vLLM's /health). It never serves /metrics:
+// the gateway's metrics name tenants, so they live on the admin listener
+// (behind the admin token) and the ops listener. A nil logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -86,9 +97,9 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	if cfg.Metrics != nil {
-		r.Method(http.MethodGet, "/metrics", cfg.Metrics)
-	}
+	// vLLM's /health, for clients and load balancers configured for it:
+	// 200 while the gateway can serve, 503 otherwise (as /readyz).
+	r.Get("/health", s.readyz)
 	r.Group(func(r chi.Router) {
 		r.Use(s.authenticate)
 		r.Get("/v1/models", s.models)

@@ -74,7 +74,9 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.Respons
 			if !sse.started {
 				s.fail(w, r, err)
 			} else if r.Context().Err() == nil {
-				_ = sse.data(s.toError(r, err).envelope())
+				e := s.toError(r, err)
+				noteError(w, e)
+				_ = sse.data(e.envelope())
 			}
 			return
 		}

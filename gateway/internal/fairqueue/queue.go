@@ -86,6 +86,15 @@ func New(cfg Config) *Queue {
 	return &Queue{cfg: cfg}
 }
 
+// SetMaxWaiting changes how many waiters the queue holds (a configuration
+// reload). Waiters already queued beyond a lowered limit stay; only new
+// ones are refused until the queue is below it.
+func (q *Queue) SetMaxWaiting(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.cfg.MaxWaiting = n
+}
+
 // Enter adds a waiter for tenantID at the tail of the tenant's queue at
 // priority (higher is served sooner; values below 0 count as 0). weight
 // is the tenant's scheduling weight (clamped to [1, tenant.MaxWeight]) and

@@ -110,6 +110,18 @@ func TestFull(t *testing.T) {
 	if _, err := none.Enter(context.Background(), "a", 0, 1, 1); !errors.Is(err, ErrFull) {
 		t.Fatalf("MaxWaiting 0: %v, want ErrFull", err)
 	}
+	// A reload raises the limit, then lowers it below the waiters queued:
+	// they stay, new ones are refused.
+	none.SetMaxWaiting(2)
+	n1 := mustEnter(t, none, "a", 1, 1)
+	n2 := mustEnter(t, none, "b", 1, 1)
+	none.SetMaxWaiting(1)
+	if _, err := none.Enter(context.Background(), "c", 0, 1, 1); !errors.Is(err, ErrFull) || none.Len() != 2 {
+		t.Fatalf("Enter after lowering the limit: %v with %d waiting, want ErrFull and both still waiting", err, none.Len())
+	}
+	n1.Done()
+	n2.Done()
+	checkEmpty(t, none)
 }
 
 func TestEnterWithDoneContext(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/internal/controlpb"
@@ -67,15 +68,23 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 
 	r.registering.Lock()
 	defer r.registering.Unlock()
+	if r.cfg.Agree != nil {
+		if err := r.cfg.Agree(info, req.GetPool()); err != nil {
+			r.cfg.Logger.Warn("worker registration refused", "worker", info.WorkerId, "model", info.Model, "err", err)
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+	}
 
 	// Reuse the connection of a healthy worker whose address is unchanged
-	// (it re-registers because it was told to); dial afresh otherwise. A
-	// lost worker's connection is in reconnect backoff, and its first RPCs
-	// would fail fast although the worker is back.
+	// and whose connection is up (it re-registers because it was told
+	// to); dial afresh otherwise. A lost or restarted worker's old
+	// connection is in reconnect backoff, and its first RPCs would fail
+	// fast although the worker is back: a re-registered worker must serve
+	// from the moment it registers.
 	r.mu.Lock()
 	old := r.byID[info.WorkerId]
 	var conn *grpc.ClientConn
-	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr {
+	if old != nil && old.healthy && old.info.GetControlAddr() == info.ControlAddr && reusable(old.conn.GetState()) {
 		conn = old.conn
 	}
 	r.mu.Unlock()
@@ -113,7 +122,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	}
 	w.conn, w.client = conn, client
 	w.info, w.pool = info, req.Pool
-	w.running, w.waiting = 0, 0
+	w.running, w.waiting, w.slots = 0, 0, 0
 	w.healthy, w.lastHeartbeat, w.registeredAt, w.lostAt = true, now, now, time.Time{}
 	w.pendingPages = 0
 	w.reports++
@@ -145,6 +154,7 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	}
 	prev, pending := w.pool, w.pendingPages
 	w.pool, w.running, w.waiting = req.Pool, req.Running, req.Waiting
+	w.learnSlots()
 	w.lastHeartbeat = r.cfg.Now()
 	w.pendingPages = 0
 	w.reports++
@@ -156,9 +166,21 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 		r.cfg.Logger.Warn("worker pool capacity changed", "worker", snap.ID, "model", snap.Model,
 			"from", prev.GetCapacityTokens(), "to", req.Pool.CapacityTokens)
 		r.emit(Change{Kind: Capacity, Worker: snap})
+	case prev.GetQuarantinedPages() != req.Pool.QuarantinedPages:
+		// What the pool can hold now changed (I12).
+		r.cfg.Logger.Warn("worker quarantined pages changed", "worker", snap.ID, "model", snap.Model,
+			"from", prev.GetQuarantinedPages(), "to", req.Pool.QuarantinedPages, "usable_tokens", snap.Pool.UsableTokens())
+		r.emit(Change{Kind: Capacity, Worker: snap})
 	case req.Pool.FreePages > prev.GetFreePages()-pending:
 		// More free pages than routing assumed: waiters may fit now.
 		r.emit(Change{Kind: Freed, Worker: snap})
 	}
 	return &controlpb.HeartbeatResponse{}, nil
+}
+
+// reusable reports whether a worker's connection in state s may serve its
+// new registration: up, or idle (it connects on the next call). One that
+// is connecting or failing is in reconnect backoff.
+func reusable(s connectivity.State) bool {
+	return s == connectivity.Ready || s == connectivity.Idle
 }

@@ -71,6 +71,10 @@ const (
 	Capacity
 	// Freed: a worker's free pages grew.
 	Freed
+	// Suspected: a worker's connection was refused or reset; it is down
+	// like a lost one, but its calls fail by themselves (the connection
+	// is gone), so nothing needs aborting on its account.
+	Suspected
 )
 
 // String names the change for logs.
@@ -84,6 +88,8 @@ func (k ChangeKind) String() string {
 		return "capacity"
 	case Freed:
 		return "freed"
+	case Suspected:
+		return "suspected"
 	}
 	return fmt.Sprintf("change(%d)", uint8(k))
 }
@@ -119,6 +125,10 @@ type Config struct {
 	// configured, tokenizer). Its error is returned to the worker: use a
 	// gRPC status; anything else is sent as FailedPrecondition.
 	Accept func(ctx context.Context, info *controlpb.WorkerInfo, client controlpb.WorkerClient) error
+	// Agree, if set, checks a registering worker against the model's
+	// other workers (layout agreement, I11) before Accept. Its error is
+	// returned to the worker as FailedPrecondition.
+	Agree func(info *controlpb.WorkerInfo, pool *controlpb.PoolStats) error
 	// OnChange, if set, receives the change feed (see the package doc).
 	OnChange func(Change)
 	Logger   *slog.Logger

@@ -266,3 +266,48 @@ func TestPick(t *testing.T) {
 		t.Fatal("Pick served a model nobody serves")
 	}
 }
+
+// TestCordon: a cordoned worker gets no new placement, as decode or as
+// prefill, keeps its mark across a re-registration, reports when its
+// requests have ended, and is placed on again once uncordoned.
+func TestCordon(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, info("d-1", controlpb.Role_ROLE_DECODE, "host-a", "tcp"), pool(100, 90))
+	h.register(t, info("d-2", controlpb.Role_ROLE_DECODE, "host-a", "tcp"), pool(100, 50))
+	h.register(t, info("p-1", controlpb.Role_ROLE_PREFILL, "host-a", ""), pool(100, 100))
+	h.register(t, info("p-2", controlpb.Role_ROLE_PREFILL, "host-a", ""), pool(100, 100))
+	if _, ok := h.Cordon("nobody", true); ok {
+		t.Fatal("cordoned an unknown worker")
+	}
+	rt, err := h.Pick("tiny", 40)
+	if err != nil || rt.Decode.ID() != "d-1" || rt.Prefill.ID() != "p-1" {
+		t.Fatalf("Pick = %+v, %v; want d-1 fed by p-1", rt, err)
+	}
+	done := rt.Decode.Begin(3)
+	s, ok := h.Cordon("d-1", true)
+	if !ok || !s.Cordoned || s.Idle() {
+		t.Fatalf("cordoned d-1 with a request placed: %+v, want cordoned and not idle", s)
+	}
+	h.Cordon("p-1", true)
+	// Re-registration keeps the mark.
+	h.register(t, info("d-1", controlpb.Role_ROLE_DECODE, "host-a", "tcp"), pool(100, 90))
+	for range 3 {
+		rt, err = h.Pick("tiny", 40)
+		if err != nil || rt.Decode.ID() != "d-2" || rt.Prefill.ID() != "p-2" {
+			t.Fatalf("Pick with d-1 and p-1 cordoned = %+v, %v; want d-2 fed by p-2", rt, err)
+		}
+	}
+	done()
+	if s, _ := h.Cordon("d-1", true); !s.Idle() {
+		t.Fatalf("d-1 after its request ended: %+v, want idle", s)
+	}
+	h.Cordon("d-2", true)
+	if _, err := h.Pick("tiny", 40); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("Pick with every decode worker cordoned = %v, want ErrNoWorker", err)
+	}
+	h.Cordon("d-1", false)
+	h.Cordon("p-1", false)
+	if rt, err = h.Pick("tiny", 40); err != nil || rt.Decode.ID() != "d-1" {
+		t.Fatalf("Pick after uncordoning d-1 = %+v, %v", rt, err)
+	}
+}

@@ -16,17 +16,22 @@ type Route struct {
 	// FreePages is Decode's free pages as last reported, less the pages
 	// routed there since.
 	FreePages int64
+	// Busy: Decode's in-flight budget is used up (budget.go); the request
+	// should wait in the fair queue.
+	Busy bool
 }
 
 // Pick chooses where a request of totalTokens (prompt + max output) for
-// model runs: the healthy decode-capable worker (decode or both) with the
+// model runs, never on a cordoned worker: the healthy decode-capable worker (decode or both) with the
 // most free pages (counting pages routed since its last heartbeat), and
 // for a decode worker the healthy prefill worker with the least work. A
 // decode worker is eligible only with a prefill worker it can receive
 // from: its transfer backend shm needs a prefill worker on the same host
 // (host_id); tcp takes any. Ties go to fewer requests routed by this
 // gateway, then to the smaller ID. Free pages only rank workers: whether
-// they are really free is for the worker's Reserve to say.
+// they are really free is for the worker's Reserve to say. A worker whose
+// pool cannot hold totalTokens now (Pool.UsableTokens: net of quarantine)
+// is never picked.
 func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 	return r.pick(model, totalTokens, decodeLess)
 }
@@ -37,7 +42,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.info.Model != model {
+		if !w.healthy || w.cordoned || w.info.Model != model || poolOf(w.pool).UsableTokens() < totalTokens {
 			continue
 		}
 		var prefill *Worker
@@ -50,7 +55,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 		default:
 			continue
 		}
-		if best == nil || less(w, best) {
+		if best == nil || decodeBetter(w, best, less) {
 			best, bestPrefill = w, prefill
 		}
 	}
@@ -58,7 +63,25 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 		return Route{}, fmt.Errorf("%w for model %s", ErrNoWorker, model)
 	}
 	return Route{Decode: best, Prefill: bestPrefill, Pages: pagesFor(totalTokens, best.pool.GetPageTokens()),
-		FreePages: best.pool.GetFreePages() - best.pendingPages}, nil
+		FreePages: best.pool.GetFreePages() - best.pendingPages, Busy: !best.roomLocked()}, nil
+}
+
+// Cordon stops (on) or resumes (off) new placements on worker id; the
+// requests already placed there run to their end. The mark stays across
+// the worker's re-registrations. It returns the worker's state, or false
+// for an unknown worker.
+func (r *Registry) Cordon(id string, on bool) (Snapshot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.byID[id]
+	if !ok {
+		return Snapshot{}, false
+	}
+	if w.cordoned != on {
+		w.cordoned = on
+		r.cfg.Logger.Info("worker placements changed by an operator", "worker", id, "cordoned", on)
+	}
+	return w.snapshotLocked(), true
 }
 
 // prefillFor returns the least-loaded healthy prefill worker that can push
@@ -67,7 +90,7 @@ func (r *Registry) prefillFor(decode *Worker) *Worker {
 	sameHost := decode.info.TransferBackend == "shm"
 	var best *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
+		if !w.healthy || w.cordoned || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
 			(sameHost && w.info.HostId != decode.info.HostId) {
 			continue
 		}

@@ -24,12 +24,14 @@ type Worker struct {
 	running       int32
 	waiting       int32
 	healthy       bool
+	cordoned      bool // an operator stopped new placements here (Cordon)
 	lastHeartbeat time.Time
 	registeredAt  time.Time
 	lostAt        time.Time
 	assigned      int64  // requests this gateway routed here, not yet done
 	pendingPages  int64  // pages routed here since the last heartbeat
 	reports       uint64 // registrations and heartbeats received
+	slots         int32  // learned batch size, 0 until seen (budget.go)
 
 	reg *Registry
 }
@@ -101,6 +103,17 @@ type Pool struct {
 	CapacityTokens, OwnerViolations                                    int64
 }
 
+// UsableTokens is the most tokens one request can hold on this worker
+// now: every page except the quarantined ones, times page_tokens. Free,
+// reserved and in-use pages (and reclaimable cached ones) all come back
+// without a restart; quarantined pages do not until their writer is
+// proven drained or the worker restarts (I5). This is the one place the
+// gateway derives a pool's capacity net of quarantine (I12): admission,
+// routing and the admin API use it.
+func (p Pool) UsableTokens() int64 {
+	return max(p.TotalPages-p.QuarantinedPages, 0) * int64(p.PageTokens)
+}
+
 func poolOf(p *controlpb.PoolStats) Pool {
 	return Pool{
 		TotalPages: p.GetTotalPages(), FreePages: p.GetFreePages(), ReservedPages: p.GetReservedPages(),
@@ -114,12 +127,28 @@ type Snapshot struct {
 	ID, Role, Model                            string
 	ControlAddr, TransferAddr, TransferBackend string
 	HostID, TokenizerSHA256, Backend, Version  string
+	KVDType, KVLayout, WeightsSHA256           string
 	ModelMaxContext                            int64
 	Pool                                       Pool
 	Running, Waiting                           int32
 	Healthy                                    bool
-	LastHeartbeat, RegisteredAt                time.Time
-	Assigned                                   int64
+	// Cordoned: no new request is placed here (Registry.Cordon).
+	Cordoned                    bool
+	LastHeartbeat, RegisteredAt time.Time
+	Assigned                    int64
+
+	// Slots is the learned batch size, 0 until the worker was seen
+	// saturated; InFlightBudget the most requests this gateway places
+	// there at once (0: no bound). See budget.go.
+	Slots          int32
+	InFlightBudget int64
+}
+
+// Idle reports whether no request of this gateway runs on the worker and
+// its last heartbeat showed none running or waiting: a drained worker
+// may be stopped.
+func (s Snapshot) Idle() bool {
+	return s.Assigned == 0 && s.Running == 0 && s.Waiting == 0
 }
 
 func (w *Worker) snapshotLocked() Snapshot {
@@ -128,8 +157,10 @@ func (w *Worker) snapshotLocked() Snapshot {
 		ID: w.id, Role: RoleName(i.GetRole()), Model: i.GetModel(),
 		ControlAddr: i.GetControlAddr(), TransferAddr: i.GetTransferAddr(), TransferBackend: i.GetTransferBackend(),
 		HostID: i.GetHostId(), TokenizerSHA256: i.GetTokenizerSha256(), Backend: i.GetBackend(), Version: i.GetVersion(),
+		KVDType: i.GetKvDtype(), KVLayout: i.GetKvLayout(), WeightsSHA256: i.GetWeightsSha256(),
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
-		Healthy: w.healthy, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
+		Slots: w.slots, InFlightBudget: w.budgetLocked(),
+		Healthy: w.healthy, Cordoned: w.cordoned, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
 	}
 }

@@ -26,6 +26,17 @@ var _ admin.Cluster = (*Cluster)(nil)
 // Workers implements admin.Cluster.
 func (c *Cluster) Workers() []admin.WorkerView { return slices.Clone(c.WorkerViews) }
 
+// Cordon implements admin.Cluster: it sets the sample worker's Cordoned.
+func (c *Cluster) Cordon(id string, on bool) (admin.WorkerView, bool) {
+	for i := range c.WorkerViews {
+		if c.WorkerViews[i].ID == id {
+			c.WorkerViews[i].Cordoned = on
+			return c.WorkerViews[i], true
+		}
+	}
+	return admin.WorkerView{}, false
+}
+
 // Models implements admin.Cluster.
 func (c *Cluster) Models() []admin.ModelView { return slices.Clone(c.ModelViews) }
 

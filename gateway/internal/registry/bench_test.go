@@ -1,0 +1,66 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/warden-ai/warden/internal/controlpb"
+)
+
+// BenchmarkPlacement measures one placement decision (Pick, Begin and the
+// request's done) on 8 workers, with the in-flight budget learned
+// ("budget") against the same registry shape with nothing learned, which
+// takes the previous path (KV pages only: "pages"). Both run in every
+// iteration; x-pages is their ratio.
+func BenchmarkPlacement(b *testing.B) {
+	build := func(learn bool) *Registry {
+		r := New(Config{
+			HeartbeatTimeout: time.Hour,
+			Dial: func(addr string) (*grpc.ClientConn, error) {
+				return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			},
+			Accept: func(context.Context, *controlpb.WorkerInfo, controlpb.WorkerClient) error { return nil },
+		})
+		for i := range 8 {
+			id := fmt.Sprintf("w%d", i)
+			if _, err := r.Register(context.Background(), &controlpb.RegisterRequest{
+				Worker: info(id, controlpb.Role_ROLE_BOTH, "host", "tcp"), Pool: pool(1000, 1000)}); err != nil {
+				b.Fatal(err)
+			}
+			if learn {
+				if _, err := r.Heartbeat(context.Background(), &controlpb.HeartbeatRequest{
+					WorkerId: id, Pool: pool(1000, 1000), Running: 32, Waiting: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		return r
+	}
+	budget, pages := build(true), build(false)
+	defer budget.Close()
+	defer pages.Close()
+	place := func(r *Registry) time.Duration {
+		t0 := time.Now()
+		rt, err := r.Pick("tiny", 64)
+		if err != nil || rt.Busy {
+			b.Fatalf("Pick = %+v, %v", rt, err)
+		}
+		rt.Decode.Begin(rt.Pages)()
+		return time.Since(t0)
+	}
+	var tb, tp time.Duration
+	b.ResetTimer()
+	for range b.N {
+		tb += place(budget)
+		tp += place(pages)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(tb.Nanoseconds())/float64(b.N), "budget-ns/op")
+	b.ReportMetric(float64(tp.Nanoseconds())/float64(b.N), "pages-ns/op")
+	b.ReportMetric(float64(tb)/float64(tp), "x-pages")
+}

@@ -1,0 +1,67 @@
+package registry
+
+import (
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Failover: a worker whose connection is refused or reset is not left in
+// routing until its heartbeat deadline passes. The driver of the request
+// that saw it calls Suspect, which marks the worker down at once (Change
+// Suspected), as a missed heartbeat would; a live worker is then told
+// to register again by its next heartbeat and serves again from that
+// registration.
+
+// NotSent reports whether err is a call that never reached the worker:
+// its connection could not be established (refused, unreachable), so the
+// worker received nothing and holds nothing for the call. Such a call may
+// be placed again on another worker.
+func NotSent(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
+}
+
+// ConnectionLost reports whether err is the loss of the connection to the
+// worker: refused, or reset or closed under a call (which may have reached
+// the worker). It is never a status the worker sent itself.
+func ConnectionLost(err error) bool {
+	if NotSent(err) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	msg := st.Message()
+	return strings.HasPrefix(msg, "error reading from server") || strings.HasPrefix(msg, "transport is closing") ||
+		strings.HasPrefix(msg, "connection error")
+}
+
+// Suspect marks the worker down at once because its connection was
+// refused or reset (err, for the log). It does nothing to a worker that is
+// already down or unknown. The change feed hears Suspected.
+func (r *Registry) Suspect(id string, err error) {
+	r.mu.Lock()
+	w := r.byID[id]
+	if w == nil || !w.healthy {
+		r.mu.Unlock()
+		return
+	}
+	w.healthy, w.lostAt = false, r.cfg.Now()
+	snap := w.snapshotLocked()
+	r.mu.Unlock()
+	r.cfg.Logger.Warn("worker suspect: its connection was refused or reset", "worker", snap.ID, "role", snap.Role,
+		"model", snap.Model, "err", err)
+	r.emit(Change{Kind: Suspected, Worker: snap})
+}
+
+// PrefillFor returns the least-loaded healthy prefill worker that can push
+// KV to decode, or nil: the replacement of a prefill worker that was
+// found unreachable.
+func (r *Registry) PrefillFor(decode *Worker) *Worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.prefillFor(decode)
+}

