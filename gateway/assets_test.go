@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -56,12 +56,10 @@ func TestRefusedRegistrationsAreCounted(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Register for an unknown model = %v", err)
 	}
-	resp, err := tg.http.Get(tg.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	code, exp := tg.admin(http.MethodGet, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics on the admin listener: %d %s", code, exp)
 	}
-	exp, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{
 		`warden_worker_registrations_refused_total{reason="assets_invalid"} 1`,
 		`warden_worker_registrations_refused_total{reason="unknown_model"} 1`,

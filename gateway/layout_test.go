@@ -67,7 +67,7 @@ func TestLayoutAgreement(t *testing.T) {
 			t.Errorf("%s: Register = %v; want FailedPrecondition naming both workers and the field", c.field, err)
 		}
 		var out dto.Metric
-		if err := m.deg.layoutRefuse.WithLabelValues(c.field).Write(&out); err != nil || out.GetCounter().GetValue() != 1 {
+		if err := m.refused.WithLabelValues(c.field + "_mismatch").Write(&out); err != nil || out.GetCounter().GetValue() != 1 {
 			n := out.GetCounter().GetValue()
 			t.Errorf("%s: counted %v times, want 1", c.field, n)
 		}

@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 		}, []string{"kind"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "warden_worker_registrations_refused_total",
-			Help: "Worker registrations the gateway refused, by reason (unknown_model, tokenizer_mismatch, assets_unavailable, assets_invalid).",
+			Help: "Worker registrations the gateway refused, by reason: unknown_model, tokenizer_mismatch, assets_unavailable, assets_invalid, or a disagreement with the model's other workers (I11) on page_tokens, kv_dtype, kv_layout, weights_sha256 or tokenizer_sha256 as <field>_mismatch.",
 		}, []string{"reason"}),
 		models: make(map[string]bool, len(models)),
 	}

@@ -10,10 +10,9 @@ import (
 // lowering a model's context (I12), failovers, and workers refused at
 // registration because they disagree with their model's workers (I11).
 type degradedMetrics struct {
-	degraded     *prometheus.GaugeVec   // model
-	usable       *prometheus.GaugeVec   // model
-	failovers    prometheus.Counter     //
-	layoutRefuse *prometheus.CounterVec // field
+	degraded  *prometheus.GaugeVec // model
+	usable    *prometheus.GaugeVec // model
+	failovers prometheus.Counter
 }
 
 func newDegradedMetrics(reg prometheus.Registerer) (degradedMetrics, error) {
@@ -30,12 +29,8 @@ func newDegradedMetrics(reg prometheus.Registerer) (degradedMetrics, error) {
 			Name: "warden_failovers_total",
 			Help: "Requests placed again on another worker because the worker chosen for them refused the connection before anything was sent to it.",
 		}),
-		layoutRefuse: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "warden_worker_registrations_refused_total",
-			Help: "Worker registrations refused because the worker disagrees with the model's other workers, by the first field that differs (page_tokens, kv_dtype, kv_layout, weights_sha256, tokenizer_sha256) (I11).",
-		}, []string{"field"}),
 	}
-	for _, c := range []prometheus.Collector{d.degraded, d.usable, d.failovers, d.layoutRefuse} {
+	for _, c := range []prometheus.Collector{d.degraded, d.usable, d.failovers} {
 		if err := reg.Register(c); err != nil {
 			return d, err
 		}
@@ -56,5 +51,7 @@ func (d degradedMetrics) modelDegraded(s admission.State, usable int64) {
 // failover counts a request placed again after an unreachable worker.
 func (m *metrics) failover() { m.deg.failovers.Inc() }
 
-// layoutRefused counts a registration refused for disagreeing on field.
-func (m *metrics) layoutRefused(field string) { m.deg.layoutRefuse.WithLabelValues(field).Inc() }
+// layoutRefused counts a registration refused for disagreeing on field
+// (I11) in warden_worker_registrations_refused_total, with reason
+// "<field>_mismatch".
+func (m *metrics) layoutRefused(field string) { m.refused.WithLabelValues(field + "_mismatch").Inc() }

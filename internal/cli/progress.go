@@ -55,7 +55,7 @@ func stepLine(s worker.Step) string {
 }
 
 // Fields of the progress events in the children's logs, text or JSON
-// (slog writes a duration as text "1.5s" or as JSON nanoseconds).
+// (a duration is text "1.5s", or in JSON logs a number of seconds).
 var (
 	logStep     = regexp.MustCompile(`"?step"?[=:]"?([a-z_]+)`)
 	logBytes    = regexp.MustCompile(`"?bytes"?[=:](\d+)`)
@@ -77,8 +77,8 @@ func progressFromLog(line string) (string, bool) {
 	}
 	var d time.Duration
 	if m := logDuration.FindStringSubmatch(line); m != nil {
-		if ns, err := strconv.ParseInt(m[1], 10, 64); err == nil {
-			d = time.Duration(ns)
+		if sec, err := strconv.ParseFloat(m[1], 64); err == nil {
+			d = time.Duration(sec * float64(time.Second))
 		} else {
 			d, _ = time.ParseDuration(m[1])
 		}

@@ -431,14 +431,23 @@ func (c *Controller) Recheck(model string, prompt, output int64, promptParam str
 		return api.ModelNotFound(model)
 	case !st.Serving:
 		return api.ModelUnavailable(model, st.PublicReason())
-	case prompt+output > st.Effective:
+	case prompt+output > st.limit():
 		param := "max_tokens"
-		if prompt >= st.Effective {
+		if prompt >= st.limit() {
 			param = promptParam
 		}
 		return api.ContextLengthExceeded(param, st.Effective, prompt, output)
 	}
 	return nil
+}
+
+// limit is the context requests are checked against: the effective one
+// (I1, I2), in every build but the probe's deliberately broken one.
+func (st State) limit() int64 {
+	if brokenmode.On(brokenmode.Admission) {
+		return math.MaxInt32 // test-only build: see internal/brokenmode
+	}
+	return st.Effective
 }
 
 // States returns every configured model's state, by name, without
@@ -490,10 +499,7 @@ func (c *Controller) Admit(ctx context.Context, req Request) (Decision, error) {
 		return Decision{}, api.InvalidRequest(req.PromptParam, api.CodeInvalidValue,
 			"The prompt is empty: it must hold at least one token.")
 	}
-	limit, prompt := st.Effective, req.PromptTokens
-	if brokenmode.On(brokenmode.Admission) {
-		limit = math.MaxInt32 // test-only build: see internal/brokenmode
-	}
+	limit, prompt := st.limit(), req.PromptTokens
 	d := Decision{Limit: limit, State: st}
 	if req.MaxTokens != nil {
 		want := *req.MaxTokens

@@ -188,10 +188,19 @@ func writeError(w http.ResponseWriter, e *Error) {
 }
 
 // noteError records e's code on the response for the access log and the
-// rejection metric (observe).
+// rejection metric (observe), through any writers wrapped around the
+// recorder (gzip, processing time).
 func noteError(w http.ResponseWriter, e *Error) {
-	if rec, ok := w.(*obs.StatusRecorder); ok {
-		rec.ErrorCode = e.reason()
+	for {
+		if rec, ok := w.(*obs.StatusRecorder); ok {
+			rec.ErrorCode = e.reason()
+			return
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
 	}
 }
 
