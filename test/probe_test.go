@@ -18,6 +18,7 @@ var upAdmin = regexp.MustCompile(`(?m)^  admin URL  (\S+) `)
 // probeUp starts `warden up` with bin and a KV pool small enough that the
 // context is 1024 tokens (so the probe's ladder past it is quick), adds a
 // second tenant, and returns what up printed and the second tenant's key.
+// args come last, so they override those defaults (--kv-memory).
 func probeUp(t *testing.T, bin string, environ []string, args ...string) (upInfo, string) {
 	t.Helper()
 	state := t.TempDir()
@@ -45,15 +46,21 @@ func probeUp(t *testing.T, bin string, environ []string, args ...string) (upInfo
 	return info, key
 }
 
-// runProbe runs `warden probe` against up with both keys and returns its
-// exit code, its report and its output.
-func runProbe(t *testing.T, info upInfo, keyB string) (int, probe.Report, string) {
+// probeDefaults are the test's probe flags: a short run with every check.
+var probeDefaults = []string{"--seed", "7", "--rounds", "2", "--concurrency", "3", "--timing-samples", "12",
+	"--alpha", "0.001", "--budget", "400", "--duration", "4m"}
+
+// runProbe runs `warden probe` against up with both keys and flags (or
+// probeDefaults) and returns its exit code, its report and its output.
+func runProbe(t *testing.T, info upInfo, keyB string, flags ...string) (int, probe.Report, string) {
 	t.Helper()
+	if len(flags) == 0 {
+		flags = probeDefaults
+	}
 	report := filepath.Join(t.TempDir(), "report.json")
-	cmd := exec.Command(env.Bin, "probe", "--base-url", info.baseURL, "--key", info.key, "--key", keyB,
+	cmd := exec.Command(env.Bin, append([]string{"probe", "--base-url", info.baseURL, "--key", info.key, "--key", keyB,
 		"--cacert", info.ca, "--tokenizer", filepath.Join(filepath.Dir(info.ca), "..", "model"),
-		"--seed", "7", "--rounds", "2", "--concurrency", "3", "--timing-samples", "12", "--alpha", "0.001", "--budget", "400", "--duration", "4m",
-		"--report", report)
+		"--report", report}, flags...)...)
 	out, err := cmd.CombinedOutput()
 	code := 0
 	var exit *exec.ExitError
@@ -108,21 +115,84 @@ func TestProbeFindsNothingOnWarden(t *testing.T) {
 	}
 }
 
-// TestProbeFindsBrokenAdmission: a test-only build whose gateway skips the
-// context check (internal/brokenmode) is caught: exit 1, naming the check.
-func TestProbeFindsBrokenAdmission(t *testing.T) {
+// timingFlags run only the prefix-cache timing check, with 1024-token
+// secret prefixes: on the tiny model a cache hit saves most of the time to
+// first token, so the same-key control sees it clearly.
+func timingFlags(samples string) []string {
+	return []string{"--checks", "timing", "--timing-samples", samples, "--timing-prefix-tokens", "1024", "--duration", "4m"}
+}
+
+// timingResult returns the p-values of the timing check's same-key
+// control and cross-key comparison from its report.
+func timingResult(t *testing.T, rep probe.Report, out string) (control, cross float64) {
+	t.Helper()
+	for _, c := range rep.Checks {
+		if c.Name != "prefix-cache timing" {
+			continue
+		}
+		p := func(k string) float64 {
+			m, ok := c.Data[k].(map[string]any)
+			if !ok {
+				t.Fatalf("timing check has no %s data:\n%s", k, out)
+			}
+			return m["p"].(float64)
+		}
+		return p("control"), p("cross")
+	}
+	t.Fatalf("no timing check in the report:\n%s", out)
+	return 0, 0
+}
+
+// TestPrefixCacheTimingAcrossTenants: on a worker with the prefix cache
+// (role both), tenant A primes secret prefixes and tenant B probes with
+// them and with fresh ones (100 each, 200 probes per comparison): B's
+// times to first token are indistinguishable (KS p > 0.01), while the
+// same-tenant control sees the hits (p < 0.001). The probe exits 0.
+func TestPrefixCacheTimingAcrossTenants(t *testing.T) {
+	info, keyB := probeUp(t, env.Bin, nil, "--single", "--kv-memory", "4MiB")
+	code, rep, out := runProbe(t, info, keyB, timingFlags("100")...)
+	if code != 0 {
+		t.Fatalf("warden probe exited %d, want 0:\n%s", code, out)
+	}
+	control, cross := timingResult(t, rep, out)
+	if control >= 0.001 {
+		t.Errorf("same-tenant control: p = %g, want < 0.001 (the cache hits are not visible)\n%s", control, out)
+	}
+	if cross <= 0.01 {
+		t.Errorf("across tenants: p = %g, want > 0.01\n%s", cross, out)
+	}
+}
+
+// TestProbeFindsBrokenWarden: test-only builds with a deliberate isolation
+// failure (internal/brokenmode) are caught: exit 1, naming the check.
+func TestProbeFindsBrokenWarden(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "warden-broken")
 	build := exec.Command("go", "build", "-tags", "warden_broken", "-o", bin, "github.com/warden-ai/warden/cmd/warden")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the broken warden: %v\n%s", err, out)
 	}
-	info, keyB := probeUp(t, bin, []string{"WARDEN_BROKEN=admission"})
-	code, rep, out := runProbe(t, info, keyB)
-	if code != 1 {
-		t.Fatalf("warden probe against a broken admission exited %d, want 1:\n%s", code, out)
-	}
-	checkVerdict(t, rep, "admission past the context", probe.VerdictFinding, out)
-	if !strings.Contains(out, "RESULT: 1 finding(s): admission past the context") {
-		t.Errorf("the summary does not name the finding:\n%s", out)
+	for _, tc := range []struct {
+		mode, check string
+		upArgs      []string
+		flags       []string
+	}{
+		// The gateway skips the context check: prompts past the context
+		// reach the workers and come back as something other than 400.
+		{"admission", "admission past the context", nil, nil},
+		// One cache domain for every tenant: B's probes on A's prefixes
+		// are cache hits, visible in the time to first token.
+		{"shared-cache", "prefix-cache timing", []string{"--single", "--kv-memory", "4MiB"}, timingFlags("20")},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			info, keyB := probeUp(t, bin, []string{"WARDEN_BROKEN=" + tc.mode}, tc.upArgs...)
+			code, rep, out := runProbe(t, info, keyB, tc.flags...)
+			if code != 1 {
+				t.Fatalf("warden probe against WARDEN_BROKEN=%s exited %d, want 1:\n%s", tc.mode, code, out)
+			}
+			checkVerdict(t, rep, tc.check, probe.VerdictFinding, out)
+			if !strings.Contains(out, "RESULT: 1 finding(s): "+tc.check) {
+				t.Errorf("the summary does not name the finding:\n%s", out)
+			}
+		})
 	}
 }
