@@ -119,7 +119,7 @@ func TestProbeFindsNothingOnWarden(t *testing.T) {
 // secret prefixes: on the tiny model a cache hit saves most of the time to
 // first token, so the same-key control sees it clearly.
 func timingFlags(samples string) []string {
-	return []string{"--checks", "timing", "--timing-samples", samples, "--timing-prefix-tokens", "1024", "--duration", "4m"}
+	return []string{"--checks", "timing", "--timing-samples", samples, "--timing-prefix-tokens", "1024", "--budget", "2000", "--duration", "4m"}
 }
 
 // timingResult returns the p-values of the timing check's same-key
