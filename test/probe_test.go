@@ -146,8 +146,10 @@ func timingResult(t *testing.T, rep probe.Report, out string) (control, cross fl
 // TestPrefixCacheTimingAcrossTenants: on a worker with the prefix cache
 // (role both), tenant A primes secret prefixes and tenant B probes with
 // them and with fresh ones (100 each, 200 probes per comparison): B's
-// times to first token are indistinguishable (KS p > 0.01), while the
-// same-tenant control sees the hits (p < 0.001). The probe exits 0.
+// times to first token show no channel — the probe exits 0, which means
+// no KS p ≤ 0.01 with B's primed probes the faster (one-sided, so a
+// chance failure has probability 0.5%) — while the same-tenant control
+// sees the hits (p < 0.001).
 func TestPrefixCacheTimingAcrossTenants(t *testing.T) {
 	info, keyB := probeUp(t, env.Bin, nil, "--single", "--kv-memory", "4MiB")
 	code, rep, out := runProbe(t, info, keyB, timingFlags("100")...)
@@ -158,9 +160,7 @@ func TestPrefixCacheTimingAcrossTenants(t *testing.T) {
 	if control >= 0.001 {
 		t.Errorf("same-tenant control: p = %g, want < 0.001 (the cache hits are not visible)\n%s", control, out)
 	}
-	if cross <= 0.01 {
-		t.Errorf("across tenants: p = %g, want > 0.01\n%s", cross, out)
-	}
+	t.Logf("KS p-values: same-tenant control %g, across tenants %g", control, cross)
 }
 
 // TestProbeFindsBrokenWarden: test-only builds with a deliberate isolation
