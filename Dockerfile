@@ -15,7 +15,7 @@ COPY . .
 ARG VERSION=dev
 # Static (no cgo): runs on any glibc, no CUDA linked.
 RUN CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-s -w -X github.com/warden-ai/warden/internal/cli.Version=${VERSION}" \
+      -ldflags "-s -w -X github.com/warden-ai/warden/cmd/warden/cli.Version=${VERSION}" \
       -o /out/warden ./cmd/warden
 
 FROM debian:bookworm-slim

@@ -244,8 +244,8 @@ func TestMarkedPromptsNeverGetForeignContent(t *testing.T) {
 	}
 }
 
-// WardenCheck runs the CLI (internal/cli.Main) for `warden check`; the
-// external test package sets it (internal/cli imports this package, so
+// WardenCheck runs the CLI (cmd/warden/cli.Main) for `warden check`; the
+// external test package sets it (cmd/warden/cli imports this package, so
 // these tests cannot import it).
 var WardenCheck func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 

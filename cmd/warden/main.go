@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/warden-ai/warden/internal/cli"
+	"github.com/warden-ai/warden/cmd/warden/cli"
 )
 
 func main() {

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warden-ai/warden/cmd/warden/cli"
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/admin/admintest"
 	"github.com/warden-ai/warden/internal/adminclient"
-	"github.com/warden-ai/warden/internal/cli"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
 )

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warden-ai/warden/cmd/warden/bench"
 	"github.com/warden-ai/warden/config"
-	"github.com/warden-ai/warden/internal/bench"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/worker/model"
 	"github.com/warden-ai/warden/worker/runtime"

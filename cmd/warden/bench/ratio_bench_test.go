@@ -11,7 +11,7 @@ import (
 // time per request and the ratios, measured in the same run. Every answer
 // is checked against the reference. Quick run:
 //
-//	go test -run '^$' -bench Gateway -benchtime 300x ./internal/bench/
+//	go test -run '^$' -bench Gateway -benchtime 300x ./cmd/warden/bench/
 func BenchmarkGateway(b *testing.B) {
 	o := GatewayOptions{RedisAddr: testRedis(b), Threads: 1}
 	if err := o.defaults(); err != nil {
@@ -36,7 +36,7 @@ func BenchmarkGateway(b *testing.B) {
 // auth, Acquire, Release) on the memory store and on Redis per iteration
 // and reports the ratio. Quick run:
 //
-//	go test -run '^$' -bench TenantStores -benchtime 2000x ./internal/bench/
+//	go test -run '^$' -bench TenantStores -benchtime 2000x ./cmd/warden/bench/
 func BenchmarkTenantStores(b *testing.B) {
 	addr := testRedis(b)
 	if addr == "" {

@@ -15,7 +15,7 @@ import (
 	"github.com/warden-ai/warden/internal/isolation"
 )
 
-// Version is set at build time with -ldflags "-X github.com/warden-ai/warden/internal/cli.Version=…".
+// Version is set at build time with -ldflags "-X github.com/warden-ai/warden/cmd/warden/cli.Version=…".
 var Version = "dev"
 
 // command is one subcommand (or group of subcommands).
