@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -140,17 +139,7 @@ func startUp(t *testing.T, args ...string) (info upInfo, stop func()) {
 	info = waitUp(t, up)
 	return info, func() {
 		t.Helper()
-		if err := up.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-up.Done():
-		case <-time.After(harness.WaitTimeout):
-			t.Fatalf("warden up did not exit after Ctrl-C:\n%s", up.LogTail(20))
-		}
-		if err := up.ExitErr(); err != nil {
-			t.Errorf("warden up after Ctrl-C: %v, want exit 0:\n%s", err, up.LogTail(20))
-		}
+		interruptUp(t, up)
 		waitGone(t, info.children)
 	}
 }

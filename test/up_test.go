@@ -81,17 +81,7 @@ func TestUp(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				if err := up.Signal(syscall.SIGINT); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case <-up.Done():
-				case <-time.After(harness.WaitTimeout):
-					t.Fatalf("warden up did not exit after Ctrl-C:\n%s", up.LogTail(20))
-				}
-				if err := up.ExitErr(); err != nil {
-					t.Errorf("warden up after Ctrl-C: %v, want exit 0:\n%s", err, up.LogTail(20))
-				}
+				interruptUp(t, up)
 			}
 			waitGone(t, info.children)
 			if left, _ := os.ReadDir(env.ShmDir); len(left) > 0 {
@@ -101,6 +91,22 @@ func TestUp(t *testing.T) {
 				t.Errorf("processes of warden still run: %v", pids)
 			}
 		})
+	}
+}
+
+// interruptUp stops up with Ctrl-C and checks that it exits 0.
+func interruptUp(t *testing.T, up *harness.Process) {
+	t.Helper()
+	if err := up.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-up.Done():
+	case <-time.After(harness.WaitTimeout):
+		t.Fatalf("warden up did not exit after Ctrl-C:\n%s", up.LogTail(20))
+	}
+	if err := up.ExitErr(); err != nil {
+		t.Errorf("warden up after Ctrl-C: %v, want exit 0:\n%s", err, up.LogTail(20))
 	}
 }
 

@@ -154,21 +154,16 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 		}
 		*dir = d
 	}
-	rt, err := runtime.Open(runtime.Options{
+	var rep runtime.BenchReport
+	err := withRuntime(ctx, runtime.Options{
 		ModelDir: *dir, Threads: *threads, PageTokens: 16,
 		KVBytes:     int64(*batch+1) * int64(*promptTokens+*decode+16) * 1 << 17,
 		ChunkTokens: *promptTokens, MaxBatch: max(*batch, 1),
-	})
-	if err != nil {
+	}, func(rt *runtime.Runtime) (err error) {
+		rep, err = rt.BenchEngine(ctx, *threads, runtime.BenchOptions{
+			PromptTokens: *promptTokens, DecodeTokens: *decode, Batch: *batch, BandwidthBytes: *bw,
+		})
 		return err
-	}
-	defer rt.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	rep, err := rt.BenchEngine(ctx, *threads, runtime.BenchOptions{
-		PromptTokens: *promptTokens, DecodeTokens: *decode, Batch: *batch, BandwidthBytes: *bw,
 	})
 	if err != nil {
 		return err
@@ -227,4 +222,19 @@ func runBenchPD(ctx context.Context, e *env, args []string) error {
 	}
 	rep.WriteMarkdown(e.stdout)
 	return nil
+}
+
+// withRuntime opens a runtime with opts, runs its engine while fn uses it,
+// then stops and closes it: what every engine benchmark needs around it.
+func withRuntime(ctx context.Context, opts runtime.Options, fn func(*runtime.Runtime) error) error {
+	rt, err := runtime.Open(opts)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	return fn(rt)
 }

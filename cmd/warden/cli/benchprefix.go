@@ -40,20 +40,15 @@ func runBenchPrefix(ctx context.Context, e *env, args []string) error {
 	// last turn (f32 K and V of every layer per token).
 	tokens := *turns * (*turnTokens + *answer)
 	perToken := int64(cfg.NumHiddenLayers) * 2 * int64(cfg.NumKeyValueHeads) * int64(headDim) * 4
-	rt, err := runtime.Open(runtime.Options{
+	var rep runtime.PrefixBenchReport
+	err = withRuntime(ctx, runtime.Options{
 		ModelDir: *dir, Threads: *threads, PageTokens: 16,
 		KVBytes:     perToken * int64(2*tokens+4*16),
 		ChunkTokens: 512, MaxBatch: 1,
-	})
-	if err != nil {
+	}, func(rt *runtime.Runtime) (err error) {
+		rep, err = rt.BenchPrefix(ctx, runtime.PrefixBenchOptions{Turns: *turns, TurnTokens: *turnTokens, AnswerTokens: *answer})
 		return err
-	}
-	defer rt.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	rep, err := rt.BenchPrefix(ctx, runtime.PrefixBenchOptions{Turns: *turns, TurnTokens: *turnTokens, AnswerTokens: *answer})
+	})
 	if err != nil {
 		return err
 	}
