@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -53,11 +52,8 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 	}
 	rep, err := probe.Run(ctx, cfg)
 	if err != nil {
-		code := 2
-		if !errors.Is(err, probe.ErrCannotRun) {
-			err = fmt.Errorf("%w: %w", probe.ErrCannotRun, err)
-		}
-		return exitError{code: code, msg: "probe: " + err.Error()}
+		// Run's errors all wrap probe.ErrCannotRun: nothing was judged.
+		return exitError{code: 2, msg: "probe: " + err.Error()}
 	}
 	rep.WriteText(e.stdout)
 	if *reportPath != "" {
