@@ -196,8 +196,12 @@ type Redis struct {
 	// TLS connects to Redis over TLS (system roots). Default false.
 	TLS bool `yaml:"tls"`
 	// KeyPrefix prefixes every Redis key, so several warden deployments
-	// can share one Redis. Default "warden:".
+	// can share one Redis. Default "warden:". With Cluster it must
+	// contain a hash tag, e.g. "warden:{prod}:".
 	KeyPrefix string `yaml:"key_prefix"`
+	// Cluster connects to a Redis Cluster: Addr is one of its nodes (the
+	// client discovers the others and follows slot moves). Default false.
+	Cluster bool `yaml:"cluster"`
 }
 
 // ContextPolicy decides what happens when a model's configured context is

@@ -292,8 +292,28 @@ func (t *Tenants) validate(v *validator) {
 		}
 	}
 	v.nonNegativeInt("tenants.redis.db", t.Redis.DB)
+	if t.Redis.Cluster {
+		if t.Redis.DB != 0 {
+			v.add("tenants.redis.db", "must be 0 with tenants.redis.cluster (Redis Cluster has one database)")
+		}
+		if !hasHashTag(t.Redis.KeyPrefix) {
+			v.add("tenants.redis.key_prefix", "must contain a hash tag such as {prod} with tenants.redis.cluster, so that the keys one script uses share a hash slot (got %q)", t.Redis.KeyPrefix)
+		}
+	}
 	v.nonNegativeDuration("tenants.auth_cache_ttl", t.AuthCacheTTL)
 	v.nonNegativeDuration("tenants.outage_grace", t.OutageGrace)
+}
+
+// hasHashTag reports whether every key starting with prefix hashes by a
+// Redis Cluster hash tag inside prefix: a "{" followed later by "}" with
+// at least one byte between them.
+func hasHashTag(prefix string) bool {
+	open := strings.IndexByte(prefix, '{')
+	if open < 0 {
+		return false
+	}
+	end := strings.IndexByte(prefix[open+1:], '}')
+	return end > 0
 }
 
 func (c *Config) validateModels(v *validator) {

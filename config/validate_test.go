@@ -70,6 +70,12 @@ func TestValidationRules(t *testing.T) {
 			}},
 		{"redis db", func(c *Config) { c.Tenants.Redis.DB = -2 },
 			[]string{`tenants.redis.db: must be >= 0 (got -2)`}},
+		{"redis cluster needs a hash tag and db 0", func(c *Config) {
+			c.Tenants.Redis.Cluster, c.Tenants.Redis.DB, c.Tenants.Redis.KeyPrefix = true, 1, "warden:{}:"
+		}, []string{
+			`tenants.redis.db: must be 0 with tenants.redis.cluster (Redis Cluster has one database)`,
+			`tenants.redis.key_prefix: must contain a hash tag such as {prod} with tenants.redis.cluster, so that the keys one script uses share a hash slot (got "warden:{}:")`,
+		}},
 		{"cache ttl", func(c *Config) { c.Tenants.AuthCacheTTL = -time.Millisecond },
 			[]string{`tenants.auth_cache_ttl: must be >= 0 (got -1ms)`}},
 		{"outage grace", func(c *Config) { c.Tenants.OutageGrace = -time.Second },

@@ -66,11 +66,12 @@ func (g *Gateway) openStore(given tenant.Store) error {
 	return nil
 }
 
-// redisClient connects to the Redis store: one dial retry and short
-// timeouts, so an outage fails requests fast (503) instead of hanging them.
-func redisClient(r *config.Redis) (*redis.Client, error) {
-	opts := &redis.Options{
-		Addr: r.Addr, Username: r.Username, DB: r.DB,
+// redisClient connects to the Redis store, a single server or a Redis
+// Cluster: one dial retry and short timeouts, so an outage fails requests
+// fast (503) instead of hanging them.
+func redisClient(r *config.Redis) (redis.UniversalClient, error) {
+	opts := &redis.UniversalOptions{
+		Addrs: []string{r.Addr}, Username: r.Username, DB: r.DB, IsClusterMode: r.Cluster,
 		DialerRetries: 1, DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout,
 		PoolTimeout: 2 * redisTimeout,
 	}
@@ -88,5 +89,5 @@ func redisClient(r *config.Redis) (*redis.Client, error) {
 		}
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
 	}
-	return redis.NewClient(opts), nil
+	return redis.NewUniversalClient(opts), nil
 }

@@ -4,7 +4,8 @@
 // when the test ends. Without redis-server installed, tests fail when
 // CI=true and are skipped otherwise. The tenant stores' tests use it, and
 // the end-to-end harness (test/harness) runs its own redis-server
-// processes with Binary and Ping.
+// processes with Binary and Ping. StartCluster runs a private three-master
+// Redis Cluster.
 package redistest
 
 import (
@@ -55,6 +56,7 @@ type Server struct {
 	dir     string
 	port    int
 	persist bool
+	extra   []string // further redis-server arguments
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd     // nil while stopped
@@ -72,11 +74,21 @@ func Start(t testing.TB) *Server {
 
 func start(t testing.TB, persist bool) *Server {
 	t.Helper()
+	return startWith(t, persist, nil)
+}
+
+// startWith starts a server with further arguments, given the port the
+// server listens on (extra may need more free ports of its own).
+func startWith(t testing.TB, persist bool, extra func(port int) []string) *Server {
+	t.Helper()
 	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), persist: persist}
 	var lastErr error
 	for range 5 { // a free port can be taken between probing and binding
 		s.port = freePort(t)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+		if extra != nil {
+			s.extra = extra(s.port)
+		}
 		if lastErr = s.start(); lastErr == nil {
 			t.Cleanup(s.stop)
 			return s
@@ -119,6 +131,7 @@ func (s *Server) start() error {
 	if s.persist {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	}
+	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	s.out = new(bytes.Buffer)
 	cmd.Stdout, cmd.Stderr = s.out, s.out
@@ -192,6 +205,12 @@ func Ping(addr string, timeout time.Duration) error {
 	return c.Ping(ctx).Err()
 }
 
+// UniquePrefix returns a new key prefix with a hash tag of its own, as a
+// Redis Cluster requires (tenant/redisstore).
+func UniquePrefix() string {
+	return "warden:{test-" + rand.Text()[:12] + "}:"
+}
+
 // NewClient returns a client for addr with short timeouts, closed when the
 // test ends.
 func NewClient(t testing.TB, addr string) *redis.Client {
@@ -208,7 +227,7 @@ func NewClient(t testing.TB, addr string) *redis.Client {
 // deletes every key under it when the test ends.
 func Prefix(t testing.TB, addr string) string {
 	t.Helper()
-	p := "warden:{test-" + rand.Text()[:12] + "}:"
+	p := UniquePrefix()
 	t.Cleanup(func() {
 		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 		defer c.Close()

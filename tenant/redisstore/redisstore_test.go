@@ -42,6 +42,20 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceCluster runs the suite on a private three-master Redis
+// Cluster: every script's keys share the prefix's hash slot.
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) (tenant.Store, tenant.Store) {
+		prefix := redistest.UniquePrefix()
+		replica := func() tenant.Store {
+			return newStore(t, cluster.NewClient(t),
+				redisstore.WithPrefix(prefix), redisstore.WithClock(now), redisstore.WithLeaseTTL(storetest.LeaseTTL))
+		}
+		return replica(), replica()
+	})
+}
+
 func TestNewRejectsBadConfig(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer rdb.Close()
