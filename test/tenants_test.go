@@ -48,6 +48,23 @@ func TestTenantsRedis(t *testing.T) {
 	t.Run("AdminBadInput", func(t *testing.T) { t.Parallel(); testAdminBadInput(t, c) })
 }
 
+// TestTenantsRedisCluster runs the limits that must be exact across
+// replicas against two gateways sharing a private three-master Redis
+// Cluster: the same subtests as TestTenantsRedis, with every script of
+// the store running on the master of the prefix's hash slot.
+func TestTenantsRedisCluster(t *testing.T) {
+	t.Parallel()
+	c := harness.Start(t, env, harness.Options{
+		Gateways: 2, Redis: true, RedisCluster: true,
+		Workers:          append(harness.Single(harness.ModelTiny), harness.Single(harness.ModelEndless)...),
+		HeartbeatTimeout: 15 * time.Second, // as TestTenantsRedis
+	})
+	t.Run("RequestsPerMinute", func(t *testing.T) { t.Parallel(); testRequestsPerMinute(t, c) })
+	t.Run("TokensPerMinute", func(t *testing.T) { t.Parallel(); testTokensPerMinute(t, c) })
+	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, c) })
+	t.Run("Revocation", func(t *testing.T) { t.Parallel(); testRevocation(t, c) })
+}
+
 // answer is one API response, read whole.
 type answer struct {
 	gateway int // index of the gateway that answered

@@ -48,7 +48,9 @@ func (c *Cluster) build(o Options) error {
 		if o.Redis {
 			cfg.Tenants.Store = config.StoreRedis
 			cfg.Tenants.Redis.Addr = o.RedisAddr
-			cfg.Tenants.Redis.KeyPrefix = fmt.Sprintf("warden:e2e:%s:", randomHex(6))
+			cfg.Tenants.Redis.Cluster = o.RedisCluster
+			// A hash tag, as a Redis Cluster requires.
+			cfg.Tenants.Redis.KeyPrefix = fmt.Sprintf("warden:{e2e-%s}:", randomHex(6))
 			cfg.Tenants.KeySecretFile = secretFile
 		}
 		if i > 0 && o.Redis {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/adminclient"
+	"github.com/warden-ai/warden/internal/redistest"
 )
 
 // Defaults of a cluster.
@@ -48,6 +49,11 @@ type Options struct {
 	// RedisAddr is the Redis of a cluster with Redis set, e.g. a private
 	// server the test kills and restarts (Env.StartRedis).
 	RedisAddr string
+	// RedisCluster, with Redis set, keeps tenants in a private
+	// three-master Redis Cluster started for this cluster
+	// (redistest.StartCluster); the gateways connect with
+	// tenants.redis.cluster.
+	RedisCluster bool
 	// HeartbeatTimeout is the gateways' (default DefaultHeartbeatTimeout).
 	HeartbeatTimeout time.Duration
 	// EditGateway, if set, changes each gateway's config (index i) before
@@ -107,6 +113,9 @@ func Start(t testing.TB, env *Env, o Options) *Cluster {
 // test.
 func New(t testing.TB, env *Env, o Options) *Cluster {
 	t.Helper()
+	if o.Redis && o.RedisCluster {
+		o.RedisAddr = redistest.StartCluster(t).Addrs[0]
+	}
 	if o.Redis && o.RedisAddr == "" {
 		if o.RedisAddr = env.RedisAddr; o.RedisAddr == "" {
 			t.Logf("no shared Redis (%s is not set): starting a private redis-server", EnvRedis)
@@ -127,7 +136,7 @@ func New(t testing.TB, env *Env, o Options) *Cluster {
 	}
 	c := &Cluster{env: env, Dir: t.TempDir(), AdminToken: randomHex(16)}
 	t.Cleanup(func() { // after Close: nothing writes the keys any more
-		if o.Redis && len(c.Gateways) > 0 {
+		if o.Redis && !o.RedisCluster && len(c.Gateways) > 0 { // a private cluster goes with the test
 			deleteKeys(o.RedisAddr, c.Gateways[0].Config.Tenants.Redis.KeyPrefix)
 		}
 	})
