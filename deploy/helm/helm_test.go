@@ -1,0 +1,409 @@
+// Package helm_test checks the Helm chart in deploy/helm/warden with the
+// real helm binary: `helm lint --strict` and `helm template` for every
+// values file in warden/ci, every rendered object decoded strictly into its
+// Kubernetes API type (k8s.io/api, and the Prometheus Operator's types for
+// ServiceMonitor and PrometheusRule), so a misspelt or misplaced field
+// fails; the rendered warden configs pass warden's own config validation
+// with the environment the pods give them.
+//
+// helm comes from $WARDEN_HELM or $PATH; scripts/test.sh builds a pinned
+// release from the Go module proxy (scripts/helm.sh). Without it the tests
+// fail when CI=true and are skipped otherwise.
+package helm_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/warden-ai/warden/config"
+)
+
+const chart = "warden"
+
+// helm returns the helm binary.
+func helm(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("WARDEN_HELM"); bin != "" {
+		return bin
+	}
+	bin, err := exec.LookPath("helm")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("helm is not installed and CI=true (scripts/helm.sh builds it): %v", err)
+		}
+		t.Skipf("helm is not installed (scripts/helm.sh builds it): %v", err)
+	}
+	return bin
+}
+
+// run runs helm with args in this directory and returns its stdout,
+// failing the test with its output if it fails.
+func run(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(helm(t), args...)
+	// No repositories, plugins or caches of the user's: a fresh home.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+	}
+	return stdout.Bytes()
+}
+
+// valueFiles lists the chart's ci/ values files (at least the three the
+// docs name).
+func valueFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"default-values.yaml", "gpu-values.yaml", "external-redis-values.yaml"} {
+		if !slices.Contains(files, filepath.Join(chart, "ci", want)) {
+			t.Fatalf("%s/ci lacks %s (has %v)", chart, want, files)
+		}
+	}
+	return files
+}
+
+func TestLint(t *testing.T) {
+	for _, f := range valueFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			out := run(t, "lint", "--strict", chart, "-f", f)
+			if !bytes.Contains(out, []byte("0 chart(s) failed")) {
+				t.Fatalf("helm lint:\n%s", out)
+			}
+		})
+	}
+}
+
+// object is one rendered manifest: its kind and name and the typed value
+// it decoded into.
+type object struct {
+	kind, name string
+	value      any
+}
+
+// newObject returns a pointer to the Go type of apiVersion and kind.
+func newObject(apiVersion, kind string) (any, bool) {
+	switch apiVersion + " " + kind {
+	case "v1 ConfigMap":
+		return new(corev1.ConfigMap), true
+	case "v1 Secret":
+		return new(corev1.Secret), true
+	case "v1 Service":
+		return new(corev1.Service), true
+	case "apps/v1 Deployment":
+		return new(appsv1.Deployment), true
+	case "apps/v1 StatefulSet":
+		return new(appsv1.StatefulSet), true
+	case "policy/v1 PodDisruptionBudget":
+		return new(policyv1.PodDisruptionBudget), true
+	case "autoscaling/v2 HorizontalPodAutoscaler":
+		return new(autoscalingv2.HorizontalPodAutoscaler), true
+	case "networking.k8s.io/v1 NetworkPolicy":
+		return new(networkingv1.NetworkPolicy), true
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return new(monitoringv1.ServiceMonitor), true
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return new(monitoringv1.PrometheusRule), true
+	}
+	return nil, false
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+// render runs helm template with a values file and decodes every object
+// strictly: an unknown field anywhere fails the test.
+func render(t *testing.T, values string) map[string]object {
+	t.Helper()
+	out := run(t, "template", "rel", chart, "--namespace", "warden", "-f", values)
+	objs := make(map[string]object)
+	for _, doc := range docSep.Split(string(out), -1) {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("rendered YAML: %v\n%s", err, doc)
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if string(j) == "null" {
+			continue // comments only
+		}
+		if err := json.Unmarshal(j, &head); err != nil {
+			t.Fatalf("rendered object: %v\n%s", err, doc)
+		}
+		v, ok := newObject(head.APIVersion, head.Kind)
+		if !ok {
+			t.Fatalf("rendered %s %s %q: no API type known to this test", head.APIVersion, head.Kind, head.Metadata.Name)
+		}
+		dec := json.NewDecoder(bytes.NewReader(j))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			t.Fatalf("%s %q does not decode strictly: %v\n%s", head.Kind, head.Metadata.Name, err, doc)
+		}
+		id := head.Kind + "/" + head.Metadata.Name
+		if _, dup := objs[id]; dup {
+			t.Fatalf("%s rendered twice", id)
+		}
+		objs[id] = object{kind: head.Kind, name: head.Metadata.Name, value: v}
+	}
+	return objs
+}
+
+func TestTemplate(t *testing.T) {
+	for _, f := range valueFiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			objs := render(t, f)
+			cm := get[corev1.ConfigMap](t, objs, "ConfigMap/rel-warden-config")
+			gw := get[appsv1.StatefulSet](t, objs, "StatefulSet/rel-warden-gateway")
+			checkGateway(t, gw, cm)
+			for _, role := range []string{"prefill", "decode"} {
+				d := get[appsv1.Deployment](t, objs, "Deployment/rel-warden-"+role)
+				checkWorker(t, d, cm, role)
+				if strings.Contains(f, "gpu") {
+					checkGPU(t, d)
+				}
+			}
+			for _, o := range objs {
+				if s, ok := o.value.(*corev1.Service); ok {
+					checkServicePorts(t, s, objs)
+				}
+			}
+			get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/rel-warden-gateway")
+			if strings.Contains(f, "gpu") {
+				get[autoscalingv2.HorizontalPodAutoscaler](t, objs, "HorizontalPodAutoscaler/rel-warden-gateway")
+				get[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor/rel-warden")
+				rules := get[monitoringv1.PrometheusRule](t, objs, "PrometheusRule/rel-warden")
+				if len(rules.Spec.Groups) == 0 || len(rules.Spec.Groups[0].Rules) == 0 {
+					t.Errorf("PrometheusRule has no rules: %+v", rules.Spec)
+				}
+			}
+		})
+	}
+}
+
+// get returns the object id of type T, failing the test if it is missing.
+func get[T any](t *testing.T, objs map[string]object, id string) *T {
+	t.Helper()
+	o, ok := objs[id]
+	if !ok {
+		ids := make([]string, 0, len(objs))
+		for k := range objs {
+			ids = append(ids, k)
+		}
+		slices.Sort(ids)
+		t.Fatalf("%s not rendered; rendered: %v", id, ids)
+	}
+	v, ok := o.value.(*T)
+	if !ok {
+		t.Fatalf("%s is a %T", id, o.value)
+	}
+	return v
+}
+
+// loadConfig loads a config file of the ConfigMap as the process would:
+// the file, then the container's environment over it.
+func loadConfig(t *testing.T, cm *corev1.ConfigMap, key string, env []corev1.EnvVar) *config.Config {
+	t.Helper()
+	data, ok := cm.Data[key]
+	if !ok {
+		t.Fatalf("ConfigMap lacks %s", key)
+	}
+	cfg, err := config.LoadBytes([]byte(data))
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", key, err, data)
+	}
+	var environ []string
+	for _, e := range env {
+		if !strings.HasPrefix(e.Name, "WARDEN_") {
+			continue
+		}
+		// The pod IP the kubelet substitutes for $(POD_IP).
+		environ = append(environ, e.Name+"="+strings.ReplaceAll(e.Value, "$(POD_IP)", "10.1.2.3"))
+	}
+	if err := cfg.ApplyEnv(environ); err != nil {
+		t.Fatalf("%s with the container's environment: %v", key, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("%s: %v\n%s", key, err, data)
+	}
+	return cfg
+}
+
+// checkGateway checks the gateway's config, probes and drain timing.
+func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
+	t.Helper()
+	pod := gw.Spec.Template.Spec
+	c := pod.Containers[0]
+	cfg := loadConfig(t, cm, "gateway.yaml", c.Env)
+	if err := cfg.ValidateGateway(); err != nil {
+		t.Fatalf("gateway.yaml: %v", err)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("gateway readiness probe %+v, want GET /readyz", c.ReadinessProbe)
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("gateway liveness probe %+v, want GET /healthz", c.LivenessProbe)
+	}
+	wantScheme := corev1.URISchemeHTTPS
+	if cfg.Gateway.TLS.Plaintext {
+		wantScheme = corev1.URISchemeHTTP
+	}
+	if s := c.ReadinessProbe.HTTPGet.Scheme; s != wantScheme {
+		t.Errorf("readiness probe scheme %s, want %s", s, wantScheme)
+	}
+	// Kubernetes kills the pod terminationGracePeriodSeconds after the
+	// preStop hook starts: the hook's wait plus the drain must fit.
+	var preStop int64
+	if h := c.Lifecycle; h != nil && h.PreStop != nil && h.PreStop.Sleep != nil {
+		preStop = h.PreStop.Sleep.Seconds
+	}
+	if preStop <= 0 {
+		t.Errorf("gateway has no preStop sleep: %+v", c.Lifecycle)
+	}
+	grace := pod.TerminationGracePeriodSeconds
+	drain := int64(cfg.Gateway.DrainTimeout.Seconds())
+	if drain <= 0 || grace == nil || *grace <= preStop+drain {
+		t.Errorf("terminationGracePeriodSeconds %v, want more than preStop %ds + drain_timeout %ds", grace, preStop, drain)
+	}
+	checkMounts(t, pod, cfg)
+}
+
+// checkWorker checks a worker's config: its role, the gateways it
+// registers with (every gateway replica) and its advertised addresses.
+func checkWorker(t *testing.T, d *appsv1.Deployment, cm *corev1.ConfigMap, role string) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	key := "worker-" + role + ".yaml"
+	cfg := loadConfig(t, cm, key, c.Env)
+	if err := cfg.ValidateWorker(); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	if string(cfg.Worker.Role) != role || cfg.Worker.AdvertiseAddr != "10.1.2.3:9001" ||
+		cfg.Worker.Transfer.AdvertiseAddr != "10.1.2.3:9101" {
+		t.Errorf("%s: role %s, advertise %q, transfer advertise %q", key, cfg.Worker.Role, cfg.Worker.AdvertiseAddr,
+			cfg.Worker.Transfer.AdvertiseAddr)
+	}
+	for i, g := range cfg.Worker.Gateways {
+		if want := fmt.Sprintf("rel-warden-gateway-%d.rel-warden-gateway-headless:8445", i); g != want {
+			t.Errorf("%s: gateways[%d] = %q, want %q", key, i, g, want)
+		}
+	}
+	checkMounts(t, pod, cfg)
+}
+
+// checkGPU checks a GPU worker's resources and placement.
+func checkGPU(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	gpu := pod.Containers[0].Resources.Limits[corev1.ResourceName("nvidia.com/gpu")]
+	if gpu.Value() != 1 || len(pod.NodeSelector) == 0 || len(pod.Tolerations) == 0 {
+		t.Errorf("%s: nvidia.com/gpu %v, nodeSelector %v, tolerations %v", d.Name, gpu.String(), pod.NodeSelector, pod.Tolerations)
+	}
+}
+
+// checkMounts checks that every file the config names lies under a
+// mounted volume, and that every mount names a volume of the pod.
+func checkMounts(t *testing.T, pod corev1.PodSpec, cfg *config.Config) {
+	t.Helper()
+	mounts := pod.Containers[0].VolumeMounts
+	for _, m := range mounts {
+		if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+			t.Errorf("mount %s names no volume", m.Name)
+		}
+	}
+	files := []string{cfg.Cluster.CAFile, cfg.Cluster.CertFile, cfg.Cluster.KeyFile}
+	if cfg.Worker.ModelDir != "" && pod.Containers[0].Name == "worker" {
+		files = append(files, cfg.Worker.ModelDir)
+	}
+	if pod.Containers[0].Name == "gateway" {
+		files = append(files, cfg.Gateway.AdminTokenFile, cfg.Tenants.KeySecretFile, cfg.Tenants.Redis.PasswordFile,
+			cfg.Gateway.TLS.CertFile, cfg.Gateway.TLS.KeyFile)
+	}
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		if !slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return strings.HasPrefix(f, m.MountPath+"/") }) {
+			t.Errorf("%s is under no volume mount of %s", f, pod.Containers[0].Name)
+		}
+	}
+}
+
+// checkServicePorts checks that a Service's selector matches a rendered
+// pod template and its named target ports are ports of that pod.
+func checkServicePorts(t *testing.T, s *corev1.Service, objs map[string]object) {
+	t.Helper()
+	var pods []corev1.PodTemplateSpec
+	for _, o := range objs {
+		switch v := o.value.(type) {
+		case *appsv1.Deployment:
+			pods = append(pods, v.Spec.Template)
+		case *appsv1.StatefulSet:
+			pods = append(pods, v.Spec.Template)
+		}
+	}
+	for _, p := range s.Spec.Ports {
+		found := false
+		for _, pod := range pods {
+			if !matches(s.Spec.Selector, pod.Labels) {
+				continue
+			}
+			for _, c := range pod.Spec.Containers {
+				found = found || slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool {
+					return cp.Name == p.TargetPort.String() || cp.ContainerPort == p.TargetPort.IntVal
+				})
+			}
+		}
+		if !found {
+			t.Errorf("Service %s port %s: no selected pod has target port %s", s.Name, p.Name, p.TargetPort.String())
+		}
+	}
+}
+
+func matches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(selector) > 0
+}
+
+// TestMisspeltFieldFails shows the strict decoding bites: a misspelt
+// field in an otherwise valid object is an error.
+func TestMisspeltFieldFails(t *testing.T) {
+	j, err := yaml.YAMLToJSON([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: x}\nspec: {selektor: {a: b}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(j))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(new(corev1.Service)); err == nil || !strings.Contains(err.Error(), "selektor") {
+		t.Fatalf("decoding a misspelt field: %v, want an unknown field error", err)
+	}
+}
