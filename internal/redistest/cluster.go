@@ -120,3 +120,32 @@ func (c *Cluster) NewClient(t testing.TB) *redis.ClusterClient {
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
 }
+
+// NodeNotHolding returns the address of a master that does not hold the
+// hash slot of key: a client seeded with it reaches the key only by
+// following the cluster's redirection, as a cluster client does.
+func (c *Cluster) NodeNotHolding(t testing.TB, key string) string {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: c.Addrs[0], Protocol: 2, DisableIdentity: true})
+	defer cl.Close()
+	ctx := context.Background()
+	slot, err := cl.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT %q: %v", key, err)
+	}
+	ranges, err := cl.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) {
+			for _, addr := range c.Addrs {
+				if addr != r.Nodes[0].Addr {
+					return addr
+				}
+			}
+		}
+	}
+	t.Fatalf("no master found for slot %d in %+v", slot, ranges)
+	return ""
+}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -50,7 +51,7 @@ func (c *Cluster) build(o Options) error {
 			cfg.Tenants.Redis.Addr = o.RedisAddr
 			cfg.Tenants.Redis.Cluster = o.RedisCluster
 			// A hash tag, as a Redis Cluster requires.
-			cfg.Tenants.Redis.KeyPrefix = fmt.Sprintf("warden:{e2e-%s}:", randomHex(6))
+			cfg.Tenants.Redis.KeyPrefix = cmp.Or(o.redisPrefix, fmt.Sprintf("warden:{e2e-%s}:", randomHex(6)))
 			cfg.Tenants.KeySecretFile = secretFile
 		}
 		if i > 0 && o.Redis {

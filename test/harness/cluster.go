@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -54,6 +55,10 @@ type Options struct {
 	// (redistest.StartCluster); the gateways connect with
 	// tenants.redis.cluster.
 	RedisCluster bool
+
+	// redisPrefix is the key prefix of a cluster with RedisCluster set
+	// (chosen before the gateways' seed node); empty for a random one.
+	redisPrefix string
 	// HeartbeatTimeout is the gateways' (default DefaultHeartbeatTimeout).
 	HeartbeatTimeout time.Duration
 	// EditGateway, if set, changes each gateway's config (index i) before
@@ -114,7 +119,11 @@ func Start(t testing.TB, env *Env, o Options) *Cluster {
 func New(t testing.TB, env *Env, o Options) *Cluster {
 	t.Helper()
 	if o.Redis && o.RedisCluster {
-		o.RedisAddr = redistest.StartCluster(t).Addrs[0]
+		// The gateways are seeded with a master that does not hold the
+		// prefix's slot: they reach their keys only by following the
+		// cluster's redirections.
+		o.redisPrefix = fmt.Sprintf("warden:{e2e-%s}:", randomHex(6))
+		o.RedisAddr = redistest.StartCluster(t).NodeNotHolding(t, o.redisPrefix+"x")
 	}
 	if o.Redis && o.RedisAddr == "" {
 		if o.RedisAddr = env.RedisAddr; o.RedisAddr == "" {
