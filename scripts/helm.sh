@@ -23,6 +23,6 @@ if [[ ! -x "$dir/helm" ]]; then
     ldflags+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=34"
   done
   # Outside the repository, so that warden's go.mod plays no part.
-  (cd "$dir" && CGO_ENABLED=0 GOBIN="$dir" GOFLAGS=-mod=mod go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$version")
+  (cd "$dir" && GOBIN="$dir" GOFLAGS=-mod=mod go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$version")
 fi
 echo "$dir/helm"
