@@ -48,7 +48,8 @@
 //
 // Env.StartRedis runs a private redis-server with persistence (Redis), for
 // a test that kills and restarts the tenant store under a cluster
-// (Options.RedisAddr).
+// (Options.RedisAddr). Options.RedisCluster keeps the tenants in a private
+// three-master Redis Cluster instead (redistest.StartCluster).
 //
 // Every process can be killed (Kill, i.e. SIGKILL), stopped (Stop, SIGTERM),
 // paused (Signal SIGSTOP/SIGCONT) and started again with the same config
