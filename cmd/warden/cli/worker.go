@@ -44,7 +44,8 @@ var workerFlags = []workerFlag{
 }
 
 // runWorker runs `warden worker` until the context ends (Ctrl-C or
-// SIGTERM), then shuts down cleanly.
+// SIGTERM), then drains (worker.drain_timeout; a second signal aborts at
+// once) and shuts down cleanly.
 func runWorker(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "worker", "worker [--config FILE] [--role prefill|decode|both] [--model-dir DIR] [flags]")
 	cfgPath := fs.String("config", "", "YAML configuration file (the defaults and WARDEN_* variables apply either way)")
@@ -93,6 +94,7 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer onSecondSignal(w.AbortNow)()
 	return w.Run(ctx)
 }
 
