@@ -73,7 +73,7 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 		if err := w.Err(); err != nil {
 			if errors.Is(err, fairqueue.ErrTimeout) {
 				return registry.Route{}, nil, rejected("queue_timeout", api.RateLimited(fmt.Sprintf(
-					"The model stayed at capacity for %s; retry shortly.", d.g.cfg.Gateway.Queue.MaxWait),
+					"The model stayed at capacity for %s; retry shortly.", d.g.queue.MaxWait()),
 					time.Second, rateLimitHeaders(d.lease.Info().Quota)))
 			}
 			return registry.Route{}, nil, err
