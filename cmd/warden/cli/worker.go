@@ -90,7 +90,11 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	if isTerminal(e.stderr) {
 		opts = append(opts, worker.WithProgress(func(s worker.Step) { fmt.Fprintf(e.stderr, "warden worker: %s\n", stepLine(s)) }))
 	}
-	w, err := worker.New(cfg, opts...)
+	fopts, err := testFaults(logger)
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(cfg, append(opts, fopts...)...)
 	if err != nil {
 		return err
 	}
