@@ -228,4 +228,3 @@ func fleetRequest(g *harness.Gateway, key, prompt string) fleetResult {
 	}
 	return r
 }
-
