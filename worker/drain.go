@@ -45,7 +45,7 @@ func (w *Worker) AbortNow() {
 	}
 }
 
-// draining reports whether the drain began. Called with w.mu held.
+// drainingLocked reports whether the drain began. Called with w.mu held.
 func (w *Worker) drainingLocked() bool {
 	select {
 	case <-w.drain.started:
