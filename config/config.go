@@ -288,6 +288,13 @@ type Worker struct {
 	// HeartbeatInterval is how often the worker heartbeats to each
 	// gateway; at most half of gateway.heartbeat_timeout. Default 2s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// DrainTimeout is how long a stopping worker (SIGTERM, Ctrl-C) drains:
+	// it tells every gateway at once (they place no new request on it),
+	// lets the requests in flight finish, and stops when it is idle and
+	// every gateway it reaches heard it, or when the timeout passes (the
+	// rest are aborted), or at a second signal. 0 aborts at once. Default
+	// 30s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
 	// KV sizes and hardens the paged KV pool.
 	KV KV `yaml:"kv"`
 	// PrefillChunkTokens is how many prompt tokens one prefill step

@@ -357,6 +357,7 @@ func (c *Config) validateWorker(v *validator) {
 		v.dialAddr(fmt.Sprintf("worker.gateways[%d]", i), g)
 	}
 	v.positiveDuration("worker.heartbeat_interval", w.HeartbeatInterval)
+	v.nonNegativeDuration("worker.drain_timeout", w.DrainTimeout)
 	if w.HeartbeatInterval > 0 && c.Gateway.HeartbeatTimeout > 0 && 2*w.HeartbeatInterval > c.Gateway.HeartbeatTimeout {
 		v.add("worker.heartbeat_interval", "must be at most half of gateway.heartbeat_timeout (%s), so one lost heartbeat does not drop the worker (got %s)",
 			c.Gateway.HeartbeatTimeout, w.HeartbeatInterval)

@@ -36,7 +36,7 @@ func workerView(w registry.Snapshot) admin.WorkerView {
 			OwnerViolations: p.OwnerViolations,
 		},
 		Running: int(w.Running), Waiting: int(w.Waiting), InFlightBudget: w.InFlightBudget,
-		Cordoned: w.Cordoned, Assigned: w.Assigned, Idle: w.Idle(),
+		Cordoned: w.Cordoned, Draining: w.Draining, Assigned: w.Assigned, Idle: w.Idle(),
 	}
 }
 

@@ -88,7 +88,8 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 
 // prefill sends the prompt and the ticket to rt's prefill worker. When
 // that worker cannot be reached (nothing was sent, so nothing holds the
-// ticket), the same ticket goes to another healthy prefill worker that can
+// ticket) or refused the call as draining (before it opened the transfer:
+// it never writes with the ticket), the same ticket goes to another healthy prefill worker that can
 // push to the same decode worker: decode's reservation, the owner and the
 // epoch stay, and the one writer of the transfer is still the only one
 // that ever received its ticket (bounded by maxFailovers).

@@ -105,6 +105,7 @@ type options struct {
 	tracer   trace.TracerProvider
 	store    tenant.Store
 	level    *slog.LevelVar
+	ratio    *obs.LiveRatio
 	source   func() (*config.Config, error)
 }
 
@@ -140,7 +141,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	}
 	gw := &Gateway{cfg: cfg, logger: o.logger, started: time.Now(), closeStore: func() error { return nil },
 		stopTracing: func(context.Context) error { return nil }}
-	gw.reload.level, gw.reload.source = o.level, o.source
+	gw.reload.level, gw.reload.source, gw.reload.ratio = o.level, o.source, o.ratio
 	g = gw
 	defer func() {
 		if err != nil {

@@ -27,7 +27,7 @@ func newDegradedMetrics(reg prometheus.Registerer) (degradedMetrics, error) {
 		}, []string{"model"}),
 		failovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "warden_failovers_total",
-			Help: "Requests placed again on another worker because the worker chosen for them refused the connection before anything was sent to it.",
+			Help: "Requests placed again on another worker because the worker chosen for them refused the connection before anything was sent to it, or refused the call untouched because it is draining.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{d.degraded, d.usable, d.failovers} {

@@ -26,17 +26,23 @@ var errRetry = errors.New("gateway: worker full or unreachable, placing the requ
 const maxFailovers = 3
 
 // failover reports whether the call on w that failed with err may be
-// placed again: nothing reached the worker (its connection was refused),
-// the request was not aborted, and it has failovers left. The worker is
-// marked suspect either way (workerError).
+// placed again: it left nothing on the worker (registry.Untouched: its
+// connection was refused, or it refused the call as draining), the
+// request was not aborted, and it has failovers left. An unreachable
+// worker is marked suspect either way (workerError); a draining one
+// only leaves placement (its requests in flight run on).
 func (d *driver) failover(w *registry.Worker, err error) bool {
-	if !registry.NotSent(err) || d.req.AbortCause() != "" || d.failovers >= maxFailovers {
+	if !registry.Untouched(err) || d.req.AbortCause() != "" || d.failovers >= maxFailovers {
 		return false
 	}
 	d.failovers++
-	d.g.reg.Suspect(w.ID(), err)
+	if controlpb.IsDraining(err) {
+		d.g.reg.MarkDraining(w.ID())
+	} else {
+		d.g.reg.Suspect(w.ID(), err)
+	}
 	d.g.metrics.failover()
-	d.log.WarnContext(d.req.Context(), "worker unreachable: placing the request on another worker",
+	d.log.WarnContext(d.req.Context(), "worker unreachable or draining: placing the request on another worker",
 		"worker", w.ID(), "attempt", d.failovers, "err", err)
 	return true
 }
@@ -67,7 +73,7 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 		if err := w.Err(); err != nil {
 			if errors.Is(err, fairqueue.ErrTimeout) {
 				return registry.Route{}, nil, rejected("queue_timeout", api.RateLimited(fmt.Sprintf(
-					"The model stayed at capacity for %s; retry shortly.", d.g.cfg.Gateway.Queue.MaxWait),
+					"The model stayed at capacity for %s; retry shortly.", d.g.queue.MaxWait()),
 					time.Second, rateLimitHeaders(d.lease.Info().Quota)))
 			}
 			return registry.Route{}, nil, err

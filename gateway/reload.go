@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/internal/obs"
 )
 
@@ -16,20 +19,30 @@ import (
 // changes fields that only a restart applies; the message names them.
 var ErrReloadRefused = errors.New("gateway: configuration reload refused")
 
-// reloadable lists the fields Reload applies to a running gateway. The
-// TLS key pair of gateway.tls is not among them because it needs no
-// reload: its files are read again at the first handshake after they
-// change.
-var reloadable = []string{"observability.log_level", "gateway.queue.max_waiting"}
+// reloadable lists the fields Reload applies to a running gateway ("[*]"
+// stands for any index of a list whose length is unchanged). The TLS key
+// pair of gateway.tls is not among them because it needs no reload: its
+// files are read again at the first handshake after they change.
+var reloadable = []string{
+	"observability.log_level", "observability.tracing.sample_ratio",
+	"gateway.queue.max_waiting", "gateway.queue.max_wait",
+	"models[*].context_length", "models[*].context_policy", "models[*].max_output_tokens",
+}
 
-// reloadState is what Reload needs: the configuration now in effect and
-// the logger's level.
+// reloadState is what Reload needs: the configuration now in effect, the
+// logger's level and the tracer's sampler.
 type reloadState struct {
 	mu     sync.Mutex
 	live   *config.Config // nil until the first Reload: the one New got
 	level  *slog.LevelVar // nil: the log level is not reloadable
+	ratio  *obs.LiveRatio // nil: the sample ratio is not reloadable
 	source func() (*config.Config, error)
 }
+
+// WithSampleRatio lets Reload change the ratio of new traces the
+// gateway's tracer provider records; the provider must have been built
+// with obs.WithLiveRatio(ratio).
+func WithSampleRatio(ratio *obs.LiveRatio) Option { return func(o *options) { o.ratio = ratio } }
 
 // WithConfigSource names where ReloadFromSource (SIGHUP, the admin API's
 // POST /admin/v1/reload) reads the new configuration: load reads the file again
@@ -62,7 +75,10 @@ func (g *Gateway) ReloadFromSource() ([]string, error) {
 func WithLogLevel(level *slog.LevelVar) Option { return func(o *options) { o.level = level } }
 
 // Reload applies a new configuration to the running gateway (SIGHUP, or
-// the admin API's POST /admin/v1/reload): the log level and the queue's size. It
+// the admin API's POST /admin/v1/reload): the log level, the trace sample
+// ratio, the queue's size and longest wait, and each model's context
+// length, context policy and output cap (admission and /v1/models follow
+// at once; requests already admitted keep their limits). It
 // validates next first and refuses it whole, naming the fields, when it
 // changes anything else (those need a restart); in either failure the
 // running configuration is untouched. It returns the fields it changed.
@@ -80,7 +96,8 @@ func (g *Gateway) Reload(next *config.Config) ([]string, error) {
 	changed := diffConfig(cur, next)
 	var refused, applied []string
 	for _, path := range changed {
-		if !isReloadable(path) || (path == "observability.log_level" && rs.level == nil) {
+		if !isReloadable(path) || (path == "observability.log_level" && rs.level == nil) ||
+			(path == "observability.tracing.sample_ratio" && rs.ratio == nil) {
 			refused = append(refused, path)
 		} else {
 			applied = append(applied, path)
@@ -96,7 +113,14 @@ func (g *Gateway) Reload(next *config.Config) ([]string, error) {
 	if rs.level != nil {
 		rs.level.Set(lvl)
 	}
+	if rs.ratio != nil {
+		rs.ratio.Set(next.Observability.Tracing.SampleRatio)
+	}
 	g.queue.SetMaxWaiting(next.Gateway.Queue.MaxWaiting)
+	g.queue.SetMaxWait(next.Gateway.Queue.MaxWait)
+	for _, m := range admission.ModelsFromConfig(next.Models) {
+		g.admission.SetModel(m)
+	}
 	rs.live = next
 	g.logger.Info("configuration reloaded", "changed", applied)
 	return applied, nil
@@ -110,13 +134,11 @@ func (g *Gateway) adminReload() func() ([]string, error) {
 	return g.ReloadFromSource
 }
 
+// listIndex matches the index of a list element in a field's path.
+var listIndex = regexp.MustCompile(`\[[0-9]+\]`)
+
 func isReloadable(path string) bool {
-	for _, p := range reloadable {
-		if path == p {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(reloadable, listIndex.ReplaceAllString(path, "[*]"))
 }
 
 // diffConfig returns the paths (by YAML name, e.g. "gateway.listen",

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/internal/obs"
 )
 
 // TestReload: a reload applies the log level and the queue's size, and
@@ -92,5 +94,67 @@ func TestReload(t *testing.T) {
 	edit(func(c *config.Config) { c.Gateway.AdminListen = "127.0.0.1:2" })
 	if code, body = tg.admin(http.MethodPost, "/admin/v1/reload"); code != http.StatusConflict || !strings.Contains(string(body), "gateway.admin_listen") {
 		t.Fatalf("POST /reload changing admin_listen: %d %s, want 409 naming it", code, body)
+	}
+}
+
+// TestReloadLimits: a reload applies each model's context length, context
+// policy and output cap (admission's state follows at once), the queue's
+// longest wait and the trace sample ratio; renaming a model is refused.
+func TestReloadLimits(t *testing.T) {
+	valid := func() *config.Config {
+		c := testConfig()
+		c.Worker.HeartbeatInterval = time.Second
+		return c
+	}
+	var mu sync.Mutex
+	next := valid()
+	source := func() (*config.Config, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		c := *next
+		c.Models = slices.Clone(next.Models)
+		return &c, nil
+	}
+	edit := func(f func(c *config.Config)) {
+		mu.Lock()
+		defer mu.Unlock()
+		next = valid()
+		f(next)
+	}
+	ratio := obs.NewLiveRatio(1)
+	tg := startGatewayWith(t, valid(), WithConfigSource(source), WithSampleRatio(ratio))
+
+	edit(func(c *config.Config) {
+		c.Models[0].ContextLength = 1024
+		c.Models[0].ContextPolicy = config.ContextRefuse
+		c.Models[0].MaxOutputTokens = 100
+		c.Gateway.Queue.MaxWait = 3 * time.Second
+		c.Observability.Tracing.SampleRatio = 0.25
+	})
+	changed, err := tg.ReloadFromSource()
+	want := []string{"gateway.queue.max_wait", "models[0].context_length", "models[0].context_policy",
+		"models[0].max_output_tokens", "observability.tracing.sample_ratio"}
+	if err != nil || !slices.Equal(changed, want) {
+		t.Fatalf("reload: %v, %v; want %v", changed, err, want)
+	}
+	var st admission.State
+	for _, s := range tg.admission.States() {
+		if s.Model == "tiny" {
+			st = s
+		}
+	}
+	if st.Configured != 1024 || st.Policy != config.ContextRefuse || st.MaxOutputTokens != 100 {
+		t.Errorf("admission after the reload: %+v", st)
+	}
+	if d := tg.queue.MaxWait(); d != 3*time.Second {
+		t.Errorf("queue max wait %v after the reload, want 3s", d)
+	}
+	if d := ratio.Description(); !strings.Contains(d, "0.25") {
+		t.Errorf("sampler %s after the reload, want ratio 0.25", d)
+	}
+
+	edit(func(c *config.Config) { c.Models[0].Name = "other" })
+	if _, err := tg.ReloadFromSource(); !errors.Is(err, ErrReloadRefused) || !strings.Contains(err.Error(), "models[0].name") {
+		t.Fatalf("reload renaming a model: %v, want refused naming models[0].name", err)
 	}
 }

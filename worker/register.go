@@ -46,17 +46,20 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 	wait := backoffMin
 	failing := false
 	for ctx.Err() == nil {
-		interval, err := w.register(ctx, client)
+		interval, err := w.register(ctx, client, addr)
 		isRefusal := err != nil && refused(err)
 		if err == nil {
 			log.Info("registered with gateway", "heartbeat_interval", interval)
 			failing, wait = false, backoffMin
-			err = w.heartbeat(ctx, client, interval)
+			err = w.heartbeat(ctx, client, addr, interval)
 		} else if isRefusal {
 			log.Error("gateway refused the registration", "code", status.Code(err).String(), "cause", status.Convert(err).Message())
 			if w.exitOnRefusal {
 				return fmt.Errorf("worker: gateway %s refused the registration: %s", addr, status.Convert(err).Message())
 			}
+		}
+		if err != nil {
+			w.heard(addr, false, false)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -97,14 +100,16 @@ func rpcTimeout(interval time.Duration) time.Duration { return max(interval, tim
 
 // register announces the worker and returns the heartbeat interval: the
 // gateway's when it names one, else worker.heartbeat_interval.
-func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) (time.Duration, error) {
+func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient, addr string) (time.Duration, error) {
 	interval := w.cfg.Worker.HeartbeatInterval
 	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats()})
+	draining := w.isDraining()
+	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats(), Draining: draining})
 	if err != nil {
 		return 0, err
 	}
+	w.heard(addr, true, draining)
 	if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
 		interval = time.Duration(ms) * time.Millisecond
 	}
@@ -112,20 +117,25 @@ func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) 
 }
 
 // heartbeat sends heartbeats until ctx ends (nil), the gateway asks for a
-// new registration (nil) or a heartbeat fails (the error).
-func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, interval time.Duration) error {
+// new registration (nil) or a heartbeat fails (the error). When the
+// worker's drain begins it heartbeats at once, with draining set.
+func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, addr string, interval time.Duration) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	drainStarts := w.drain.started
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-drainStarts:
+			drainStarts = nil // once
 		}
 		es := w.rt.Engine.Stats()
+		draining := w.isDraining()
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
 		resp, err := client.Heartbeat(cctx, &controlpb.HeartbeatRequest{
-			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting),
+			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting), Draining: draining,
 		})
 		cancel()
 		if err != nil {
@@ -134,6 +144,7 @@ func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient,
 		if resp.GetReregister() {
 			return nil
 		}
+		w.heard(addr, true, draining)
 	}
 }
 

@@ -13,7 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Run serves until ctx is done or a listener fails, then shuts down: it
+// Run serves until ctx is done or a listener fails, then shuts down. When
+// ctx ends it drains first (worker.drain_timeout, drain.go): the gateways
+// are told, new work is refused, and the requests in flight finish. Then it
 // stops registering, refuses new requests, aborts those in flight (their
 // pages are fenced and released), waits briefly for aborted shm transfers
 // to drain, stops the servers and the engine, and frees everything New
@@ -67,7 +69,9 @@ func (w *Worker) run(ctx context.Context) error {
 			}
 		})
 	}
-	regCtx, stopRegistering := context.WithCancel(ctx)
+	// Registration outlives ctx: a draining worker heartbeats on (with
+	// draining set) until it stops.
+	regCtx, stopRegistering := context.WithCancel(context.WithoutCancel(ctx))
 	var registering sync.WaitGroup
 	for _, addr := range w.cfg.Worker.Gateways {
 		registering.Go(func() {
@@ -80,16 +84,18 @@ func (w *Worker) run(ctx context.Context) error {
 		"transfer_backend", string(w.cfg.Worker.Transfer.Backend), "gateways", w.cfg.Worker.Gateways)
 
 	var runErr error
+	drained := false
 	select {
 	case <-ctx.Done():
 		w.log.Info("worker shutting down")
+		drained = w.drainRequests() == 0
 	case runErr = <-failed:
 		w.log.Error("worker stopping", "err", runErr)
 	}
 	stopRegistering()
 	registering.Wait()
 	w.abortAll()
-	w.server.Stop()
+	w.stopServer(drained)
 	w.awaitDrains()
 	stopTransfer()
 	if w.receiver != nil {
@@ -104,6 +110,27 @@ func (w *Worker) run(ctx context.Context) error {
 	stopEngine()
 	<-engineDone
 	return runErr
+}
+
+// stopServer stops the control server. After a clean drain it stops
+// gracefully (bounded by shutdownGrace): a call that raced with the
+// drain still gets its answer (ErrDraining, which the gateway places
+// elsewhere) instead of a connection cut under it.
+func (w *Worker) stopServer(drained bool) {
+	if !drained {
+		w.server.Stop()
+		return
+	}
+	done := make(chan struct{})
+	go func() { w.server.GracefulStop(); close(done) }()
+	t := time.NewTimer(shutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		w.server.Stop()
+		<-done
+	}
 }
 
 // shutdownGrace bounds how long shutdown waits for aborted requests to
@@ -160,7 +187,7 @@ func (w *Worker) httpServer() *http.Server {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		w.mu.Lock()
-		closing := w.closing
+		closing := w.closing || w.drainingLocked()
 		w.mu.Unlock()
 		if closing {
 			http.Error(rw, "shutting down", http.StatusServiceUnavailable)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/warden-ai/warden/internal/controlpb"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -82,11 +83,15 @@ func newEntry(ctx context.Context, owner kvpool.Owner, pages []kvpool.PageID, to
 }
 
 // admitLocked checks that a new attempt for owner may start: the worker is
-// not closing, the attempt was not aborted already, and the request holds
+// not closing or draining (controlpb.ErrDraining, before anything is
+// touched for the call), the attempt was not aborted already, and the request holds
 // nothing here. Called with w.mu held.
 func (w *Worker) admitLocked(owner kvpool.Owner) error {
 	if w.closing {
 		return status.Error(codes.Unavailable, "worker is shutting down")
+	}
+	if w.drainingLocked() {
+		return controlpb.ErrDraining("it is shutting down; place the request on another worker")
 	}
 	key := reqKey{owner.Tenant, owner.Request}
 	if err := w.tombs.check(key, owner.Epoch); err != nil {

@@ -60,6 +60,9 @@ type Worker struct {
 	// hooks are test seams; nil in production.
 	hooks hooks
 
+	// drain is the worker's own drain on SIGTERM (drain.go).
+	drain drainState
+
 	mu         sync.Mutex
 	closing    bool
 	reqs       map[reqKey]*entry
@@ -150,6 +153,7 @@ func New(cfg *config.Config, opts ...Option) (*Worker, error) {
 		stopTracing:    func(context.Context) error { return nil },
 		exitOnRefusal:  o.exitOnRefusal,
 	}
+	w.drain.init()
 	w.log = o.logger.With("worker_id", w.id, "role", string(w.role))
 	if o.tracer == nil {
 		tp, stop, err := obs.SetupTracing(context.Background(), cfg.Observability.Tracing, "warden-worker", obs.WithServiceVersion(o.version))

@@ -46,6 +46,9 @@ type WorkerView struct {
 	// Cordoned: this gateway places no new request on the worker
 	// (workers cordon or drain); requests already there run to their end.
 	Cordoned bool `json:"cordoned"`
+	// Draining: the worker is shutting down (SIGTERM) and told the
+	// gateway; no new request is placed there, those in flight run on.
+	Draining bool `json:"draining"`
 	// Assigned is how many requests this gateway placed on the worker
 	// that have not ended.
 	Assigned int64 `json:"assigned"`

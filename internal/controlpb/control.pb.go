@@ -340,9 +340,12 @@ func (x *WorkerInfo) GetWeightsSha256() string {
 }
 
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Pool          *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Pool   *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// draining is set by a worker that is shutting down (SIGTERM): the
+	// gateway places no new request on it; those in flight run to their end.
+	Draining      bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -389,6 +392,13 @@ func (x *RegisterRequest) GetPool() *PoolStats {
 		return x.Pool
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 type RegisterResponse struct {
@@ -445,11 +455,14 @@ func (x *RegisterResponse) GetGatewayId() string {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Pool          *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Running       int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
-	Waiting       int32                  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Pool     *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Running  int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Waiting  int32                  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// draining: as in RegisterRequest. A worker sends a heartbeat with it at
+	// once when its drain begins.
+	Draining      bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -510,6 +523,13 @@ func (x *HeartbeatRequest) GetWaiting() int32 {
 		return x.Waiting
 	}
 	return 0
+}
+
+func (x *HeartbeatRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
 }
 
 type HeartbeatResponse struct {
@@ -1974,19 +1994,21 @@ const file_control_proto_rawDesc = "" +
 	"\aversion\x18\v \x01(\tR\aversion\x12\x19\n" +
 	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
-	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"z\n" +
+	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"\x96\x01\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
-	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\"e\n" +
+	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x1a\n" +
+	"\bdraining\x18< \x01(\bR\bdraining\"e\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\x95\x01\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xb1\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
-	"\awaiting\x18\x04 \x01(\x05R\awaiting\"3\n" +
+	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x1a\n" +
+	"\bdraining\x18< \x01(\bR\bdraining\"3\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +

@@ -32,6 +32,7 @@ type TracingOption func(*tracingOptions)
 type tracingOptions struct {
 	stdout  io.Writer
 	version string
+	ratio   *LiveRatio // nil: the fixed cfg.SampleRatio
 }
 
 // WithStdoutWriter sends the stdout exporter's spans to w instead of
@@ -55,7 +56,8 @@ func WithServiceVersion(v string) TracingOption {
 //     URL endpoint without a path posts to /v1/traces, and http:// or
 //     cfg.Insecure with a host:port endpoint sends without TLS.
 //
-// Spans are batched; new traces are sampled at cfg.SampleRatio and child
+// Spans are batched; new traces are sampled at cfg.SampleRatio (or by
+// WithLiveRatio's sampler, which a reload can change) and child
 // spans follow their parent's decision. The resource carries
 // service.name, service.version, the SDK's attributes and
 // OTEL_RESOURCE_ATTRIBUTES. No global is set (see InstallGlobal). The
@@ -98,10 +100,14 @@ func SetupTracing(ctx context.Context, cfg config.Tracing, serviceName string, o
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, nil, fmt.Errorf("obs: resource: %w", err)
 	}
+	var root sdktrace.Sampler = sdktrace.TraceIDRatioBased(cfg.SampleRatio)
+	if o.ratio != nil {
+		root = o.ratio
+	}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp),
 		sdktrace.WithResource(res),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+		sdktrace.WithSampler(sdktrace.ParentBased(root)),
 	)
 	return tp, tp.Shutdown, nil
 }

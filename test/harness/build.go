@@ -104,6 +104,9 @@ func (c *Cluster) build(o Options) error {
 		w.ID = fmt.Sprintf("%s-%s-c%d-%d", spec.Role, spec.Model, n, i)
 		w.Gateways = registries
 		w.HeartbeatInterval = o.HeartbeatTimeout / 4
+		// Stop (SIGTERM) aborts at once, as for gateways; a test of the
+		// worker's drain sets worker.drain_timeout in its Edit.
+		w.DrainTimeout = 0
 		cfg.Gateway.HeartbeatTimeout = o.HeartbeatTimeout
 		w.KV.MemoryBytes = DefaultKVBytes
 		w.KV.PoisonOnReserve = true

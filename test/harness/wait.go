@@ -211,3 +211,10 @@ func (c *Cluster) waitFor(t testing.TB, what string, check func(ctx context.Cont
 		time.Sleep(pollInterval)
 	}
 }
+
+// WaitGatewayReady waits until gateway g answers /readyz and lists every
+// running worker of the cluster healthy, e.g. after g was restarted.
+func (c *Cluster) WaitGatewayReady(t testing.TB, g *Gateway) {
+	t.Helper()
+	c.waitFor(t, g.Name+" to be ready", func(ctx context.Context) error { return g.ready(ctx, c.runningWorkers()) })
+}

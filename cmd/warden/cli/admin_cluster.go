@@ -167,6 +167,9 @@ func printPlacement(w io.Writer, v adminclient.WorkerView) {
 	if v.Cordoned {
 		state = "cordoned"
 	}
+	if v.Draining {
+		state += ", draining (shutting down)"
+	}
 	fmt.Fprintf(w, "worker %s: %s, %d requests assigned, %d running, %d waiting, idle %v\n",
 		v.ID, state, v.Assigned, v.Running, v.Waiting, v.Idle)
 }

@@ -101,7 +101,9 @@ func runGateway(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	tp, shutdownTracing, err := obs.SetupTracing(ctx, cfg.Observability.Tracing, "warden-gateway", obs.WithServiceVersion(Version))
+	ratio := obs.NewLiveRatio(cfg.Observability.Tracing.SampleRatio)
+	tp, shutdownTracing, err := obs.SetupTracing(ctx, cfg.Observability.Tracing, "warden-gateway",
+		obs.WithServiceVersion(Version), obs.WithLiveRatio(ratio))
 	if err != nil {
 		return err
 	}
@@ -120,7 +122,7 @@ func runGateway(ctx context.Context, e *env, args []string) error {
 		return next, nil
 	}
 	g, err := gateway.New(cfg, gateway.WithLogger(logger), gateway.WithTracerProvider(tp),
-		gateway.WithLogLevel(&level), gateway.WithConfigSource(source))
+		gateway.WithLogLevel(&level), gateway.WithSampleRatio(ratio), gateway.WithConfigSource(source))
 	if err != nil {
 		return err
 	}

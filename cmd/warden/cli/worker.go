@@ -44,7 +44,8 @@ var workerFlags = []workerFlag{
 }
 
 // runWorker runs `warden worker` until the context ends (Ctrl-C or
-// SIGTERM), then shuts down cleanly.
+// SIGTERM), then drains (worker.drain_timeout; a second signal aborts at
+// once) and shuts down cleanly.
 func runWorker(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "worker", "worker [--config FILE] [--role prefill|decode|both] [--model-dir DIR] [flags]")
 	cfgPath := fs.String("config", "", "YAML configuration file (the defaults and WARDEN_* variables apply either way)")
@@ -89,10 +90,15 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	if isTerminal(e.stderr) {
 		opts = append(opts, worker.WithProgress(func(s worker.Step) { fmt.Fprintf(e.stderr, "warden worker: %s\n", stepLine(s)) }))
 	}
-	w, err := worker.New(cfg, opts...)
+	fopts, err := testFaults(logger)
 	if err != nil {
 		return err
 	}
+	w, err := worker.New(cfg, append(opts, fopts...)...)
+	if err != nil {
+		return err
+	}
+	defer onSecondSignal(w.AbortNow)()
 	return w.Run(ctx)
 }
 

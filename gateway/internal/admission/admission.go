@@ -337,8 +337,22 @@ func NewController(cfg Config) *Controller {
 
 // Has reports whether model is configured.
 func (c *Controller) Has(model string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_, ok := c.models[model]
 	return ok
+}
+
+// SetModel replaces the configuration (context length, policy, output
+// cap) of the configured model m.Name and recomputes its state at once (a
+// configuration reload). It reports false, changing nothing, for a model
+// that is not configured: models are added or removed only by a restart.
+func (c *Controller) SetModel(m Model) bool {
+	if !c.Has(m.Name) {
+		return false
+	}
+	c.update(m.Name, func() { c.models[m.Name] = m })
+	return true
 }
 
 // SetWorkers replaces the healthy workers of model and recomputes its

@@ -95,6 +95,21 @@ func (q *Queue) SetMaxWaiting(n int) {
 	q.cfg.MaxWaiting = n
 }
 
+// SetMaxWait changes how long a new waiter may wait for a turn (a
+// configuration reload); waiters already queued keep their deadline.
+func (q *Queue) SetMaxWait(d time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.cfg.MaxWait = d
+}
+
+// MaxWait is how long a new waiter may wait for a turn now.
+func (q *Queue) MaxWait() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.cfg.MaxWait
+}
+
 // Enter adds a waiter for tenantID at the tail of the tenant's queue at
 // priority (higher is served sooner; values below 0 count as 0). weight
 // is the tenant's scheduling weight (clamped to [1, tenant.MaxWeight]) and

@@ -124,6 +124,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	w.info, w.pool = info, req.Pool
 	w.running, w.waiting, w.slots = 0, 0, 0
 	w.healthy, w.lastHeartbeat, w.registeredAt, w.lostAt = true, now, now, time.Time{}
+	w.draining = req.Draining
 	w.pendingPages = 0
 	w.reports++
 	snap := w.snapshotLocked()
@@ -153,6 +154,8 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 		return &controlpb.HeartbeatResponse{Reregister: true}, nil
 	}
 	prev, pending := w.pool, w.pendingPages
+	startsDraining := req.Draining && !w.draining
+	w.draining = req.Draining
 	w.pool, w.running, w.waiting = req.Pool, req.Running, req.Waiting
 	w.learnSlots()
 	w.lastHeartbeat = r.cfg.Now()
@@ -161,6 +164,10 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	snap := w.snapshotLocked()
 	r.mu.Unlock()
 
+	if startsDraining {
+		r.cfg.Logger.Info("worker draining: no new placements, its requests run to their end", "worker", snap.ID,
+			"role", snap.Role, "model", snap.Model, "running", snap.Running, "waiting", snap.Waiting, "assigned", snap.Assigned)
+	}
 	switch {
 	case prev.GetCapacityTokens() != req.Pool.CapacityTokens:
 		r.cfg.Logger.Warn("worker pool capacity changed", "worker", snap.ID, "model", snap.Model,

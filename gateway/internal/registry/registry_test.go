@@ -311,3 +311,39 @@ func TestCordon(t *testing.T) {
 		t.Fatalf("Pick after uncordoning d-1 = %+v, %v", rt, err)
 	}
 }
+
+// TestDraining: a worker whose heartbeat says it drains leaves placement
+// at once and its snapshot says so; a call it refused as draining counts
+// as untouched (placed elsewhere) and marks it too; a registration
+// without the flag (its replacement under the same ID) places again.
+func TestDraining(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, info("d-1", controlpb.Role_ROLE_DECODE, "host-a", "tcp"), pool(100, 90))
+	h.register(t, info("d-2", controlpb.Role_ROLE_DECODE, "host-a", "tcp"), pool(100, 50))
+	h.register(t, info("p-1", controlpb.Role_ROLE_PREFILL, "host-a", ""), pool(100, 100))
+	h.register(t, info("p-2", controlpb.Role_ROLE_PREFILL, "host-a", ""), pool(100, 100))
+	if _, err := h.Heartbeat(context.Background(), &controlpb.HeartbeatRequest{WorkerId: "d-1", Pool: pool(100, 90), Draining: true}); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := h.Get("d-1"); !w.Snapshot().Draining {
+		t.Fatalf("d-1 after a draining heartbeat: %+v", w.Snapshot())
+	}
+	rt, err := h.Pick("tiny", 40)
+	if err != nil || rt.Decode.ID() != "d-2" || rt.Prefill.ID() != "p-1" {
+		t.Fatalf("Pick with d-1 draining = %+v, %v; want d-2 fed by p-1", rt, err)
+	}
+
+	refusal := controlpb.ErrDraining("test")
+	if !Untouched(refusal) || ConnectionLost(refusal) || Untouched(status.Error(codes.Unavailable, "worker is shutting down")) {
+		t.Fatal("Untouched/ConnectionLost misread a draining refusal or a shutdown")
+	}
+	h.MarkDraining("p-1")
+	if rt, err = h.Pick("tiny", 40); err != nil || rt.Prefill.ID() != "p-2" {
+		t.Fatalf("Pick with p-1 marked draining = %+v, %v; want p-2", rt, err)
+	}
+
+	h.register(t, info("d-1", controlpb.Role_ROLE_DECODE, "host-a", "tcp"), pool(100, 100))
+	if rt, err = h.Pick("tiny", 40); err != nil || rt.Decode.ID() != "d-1" {
+		t.Fatalf("Pick after d-1 registered afresh = %+v, %v; want d-1", rt, err)
+	}
+}

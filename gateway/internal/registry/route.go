@@ -22,7 +22,7 @@ type Route struct {
 }
 
 // Pick chooses where a request of totalTokens (prompt + max output) for
-// model runs, never on a cordoned worker: the healthy decode-capable worker (decode or both) with the
+// model runs, never on a cordoned or draining worker: the healthy decode-capable worker (decode or both) with the
 // most free pages (counting pages routed since its last heartbeat), and
 // for a decode worker the healthy prefill worker with the least work. A
 // decode worker is eligible only with a prefill worker it can receive
@@ -42,7 +42,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.cordoned || w.info.Model != model || poolOf(w.pool).UsableTokens() < totalTokens {
+		if !w.placeable() || w.info.Model != model || poolOf(w.pool).UsableTokens() < totalTokens {
 			continue
 		}
 		var prefill *Worker
@@ -84,13 +84,17 @@ func (r *Registry) Cordon(id string, on bool) (Snapshot, bool) {
 	return w.snapshotLocked(), true
 }
 
+// placeable reports whether new requests may be placed on w: healthy,
+// not cordoned by an operator, not draining itself. Called with r.mu held.
+func (w *Worker) placeable() bool { return w.healthy && !w.cordoned && !w.draining }
+
 // prefillFor returns the least-loaded healthy prefill worker that can push
 // KV to decode, or nil. Called with r.mu held.
 func (r *Registry) prefillFor(decode *Worker) *Worker {
 	sameHost := decode.info.TransferBackend == "shm"
 	var best *Worker
 	for _, w := range r.byID {
-		if !w.healthy || w.cordoned || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
+		if !w.placeable() || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
 			(sameHost && w.info.HostId != decode.info.HostId) {
 			continue
 		}

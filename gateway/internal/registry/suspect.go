@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/internal/controlpb"
 )
 
 // Failover: a worker whose connection is refused or reset is not left in
@@ -22,6 +24,12 @@ func NotSent(err error) bool {
 	st, ok := status.FromError(err)
 	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
 }
+
+// Untouched reports whether the call that failed with err left nothing on
+// the worker, so the request may be placed again elsewhere: it never
+// reached it (NotSent), or a draining worker refused it before reserving
+// a page or opening a transfer (controlpb.IsDraining).
+func Untouched(err error) bool { return NotSent(err) || controlpb.IsDraining(err) }
 
 // ConnectionLost reports whether err is the loss of the connection to the
 // worker: refused, or reset or closed under a call (which may have reached
@@ -55,6 +63,19 @@ func (r *Registry) Suspect(id string, err error) {
 	r.cfg.Logger.Warn("worker suspect: its connection was refused or reset", "worker", snap.ID, "role", snap.Role,
 		"model", snap.Model, "err", err)
 	r.emit(Change{Kind: Suspected, Worker: snap})
+}
+
+// MarkDraining takes worker id out of placement because it refused a
+// call as draining (controlpb.IsDraining) before its heartbeat saying so
+// arrived; its requests in flight run on. The next registration or
+// heartbeat sets the mark from what the worker reports.
+func (r *Registry) MarkDraining(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := r.byID[id]; w != nil && !w.draining {
+		w.draining = true
+		r.cfg.Logger.Info("worker draining: it refused new work; no new placements", "worker", id)
+	}
 }
 
 // PrefillFor returns the least-loaded healthy prefill worker that can push

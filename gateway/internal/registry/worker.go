@@ -25,6 +25,7 @@ type Worker struct {
 	waiting       int32
 	healthy       bool
 	cordoned      bool // an operator stopped new placements here (Cordon)
+	draining      bool // the worker itself is shutting down (its SIGTERM)
 	lastHeartbeat time.Time
 	registeredAt  time.Time
 	lostAt        time.Time
@@ -133,7 +134,10 @@ type Snapshot struct {
 	Running, Waiting                           int32
 	Healthy                                    bool
 	// Cordoned: no new request is placed here (Registry.Cordon).
-	Cordoned                    bool
+	Cordoned bool
+	// Draining: the worker is shutting down and said so; no new request
+	// is placed here, those in flight run to their end.
+	Draining                    bool
 	LastHeartbeat, RegisteredAt time.Time
 	Assigned                    int64
 
@@ -161,6 +165,6 @@ func (w *Worker) snapshotLocked() Snapshot {
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
 		Slots: w.slots, InFlightBudget: w.budgetLocked(),
-		Healthy: w.healthy, Cordoned: w.cordoned, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
+		Healthy: w.healthy, Cordoned: w.cordoned, Draining: w.draining, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
 	}
 }
