@@ -162,8 +162,8 @@ func (g *Grammar) reset() {
 // logits of its next token. It is not safe for concurrent use; the
 // Grammar and Vocab it shares are.
 type Matcher struct {
-	g       *Grammar
-	v       *Vocab
+	g         *Grammar
+	v         *Vocab
 	p         pos
 	scratch   []uint64
 	eosLogits []float32
