@@ -355,3 +355,20 @@ func BenchmarkCompile(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(schemas)), "ns/schema")
 	})
 }
+
+func FuzzCompileRegex(f *testing.F) {
+	for _, s := range []string{`[0-9]{3}-[a-z]{2,4}`, `^(?:héllo|wörld)+ \p{Greek}{1,3}$`, `(?i)abc|x*`, `a\bb`, `(`, `.{0,1000}`, `[^\x00-\x{10FFFF}]`} {
+		f.Add(s)
+	}
+	v, tok := presetVocab(f)
+	f.Fuzz(func(t *testing.T, re string) {
+		g, err := constrain.Compile(constrain.Spec{Regex: re})
+		if err != nil {
+			if !errors.Is(err, constrain.ErrInvalid) && !errors.Is(err, constrain.ErrUnsupported) && !errors.Is(err, constrain.ErrTooLarge) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		generate(t, g, v, tok, 1, 8)
+	})
+}
