@@ -28,7 +28,7 @@ const (
 	scalarRegex  = `(?:null|true|false|` + numberRegex + `|` + anyString + `)`
 	// anyDepth bounds the nesting of objects and arrays inside an
 	// unconstrained ("any JSON") value.
-	anyDepth = 3
+	anyDepth = 2
 	// maxSchemaDepth bounds schema nesting (after $ref expansion).
 	maxSchemaDepth = 32
 	// maxRegexLen bounds the regular expression a schema expands to.
