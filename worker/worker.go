@@ -62,6 +62,8 @@ type Worker struct {
 
 	// drain is the worker's own drain on SIGTERM (drain.go).
 	drain drainState
+	// constraints compiles structured-output constraints (constrain.go).
+	constraints constraints
 
 	mu         sync.Mutex
 	closing    bool
