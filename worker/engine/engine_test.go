@@ -94,6 +94,7 @@ func newRig(t *testing.T, o rigOptions) *rig {
 
 type outcome struct {
 	tokens []int32
+	lps    []*engine.Logprobs // one per token, when the request asked for logprobs
 	res    *engine.Result
 }
 
@@ -114,6 +115,9 @@ func collect(t *testing.T, s *engine.Stream) outcome {
 		switch ev.Kind {
 		case engine.EventToken:
 			o.tokens = append(o.tokens, ev.Token)
+			if ev.Logprobs != nil {
+				o.lps = append(o.lps, ev.Logprobs)
+			}
 		case engine.EventDone:
 			o.res = ev.Result
 		}
