@@ -164,4 +164,29 @@ func TestResponsesLogprobs(t *testing.T) {
 		part.Logprobs[1].Logprob != -2 || len(part.Logprobs[1].TopLogprobs) != 2 || part.Logprobs[1].TopLogprobs[0].Token != "!" {
 		t.Fatalf("output text %+v", part)
 	}
+
+	// Streamed: each delta event carries its tokens' entries, the done
+	// event all of them.
+	stream := client.Responses.NewStreaming(context.Background(), responses.ResponseNewParams{
+		Model: "tiny", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")},
+		Include: []responses.ResponseIncludable{responses.ResponseIncludableMessageOutputTextLogprobs},
+	})
+	var deltas []float64
+	done := 0
+	for stream.Next() {
+		switch ev := stream.Current(); ev.Type {
+		case "response.output_text.delta":
+			for _, lp := range ev.AsResponseOutputTextDelta().Logprobs {
+				deltas = append(deltas, lp.Logprob)
+			}
+		case "response.output_text.done":
+			done = len(ev.AsResponseOutputTextDone().Logprobs)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(deltas, []float64{-0.25, -2, -0.125}) || done != 3 {
+		t.Fatalf("streamed logprobs %v, done event has %d", deltas, done)
+	}
 }
