@@ -104,6 +104,7 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 			return failed(causeCountMismatch, api.Internal(), fmt.Errorf(
 				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", w.ID(), resp.GetPromptTokens(), len(d.prompt)))
 		case err == nil:
+			d.firstLogprobs = resp.GetFirstTokenLogprobs()
 			return nil
 		case d.failover(w, err):
 			if next := d.g.reg.PrefillFor(rt.Decode); next != nil {

@@ -80,6 +80,9 @@ type driver struct {
 	domain   cachekey.Domain
 	cacheOn  bool
 	routeReq *routing.Request
+	// firstLogprobs is the P/D first token's logprobs, from the Prefill
+	// response (set before the prefill result is delivered).
+	firstLogprobs *controlpb.LogprobsToken
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)

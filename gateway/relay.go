@@ -53,25 +53,43 @@ func newReceiver(ctx context.Context, stream interface {
 // (a both worker), ResourceExhausted before Ready is errRetry.
 func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan received, prefilled <-chan error, retryable bool) error {
 	text := newTextStream(d.tok.tok, d.stops)
+	onPrefilled := func(err error) error {
+		prefilled = nil
+		switch state := d.req.State(); {
+		case err == nil && state == lifecycle.Prefilling:
+			if err := d.req.Advance(lifecycle.Transferring); err != nil {
+				return failed(lifecycle.CauseInternal, api.Internal(), err)
+			}
+		case err != nil && state != lifecycle.Decoding:
+			return err
+		case err != nil:
+			d.log.WarnContext(ctx, "prefill reported an error after decode verified the KV", "err", err)
+		}
+		return nil
+	}
 	for {
 		var r received
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case err := <-prefilled:
-			prefilled = nil
-			switch state := d.req.State(); {
-			case err == nil && state == lifecycle.Prefilling:
-				if err := d.req.Advance(lifecycle.Transferring); err != nil {
-					return failed(lifecycle.CauseInternal, api.Internal(), err)
-				}
-			case err != nil && state != lifecycle.Decoding:
+			if err := onPrefilled(err); err != nil {
 				return err
-			case err != nil:
-				d.log.WarnContext(ctx, "prefill reported an error after decode verified the KV", "err", err)
 			}
 			continue
 		case r = <-events:
+		}
+		if prefilled != nil && d.needsFirstLogprobs(r.ev) {
+			// Decode sent the first token before the Prefill call
+			// returned its logprobs: wait for them.
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case err := <-prefilled:
+				if err := onPrefilled(err); err != nil {
+					return err
+				}
+			}
 		}
 		if r.err != nil {
 			if errors.Is(r.err, io.EOF) {
@@ -136,6 +154,16 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			d.firstToken = now
 		}
 		d.lastToken = now
+		var lps []api.TokenLogprob
+		if d.sampling.GetLogprobs() {
+			var first *controlpb.LogprobsToken
+			if d.needsFirstLogprobs(ev) {
+				first = d.firstLogprobs
+			}
+			if lps, err = tokenLogprobs(d.tok.tok, ids, e.Tokens.GetLogprobs(), first, int(d.sampling.GetTopLogprobs())); err != nil {
+				return false, protocol("logprobs: %v", err)
+			}
+		}
 		d.received += int64(len(ids))
 		if d.received > d.maxTokens {
 			return false, protocol("sent %d tokens, max_tokens is %d", d.received, d.maxTokens)
@@ -148,12 +176,12 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emit(ctx, api.Event{TextDelta: delta, FinishReason: "stop", Usage: d.usage()})
+			return true, d.emit(ctx, api.Event{TextDelta: delta, Logprobs: lps, FinishReason: "stop", Usage: d.usage()})
 		}
-		if delta == "" {
+		if delta == "" && len(lps) == 0 {
 			return false, nil
 		}
-		return false, d.emit(ctx, api.Event{TextDelta: delta})
+		return false, d.emit(ctx, api.Event{TextDelta: delta, Logprobs: lps})
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
@@ -177,6 +205,14 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		return true, d.emit(ctx, api.Event{TextDelta: rest, FinishReason: reason, Usage: d.usage()})
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
+}
+
+// needsFirstLogprobs says whether ev is a decode worker's first Tokens
+// of a request that asked for logprobs, without the first token's entry
+// (a P/D request: prefill computed it; see controlpb.Tokens).
+func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent) bool {
+	t := ev.GetTokens()
+	return d.sampling.GetLogprobs() && t != nil && d.received == 0 && len(t.GetLogprobs()) == len(t.GetIds())-1
 }
 
 // usage is what the request has consumed so far (I7): the prompt tokens

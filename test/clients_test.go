@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,7 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 
 // TestClientConformance drives `warden up` (P/D) with the official OpenAI
 // Node SDK and the Vercel AI SDK's default provider (the Responses API):
-// chat, models.retrieve, typed errors, responses.create streamed and not,
+// chat, chat with logprobs (the engine's own values), models.retrieve, typed errors, responses.create streamed and not,
 // generateText and streamText. Every client must see exactly the text of
 // the float64 reference model (greedy). Without node/npm it is skipped,
 // except under CI.
@@ -34,7 +35,22 @@ func TestClientConformance(t *testing.T) {
 	info := waitUp(t, up)
 
 	const prompt, maxTokens = "Tell me a story.", 12 // as in conformance.mjs
-	want, err := reference(t, harness.ModelTiny).Chat(context.Background(), []tokenizer.Message{{Role: "user", Content: prompt}}, maxTokens)
+	ref := reference(t, harness.ModelTiny)
+	p, err := ref.ChatPrompt([]tokenizer.Message{{Role: "user", Content: prompt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampling := harness.Greedy(maxTokens)
+	sampling.Logprobs, sampling.TopLogprobs = true, 3
+	want, err := ref.Run(context.Background(), p, sampling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logprobs := make([]float64, len(want.Logprobs))
+	for i, lp := range want.Logprobs {
+		logprobs[i] = lp.Logprob
+	}
+	wantLogprobs, err := json.Marshal(logprobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +69,12 @@ func TestClientConformance(t *testing.T) {
 	cmd := exec.CommandContext(t.Context(), "node", "conformance.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL=tiny",
-		"WARDEN_WANT="+want.Text, "NODE_EXTRA_CA_CERTS="+info.ca)
+		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+info.ca)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s", err, out, up.Log())
 	}
-	for _, scenario := range []string{"node chat", "node models.retrieve", "node typed errors", "node responses.create",
+	for _, scenario := range []string{"node chat", "node logprobs", "node models.retrieve", "node typed errors", "node responses.create",
 		"node responses.create stream", "ai-sdk generateText", "ai-sdk streamText"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {
 			t.Errorf("scenario %q did not pass:\n%s", scenario, out)

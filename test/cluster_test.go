@@ -21,6 +21,7 @@ func TestCluster(t *testing.T) {
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, c) })
 	t.Run("Disconnect", func(t *testing.T) { testDisconnect(t, c) })
 	t.Run("StructuredOutputs", func(t *testing.T) { testStructuredOutputs(t, c) })
+	t.Run("Logprobs", func(t *testing.T) { testLogprobs(t, c) })
 }
 
 // Prompts of the reference-equivalence tests.

@@ -339,7 +339,8 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 			}
 			continue
 		}
-		ids := []int32{ev.Token}
+		toks := &controlpb.Tokens{}
+		addToken(toks, ev)
 		for done == nil {
 			ev, err := es.Next(buffered)
 			if err != nil {
@@ -347,7 +348,7 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 			}
 			switch ev.Kind {
 			case engine.EventToken:
-				ids = append(ids, ev.Token)
+				addToken(toks, ev)
 			case engine.EventDone:
 				done = ev.Result
 			}
@@ -358,12 +359,22 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if err := srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Tokens{Tokens: &controlpb.Tokens{Ids: ids}}}); err != nil {
+		if err := srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Tokens{Tokens: toks}}); err != nil {
 			return nil, err
 		}
 		if done != nil {
 			return done, nil
 		}
+	}
+}
+
+// addToken appends a token event to toks, with its logprobs when the
+// engine computed them (not for a P/D request's first token: see
+// controlpb.Tokens).
+func addToken(toks *controlpb.Tokens, ev engine.Event) {
+	toks.Ids = append(toks.Ids, ev.Token)
+	if ev.Logprobs != nil {
+		toks.Logprobs = append(toks.Logprobs, logprobsToProto(ev.Logprobs))
 	}
 }
 

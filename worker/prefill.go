@@ -154,6 +154,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	npages, pt := t.PromptPages(), w.capacity.PageTokens
 	pushed := 0
 	var res *engine.Result
+	var first *engine.Logprobs // the first token's, when asked for
 	for res == nil {
 		ev, err := es.Next(ctx)
 		if err != nil {
@@ -183,6 +184,8 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 					return nil, sendStatus(ctx, err)
 				}
 			}
+		case engine.EventToken:
+			first = ev.Logprobs
 		case engine.EventDone:
 			res = ev.Result
 		}
@@ -210,10 +213,11 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	w.metrics.transferSeconds.WithLabelValues(sideSend).Observe(time.Since(start).Seconds())
 	send.SetAttributes(obs.AttrPages.Int(r.Pages), obs.AttrBytes.Int64(r.Bytes))
 	return &controlpb.PrefillResponse{
-		PromptTokens: int64(res.PromptTokens),
-		FirstToken:   res.FirstToken,
-		BytesSent:    r.Bytes,
-		PagesSent:    int32(r.Pages),
+		PromptTokens:       int64(res.PromptTokens),
+		FirstToken:         res.FirstToken,
+		BytesSent:          r.Bytes,
+		PagesSent:          int32(r.Pages),
+		FirstTokenLogprobs: logprobsToProto(first),
 	}, nil
 }
 

@@ -34,11 +34,27 @@ func samplingFrom(p *controlpb.SamplingParams) (engine.Sampling, error) {
 		MaxTokens:   int(p.GetMaxTokens()),
 		StopTokens:  p.GetStopTokenIds(),
 		IgnoreEOS:   p.GetIgnoreEos(),
+		Logprobs:    p.GetLogprobs(),
+		TopLogprobs: int(p.GetTopLogprobs()),
 	}
 	if err := s.Validate(); err != nil {
 		return engine.Sampling{}, invalid("sampling: %v", err)
 	}
 	return s, nil
+}
+
+// logprobsToProto is one token's logprobs on the control plane; nil for
+// none.
+func logprobsToProto(lp *engine.Logprobs) *controlpb.LogprobsToken {
+	if lp == nil {
+		return nil
+	}
+	out := &controlpb.LogprobsToken{Logprob: lp.Logprob,
+		TopIds: make([]int32, len(lp.Top)), TopLogprobs: make([]float64, len(lp.Top))}
+	for i, t := range lp.Top {
+		out.TopIds[i], out.TopLogprobs[i] = t.Token, t.Logprob
+	}
+	return out
 }
 
 // checkPrompt rejects an empty prompt; the engine checks the token IDs.

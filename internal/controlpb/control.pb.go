@@ -775,7 +775,12 @@ type SamplingParams struct {
 	// constraint, when set, is a structured-output constraint (the JSON of
 	// internal/constrain.Spec): only tokens that keep the output a valid
 	// prefix are sampled, EOS only once it is complete.
-	Constraint    string `protobuf:"bytes,30,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	Constraint string `protobuf:"bytes,30,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	// logprobs asks for each sampled token's log probability
+	// (Tokens.logprobs, PrefillResponse.first_token_logprobs) and
+	// top_logprobs (0..20) of the most likely alternatives at its position.
+	Logprobs      bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs   int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -864,6 +869,20 @@ func (x *SamplingParams) GetConstraint() string {
 		return x.Constraint
 	}
 	return ""
+}
+
+func (x *SamplingParams) GetLogprobs() bool {
+	if x != nil {
+		return x.Logprobs
+	}
+	return false
+}
+
+func (x *SamplingParams) GetTopLogprobs() int32 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return 0
 }
 
 // Ticket authorises one transfer of one request's KV into reserved pages.
@@ -1190,13 +1209,17 @@ func (x *PrefillRequest) GetTraceparent() string {
 }
 
 type PrefillResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PromptTokens  int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	FirstToken    int32                  `protobuf:"varint,2,opt,name=first_token,json=firstToken,proto3" json:"first_token,omitempty"`
-	BytesSent     int64                  `protobuf:"varint,3,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
-	PagesSent     int32                  `protobuf:"varint,4,opt,name=pages_sent,json=pagesSent,proto3" json:"pages_sent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	PromptTokens int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	FirstToken   int32                  `protobuf:"varint,2,opt,name=first_token,json=firstToken,proto3" json:"first_token,omitempty"`
+	BytesSent    int64                  `protobuf:"varint,3,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
+	PagesSent    int32                  `protobuf:"varint,4,opt,name=pages_sent,json=pagesSent,proto3" json:"pages_sent,omitempty"`
+	// first_token_logprobs, when the sampling asked for logprobs: the first
+	// token's, which only the prefill worker can compute (decode receives
+	// the token, not the logits).
+	FirstTokenLogprobs *LogprobsToken `protobuf:"bytes,20,opt,name=first_token_logprobs,json=firstTokenLogprobs,proto3" json:"first_token_logprobs,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *PrefillResponse) Reset() {
@@ -1255,6 +1278,13 @@ func (x *PrefillResponse) GetPagesSent() int32 {
 		return x.PagesSent
 	}
 	return 0
+}
+
+func (x *PrefillResponse) GetFirstTokenLogprobs() *LogprobsToken {
+	if x != nil {
+		return x.FirstTokenLogprobs
+	}
+	return nil
 }
 
 type GenerateRequest struct {
@@ -1473,8 +1503,13 @@ func (x *Ready) GetPromptTokens() int64 {
 }
 
 type Tokens struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ids           []int32                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []int32                `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// logprobs, when the sampling asked for them: one entry per id, in
+	// order, except that a decode worker leaves out the entry of a P/D
+	// request's first token (its logprobs come in PrefillResponse), so the
+	// message carrying that token has one entry fewer than ids.
+	Logprobs      []*LogprobsToken `protobuf:"bytes,20,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1516,6 +1551,78 @@ func (x *Tokens) GetIds() []int32 {
 	return nil
 }
 
+func (x *Tokens) GetLogprobs() []*LogprobsToken {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+// LogprobsToken is the log probability of one sampled token and of the
+// most likely tokens at its position: a float64 log-softmax of the raw
+// (untempered, unmasked) logits.
+type LogprobsToken struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Logprob float64                `protobuf:"fixed64,20,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// top_ids and top_logprobs (same length) list the most likely tokens,
+	// most likely first.
+	TopIds        []int32   `protobuf:"varint,21,rep,packed,name=top_ids,json=topIds,proto3" json:"top_ids,omitempty"`
+	TopLogprobs   []float64 `protobuf:"fixed64,22,rep,packed,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogprobsToken) Reset() {
+	*x = LogprobsToken{}
+	mi := &file_control_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogprobsToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogprobsToken) ProtoMessage() {}
+
+func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
+func (*LogprobsToken) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *LogprobsToken) GetLogprob() float64 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *LogprobsToken) GetTopIds() []int32 {
+	if x != nil {
+		return x.TopIds
+	}
+	return nil
+}
+
+func (x *LogprobsToken) GetTopLogprobs() []float64 {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
 type Done struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// finish_reason: "stop" (EOS/stop token) or "length".
@@ -1528,7 +1635,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1647,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1660,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1589,7 +1696,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1708,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1721,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -1651,7 +1758,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1770,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1783,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -1708,7 +1815,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1827,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1840,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 type WorkerStatus struct {
@@ -1749,7 +1856,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1868,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1881,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -1826,7 +1933,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1945,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1958,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -1880,7 +1987,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1999,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2012,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -1936,7 +2043,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1948,7 +2055,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1961,7 +2068,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2036,7 +2143,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xf4\x01\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xb3\x02\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -2049,7 +2156,9 @@ const file_control_proto_rawDesc = "" +
 	"ignore_eos\x18\a \x01(\bR\tignoreEos\x12\x1e\n" +
 	"\n" +
 	"constraint\x18\x1e \x01(\tR\n" +
-	"constraint\"\x88\x03\n" +
+	"constraint\x12\x1a\n" +
+	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
+	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\"\x88\x03\n" +
 	"\x06Ticket\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12.\n" +
@@ -2080,7 +2189,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12 \n" +
-	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\x95\x01\n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\xe9\x01\n" +
 	"\x0fPrefillResponse\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12\x1f\n" +
 	"\vfirst_token\x18\x02 \x01(\x05R\n" +
@@ -2088,7 +2197,8 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"bytes_sent\x18\x03 \x01(\x03R\tbytesSent\x12\x1d\n" +
 	"\n" +
-	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\"\xcb\x01\n" +
+	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\x12R\n" +
+	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\"\xcb\x01\n" +
 	"\x0fGenerateRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
@@ -2100,9 +2210,14 @@ const file_control_proto_rawDesc = "" +
 	"\x04done\x18\x03 \x01(\v2\x17.warden.control.v1.DoneH\x00R\x04doneB\a\n" +
 	"\x05event\",\n" +
 	"\x05Ready\x12#\n" +
-	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\"\x1a\n" +
+	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\"X\n" +
 	"\x06Tokens\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x05R\x03ids\"}\n" +
+	"\x03ids\x18\x01 \x03(\x05R\x03ids\x12<\n" +
+	"\blogprobs\x18\x14 \x03(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\"e\n" +
+	"\rLogprobsToken\x12\x18\n" +
+	"\alogprob\x18\x14 \x01(\x01R\alogprob\x12\x17\n" +
+	"\atop_ids\x18\x15 \x03(\x05R\x06topIds\x12!\n" +
+	"\ftop_logprobs\x18\x16 \x03(\x01R\vtopLogprobs\"}\n" +
 	"\x04Done\x12#\n" +
 	"\rfinish_reason\x18\x01 \x01(\tR\ffinishReason\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -2160,7 +2275,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
@@ -2182,14 +2297,15 @@ var file_control_proto_goTypes = []any{
 	(*GenerateEvent)(nil),         // 17: warden.control.v1.GenerateEvent
 	(*Ready)(nil),                 // 18: warden.control.v1.Ready
 	(*Tokens)(nil),                // 19: warden.control.v1.Tokens
-	(*Done)(nil),                  // 20: warden.control.v1.Done
-	(*AbortRequest)(nil),          // 21: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 22: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 23: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 24: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 25: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 26: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 27: warden.control.v1.WriterDrainedResponse
+	(*LogprobsToken)(nil),         // 20: warden.control.v1.LogprobsToken
+	(*Done)(nil),                  // 21: warden.control.v1.Done
+	(*AbortRequest)(nil),          // 22: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 23: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 24: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 25: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 26: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 27: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 28: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -2202,41 +2318,43 @@ var file_control_proto_depIdxs = []int32{
 	9,  // 7: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
 	10, // 8: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
 	11, // 9: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	9,  // 10: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 11: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 12: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	18, // 13: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	19, // 14: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	20, // 15: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	9,  // 16: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	25, // 17: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 18: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 19: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 20: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	25, // 21: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 22: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 23: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	7,  // 24: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	12, // 25: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	14, // 26: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	16, // 27: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	21, // 28: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	26, // 29: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	23, // 30: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 31: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	6,  // 32: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	8,  // 33: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	13, // 34: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	15, // 35: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	17, // 36: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	22, // 37: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	27, // 38: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	24, // 39: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	20, // 10: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	9,  // 11: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	10, // 12: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	11, // 13: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	18, // 14: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	19, // 15: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	21, // 16: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	20, // 17: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	9,  // 18: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	26, // 19: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 20: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 21: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	9,  // 22: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	26, // 23: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 24: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 25: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	7,  // 26: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	12, // 27: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	14, // 28: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	16, // 29: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	22, // 30: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	27, // 31: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	24, // 32: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 33: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	6,  // 34: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	8,  // 35: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	13, // 36: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	15, // 37: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	17, // 38: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	23, // 39: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	28, // 40: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	25, // 41: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	33, // [33:42] is the sub-list for method output_type
+	24, // [24:33] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2255,7 +2373,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -26,6 +26,28 @@ assert.equal(want, process.env.WARDEN_WANT, "chat answer differs from the refere
 assert.equal(chat.usage.prompt_tokens_details.cached_tokens, 0);
 ok("node chat");
 
+// logprobs: the engine's own values (WARDEN_WANT_LOGPROBS, from the
+// in-process reference), whole and streamed, alternatives sorted.
+const wantLogprobs = JSON.parse(process.env.WARDEN_WANT_LOGPROBS);
+const lpParams = { model, messages: [{ role: "user", content: prompt }], max_tokens: max, temperature: 0, logprobs: true, top_logprobs: 3 };
+const checkLogprobs = (content, what) => {
+  assert.deepEqual(content.map((c) => c.logprob), wantLogprobs, `${what}: logprobs differ from the engine's`);
+  for (const c of content) {
+    assert.equal(c.top_logprobs.length, 3, what);
+    for (let i = 1; i < 3; i++) assert.ok(c.top_logprobs[i - 1].logprob >= c.top_logprobs[i].logprob, `${what}: alternatives not sorted`);
+    assert.equal(c.top_logprobs[0].logprob, c.logprob, `${what}: greedy picks the most likely token`);
+  }
+  // (The tokens' bytes need not spell the text: special tokens render as nothing.)
+};
+const lp = await client.chat.completions.create(lpParams);
+assert.equal(lp.choices[0].message.content, want);
+checkLogprobs(lp.choices[0].logprobs.content, "chat");
+const lpStream = await client.chat.completions.create({ ...lpParams, stream: true });
+const streamed = [];
+for await (const chunk of lpStream) for (const c of chunk.choices) if (c.logprobs) streamed.push(...c.logprobs.content);
+checkLogprobs(streamed, "chat stream");
+ok("node logprobs");
+
 // models.retrieve, and its typed 404.
 const m = await client.models.retrieve(model);
 assert.equal(m.id, model);

@@ -41,6 +41,8 @@ type Output struct {
 	Text string
 	// Tokens are the generated token IDs, without a final stop token.
 	Tokens []int32
+	// Logprobs are the tokens' logprobs when the sampling asked for them.
+	Logprobs []*engine.Logprobs
 	// PromptTokens and CompletionTokens are the engine's counts, which the
 	// response's usage must equal (completion includes a final stop
 	// token).
@@ -175,6 +177,9 @@ func (r *Reference) Run(ctx context.Context, prompt []int32, s engine.Sampling) 
 		switch ev.Kind {
 		case engine.EventToken:
 			out.Tokens = append(out.Tokens, ev.Token)
+			if ev.Logprobs != nil {
+				out.Logprobs = append(out.Logprobs, ev.Logprobs)
+			}
 		case engine.EventDone:
 			res := ev.Result
 			if res.Err != nil {

@@ -103,6 +103,7 @@ type Engine struct {
 	members []*sequence
 	logits  [][]float32
 	sampler sampler
+	lps     logprobScratch
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
 	cachedTokens                       atomic.Uint64
@@ -311,7 +312,7 @@ func (e *Engine) admit() {
 			e.violation(s, err)
 			continue
 		}
-		e.emit(s, s.req.FirstToken)
+		e.emit(s, s.req.FirstToken, nil)
 	}
 	e.compact()
 }
@@ -443,12 +444,16 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	}
 	s.constrain(c.Logits)
 	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
-	e.emit(s, tok)
+	var lp *Logprobs
+	if s.req.Sampling.Logprobs {
+		lp = e.lps.logprobs(c.Logits, tok, s.req.Sampling.TopLogprobs)
+	}
+	e.emit(s, tok, lp)
 }
 
-// emit handles a newly sampled token: stop checks, the event, and what
-// the sequence does next.
-func (e *Engine) emit(s *sequence, tok int32) {
+// emit handles a newly sampled token (with its logprobs, when asked
+// for): stop checks, the event, and what the sequence does next.
+func (e *Engine) emit(s *sequence, tok int32, lp *Logprobs) {
 	s.generated++
 	s.constrained(tok)
 	if s.first < 0 {
@@ -458,7 +463,7 @@ func (e *Engine) emit(s *sequence, tok int32) {
 		e.finish(s, FinishStop, nil)
 		return
 	}
-	s.stream.push(Event{Kind: EventToken, Token: tok})
+	s.stream.push(Event{Kind: EventToken, Token: tok, Logprobs: lp})
 	switch {
 	case s.req.PrefillOnly:
 		e.finish(s, FinishPrefilled, nil)

@@ -99,6 +99,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 
 type outcome struct {
 	tokens []int32
+	lps    []*engine.Logprobs // one per token, when the request asked for logprobs
 	res    *engine.Result
 }
 
@@ -119,6 +120,9 @@ func collect(t testing.TB, s *engine.Stream) outcome {
 		switch ev.Kind {
 		case engine.EventToken:
 			o.tokens = append(o.tokens, ev.Token)
+			if ev.Logprobs != nil {
+				o.lps = append(o.lps, ev.Logprobs)
+			}
 		case engine.EventDone:
 			o.res = ev.Result
 		}

@@ -33,6 +33,11 @@ type Sampling struct {
 	// each sequence submitted with these parameters (called once per
 	// sequence, so sequences never share one).
 	Constraint func() Constraint
+	// Logprobs asks for every sampled token's log probability and its
+	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives, in
+	// Event.Logprobs (logprobs.go).
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // ErrInvalidSampling reports sampling parameters outside their domain.
@@ -49,6 +54,8 @@ func (s Sampling) Validate() error {
 		return fmt.Errorf("%w: top_p must be in [0, 1], got %v", ErrInvalidSampling, s.TopP)
 	case s.TopK < 0:
 		return fmt.Errorf("%w: top_k must be >= 0, got %d", ErrInvalidSampling, s.TopK)
+	case s.TopLogprobs < 0 || s.TopLogprobs > MaxTopLogprobs || (s.TopLogprobs > 0 && !s.Logprobs):
+		return fmt.Errorf("%w: top_logprobs must be in [0, %d] and needs logprobs, got %d", ErrInvalidSampling, MaxTopLogprobs, s.TopLogprobs)
 	}
 	return nil
 }

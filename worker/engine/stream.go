@@ -41,6 +41,10 @@ type Event struct {
 	Token     int32
 	Positions int
 	Result    *Result
+	// Logprobs comes with an EventToken when the request asked for them
+	// (Sampling.Logprobs); nil for the first token of a Prefilled request,
+	// whose logits only the prefill worker had.
+	Logprobs *Logprobs
 }
 
 // Result is a finished sequence's outcome.

@@ -13,7 +13,7 @@ import (
 //   - Standard fields (and common engine extensions) that would change the
 //     output are accepted at their default value only, and otherwise
 //     answered 400 unsupported_parameter: silently ignoring, say,
-//     "logprobs": true or "top_k": 5 would return something the client
+//     "echo": true or "top_k": 5 would return something the client
 //     did not ask for.
 //   - Engine and routing internals (cache salts, transfer parameters,
 //     worker choice, request IDs, any "warden…" field) are never
@@ -64,9 +64,7 @@ func isInternalField(name string) bool {
 // encoding/json decodes them into any.
 func fieldDefaults(name string) ([]any, bool) {
 	switch name {
-	case "logprobs": // bool for chat, integer for completions
-		return []any{false, 0.0}, true
-	case "top_logprobs", "presence_penalty", "frequency_penalty", "min_p", "min_tokens":
+	case "presence_penalty", "frequency_penalty", "min_p", "min_tokens":
 		return []any{0.0}, true
 	case "logit_bias":
 		return []any{map[string]any{}}, true

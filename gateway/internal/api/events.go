@@ -23,7 +23,7 @@ func (t *tracker) observe(ev Event) error {
 	switch {
 	case !utf8.ValidString(ev.TextDelta):
 		return fmt.Errorf("%w: text delta is not valid UTF-8", errBrokenContract)
-	case t.finish != "" && (ev.TextDelta != "" || ev.FinishReason != ""):
+	case t.finish != "" && (ev.TextDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0):
 		return fmt.Errorf("%w: event after the finish reason", errBrokenContract)
 	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0 ||
 		ev.Usage.CachedTokens < 0 || ev.Usage.CachedTokens > ev.Usage.PromptTokens):

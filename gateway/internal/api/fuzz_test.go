@@ -24,6 +24,10 @@ func fuzzSeeds() []string {
 		chatWith(`"max_tokens":1e400,"seed":-1e30`),
 		chatWith(`"temperature":2.0000001,"top_p":-0`),
 		chatWith(`"cache_salt":"x","kv_transfer_params":{}`),
+		chatWith(`"logprobs":true,"top_logprobs":20`),
+		chatWith(`"top_logprobs":3`),
+		`{"model":"tiny","prompt":"x","logprobs":5}`,
+		`{"model":"tiny","prompt":"x","logprobs":21}`,
 		chatWith(`"priority":3`),
 		chatWith(`"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"anyOf":[{"type":"integer","minimum":-5},{"enum":["x",null]}]}},"required":["a"]}}}`),
 		chatWith(`"response_format":{"type":"json_object"},"guided_regex":"a+"`),
@@ -74,6 +78,9 @@ func checkDecodeResult(t *testing.T, kind Kind, req *GenerateRequest, e *Error) 
 		if !strings.Contains("|system|user|assistant|developer|tool|", "|"+m.Role+"|") || !utf8.ValidString(m.Content) {
 			t.Fatalf("bad message %+v", m)
 		}
+	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs || (req.TopLogprobs > 0 && !req.Logprobs) {
+		t.Fatalf("logprobs %v top %d", req.Logprobs, req.TopLogprobs)
 	}
 	if req.MaxTokens != nil && (*req.MaxTokens < 1 || *req.MaxTokens > DefaultMaxTokensLimit) {
 		t.Fatalf("max tokens %d", *req.MaxTokens)

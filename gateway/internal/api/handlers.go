@@ -126,32 +126,42 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			s.stream(w, r, rc, gen, sh, req.IncludeUsage)
 			return
 		}
-		text, finish, usage, ok := s.collect(w, r, gen)
+		out, ok := s.collect(w, r, gen)
 		if !ok {
 			return
 		}
 		s.setDeadline(rc)
-		writeJSON(w, http.StatusOK, sh.response(text, finish, usage))
+		writeJSON(w, http.StatusOK, sh.response(out.text, out.logprobs, out.finish, out.usage))
 	}
 }
 
-// collect waits for the whole generation: its text, finish reason and
-// usage. On failure it answers the error itself.
-func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (string, string, Usage, bool) {
+// collected is a whole generation.
+type collected struct {
+	text     string
+	logprobs []TokenLogprob
+	finish   string
+	usage    Usage
+}
+
+// collect waits for the whole generation. On failure it answers the
+// error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (collected, bool) {
 	var (
 		t    tracker
 		text strings.Builder
+		lps  []TokenLogprob
 	)
 	for {
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
 			s.fail(w, r, err)
-			return "", "", Usage{}, false
+			return collected{}, false
 		}
 		if done {
-			return text.String(), t.finish, *t.usage, true
+			return collected{text: text.String(), logprobs: lps, finish: t.finish, usage: *t.usage}, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		text.WriteString(ev.TextDelta)
+		lps = append(lps, ev.Logprobs...)
 	}
 }

@@ -28,10 +28,10 @@ type reasoningCount struct {
 }
 
 type respTextPart struct {
-	Type        string `json:"type"`
-	Text        string `json:"text"`
-	Annotations []any  `json:"annotations"`
-	Logprobs    []any  `json:"logprobs"`
+	Type        string      `json:"type"`
+	Text        string      `json:"text"`
+	Annotations []any       `json:"annotations"`
+	Logprobs    []wireToken `json:"logprobs"`
 }
 
 type respMessage struct {
@@ -109,24 +109,25 @@ func (s *respShape) object(status string, output []respMessage, reason string, u
 }
 
 // final is the finished response for the whole text.
-func (s *respShape) final(text, reason string, u Usage) respObject {
+func (s *respShape) final(text string, lps []TokenLogprob, reason string, u Usage) respObject {
 	status := "completed"
 	if reason == "length" {
 		status = "incomplete"
 	}
-	return s.object(status, []respMessage{s.message(status, text)}, reason, &u)
+	return s.object(status, []respMessage{s.message(status, text, lps)}, reason, &u)
 }
 
-func (s *respShape) message(status, text string) respMessage {
+func (s *respShape) message(status, text string, lps []TokenLogprob) respMessage {
 	m := respMessage{Type: "message", ID: s.msgID, Status: status, Role: "assistant", Content: []respTextPart{}}
 	if status != "in_progress" {
-		m.Content = append(m.Content, textPart(text))
+		m.Content = append(m.Content, textPart(text, lps))
 	}
 	return m
 }
 
-func textPart(text string) respTextPart {
-	return respTextPart{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
+// textPart is an output_text part; its logprobs are [] unless asked for.
+func textPart(text string, lps []TokenLogprob) respTextPart {
+	return respTextPart{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: toWireTokens(lps)}
 }
 
 // event is one stream event: its type, a sequence number and fields.
@@ -142,29 +143,29 @@ func (s *respShape) opening() []map[string]any {
 	return []map[string]any{
 		s.event("response.created", map[string]any{"response": s.object("in_progress", []respMessage{}, "", nil)}),
 		s.event("response.in_progress", map[string]any{"response": s.object("in_progress", []respMessage{}, "", nil)}),
-		s.event("response.output_item.added", map[string]any{"output_index": 0, "item": s.message("in_progress", "")}),
+		s.event("response.output_item.added", map[string]any{"output_index": 0, "item": s.message("in_progress", "", nil)}),
 		s.event("response.content_part.added", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-			"part": textPart("")}),
+			"part": textPart("", nil)}),
 	}
 }
 
-func (s *respShape) delta(text string) map[string]any {
+func (s *respShape) delta(text string, lps []TokenLogprob) map[string]any {
 	return s.event("response.output_text.delta", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-		"delta": text, "logprobs": []any{}})
+		"delta": text, "logprobs": toWireTokens(lps)})
 }
 
 // closing returns the events after the last text.
-func (s *respShape) closing(text, reason string, u Usage) []map[string]any {
-	final := s.final(text, reason, u)
+func (s *respShape) closing(text string, lps []TokenLogprob, reason string, u Usage) []map[string]any {
+	final := s.final(text, lps, reason, u)
 	done := "response.completed"
 	if final.Status == "incomplete" {
 		done = "response.incomplete"
 	}
 	return []map[string]any{
 		s.event("response.output_text.done", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-			"text": text, "logprobs": []any{}}),
+			"text": text, "logprobs": toWireTokens(lps)}),
 		s.event("response.content_part.done", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-			"part": textPart(text)}),
+			"part": textPart(text, lps)}),
 		s.event("response.output_item.done", map[string]any{"output_index": 0, "item": final.Output[0]}),
 		s.event(done, map[string]any{"response": final}),
 	}
@@ -192,12 +193,12 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 		s.streamResponse(w, r, rc, gen, sh)
 		return
 	}
-	text, finish, usage, ok := s.collect(w, r, gen)
+	out, ok := s.collect(w, r, gen)
 	if !ok {
 		return
 	}
 	s.setDeadline(rc)
-	writeJSON(w, http.StatusOK, sh.final(text, finish, usage))
+	writeJSON(w, http.StatusOK, sh.final(out.text, out.logprobs, out.finish, out.usage))
 }
 
 // streamResponse relays a generation as Responses API events.
@@ -206,6 +207,7 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 	var (
 		t    tracker
 		text strings.Builder
+		lps  []TokenLogprob
 	)
 	send := func(evs ...map[string]any) error {
 		for _, ev := range evs {
@@ -234,15 +236,16 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 			sse.start()
 			err = send(sh.opening()...)
 		}
-		if err == nil && ev.TextDelta != "" {
+		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
 			text.WriteString(ev.TextDelta)
-			err = send(sh.delta(ev.TextDelta))
+			lps = append(lps, ev.Logprobs...)
+			err = send(sh.delta(ev.TextDelta, ev.Logprobs))
 		}
 		if err != nil {
 			return // the client is gone or stalled
 		}
 	}
-	_ = send(sh.closing(text.String(), t.finish, *t.usage)...)
+	_ = send(sh.closing(text.String(), lps, t.finish, *t.usage)...)
 }
 
 // notStored answers the routes of stored responses (retrieve, delete,

@@ -180,7 +180,6 @@ func (d *decoder) responsesOptions() *Error {
 		defaults []any
 	}{
 		{"background", []any{false}},
-		{"include", []any{[]any{}}},
 		{"truncation", []any{"disabled"}},
 		{"reasoning", []any{map[string]any{}}},
 		{"prompt", nil},
@@ -191,7 +190,48 @@ func (d *decoder) responsesOptions() *Error {
 				fmt.Sprintf("Unsupported parameter: '%s' is only accepted at its default value by this server.", c.name))
 		}
 	}
+	if e := d.responsesLogprobs(); e != nil {
+		return e
+	}
 	return d.textOptions()
+}
+
+// includeLogprobs is the include item that asks for output text logprobs.
+const includeLogprobs = "message.output_text.logprobs"
+
+// responsesLogprobs reads include (only "message.output_text.logprobs" is
+// supported) and top_logprobs. Logprobs are returned when include asks
+// for them or top_logprobs is above 0.
+func (d *decoder) responsesLogprobs() *Error {
+	if raw := d.f.get("include"); raw != nil {
+		items, e := decodeArray(raw, "include", "an array of strings")
+		if e != nil {
+			return e
+		}
+		for i, item := range items {
+			param := fmt.Sprintf("include[%d]", i)
+			v, e := decodeString(item, param)
+			if e != nil {
+				return e
+			}
+			if v != includeLogprobs {
+				return InvalidRequest(param, CodeUnsupportedValue, fmt.Sprintf(
+					"Unsupported value for '%s': %q. This server supports only %q.", param, v, includeLogprobs))
+			}
+			d.r.Logprobs = true
+		}
+	}
+	raw := d.f.get("top_logprobs")
+	if raw == nil {
+		return nil
+	}
+	n, e := decodeIntIn(raw, "top_logprobs", 0, MaxTopLogprobs)
+	if e != nil {
+		return e
+	}
+	d.r.TopLogprobs = int(n)
+	d.r.Logprobs = d.r.Logprobs || n > 0
+	return nil
 }
 
 // textOptions reads text.format (text, json_object or json_schema) and

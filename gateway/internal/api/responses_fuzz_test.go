@@ -12,6 +12,8 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"model":"tiny","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}`,
 		`{"model":"tiny","input":"hi","previous_response_id":"resp_1","text":{"format":{"type":"json_schema"}}}`,
 		`{"model":"tiny","input":"hi","text":{"format":{"type":"text"},"verbosity":"medium"},"reasoning":{},"include":[]}`,
+		`{"model":"tiny","input":"hi","include":["message.output_text.logprobs"],"top_logprobs":4}`,
+		`{"model":"tiny","input":"hi","include":["reasoning.encrypted_content"]}`,
 	) {
 		f.Add([]byte(s))
 	}

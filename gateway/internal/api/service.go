@@ -60,6 +60,11 @@ type Event struct {
 	// TextDelta is the next piece of output text. It must be valid UTF-8
 	// (the core decodes tokens incrementally); invalid text fails the request.
 	TextDelta string
+	// Logprobs are the next generated tokens' log probabilities, in
+	// order, when the request asked for them (GenerateRequest.Logprobs).
+	// They need not arrive with the text of the same tokens (text may be
+	// held back to match stop sequences).
+	Logprobs []TokenLogprob
 	// FinishReason is "stop", "length" or "content_filter" on the final event.
 	FinishReason string
 	// Usage is the honest token count of the whole request (I7).
@@ -139,6 +144,10 @@ type GenerateRequest struct {
 	// guided_*, text.format) in its wire form, constrain.Spec.Encode,
 	// already compiled once to check it; "" means none.
 	Constraint string
+	// Logprobs asks for each generated token's log probability and its
+	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives.
+	Logprobs    bool
+	TopLogprobs int
 
 	// Priority is the scheduling priority asked for, in [0, MaxPriority];
 	// 0 when absent. Higher is served sooner when workers are saturated.

@@ -10,19 +10,20 @@ import (
 type shape interface {
 	// first is the chunk sent before any text, or nil.
 	first() any
-	delta(text string) any
+	// delta is the chunk of the next text and its tokens' logprobs.
+	delta(text string, lps []TokenLogprob) any
 	finish(reason string) any
 	// usage is the extra chunk of stream_options.include_usage.
 	usage(u Usage) any
-	response(text, reason string, u Usage) any
+	response(text string, lps []TokenLogprob, reason string, u Usage) any
 }
 
 func newShape(req *GenerateRequest, created int64) shape {
 	id := strings.TrimPrefix(req.RequestID, "req_")
 	if req.Kind == KindChat {
-		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage}
+		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
 	}
-	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage}
+	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
 }
 
 type wireUsage struct {
@@ -67,15 +68,13 @@ func (c chunkUsage) IsZero() bool { return !c.shown }
 // MarshalJSON writes the usage object or null.
 func (c chunkUsage) MarshalJSON() ([]byte, error) { return json.Marshal(c.u) }
 
-// nullLogprobs marshals as null: log probabilities are never returned.
-type nullLogprobs *struct{}
-
 // --- /v1/chat/completions ---
 
 type chatShape struct {
 	id, model    string
 	created      int64
 	includeUsage bool
+	logprobs     bool
 }
 
 type chatMessage struct {
@@ -84,10 +83,10 @@ type chatMessage struct {
 }
 
 type chatChoice struct {
-	Index        int          `json:"index"`
-	Message      chatMessage  `json:"message"`
-	Logprobs     nullLogprobs `json:"logprobs"`
-	FinishReason string       `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Message      chatMessage   `json:"message"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason string        `json:"finish_reason"`
 }
 
 type chatCompletion struct {
@@ -105,10 +104,10 @@ type chatDelta struct {
 }
 
 type chatChunkChoice struct {
-	Index        int          `json:"index"`
-	Delta        chatDelta    `json:"delta"`
-	Logprobs     nullLogprobs `json:"logprobs"`
-	FinishReason *string      `json:"finish_reason"`
+	Index        int           `json:"index"`
+	Delta        chatDelta     `json:"delta"`
+	Logprobs     *chatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 type chatChunk struct {
@@ -130,8 +129,8 @@ func (s *chatShape) first() any {
 	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}}, nil)
 }
 
-func (s *chatShape) delta(text string) any {
-	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}}}, nil)
+func (s *chatShape) delta(text string, lps []TokenLogprob) any {
+	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
 }
 
 func (s *chatShape) finish(reason string) any {
@@ -142,10 +141,11 @@ func (s *chatShape) usage(u Usage) any {
 	return s.chunk([]chatChunkChoice{}, toWire(u))
 }
 
-func (s *chatShape) response(text, reason string, u Usage) any {
+func (s *chatShape) response(text string, lps []TokenLogprob, reason string, u Usage) any {
 	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: reason}},
-		Usage:   toWire(u)}
+		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text},
+			Logprobs: chatLogprobsOf(s.logprobs, lps), FinishReason: reason}},
+		Usage: toWire(u)}
 }
 
 // --- /v1/completions ---
@@ -154,13 +154,15 @@ type completionShape struct {
 	id, model    string
 	created      int64
 	includeUsage bool
+	logprobs     bool
+	offset       int // text_offset of the next streamed token
 }
 
 type textChoice struct {
-	Text         string       `json:"text"`
-	Index        int          `json:"index"`
-	Logprobs     nullLogprobs `json:"logprobs"`
-	FinishReason *string      `json:"finish_reason"`
+	Text         string              `json:"text"`
+	Index        int                 `json:"index"`
+	Logprobs     *completionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
 }
 
 // textCompletion is both the response and each stream chunk, as in OpenAI.
@@ -180,8 +182,10 @@ func (s *completionShape) object(choices []textChoice, showUsage bool, u *wireUs
 
 func (s *completionShape) first() any { return nil }
 
-func (s *completionShape) delta(text string) any {
-	return s.object([]textChoice{{Text: text}}, s.includeUsage, nil)
+func (s *completionShape) delta(text string, lps []TokenLogprob) any {
+	c := textChoice{Text: text, Logprobs: completionLogprobsOf(s.logprobs, lps, s.offset)}
+	s.offset += bytesOf(lps)
+	return s.object([]textChoice{c}, s.includeUsage, nil)
 }
 
 func (s *completionShape) finish(reason string) any {
@@ -192,6 +196,6 @@ func (s *completionShape) usage(u Usage) any {
 	return s.object([]textChoice{}, true, toWire(u))
 }
 
-func (s *completionShape) response(text, reason string, u Usage) any {
-	return s.object([]textChoice{{Text: text, FinishReason: &reason}}, true, toWire(u))
+func (s *completionShape) response(text string, lps []TokenLogprob, reason string, u Usage) any {
+	return s.object([]textChoice{{Text: text, Logprobs: completionLogprobsOf(s.logprobs, lps, 0), FinishReason: &reason}}, true, toWire(u))
 }

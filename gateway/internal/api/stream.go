@@ -90,8 +90,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.Respons
 				err = sse.data(first)
 			}
 		}
-		if err == nil && ev.TextDelta != "" {
-			err = sse.data(sh.delta(ev.TextDelta))
+		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
+			err = sse.data(sh.delta(ev.TextDelta, ev.Logprobs))
 		}
 		if err == nil && ev.FinishReason != "" {
 			err = sse.data(sh.finish(ev.FinishReason))

@@ -203,7 +203,7 @@ func runFamily(t *testing.T, m *model.Model, spec Spec, w Weights) {
 func checkGreedy(t *testing.T, b *Backend, spec Spec, w Weights, prompt, gen []int32) {
 	t.Helper()
 	seq := slices.Concat(prompt, gen)
-	want := reference(spec, w, seq)
+	want := Reference(spec, w, seq)
 	pages := pageIDs(0, (len(seq)+b.opt.PageTokens-1)/b.opt.PageTokens)
 	// The pool's pages are free again: reuse them for a step-by-step run.
 	got := runPrompt(t, b, seq[:len(seq)-1], pages, 1)

@@ -31,7 +31,7 @@ func TestTinyPresetMatchesFloat64Reference(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := randTokens(rand.New(rand.NewPCG(11, 12)), 70, spec.Vocab)
-	want := reference(spec, w32, tokens)
+	want := Reference(spec, w32, tokens)
 
 	for _, c := range []struct {
 		dt    model.DType

@@ -1,0 +1,139 @@
+package cpu
+
+import "math"
+
+// Reference computes every position's logits in float64 with a plain,
+// unpaged implementation of the Llama forward pass, with Qwen2's q/k/v
+// biases (added to the projections) and Qwen3's q/k norms (an RMSNorm of
+// every head before RoPE) when the spec has them. It is the independent
+// reference the backends and the engine are tested against.
+func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
+	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
+	qDim, kvDim := s.Heads*hd, s.KVDim()
+	matmul := func(x [][]float64, wt []float32, out, in int) [][]float64 {
+		y := make([][]float64, len(x))
+		for i := range x {
+			y[i] = make([]float64, out)
+			for o := 0; o < out; o++ {
+				var acc float64
+				for j := 0; j < in; j++ {
+					acc += x[i][j] * float64(wt[o*in+j])
+				}
+				y[i][o] = acc
+			}
+		}
+		return y
+	}
+	rms := func(x [][]float64, wt []float32) [][]float64 {
+		y := make([][]float64, len(x))
+		for i, row := range x {
+			var ss float64
+			for _, v := range row {
+				ss += v * v
+			}
+			inv := 1 / math.Sqrt(ss/float64(len(row))+float64(s.RMSNormEps))
+			y[i] = make([]float64, len(row))
+			for j, v := range row {
+				y[i][j] = v * inv * float64(wt[j])
+			}
+		}
+		return y
+	}
+	rope := func(x []float64, pos int) {
+		half := hd / 2
+		for i := 0; i < half; i++ {
+			a := float64(pos) * s.InvFreq[i]
+			c, sn := math.Cos(a), math.Sin(a)
+			x1, x2 := x[i], x[i+half]
+			x[i] = x1*c - x2*sn
+			x[i+half] = x2*c + x1*sn
+		}
+	}
+	x := make([][]float64, n)
+	for i, t := range tokens {
+		x[i] = make([]float64, hid)
+		for j := range x[i] {
+			x[i][j] = float64(w.Embed[int(t)*hid+j])
+		}
+	}
+	for _, lw := range w.Layers {
+		h := rms(x, lw.AttnNorm)
+		q, k, v := matmul(h, lw.Wq, qDim, hid), matmul(h, lw.Wk, kvDim, hid), matmul(h, lw.Wv, kvDim, hid)
+		if s.QKVBias {
+			for i := 0; i < n; i++ {
+				for j := range q[i] {
+					q[i][j] += float64(lw.Bq[j])
+				}
+				for j := range k[i] {
+					k[i][j] += float64(lw.Bk[j])
+					v[i][j] += float64(lw.Bv[j])
+				}
+			}
+		}
+		if s.QKNorm {
+			for i := 0; i < n; i++ {
+				for hh := 0; hh < s.Heads; hh++ {
+					copy(q[i][hh*hd:], rms([][]float64{q[i][hh*hd : (hh+1)*hd]}, lw.QNorm)[0])
+				}
+				for g := 0; g < s.KVHeads; g++ {
+					copy(k[i][g*hd:], rms([][]float64{k[i][g*hd : (g+1)*hd]}, lw.KNorm)[0])
+				}
+			}
+		}
+		for i := 0; i < n; i++ {
+			for hh := 0; hh < s.Heads; hh++ {
+				rope(q[i][hh*hd:(hh+1)*hd], i)
+			}
+			for g := 0; g < s.KVHeads; g++ {
+				rope(k[i][g*hd:(g+1)*hd], i)
+			}
+		}
+		att := make([][]float64, n)
+		for i := 0; i < n; i++ {
+			att[i] = make([]float64, qDim)
+			for hh := 0; hh < s.Heads; hh++ {
+				g := hh / (s.Heads / s.KVHeads)
+				sc := make([]float64, i+1)
+				mx := math.Inf(-1)
+				for t := 0; t <= i; t++ {
+					var d float64
+					for j := 0; j < hd; j++ {
+						d += q[i][hh*hd+j] * k[t][g*hd+j]
+					}
+					sc[t] = d / math.Sqrt(float64(hd))
+					mx = math.Max(mx, sc[t])
+				}
+				var sum float64
+				for t := range sc {
+					sc[t] = math.Exp(sc[t] - mx)
+					sum += sc[t]
+				}
+				for t := range sc {
+					for j := 0; j < hd; j++ {
+						att[i][hh*hd+j] += sc[t] / sum * v[t][g*hd+j]
+					}
+				}
+			}
+		}
+		o := matmul(att, lw.Wo, hid, qDim)
+		for i := range x {
+			for j := range x[i] {
+				x[i][j] += o[i][j]
+			}
+		}
+		h = rms(x, lw.MLPNorm)
+		gt, up := matmul(h, lw.WGate, s.Intermediate, hid), matmul(h, lw.WUp, s.Intermediate, hid)
+		for i := range gt {
+			for j := range gt[i] {
+				gt[i][j] = gt[i][j] / (1 + math.Exp(-gt[i][j])) * up[i][j]
+			}
+		}
+		d := matmul(gt, lw.WDown, hid, s.Intermediate)
+		for i := range x {
+			for j := range x[i] {
+				x[i][j] += d[i][j]
+			}
+		}
+	}
+	return matmul(rms(x, w.Norm), w.LMHead, s.Vocab, hid)
+}
