@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -46,6 +47,13 @@ type entry struct {
 	tokens int
 	// ticket is the transfer ticket Reserve issued (decode, both).
 	ticket *kvtransfer.Ticket
+	// prefix (decode, both): the reservation shares ticket.HeldPages
+	// sealed prefix pages of this cache domain; the decode sequence
+	// presents their tags and seals the transferred full prompt pages.
+	prefix *engine.Prefix
+	// hit (prefill): how many leading pages the reservation shares from
+	// this worker's prefix cache.
+	hit int
 	// transferred is closed when the ticket's transfer completed or failed.
 	transferred chan struct{}
 	// gone is closed when teardown finished: the pages are released, or
