@@ -144,3 +144,61 @@ func TestPrefillDecodeCacheEquivalence(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefillDecodeCacheOwnerChecks: decode shares held pages only with a
+// sequence that presents their tags, computed from its own prompt and
+// domain (I3). A Generate whose prompt differs from the Reserve's, or
+// whose domain has one bit flipped, is refused as an owner violation
+// without a token — never decoded from the other prefix's pages.
+func TestPrefillDecodeCacheOwnerChecks(t *testing.T) {
+	s := startPD(t, config.TransferTCP)
+	domain := hexDomain("a")
+	p := prompt(3*pageTokens+4, 71)
+	sp := greedy(3)
+	want := runReference(t, [][]int32{p}, sp)[0]
+	r, _ := s.runCached(t, domain, owner("a", "prime", 1), p, sp)
+	checkAgainst(t, "prime", r.gen, want)
+	waitQuiet(t, s.prefill, s.decode)
+
+	other := slices.Clone(p)
+	other[pageTokens+2]++ // same length, second page differs
+	for _, c := range []struct {
+		name   string
+		tamper func(e *entry, gen []int32) []int32
+	}{
+		{"prompt differs from the reservation's", func(e *entry, gen []int32) []int32 { return other }},
+		{"domain bit flipped", func(e *entry, gen []int32) []int32 { e.prefix.Domain[3] ^= 0x04; return gen }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := s.decode.rt.Pool.Stats().Violations
+			ctx := metadata.AppendToOutgoingContext(context.Background(), cachekey.MetadataDomain, domain)
+			o := owner("a", "tampered-"+c.name[:6], 1)
+			res, err := s.decode.client.Reserve(ctx, &controlpb.ReserveRequest{
+				Owner: o, PromptTokens: int64(len(p)), TotalTokens: int64(len(p)) + 3, Prompt: p,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.GetTicket().GetHeldPages() != 3 {
+				t.Fatalf("ticket holds %d pages, want 3", res.GetTicket().GetHeldPages())
+			}
+			s.decode.mu.Lock()
+			gen := c.tamper(s.decode.reqs[reqKey{"a", o.GetRequestId()}], p)
+			s.decode.mu.Unlock()
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				s.prefill.client.Prefill(ctx, &controlpb.PrefillRequest{Owner: o, Prompt: gen, Sampling: sp, Ticket: res.GetTicket()})
+			})
+			stream, err := s.decode.client.Generate(ctx, &controlpb.GenerateRequest{Owner: o, Prompt: gen, Sampling: sp, Ticket: res.GetTicket()})
+			out := collect(t, stream, err)
+			wg.Wait()
+			if out.err == nil || len(out.tokens) > 0 {
+				t.Fatalf("tampered request got %v tokens, err %v; want an owner violation and none", out.tokens, out.err)
+			}
+			if got := s.decode.rt.Pool.Stats().Violations; got != before+1 {
+				t.Errorf("violations %d → %d, want one more", before, got)
+			}
+			waitQuiet(t, s.prefill, s.decode)
+		})
+	}
+}
