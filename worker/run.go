@@ -57,6 +57,9 @@ func (w *Worker) run(ctx context.Context) error {
 				failed <- fmt.Errorf("worker: transfer server: %w", err)
 			}
 		})
+		if w.segment != nil {
+			serving.Go(func() { w.reclaimLoop(transferCtx) })
+		}
 	}
 	var httpSrv *http.Server
 	if w.metricsLn != nil {

@@ -193,7 +193,7 @@ func (w *Worker) freePages(ctx context.Context, owner kvpool.Owner) {
 	_, err := pool.Release(owner)
 	if errors.Is(err, kvpool.ErrState) {
 		if _, err = pool.ReleaseQuarantined(owner); err == nil {
-			w.log.InfoContext(ctx, "quarantined kv pages released: the writer's drain ack arrived late", "fenced_epoch", owner.Epoch)
+			w.log.InfoContext(ctx, "quarantined kv pages released: the writer's drain arrived late, or it can write no more", "fenced_epoch", owner.Epoch)
 		}
 	}
 	if err != nil {
