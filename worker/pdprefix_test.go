@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/warden-ai/warden/config"
@@ -200,5 +201,21 @@ func TestPrefillDecodeCacheOwnerChecks(t *testing.T) {
 			}
 			waitQuiet(t, s.prefill, s.decode)
 		})
+	}
+}
+
+// TestReservePromptMustMatch: a Reserve whose prompt is not prompt_tokens
+// long is refused before anything is reserved.
+func TestReservePromptMustMatch(t *testing.T) {
+	w := startWorker(t, testConfig(t, config.RoleDecode, config.TransferTCP, testPages))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), cachekey.MetadataDomain, hexDomain("a"))
+	_, err := w.client.Reserve(ctx, &controlpb.ReserveRequest{
+		Owner: owner("a", "short", 1), PromptTokens: 20, TotalTokens: 30, Prompt: prompt(19, 1),
+	})
+	if code(err) != codes.InvalidArgument {
+		t.Fatalf("Reserve with a 19-token prompt for 20 prompt_tokens: %v, want InvalidArgument", err)
+	}
+	if s := w.rt.Pool.Stats(); s.Free != s.Total {
+		t.Fatalf("pool after the refusal: %+v", s)
 	}
 }
