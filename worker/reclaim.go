@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// reclaimLoop (decode over shm) tries reclaimQuarantined every
-// worker.transfer.drain_timeout (pages are quarantined only after one)
-// until ctx ends.
+// reclaimLoop (decode over shm, worker.transfer.reclaim_quarantine) tries
+// reclaimQuarantined every worker.transfer.drain_timeout (pages are
+// quarantined only after one) until ctx ends.
 func (w *Worker) reclaimLoop(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Worker.Transfer.DrainTimeout)
 	defer t.Stop()

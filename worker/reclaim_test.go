@@ -18,6 +18,7 @@ import (
 func TestReclaimQuarantinedOnceNoWriterAttached(t *testing.T) {
 	cfg := testConfig(t, config.RoleDecode, config.TransferSHM, testPages)
 	cfg.Worker.Transfer.DrainTimeout = 20 * time.Millisecond
+	cfg.Worker.Transfer.ReclaimQuarantine = true
 	w := startWorker(t, cfg)
 	writer, err := kvtransfer.OpenSegment(w.segment.Path())
 	if err != nil {
