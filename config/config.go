@@ -359,6 +359,13 @@ type Transfer struct {
 	// writer to acknowledge its drain before they are quarantined (I5).
 	// Default 5s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// ReclaimQuarantine (decode, shm): every DrainTimeout, release
+	// (zeroed) the pages quarantined for writers that never acknowledged
+	// their drain once no process has the segment mapped as a writer (the
+	// lock every prefill holds while it has the segment mapped is free).
+	// Default false: prefill workers of a version without that lock make
+	// it unprovable, so turn it on once every prefill on the host has it.
+	ReclaimQuarantine bool `yaml:"reclaim_quarantine"`
 	// ReserveTimeout bounds a decode reservation: pages reserved for a
 	// request whose transfer has not completed this long after Reserve, or
 	// that no Generate claimed by then, are fenced and released, so a lost

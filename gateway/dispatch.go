@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"google.golang.org/grpc/metadata"
-
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -35,11 +33,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
-	gctx := sctx
-	if d.cacheOn {
-		gctx = metadata.AppendToOutgoingContext(sctx, cachekey.MetadataDomain, d.domainHex())
-	}
-	stream, err := w.Client().Generate(gctx, &controlpb.GenerateRequest{
+	stream, err := w.Client().Generate(d.withDomain(sctx), &controlpb.GenerateRequest{
 		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling,
 	})
 	if err != nil {
@@ -95,6 +89,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 // that ever received its ticket (bounded by maxFailovers).
 func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
 	w := rt.Prefill
+	ctx = d.withDomain(ctx) // prefill reuses its own cache too
 	for {
 		resp, err := w.Client().Prefill(ctx, &controlpb.PrefillRequest{
 			Owner: ticket.GetOwner(), Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(ctx),

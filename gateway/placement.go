@@ -152,10 +152,14 @@ func (d *driver) reserve(ctx context.Context, rt registry.Route, total int64) (*
 	d.span.SetAttributes(attrDecodeWorker.String(rt.Decode.ID()), attrPrefillWorker.String(rt.Prefill.ID()))
 	rctx, cancel := workerContext(ctx)
 	defer cancel()
-	return rt.Decode.Client().Reserve(rctx, &controlpb.ReserveRequest{
+	req := &controlpb.ReserveRequest{
 		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: total,
 		TimeoutMs: d.g.rates.reserveTimeout(d.req.Info().Model, len(d.prompt)).Milliseconds(),
-	})
+	}
+	// With a cache domain, decode looks up the prompt's pages it holds
+	// sealed for the domain; the ticket names them (held_pages).
+	rctx, req.Prompt = d.withDomain(rctx), d.cachePrompt()
+	return rt.Decode.Client().Reserve(rctx, req)
 }
 
 // releaseRoute gives back the routing load of the current attempt.

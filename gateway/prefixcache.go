@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -53,6 +55,24 @@ func (d *driver) domainHex() string {
 		return ""
 	}
 	return hex.EncodeToString(d.domain[:])
+}
+
+// withDomain returns ctx carrying the request's domain to a worker
+// (cachekey.MetadataDomain), or ctx itself without a cache.
+func (d *driver) withDomain(ctx context.Context) context.Context {
+	if !d.cacheOn {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, cachekey.MetadataDomain, d.domainHex())
+}
+
+// cachePrompt is the prompt a decode Reserve carries to look up the
+// pages it holds (ReserveRequest.prompt), or nil without a cache.
+func (d *driver) cachePrompt() []int32 {
+	if !d.cacheOn {
+		return nil
+	}
+	return d.prompt
 }
 
 // pick routes the request: with a cache domain, the worker expected to

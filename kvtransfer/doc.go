@@ -109,7 +109,19 @@
 // at once. Only the sender's own Drain may be relayed: a relay before the
 // writer drained would let a late write land in a reused page (the model
 // in internal/protomodel checks both). Without a relay (prefill died or
-// never answered) the pages stay quarantined until the worker restarts.
+// never answered) the pages stay quarantined until DeferredRelease.Reclaim
+// proves no writer is left (shm: Segment.WritersAttached is false — every
+// OpenSegment writer holds a shared lock on the segment file while it has
+// it mapped) or the worker restarts.
+//
+// # Held pages (prefix cache)
+//
+// A ticket may name leading prompt pages decode already holds sealed in
+// its prefix cache (Ticket.HeldPages): the transfer carries only the pages
+// after them. The sender refuses to push a held page, the receiver
+// refuses a DATA frame for one and verifies (and marks written) only the
+// pages after them; COMPLETE still lists a checksum per prompt page, and
+// the held pages' entries are ignored.
 //
 // # Wiring into the worker
 //

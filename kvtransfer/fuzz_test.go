@@ -130,9 +130,11 @@ type fakeWriter []byte
 func (w *fakeWriter) Write(p []byte) (int, error) { *w = append(*w, p...); return len(p), nil }
 
 // FuzzReceiverFrames drives an authenticated session (tcp or shm, chosen
-// by the first byte) with arbitrary frames whose MACs are fixed up. The
+// by the first byte's low bit; its next bit makes decode hold the first
+// page) with arbitrary frames whose MACs are fixed up. The
 // receiver must decide the transfer exactly once, never panic, and
-// Complete only with the ticket's token count and every page written.
+// Complete only with the ticket's token count and every page it carries
+// written.
 func FuzzReceiverFrames(f *testing.F) {
 	dir := f.TempDir()
 	seg, err := CreateSegment(filepath.Join(dir, "warden-fuzz-kv"), 4, 256)
@@ -158,6 +160,9 @@ func runFuzzSession(t *testing.T, seg *Segment, in []byte) outcome {
 		backend, slab = SHM, seg.Data()
 	}
 	tk := fuzzTicket(backend, seg.Path())
+	if in[0]&2 != 0 {
+		tk.HeldPages = 1 // decode holds page index 0: a frame for it is a protocol error
+	}
 	sink := newMemSink(slab, 256)
 	sink.add(tk)
 	r, err := NewReceiver(ReceiverConfig{Sink: sink, Segment: seg, Logger: quietLogger()})
@@ -174,7 +179,7 @@ func runFuzzSession(t *testing.T, seg *Segment, in []byte) outcome {
 		t.Fatalf("%d outcomes, want exactly 1", len(sink.outcomes))
 	}
 	o := <-sink.outcomes
-	if o.err == nil && (o.c.Tokens != tk.PromptTokens || len(sink.writtenCopy()) != tk.PromptPages()) {
+	if o.err == nil && (o.c.Tokens != tk.PromptTokens || len(sink.writtenCopy()) != tk.SentPages()) {
 		t.Fatalf("completed with %+v, written %v", o.c, sink.writtenCopy())
 	}
 	return o

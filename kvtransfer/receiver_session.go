@@ -255,7 +255,8 @@ func (s *session) complete(c wire.CompletePayload) {
 		s.fail(err)
 		return
 	}
-	for i, p := range s.t.Pages[:s.npages] {
+	for i := s.t.HeldPages; i < s.npages; i++ {
+		p := s.t.Pages[i]
 		if err := s.r.sink.Written(s.t, p, s.t.PageSlots(i)); err != nil {
 			s.fail(fmt.Errorf("%w: marking page %d written: %w", ErrStaleEpoch, p, err))
 			return
@@ -263,12 +264,13 @@ func (s *session) complete(c wire.CompletePayload) {
 	}
 	s.finished = true
 	s.r.stats.completed.Add(1)
+	sent := s.t.SentPages()
 	if s.rec.backend == SHM {
-		s.r.stats.bytes.Add(uint64(s.npages) * uint64(s.t.PageBytes))
+		s.r.stats.bytes.Add(uint64(sent) * uint64(s.t.PageBytes))
 	}
 	done := Completion{
 		Tokens: c.Tokens, FirstToken: c.FirstToken,
-		Pages: s.npages, Bytes: int64(s.npages) * s.t.PageBytes,
+		Pages: sent, Bytes: int64(sent) * s.t.PageBytes,
 	}
 	s.r.sink.Complete(s.t, done)
 	if s.observed != nil {

@@ -58,7 +58,7 @@ func newShmVerifier(seg *Segment, t *Ticket) *shmVerifier {
 	n := t.PromptPages()
 	return &shmVerifier{
 		seg: seg, t: t, npages: n, tag: tagOf(t.Owner), seal: sealOf(t.TransferID, t.Owner.Epoch),
-		sums: make([]uint64, n),
+		sums: make([]uint64, n), next: t.HeldPages,
 	}
 }
 
@@ -129,7 +129,7 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-// verifySHM checks, for every page, that it is still reserved for the
+// verifySHM checks, for every page the transfer carries, that it is still reserved for the
 // transfer, that its page header names this transfer, epoch and owner with
 // every byte written and the checksum COMPLETE gives, and that the data in
 // decode's memory has that checksum. Pages verified while the sender was
@@ -138,7 +138,8 @@ func (s *session) verifySHM(c wire.CompletePayload) error {
 	v := s.shm
 	var pages []int32
 	var want []uint64
-	for i, p := range s.t.Pages[:s.npages] {
+	for i := s.t.HeldPages; i < s.npages; i++ {
+		p := s.t.Pages[i]
 		if err := s.r.sink.CheckWrite(s.t, p); err != nil {
 			return fmt.Errorf("%w: page %d fenced: %w", ErrStaleEpoch, p, err)
 		}

@@ -20,6 +20,8 @@ func (s *session) data(h wire.Header) error {
 	switch {
 	case idx >= s.npages:
 		return fmt.Errorf("%w: page index %d of %d", ErrProtocol, idx, s.npages)
+	case idx < s.t.HeldPages:
+		return fmt.Errorf("%w: page index %d is one of the %d pages decode holds", ErrProtocol, idx, s.t.HeldPages)
 	case h.PageID != s.t.Pages[idx]:
 		return fmt.Errorf("%w: page index %d is page %d, frame says %d", ErrProtocol, idx, s.t.Pages[idx], h.PageID)
 	case uint64(h.Offset)+uint64(h.Length) > pb:
@@ -74,10 +76,10 @@ func (s *session) copyIn(h wire.Header) (uint64, error) {
 	return s.hashers.Add(int(h.PageIndex), int(h.Offset), dst), nil
 }
 
-// verifyTCP checks at COMPLETE that every page arrived whole with the
-// checksum the sender lists.
+// verifyTCP checks at COMPLETE that every page the transfer carries
+// arrived whole with the checksum the sender lists.
 func (s *session) verifyTCP(c wire.CompletePayload) error {
-	for i := range s.npages {
+	for i := s.t.HeldPages; i < s.npages; i++ {
 		if int64(s.progress[i]) != s.t.PageBytes {
 			return fmt.Errorf("%w: page index %d has %d of %d bytes", ErrIncomplete, i, s.progress[i], s.t.PageBytes)
 		}

@@ -22,6 +22,9 @@ const (
 	// OutcomeLateDrain: the ack arrived after the timeout; the quarantined
 	// pages were released.
 	OutcomeLateDrain Outcome = "late_drain"
+	// OutcomeReclaimed: no ack came, but Reclaim proved that the writer
+	// can write no more; the quarantined pages were released.
+	OutcomeReclaimed Outcome = "reclaimed"
 )
 
 // DeferredRelease keeps pages that a one-sided writer may still write
@@ -132,6 +135,45 @@ func (d *DeferredRelease) Ack(id TransferID, epoch uint64) bool {
 		d.onOutcome(OutcomeDrained, time.Since(h.start))
 	}
 	return true
+}
+
+// Reclaim releases the holds that are quarantined now if noWriter then
+// reports that none of their writers can write any more (for shm:
+// Segment.WritersAttached is false), and returns how many it released
+// (OutcomeReclaimed). The holds are listed before noWriter runs, so a
+// hold quarantined later — whose writer may have attached after the
+// check — is never released by it; one acked meanwhile is released once,
+// by Ack.
+func (d *DeferredRelease) Reclaim(noWriter func() bool) int {
+	d.mu.Lock()
+	quarantined := map[holdKey]*hold{}
+	for k, h := range d.holds {
+		if h.quarantined {
+			quarantined[k] = h
+		}
+	}
+	d.mu.Unlock()
+	if len(quarantined) == 0 || !noWriter() {
+		return 0
+	}
+	n := 0
+	for k, h := range quarantined {
+		d.mu.Lock()
+		ok := d.holds[k] == h
+		if ok {
+			delete(d.holds, k)
+		}
+		d.mu.Unlock()
+		if !ok {
+			continue
+		}
+		h.cb.Lock()
+		h.release()
+		h.cb.Unlock()
+		d.onOutcome(OutcomeReclaimed, time.Since(h.start))
+		n++
+	}
+	return n
 }
 
 // Pending reports how many holds wait for an ack, and how many of those

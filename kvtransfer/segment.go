@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -40,6 +41,9 @@ type Segment struct {
 	pageBytes int
 	id        [16]byte
 	created   bool
+	// writer (OpenSegment) holds a shared flock on the segment file for
+	// as long as the mapping exists; see WritersAttached.
+	writer    *os.File
 	closeOnce sync.Once
 	closeErr  error
 }

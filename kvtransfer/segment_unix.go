@@ -59,7 +59,18 @@ func OpenSegment(path string) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open: %w", ErrSegment, err)
 	}
-	defer f.Close()
+	mapped := false
+	defer func() {
+		if !mapped {
+			f.Close()
+		}
+	}()
+	// The writer's lock: held until Close unmapped the segment, and let go
+	// by the kernel when the process dies (after its mappings are gone).
+	// Decode reclaims quarantined pages only while nobody holds it.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("%w: lock: %w", ErrSegment, err)
+	}
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("%w: stat: %w", ErrSegment, err)
@@ -81,13 +92,41 @@ func OpenSegment(path string) (*Segment, error) {
 		return nil, fmt.Errorf("%w: mmap: %w", ErrSegment, err)
 	}
 	adviseHugePages(mem[l.dataOffset:])
-	s := &Segment{path: path, mem: mem}
+	s := &Segment{path: path, mem: mem, writer: f}
+	mapped = true
 	s.init(l)
 	return s, nil
 }
 
+// WritersAttached reports whether some process may still have the segment
+// mapped through OpenSegment (a prefill sender, alive or stalled): it
+// holds the writer lock, shared, from before it maps the segment until
+// after it unmapped it, and the kernel lets go of it only once a dead
+// process's mappings are gone. False proves that every writer that had
+// the segment mapped can write no more: none is attached now, and one
+// that attaches later writes only pages of a transfer decode accepts
+// after the handshake, never pages an earlier transfer left quarantined.
+// Decode calls it (the creator holds no writer lock).
+func (s *Segment) WritersAttached() (bool, error) {
+	f, err := os.OpenFile(s.path, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return true, fmt.Errorf("%w: open: %w", ErrSegment, err)
+	}
+	defer f.Close()
+	switch err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return true, nil
+	case err != nil:
+		return true, fmt.Errorf("%w: lock: %w", ErrSegment, err)
+	}
+	return false, nil // closing f lets go of the lock
+}
+
 func (s *Segment) unmap() error {
 	err := syscall.Munmap(s.mem)
+	if s.writer != nil {
+		err = errors.Join(err, s.writer.Close()) // after the unmap: lets go of the writer lock
+	}
 	if s.created && s.fileIsOurs() {
 		if rerr := os.Remove(s.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			err = errors.Join(err, rerr)

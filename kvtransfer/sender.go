@@ -174,7 +174,7 @@ type PageSource interface {
 	Page(i int) []byte
 }
 
-// Send pushes every prompt page of t from src and completes the transfer
+// Send pushes every prompt page of t decode does not hold from src and completes the transfer
 // with the prompt's token count and first sampled token. It returns once
 // decode verified the transfer, or with an error after the stream drained
 // (Result.Drain).
@@ -183,7 +183,7 @@ func (s *Sender) Send(ctx context.Context, t *Ticket, src PageSource, tokens int
 	if err != nil {
 		return Result{}, err
 	}
-	for i := range st.npages {
+	for i := t.HeldPages; i < st.npages; i++ {
 		if err := st.Push(ctx, i, 0, src.Page(i)); err != nil {
 			return Result{Drain: st.Abort()}, err
 		}

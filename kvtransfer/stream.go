@@ -196,6 +196,8 @@ func (st *Stream) checkPush(page, offset, n int) error {
 		return fmt.Errorf("%w: push after complete", ErrProtocol)
 	case page < 0 || page >= st.npages:
 		return fmt.Errorf("%w: page index %d of %d", ErrProtocol, page, st.npages)
+	case page < st.t.HeldPages:
+		return fmt.Errorf("%w: page index %d is one of the %d pages decode holds", ErrProtocol, page, st.t.HeldPages)
 	case offset != st.progress[page]:
 		return fmt.Errorf("%w: page %d chunk at %d, expected %d", ErrProtocol, page, offset, st.progress[page])
 	case n == 0 || offset+n > st.pageBytes:
@@ -232,7 +234,7 @@ func (st *Stream) Complete(ctx context.Context, tokens int64, firstToken int32) 
 		st.state = streamDone
 		st.close(true)
 	}
-	res := Result{Pages: st.npages, Bytes: st.bytes}
+	res := Result{Pages: st.t.SentPages(), Bytes: st.bytes}
 	st.wmu.Unlock()
 	st.s.stats.completed.Add(1)
 	return res, nil

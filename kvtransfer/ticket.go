@@ -92,6 +92,13 @@ type Ticket struct {
 	Backend Backend
 	// ShmPath is decode's shared-memory segment (shm only).
 	ShmPath string
+	// HeldPages is how many leading prompt pages decode already holds,
+	// sealed in its prefix cache (Pages[:HeldPages] are those sealed
+	// pages, shared read-only by the reservation): the transfer does not
+	// carry them. The sender never pushes them, the receiver refuses a
+	// frame for them and verifies only pages [HeldPages, PromptPages()).
+	// Each is a full page, so HeldPages×PageTokens ≤ PromptTokens.
+	HeldPages int
 }
 
 // MaxPageBytes bounds Ticket.PageBytes (offsets travel as uint32).
@@ -120,6 +127,8 @@ func (t *Ticket) Validate() error {
 		return bad("backend %q", t.Backend)
 	case t.Backend == SHM && t.ShmPath == "":
 		return bad("shm backend without shm path")
+	case t.HeldPages < 0 || int64(t.HeldPages) > t.PromptTokens/int64(t.PageTokens):
+		return bad("%d held pages of %d tokens for a %d-token prompt", t.HeldPages, t.PageTokens, t.PromptTokens)
 	}
 	n := t.PromptPages()
 	if n > len(t.Pages) {
@@ -148,6 +157,10 @@ func (t *Ticket) PromptPages() int {
 	}
 	return int((t.PromptTokens + pt - 1) / pt)
 }
+
+// SentPages is the number of pages the transfer carries: the prompt's
+// pages after the HeldPages decode already holds.
+func (t *Ticket) SentPages() int { return t.PromptPages() - t.HeldPages }
 
 // PageSlots is how many token slots of page index i the prompt fills.
 func (t *Ticket) PageSlots(i int) int {

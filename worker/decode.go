@@ -43,14 +43,21 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		// behind the gateway's admission).
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
+	px, tags, err := w.reservePrefix(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.admitLocked(owner); err != nil {
 		return nil, err
 	}
-	pages, err := w.rt.Pool.Reserve(owner, int(total))
+	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)
 	if err != nil {
 		return nil, poolStatus(err, total, w.capacity.Tokens)
+	}
+	if px != nil {
+		px.Hit = hit
 	}
 	t := &kvtransfer.Ticket{
 		TransferID:   kvtransfer.NewTransferID(),
@@ -62,6 +69,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		AuthToken:    kvtransfer.NewAuthToken(),
 		Addr:         w.transferAddr,
 		Backend:      kvtransfer.Backend(w.cfg.Worker.Transfer.Backend),
+		HeldPages:    hit,
 	}
 	for i, p := range pages {
 		t.Pages[i] = int32(p)
@@ -70,7 +78,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		t.ShmPath = w.segment.Path()
 	}
 	e := newEntry(requestContext(ctx, owner), owner, pages, int(total), stageReserved)
-	e.ticket, e.live, e.transferred = t, true, make(chan struct{})
+	e.ticket, e.prefix, e.live, e.transferred = t, px, true, make(chan struct{})
 	w.reqs[e.key] = e
 	w.byTransfer[t.TransferID] = e
 	e.timeout = w.reserveTimeoutFor(req.GetTimeoutMs())
@@ -240,9 +248,13 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 		w.finish(e, st)
 		return st
 	}
+	// With a prefix, the engine verifies the held pages against the tags
+	// it computes from this prompt (a Generate whose prompt differs from
+	// the Reserve's is an owner violation) and seals the transferred full
+	// prompt pages: the transfer is verified by now.
 	es, err := w.rt.Engine.Submit(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt,
-		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp,
+		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp, Prefix: e.prefix,
 	})
 	if err != nil {
 		st := engineStatus(err)

@@ -71,7 +71,7 @@ func newMetrics() *metrics {
 		m.transferSeconds.WithLabelValues(side)
 	}
 	for _, o := range []kvtransfer.Outcome{kvtransfer.OutcomeImmediate, kvtransfer.OutcomeDrained,
-		kvtransfer.OutcomeTimeout, kvtransfer.OutcomeLateDrain} {
+		kvtransfer.OutcomeTimeout, kvtransfer.OutcomeLateDrain, kvtransfer.OutcomeReclaimed} {
 		m.deferredRelease.WithLabelValues(string(o))
 	}
 	for _, r := range []string{relayApplied, relayUnknown, relayMismatched} {

@@ -62,15 +62,22 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 			"decode pages are %d tokens of %d bytes, this worker's %d tokens of %d bytes: the workers serve different models or page sizes",
 			t.PageTokens, t.PageBytes, c.PageTokens, c.PageBytes)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-
-	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt))
+	px, err := w.prefixFor(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
-	resp, err := w.runPrefill(ctx, e, t, prompt, sp)
+	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt), w.prefillTags(px, prompt))
+	if err != nil {
+		return nil, err
+	}
+	if px != nil {
+		px.Hit = e.hit
+	}
+
+	resp, err := w.runPrefill(ctx, e, t, prompt, sp, px)
 	w.finish(e, err)
 	if err != nil {
 		return nil, err
@@ -79,11 +86,12 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 }
 
 // reservePrefill reserves local pages for a prompt and records the
-// request (cancel ends its handler on an abort). Prefill pages are held only while a prompt is computed and
+// request (cancel ends its handler on an abort); the leading pages found
+// sealed under tags (prefillTags) are shared, e.hit says how many. Prefill pages are held only while a prompt is computed and
 // sent, so when the pool is momentarily full (a finished request's pages
 // wait for decode's verdict) the call waits for pages, until ctx ends,
 // instead of failing a request that fits.
-func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseFunc, owner kvpool.Owner, tokens int) (*entry, error) {
+func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseFunc, owner kvpool.Owner, tokens int, tags []kvpool.Tag) (*entry, error) {
 	pool := w.rt.Pool
 	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
 		w.mu.Lock()
@@ -92,10 +100,10 @@ func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseF
 			return nil, err
 		}
 		seen := pool.Version()
-		pages, err := pool.Reserve(owner, tokens)
+		pages, hit, err := pool.ReservePrefix(owner, tokens, tags)
 		if err == nil {
 			e := newEntry(ctx, owner, pages, tokens, stagePrefilling)
-			e.handler, e.cancel = true, cancel
+			e.handler, e.cancel, e.hit = true, cancel, hit
 			w.reqs[e.key] = e
 			w.mu.Unlock()
 			return e, nil
@@ -116,19 +124,24 @@ func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseF
 	}
 }
 
-// runPrefill runs the prefill and the transfer; on failure or abort it
+// runPrefill runs the prefill and the transfer — only the pages after the
+// ticket's HeldPages, which decode already holds sealed; with px, the
+// engine computes only the positions after px.Hit pages prefill's own
+// cache holds (verifying them against the tags it computes, before the
+// first chunk, so a page pushed from the cache was verified) and seals
+// the prompt's full pages when it is done. On failure or abort it
 // returns only once the engine and the transfer stream have both stopped
 // (the stream drained: it can write no further byte to decode). The
 // transfer is traced as warden.kv.send, whose context the handshake
 // carries to decode.
-func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling) (_ *controlpb.PrefillResponse, err error) {
+func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling, px *engine.Prefix) (_ *controlpb.PrefillResponse, err error) {
 	pool := w.rt.Pool
 	if err := pool.Activate(e.owner); err != nil {
 		return nil, status.Errorf(codes.Internal, "activating pages: %v", err)
 	}
 	es, err := w.rt.Engine.Submit(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp,
-		PrefillOnly: true, ReportProgress: true,
+		PrefillOnly: true, ReportProgress: true, Prefix: px,
 	})
 	if err != nil {
 		return nil, engineStatus(err)
@@ -152,7 +165,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	}
 	w.setStage(e, stageTransferring)
 	npages, pt := t.PromptPages(), w.capacity.PageTokens
-	pushed := 0
+	pushed := t.HeldPages
 	var res *engine.Result
 	var first *engine.Logprobs // the first token's, when asked for
 	for res == nil {
@@ -218,6 +231,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		BytesSent:          r.Bytes,
 		PagesSent:          int32(r.Pages),
 		FirstTokenLogprobs: logprobsToProto(first),
+		CachedTokens:       int64(res.CachedTokens),
 	}, nil
 }
 

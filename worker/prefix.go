@@ -11,7 +11,9 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
 )
 
 // cacheDomainFrom reads the domain the gateway attached to ctx; false
@@ -55,4 +57,35 @@ func (w *Worker) prefixFor(ctx context.Context) (*engine.Prefix, error) {
 		return nil, err
 	}
 	return &engine.Prefix{Domain: d, Version: w.version}, nil
+}
+
+// reservePrefix is what a decode Reserve looks up in the prefix cache:
+// with a cache domain and the prompt's tokens, the engine's prefix
+// settings and the chain tags of every full prompt page (decode computes
+// no prompt position: the transfer and the first token come from
+// prefill, so every full page may be held). Nil, nil without a cache.
+func (w *Worker) reservePrefix(ctx context.Context, req *controlpb.ReserveRequest) (*engine.Prefix, []kvpool.Tag, error) {
+	px, err := w.prefixFor(ctx)
+	prompt := req.GetPrompt()
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case len(prompt) == 0:
+		return nil, nil, nil
+	case int64(len(prompt)) != req.GetPromptTokens():
+		return nil, nil, invalid("prompt has %d tokens, prompt_tokens says %d", len(prompt), req.GetPromptTokens())
+	case px == nil:
+		return nil, nil, nil
+	}
+	return px, kvpool.Tags(px.Domain, px.Version, prompt, w.capacity.PageTokens), nil
+}
+
+// prefillTags is what a prefill worker looks up in its own prefix cache
+// for prompt: the tags of the full pages of prompt[:len-1] (the last
+// position is always computed: its logits give the first token).
+func (w *Worker) prefillTags(px *engine.Prefix, prompt []int32) []kvpool.Tag {
+	if px == nil {
+		return nil
+	}
+	return kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
 }

@@ -79,6 +79,7 @@ func ticketToProto(t *kvtransfer.Ticket, workerID string) *controlpb.Ticket {
 		ShmPath:         t.ShmPath,
 		PageBytes:       t.PageBytes,
 		DecodeWorkerId:  workerID,
+		HeldPages:       int32(t.HeldPages),
 	}
 }
 
@@ -103,6 +104,7 @@ func ticketFrom(p *controlpb.Ticket) (*kvtransfer.Ticket, error) {
 		Addr:         p.GetTransferAddr(),
 		Backend:      kvtransfer.Backend(p.GetTransferBackend()),
 		ShmPath:      p.GetShmPath(),
+		HeldPages:    int(p.GetHeldPages()),
 	}
 	if err := t.Validate(); err != nil {
 		return nil, invalid("ticket: %v", err)

@@ -59,6 +59,9 @@ func (w *Worker) run(ctx context.Context) error {
 				failed <- fmt.Errorf("worker: transfer server: %w", err)
 			}
 		})
+		if w.segment != nil && w.cfg.Worker.Transfer.ReclaimQuarantine {
+			serving.Go(func() { w.reclaimLoop(transferCtx) })
+		}
 	}
 	var httpSrv *http.Server
 	if w.metricsLn != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -47,6 +48,13 @@ type entry struct {
 	tokens int
 	// ticket is the transfer ticket Reserve issued (decode, both).
 	ticket *kvtransfer.Ticket
+	// prefix (decode, both): the reservation shares ticket.HeldPages
+	// sealed prefix pages of this cache domain; the decode sequence
+	// presents their tags and seals the transferred full prompt pages.
+	prefix *engine.Prefix
+	// hit (prefill): how many leading pages the reservation shares from
+	// this worker's prefix cache.
+	hit int
 	// transferred is closed when the ticket's transfer completed or failed.
 	transferred chan struct{}
 	// gone is closed when teardown finished: the pages are released, or
@@ -190,7 +198,7 @@ func (w *Worker) freePages(ctx context.Context, owner kvpool.Owner) {
 	_, err := pool.Release(owner)
 	if errors.Is(err, kvpool.ErrState) {
 		if _, err = pool.ReleaseQuarantined(owner); err == nil {
-			w.log.InfoContext(ctx, "quarantined kv pages released: the writer's drain ack arrived late", "fenced_epoch", owner.Epoch)
+			w.log.InfoContext(ctx, "quarantined kv pages released: the writer's drain arrived late, or it can write no more", "fenced_epoch", owner.Epoch)
 		}
 	}
 	if err != nil {

@@ -900,8 +900,14 @@ type Ticket struct {
 	ShmPath         string `protobuf:"bytes,9,opt,name=shm_path,json=shmPath,proto3" json:"shm_path,omitempty"`
 	PageBytes       int64  `protobuf:"varint,10,opt,name=page_bytes,json=pageBytes,proto3" json:"page_bytes,omitempty"`
 	DecodeWorkerId  string `protobuf:"bytes,11,opt,name=decode_worker_id,json=decodeWorkerId,proto3" json:"decode_worker_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// held_pages: how many leading prompt pages decode already holds, sealed
+	// in its prefix cache for the request's cache domain (pages[:held_pages]
+	// are those sealed pages, verified against the chain tags decode
+	// computed from the prompt itself). Prefill pushes only the pages after
+	// them; decode refuses a frame for a held page. 0 without a cache hit.
+	HeldPages     int32 `protobuf:"varint,40,opt,name=held_pages,json=heldPages,proto3" json:"held_pages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Ticket) Reset() {
@@ -1011,6 +1017,13 @@ func (x *Ticket) GetDecodeWorkerId() string {
 	return ""
 }
 
+func (x *Ticket) GetHeldPages() int32 {
+	if x != nil {
+		return x.HeldPages
+	}
+	return 0
+}
+
 type ReserveRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Owner        *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1023,7 +1036,12 @@ type ReserveRequest struct {
 	// margin); decode keeps the reservation that long, clamped to
 	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max].
 	// 0: reserve_timeout.
-	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// prompt: the prompt's tokens, sent when the request has a prefix-cache
+	// domain (gRPC metadata warden-cache-domain): decode computes the chain
+	// tags of the prompt's full pages from them and shares those it holds
+	// sealed (Ticket.held_pages). Its length must be prompt_tokens.
+	Prompt        []int32 `protobuf:"varint,40,rep,packed,name=prompt,proto3" json:"prompt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1084,6 +1102,13 @@ func (x *ReserveRequest) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *ReserveRequest) GetPrompt() []int32 {
+	if x != nil {
+		return x.Prompt
+	}
+	return nil
 }
 
 type ReserveResponse struct {
@@ -1218,8 +1243,11 @@ type PrefillResponse struct {
 	// token's, which only the prefill worker can compute (decode receives
 	// the token, not the logits).
 	FirstTokenLogprobs *LogprobsToken `protobuf:"bytes,20,opt,name=first_token_logprobs,json=firstTokenLogprobs,proto3" json:"first_token_logprobs,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cached_tokens: prompt positions prefill reused from its own prefix
+	// cache instead of computing them (0 without a hit).
+	CachedTokens  int64 `protobuf:"varint,40,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillResponse) Reset() {
@@ -1285,6 +1313,13 @@ func (x *PrefillResponse) GetFirstTokenLogprobs() *LogprobsToken {
 		return x.FirstTokenLogprobs
 	}
 	return nil
+}
+
+func (x *PrefillResponse) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
 }
 
 type GenerateRequest struct {
@@ -2158,7 +2193,7 @@ const file_control_proto_rawDesc = "" +
 	"constraint\x18\x1e \x01(\tR\n" +
 	"constraint\x12\x1a\n" +
 	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\"\x88\x03\n" +
+	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\"\xa7\x03\n" +
 	"\x06Ticket\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12.\n" +
@@ -2175,13 +2210,16 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"page_bytes\x18\n" +
 	" \x01(\x03R\tpageBytes\x12(\n" +
-	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\"\xa7\x01\n" +
+	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\x12\x1d\n" +
+	"\n" +
+	"held_pages\x18( \x01(\x05R\theldPages\"\xbf\x01\n" +
 	"\x0eReserveRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"D\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x16\n" +
+	"\x06prompt\x18( \x03(\x05R\x06prompt\"D\n" +
 	"\x0fReserveResponse\x121\n" +
 	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xec\x01\n" +
 	"\x0ePrefillRequest\x12.\n" +
@@ -2189,7 +2227,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12 \n" +
-	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\xe9\x01\n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\x8e\x02\n" +
 	"\x0fPrefillResponse\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12\x1f\n" +
 	"\vfirst_token\x18\x02 \x01(\x05R\n" +
@@ -2198,7 +2236,8 @@ const file_control_proto_rawDesc = "" +
 	"bytes_sent\x18\x03 \x01(\x03R\tbytesSent\x12\x1d\n" +
 	"\n" +
 	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\x12R\n" +
-	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\"\xcb\x01\n" +
+	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\x12#\n" +
+	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\"\xcb\x01\n" +
 	"\x0fGenerateRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +

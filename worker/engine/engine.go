@@ -312,6 +312,9 @@ func (e *Engine) admit() {
 			e.violation(s, err)
 			continue
 		}
+		// Verified (and the transfer before it): its full prompt pages
+		// may now serve later requests of the domain.
+		e.sealPrompt(s)
 		e.emit(s, s.req.FirstToken, nil)
 	}
 	e.compact()

@@ -18,7 +18,10 @@ import (
 //     is bit-identical: it is the same computation as a prompt split into
 //     chunks at that position);
 //   - seals the prompt's full pages once they are all written, so later
-//     requests of the domain reuse them.
+//     requests of the domain reuse them: after its own prefill, or, for a
+//     Prefilled sequence (decode of a P/D transfer, whose Hit pages the
+//     reservation shared from decode's cache), once the transferred
+//     pages passed the ownership check before the first token.
 //
 // The same mechanism shares one owner's prompt among several sequences
 // (n > 1): each sequence reserves with the prompt's tags and the pages

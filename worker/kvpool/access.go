@@ -96,7 +96,10 @@ func (p *Pool) verify(owner Owner, pages []PageID, tokens, shared int) *Violatio
 // violation builds the error for page id. Called with mu held.
 func (p *Pool) violation(owner Owner, id PageID, m *page, needed int, r Reason) *ViolationError {
 	v := &ViolationError{Page: id, Want: owner, Written: int(m.written), Needed: needed, Reason: r}
-	if m.h != nil {
+	switch {
+	case m.s != nil:
+		v.State = Sealed
+	case m.h != nil:
 		v.Got, v.State = m.h.owner, m.h.state
 	}
 	return v

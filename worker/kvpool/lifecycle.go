@@ -168,8 +168,9 @@ func (p *Pool) Quarantine(owner Owner) (int, error) {
 }
 
 // ReleaseQuarantined frees owner's quarantined pages (every writer drained,
-// or an operator decided) and returns how many, zeroing them if the pool is
-// configured to.
+// or it was proven unable to write any more) and returns how many. They
+// are zeroed whatever the configuration: a killed writer's late bytes
+// never reach the next holder, not even as unreadable slots.
 //
 // Errors: ErrNotHeld, ErrStaleEpoch, ErrState (the pages are not
 // quarantined).
@@ -185,6 +186,11 @@ func (p *Pool) ReleaseQuarantined(owner Owner) (int, error) {
 	}
 	// Quarantine waited for every copy and the fence refuses new ones, so
 	// nothing is pinned here.
+	if !p.zeroOnRelease {
+		for _, id := range h.pages {
+			clear(p.Data(id))
+		}
+	}
 	return p.freeHolding(h), nil
 }
 

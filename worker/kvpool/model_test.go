@@ -64,10 +64,13 @@ func (m *model) setState(t []kvpool.PageID, s kvpool.State) {
 	}
 }
 
+// release frees o's table; quarantined pages are zeroed whatever the
+// configuration (ReleaseQuarantined).
 func (m *model) release(o kvpool.Owner, t []kvpool.PageID) {
 	for _, id := range t {
+		quarantined := m.pages[id].state == kvpool.Quarantined
 		m.pages[id] = mpage{}
-		if m.cfg.ZeroOnRelease {
+		if m.cfg.ZeroOnRelease || quarantined {
 			clear(m.data[id])
 		}
 	}

@@ -364,10 +364,15 @@ func TestZeroOnRelease(t *testing.T) {
 		if zero {
 			want = 0
 		}
-		for _, id := range append(pages, quarantined...) {
+		for _, id := range pages {
 			if got := p.Data(id)[3]; got != want {
 				t.Errorf("zero=%v: released page %d byte = %x, want %x", zero, id, got, want)
 			}
+		}
+		// A quarantined page may hold a killed writer's late bytes: it
+		// is zeroed whatever the configuration.
+		if got := p.Data(quarantined[0])[3]; got != 0 {
+			t.Errorf("zero=%v: released quarantined page byte = %x, want 0", zero, got)
 		}
 	}
 }

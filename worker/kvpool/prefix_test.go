@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -339,6 +341,176 @@ func TestPrefixStress(t *testing.T) {
 	}
 	if s.Hits == 0 || s.Evictions == 0 {
 		t.Fatalf("stress exercised no hit or no eviction: %+v", s)
+	}
+	t.Logf("%+v", s)
+}
+
+// TestPrefixStressKilledWriters extends TestPrefixStress with eviction
+// under pressure (a pool too small for the working set), aborts at every
+// stage of a writer's life, and killed writers of both kinds: a fenced
+// writer (tcp: the receiver writes through the fence) whose late writes
+// must all be refused, and a one-sided writer (shm) killed mid-transfer
+// whose late bytes keep landing in its pages after it was quarantined,
+// until its drain is confirmed and the pages are released. Readers hit
+// shared pages while others are evicted. Throughout, a watcher checks the
+// pool identity, every hit a reservation gets is a sealed page with
+// exactly the tag asked for, and every read that passed VerifyPrefix sees
+// its own domain's content: no unsealed, foreign or overwritten page is
+// ever exposed.
+func TestPrefixStressKilledWriters(t *testing.T) {
+	const pt, pageBytes = 4, 4 * slotBytes
+	p := newPool(t, kvpool.Config{Pages: 20, PageTokens: pt, PageBytes: pageBytes, PoisonOnReserve: true, ZeroOnRelease: true})
+	doms := []string{"x", "y"}
+	content := func(tag kvpool.Tag) []byte { return bytes.Repeat(tag.Hash[:pageBytes/4], 4)[:pageBytes] }
+	garbage := bytes.Repeat([]byte{0xEE}, pageBytes)
+	stop := make(chan struct{})
+	var watch sync.WaitGroup
+	errs := make(chan error, 16)
+	watch.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if s := p.Stats(); s.Free+s.Reserved+s.InUse+s.Cached+s.Quarantined != s.Total || s.Shared > s.InUse {
+				errs <- fmt.Errorf("pool identity broken: %+v", s)
+				return
+			}
+			runtime.Gosched()
+		}
+	})
+	var zombies sync.WaitGroup
+	var wg sync.WaitGroup
+	for g := range 6 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range 300 {
+				ten := doms[r.IntN(2)]
+				d, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, ten, "")
+				prompt := make([]int32, 1+r.IntN(4*pt+2))
+				for j := range prompt {
+					prompt[j] = int32(j/pt + r.IntN(2)*(j/(2*pt)) + 7*r.IntN(2)*(j/(3*pt)))
+				}
+				tags := kvpool.Tags(d, 1, prompt, pt)
+				o := kvpool.Owner{Tenant: ten, Request: fmt.Sprintf("%d-%d", g, i), Epoch: 1}
+				pages, hit, err := p.ReservePrefix(o, len(prompt)+pt, tags[:min(len(tags), len(prompt)/pt)])
+				if errors.Is(err, kvpool.ErrNoSpace) {
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				for k := range hit {
+					if info, _ := p.Page(pages[k]); info.State != kvpool.Sealed || info.Tag != tags[k] {
+						errs <- fmt.Errorf("%v got hit page %d in state %v with tag %v", o, pages[k], info.State, info.Tag == tags[k])
+						return
+					}
+				}
+				if err := p.VerifyPrefix(o, pages, hit*pt, tags[:hit]); err != nil {
+					errs <- fmt.Errorf("verify of hit prefix: %w", err)
+					return
+				}
+				for k := range hit {
+					if !bytes.Equal(p.Data(pages[k]), content(tags[k])) {
+						errs <- fmt.Errorf("%v read foreign or overwritten content in shared page %d", o, pages[k])
+						return
+					}
+				}
+				stage := r.IntN(7)
+				written := len(tags)
+				if stage <= 2 {
+					written = hit + r.IntN(len(tags)-hit+1) // aborted part-way
+				}
+				for k := hit; k < written; k++ {
+					if err := p.WritePage(o, pages[k], 0, content(tags[k]), pt); err != nil {
+						errs <- err
+						return
+					}
+				}
+				switch stage {
+				case 0: // aborted mid-write
+					_, err = p.Release(o)
+				case 1: // fenced writer (tcp): its late writes are all refused
+					var fenced kvpool.Owner
+					if fenced, err = p.BumpEpoch(o); err == nil {
+						_, err = p.Release(fenced)
+					}
+					for _, id := range pages[hit:] {
+						if werr := p.WritePage(o, id, 0, garbage, pt); !errors.Is(werr, kvpool.ErrFenced) {
+							errs <- fmt.Errorf("late write of fenced %v to page %d: %v", o, id, werr)
+							return
+						}
+					}
+				case 2: // one-sided writer (shm) killed: quarantined, late bytes, then drained
+					var fenced kvpool.Owner
+					if fenced, err = p.BumpEpoch(o); err == nil {
+						if _, err = p.Quarantine(fenced); err == nil {
+							own := slices.Clone(pages[hit:])
+							zombies.Go(func() {
+								for range 3 {
+									for _, id := range own {
+										copy(p.Data(id), garbage) // no fence: one-sided
+									}
+									runtime.Gosched()
+								}
+								// The writer's drain is confirmed: nothing more lands.
+								if _, err := p.ReleaseQuarantined(fenced); err != nil {
+									errs <- err
+								}
+							})
+						}
+					}
+				case 3: // fully written, fenced before it could seal: nothing seals
+					var fenced kvpool.Owner
+					if fenced, err = p.BumpEpoch(o); err == nil {
+						n, serr := p.Seal(fenced, tags)
+						if serr != nil || n != hit {
+							errs <- fmt.Errorf("seal after fence sealed %d pages (hit %d): %v", n, hit, serr)
+							return
+						}
+						_, err = p.Release(fenced)
+					}
+				default:
+					n, serr := p.Seal(o, tags)
+					if serr != nil {
+						errs <- serr
+						return
+					}
+					if err := p.VerifyPrefix(o, pages, n*pt, tags[:n]); n > 0 && err != nil {
+						errs <- fmt.Errorf("verify of own sealed prefix: %w", err)
+						return
+					}
+					for k := range n {
+						if !bytes.Equal(p.Data(pages[k]), content(tags[k])) {
+							errs <- fmt.Errorf("%v read foreign content in sealed page %d", o, pages[k])
+							return
+						}
+					}
+					_, err = p.Release(o)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	zombies.Wait()
+	close(stop)
+	watch.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := checkAccounting(t, p)
+	if s.Reserved+s.InUse+s.Quarantined+s.Shared != 0 || len(p.Holdings()) != 0 {
+		t.Fatalf("after stress: %+v", s)
+	}
+	if s.Hits == 0 || s.Evictions == 0 || s.Violations != 0 {
+		t.Fatalf("stress exercised no hit or no eviction, or saw a violation: %+v", s)
 	}
 	t.Logf("%+v", s)
 }

@@ -122,4 +122,13 @@
 // fail) and by the receiver's own record, and the handler stops its engine
 // before it tears down. In this protocol the fence is defence in depth,
 // not load-bearing.
+//
+// # The prefix cache
+//
+// CacheModel (cache.go) is a second, smaller model of one decode pool
+// whose pages may be sealed, shared by later reservations of the same
+// cache domain (the ticket holds them: kvtransfer.Ticket.HeldPages), evicted
+// and reclaimed from quarantine; its doc comment lists the actions, the
+// code they mirror and the invariants (I5, I3, pool identity,
+// quiescence). CacheVariant holds its mutants; each is caught.
 package protomodel
