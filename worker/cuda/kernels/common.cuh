@@ -136,8 +136,8 @@ __device__ __forceinline__ void flag(int* err, int reason, int page, int chunk) 
   }
 }
 
-// check_page is the device-side tag check of page, the idx-th page of
-// chunk c's table (ch is its descriptor, chunks the array). A shared place
+// check_page is the device-side tag check of page, the idx-th page of a
+// chunk's table (ch is its descriptor, chunks the whole array). A shared place
 // (idx < CH_SHARED) must hold a sealed page whose domain and tag hashes
 // equal the ones the chunk presents, and is never written; any other place
 // must exist, be owned (not free, quarantined or sealed), carry the chunk's
