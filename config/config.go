@@ -325,8 +325,7 @@ type KV struct {
 	PoisonOnReserve bool `yaml:"poison_on_reserve"`
 	// PrefixCache keeps the full prompt pages of finished prefills as
 	// sealed pages that later requests of the same cache domain reuse
-	// (DESIGN I3). Default true; the cuda backend does not support it yet
-	// and ignores it.
+	// (DESIGN I3). Default true, with either backend.
 	PrefixCache bool `yaml:"prefix_cache"`
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/worker/engine"
@@ -32,11 +31,11 @@ func cacheDomainFrom(ctx context.Context) (cachekey.Domain, bool, error) {
 }
 
 // prefixCacheEnabled says whether this worker serves from a prefix cache:
-// configured on, and a backend whose page checks know sealed pages (the
-// cuda backend's device tag check compares every page with the
-// sequence's owner, so shared pages would be refused there).
+// configured on. Both backends know sealed pages (the cuda backend's device
+// tag check compares a shared page with the prefix tag the engine computed
+// for it).
 func (w *Worker) prefixCacheEnabled() bool {
-	return w.cfg.Worker.KV.PrefixCache && w.cfg.Worker.Backend != config.BackendCUDA
+	return w.cfg.Worker.KV.PrefixCache
 }
 
 // cacheVersion is the model/format version of this worker's KV: the

@@ -343,7 +343,7 @@ func (e *Engine) step(ctx context.Context) {
 			budget -= n
 			c = Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos}
 		}
-		c.Owner, c.Pages = s.req.Owner, s.req.Pages
+		c.Owner, c.Pages, c.Shared = s.req.Owner, s.req.Pages, s.tags[:s.shared]
 		if err := e.checkPages(s, c); err != nil {
 			e.violation(s, err)
 			continue
