@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -53,7 +54,7 @@ func familySpecs() map[string]Spec {
 
 func randWeights(s Spec, seed uint64) Weights {
 	r := rand.New(rand.NewPCG(seed, 1))
-	mat := func(out, in int) []float32 {
+	raw := func(out, in int) []float32 {
 		m := make([]float32, out*in)
 		std := 1 / math.Sqrt(float64(in))
 		for i := range m {
@@ -61,6 +62,7 @@ func randWeights(s Spec, seed uint64) Weights {
 		}
 		return m
 	}
+	mat := func(out, in int) *kernels.Matrix { return kernels.NewF32(out, in, raw(out, in)) }
 	norm := func() []float32 {
 		v := make([]float32, s.Hidden)
 		for i := range v {
@@ -91,10 +93,11 @@ func randWeights(s Spec, seed uint64) Weights {
 		}
 		w.Layers = append(w.Layers, l)
 	}
-	w.LMHead = mat(s.Vocab, s.Hidden)
-	for i := range w.LMHead {
-		w.LMHead[i] *= 4
+	lm := raw(s.Vocab, s.Hidden)
+	for i := range lm {
+		lm[i] *= 4
 	}
+	w.LMHead = kernels.NewF32(s.Vocab, s.Hidden, lm)
 	return w
 }
 
@@ -103,9 +106,17 @@ func randWeights(s Spec, seed uint64) Weights {
 // biases (added to the projections) and Qwen3's q/k norms (an RMSNorm of
 // every head before RoPE) when the spec has them.
 func reference(s Spec, w Weights, tokens []int32) [][]float64 {
+	dense := func(m *kernels.Matrix) []float32 {
+		d := make([]float32, m.Rows()*m.Cols())
+		for i := range m.Rows() {
+			m.Row(i, d[i*m.Cols():(i+1)*m.Cols()])
+		}
+		return d
+	}
 	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
 	qDim, kvDim := s.Heads*hd, s.KVDim()
-	matmul := func(x [][]float64, wt []float32, out, in int) [][]float64 {
+	matmul := func(x [][]float64, wm *kernels.Matrix, out, in int) [][]float64 {
+		wt := dense(wm)
 		y := make([][]float64, len(x))
 		for i := range x {
 			y[i] = make([]float64, out)
@@ -144,11 +155,12 @@ func reference(s Spec, w Weights, tokens []int32) [][]float64 {
 			x[i+half] = x2*c + x1*sn
 		}
 	}
+	embed := dense(w.Embed)
 	x := make([][]float64, n)
 	for i, t := range tokens {
 		x[i] = make([]float64, hid)
 		for j := range x[i] {
-			x[i][j] = float64(w.Embed[int(t)*hid+j])
+			x[i][j] = float64(embed[int(t)*hid+j])
 		}
 	}
 	for _, lw := range w.Layers {
@@ -378,7 +390,7 @@ func TestForwardRejectsBadChunks(t *testing.T) {
 		}
 	}
 	bad := randWeights(s, 1)
-	bad.Layers[1].Wk = bad.Layers[1].Wk[:10]
+	bad.Layers[1].Wk = kernels.NewF32(1, 10, make([]float32, 10))
 	if _, err := New(s, bad, newTestPages(1, 1), Options{MaxBatchTokens: 1, PageTokens: 1}); err == nil {
 		t.Error("New accepted a wrong-size k_proj")
 	}

@@ -16,8 +16,26 @@ import (
 )
 
 // gemmShapes lists the register-blocked micro-kernels, rows of A × rows of
-// W. The Go driver in matmul_amd64.go picks them by the rows left.
+// W. The Go driver in arch_amd64.go picks them by the rows left.
 var gemmShapes = [][2]int{{4, 3}, {4, 1}, {3, 3}, {3, 1}, {2, 4}, {2, 1}, {1, 8}, {1, 1}}
+
+// wFormat is how a gemm kernel reads W: float32, or 16-bit values widened
+// in registers (exactly) before the FMA.
+type wFormat struct {
+	suffix string // appended to the kernel name
+	size   int    // bytes per element
+	// widen loads 8 elements at mem into ymm dst as float32.
+	widen func(g *gen, mem, dst string)
+}
+
+var wFormats = []wFormat{
+	{"", 4, nil},
+	{"h", 2, func(g *gen, mem, dst string) { g.p("\tVCVTPH2PS %s, %s", mem, dst) }},
+	{"b", 2, func(g *gen, mem, dst string) {
+		g.p("\tVPMOVZXWD %s, %s", mem, dst)
+		g.p("\tVPSLLD $16, %s, %s", dst, dst)
+	}},
+}
 
 // Frame layout shared by the gemm kernels (offsets from the hardware SP).
 const (
@@ -46,9 +64,12 @@ func main() {
 	g.p(`#include "textflag.h"`)
 	g.p("")
 	g.maskTable()
-	for _, s := range gemmShapes {
-		g.gemm(s[0], s[1])
+	for _, f := range wFormats {
+		for _, s := range gemmShapes {
+			g.gemm(s[0], s[1], f)
+		}
 	}
+	g.q8()
 	g.axpy()
 	g.axpyRows()
 	g.scale()
@@ -85,13 +106,17 @@ func (g *gen) loadMask(cnt, tmp, idx, dst string) {
 	g.p("\tVMOVUPS (%s)(%s*4), %s", tmp, idx, dst)
 }
 
-// gemm emits gemmMxN(c *float32, ldc int, a *float32, lda int, w *float32,
-// ldw int, k int, tiles int): for t < tiles, i < M, j < N:
-// c[i*ldc + t*N + j] = Dot(a[i*lda:][:k], w[(t*N+j)*ldw:][:k]).
-func (g *gen) gemm(m, n int) {
-	name := fmt.Sprintf("gemm%dx%d", m, n)
+// gemm emits gemmMxN<suffix>(c *float32, ldc int, a *float32, lda int,
+// w *T, ldw int, k int, tiles int): for t < tiles, i < M, j < N:
+// c[i*ldc + t*N + j] = Dot(a[i*lda:][:k], widen(w[(t*N+j)*ldw:][:k])).
+// AX counts elements along k, so A (4 bytes) and W (f.size bytes) share it
+// through the addressing scale. A 16-bit W is read in whole 8-element
+// groups, so the tail reads up to 7 elements past the end of a row (the
+// Go side pads the last row) and masks them off after widening.
+func (g *gen) gemm(m, n int, f wFormat) {
+	name := fmt.Sprintf("gemm%dx%d%s", m, n, f.suffix)
 	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
-	// General registers: DI = C, SI = C's row stride, AX = offset along k,
+	// General registers: DI = C, SI = C's row stride, AX = index along k,
 	// BX = loop counter, R8.. = A rows, the rest = W rows. BP (frame
 	// pointer) and R15 (clobbered under dynamic linking) stay unused.
 	wPool := []string{"R12", "R13", "R14", "DX", "CX"}
@@ -105,7 +130,8 @@ func (g *gen) gemm(m, n int) {
 	wRegs := wPool[:n]
 	acc := func(i, j int) int { return i*n + j }
 	nacc := m * n
-	// memOperand: with one A row, W rows feed the FMA straight from memory.
+	// memOperand: with one A row, each W vector is used once, straight
+	// from memory (float32) or through a temporary (16-bit formats).
 	memOperand := m == 1
 	var wY []int
 	ya := nacc
@@ -118,8 +144,9 @@ func (g *gen) gemm(m, n int) {
 	if ya > 15 {
 		log.Fatalf("%s: too many vector registers", name)
 	}
+	k := kernel{g: g, m: m, n: n, f: f, aRegs: aRegs, wRegs: wRegs, wY: wY, ya: ya, acc: acc, memOperand: memOperand}
 
-	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)", name)
+	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w *%s, ldw int, k int, tiles int)", name, map[int]string{4: "float32", 2: "uint16"}[f.size])
 	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
 	g.p("\tMOVQ c+0(FP), DI")
 	if m > 1 {
@@ -136,7 +163,7 @@ func (g *gen) gemm(m, n int) {
 	}
 	g.p("\tMOVQ w+32(FP), %s", wRegs[0])
 	g.p("\tMOVQ ldw+40(FP), BX")
-	g.p("\tSHLQ $2, BX")
+	g.p("\tIMULQ $%d, BX", f.size)
 	for j := 1; j < n; j++ {
 		g.p("\tLEAQ (%s)(BX*1), %s", wRegs[j-1], wRegs[j])
 	}
@@ -153,27 +180,27 @@ func (g *gen) gemm(m, n int) {
 	for i := 0; i < nacc; i++ {
 		g.p("\tVXORPS %s, %s, %s", y(i), y(i), y(i))
 	}
-	// Main loop: two 8-lane steps (one 64-byte line of every row) per
-	// iteration, then one more step if the count of full steps is odd.
+	// Main loop: two 8-lane steps per iteration, then one more step if the
+	// count of full steps is odd.
 	g.p("\tXORQ AX, AX")
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tSHRQ $4, BX")
 	g.p("\tJZ %s_single", name)
 	g.p("%s_loop:", name)
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, -1, -1, 0)
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, -1, -1, 32)
-	g.p("\tADDQ $64, AX")
+	k.step(-1, -1, 0)
+	k.step(-1, -1, 8)
+	g.p("\tADDQ $16, AX")
 	g.p("\tDECQ BX")
 	g.p("\tJNZ %s_loop", name)
 	g.p("%s_single:", name)
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tTESTQ $8, BX")
 	g.p("\tJZ %s_tail", name)
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, -1, -1, 0)
-	g.p("\tADDQ $32, AX")
+	k.step(-1, -1, 0)
+	g.p("\tADDQ $8, AX")
 
 	// Tail: k mod 8 elements through masked loads, which read nothing past
-	// the end of a row and give zero lanes (the "zero padding" of the
+	// the end of an A row and give zero lanes (the "zero padding" of the
 	// contract; an FMA of zeros leaves an accumulator unchanged because
 	// accumulators that start at +0 can never become -0).
 	g.p("%s_tail:", name)
@@ -193,7 +220,7 @@ func (g *gen) gemm(m, n int) {
 		g.p("\tVMOVUPS %s, %d(SP)", y(spill), frameSpill)
 	}
 	g.p("\tVMOVUPS %d(SP), %s", frameMask, y(ym))
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, ym, spill, 0)
+	k.step(ym, spill, 0)
 
 	g.p("%s_reduce:", name)
 	if m > 3 {
@@ -219,38 +246,78 @@ func (g *gen) gemm(m, n int) {
 	g.p("")
 }
 
-// step emits one k-step (8 lanes) of the micro-kernel. With mask >= 0 it
-// is the tail step: loads are masked by that ymm register, and if spill >= 0
-// the spilled accumulator's register holds the mask until the last row's
-// A vector is loaded.
-func (g *gen) step(m, n int, aRegs, wRegs []string, wY []int, ya int, acc func(i, j int) int, memOperand bool, mask, spill, disp int) {
-	masked := mask >= 0
-	load := fmt.Sprintf("VMOVUPS %d(%%s)(AX*1), %%s", disp)
-	if masked {
-		load = "VMASKMOVPS (%s)(AX*1), " + y(mask) + ", %s"
-	}
-	if memOperand {
-		g.p("\t"+load, aRegs[0], y(ya))
-		for j := 0; j < n; j++ {
-			if masked {
-				g.p("\t"+load, wRegs[j], y(ya+2))
-				g.p("\tVFMADD231PS %s, %s, %s", y(ya+2), y(ya), y(acc(0, j)))
-			} else {
-				g.p("\tVFMADD231PS %d(%s)(AX*1), %s, %s", disp, wRegs[j], y(ya), y(acc(0, j)))
-			}
+// kernel is the register plan of one gemm micro-kernel.
+type kernel struct {
+	g            *gen
+	m, n         int
+	f            wFormat
+	aRegs, wRegs []string
+	wY           []int // W vector registers (not memOperand)
+	ya           int   // the A vector register
+	acc          func(i, j int) int
+	memOperand   bool
+}
+
+// loadW loads 8 elements of W row j at element offset disp into ymm dst
+// as float32, masked by ymm mask when mask >= 0.
+func (k *kernel) loadW(j, disp, mask, dst int) {
+	mem := fmt.Sprintf("%d(%s)(AX*%d)", disp*k.f.size, k.wRegs[j], k.f.size)
+	if k.f.widen == nil {
+		if mask >= 0 {
+			k.g.p("\tVMASKMOVPS (%s)(AX*4), %s, %s", k.wRegs[j], y(mask), y(dst))
+		} else {
+			k.g.p("\tVMOVUPS %s, %s", mem, y(dst))
 		}
 		return
 	}
-	for j := 0; j < n; j++ {
-		g.p("\t"+load, wRegs[j], y(wY[j]))
+	k.f.widen(k.g, mem, y(dst))
+	if mask >= 0 {
+		k.g.p("\tVANDPS %s, %s, %s", y(mask), y(dst), y(dst))
 	}
-	for i := 0; i < m; i++ {
-		g.p("\t"+load, aRegs[i], y(ya))
-		if spill >= 0 && i == m-1 {
+}
+
+// step emits one k-step (8 lanes) of the micro-kernel at element offset
+// disp from AX. With mask >= 0 it is the tail step: loads are masked by
+// that ymm register, and if spill >= 0 the spilled accumulator's register
+// holds the mask until the last row's A vector is loaded.
+func (k *kernel) step(mask, spill, disp int) {
+	g := k.g
+	masked := mask >= 0
+	loadA := func(reg string, dst int) {
+		if masked {
+			g.p("\tVMASKMOVPS (%s)(AX*4), %s, %s", reg, y(mask), y(dst))
+		} else {
+			g.p("\tVMOVUPS %d(%s)(AX*4), %s", 4*disp, reg, y(dst))
+		}
+	}
+	if k.memOperand {
+		loadA(k.aRegs[0], k.ya)
+		for j := 0; j < k.n; j++ {
+			if !masked && k.f.widen == nil {
+				g.p("\tVFMADD231PS %d(%s)(AX*4), %s, %s", 4*disp, k.wRegs[j], y(k.ya), y(k.acc(0, j)))
+				continue
+			}
+			// Two temporaries in turn (one in the tail, where ya+1 is
+			// the mask) let consecutive loads overlap.
+			t := k.ya + 1 + j%2
+			if masked {
+				t = k.ya + 2
+			}
+			k.loadW(j, disp, mask, t)
+			g.p("\tVFMADD231PS %s, %s, %s", y(t), y(k.ya), y(k.acc(0, j)))
+		}
+		return
+	}
+	for j := 0; j < k.n; j++ {
+		k.loadW(j, disp, mask, k.wY[j])
+	}
+	for i := 0; i < k.m; i++ {
+		loadA(k.aRegs[i], k.ya)
+		if spill >= 0 && i == k.m-1 {
 			g.p("\tVMOVUPS %d(SP), %s", frameSpill, y(spill))
 		}
-		for j := 0; j < n; j++ {
-			g.p("\tVFMADD231PS %s, %s, %s", y(wY[j]), y(ya), y(acc(i, j)))
+		for j := 0; j < k.n; j++ {
+			g.p("\tVFMADD231PS %s, %s, %s", y(k.wY[j]), y(k.ya), y(k.acc(i, j)))
 		}
 	}
 }
@@ -518,4 +585,79 @@ func (g *gen) streamRead() {
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 	g.p("")
+}
+
+// q8Rows are the W rows per tile of the q8 kernels.
+var q8Rows = []int{4, 1}
+
+// q8 emits q8dot1xN(c *float32, a *byte, w *byte, ldw int, blocks int,
+// tiles int) for every N in q8Rows: one quantized A row against tiles of
+// N quantized W rows, in the Q8 block layout (32 int8 then a float32
+// scale, 36 bytes). For each block, lane l of the integer products holds
+// the exact sum of the four products of bytes 4l..4l+3 (VPSIGNB moves
+// a's sign onto w so VPMADDUBSW can take |a| unsigned; no int16 sum can
+// saturate because both sides lie in [-127, 127]); it is converted to
+// float32 (exactly) and accumulated as fma(p, wd*ad, acc) into the lane's
+// accumulator, then the lanes are folded by the canonical tree.
+func (g *gen) q8() {
+	for _, n := range q8Rows {
+		name := fmt.Sprintf("q8dot1x%d", n)
+		wRegs := []string{"SI", "R9", "R10", "R11"}[:n]
+		g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
+		g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+		g.p("\tMOVQ c+0(FP), DI")
+		g.p("\tMOVQ a+8(FP), R8")
+		g.p("\tMOVQ w+16(FP), %s", wRegs[0])
+		g.p("\tMOVQ ldw+24(FP), DX")
+		for j := 1; j < n; j++ {
+			g.p("\tLEAQ (%s)(DX*1), %s", wRegs[j-1], wRegs[j])
+		}
+		g.p("\tIMULQ $%d, DX", n)
+		g.p("\tMOVQ tiles+40(FP), CX")
+		g.p("\tTESTQ CX, CX")
+		g.p("\tJZ %s_done", name)
+		g.p("\tVPCMPEQW Y8, Y8, Y8")
+		g.p("\tVPSRLW $15, Y8, Y8") // int16 ones
+		g.p("%s_tile:", name)
+		for j := 0; j < n; j++ {
+			g.p("\tVXORPS %s, %s, %s", y(j), y(j), y(j))
+		}
+		g.p("\tXORQ AX, AX")
+		g.p("\tMOVQ blocks+32(FP), BX")
+		g.p("\tTESTQ BX, BX")
+		g.p("\tJZ %s_reduce", name)
+		g.p("%s_block:", name)
+		g.p("\tVMOVDQU (R8)(AX*1), Y9")
+		g.p("\tVPABSB Y9, Y10")
+		g.p("\tVBROADCASTSS 32(R8)(AX*1), Y11")
+		for j := 0; j < n; j++ {
+			t, d := 12+j%2, 14+j%2
+			g.p("\tVMOVDQU (%s)(AX*1), %s", wRegs[j], y(t))
+			g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
+			g.p("\tVPMADDUBSW %s, Y10, %s", y(t), y(t))
+			g.p("\tVPMADDWD Y8, %s, %s", y(t), y(t))
+			g.p("\tVCVTDQ2PS %s, %s", y(t), y(t))
+			g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", wRegs[j], y(d))
+			g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
+			g.p("\tVFMADD231PS %s, %s, %s", y(d), y(t), y(j))
+		}
+		g.p("\tADDQ $36, AX")
+		g.p("\tDECQ BX")
+		g.p("\tJNZ %s_block", name)
+		g.p("%s_reduce:", name)
+		for j := 0; j < n; j++ {
+			g.reduce(j, 15)
+			g.p("\tVMOVSS %s, %d(DI)", x(j), 4*j)
+		}
+		g.p("\tADDQ $%d, DI", 4*n)
+		for _, r := range wRegs {
+			g.p("\tADDQ DX, %s", r)
+		}
+		g.p("\tDECQ CX")
+		g.p("\tJNZ %s_tile", name)
+		g.p("%s_done:", name)
+		g.p("\tVZEROUPPER")
+		g.p("\tRET")
+		g.p("")
+	}
 }
