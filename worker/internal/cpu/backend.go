@@ -74,17 +74,14 @@ func (w *Weights) Format() kernels.Format {
 	return w.Layers[0].Wq.Format()
 }
 
-// Bytes is the memory the matrices occupy (the embedding once when tied).
-func (w *Weights) Bytes() int64 {
-	var n int64
+// StreamedBytes is what one decode step reads of the matrices: every
+// projection and the LM head once (the embedding row is negligible).
+func (w *Weights) StreamedBytes() int64 {
+	n := w.LMHead.Bytes()
 	add := func(m *kernels.Matrix) {
 		if m != nil {
 			n += m.Bytes()
 		}
-	}
-	add(w.Embed)
-	if w.LMHead != w.Embed {
-		add(w.LMHead)
 	}
 	for _, l := range w.Layers {
 		for _, m := range []*kernels.Matrix{l.Wq, l.Wk, l.Wv, l.Wo, l.WGate, l.WUp, l.WDown} {
@@ -185,6 +182,13 @@ func New(spec Spec, w Weights, pages Pages, opt Options) (*Backend, error) {
 	b.attnFunc = b.attendRange
 	return b, nil
 }
+
+// WeightFormat names the format of the projection weights (f32, f16,
+// bf16 or q8).
+func (b *Backend) WeightFormat() string { return b.w.Format().String() }
+
+// StreamedWeightBytes is what one decode step reads of the weights.
+func (b *Backend) StreamedWeightBytes() int64 { return b.w.StreamedBytes() }
 
 // Close releases the kernel threads.
 func (b *Backend) Close() { b.pool.Close() }
