@@ -251,3 +251,99 @@ func BenchmarkAttentionPage(b *testing.B) {
 		})
 	}
 }
+
+// benchMatrices returns w (n×k float32) in every Format, the F16 and
+// BF16 ones narrowed from it and Q8 quantized from it.
+func benchMatrices(n, k int, w []float32) map[Format]*Matrix {
+	out := map[Format]*Matrix{F32: NewF32(n, k, w)}
+	for _, f := range []Format{F16, BF16} {
+		raw, _ := as16(f, w)
+		out[f] = New16(f, n, k, raw)
+	}
+	q, err := out[F32].QuantizeQ8()
+	if err != nil {
+		panic(err)
+	}
+	out[Q8] = q
+	return out
+}
+
+// matrixBytes views a matrix's element storage as bytes, for the read
+// probe.
+func matrixBytes(m *Matrix) []byte {
+	switch m.format {
+	case F32:
+		return unsafe.Slice((*byte)(unsafe.Pointer(&m.f32[0])), 4*len(m.f32))
+	case Q8:
+		return m.q8
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&m.u16[0])), 2*m.rows*m.cols)
+}
+
+// BenchmarkFormatRatio is batch-1 decode in every weight format,
+// interleaved with the float32 matvec of the same matrix and with a
+// streaming read of the format's own bytes: "x-f32" is the speed-up over
+// float32, "pct-of-read" the fraction of the read bandwidth of the bytes
+// the format really holds (the decode roofline fraction, for matrices
+// larger than the last-level cache). Fastest runs of each.
+func BenchmarkFormatRatio(b *testing.B) {
+	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {32000, 768}} {
+		n, k := s[0], s[1]
+		r := rand.New(rand.NewPCG(7, 7))
+		a := randVec(r, k, false)
+		ms := benchMatrices(n, k, randVec(r, n*k, false))
+		c := make([]float32, n)
+		for _, f := range []Format{F16, BF16, Q8} {
+			rr := &readRanger{buf: matrixBytes(ms[f])}
+			rr.buf = rr.buf[:len(rr.buf)&^255]
+			for _, threads := range benchThreads {
+				b.Run(fmt.Sprintf("%v/%dx%d/t%d", f, n, k, threads), func(b *testing.B) {
+					p := NewPool(threads)
+					defer p.Close()
+					var tRead, tF32, tFmt minTime
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						p.Do(len(rr.buf), len(rr.buf)/threads/256*256, rr)
+						t1 := time.Now()
+						p.MatMulTW(c, a, ms[F32], 1)
+						t2 := time.Now()
+						p.MatMulTW(c, a, ms[f], 1)
+						tRead.add(t1.Sub(t0))
+						tF32.add(t2.Sub(t1))
+						tFmt.add(time.Since(t2))
+					}
+					b.ReportMetric(tF32.Seconds()/tFmt.Seconds(), "x-f32")
+					b.ReportMetric(100*tRead.Seconds()/tFmt.Seconds(), "pct-of-read")
+					b.ReportMetric(float64(len(rr.buf))/tFmt.Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkFormatPrefill is prefill (m rows) in every format, interleaved
+// with the float32 product: "x-f32" is the speed-up over float32.
+func BenchmarkFormatPrefill(b *testing.B) {
+	m, n, k := 64, 2048, 768
+	r := rand.New(rand.NewPCG(8, 8))
+	a := randVec(r, m*k, false)
+	ms := benchMatrices(n, k, randVec(r, n*k, false))
+	c := make([]float32, m*n)
+	for _, f := range []Format{F16, BF16, Q8} {
+		b.Run(fmt.Sprintf("%v/m%d_%dx%d", f, m, n, k), func(b *testing.B) {
+			p := NewPool(1)
+			defer p.Close()
+			var tF32, tFmt minTime
+			for i := 0; i < b.N; i++ {
+				t1 := time.Now()
+				p.MatMulTW(c, a, ms[F32], m)
+				t2 := time.Now()
+				p.MatMulTW(c, a, ms[f], m)
+				tF32.add(t2.Sub(t1))
+				tFmt.add(time.Since(t2))
+			}
+			b.ReportMetric(tF32.Seconds()/tFmt.Seconds(), "x-f32")
+			b.ReportMetric(2*float64(m*n*k)/tFmt.Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
