@@ -347,3 +347,41 @@ func BenchmarkFormatPrefill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefill512 interleaves the float32 prefill product with and
+// without the AVX-512 kernels: "x-avx2" is the speed-up, "pct-of-peak"
+// the share of the (AVX2, 8-lane) FMA probe.
+func BenchmarkPrefill512(b *testing.B) {
+	if !use512 {
+		b.Skip("no AVX-512 on this machine")
+	}
+	for _, s := range [][3]int{{64, 2048, 768}, {256, 2048, 768}, {256, 768, 2048}} {
+		m, n, k := s[0], s[1], s[2]
+		r := rand.New(rand.NewPCG(9, 9))
+		a, w := randVec(r, m*k, false), randVec(r, n*k, false)
+		c := make([]float32, m*n)
+		b.Run(fmt.Sprintf("m%d_%dx%d/t1", m, n, k), func(b *testing.B) {
+			p := NewPool(1)
+			defer p.Close()
+			flops := 2 * float64(m*n*k)
+			fr := &fmaRanger{iters: int(flops / (12 * 8 * 2))}
+			var tPeak, t2, t5 minTime
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				p.Do(1, 1, fr)
+				t1 := time.Now()
+				use512 = false
+				p.MatMulT(c, a, w, m, n, k)
+				use512 = true
+				tm := time.Now()
+				p.MatMulT(c, a, w, m, n, k)
+				tPeak.add(t1.Sub(t0))
+				t2.add(tm.Sub(t1))
+				t5.add(time.Since(tm))
+			}
+			b.ReportMetric(t2.Seconds()/t5.Seconds(), "x-avx2")
+			b.ReportMetric(flops/t5.Seconds()/1e9, "GFLOP/s")
+			b.ReportMetric(100*tPeak.Seconds()/t5.Seconds(), "pct-of-avx2-peak")
+		})
+	}
+}

@@ -210,3 +210,29 @@ func FuzzMatrix16(f *testing.F) {
 		}
 	})
 }
+
+// TestGemm512MatchesAVX2: the AVX-512 kernels give the AVX2 kernels'
+// results bit for bit (both are the canonical order).
+func TestGemm512MatchesAVX2(t *testing.T) {
+	if !use512 {
+		t.Skip("no AVX-512 on this machine")
+	}
+	r := rand.New(rand.NewPCG(45, 46))
+	for trial := 0; trial < 200; trial++ {
+		m, n, k := 1+r.IntN(11), 1+r.IntN(40), 8*(1+r.IntN(40))
+		if trial%10 == 0 {
+			n, k = 1+r.IntN(300), 8*(1+r.IntN(150))
+		}
+		special := trial%3 == 0
+		a, w := randVec(r, m*k, special), randVec(r, n*k, special)
+		got := make([]float32, m*n)
+		MatMulT(got, a, w, m, n, k)
+		want := make([]float32, m*n)
+		use512 = false
+		MatMulT(want, a, w, m, n, k)
+		use512 = true
+		sameSlices(t, fmt.Sprintf("m=%d n=%d k=%d", m, n, k), got, want)
+		withPureGo(func() { MatMulT(want, a, w, m, n, k) })
+		sameSlices(t, fmt.Sprintf("Go m=%d n=%d k=%d", m, n, k), got, want)
+	}
+}

@@ -69,6 +69,9 @@ func main() {
 			g.gemm(s[0], s[1], f)
 		}
 	}
+	for _, m := range gemm512Rows {
+		g.gemm512(m)
+	}
 	g.q8()
 	g.axpy()
 	g.axpyRows()
@@ -660,4 +663,118 @@ func (g *gen) q8() {
 		g.p("\tRET")
 		g.p("")
 	}
+}
+
+// gemm512Rows are the A-row counts of the AVX-512 kernels; each takes
+// tiles of 4 W rows as 2 pairs.
+var gemm512Rows = []int{4, 3, 2}
+
+func z(i int) string { return fmt.Sprintf("Z%d", i) }
+
+// gemm512 emits gemmMx4z(c *float32, ldc int, a *float32, lda int,
+// w unsafe.Pointer, ldw int, k int, tiles int): the float32 gemm of M rows
+// of A against tiles of 4 W rows, with the same results as gemmMx...:
+// each zmm accumulator holds two 8-lane accumulators of the canonical
+// order side by side (lanes 0-7: W row 2q, lanes 8-15: row 2q+1, both
+// against the 8 A elements broadcast to both halves), so every output
+// element sees the same fma sequence and the same tree as on 8 lanes,
+// at twice the FMA width. k must be a positive multiple of 8 (no tail).
+func (g *gen) gemm512(m int) {
+	const pairs = 2
+	name := fmt.Sprintf("gemm%dx4z", m)
+	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
+	wRegs := []string{"R12", "R13", "R14", "DX"}
+	acc := func(i, q int) int { return i*pairs + q }
+	wZ := []int{24, 25}
+	const za, tmp, scratch = 26, 30, 31
+	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
+	g.p("\tMOVQ c+0(FP), DI")
+	g.p("\tMOVQ ldc+8(FP), SI")
+	g.p("\tSHLQ $2, SI")
+	g.p("\tMOVQ a+16(FP), %s", aRegs[0])
+	g.p("\tMOVQ lda+24(FP), BX")
+	g.p("\tSHLQ $2, BX")
+	for i := 1; i < m; i++ {
+		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
+	}
+	g.p("\tMOVQ w+32(FP), %s", wRegs[0])
+	g.p("\tMOVQ ldw+40(FP), BX")
+	g.p("\tSHLQ $2, BX")
+	for j := 1; j < 4; j++ {
+		g.p("\tLEAQ (%s)(BX*1), %s", wRegs[j-1], wRegs[j])
+	}
+	g.p("\tSHLQ $2, BX")
+	g.p("\tMOVQ BX, %d(SP)", frameWStep)
+	g.p("\tMOVQ tiles+56(FP), BX")
+	g.p("\tMOVQ BX, %d(SP)", frameTiles)
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJZ %s_done", name)
+	g.p("%s_tile:", name)
+	for i := 0; i < m*pairs; i++ {
+		g.p("\tVPXORD %s, %s, %s", z(i), z(i), z(i))
+	}
+	step := func(disp int) {
+		for q := 0; q < pairs; q++ {
+			g.p("\tVMOVUPS %d(%s)(AX*4), %s", 4*disp, wRegs[2*q], y(wZ[q]))
+			g.p("\tVINSERTF32X8 $1, %d(%s)(AX*4), %s, %s", 4*disp, wRegs[2*q+1], z(wZ[q]), z(wZ[q]))
+		}
+		for i := 0; i < m; i++ {
+			g.p("\tVBROADCASTF32X8 %d(%s)(AX*4), %s", 4*disp, aRegs[i], z(za+i%2))
+			for q := 0; q < pairs; q++ {
+				g.p("\tVFMADD231PS %s, %s, %s", z(wZ[q]), z(za+i%2), z(acc(i, q)))
+			}
+		}
+	}
+	g.p("\tXORQ AX, AX")
+	g.p("\tMOVQ k+48(FP), BX")
+	g.p("\tSHRQ $4, BX")
+	g.p("\tJZ %s_single", name)
+	g.p("%s_loop:", name)
+	step(0)
+	step(8)
+	g.p("\tADDQ $16, AX")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_loop", name)
+	g.p("%s_single:", name)
+	g.p("\tMOVQ k+48(FP), BX")
+	g.p("\tTESTQ $8, BX")
+	g.p("\tJZ %s_reduce", name)
+	step(0)
+	g.p("%s_reduce:", name)
+	if m > 3 {
+		g.p("\tLEAQ (SI)(SI*2), BX")
+	}
+	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
+	for i := 0; i < m; i++ {
+		for q := 0; q < pairs; q++ {
+			a := acc(i, q)
+			g.p("\tVEXTRACTF32X8 $1, %s, %s", z(a), y(tmp))
+			g.reduceEVEX(a, scratch)
+			g.p("\tVMOVSS %s, %d%s", x(a), 8*q, rowAddr[i])
+			g.reduceEVEX(tmp, scratch)
+			g.p("\tVMOVSS %s, %d%s", x(tmp), 8*q+4, rowAddr[i])
+		}
+	}
+	g.p("\tADDQ $16, DI")
+	for _, r := range wRegs {
+		g.p("\tADDQ %d(SP), %s", frameWStep, r)
+	}
+	g.p("\tDECQ %d(SP)", frameTiles)
+	g.p("\tJNZ %s_tile", name)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// reduceEVEX is reduce for any of the 32 registers (EVEX encodings): the
+// same canonical tree.
+func (g *gen) reduceEVEX(r, t int) {
+	g.p("\tVEXTRACTF32X4 $1, %s, %s", y(r), x(t))
+	g.p("\tVADDPS %s, %s, %s", x(t), x(r), x(r))
+	g.p("\tVMOVHLPS %s, %s, %s", x(r), x(r), x(t))
+	g.p("\tVADDPS %s, %s, %s", x(t), x(r), x(r))
+	g.p("\tVMOVSHDUP %s, %s", x(r), x(t))
+	g.p("\tVADDSS %s, %s, %s", x(t), x(r), x(r))
 }
