@@ -14,7 +14,7 @@ import (
 // two paths.
 var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("WARDEN_KERNELS_PUREGO") == ""
 
-// use512 adds the AVX-512 gemm kernels for float32 prefill (same results:
+// use512 adds the AVX-512 gemm kernels for prefill (same results:
 // they run two canonical 8-lane accumulators per zmm register). The
 // environment variable WARDEN_KERNELS_AVX2 switches them off.
 var use512 = useAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL &&
@@ -103,6 +103,24 @@ func gemm3x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw in
 
 //go:noescape
 func gemm2x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
 func q8dot1x4(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
@@ -199,12 +217,12 @@ var gemmKernels = [3][5]gemmKernel{
 	BF16: {1: {8, gemm1x8b, gemm1x1b}, 2: {4, gemm2x4b, gemm2x1b}, 3: {3, gemm3x3b, gemm3x1b}, 4: {3, gemm4x3b, gemm4x1b}},
 }
 
-// gemm512Kernels[r] serves a block of r = 2..4 rows of A against tiles
-// of 4 float32 W rows when use512 holds and k is a multiple of 8.
-var gemm512Kernels = [5]gemmKernel{
-	2: {4, gemm2x4z, gemm2x1},
-	3: {4, gemm3x4z, gemm3x1},
-	4: {4, gemm4x4z, gemm4x1},
+// gemm512Kernels[f][r] serves a block of r = 2..4 rows of A against
+// tiles of 4 W rows in format f when use512 holds and k is a multiple of 8.
+var gemm512Kernels = [3][5]gemmKernel{
+	F32:  {2: {4, gemm2x4z, gemm2x1}, 3: {4, gemm3x4z, gemm3x1}, 4: {4, gemm4x4z, gemm4x1}},
+	F16:  {2: {4, gemm2x4zh, gemm2x1h}, 3: {4, gemm3x4zh, gemm3x1h}, 4: {4, gemm4x4zh, gemm4x1h}},
+	BF16: {2: {4, gemm2x4zb, gemm2x1b}, 3: {4, gemm3x4zb, gemm3x1b}, 4: {4, gemm4x4zb, gemm4x1b}},
 }
 
 // l2Panel is the byte budget for the panel of W rows kept hot in L2 while
@@ -242,13 +260,13 @@ func gemm(c []float32, ldc int, a []float32, w unsafe.Pointer, f Format, ldw, m,
 		panel = max(12, l2Panel/(size*k)/12*12)
 	}
 	kernels := &gemmKernels[f]
-	wide := use512 && f == F32 && k%8 == 0
+	wide := use512 && k%8 == 0
 	for j0 := 0; j0 < n; j0 += panel {
 		nj := min(panel, n-j0)
 		for i := 0; i < m; i += 4 {
 			kr := &kernels[min(4, m-i)]
 			if wide && m-i > 1 {
-				kr = &gemm512Kernels[min(4, m-i)]
+				kr = &gemm512Kernels[f][min(4, m-i)]
 			}
 			ci := &c[i*ldc+j0]
 			ai := &a[i*k]

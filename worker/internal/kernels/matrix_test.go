@@ -234,5 +234,13 @@ func TestGemm512MatchesAVX2(t *testing.T) {
 		sameSlices(t, fmt.Sprintf("m=%d n=%d k=%d", m, n, k), got, want)
 		withPureGo(func() { MatMulT(want, a, w, m, n, k) })
 		sameSlices(t, fmt.Sprintf("Go m=%d n=%d k=%d", m, n, k), got, want)
+		for _, f := range []Format{F16, BF16} {
+			raw, wide := as16(f, w)
+			MatMulT(want, a, wide, m, n, k)
+			p := NewPool(1 + trial%3)
+			p.MatMulTW(got, a, New16(f, n, k, raw), m)
+			p.Close()
+			sameSlices(t, fmt.Sprintf("%v m=%d n=%d k=%d", f, m, n, k), got, want)
+		}
 	}
 }

@@ -69,8 +69,10 @@ func main() {
 			g.gemm(s[0], s[1], f)
 		}
 	}
-	for _, m := range gemm512Rows {
-		g.gemm512(m)
+	for _, f := range wFormats {
+		for _, m := range gemm512Rows {
+			g.gemm512(m, f)
+		}
 	}
 	g.q8()
 	g.axpy()
@@ -679,9 +681,9 @@ func z(i int) string { return fmt.Sprintf("Z%d", i) }
 // against the 8 A elements broadcast to both halves), so every output
 // element sees the same fma sequence and the same tree as on 8 lanes,
 // at twice the FMA width. k must be a positive multiple of 8 (no tail).
-func (g *gen) gemm512(m int) {
+func (g *gen) gemm512(m int, f wFormat) {
 	const pairs = 2
-	name := fmt.Sprintf("gemm%dx4z", m)
+	name := fmt.Sprintf("gemm%dx4z%s", m, f.suffix)
 	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
 	wRegs := []string{"R12", "R13", "R14", "DX"}
 	acc := func(i, q int) int { return i*pairs + q }
@@ -700,7 +702,7 @@ func (g *gen) gemm512(m int) {
 	}
 	g.p("\tMOVQ w+32(FP), %s", wRegs[0])
 	g.p("\tMOVQ ldw+40(FP), BX")
-	g.p("\tSHLQ $2, BX")
+	g.p("\tIMULQ $%d, BX", f.size)
 	for j := 1; j < 4; j++ {
 		g.p("\tLEAQ (%s)(BX*1), %s", wRegs[j-1], wRegs[j])
 	}
@@ -716,8 +718,15 @@ func (g *gen) gemm512(m int) {
 	}
 	step := func(disp int) {
 		for q := 0; q < pairs; q++ {
-			g.p("\tVMOVUPS %d(%s)(AX*4), %s", 4*disp, wRegs[2*q], y(wZ[q]))
-			g.p("\tVINSERTF32X8 $1, %d(%s)(AX*4), %s, %s", 4*disp, wRegs[2*q+1], z(wZ[q]), z(wZ[q]))
+			mem := func(r string) string { return fmt.Sprintf("%d(%s)(AX*%d)", f.size*disp, r, f.size) }
+			if f.widen == nil {
+				g.p("\tVMOVUPS %s, %s", mem(wRegs[2*q]), y(wZ[q]))
+				g.p("\tVINSERTF32X8 $1, %s, %s, %s", mem(wRegs[2*q+1]), z(wZ[q]), z(wZ[q]))
+				continue
+			}
+			f.widen(g, mem(wRegs[2*q]), y(wZ[q]))
+			f.widen(g, mem(wRegs[2*q+1]), y(28+q))
+			g.p("\tVINSERTF32X8 $1, %s, %s, %s", y(28+q), z(wZ[q]), z(wZ[q]))
 		}
 		for i := 0; i < m; i++ {
 			g.p("\tVBROADCASTF32X8 %d(%s)(AX*4), %s", 4*disp, aRegs[i], z(za+i%2))
