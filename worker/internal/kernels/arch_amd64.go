@@ -143,6 +143,12 @@ func addAVX2(dst *float32, a *float32, b *float32, n int)
 //go:noescape
 func mulScaleAVX2(out *float32, x *float32, w *float32, s float32, n int)
 
+//go:noescape
+func softmaxExpAVX2(x *float32, n int, mx float32) int
+
+//go:noescape
+func siluMulAVX2(gate *float32, up *float32, n int) int
+
 func fmaPeakAVX2(iters int)
 
 //go:noescape
@@ -297,6 +303,37 @@ func q8Rows(c []float32, a, w []byte, rowBytes int) {
 	if left := len(c) - 4*full; left > 0 {
 		q8dot1x1(&c[4*full], &a[0], &w[4*full*rowBytes], rowBytes, blocks, left)
 	}
+}
+
+// softmaxExp sets x[i] = float32(exp(float64(x[i] - mx))), 4 at a time
+// in assembly where every lane allows it (the same operations as exp),
+// else with the scalar code.
+func softmaxExp(x []float32, mx float32) {
+	i := 0
+	for useAsm && len(x)-i >= 4 {
+		i += softmaxExpAVX2(&x[i], len(x)-i, mx)
+		if len(x)-i < 4 {
+			break
+		}
+		softmaxExpGo(x[i:i+4], mx)
+		i += 4
+	}
+	softmaxExpGo(x[i:], mx)
+}
+
+// siluMul is SiLUMul's loop, 4 elements at a time in assembly where every
+// lane allows it, else with the scalar code.
+func siluMul(gate, up []float32) {
+	i := 0
+	for useAsm && len(gate)-i >= 4 {
+		i += siluMulAVX2(&gate[i], &up[i], len(gate)-i)
+		if len(gate)-i < 4 {
+			break
+		}
+		siluMulGo(gate[i:i+4], up[i:i+4])
+		i += 4
+	}
+	siluMulGo(gate[i:], up[i:])
 }
 
 func fmaPeakLoop(iters int) (flops float64) {

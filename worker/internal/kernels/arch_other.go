@@ -19,5 +19,7 @@ func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n
 	matMul16Go(c, ldc, a, w, f, ldw, m, n, k)
 }
 func q8Rows(c []float32, a, w []byte, rowBytes int) { q8RowsGo(c, a, w, rowBytes) }
+func softmaxExp(x []float32, mx float32)            { softmaxExpGo(x, mx) }
+func siluMul(gate, up []float32)                    { siluMulGo(gate, up) }
 func fmaPeakLoop(iters int) float64                 { return fmaPeakGo(iters) }
 func streamRead(p []byte) uint64                    { return streamReadGo(p) }

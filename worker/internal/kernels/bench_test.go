@@ -385,3 +385,33 @@ func BenchmarkPrefill512(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkVectorExp interleaves Softmax and SiLUMul on the vector and the
+// scalar exponential: "x-scalar" is the speed-up (same results).
+func BenchmarkVectorExp(b *testing.B) {
+	r := rand.New(rand.NewPCG(10, 10))
+	const n = 2048
+	x, up := randVec(r, n, false), randVec(r, n, false)
+	buf := make([]float32, n)
+	for _, k := range []struct {
+		name string
+		run  func()
+	}{
+		{"Softmax", func() { copy(buf, x); Softmax(buf) }},
+		{"SiLUMul", func() { copy(buf, x); SiLUMul(buf, up) }},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			var tv, ts minTime
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				k.run()
+				t1 := time.Now()
+				withPureGo(k.run)
+				tv.add(t1.Sub(t0))
+				ts.add(time.Since(t1))
+			}
+			b.ReportMetric(ts.Seconds()/tv.Seconds(), "x-scalar")
+			b.ReportMetric(tv.Seconds()/n*1e9, "ns/elem")
+		})
+	}
+}

@@ -46,7 +46,11 @@
 // (Axpy: fma(alpha, x[i], y[i]); Scale: x[i]*s; Add: a[i]+b[i]). RMSNorm,
 // SiLUMul and Softmax document their exact operation order on the function.
 // The exponential they use is this package's own float64 routine built from
-// +, -, *, / only, so it does not depend on the platform's math.Exp.
+// +, -, *, / only, so it does not depend on the platform's math.Exp. The
+// assembly evaluates it 4 lanes at a time with the very same float64
+// operations (a fixed degree-13 polynomial, no FMA), so its results are
+// the scalar routine's bit for bit; lanes it cannot take (NaN, arguments
+// above 700) go through the scalar code.
 //
 // Parallel kernels (Pool) split work by output element, never inside one
 // reduction, so each element is computed by the same sequence of operations

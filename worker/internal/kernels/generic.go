@@ -112,3 +112,21 @@ func q8RowsGo(c []float32, a, w []byte, rowBytes int) {
 		c[j] = q8DotGo(a[:rowBytes], w[j*rowBytes:(j+1)*rowBytes])
 	}
 }
+
+// softmaxExpGo sets x[i] = float32(exp(float64(x[i] - mx))).
+func softmaxExpGo(x []float32, mx float32) {
+	for i, v := range x {
+		x[i] = float32(exp(float64(v - mx)))
+	}
+}
+
+// siluMulGo sets gate[i] = float32(d / (1 + exp(-d))) * up[i] with
+// d = float64(gate[i]).
+func siluMulGo(gate, up []float32) {
+	up = up[:len(gate)]
+	for i, g := range gate {
+		d := float64(g)
+		s := float32(d / (1 + exp(-d)))
+		gate[i] = s * up[i]
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"os"
 )
 
@@ -75,6 +76,8 @@ func main() {
 		}
 	}
 	g.q8()
+	g.expTables()
+	g.expKernels()
 	g.axpy()
 	g.axpyRows()
 	g.scale()
@@ -786,4 +789,146 @@ func (g *gen) reduceEVEX(r, t int) {
 	g.p("\tVADDPS %s, %s, %s", x(t), x(r), x(r))
 	g.p("\tVMOVSHDUP %s, %s", x(r), x(t))
 	g.p("\tVADDSS %s, %s, %s", x(t), x(r), x(r))
+}
+
+// expCoeffs are exp.go's Horner coefficients, highest degree first (1/13!
+// down to 1): the vector exponential must use the very same float64s.
+var expCoeffs = []float64{
+	1.0 / 6227020800, 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
+	1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1,
+}
+
+// expConsts are the other constants of the vector exponential, in order:
+// log2e, 0.5, ln2Hi, ln2Lo (as exp.go), the input bounds ±700 within
+// which every step stays in the float64 normal range, and 1.
+var expConsts = []float64{1.4426950408889634, 0.5, 6.93147180369123816490e-01, 1.90821492927058770002e-10, 700, -700, 1}
+
+// expTables writes expC (the coefficients) and expK (the constants), each
+// value repeated in 4 float64 lanes.
+func (g *gen) expTables() {
+	for name, vals := range map[string][]float64{"expC": expCoeffs, "expK": expConsts} {
+		for i, v := range vals {
+			for l := 0; l < 4; l++ {
+				g.p("DATA ·%s+%d(SB)/8, $%#016x", name, 32*i+8*l, math.Float64bits(v))
+			}
+		}
+		g.p("GLOBL ·%s(SB), RODATA|NOPTR, $%d", name, 32*len(vals))
+	}
+	g.p("")
+}
+
+// expVec computes, in Y3, exp of the 4 float64 lanes of Y0 exactly as
+// exp.go's scalar exp does (same operations, same roundings; the scaling
+// by 2^k is exact because every lane is within ±700, so the result is a
+// normal float64), except that lanes below -700 give +0 instead of a
+// tiny value. Y0 must hold no lane above 700 or NaN (the caller checks).
+// Uses Y1, Y2, Y4, Y5; Y8..Y13 hold expK's first six constants.
+func (g *gen) expVec() {
+	g.p("\tVCMPPD $1, Y13, Y0, Y5") // Y5 = x < -700
+	g.p("\tVMAXPD Y13, Y0, Y0")
+	g.p("\tVMULPD Y8, Y0, Y1")
+	g.p("\tVADDPD Y9, Y1, Y1")
+	g.p("\tVROUNDPD $1, Y1, Y1") // k = floor(x*log2e + 0.5)
+	g.p("\tVMULPD Y10, Y1, Y4")
+	g.p("\tVSUBPD Y4, Y0, Y2")
+	g.p("\tVMULPD Y11, Y1, Y4")
+	g.p("\tVSUBPD Y4, Y2, Y2") // r
+	g.p("\tVMOVUPD ·expC+0(SB), Y3")
+	for i := 1; i < len(expCoeffs); i++ {
+		g.p("\tVMULPD Y2, Y3, Y3")
+		g.p("\tVADDPD ·expC+%d(SB), Y3, Y3", 32*i)
+	}
+	g.p("\tVCVTPD2DQY Y1, X1")
+	g.p("\tVPMOVSXDQ X1, Y1")
+	g.p("\tVPADDQ ·expBias(SB), Y1, Y1")
+	g.p("\tVPSLLQ $52, Y1, Y1") // 2^k
+	g.p("\tVMULPD Y1, Y3, Y3")
+	g.p("\tVANDNPD Y3, Y5, Y3") // lanes below -700: +0
+}
+
+// expKernels emits softmaxExpAVX2 and siluMulAVX2, which run 4 elements
+// at a time and return how many they did: they stop before the first
+// group with a lane the vector exponential cannot take (NaN, or above
+// 700), which the Go side computes with the scalar code.
+//
+//	softmaxExpAVX2(x *float32, n int, mx float32) int:
+//	    x[i] = float32(exp(float64(x[i] - mx)))
+//	siluMulAVX2(gate, up *float32, n int) int:
+//	    gate[i] = float32(d / (1 + exp(-d))) * up[i], d = float64(gate[i])
+func (g *gen) expKernels() {
+	g.p("DATA ·expBias+0(SB)/8, $1023")
+	g.p("DATA ·expBias+8(SB)/8, $1023")
+	g.p("DATA ·expBias+16(SB)/8, $1023")
+	g.p("DATA ·expBias+24(SB)/8, $1023")
+	g.p("GLOBL ·expBias(SB), RODATA|NOPTR, $32")
+	g.p("")
+	loadK := func() {
+		for i := 0; i < 6; i++ {
+			g.p("\tVMOVUPD ·expK+%d(SB), %s", 32*i, y(8+i))
+		}
+	}
+	// check jumps to label when a lane of Y0 is NaN or above 700.
+	check := func(label string) {
+		g.p("\tVCMPPD $0x12, Y12, Y0, Y4") // x <= 700, false for NaN
+		g.p("\tVMOVMSKPD Y4, DX")
+		g.p("\tCMPQ DX, $15")
+		g.p("\tJNE %s", label)
+	}
+
+	g.p("// func softmaxExpAVX2(x *float32, n int, mx float32) int")
+	g.p("TEXT ·softmaxExpAVX2(SB), NOSPLIT, $0-32")
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	g.p("\tVBROADCASTSS mx+16(FP), X14")
+	loadK()
+	g.p("\tXORQ AX, AX")
+	g.p("\tSHRQ $2, CX")
+	g.p("\tJZ sme_done")
+	g.p("sme_loop:")
+	g.p("\tVMOVUPS (SI)(AX*4), X0")
+	g.p("\tVSUBPS X14, X0, X0")
+	g.p("\tVCVTPS2PD X0, Y0")
+	check("sme_done")
+	g.expVec()
+	g.p("\tVCVTPD2PSY Y3, X3")
+	g.p("\tVMOVUPS X3, (SI)(AX*4)")
+	g.p("\tADDQ $4, AX")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ sme_loop")
+	g.p("sme_done:")
+	g.p("\tMOVQ AX, ret+24(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+
+	g.p("// func siluMulAVX2(gate *float32, up *float32, n int) int")
+	g.p("TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32")
+	g.p("\tMOVQ gate+0(FP), SI")
+	g.p("\tMOVQ up+8(FP), DI")
+	g.p("\tMOVQ n+16(FP), CX")
+	loadK()
+	g.p("\tVMOVUPD ·expK+%d(SB), Y15", 32*6) // 1
+	g.p("\tXORQ AX, AX")
+	g.p("\tSHRQ $2, CX")
+	g.p("\tJZ silu_done")
+	g.p("silu_loop:")
+	g.p("\tVMOVUPS (SI)(AX*4), X6")
+	g.p("\tVCVTPS2PD X6, Y6") // d
+	g.p("\tVXORPD Y0, Y0, Y0")
+	g.p("\tVSUBPD Y6, Y0, Y0") // 0 - d: -d exactly, except 0 - (+0) = +0
+	check("silu_done")
+	g.expVec()
+	g.p("\tVADDPD Y15, Y3, Y3") // 1 + e
+	g.p("\tVDIVPD Y3, Y6, Y3")  // d / (1 + e)
+	g.p("\tVCVTPD2PSY Y3, X3")
+	g.p("\tVMULPS (DI)(AX*4), X3, X3")
+	g.p("\tVMOVUPS X3, (SI)(AX*4)")
+	g.p("\tADDQ $4, AX")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ silu_loop")
+	g.p("silu_done:")
+	g.p("\tMOVQ AX, ret+24(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
 }
