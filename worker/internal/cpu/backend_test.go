@@ -106,13 +106,6 @@ func randWeights(s Spec, seed uint64) Weights {
 // biases (added to the projections) and Qwen3's q/k norms (an RMSNorm of
 // every head before RoPE) when the spec has them.
 func reference(s Spec, w Weights, tokens []int32) [][]float64 {
-	dense := func(m *kernels.Matrix) []float32 {
-		d := make([]float32, m.Rows()*m.Cols())
-		for i := range m.Rows() {
-			m.Row(i, d[i*m.Cols():(i+1)*m.Cols()])
-		}
-		return d
-	}
 	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
 	qDim, kvDim := s.Heads*hd, s.KVDim()
 	matmul := func(x [][]float64, wm *kernels.Matrix, out, in int) [][]float64 {

@@ -68,29 +68,54 @@ func TestTinyPresetMatchesFloat64Reference(t *testing.T) {
 	}
 }
 
-// widened returns w with every matrix widened to float32 (exact for F16
-// and BF16), the layout the backend used before it kept 16-bit weights.
-func widened(w Weights) Weights {
-	wide := func(m *kernels.Matrix) *kernels.Matrix {
-		d := make([]float32, m.Rows()*m.Cols())
-		for i := range m.Rows() {
-			m.Row(i, d[i*m.Cols():(i+1)*m.Cols()])
-		}
-		return kernels.NewF32(m.Rows(), m.Cols(), d)
-	}
+// mapMatrices returns w with fn applied to every matrix (a tied LM head
+// stays tied).
+func mapMatrices(w Weights, fn func(*kernels.Matrix) *kernels.Matrix) Weights {
 	out := w
-	out.Embed = wide(w.Embed)
+	out.Embed = fn(w.Embed)
 	out.LMHead = out.Embed
 	if w.LMHead != w.Embed {
-		out.LMHead = wide(w.LMHead)
+		out.LMHead = fn(w.LMHead)
 	}
 	out.Layers = nil
 	for _, l := range w.Layers {
-		l.Wq, l.Wk, l.Wv, l.Wo = wide(l.Wq), wide(l.Wk), wide(l.Wv), wide(l.Wo)
-		l.WGate, l.WUp, l.WDown = wide(l.WGate), wide(l.WUp), wide(l.WDown)
+		l.Wq, l.Wk, l.Wv, l.Wo = fn(l.Wq), fn(l.Wk), fn(l.Wv), fn(l.Wo)
+		l.WGate, l.WUp, l.WDown = fn(l.WGate), fn(l.WUp), fn(l.WDown)
 		out.Layers = append(out.Layers, l)
 	}
 	return out
+}
+
+// dense returns m's rows as float32 (exact but for Q8).
+func dense(m *kernels.Matrix) []float32 {
+	d := make([]float32, m.Rows()*m.Cols())
+	for i := range m.Rows() {
+		m.Row(i, d[i*m.Cols():(i+1)*m.Cols()])
+	}
+	return d
+}
+
+// widened returns w with every matrix widened to float32 (exact for F16
+// and BF16), the layout the backend used before it kept 16-bit weights.
+func widened(w Weights) Weights {
+	return mapMatrices(w, func(m *kernels.Matrix) *kernels.Matrix {
+		return kernels.NewF32(m.Rows(), m.Cols(), dense(m))
+	})
+}
+
+// narrowedBF16 returns w with every matrix rounded to bfloat16, as a
+// bfloat16 checkpoint of the same weights would hold them.
+func narrowedBF16(w Weights) Weights {
+	return mapMatrices(w, func(m *kernels.Matrix) *kernels.Matrix {
+		d := dense(m)
+		bits := make([]uint16, len(d))
+		kernels.F32ToBF16(bits, d)
+		raw := make([]byte, 2*len(bits))
+		for i, b := range bits {
+			raw[2*i], raw[2*i+1] = byte(b), byte(b>>8)
+		}
+		return kernels.New16(kernels.BF16, m.Rows(), m.Cols(), raw)
+	})
 }
 
 // TestHalfWeightsEqualWidened: a model whose F16 or BF16 weights stay

@@ -24,16 +24,20 @@ type q8Shape struct {
 	dtype          model.DType
 	prompts, chunk int // prompts of chunk·positions tokens
 	positions      int // scored positions per prompt (one per chunk)
-	config         func() model.Config
+	// baseline also measures the weights rounded to bfloat16 against
+	// float32: how often plain 16-bit rounding alone moves the argmax of
+	// this random-weight model, the yardstick for q8's figure.
+	baseline bool
+	config   func() model.Config
 }
 
 var q8Shapes = map[string]q8Shape{
-	"small": {model.F32, 200, 8, 4, func() model.Config {
+	"small": {model.F32, 200, 8, 4, true, func() model.Config {
 		c, _ := model.PresetConfig(model.PresetSmall)
 		return c
 	}},
 	// The shape of Llama 3.2 1B, random weights in bfloat16.
-	"1b": {model.BF16, 200, 4, 1, func() model.Config {
+	"1b": {model.BF16, 200, 4, 1, false, func() model.Config {
 		c, _ := model.PresetConfig(model.PresetSmall)
 		c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers = 2048, 8192, 16
 		c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim = 32, 8, 64
@@ -71,49 +75,67 @@ func TestQ8Accuracy(t *testing.T) {
 		const pt = 16
 		tokens := sh.chunk * sh.positions
 		pages := (tokens + pt - 1) / pt
-		backend := func(q8 bool) *Backend {
-			w, err := WeightsOf(m, q8)
-			if err != nil {
-				t.Fatal(err)
-			}
+		f32, err := WeightsOf(m, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q8, err := WeightsOf(m, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backend := func(w Weights) *Backend {
 			b, err := New(spec, w, newTestPages(pages, spec.PageBytes(pt)), Options{Threads: 2, MaxBatchTokens: sh.chunk, PageTokens: pt})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return b
 		}
-		ref, q := backend(false), backend(true)
-		r := rand.New(rand.NewPCG(1, 2))
-		agree, n := 0, 0
-		var kl float64
-		for range sh.prompts {
-			prompt := randTokens(r, tokens, spec.Vocab)
-			for start := 0; start < tokens; start += sh.chunk {
-				lf, lq := make([]float32, spec.Vocab), make([]float32, spec.Vocab)
-				for _, run := range []struct {
-					b      *Backend
-					logits []float32
-				}{{ref, lf}, {q, lq}} {
-					c := engine.Chunk{Tokens: prompt[start : start+sh.chunk], Start: start, Pages: pageIDs(0, pages), Logits: run.logits}
-					if err := run.b.Forward(context.Background(), []engine.Chunk{c}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if kernels.ArgMax(lf) == kernels.ArgMax(lq) {
-					agree++
-				}
-				kl += klDivergence(lf, lq)
-				n++
-			}
+		candidates := map[string]Weights{"q8": q8}
+		if sh.baseline {
+			candidates["bf16-rounded"] = narrowedBF16(f32)
+		}
+		ref := backend(f32)
+		for cname, cw := range candidates {
+			b := backend(cw)
+			agree, n, kl := compareBackends(t, ref, b, sh, spec.Vocab, pages)
+			b.Close()
+			msg := fmt.Sprintf("%s vs %s, %s shape (%.0fM parameters): top-1 agreement %d/%d = %.2f%%, mean KL %.3g nats over %d prompts",
+				cname, sh.dtype, name, float64(m.Config.NumParameters())/1e6, agree, n, 100*float64(agree)/float64(n), kl/float64(n), sh.prompts)
+			t.Log(msg)
+			fmt.Println(msg)
 		}
 		ref.Close()
-		q.Close()
 		m.Close()
-		msg := fmt.Sprintf("q8 vs %s, %s shape (%.0fM parameters): top-1 agreement %d/%d = %.2f%%, mean KL %.3g nats over %d prompts",
-			sh.dtype, name, float64(m.Config.NumParameters())/1e6, agree, n, 100*float64(agree)/float64(n), kl/float64(n), sh.prompts)
-		t.Log(msg)
-		fmt.Println(msg)
 	}
+}
+
+// compareBackends runs the same random prompts through ref and b and
+// returns the number of scored positions whose argmax agrees, their
+// count, and the summed KL(p_ref ‖ p_b).
+func compareBackends(t *testing.T, ref, b *Backend, sh q8Shape, vocab, pages int) (agree, n int, kl float64) {
+	r := rand.New(rand.NewPCG(1, 2))
+	tokens := sh.chunk * sh.positions
+	for range sh.prompts {
+		prompt := randTokens(r, tokens, vocab)
+		for start := 0; start < tokens; start += sh.chunk {
+			lf, lq := make([]float32, vocab), make([]float32, vocab)
+			for _, run := range []struct {
+				b      *Backend
+				logits []float32
+			}{{ref, lf}, {b, lq}} {
+				c := engine.Chunk{Tokens: prompt[start : start+sh.chunk], Start: start, Pages: pageIDs(0, pages), Logits: run.logits}
+				if err := run.b.Forward(context.Background(), []engine.Chunk{c}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if kernels.ArgMax(lf) == kernels.ArgMax(lq) {
+				agree++
+			}
+			kl += klDivergence(lf, lq)
+			n++
+		}
+	}
+	return agree, n, kl
 }
 
 // klDivergence returns KL(softmax(p) ‖ softmax(q)) in float64.
