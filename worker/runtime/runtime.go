@@ -111,7 +111,7 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	}
 	budget := opt.KVBytes
 	if budget == 0 {
-		free, err := freeMemoryAfterWeights(opt.Backend, m)
+		free, err := freeMemoryAfterWeights(opt.Backend, m, opt.Quantize)
 		if err != nil {
 			return nil, err
 		}
