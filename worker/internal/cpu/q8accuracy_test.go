@@ -115,7 +115,10 @@ func TestQ8Accuracy(t *testing.T) {
 func compareBackends(t *testing.T, ref, b *Backend, sh q8Shape, vocab, pages int) (agree, n int, kl float64) {
 	r := rand.New(rand.NewPCG(1, 2))
 	tokens := sh.chunk * sh.positions
-	for range sh.prompts {
+	for i := range sh.prompts {
+		if i > 0 && i%50 == 0 { // progress, for runs on a loaded machine
+			fmt.Printf("  after %d prompts: top-1 agreement %d/%d, mean KL %.3g\n", i, agree, n, kl/float64(n))
+		}
 		prompt := randTokens(r, tokens, vocab)
 		for start := 0; start < tokens; start += sh.chunk {
 			lf, lq := make([]float32, vocab), make([]float32, vocab)
