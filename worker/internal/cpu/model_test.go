@@ -150,6 +150,9 @@ func TestHalfWeightsEqualWidened(t *testing.T) {
 			defer b.Close()
 			return runPrompt(t, b, tokens, pageIDs(0, 3), 1)
 		}
+		if got, f32 := w.StreamedBytes(), widened(w).StreamedBytes(); 2*got != f32 {
+			t.Errorf("%s: decode streams %d bytes, want half of f32's %d", dt, got, f32)
+		}
 		half, wide := run(w), run(widened(w))
 		for pos := range half {
 			for j := range half[pos] {
