@@ -150,10 +150,11 @@ func TestHalfWeightsEqualWidened(t *testing.T) {
 			defer b.Close()
 			return runPrompt(t, b, tokens, pageIDs(0, 3), 1)
 		}
-		if got, f32 := w.StreamedBytes(), widened(w).StreamedBytes(); 2*got != f32 {
+		wide32 := widened(w)
+		if got, f32 := w.StreamedBytes(), wide32.StreamedBytes(); 2*got != f32 {
 			t.Errorf("%s: decode streams %d bytes, want half of f32's %d", dt, got, f32)
 		}
-		half, wide := run(w), run(widened(w))
+		half, wide := run(w), run(wide32)
 		for pos := range half {
 			for j := range half[pos] {
 				if math.Float32bits(half[pos][j]) != math.Float32bits(wide[pos][j]) {
