@@ -104,7 +104,7 @@ func TestPublishedFamiliesMatchFloat64Reference(t *testing.T) {
 			if tc.window > 0 && spec.MaxPositions != tc.window {
 				t.Fatalf("context %d, want the sliding window %d", spec.MaxPositions, tc.window)
 			}
-			w, err := WeightsOf(m, false)
+			w, err := WeightsOf(m)
 			if err != nil {
 				t.Fatal(err)
 			}

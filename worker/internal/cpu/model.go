@@ -29,11 +29,15 @@ func SpecFor(c *model.Config) Spec {
 	}
 }
 
-// FromModel builds a backend over a loaded model (see WeightsOf).
+// FromModel builds a backend over a loaded model (see WeightsOf), with
+// Q8 weights when opt.Quantize (see QuantizeQ8).
 func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
-	w, err := WeightsOf(m, opt.Quantize)
+	w, err := WeightsOf(m)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Quantize {
+		w = QuantizeQ8(w)
 	}
 	return New(SpecFor(&m.Config), w, pages, opt)
 }
@@ -41,11 +45,8 @@ func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
 // WeightsOf returns a model's tensors in the backend's layout. Matrices
 // keep the file's element type in memory: F32 tensors are used in place
 // (memory-mapped), F16 and BF16 ones are copied as they are and widened
-// inside the kernels. With q8 set, the projections and the LM head are
-// quantized to Q8 (the embedding rows stay in the file's type; a tied LM
-// head becomes a Q8 copy; a matrix whose rows are not whole 32-weight
-// blocks keeps the file's type). Norms and biases become float32.
-func WeightsOf(m *model.Model, q8 bool) (Weights, error) {
+// inside the kernels. Norms and biases become float32.
+func WeightsOf(m *model.Model) (Weights, error) {
 	mw := m.Weights()
 	var errs []error
 	f32 := func(t *model.Tensor) []float32 {
@@ -72,30 +73,16 @@ func WeightsOf(m *model.Model, q8 bool) (Weights, error) {
 		}
 		return kernels.NewF32(rows, cols, f32(t))
 	}
-	lin := func(t *model.Tensor) *kernels.Matrix {
-		w := mat(t)
-		if !q8 || w == nil || w.Cols()%kernels.Q8Block != 0 {
-			return w
-		}
-		q, err := w.QuantizeQ8()
-		if err != nil { // unreachable: the shape was checked
-			errs = append(errs, fmt.Errorf("cpu: tensor %s: %w", t.Name, err))
-		}
-		return q
-	}
 	w := Weights{Embed: mat(mw.Embed), Norm: f32(mw.Norm)}
-	switch {
-	case mw.LMHead != mw.Embed:
-		w.LMHead = lin(mw.LMHead)
-	case q8:
-		w.LMHead = lin(mw.Embed)
-	default:
+	if mw.LMHead == mw.Embed {
 		w.LMHead = w.Embed
+	} else {
+		w.LMHead = mat(mw.LMHead)
 	}
 	for _, l := range mw.Layers {
 		w.Layers = append(w.Layers, LayerWeights{
-			AttnNorm: f32(l.InputNorm), Wq: lin(l.Q), Wk: lin(l.K), Wv: lin(l.V), Wo: lin(l.O),
-			MLPNorm: f32(l.PostAttentionNorm), WGate: lin(l.Gate), WUp: lin(l.Up), WDown: lin(l.Down),
+			AttnNorm: f32(l.InputNorm), Wq: mat(l.Q), Wk: mat(l.K), Wv: mat(l.V), Wo: mat(l.O),
+			MLPNorm: f32(l.PostAttentionNorm), WGate: mat(l.Gate), WUp: mat(l.Up), WDown: mat(l.Down),
 			Bq: f32(l.QBias), Bk: f32(l.KBias), Bv: f32(l.VBias), QNorm: f32(l.QNorm), KNorm: f32(l.KNorm),
 		})
 	}
@@ -103,4 +90,30 @@ func WeightsOf(m *model.Model, q8 bool) (Weights, error) {
 		return Weights{}, err
 	}
 	return w, nil
+}
+
+// QuantizeQ8 returns w with the projections and the LM head quantized to
+// Q8 (kernels.Matrix.QuantizeQ8). The embedding rows stay in their
+// format, so a tied LM head becomes a Q8 copy; a matrix whose rows are
+// not whole 32-weight blocks keeps its format.
+func QuantizeQ8(w Weights) Weights {
+	q := func(m *kernels.Matrix) *kernels.Matrix {
+		if m.Cols()%kernels.Q8Block != 0 {
+			return m
+		}
+		r, err := m.QuantizeQ8()
+		if err != nil { // unreachable: the shape was checked
+			panic(err)
+		}
+		return r
+	}
+	out := w
+	out.LMHead = q(w.LMHead)
+	out.Layers = make([]LayerWeights, len(w.Layers))
+	for i, l := range w.Layers {
+		l.Wq, l.Wk, l.Wv, l.Wo = q(l.Wq), q(l.Wk), q(l.Wv), q(l.Wo)
+		l.WGate, l.WUp, l.WDown = q(l.WGate), q(l.WUp), q(l.WDown)
+		out.Layers[i] = l
+	}
+	return out
 }

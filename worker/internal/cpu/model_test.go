@@ -28,7 +28,7 @@ func TestTinyPresetMatchesFloat64Reference(t *testing.T) {
 	}
 	ref32 := load(model.F32)
 	spec := SpecFor(&ref32.Config)
-	w32, err := WeightsOf(ref32, false)
+	w32, err := WeightsOf(ref32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestHalfWeightsEqualWidened(t *testing.T) {
 		}
 		defer m.Close()
 		spec := SpecFor(&m.Config)
-		w, err := WeightsOf(m, false)
+		w, err := WeightsOf(m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,10 +162,7 @@ func TestHalfWeightsEqualWidened(t *testing.T) {
 				}
 			}
 		}
-		wq, err := WeightsOf(m, true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		wq := QuantizeQ8(w)
 		if wq.Format() != kernels.Q8 || wq.LMHead.Format() != kernels.Q8 || wq.Embed.Format().String() != strings.ToLower(string(dt)) {
 			t.Fatalf("q8 weights: layers %v, lm_head %v, embed %v", wq.Format(), wq.LMHead.Format(), wq.Embed.Format())
 		}

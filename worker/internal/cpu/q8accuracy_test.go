@@ -75,14 +75,11 @@ func TestQ8Accuracy(t *testing.T) {
 		const pt = 16
 		tokens := sh.chunk * sh.positions
 		pages := (tokens + pt - 1) / pt
-		f32, err := WeightsOf(m, false)
+		f32, err := WeightsOf(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		q8, err := WeightsOf(m, true)
-		if err != nil {
-			t.Fatal(err)
-		}
+		q8 := QuantizeQ8(f32)
 		backend := func(w Weights) *Backend {
 			b, err := New(spec, w, newTestPages(pages, spec.PageBytes(pt)), Options{Threads: 2, MaxBatchTokens: sh.chunk, PageTokens: pt})
 			if err != nil {
