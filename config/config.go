@@ -257,6 +257,22 @@ const (
 	BackendCUDA Backend = "cuda"
 )
 
+// WeightFormat is how the cpu backend holds a model's projection
+// weights in memory.
+type WeightFormat string
+
+// Weight formats.
+const (
+	// WeightsFile keeps the file's element type (f32, f16 or bf16); 16-bit
+	// weights are widened inside the kernels, giving the same results as
+	// float32.
+	WeightsFile WeightFormat = "file"
+	// WeightsQ8 quantizes the projections and the LM head at load into
+	// 32-weight int8 blocks with a float32 scale (about 1.1 bytes a
+	// weight); activations are quantized the same way per block.
+	WeightsQ8 WeightFormat = "q8"
+)
+
 // Worker configures a worker process.
 type Worker struct {
 	// ID names the worker in the registry, logs and metrics. Empty means
@@ -273,6 +289,9 @@ type Worker struct {
 	ModelDir string `yaml:"model_dir" warden:"path"`
 	// Backend is cpu (default) or cuda.
 	Backend Backend `yaml:"backend"`
+	// Weights is file (default: the file's element type) or q8 (cpu
+	// backend only).
+	Weights WeightFormat `yaml:"weights"`
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int `yaml:"threads"`
 	// Listen is the host:port of the worker's gRPC control server

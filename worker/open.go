@@ -105,6 +105,7 @@ func (w *Worker) openRuntime() error {
 		ModelDir:        wc.ModelDir,
 		Backend:         string(wc.Backend),
 		Threads:         wc.Threads,
+		Quantize:        wc.Weights == config.WeightsQ8,
 		PageTokens:      wc.KV.PageTokens,
 		KVBytes:         int64(wc.KV.MemoryBytes),
 		KVFraction:      wc.KV.MemoryFraction,

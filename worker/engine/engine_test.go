@@ -55,6 +55,8 @@ type rig struct {
 
 type rigOptions struct {
 	threads, chunk, maxBatch, pages int
+	// q8 quantizes the weights (cpu.Options.Quantize).
+	q8 bool
 	// wrap, if set, wraps the cpu backend the engine drives.
 	wrap func(engine.Backend) engine.Backend
 	// model is the model to run (default the tiny preset).
@@ -76,7 +78,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := cpu.FromModel(m, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens})
+	be, err := cpu.FromModel(m, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens, Quantize: o.q8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,20 @@ func prompt(seed uint64, n, vocab int) []int32 {
 func greedy(n int) engine.Sampling { return engine.Sampling{MaxTokens: n, IgnoreEOS: true} }
 
 func TestGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
-	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
+	checkGreedyInvariance(t, false)
+}
+
+// TestQ8GreedyTokensIndependentOfBatchChunkAndThreads is the same
+// contract with Q8 weights (and activations quantized per block).
+func TestQ8GreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
+	checkGreedyInvariance(t, true)
+}
+
+// checkGreedyInvariance checks that a sequence's greedy tokens are those
+// of the single-sequence, single-thread run whatever its neighbours, the
+// prefill chunk and the thread count.
+func checkGreedyInvariance(t *testing.T, q8 bool) {
+	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1, q8: q8})
 	vocab := ref.m.Config.VocabSize
 	p := prompt(1, 45, vocab)
 	want := ref.run(t, owner("ref"), p, greedy(24))
@@ -187,6 +202,7 @@ func TestGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
 		{threads: 3, chunk: 1, maxBatch: 8},
 		{threads: 4, chunk: 64, maxBatch: 8},
 	} {
+		o.q8 = q8
 		t.Run(fmt.Sprintf("threads%d-chunk%d", o.threads, o.chunk), func(t *testing.T) {
 			r := newRig(t, o)
 			// Seven neighbours of different lengths join before and after.

@@ -22,7 +22,7 @@ func runBenchPrefix(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *dir == "" {
-		d, err := cachedPreset(e, model.PresetSmall)
+		d, err := cachedPreset(e, model.PresetSmall, model.F32)
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,8 @@ var workerFlags = []workerFlag{
 			c.Worker.KV.MemoryBytes, err = config.ParseByteSize(v)
 			return err
 		}},
+	{"quantize", "q8 quantizes the weights at load; file keeps the file's type (worker.weights)",
+		func(c *config.Config, v string) error { c.Worker.Weights = config.WeightFormat(v); return nil }},
 	{"id", "worker ID in the registry, logs and metrics (worker.id)",
 		func(c *config.Config, v string) error { c.Worker.ID = v; return nil }},
 }
