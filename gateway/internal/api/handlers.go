@@ -126,18 +126,18 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			s.stream(w, r, rc, gen, sh, req.IncludeUsage)
 			return
 		}
-		text, finish, usage, ok := s.collect(w, r, gen)
+		res, ok := s.collect(w, r, gen)
 		if !ok {
 			return
 		}
 		s.setDeadline(rc)
-		writeJSON(w, http.StatusOK, sh.response(text, finish, usage))
+		writeJSON(w, http.StatusOK, sh.response(res))
 	}
 }
 
-// collect waits for the whole generation: its text, finish reason and
-// usage. On failure it answers the error itself.
-func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (string, string, Usage, bool) {
+// collect waits for the whole generation: its text, tool calls, finish
+// reason and usage. On failure it answers the error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (result, bool) {
 	var (
 		t    tracker
 		text strings.Builder
@@ -146,10 +146,10 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation)
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
 			s.fail(w, r, err)
-			return "", "", Usage{}, false
+			return result{}, false
 		}
 		if done {
-			return text.String(), t.finish, *t.usage, true
+			return result{text: text.String(), calls: t.calls, finish: t.finish, usage: *t.usage}, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		text.WriteString(ev.TextDelta)
