@@ -148,12 +148,9 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emit(ctx, api.Event{TextDelta: delta, FinishReason: "stop", Usage: d.usage()})
+			return true, d.emitLast(ctx, delta, "stop")
 		}
-		if delta == "" {
-			return false, nil
-		}
-		return false, d.emit(ctx, api.Event{TextDelta: delta})
+		return false, d.emitText(ctx, delta)
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
@@ -174,9 +171,39 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if stopped {
 			d.stopped, reason = true, "stop"
 		}
-		return true, d.emit(ctx, api.Event{TextDelta: rest, FinishReason: reason, Usage: d.usage()})
+		return true, d.emitLast(ctx, rest, reason)
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
+}
+
+// emitText hands output text to the HTTP layer, through the tool-call
+// parser when the request has tools.
+func (d *driver) emitText(ctx context.Context, text string) error {
+	ev := api.Event{TextDelta: text}
+	if d.tools != nil {
+		ev = toolEvent(d.tools.Add(text))
+	}
+	if ev.TextDelta == "" && len(ev.ToolCalls) == 0 {
+		return nil
+	}
+	return d.emit(ctx, ev)
+}
+
+// emitLast hands the last text and the finish: "tool_calls" instead of
+// "stop" when the output made tool calls.
+func (d *driver) emitLast(ctx context.Context, text, reason string) error {
+	ev := api.Event{TextDelta: text}
+	if d.tools != nil {
+		if err := d.emitText(ctx, text); err != nil {
+			return err
+		}
+		ev = toolEvent(d.tools.End())
+		if reason == "stop" && d.tools.Calls() > 0 {
+			reason = "tool_calls"
+		}
+	}
+	ev.FinishReason, ev.Usage = reason, d.usage()
+	return d.emit(ctx, ev)
 }
 
 // usage is what the request has consumed so far (I7): the prompt tokens

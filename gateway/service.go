@@ -218,6 +218,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		maxTokens:   dec.MaxTokens,
 		sampling:    sampling(req, dec.MaxTokens),
 		stops:       req.Stop,
+		tools:       mt.toolParser(req),
 		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
