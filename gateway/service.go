@@ -228,7 +228,8 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 // sampling converts the request's parameters: OpenAI's defaults
 // (temperature 1, top_p 1), and a random seed when none is given.
 func sampling(req *api.GenerateRequest, maxTokens int64) *controlpb.SamplingParams {
-	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1))}
+	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1)),
+		Constraint: req.Constraint}
 	if req.Temperature != nil {
 		sp.Temperature = float32(*req.Temperature)
 	}

@@ -106,6 +106,9 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	if err != nil {
 		return err
 	}
+	if sp.Constraint, err = w.constraintFor(req.GetSampling()); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(requestContext(srv.Context(), owner))
 	defer cancel(nil)
 

@@ -43,6 +43,9 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	if err != nil {
 		return nil, err
 	}
+	if sp.Constraint, err = w.constraintFor(req.GetSampling()); err != nil {
+		return nil, err
+	}
 	t, err := ticketFrom(req.GetTicket())
 	if err != nil {
 		return nil, err

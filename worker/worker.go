@@ -60,6 +60,8 @@ type Worker struct {
 	// hooks are test seams; nil in production.
 	hooks hooks
 
+	constraints constraints // structured outputs (constrain.go)
+
 	mu         sync.Mutex
 	closing    bool
 	reqs       map[reqKey]*entry

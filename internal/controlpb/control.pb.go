@@ -750,8 +750,12 @@ type SamplingParams struct {
 	Seed        uint64                 `protobuf:"varint,4,opt,name=seed,proto3" json:"seed,omitempty"`
 	MaxTokens   int32                  `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// stop_token_ids end generation (EOS ids are added by the worker).
-	StopTokenIds  []int32 `protobuf:"varint,6,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
-	IgnoreEos     bool    `protobuf:"varint,7,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	StopTokenIds []int32 `protobuf:"varint,6,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	IgnoreEos    bool    `protobuf:"varint,7,opt,name=ignore_eos,json=ignoreEos,proto3" json:"ignore_eos,omitempty"`
+	// constraint, when set, is a structured-output constraint (the JSON of
+	// internal/constrain.Spec): only tokens that keep the output a valid
+	// prefix are sampled, EOS only once it is complete.
+	Constraint    string `protobuf:"bytes,30,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -833,6 +837,13 @@ func (x *SamplingParams) GetIgnoreEos() bool {
 		return x.IgnoreEos
 	}
 	return false
+}
+
+func (x *SamplingParams) GetConstraint() string {
+	if x != nil {
+		return x.Constraint
+	}
+	return ""
 }
 
 // Ticket authorises one transfer of one request's KV into reserved pages.
@@ -2003,7 +2014,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xd4\x01\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xf4\x01\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -2013,7 +2024,10 @@ const file_control_proto_rawDesc = "" +
 	"max_tokens\x18\x05 \x01(\x05R\tmaxTokens\x12$\n" +
 	"\x0estop_token_ids\x18\x06 \x03(\x05R\fstopTokenIds\x12\x1d\n" +
 	"\n" +
-	"ignore_eos\x18\a \x01(\bR\tignoreEos\"\x88\x03\n" +
+	"ignore_eos\x18\a \x01(\bR\tignoreEos\x12\x1e\n" +
+	"\n" +
+	"constraint\x18\x1e \x01(\tR\n" +
+	"constraint\"\x88\x03\n" +
 	"\x06Ticket\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12.\n" +

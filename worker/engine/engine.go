@@ -119,6 +119,8 @@ type sequence struct {
 	next      [1]int32 // decode input token (an array, so a step allocates nothing)
 	first     int32
 	prompt    int // prompt positions in the cache, for usage
+	// constraint is the sequence's own structured-output state, if any.
+	constraint Constraint
 
 	// The prefix cache (prefix.go): the chain tags of the prompt's full
 	// pages, how many leading pages are shared sealed pages, and how many
@@ -166,6 +168,9 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	}
 	st := newStream()
 	s := &sequence{req: req, ctx: ctx, stream: st, first: -1}
+	if req.Sampling.Constraint != nil {
+		s.constraint = req.Sampling.Constraint()
+	}
 	if req.Prefilled {
 		s.pos = len(req.Prompt)
 		s.prompt = len(req.Prompt)
@@ -436,6 +441,7 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	if c.Logits == nil {
 		return
 	}
+	s.constrain(c.Logits)
 	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
 	e.emit(s, tok)
 }
@@ -444,6 +450,7 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 // the sequence does next.
 func (e *Engine) emit(s *sequence, tok int32) {
 	s.generated++
+	s.constrained(tok)
 	if s.first < 0 {
 		s.first = tok
 	}

@@ -29,6 +29,10 @@ type Sampling struct {
 	StopTokens []int32
 	// IgnoreEOS keeps generating past EOS (benchmarks).
 	IgnoreEOS bool
+	// Constraint, when set, starts the structured-output constraint of
+	// each sequence submitted with these parameters (called once per
+	// sequence, so sequences never share one).
+	Constraint func() Constraint
 }
 
 // ErrInvalidSampling reports sampling parameters outside their domain.

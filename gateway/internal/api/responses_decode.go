@@ -231,7 +231,8 @@ func (d *decoder) responsesOptions() *Error {
 	return d.textOptions()
 }
 
-// textOptions checks text.format (plain text only) and text.verbosity.
+// textOptions reads text.format (text, json_object or json_schema) and
+// checks text.verbosity.
 func (d *decoder) textOptions() *Error {
 	raw := d.f.get("text")
 	if raw == nil {
@@ -246,22 +247,12 @@ func (d *decoder) textOptions() *Error {
 		if e != nil {
 			return e
 		}
-		rawType := format.get("type")
-		if rawType == nil {
-			return missing("text.format.type")
-		}
-		typ, e := decodeString(rawType, "text.format.type")
+		spec, e := formatSpec(format, "text.format", true)
 		if e != nil {
 			return e
 		}
-		switch typ {
-		case "text":
-		case "json_object", "json_schema":
-			return InvalidRequest("text.format.type", CodeUnsupportedValue, fmt.Sprintf(
-				"Unsupported value for 'text.format.type': %q (structured outputs) is not supported by this server yet; use \"text\".", typ))
-		default:
-			return InvalidRequest("text.format.type", CodeInvalidValue,
-				fmt.Sprintf("Invalid value for 'text.format.type': expected \"text\", \"json_object\" or \"json_schema\", got %q.", typ))
+		if e := d.setConstraint(spec, "text.format"); e != nil {
+			return e
 		}
 	}
 	if raw := text.get("verbosity"); raw != nil && !isDefault(raw, "medium") {

@@ -153,6 +153,11 @@ type GenerateRequest struct {
 	// ParallelToolCalls allows several calls in one answer (default true).
 	ParallelToolCalls bool
 
+	// Constraint is the structured-output constraint (response_format,
+	// guided_*, text.format) in its wire form, constrain.Spec.Encode,
+	// already compiled once to check it; "" means none.
+	Constraint string
+
 	// Priority is the scheduling priority asked for, in [0, MaxPriority];
 	// 0 when absent. Higher is served sooner when workers are saturated.
 	// The core must refuse one above the tenant's maximum (I8).

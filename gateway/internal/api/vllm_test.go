@@ -11,8 +11,8 @@ import (
 func TestEngineExtensionsRefused(t *testing.T) {
 	h := newTestHandler(&fakeService{})
 	for _, extra := range []string{
-		`"guided_json":{"type":"object"}`, `"guided_choice":["a","b"]`, `"guided_regex":"a+"`, `"guided_grammar":"root ::= x"`,
-		`"structured_outputs":{"choice":["a"]}`, `"chat_template_kwargs":{"enable_thinking":false}`, `"chat_template":"{{x}}"`,
+		`"guided_grammar":"root ::= x"`, `"guided_whitespace_pattern":" "`,
+		`"chat_template_kwargs":{"enable_thinking":false}`, `"chat_template":"{{x}}"`,
 		`"add_generation_prompt":false`, `"continue_final_message":true`, `"bad_words":["x"]`, `"skip_special_tokens":false`,
 		`"spaces_between_special_tokens":false`, `"include_stop_str_in_output":true`, `"allowed_token_ids":[1]`,
 		`"truncate_prompt_tokens":5`, `"prompt_logprobs":1`, `"use_beam_search":true`, `"length_penalty":2`,

@@ -1,0 +1,325 @@
+package constrain_test
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/warden-ai/warden/internal/constrain"
+	"github.com/warden-ai/warden/internal/tokenizer"
+)
+
+var (
+	vocabOnce sync.Once
+	vocab     *constrain.Vocab
+	vocabTok  *tokenizer.Tokenizer
+	vocabErr  error
+)
+
+// presetVocab is the tiny preset's tokenizer (512 byte-level BPE tokens).
+func presetVocab(t testing.TB) (*constrain.Vocab, *tokenizer.Tokenizer) {
+	t.Helper()
+	vocabOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "warden-constrain-")
+		if err != nil {
+			vocabErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		if _, vocabErr = tokenizer.WritePreset(dir, 512); vocabErr != nil {
+			return
+		}
+		if vocabTok, vocabErr = tokenizer.Load(dir); vocabErr != nil {
+			return
+		}
+		vocab = constrain.TokenizerVocab(vocabTok, vocabTok.VocabSize(), vocabTok.EOS())
+	})
+	if vocabErr != nil {
+		t.Fatal(vocabErr)
+	}
+	return vocab, vocabTok
+}
+
+// generate samples from random logits (a stand-in for a random model) at
+// temperature 1 through the matcher's mask.
+func generate(t testing.TB, g *constrain.Grammar, v *constrain.Vocab, tok *tokenizer.Tokenizer, seed uint64, maxTokens int) (string, bool) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 7))
+	m := g.NewMatcher(v)
+	logits := make([]float32, v.Size())
+	eos := tok.EOS()
+	var out []byte
+	for step := 0; step < maxTokens; step++ {
+		for i := range logits {
+			logits[i] = float32(r.NormFloat64() * 3)
+		}
+		m.Mask(logits, maxTokens-step)
+		id := sampleSoftmax(logits, r.Float64())
+		if id < 0 {
+			t.Fatalf("every logit is masked after %q", out)
+		}
+		for _, e := range eos {
+			if id == e {
+				if !m.Complete() {
+					t.Fatalf("EOS allowed before the output %q is complete", out)
+				}
+				return string(out), true
+			}
+		}
+		b, err := tok.TokenBytes(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+		m.Advance(id)
+	}
+	return string(out), false
+}
+
+func sampleSoftmax(logits []float32, u float64) int32 {
+	mx := math.Inf(-1)
+	for _, l := range logits {
+		mx = max(mx, float64(l))
+	}
+	if math.IsInf(mx, -1) {
+		return -1
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - mx)
+	}
+	target, acc := u*sum, 0.0
+	last := int32(-1)
+	for i, l := range logits {
+		if math.IsInf(float64(l), -1) {
+			continue
+		}
+		acc += math.Exp(float64(l) - mx)
+		last = int32(i)
+		if target < acc {
+			return int32(i)
+		}
+	}
+	return last
+}
+
+// testSchemas are the structured-output test schemas (also used by the
+// engine's model-driven test).
+func testSchemas(t testing.TB) []json.RawMessage {
+	t.Helper()
+	data, err := os.ReadFile("testdata/schemas.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// validator compiles schema with an independent JSON Schema library
+// (formats asserted).
+func validator(t testing.TB, schema json.RawMessage) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	if err := c.AddResource("schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSchemasOutputsValidate(t *testing.T) {
+	v, tok := presetVocab(t)
+	schemas := testSchemas(t)
+	if len(schemas) < 50 {
+		t.Fatalf("only %d schemas", len(schemas))
+	}
+	for i, schema := range schemas {
+		g, err := constrain.Compile(constrain.Spec{JSONSchema: schema})
+		if err != nil {
+			t.Fatalf("schema %d %s: %v", i, schema, err)
+		}
+		val := validator(t, schema)
+		for seed := uint64(0); seed < 8; seed++ {
+			out, ok := generate(t, g, v, tok, seed, 400)
+			if !ok {
+				t.Fatalf("schema %d seed %d: no EOS within 400 tokens: %q", i, seed, out)
+			}
+			inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+			if err != nil {
+				t.Fatalf("schema %d seed %d: output %q does not parse: %v", i, seed, out, err)
+			}
+			if err := val.Validate(inst); err != nil {
+				t.Fatalf("schema %d %s seed %d: output %q does not validate: %v", i, schema, seed, out, err)
+			}
+			if seed == 0 {
+				t.Logf("schema %d: %s", i, out)
+			}
+		}
+	}
+}
+
+func TestBudgetForcesCompletion(t *testing.T) {
+	v, tok := presetVocab(t)
+	schema := json.RawMessage(`{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"string"}}},"required":["a","b"]}`)
+	g, err := constrain.Compile(constrain.Spec{JSONSchema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := validator(t, schema)
+	// The shortest output, {"a":"","b":[]}, is 15 bytes: 16 tokens with
+	// EOS always suffice.
+	for seed := uint64(0); seed < 20; seed++ {
+		out, ok := generate(t, g, v, tok, seed, 16)
+		if !ok {
+			t.Fatalf("seed %d: not complete within 16 tokens: %q", seed, out)
+		}
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := val.Validate(inst); err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+	}
+}
+
+func TestChoiceRegexAndWrapping(t *testing.T) {
+	v, tok := presetVocab(t)
+	cases := []struct {
+		spec  constrain.Spec
+		check *regexp.Regexp
+	}{
+		{constrain.Spec{Choice: []string{"yes", "no", "maybe so", "naïve"}}, regexp.MustCompile(`^(?:yes|no|maybe so|naïve)$`)},
+		{constrain.Spec{Regex: `[0-9]{3}-[a-z]{2,4}`}, regexp.MustCompile(`^[0-9]{3}-[a-z]{2,4}$`)},
+		{constrain.Spec{Regex: `^(?:héllo|wörld)+ \p{Greek}{1,3}$`}, regexp.MustCompile(`^(?:héllo|wörld)+ \p{Greek}{1,3}$`)},
+		{constrain.Spec{Prefix: "<tool_call>\n", JSONSchema: json.RawMessage(`{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"]}},"required":["name","arguments"]}`), Suffix: "\n</tool_call>"},
+			regexp.MustCompile(`^<tool_call>\n\{"name":"f","arguments":\{"x":-?[0-9]+\}\}\n</tool_call>$`)},
+		{constrain.Spec{JSONObject: true}, regexp.MustCompile(`^\{.*\}$`)},
+	}
+	for i, c := range cases {
+		g, err := constrain.Compile(c.spec)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		for seed := uint64(0); seed < 10; seed++ {
+			out, ok := generate(t, g, v, tok, seed, 300)
+			if !ok || !c.check.MatchString(out) {
+				t.Fatalf("case %d seed %d: %q (complete %v)", i, seed, out, ok)
+			}
+			if c.spec.JSONObject && !json.Valid([]byte(out)) {
+				t.Fatalf("json_object output %q is not JSON", out)
+			}
+		}
+	}
+}
+
+func TestUnsupportedKeywordsAreNamed(t *testing.T) {
+	cases := map[string]string{
+		`{"type":"string","pattern":"^a$"}`:                                                   "pattern",
+		`{"type":"object","patternProperties":{"x":{}}}`:                                      "patternProperties",
+		`{"oneOf":[{"type":"string"}]}`:                                                       "oneOf",
+		`{"allOf":[{"type":"string"}]}`:                                                       "allOf",
+		`{"not":{"type":"string"}}`:                                                           "not",
+		`{"type":"number","multipleOf":2}`:                                                    "multipleOf",
+		`{"type":"object","properties":{"a":{"type":"string","format":"email"}}}`:             "format",
+		`{"type":"array","items":[{"type":"string"}]}`:                                        "items",
+		`{"type":"array","uniqueItems":true}`:                                                 "uniqueItems",
+		`{"$defs":{"n":{"anyOf":[{"type":"null"},{"$ref":"#/$defs/n"}]}},"$ref":"#/$defs/n"}`: "$ref",
+		`{"$ref":"https://example.com/s.json"}`:                                               "$ref",
+		`{"type":"number","exclusiveMinimum":0}`:                                              "exclusiveMinimum",
+		`{"type":"number","minimum":0.5}`:                                                     "minimum",
+		`{"type":"object","minProperties":1}`:                                                 "minProperties",
+		`{"type":"string","minLength":5000}`:                                                  "minLength",
+	}
+	for schema, kw := range cases {
+		_, err := constrain.Compile(constrain.Spec{JSONSchema: json.RawMessage(schema)})
+		var ue *constrain.UnsupportedError
+		if !errors.As(err, &ue) || ue.Keyword != kw || !errors.Is(err, constrain.ErrUnsupported) {
+			t.Errorf("%s: got %v, want unsupported %q", schema, err, kw)
+		}
+	}
+	if _, err := constrain.Compile(constrain.Spec{Regex: `a\bb`}); !errors.Is(err, constrain.ErrUnsupported) {
+		t.Errorf(`regex \b: got %v`, err)
+	}
+	for _, bad := range []constrain.Spec{
+		{JSONSchema: json.RawMessage(`{"type":"strng"}`)},
+		{JSONSchema: json.RawMessage(`{"type":`)},
+		{JSONSchema: json.RawMessage(`false`)},
+		{Regex: `(`},
+		{Choice: []string{}},
+		{},
+		{JSONObject: true, Regex: "a"},
+	} {
+		if _, err := constrain.Compile(bad); !errors.Is(err, constrain.ErrInvalid) {
+			t.Errorf("%+v: got %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestSpecWireRoundTrip(t *testing.T) {
+	s := constrain.Spec{JSONSchema: json.RawMessage(`{"type":"integer"}`), Prefix: "a", Suffix: "b"}
+	w, err := s.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := constrain.DecodeSpec(w)
+	if err != nil || back.Hash() != s.Hash() {
+		t.Fatalf("%+v %v", back, err)
+	}
+	c := constrain.NewCache(2)
+	g1, _ := c.Compile(s)
+	g2, _ := c.Compile(back)
+	if g1 != g2 || c.Len() != 1 {
+		t.Fatal("cache miss on an equal spec")
+	}
+	c.Compile(constrain.Spec{Choice: []string{"x"}})
+	c.Compile(constrain.Spec{Choice: []string{"y"}})
+	if c.Len() != 2 {
+		t.Fatalf("cache holds %d, bound 2", c.Len())
+	}
+}
+
+func FuzzCompileSchema(f *testing.F) {
+	data, err := os.ReadFile("testdata/schemas.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var list []json.RawMessage
+	if err := json.Unmarshal(data, &list); err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range list {
+		f.Add([]byte(s))
+	}
+	v, tok := presetVocab(f)
+	f.Fuzz(func(t *testing.T, schema []byte) {
+		g, err := constrain.Compile(constrain.Spec{JSONSchema: schema})
+		if err != nil {
+			if !errors.Is(err, constrain.ErrInvalid) && !errors.Is(err, constrain.ErrUnsupported) && !errors.Is(err, constrain.ErrTooLarge) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		// A few steps must not panic and must leave some token allowed.
+		generate(t, g, v, tok, 1, 8)
+	})
+}

@@ -1,0 +1,61 @@
+package worker
+
+import (
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/warden-ai/warden/internal/constrain"
+	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/worker/engine"
+)
+
+// grammarCacheSize bounds the compiled structured-output grammars a worker
+// keeps (each with its token masks, themselves bounded per grammar).
+const grammarCacheSize = 32
+
+var _ engine.Constraint = (*constrain.Matcher)(nil)
+
+// constraints compiles structured-output constraints against the model's
+// vocabulary, which it loads from the model directory on first use.
+type constraints struct {
+	once  sync.Once
+	vocab *constrain.Vocab
+	err   error
+	cache *constrain.Cache
+}
+
+// constraintFor returns the per-sequence constraint starter of p's
+// constraint, or nil when p has none.
+func (w *Worker) constraintFor(p *controlpb.SamplingParams) (func() engine.Constraint, error) {
+	wire := p.GetConstraint()
+	if wire == "" {
+		return nil, nil
+	}
+	c := &w.constraints
+	c.once.Do(func() {
+		m := w.rt.Model
+		tok, err := tokenizer.Load(m.Dir)
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.vocab = constrain.TokenizerVocab(tok, m.Config.VocabSize, m.EOSTokenIDs())
+		c.cache = constrain.NewCache(grammarCacheSize)
+	})
+	if c.err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "structured outputs: loading the vocabulary: %v", c.err)
+	}
+	spec, err := constrain.DecodeSpec(wire)
+	if err != nil {
+		return nil, invalid("sampling: %v", err)
+	}
+	g, err := c.cache.Compile(spec)
+	if err != nil {
+		return nil, invalid("sampling: %v", err)
+	}
+	v := c.vocab
+	return func() engine.Constraint { return g.NewMatcher(v) }, nil
+}
