@@ -52,7 +52,9 @@ func usesTools(req *api.GenerateRequest) bool {
 }
 
 // toolParser returns the parser of a request's output, or nil when it is
-// offered no tools. Call IDs derive from the request ID, unique per call.
+// offered no tools. Forced calls (toolConstraint) come in the model's own
+// format too, so one parser reads every tool_choice. Call IDs derive from
+// the request ID, unique per call.
 func (mt *modelTokenizer) toolParser(req *api.GenerateRequest) *toolcall.Parser {
 	if !usesTools(req) {
 		return nil
@@ -60,12 +62,6 @@ func (mt *modelTokenizer) toolParser(req *api.GenerateRequest) *toolcall.Parser 
 	o := toolcall.Options{Format: mt.tools, Single: !req.ParallelToolCalls}
 	for _, t := range req.Tools {
 		o.Names = append(o.Names, t.Name)
-	}
-	switch req.ToolChoice.Mode {
-	case api.ToolChoiceFunction:
-		o.Mode, o.Named = toolcall.ModeNamed, req.ToolChoice.Name
-	case api.ToolChoiceRequired:
-		o.Mode = toolcall.ModeRequired
 	}
 	id := strings.TrimPrefix(req.RequestID, "req_")
 	o.ID = func(i int) string { return fmt.Sprintf("call_%s_%d", id, i) }

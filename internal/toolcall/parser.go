@@ -24,29 +24,12 @@ type Output struct {
 	Calls   []Delta
 }
 
-// Mode says what the model's output is expected to hold.
-type Mode int
-
-// The modes: tool_choice auto (text or calls in the model's format), a
-// named function (the output is its arguments), required (the output is a
-// JSON array of calls). Named and required outputs are constrained to
-// their schema by the engine (see docs/api.md); the parser still treats
-// them as untrusted.
-const (
-	ModeAuto Mode = iota
-	ModeNamed
-	ModeRequired
-)
-
 // Options configure a Parser.
 type Options struct {
 	Format Format
-	Mode   Mode
 	// Names are the offered functions' names; a call to another name is
 	// not a call (it stays content).
 	Names []string
-	// Named is the function of ModeNamed.
-	Named string
 	// Single keeps only the first call (parallel_tool_calls false); later
 	// calls are dropped.
 	Single bool
@@ -58,13 +41,11 @@ type Options struct {
 type state int
 
 const (
-	stStart  state = iota // nothing decided yet (leading whitespace, <|python_tag|>, "[")
+	stStart  state = iota // nothing decided yet (leading whitespace, <|python_tag|>)
 	stText                // content (Hermes: watching for <tool_call>)
 	stHermes              // inside <tool_call>, waiting for </tool_call>
-	stSeq                 // between the JSON objects of a call sequence
-	stObj                 // inside one JSON object of a call sequence
-	stNamed               // streaming the arguments of the named function
-	stTail                // after the closing "]" of a required array
+	stSeq                 // between the JSON objects of a Llama call sequence
+	stObj                 // inside one JSON object of a Llama call sequence
 )
 
 // Parser splits a model's output, fed as it is generated, into content and
@@ -94,9 +75,6 @@ func NewParser(o Options) *Parser {
 	for _, n := range o.Names {
 		p.names[n] = true
 	}
-	if o.Mode == ModeNamed {
-		p.st = stNamed
-	}
 	return p
 }
 
@@ -117,8 +95,7 @@ func (p *Parser) Add(text string) Output {
 }
 
 // End releases the rest once the output is complete: held text that did
-// not become a call is content; a call cut short is content too, except in
-// ModeNamed, whose arguments were already streamed.
+// not become a call is content, a call cut short too.
 func (p *Parser) End() Output {
 	var out Output
 	p.step(&out, true)
@@ -155,10 +132,6 @@ func (p *Parser) step(out *Output, end bool) {
 			more = p.seq(out, end)
 		case stObj:
 			more = p.object(out, end)
-		case stNamed:
-			p.named(out)
-		case stTail:
-			p.consume(out, len(p.buf), strings.TrimSpace(p.buf) != "" || end)
 		}
 		if !more {
 			return
@@ -169,32 +142,18 @@ func (p *Parser) step(out *Output, end bool) {
 // start decides what the output is once its first significant text is in.
 func (p *Parser) start(out *Output, end bool) bool {
 	rest := strings.TrimLeft(p.buf, space)
-	switch {
-	case p.o.Mode == ModeRequired:
-		if rest == "" {
-			return p.undecided(end)
-		}
-		if rest[0] != '[' {
-			p.st = stText
-			return true
-		}
-		p.held = len(p.buf) - len(rest) + 1
-		p.st = stSeq
-		return true
-	case p.o.Format == FormatLlama3JSON:
+	if p.o.Format == FormatLlama3JSON {
 		if r, ok := strings.CutPrefix(rest, pythonTag); ok {
 			rest = strings.TrimLeft(r, space)
 		}
 		if rest == "" || strings.HasPrefix(pythonTag, rest) {
 			return p.undecided(end)
 		}
-		if rest[0] != '{' {
-			p.st = stText
+		if rest[0] == '{' {
+			p.held = len(p.buf) - len(rest)
+			p.st = stSeq
 			return true
 		}
-		p.held = len(p.buf) - len(rest)
-		p.st = stSeq
-		return true
 	}
 	p.st = stText
 	return true
@@ -214,7 +173,7 @@ func (p *Parser) undecided(end bool) bool {
 // holding back a suffix that may be its start and trailing whitespace (the
 // whitespace before a call, or between calls, is no content).
 func (p *Parser) text(out *Output, end bool) bool {
-	if p.o.Format != FormatHermes || p.o.Mode != ModeAuto {
+	if p.o.Format != FormatHermes {
 		p.consume(out, len(p.buf), true)
 		return false
 	}
@@ -269,11 +228,10 @@ func (p *Parser) hermes(out *Output, end bool) bool {
 	return true
 }
 
-// seq is between the objects of a call sequence: Llama's
-// {...}; {...} or a required array's [{...}, {...}].
+// seq is between the objects of Llama's call sequence {...}; {...}.
 func (p *Parser) seq(out *Output, end bool) bool {
 	i := p.held
-	for i < len(p.buf) && strings.IndexByte(" \t\r\n;,", p.buf[i]) >= 0 {
+	for i < len(p.buf) && strings.IndexByte(" \t\r\n;", p.buf[i]) >= 0 {
 		i++
 	}
 	if i == len(p.buf) {
@@ -287,13 +245,9 @@ func (p *Parser) seq(out *Output, end bool) bool {
 		p.obj, p.held, p.scan = i, i, scanner{}
 		p.st = stObj
 		return true
-	case c == ']' && p.o.Mode == ModeRequired && p.committed:
-		p.consume(out, i+1, false)
-		p.st = stTail
-		return true
-	case c == '<' && p.o.Format == FormatLlama3JSON && p.o.Mode == ModeAuto && strings.HasPrefix(pythonTag, p.buf[i:]) && !end:
+	case c == '<' && strings.HasPrefix(pythonTag, p.buf[i:]) && !end:
 		return false // maybe <|python_tag|> before the next call
-	case c == '<' && p.o.Format == FormatLlama3JSON && p.o.Mode == ModeAuto && strings.HasPrefix(p.buf[i:], pythonTag):
+	case c == '<' && strings.HasPrefix(p.buf[i:], pythonTag):
 		p.held = i + len(pythonTag)
 		return true
 	}
@@ -332,23 +286,6 @@ func (p *Parser) giveUp(out *Output, at int) bool {
 	p.held = 0
 	p.st = stText
 	return true
-}
-
-// named streams the output as the arguments of the named function.
-func (p *Parser) named(out *Output) {
-	if p.calls == 0 {
-		rest := strings.TrimLeft(p.buf, space)
-		p.consume(out, len(p.buf)-len(rest), false)
-		if rest == "" {
-			return
-		}
-		out.Calls = append(out.Calls, Delta{Index: 0, ID: p.id(0), Name: p.o.Named})
-		p.calls = 1
-	}
-	if p.buf != "" {
-		out.Calls = append(out.Calls, Delta{Index: 0, Arguments: p.buf})
-	}
-	p.consume(out, len(p.buf), false)
 }
 
 // release parses one call's JSON text (at absolute offset abs) and, when

@@ -20,8 +20,8 @@ type result struct {
 	Calls   []call
 }
 
-func testOptions(f Format, m Mode) Options {
-	return Options{Format: f, Mode: m, Names: []string{"get_weather", "add"}, Named: "get_weather",
+func testOptions(f Format) Options {
+	return Options{Format: f, Names: []string{"get_weather", "add"},
 		ID: func(i int) string { return fmt.Sprintf("call_%d", i) }}
 }
 
@@ -79,58 +79,52 @@ func TestParser(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		f      Format
-		m      Mode
 		single bool
 		text   string
 		want   result
 	}{
-		{"hermes plain text", FormatHermes, ModeAuto, false, "Hello <b>there</b>", result{Content: "Hello <b>there</b>"}},
-		{"hermes one call", FormatHermes, ModeAuto, false,
+		{"hermes plain text", FormatHermes, false, "Hello <b>there</b>", result{Content: "Hello <b>there</b>"}},
+		{"hermes one call", FormatHermes, false,
 			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n</tool_call>", result{Calls: []call{weather}}},
-		{"hermes text then parallel calls", FormatHermes, ModeAuto, false,
+		{"hermes text then parallel calls", FormatHermes, false,
 			"<think>\nhm\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n</tool_call>\n<tool_call>\n{\"arguments\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}, \"name\": \"add\"}\n</tool_call>\n",
 			result{Content: "<think>\nhm\n</think>", Calls: []call{weather, add}}},
-		{"hermes single keeps the first", FormatHermes, ModeAuto, true,
+		{"hermes single keeps the first", FormatHermes, true,
 			"<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}</tool_call><tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>",
 			result{Calls: []call{weather}}},
-		{"hermes unclosed complete call", FormatHermes, ModeAuto, false,
+		{"hermes unclosed complete call", FormatHermes, false,
 			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}", result{Calls: []call{weather}}},
-		{"hermes cut call is content", FormatHermes, ModeAuto, false,
+		{"hermes cut call is content", FormatHermes, false,
 			"ok <tool_call>\n{\"name\": \"get_weather\", \"argu", result{Content: "ok <tool_call>\n{\"name\": \"get_weather\", \"argu"}},
-		{"hermes unknown function is content", FormatHermes, ModeAuto, false,
+		{"hermes unknown function is content", FormatHermes, false,
 			"<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>", result{Content: "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>"}},
-		{"hermes arguments not an object", FormatHermes, ModeAuto, false,
+		{"hermes arguments not an object", FormatHermes, false,
 			"<tool_call>{\"name\": \"add\", \"arguments\": 3}</tool_call>", result{Content: "<tool_call>{\"name\": \"add\", \"arguments\": 3}</tool_call>"}},
-		{"hermes string arguments", FormatHermes, ModeAuto, false,
+		{"hermes string arguments", FormatHermes, false,
 			"<tool_call>{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", result{Calls: []call{{"call_0", "add", `{"a": 1}`}}}},
-		{"hermes no arguments", FormatHermes, ModeAuto, false,
+		{"hermes no arguments", FormatHermes, false,
 			"<tool_call>{\"name\": \"add\"}</tool_call>", result{Calls: []call{{"call_0", "add", `{}`}}}},
-		{"hermes partial tag at the end", FormatHermes, ModeAuto, false, "Hi <tool_c", result{Content: "Hi <tool_c"}},
-		{"llama plain text", FormatLlama3JSON, ModeAuto, false, "Sure, {braces} later", result{Content: "Sure, {braces} later"}},
-		{"llama one call", FormatLlama3JSON, ModeAuto, false,
+		{"hermes partial tag at the end", FormatHermes, false, "Hi <tool_c", result{Content: "Hi <tool_c"}},
+		{"llama plain text", FormatLlama3JSON, false, "Sure, {braces} later", result{Content: "Sure, {braces} later"}},
+		{"llama one call", FormatLlama3JSON, false,
 			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}}", result{Calls: []call{weather}}},
-		{"llama python tag and two calls", FormatLlama3JSON, ModeAuto, false,
+		{"llama python tag and two calls", FormatLlama3JSON, false,
 			"<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}}; {\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}}",
 			result{Calls: []call{weather, add}}},
-		{"llama JSON that is no call", FormatLlama3JSON, ModeAuto, false,
+		{"llama JSON that is no call", FormatLlama3JSON, false,
 			"  {\"answer\": 42} and more", result{Content: "  {\"answer\": 42} and more"}},
-		{"llama unfinished object", FormatLlama3JSON, ModeAuto, false,
+		{"llama unfinished object", FormatLlama3JSON, false,
 			"{\"name\": \"get_weather\", \"parameters\": {\"ci", result{Content: "{\"name\": \"get_weather\", \"parameters\": {\"ci"}},
-		{"llama text after a call", FormatLlama3JSON, ModeAuto, false,
+		{"llama text after a call", FormatLlama3JSON, false,
 			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}} Done.", result{Content: "Done.", Calls: []call{weather}}},
-		{"llama only whitespace", FormatLlama3JSON, ModeAuto, false, " \n", result{Content: " \n"}},
-		{"named", FormatHermes, ModeNamed, false, "  {\"city\": \"Zürich\"}", result{Calls: []call{weather}}},
-		{"named empty", FormatLlama3JSON, ModeNamed, false, "", result{}},
-		{"required", FormatLlama3JSON, ModeRequired, false,
-			"[{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}}, {\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}}]",
-			result{Calls: []call{weather, add}}},
-		{"required cut short", FormatHermes, ModeRequired, false,
-			"[{\"name\": \"get_weather\", \"parameters\": {\"ci", result{Content: "[{\"name\": \"get_weather\", \"parameters\": {\"ci"}},
-		{"required not an array", FormatHermes, ModeRequired, false, "hello", result{Content: "hello"}},
+		{"llama only whitespace", FormatLlama3JSON, false, " \n", result{Content: " \n"}},
+		{"llama compact, as constrained", FormatLlama3JSON, false,
+			"{\"name\":\"add\",\"parameters\":{\"a\":1}}; {\"name\":\"add\",\"parameters\":{}}",
+			result{Calls: []call{{"call_0", "add", `{"a":1}`}, {"call_1", "add", `{}`}}}},
 	} {
 		for how, chunks := range splits(tc.text) {
 			t.Run(tc.name+"/"+how, func(t *testing.T) {
-				o := testOptions(tc.f, tc.m)
+				o := testOptions(tc.f)
 				o.Single = tc.single
 				got := run(t, o, chunks)
 				if !reflect.DeepEqual(got, tc.want) {
@@ -144,7 +138,7 @@ func TestParser(t *testing.T) {
 // TestParserStreamsFragments: arguments come in the fragments the text
 // arrived in, and content is held back only while a call is possible.
 func TestParserStreamsFragments(t *testing.T) {
-	p := NewParser(testOptions(FormatHermes, ModeAuto))
+	p := NewParser(testOptions(FormatHermes))
 	if out := p.Add("Let me look. <tool"); out.Content != "Let me look." || len(out.Calls) != 0 {
 		t.Fatalf("first chunk: %+v", out)
 	}
@@ -155,16 +149,6 @@ func TestParserStreamsFragments(t *testing.T) {
 	want := []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a":`}, {Index: 0, Arguments: ` 1, "b": 2}`}}
 	if !reflect.DeepEqual(out.Calls, want) || out.Content != "" {
 		t.Fatalf("call: %+v, want %+v", out, want)
-	}
-
-	p = NewParser(testOptions(FormatLlama3JSON, ModeNamed))
-	var got []Delta
-	for _, c := range []string{"{\"ci", "ty\": ", "\"Bern\"}"} {
-		got = append(got, p.Add(c).Calls...)
-	}
-	want = []Delta{{Index: 0, ID: "call_0", Name: "get_weather"}, {Arguments: "{\"ci"}, {Arguments: "ty\": "}, {Arguments: "\"Bern\"}"}}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("named: %+v, want %+v", got, want)
 	}
 }
 
@@ -188,13 +172,12 @@ func TestDetect(t *testing.T) {
 func FuzzParser(f *testing.F) {
 	f.Add("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1}}</tool_call>", uint8(0), uint8(3))
 	f.Add("{\"name\": \"add\", \"parameters\": {}}; {\"name\": \"get_weather\"}", uint8(1), uint8(5))
-	f.Add("[{\"name\": \"add\", \"parameters\": {\"x\": \"]}\"}}]", uint8(2), uint8(7))
 	f.Add("<|python_tag|>{\"name\": \"add\", \"parameters\": \"{}\"}", uint8(1), uint8(1))
 	f.Fuzz(func(t *testing.T, text string, mode, step uint8) {
 		if !utf8.ValidString(text) {
 			return
 		}
-		o := testOptions([]Format{FormatHermes, FormatLlama3JSON}[mode%2], Mode(mode/2%3))
+		o := testOptions([]Format{FormatHermes, FormatLlama3JSON}[mode%2])
 		whole := run(t, o, []string{text})
 		var chunks []string
 		n := int(step%8) + 1
@@ -209,9 +192,6 @@ func FuzzParser(f *testing.F) {
 			t.Fatalf("content %q longer than the output %q", whole.Content, text)
 		}
 		for _, c := range whole.Calls {
-			if o.Mode == ModeNamed {
-				continue // the arguments are the output itself
-			}
 			var args map[string]any
 			if c.Name != "get_weather" && c.Name != "add" || json.Unmarshal([]byte(c.Arguments), &args) != nil {
 				t.Fatalf("bad call released: %+v", c)
