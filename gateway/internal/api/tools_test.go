@@ -69,7 +69,7 @@ func TestToolsBadInput(t *testing.T) {
 		{`"tools":[{"function":{"name":"x"}}]`, "tools[0].type", CodeMissingParameter},
 		{`"tools":[` + tool(`{}`) + `]`, "tools[0].function.name", CodeMissingParameter},
 		{`"tools":[` + tool(`{"name":"bad name"}`) + `]`, "tools[0].function.name", CodeInvalidValue},
-		{`"tools":[` + tool(`{"name":"` + strings.Repeat("x", 65) + `"}`) + `]`, "tools[0].function.name", CodeInvalidValue},
+		{`"tools":[` + tool(`{"name":"`+strings.Repeat("x", 65)+`"}`) + `]`, "tools[0].function.name", CodeInvalidValue},
 		{`"tools":[` + tool(`{"name":"f","parameters":[]}`) + `]`, "tools[0].function.parameters", CodeInvalidType},
 		{`"tools":[` + tool(`{"name":"f","strict":"yes"}`) + `]`, "tools[0].function.strict", CodeInvalidType},
 		{`"tools":[` + tool(`{"name":"f","description":3}`) + `]`, "tools[0].function.description", CodeInvalidType},
