@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/warden-ai/warden/internal/tokenizer"
-	"github.com/warden-ai/warden/test/harness"
 )
 
 // Pinned client libraries for TestClientConformance, installed by
