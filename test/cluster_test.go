@@ -20,6 +20,7 @@ func TestCluster(t *testing.T) {
 	t.Run("OpenAIClient", func(t *testing.T) { testOpenAIClient(t, c) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, c) })
 	t.Run("Disconnect", func(t *testing.T) { testDisconnect(t, c) })
+	t.Run("StructuredOutputs", func(t *testing.T) { testStructuredOutputs(t, c) })
 }
 
 // Prompts of the reference-equivalence tests.

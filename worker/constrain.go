@@ -10,6 +10,7 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // grammarCacheSize bounds the compiled structured-output grammars a worker
@@ -30,13 +31,16 @@ type constraints struct {
 // constraintFor returns the per-sequence constraint starter of p's
 // constraint, or nil when p has none.
 func (w *Worker) constraintFor(p *controlpb.SamplingParams) (func() engine.Constraint, error) {
-	wire := p.GetConstraint()
+	return w.constraints.starter(w.rt.Model, p.GetConstraint())
+}
+
+// starter compiles wire (a constrain.Spec's wire form; "" is none) for
+// model m, whose tokenizer it loads on first use.
+func (c *constraints) starter(m *model.Model, wire string) (func() engine.Constraint, error) {
 	if wire == "" {
 		return nil, nil
 	}
-	c := &w.constraints
 	c.once.Do(func() {
-		m := w.rt.Model
 		tok, err := tokenizer.Load(m.Dir)
 		if err != nil {
 			c.err = err

@@ -47,6 +47,10 @@ func runReference(t *testing.T, prompts [][]int32, sp *controlpb.SamplingParams)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var cons constraints
+	if sampling.Constraint, err = cons.starter(rt.Model, sp.GetConstraint()); err != nil {
+		t.Fatal(err)
+	}
 	out := make([]reference, len(prompts))
 	for i, p := range prompts {
 		o := kvpool.Owner{Tenant: "ref", Request: fmt.Sprint(i), Epoch: 1}
@@ -120,6 +124,9 @@ var samplers = map[string]*controlpb.SamplingParams{
 	"greedy":  greedy(6),
 	"eos":     {MaxTokens: 40},
 	"sampled": {MaxTokens: 6, Temperature: 0.9, TopP: 0.95, Seed: 7, IgnoreEos: true},
+	// structured output: the prefill worker's first token is masked too.
+	"json": {MaxTokens: 40, Temperature: 1, Seed: 3,
+		Constraint: `{"json_schema":{"type":"object","properties":{"a":{"type":"integer","minimum":0,"maximum":99},"b":{"type":"string","maxLength":6}},"required":["a","b"]}}`},
 }
 
 // TestBothMatchesEngine: a both worker's Generate returns exactly what the

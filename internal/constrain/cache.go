@@ -6,8 +6,8 @@ import (
 )
 
 // Cache keeps the most recently used compiled grammars, keyed by the
-// spec's hash; each grammar keeps its token masks per vocabulary (so the
-// masks are keyed by spec and vocabulary). It is safe for concurrent use.
+// spec's hash; each grammar keeps its token masks per *Vocab (so masks are
+// keyed by spec and vocabulary). It is safe for concurrent use.
 type Cache struct {
 	mu      sync.Mutex
 	max     int

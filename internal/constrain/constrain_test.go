@@ -323,3 +323,52 @@ func FuzzCompileSchema(f *testing.F) {
 		generate(t, g, v, tok, 1, 8)
 	})
 }
+
+// BenchmarkCompile measures compiling the test schemas (each to its
+// automaton's start state) and, on the tiny preset's vocabulary, the
+// first token mask.
+// Run with: go test -run '^$' -bench Compile ./internal/constrain/
+func BenchmarkCompile(b *testing.B) {
+	schemas := testSchemas(b)
+	v, _ := presetVocab(b)
+	logits := make([]float32, v.Size())
+	b.Run("schemas", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range schemas {
+				if _, err := constrain.Compile(constrain.Spec{JSONSchema: s}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(schemas)), "ns/schema")
+	})
+	b.Run("schemas+first-mask", func(b *testing.B) {
+		for b.Loop() {
+			for _, s := range schemas {
+				g, err := constrain.Compile(constrain.Spec{JSONSchema: s})
+				if err != nil {
+					b.Fatal(err)
+				}
+				g.NewMatcher(v).Mask(logits, 100)
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(schemas)), "ns/schema")
+	})
+}
+
+func FuzzCompileRegex(f *testing.F) {
+	for _, s := range []string{`[0-9]{3}-[a-z]{2,4}`, `^(?:héllo|wörld)+ \p{Greek}{1,3}$`, `(?i)abc|x*`, `a\bb`, `(`, `.{0,1000}`, `[^\x00-\x{10FFFF}]`} {
+		f.Add(s)
+	}
+	v, tok := presetVocab(f)
+	f.Fuzz(func(t *testing.T, re string) {
+		g, err := constrain.Compile(constrain.Spec{Regex: re})
+		if err != nil {
+			if !errors.Is(err, constrain.ErrInvalid) && !errors.Is(err, constrain.ErrUnsupported) && !errors.Is(err, constrain.ErrTooLarge) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		generate(t, g, v, tok, 1, 8)
+	})
+}

@@ -2,6 +2,7 @@ package constrain
 
 import (
 	"container/heap"
+	"errors"
 	"fmt"
 	"math"
 	"regexp/syntax"
@@ -55,10 +56,11 @@ func Compile(spec Spec) (*Grammar, error) {
 	}
 	re, err := syntax.Parse(expr, syntax.Perl)
 	if err != nil {
-		if spec.Regex != "" {
-			return nil, fmt.Errorf("%w: regex: %w", ErrInvalid, err)
+		var se *syntax.Error
+		if errors.As(err, &se) && (se.Code == syntax.ErrLarge || se.Code == syntax.ErrNestingDepth) {
+			return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
 		}
-		return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
+		return nil, fmt.Errorf("%w: regex: %w", ErrInvalid, err)
 	}
 	prog, err := syntax.Compile(re.Simplify())
 	if err != nil {

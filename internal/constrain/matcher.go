@@ -2,7 +2,7 @@ package constrain
 
 import (
 	"math"
-	"math/bits"
+	"regexp/syntax"
 	"unicode/utf8"
 )
 
@@ -87,7 +87,7 @@ func (g *Grammar) posDist(p pos) int32 {
 	}
 	worst := int32(0)
 	for _, pc := range p.s.pcs {
-		if in := &g.prog.Inst[pc]; int(in.Out) < len(g.dist) {
+		if in := &g.prog.Inst[pc]; in.Op != syntax.InstMatch {
 			worst = max(worst, g.dist[in.Out])
 		}
 	}
@@ -238,7 +238,7 @@ func (m *Matcher) Mask(logits []float32, remaining int) {
 
 func anySet(set []uint64) bool {
 	for _, w := range set {
-		if bits.OnesCount64(w) > 0 {
+		if w != 0 {
 			return true
 		}
 	}

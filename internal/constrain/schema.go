@@ -28,7 +28,7 @@ const (
 	scalarRegex  = `(?:null|true|false|` + numberRegex + `|` + anyString + `)`
 	// anyDepth bounds the nesting of objects and arrays inside an
 	// unconstrained ("any JSON") value.
-	anyDepth = 3
+	anyDepth = 2
 	// maxSchemaDepth bounds schema nesting (after $ref expansion).
 	maxSchemaDepth = 32
 	// maxRegexLen bounds the regular expression a schema expands to.
@@ -88,9 +88,20 @@ func SchemaRegex(schema []byte) (string, error) {
 }
 
 type schemaCompiler struct {
-	root any
-	refs []string // $refs being expanded, to refuse recursion
-	size int
+	root  any
+	refs  []string // $refs being expanded, to refuse recursion
+	size  int      // subschemas visited
+	bytes int      // grammar text built so far, all levels together
+}
+
+// grow accounts for n more bytes of grammar text, refusing schemas whose
+// expansion ($ref reuse, optional properties) would get too large.
+func (c *schemaCompiler) grow(n int) error {
+	c.bytes += n
+	if c.bytes > 4*maxRegexLen {
+		return fmt.Errorf("%w: the schema expands to more than %d bytes of grammar", ErrTooLarge, 4*maxRegexLen)
+	}
+	return nil
 }
 
 func invalidf(path, format string, a ...any) error {
@@ -112,7 +123,11 @@ func (c *schemaCompiler) value(v any, path string, depth int) (string, error) {
 		}
 		return anyValueRegex(anyDepth), nil
 	case *object:
-		return c.object(s, path, depth)
+		re, err := c.object(s, path, depth)
+		if err != nil {
+			return "", err
+		}
+		return re, c.grow(len(re))
 	}
 	return "", invalidf(path, "a schema must be an object or a boolean")
 }
@@ -363,6 +378,9 @@ func (c *schemaCompiler) objectType(s *object, path string, depth int) (string, 
 	// rest[i]: the members from i on, after at least one was written.
 	rest := make([]string, n+1)
 	for i := n - 1; i >= 0; i-- {
+		if err := c.grow(len(members[i]) + len(rest[i+1])); err != nil {
+			return "", err
+		}
 		if req(i) {
 			rest[i] = "," + members[i] + rest[i+1]
 		} else {
@@ -374,6 +392,9 @@ func (c *schemaCompiler) objectType(s *object, path string, depth int) (string, 
 	var firsts []string
 	allOptional := true
 	for i := 0; i < n; i++ {
+		if err := c.grow(len(members[i]) + len(rest[i+1])); err != nil {
+			return "", err
+		}
 		firsts = append(firsts, members[i]+rest[i+1])
 		if req(i) {
 			allOptional = false

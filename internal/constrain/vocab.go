@@ -1,9 +1,6 @@
 package constrain
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"slices"
 
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -15,7 +12,6 @@ import (
 type Vocab struct {
 	size  int
 	eos   []int32
-	hash  string
 	nodes []trieNode // nodes[0] is the root
 	toks  []int32    // token ids, grouped by the node they end at
 	// bytes[off[id]:off[id+1]] are token id's bytes (empty: never
@@ -36,15 +32,7 @@ type trieNode struct {
 // the ids that end a sequence: they are allowed exactly when the output is
 // complete.
 func NewVocab(size int, tokenBytes func(id int32) ([]byte, bool), eos []int32) *Vocab {
-	h := sha256.New()
-	var num [8]byte
-	binary.LittleEndian.PutUint64(num[:], uint64(size))
-	h.Write(num[:])
 	v := &Vocab{size: size, eos: slices.Clone(eos), off: make([]int32, size+1)}
-	for _, e := range eos {
-		binary.LittleEndian.PutUint64(num[:], uint64(e))
-		h.Write(num[:])
-	}
 	type key struct {
 		node int32
 		b    byte
@@ -58,17 +46,12 @@ func NewVocab(size int, tokenBytes func(id int32) ([]byte, bool), eos []int32) *
 	nodes := []build{{}}
 	for id := int32(0); int(id) < size; id++ {
 		b, ok := tokenBytes(id)
-		binary.LittleEndian.PutUint64(num[:], uint64(len(b)))
 		if !ok || len(b) == 0 || slices.Contains(eos, id) {
-			h.Write([]byte{0})
 			v.off[id+1] = int32(len(v.bytes))
 			continue
 		}
 		v.bytes = append(v.bytes, b...)
 		v.off[id+1] = int32(len(v.bytes))
-		h.Write([]byte{1})
-		h.Write(num[:])
-		h.Write(b)
 		n := int32(0)
 		for _, c := range b {
 			k := key{n, c}
@@ -83,7 +66,6 @@ func NewVocab(size int, tokenBytes func(id int32) ([]byte, bool), eos []int32) *
 		}
 		nodes[n].toks = append(nodes[n].toks, id)
 	}
-	v.hash = hex.EncodeToString(h.Sum(nil))
 	v.nodes = make([]trieNode, len(nodes))
 	for i, bn := range nodes {
 		t := &v.nodes[i]
@@ -113,9 +95,6 @@ func (v *Vocab) tokenBytes(id int32) ([]byte, bool) {
 
 // Size is the number of token ids.
 func (v *Vocab) Size() int { return v.size }
-
-// Hash identifies the vocabulary's contents.
-func (v *Vocab) Hash() string { return v.hash }
 
 // TokenizerVocab is the Vocab of t: every token but the special ones,
 // with eos (the model's EOS ids) ending the output. size is the model's

@@ -22,7 +22,7 @@ type structured struct {
 	vocab *constrain.Vocab
 }
 
-func newStructured(t *testing.T, r *rig) *structured {
+func newStructured(t testing.TB, r *rig) *structured {
 	t.Helper()
 	tok, err := tokenizer.Load(r.m.Dir)
 	if err != nil {
@@ -32,7 +32,7 @@ func newStructured(t *testing.T, r *rig) *structured {
 }
 
 // sampling is temperature-1 sampling under spec.
-func (s *structured) sampling(t *testing.T, spec constrain.Spec, seed uint64, maxTokens int) engine.Sampling {
+func (s *structured) sampling(t testing.TB, spec constrain.Spec, seed uint64, maxTokens int) engine.Sampling {
 	t.Helper()
 	g, err := constrain.Compile(spec)
 	if err != nil {

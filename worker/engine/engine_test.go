@@ -25,7 +25,7 @@ var (
 )
 
 // tinyModel writes the tiny preset once per test binary.
-func tinyModel(t *testing.T) *model.Model {
+func tinyModel(t testing.TB) *model.Model {
 	t.Helper()
 	tinyOnce.Do(func() {
 		dir, err := tempDirForPackage()
@@ -57,11 +57,16 @@ type rigOptions struct {
 	threads, chunk, maxBatch, pages int
 	// wrap, if set, wraps the cpu backend the engine drives.
 	wrap func(engine.Backend) engine.Backend
+	// model is the model to run (default the tiny preset).
+	model *model.Model
 }
 
-func newRig(t *testing.T, o rigOptions) *rig {
+func newRig(t testing.TB, o rigOptions) *rig {
 	t.Helper()
-	m := tinyModel(t)
+	m := o.model
+	if m == nil {
+		m = tinyModel(t)
+	}
 	spec := cpu.SpecFor(&m.Config)
 	if o.pages == 0 {
 		o.pages = 256
@@ -98,7 +103,7 @@ type outcome struct {
 }
 
 // collect drains a stream.
-func collect(t *testing.T, s *engine.Stream) outcome {
+func collect(t testing.TB, s *engine.Stream) outcome {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -125,7 +130,7 @@ func owner(name string) kvpool.Owner {
 }
 
 // run reserves pages, runs one request to the end and releases its pages.
-func (r *rig) run(t *testing.T, o kvpool.Owner, prompt []int32, s engine.Sampling) outcome {
+func (r *rig) run(t testing.TB, o kvpool.Owner, prompt []int32, s engine.Sampling) outcome {
 	t.Helper()
 	st := r.submit(t, o, prompt, s)
 	out := collect(t, st)
@@ -135,7 +140,7 @@ func (r *rig) run(t *testing.T, o kvpool.Owner, prompt []int32, s engine.Samplin
 	return out
 }
 
-func (r *rig) submit(t *testing.T, o kvpool.Owner, prompt []int32, s engine.Sampling) *engine.Stream {
+func (r *rig) submit(t testing.TB, o kvpool.Owner, prompt []int32, s engine.Sampling) *engine.Stream {
 	t.Helper()
 	pages, err := r.pool.Reserve(o, len(prompt)+s.MaxTokens)
 	if err != nil {
