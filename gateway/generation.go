@@ -16,6 +16,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/toolcall"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -74,7 +75,8 @@ type driver struct {
 	maxTokens   int64
 	sampling    *controlpb.SamplingParams
 	stops       []string
-	pages       int64 // KV pages the request needs on its decode worker
+	tools       *toolcall.Parser // the output's tool calls; nil without tools
+	pages       int64            // KV pages the request needs on its decode worker
 	// The prefix cache (prefixcache.go): the request's domain, whether it
 	// uses the cache, and what routing scored.
 	domain   cachekey.Domain

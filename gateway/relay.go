@@ -176,12 +176,9 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emit(ctx, api.Event{TextDelta: delta, Logprobs: lps, FinishReason: "stop", Usage: d.usage()})
+			return true, d.emitLast(ctx, delta, lps, "stop")
 		}
-		if delta == "" && len(lps) == 0 {
-			return false, nil
-		}
-		return false, d.emit(ctx, api.Event{TextDelta: delta, Logprobs: lps})
+		return false, d.emitText(ctx, delta, lps)
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
@@ -202,7 +199,7 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if stopped {
 			d.stopped, reason = true, "stop"
 		}
-		return true, d.emit(ctx, api.Event{TextDelta: rest, FinishReason: reason, Usage: d.usage()})
+		return true, d.emitLast(ctx, rest, nil, reason)
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
 }
@@ -213,6 +210,37 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent) bool {
 	t := ev.GetTokens()
 	return d.sampling.GetLogprobs() && t != nil && d.received == 0 && len(t.GetLogprobs()) == len(t.GetIds())-1
+}
+
+// emitText hands output text to the HTTP layer, through the tool-call
+// parser when the request has tools.
+func (d *driver) emitText(ctx context.Context, text string, lps []api.TokenLogprob) error {
+	ev := api.Event{TextDelta: text}
+	if d.tools != nil {
+		ev = toolEvent(d.tools.Add(text))
+	}
+	ev.Logprobs = lps
+	if ev.TextDelta == "" && len(ev.ToolCalls) == 0 && len(ev.Logprobs) == 0 {
+		return nil
+	}
+	return d.emit(ctx, ev)
+}
+
+// emitLast hands the last text and the finish: "tool_calls" instead of
+// "stop" when the output made tool calls.
+func (d *driver) emitLast(ctx context.Context, text string, lps []api.TokenLogprob, reason string) error {
+	ev := api.Event{TextDelta: text, Logprobs: lps}
+	if d.tools != nil {
+		if err := d.emitText(ctx, text, lps); err != nil {
+			return err
+		}
+		ev = toolEvent(d.tools.End())
+		if reason == "stop" && d.tools.Calls() > 0 {
+			reason = "tool_calls"
+		}
+	}
+	ev.FinishReason, ev.Usage = reason, d.usage()
+	return d.emit(ctx, ev)
 }
 
 // usage is what the request has consumed so far (I7): the prompt tokens

@@ -177,6 +177,12 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	if err != nil {
 		return nil, err
 	}
+	constraint := req.Constraint
+	if tc, err := toolConstraint(req, mt.tools); err != nil {
+		return nil, err
+	} else if tc != "" {
+		constraint = tc
+	}
 	param := "prompt"
 	if req.Kind == api.KindChat {
 		param = "messages"
@@ -216,8 +222,9 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		prompt:      prompt,
 		promptParam: param,
 		maxTokens:   dec.MaxTokens,
-		sampling:    sampling(req, dec.MaxTokens),
+		sampling:    sampling(req, constraint, dec.MaxTokens),
 		stops:       req.Stop,
+		tools:       mt.toolParser(req),
 		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
@@ -225,10 +232,11 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 }
 
 // sampling converts the request's parameters: OpenAI's defaults
-// (temperature 1, top_p 1), and a random seed when none is given.
-func sampling(req *api.GenerateRequest, maxTokens int64) *controlpb.SamplingParams {
+// (temperature 1, top_p 1), a random seed when none is given, and the
+// output constraint (structured output or tool calls; "" for none).
+func sampling(req *api.GenerateRequest, constraint string, maxTokens int64) *controlpb.SamplingParams {
 	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1)),
-		Constraint: req.Constraint,
+		Constraint: constraint,
 		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs)}
 	if req.Temperature != nil {
 		sp.Temperature = float32(*req.Temperature)

@@ -34,6 +34,14 @@ func (f fields) get(name string) json.RawMessage {
 	return nil
 }
 
+// take is get for a field the decoder implements that checkOtherField
+// would otherwise judge: the field is removed from f.
+func (f fields) take(name string) json.RawMessage {
+	raw := f.get(name)
+	delete(f, name)
+	return raw
+}
+
 // decoder turns the fields of one request into a GenerateRequest.
 type decoder struct {
 	f         fields
@@ -52,7 +60,12 @@ func decodeRequest(kind Kind, body []byte, maxTokens int64) (*GenerateRequest, *
 		return nil, e
 	}
 	d := &decoder{f: f, r: &GenerateRequest{Kind: kind}, maxTokens: maxTokens}
-	content := d.messages
+	content := func() *Error {
+		if e := d.messages(); e != nil {
+			return e
+		}
+		return d.tools(false)
+	}
 	if kind == KindCompletion {
 		content = d.prompt
 	}

@@ -126,26 +126,18 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			s.stream(w, r, rc, gen, sh, req.IncludeUsage)
 			return
 		}
-		out, ok := s.collect(w, r, gen)
+		res, ok := s.collect(w, r, gen)
 		if !ok {
 			return
 		}
 		s.setDeadline(rc)
-		writeJSON(w, http.StatusOK, sh.response(out.text, out.logprobs, out.finish, out.usage))
+		writeJSON(w, http.StatusOK, sh.response(res))
 	}
 }
 
-// collected is a whole generation.
-type collected struct {
-	text     string
-	logprobs []TokenLogprob
-	finish   string
-	usage    Usage
-}
-
-// collect waits for the whole generation. On failure it answers the
-// error itself.
-func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (collected, bool) {
+// collect waits for the whole generation: its text, tool calls, finish
+// reason and usage. On failure it answers the error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (result, bool) {
 	var (
 		t    tracker
 		text strings.Builder
@@ -155,10 +147,10 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation)
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
 			s.fail(w, r, err)
-			return collected{}, false
+			return result{}, false
 		}
 		if done {
-			return collected{text: text.String(), logprobs: lps, finish: t.finish, usage: *t.usage}, true
+			return result{text: text.String(), calls: t.calls, logprobs: lps, finish: t.finish, usage: *t.usage}, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		text.WriteString(ev.TextDelta)

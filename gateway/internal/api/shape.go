@@ -13,9 +13,22 @@ type shape interface {
 	// delta is the chunk of the next text and its tokens' logprobs.
 	delta(text string, lps []TokenLogprob) any
 	finish(reason string) any
+	// toolDelta is the chunk of one tool-call delta (chat only).
+	toolDelta(d ToolCallDelta) any
 	// usage is the extra chunk of stream_options.include_usage.
 	usage(u Usage) any
-	response(text string, lps []TokenLogprob, reason string, u Usage) any
+	response(r result) any
+}
+
+// result is a whole generation, as collected for a non-streaming
+// response.
+type result struct {
+	text  string
+	calls []ToolCall
+	// logprobs are the generated tokens' log probabilities when asked.
+	logprobs []TokenLogprob
+	finish   string
+	usage    Usage
 }
 
 func newShape(req *GenerateRequest, created int64) shape {
@@ -77,9 +90,32 @@ type chatShape struct {
 	logprobs     bool
 }
 
+// chatMessage is the answer; content is null when the answer is only
+// tool calls, as OpenAI sends it.
 type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+// wireToolDelta is a tool call in a stream chunk: the first one of a
+// call has its id, type and name.
+type wireToolDelta struct {
+	Index    int          `json:"index"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function wireFunction `json:"function"`
 }
 
 type chatChoice struct {
@@ -99,8 +135,9 @@ type chatCompletion struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []wireToolDelta `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -133,6 +170,14 @@ func (s *chatShape) delta(text string, lps []TokenLogprob) any {
 	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
 }
 
+func (s *chatShape) toolDelta(d ToolCallDelta) any {
+	w := wireToolDelta{Index: d.Index, ID: d.ID, Function: wireFunction{Name: d.Name, Arguments: d.Arguments}}
+	if d.ID != "" {
+		w.Type = "function"
+	}
+	return s.chunk([]chatChunkChoice{{Delta: chatDelta{ToolCalls: []wireToolDelta{w}}}}, nil)
+}
+
 func (s *chatShape) finish(reason string) any {
 	return s.chunk([]chatChunkChoice{{FinishReason: &reason}}, nil)
 }
@@ -141,11 +186,16 @@ func (s *chatShape) usage(u Usage) any {
 	return s.chunk([]chatChunkChoice{}, toWire(u))
 }
 
-func (s *chatShape) response(text string, lps []TokenLogprob, reason string, u Usage) any {
+func (s *chatShape) response(r result) any {
+	m := chatMessage{Role: "assistant", Content: &r.text}
+	if len(r.calls) > 0 && r.text == "" {
+		m.Content = nil
+	}
+	for _, c := range r.calls {
+		m.ToolCalls = append(m.ToolCalls, wireToolCall{ID: c.ID, Type: "function", Function: wireFunction{Name: c.Name, Arguments: c.Arguments}})
+	}
 	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text},
-			Logprobs: chatLogprobsOf(s.logprobs, lps), FinishReason: reason}},
-		Usage: toWire(u)}
+		Choices: []chatChoice{{Message: m, Logprobs: chatLogprobsOf(s.logprobs, r.logprobs), FinishReason: r.finish}}, Usage: toWire(r.usage)}
 }
 
 // --- /v1/completions ---
@@ -196,6 +246,9 @@ func (s *completionShape) usage(u Usage) any {
 	return s.object([]textChoice{}, true, toWire(u))
 }
 
-func (s *completionShape) response(text string, lps []TokenLogprob, reason string, u Usage) any {
-	return s.object([]textChoice{{Text: text, Logprobs: completionLogprobsOf(s.logprobs, lps, 0), FinishReason: &reason}}, true, toWire(u))
+// toolDelta is never called: completions have no tools.
+func (s *completionShape) toolDelta(ToolCallDelta) any { return nil }
+
+func (s *completionShape) response(r result) any {
+	return s.object([]textChoice{{Text: r.text, Logprobs: completionLogprobsOf(s.logprobs, r.logprobs, 0), FinishReason: &r.finish}}, true, toWire(r.usage))
 }

@@ -93,6 +93,11 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.Respons
 		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
 			err = sse.data(sh.delta(ev.TextDelta, ev.Logprobs))
 		}
+		for _, d := range ev.ToolCalls {
+			if c := sh.toolDelta(d); err == nil && c != nil {
+				err = sse.data(c)
+			}
+		}
 		if err == nil && ev.FinishReason != "" {
 			err = sse.data(sh.finish(ev.FinishReason))
 		}
