@@ -11,7 +11,9 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
 )
 
 // cacheDomainFrom reads the domain the gateway attached to ctx; false
@@ -45,6 +47,35 @@ func (w *Worker) cacheVersion() uint64 {
 	fmt.Fprintf(h, "%s|%+v|%d|%d|%s", w.assets.GetTokenizerSha256(), w.rt.Model.Config,
 		w.capacity.PageTokens, w.capacity.PageBytes, w.cfg.Worker.Backend)
 	return binary.LittleEndian.Uint64(h.Sum(nil))
+}
+
+// reportedCacheVersion is the version the worker registers for the
+// gateway's hashes (WorkerInfo.prefix_cache_version): 0 without a cache.
+func (w *Worker) reportedCacheVersion() uint64 {
+	if !w.prefixCacheEnabled() {
+		return 0
+	}
+	return w.version
+}
+
+// prefixReport takes the pool's prefix-cache events (a snapshot when
+// registering, the events since the last heartbeat otherwise) for the
+// gateway's routing index; nil without a cache. Events of a heartbeat
+// that fails are lost with it, and the registration that follows sends a
+// snapshot that replaces everything the gateway knew.
+func (w *Worker) prefixReport(take func() kvpool.CacheEvents) *controlpb.PrefixCacheReport {
+	if !w.prefixCacheEnabled() {
+		return nil
+	}
+	ev := take()
+	r := &controlpb.PrefixCacheReport{Snapshot: ev.Reset}
+	for _, h := range ev.Sealed {
+		r.Sealed = append(r.Sealed, h[:])
+	}
+	for _, h := range ev.Evicted {
+		r.Evicted = append(r.Evicted, h[:])
+	}
+	return r
 }
 
 // prefixFor returns the engine's prefix settings for a Generate on ctx,

@@ -101,7 +101,9 @@ func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) 
 	interval := w.cfg.Worker.HeartbeatInterval
 	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats()})
+	resp, err := client.Register(cctx, &controlpb.RegisterRequest{
+		Worker: w.info, Pool: w.poolStats(), PrefixCache: w.prefixReport(w.rt.Pool.CacheSnapshot),
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -126,6 +128,7 @@ func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient,
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
 		resp, err := client.Heartbeat(cctx, &controlpb.HeartbeatRequest{
 			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting),
+			PrefixCache: w.prefixReport(w.rt.Pool.DrainCacheEvents),
 		})
 		cancel()
 		if err != nil {

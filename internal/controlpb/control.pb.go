@@ -207,8 +207,13 @@ type WorkerInfo struct {
 	KvDtype       string `protobuf:"bytes,12,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
 	KvLayout      string `protobuf:"bytes,13,opt,name=kv_layout,json=kvLayout,proto3" json:"kv_layout,omitempty"`
 	WeightsSha256 string `protobuf:"bytes,14,opt,name=weights_sha256,json=weightsSha256,proto3" json:"weights_sha256,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// prefix_cache_version is the model/format version the worker's sealed
+	// prefix pages are tagged with (the version in their chain hashes), so
+	// that the gateway computes the same hashes when it routes; 0 when the
+	// worker serves no prefix cache.
+	PrefixCacheVersion uint64 `protobuf:"varint,50,opt,name=prefix_cache_version,json=prefixCacheVersion,proto3" json:"prefix_cache_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -339,10 +344,21 @@ func (x *WorkerInfo) GetWeightsSha256() string {
 	return ""
 }
 
+func (x *WorkerInfo) GetPrefixCacheVersion() uint64 {
+	if x != nil {
+		return x.PrefixCacheVersion
+	}
+	return 0
+}
+
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Pool          *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Pool   *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	// prefix_cache lists the prefix pages the worker holds sealed now
+	// (bounded; snapshot is set): the gateway's routing index starts afresh
+	// for a (re-)registered worker.
+	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,6 +403,13 @@ func (x *RegisterRequest) GetWorker() *WorkerInfo {
 func (x *RegisterRequest) GetPool() *PoolStats {
 	if x != nil {
 		return x.Pool
+	}
+	return nil
+}
+
+func (x *RegisterRequest) GetPrefixCache() *PrefixCacheReport {
+	if x != nil {
+		return x.PrefixCache
 	}
 	return nil
 }
@@ -445,11 +468,14 @@ func (x *RegisterResponse) GetGatewayId() string {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Pool          *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
-	Running       int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
-	Waiting       int32                  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Pool     *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Running  int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Waiting  int32                  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// prefix_cache carries the prefix pages sealed and evicted since the
+	// previous heartbeat (like llm-d's KV events), bounded.
+	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -512,6 +538,84 @@ func (x *HeartbeatRequest) GetWaiting() int32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetPrefixCache() *PrefixCacheReport {
+	if x != nil {
+		return x.PrefixCache
+	}
+	return nil
+}
+
+// PrefixCacheReport is a bounded batch of a worker's prefix-cache events
+// for the gateway's cache-aware routing (issue 14): chain hashes of sealed
+// pages it now holds and of pages it evicted. A chain hash covers the
+// request's cache domain, so it names no tenant and matches only requests
+// of that domain; the gateway derives the domain itself. Each hash is 32
+// bytes and appears at most once in a report (the worker keeps only the
+// latest event of a page).
+type PrefixCacheReport struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Sealed  [][]byte               `protobuf:"bytes,50,rep,name=sealed,proto3" json:"sealed,omitempty"`
+	Evicted [][]byte               `protobuf:"bytes,51,rep,name=evicted,proto3" json:"evicted,omitempty"`
+	// snapshot: sealed lists the pages the worker holds now (up to the
+	// bound) and the gateway drops every entry it holds for this worker
+	// before applying it: a registration, or events were lost because more
+	// happened between two heartbeats than a report carries.
+	Snapshot      bool `protobuf:"varint,52,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixCacheReport) Reset() {
+	*x = PrefixCacheReport{}
+	mi := &file_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixCacheReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixCacheReport) ProtoMessage() {}
+
+func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
+func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PrefixCacheReport) GetSealed() [][]byte {
+	if x != nil {
+		return x.Sealed
+	}
+	return nil
+}
+
+func (x *PrefixCacheReport) GetEvicted() [][]byte {
+	if x != nil {
+		return x.Evicted
+	}
+	return nil
+}
+
+func (x *PrefixCacheReport) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reregister is set when the gateway does not know this worker (e.g. it
@@ -523,7 +627,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +639,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +652,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -566,7 +670,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +682,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +695,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 type ModelAssetsResponse struct {
@@ -611,7 +715,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +727,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +740,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -693,7 +797,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +809,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +822,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Owner) GetTenant() string {
@@ -758,7 +862,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +874,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +887,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -856,7 +960,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +972,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +985,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -980,7 +1084,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1096,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1109,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1045,7 +1149,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1161,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1174,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1095,7 +1199,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1211,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1224,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1170,7 +1274,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1286,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1299,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1241,7 +1345,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1357,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1370,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1311,7 +1415,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1427,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1440,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1406,7 +1510,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1522,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1535,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1450,7 +1554,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1566,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1579,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1497,7 +1601,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1613,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1626,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1558,7 +1662,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1674,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1687,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -1620,7 +1724,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1736,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1749,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -1677,7 +1781,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1793,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1806,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 type WorkerStatus struct {
@@ -1718,7 +1822,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1834,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1847,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -1795,7 +1899,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1807,7 +1911,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1820,7 +1924,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -1849,7 +1953,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +1965,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +1978,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -1905,7 +2009,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2021,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2034,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -1957,7 +2061,7 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\xe2\x03\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x94\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -1974,19 +2078,26 @@ const file_control_proto_rawDesc = "" +
 	"\aversion\x18\v \x01(\tR\aversion\x12\x19\n" +
 	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
-	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"z\n" +
+	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\x120\n" +
+	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\"\xc3\x01\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
-	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\"e\n" +
+	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12G\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"e\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\x95\x01\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xde\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
-	"\awaiting\x18\x04 \x01(\x05R\awaiting\"3\n" +
+	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12G\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"a\n" +
+	"\x11PrefixCacheReport\x12\x16\n" +
+	"\x06sealed\x182 \x03(\fR\x06sealed\x12\x18\n" +
+	"\aevicted\x183 \x03(\fR\aevicted\x12\x1a\n" +
+	"\bsnapshot\x184 \x01(\bR\bsnapshot\"3\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
@@ -2124,7 +2235,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
@@ -2132,75 +2243,78 @@ var file_control_proto_goTypes = []any{
 	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
 	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 6: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),    // 7: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),   // 8: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                 // 9: warden.control.v1.Owner
-	(*SamplingParams)(nil),        // 10: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                // 11: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),        // 12: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 13: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),        // 14: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 15: warden.control.v1.PrefillResponse
-	(*GenerateRequest)(nil),       // 16: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 17: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 18: warden.control.v1.Ready
-	(*Tokens)(nil),                // 19: warden.control.v1.Tokens
-	(*Done)(nil),                  // 20: warden.control.v1.Done
-	(*AbortRequest)(nil),          // 21: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 22: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 23: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 24: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 25: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 26: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 27: warden.control.v1.WriterDrainedResponse
+	(*PrefixCacheReport)(nil),     // 6: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),     // 7: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),    // 8: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),   // 9: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                 // 10: warden.control.v1.Owner
+	(*SamplingParams)(nil),        // 11: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                // 12: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),        // 13: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
+	(*GenerateRequest)(nil),       // 17: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),         // 18: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                 // 19: warden.control.v1.Ready
+	(*Tokens)(nil),                // 20: warden.control.v1.Tokens
+	(*Done)(nil),                  // 21: warden.control.v1.Done
+	(*AbortRequest)(nil),          // 22: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 23: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 24: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 25: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 26: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 27: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 28: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
 	2,  // 1: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
 	1,  // 2: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	1,  // 3: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 4: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	9,  // 5: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 6: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	9,  // 7: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 8: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 9: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	9,  // 10: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 11: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 12: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	18, // 13: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	19, // 14: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	20, // 15: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	9,  // 16: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	25, // 17: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 18: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 19: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 20: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	25, // 21: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 22: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 23: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	7,  // 24: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	12, // 25: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	14, // 26: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	16, // 27: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	21, // 28: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	26, // 29: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	23, // 30: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 31: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	6,  // 32: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	8,  // 33: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	13, // 34: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	15, // 35: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	17, // 36: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	22, // 37: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	27, // 38: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	24, // 39: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	6,  // 3: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	1,  // 4: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	6,  // 5: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	10, // 6: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	10, // 7: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 8: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	10, // 12: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 13: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 14: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	19, // 15: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	20, // 16: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	21, // 17: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	10, // 18: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	26, // 19: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 20: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 21: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 22: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	26, // 23: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 24: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 25: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 26: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 27: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 28: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	17, // 29: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	22, // 30: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	27, // 31: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	24, // 32: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 33: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 34: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 35: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 36: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 37: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	18, // 38: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	23, // 39: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	28, // 40: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	25, // 41: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	33, // [33:42] is the sub-list for method output_type
+	24, // [24:33] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2208,7 +2322,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[16].OneofWrappers = []any{
+	file_control_proto_msgTypes[17].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2219,7 +2333,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
