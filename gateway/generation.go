@@ -13,7 +13,6 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
-	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/tenant"
@@ -75,11 +74,10 @@ type driver struct {
 	sampling    *controlpb.SamplingParams
 	stops       []string
 	pages       int64 // KV pages the request needs on its decode worker
-	// The prefix cache (prefixcache.go): the request's domain, whether it
-	// uses the cache, and what routing scored.
-	domain   cachekey.Domain
-	cacheOn  bool
-	routeReq *routing.Request
+	// The prefix cache (prefixcache.go): the request's domain and whether
+	// it uses the cache.
+	domain  cachekey.Domain
+	cacheOn bool
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)
@@ -175,6 +173,7 @@ func (d *driver) finish(err error) {
 	}
 	snap := d.req.Snapshot()
 	d.g.metrics.finished(snap, httpStatus, d.firstToken, d.lastToken)
+	d.g.metrics.prefixCache(snap.Model, snap.Tenant, d.prefilled, min(d.cached, d.prefilled))
 	endRequestSpan(d.span, snap)
 	attrs := []any{"state", snap.State.String(), "cause", snap.Cause, "stage", snap.Stage.String(),
 		"prompt_tokens", d.prefilled, "completion_tokens", d.generated, "status", httpStatus}

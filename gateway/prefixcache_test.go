@@ -70,7 +70,8 @@ func TestPrefixCacheIsPerTenant(t *testing.T) {
 // TestPrefixRoutingFollowsTheCache: with two both workers, a request
 // whose prompt pages the gateway routed to one worker goes back there
 // (and hits) even when the registry's own order would pick the other,
-// busier-looking or not; the index never matches another tenant's request.
+// busier-looking or not, once the worker reported the pages it sealed;
+// the index never matches another tenant's request.
 func TestPrefixRoutingFollowsTheCache(t *testing.T) {
 	const maxTokens = 4
 	content := strings.Repeat("Pack my box with five dozen liquor jugs. ", 6)
@@ -99,6 +100,8 @@ func TestPrefixRoutingFollowsTheCache(t *testing.T) {
 	if ask(tg.key) != 0 {
 		t.Fatal("first request hit")
 	}
+	// The serving worker reports the pages it sealed.
+	waitFor(t, "the worker's report of its sealed pages", func() bool { return tg.domains.index.Len() > 0 })
 	served := ""
 	for _, s := range tg.table.List() {
 		served = requestView(s).DecodeWorker

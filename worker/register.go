@@ -92,6 +92,11 @@ func refused(err error) bool {
 	return false
 }
 
+// prefixReportDelay is how long a heartbeat that reports prefix-cache
+// events waits for more: at most 1/prefixReportDelay early heartbeats a
+// second.
+const prefixReportDelay = 20 * time.Millisecond
+
 // rpcTimeout bounds one Heartbeat call.
 func rpcTimeout(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
@@ -113,16 +118,27 @@ func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient) 
 	return interval, nil
 }
 
-// heartbeat sends heartbeats until ctx ends (nil), the gateway asks for a
+// heartbeat sends heartbeats, every interval and soon after the prefix
+// cache sealed or evicted pages, until ctx ends (nil), the gateway asks for a
 // new registration (nil) or a heartbeat fails (the error).
 func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, interval time.Duration) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var events <-chan struct{} // nil (never ready) without a prefix cache
+	if w.prefixCacheEnabled() {
+		events = w.rt.Pool.CacheEventsReady()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-events:
+			// Pages were sealed or evicted: report them now rather than
+			// at the next tick, after a moment that gathers a burst.
+			if !sleep(ctx, prefixReportDelay) {
+				return nil
+			}
 		}
 		es := w.rt.Engine.Stats()
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))

@@ -23,12 +23,19 @@ type CacheEvents struct {
 type cacheLog struct {
 	latest   map[cachekey.Hash]bool
 	overflow bool
+	// ready, once CacheEventsReady made it, gets a value whenever an
+	// event is noted.
+	ready chan struct{}
 }
 
 // note records that the page of h was sealed (true) or evicted. Past
 // MaxCacheEvents distinct hashes it gives up and marks the log
 // overflowed: the next drain is a snapshot. Called with mu held.
 func (l *cacheLog) note(h cachekey.Hash, sealed bool) {
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
 	if l.overflow {
 		return
 	}
@@ -81,6 +88,17 @@ func (p *Pool) snapshotLocked() CacheEvents {
 		}
 		ev.Sealed = append(ev.Sealed, t.Hash)
 	}
-	p.events = cacheLog{}
+	p.events = cacheLog{ready: p.events.ready}
 	return ev
+}
+
+// CacheEventsReady returns a channel that receives a value when events
+// were noted since it last did, so that a reporter can send them early.
+func (p *Pool) CacheEventsReady() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.events.ready == nil {
+		p.events.ready = make(chan struct{}, 1)
+	}
+	return p.events.ready
 }

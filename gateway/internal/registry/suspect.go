@@ -63,5 +63,5 @@ func (r *Registry) Suspect(id string, err error) {
 func (r *Registry) PrefillFor(decode *Worker) *Worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.prefillFor(decode)
+	return r.prefillFor(decode, nil)
 }
