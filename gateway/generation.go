@@ -164,7 +164,8 @@ func (d *driver) finish(err error) {
 		d.log.ErrorContext(ctx, "finishing request", "err", ferr)
 		state, clientErr = lifecycle.Failed, api.Internal()
 	}
-	d.g.releaseLease(d.lease, d.req.ID(), tenant.Consumed{PromptTokens: d.prefilled, CompletionTokens: d.generated})
+	d.g.releaseLease(d.lease, d.req.ID(), tenant.Consumed{PromptTokens: d.prefilled, CompletionTokens: d.generated,
+		CachedTokens: min(d.cached, d.prefilled), CachedRate: d.g.auth.cachedRate(d.req.Info().Tenant)})
 
 	httpStatus := http.StatusOK
 	if clientErr != nil {
