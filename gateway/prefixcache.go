@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/routing"
@@ -31,16 +32,24 @@ type cacheDomains struct {
 	secret []byte
 	index  *routing.Index
 	router *routing.Router
-	log    *slog.Logger
+	// roundRobin: gateway.routing is round_robin; router takes the
+	// workers in turn for every request.
+	roundRobin bool
+	log        *slog.Logger
 	// Events applied to the index, for the metrics.
 	sealed, evicted, snapshots, invalid atomic.Uint64
 }
 
-func newCacheDomains(log *slog.Logger) *cacheDomains {
+func newCacheDomains(log *slog.Logger, policy config.Routing) *cacheDomains {
 	secret := make([]byte, 32)
 	rand.Read(secret) // never fails (crypto/rand)
-	ix := routing.NewIndex(indexEntries)
-	return &cacheDomains{secret: secret, index: ix, router: routing.Default(ix), log: log}
+	c := &cacheDomains{secret: secret, index: routing.NewIndex(indexEntries), log: log}
+	if policy == config.RoutingRoundRobin {
+		c.router, c.roundRobin = routing.RoundRobinRouter(), true
+	} else {
+		c.router = routing.Default(c.index)
+	}
+	return c
 }
 
 // of returns the domain of a request of p under the tenant's mode, and
@@ -83,13 +92,15 @@ func (d *driver) domainHex() string {
 // pick routes the request: with a cache domain, the workers are scored by
 // routing.Default (expected prefix hit, load, free pages) and the
 // registry's order decides between equals; without, the registry's order
-// alone.
+// alone. Under gateway.routing round_robin every request takes the
+// workers in turn.
 func (d *driver) pick(model string, total int64) (registry.Route, error) {
-	if !d.cacheOn || d.g.domains == nil {
+	c := d.g.domains
+	if c == nil || (!d.cacheOn && !c.roundRobin) {
 		return d.g.reg.Pick(model, total)
 	}
-	req := &routing.Request{Model: model, Domain: d.domain, Cached: true, Prompt: d.prompt}
-	return d.g.reg.PickScored(model, total, func(c registry.Candidate) float64 { return d.g.domains.router.Score(req, c) })
+	req := &routing.Request{Model: model, Domain: d.domain, Cached: d.cacheOn, Prompt: d.prompt}
+	return d.g.reg.PickScored(model, total, func(cand registry.Candidate) float64 { return c.router.Score(req, cand) })
 }
 
 // Describe implements prometheus.Collector.

@@ -1,5 +1,7 @@
 package registry
 
+import "github.com/warden-ai/warden/internal/controlpb"
+
 // Candidate is what a routing score sees of a worker: a decode-capable
 // one, or a prefill worker for a decode worker.
 type Candidate struct {
@@ -15,6 +17,8 @@ type Candidate struct {
 	// CacheVersion is the version the worker's prefix pages are hashed
 	// under (WorkerInfo.prefix_cache_version); 0 without a cache.
 	CacheVersion uint64
+	// Role is the worker's role.
+	Role controlpb.Role
 }
 
 // PickScored is Pick with the workers ranked by score first (highest
@@ -41,6 +45,6 @@ func candidateOf(w *Worker) Candidate {
 	return Candidate{
 		ID: w.id, FreePages: w.pool.GetFreePages() - w.pendingPages, TotalPages: w.pool.GetTotalPages(),
 		PageTokens: w.pool.GetPageTokens(), Load: int64(w.running) + int64(w.waiting) + w.assigned,
-		CacheVersion: w.info.GetPrefixCacheVersion(),
+		CacheVersion: w.info.GetPrefixCacheVersion(), Role: w.info.GetRole(),
 	}
 }

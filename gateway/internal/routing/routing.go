@@ -29,6 +29,9 @@ type Request struct {
 
 	mu     sync.Mutex
 	chains map[chainKey][]cachekey.Hash
+	// The request's turn for RoundRobin, once it took one.
+	turn    int
+	turnSet bool
 }
 
 // chainKey names one way of hashing the prompt: a worker's page size and

@@ -6,6 +6,7 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/controlpb"
 )
 
 func dom(t testing.TB, tenant string) cachekey.Domain {
@@ -151,5 +152,31 @@ func TestRouterWeighsScorers(t *testing.T) {
 	want := DefaultPrefixWeight*1 + DefaultLoadWeight*0.25 + DefaultFreePagesWeight*0.1
 	if got := rt.Score(r, hot); got != want {
 		t.Fatalf("weighted score %v, want %v", got, want)
+	}
+}
+
+func TestRoundRobinTakesEachRoleInTurn(t *testing.T) {
+	rr := RoundRobinRouter()
+	decode := []registry.Candidate{{ID: "d1", Role: controlpb.Role_ROLE_DECODE}, {ID: "d2", Role: controlpb.Role_ROLE_DECODE}}
+	prefill := []registry.Candidate{{ID: "p1", Role: controlpb.Role_ROLE_PREFILL}, {ID: "p2", Role: controlpb.Role_ROLE_PREFILL}}
+	best := func(req *Request, cs []registry.Candidate) string {
+		b := cs[0]
+		for _, c := range cs[1:] {
+			if rr.Score(req, c) > rr.Score(req, b) {
+				b = c
+			}
+		}
+		return b.ID
+	}
+	counts := map[string]int{}
+	for range 8 {
+		req := &Request{Model: "m"}
+		counts[best(req, decode)]++
+		counts[best(req, prefill)]++
+	}
+	for _, id := range []string{"d1", "d2", "p1", "p2"} {
+		if counts[id] != 4 {
+			t.Fatalf("round robin over 8 requests: %v, want 4 each", counts)
+		}
 	}
 }
