@@ -11,8 +11,10 @@ type Candidate struct {
 	// pool; PageTokens its page size.
 	FreePages, TotalPages int64
 	PageTokens            int32
-	// Load is the requests running and waiting on it plus those this
-	// gateway routed there and has not finished.
+	// Load is the requests on it: those this gateway routed there and
+	// has not finished, or the running and waiting ones of its last
+	// heartbeat (which include other gateways'), whichever is more. Not
+	// their sum: this gateway's requests are in both.
 	Load int64
 	// CacheVersion is the version the worker's prefix pages are hashed
 	// under (WorkerInfo.prefix_cache_version); 0 without a cache.
@@ -44,7 +46,7 @@ func scoredLess(score func(Candidate) float64, tie func(a, b *Worker) bool) func
 func candidateOf(w *Worker) Candidate {
 	return Candidate{
 		ID: w.id, FreePages: w.pool.GetFreePages() - w.pendingPages, TotalPages: w.pool.GetTotalPages(),
-		PageTokens: w.pool.GetPageTokens(), Load: int64(w.running) + int64(w.waiting) + w.assigned,
+		PageTokens: w.pool.GetPageTokens(), Load: max(int64(w.running)+int64(w.waiting), w.assigned),
 		CacheVersion: w.info.GetPrefixCacheVersion(), Role: w.info.GetRole(),
 	}
 }
