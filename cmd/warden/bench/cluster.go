@@ -86,9 +86,9 @@ type cluster struct {
 	// workerMetrics are the workers' registries, by worker ID.
 	workerMetrics map[string]*prometheus.Registry
 	routing       config.Routing
-	conn     *grpc.ClientConn
-	direct   controlpb.WorkerClient
-	directN  atomic.Int64 // request IDs of direct calls
+	conn          *grpc.ClientConn
+	direct        controlpb.WorkerClient
+	directN       atomic.Int64 // request IDs of direct calls
 
 	redisAddr, redisPrefix string
 }

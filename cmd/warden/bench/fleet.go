@@ -116,7 +116,7 @@ func RunFleet(ctx context.Context, o FleetOptions) (FleetReport, error) {
 		o.Turns = 8
 	}
 	if o.TurnWords <= 0 {
-		o.TurnWords = 100
+		o.TurnWords = 60
 	}
 	if o.AnswerTokens <= 0 {
 		o.AnswerTokens = 8

@@ -10,14 +10,14 @@ import (
 // runBenchFleet compares cache-aware routing with round robin on a fleet
 // of workers serving multi-turn conversations.
 func runBenchFleet(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench fleet", "bench fleet [--prefill 2] [--decode 2] [--both 0] [--conversations 8] [--turns 8] [--turn-words 100] [--answer 8] [--threads 1]")
+	fs := newFlags(e, "bench fleet", "bench fleet [--prefill 2] [--decode 2] [--both 0] [--conversations 8] [--turns 8] [--turn-words 60] [--answer 8] [--threads 1]")
 	o := bench.FleetOptions{}
 	fs.IntVar(&o.Prefill, "prefill", 2, "prefill workers")
 	fs.IntVar(&o.Decode, "decode", 2, "decode workers")
 	fs.IntVar(&o.Both, "both", 0, "both workers (instead of prefill and decode workers when > 0)")
 	fs.IntVar(&o.Conversations, "conversations", 8, "conversations run at once")
 	fs.IntVar(&o.Turns, "turns", 8, "turns per conversation")
-	fs.IntVar(&o.TurnWords, "turn-words", 100, "new user words per turn")
+	fs.IntVar(&o.TurnWords, "turn-words", 60, "new user words per turn")
 	fs.IntVar(&o.AnswerTokens, "answer", 8, "max_tokens of every turn")
 	fs.IntVar(&o.Threads, "threads", 1, "compute threads per worker")
 	if err := parse(fs, args); err != nil {
