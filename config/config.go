@@ -90,7 +90,21 @@ type Gateway struct {
 	// to call the public API cross-origin; "*" allows any. Empty, the
 	// default, sends no CORS headers, so browsers refuse cross-origin calls.
 	CORSOrigins []string `yaml:"cors_origins"`
+	// Routing chooses how requests are placed on workers: cache_aware
+	// (default) scores workers by the prompt pages they report holding in
+	// the request's cache domain, their load and free pages; round_robin
+	// takes the workers in turn (a baseline for benchmarks).
+	Routing Routing `yaml:"routing"`
 }
+
+// Routing is a placement policy (Gateway.Routing).
+type Routing string
+
+// Routing policies.
+const (
+	RoutingCacheAware Routing = "cache_aware"
+	RoutingRoundRobin Routing = "round_robin"
+)
 
 // ServerTLS is the certificate a public listener presents.
 type ServerTLS struct {

@@ -242,6 +242,7 @@ func (g *Gateway) validate(v *validator) {
 	}
 	v.positiveDuration("gateway.request_timeout", g.RequestTimeout)
 	v.positiveDuration("gateway.heartbeat_timeout", g.HeartbeatTimeout)
+	oneOf(v, "gateway.routing", g.Routing, RoutingCacheAware, RoutingRoundRobin)
 	v.nonNegativeDuration("gateway.drain_timeout", g.DrainTimeout)
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)
 	if g.Queue.MaxWaiting > 0 {

@@ -48,11 +48,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 			}
 		}
 	}
-	if err := d.relay(ctx, w, newReceiver(sctx, stream), nil, true); err != nil {
-		return err
-	}
-	d.served(w)
-	return nil
+	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on

@@ -34,6 +34,9 @@ type tenantInfo struct {
 	weight  int
 	allowed tenant.Limits
 	cache   cachekey.Mode // the tenant's prefix-cache setting
+	// cachedRate bills the tenant's cached prompt tokens
+	// (tenant.Tenant.CachedRate).
+	cachedRate float64
 }
 
 var _ api.Authenticator = (*authenticator)(nil)
@@ -50,7 +53,8 @@ func (a *authenticator) Authenticate(ctx context.Context, key string) (api.Princ
 		return api.Principal{}, err
 	}
 	a.mu.Lock()
-	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache}
+	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache,
+		cachedRate: p.Tenant.CachedRate()}
 	a.mu.Unlock()
 	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID}, nil
 }
@@ -59,6 +63,17 @@ func (a *authenticator) info(tenantID string) tenantInfo {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.tenants[tenantID]
+}
+
+// cachedRate is the rate tenantID's cached prompt tokens are billed at:
+// its setting as of its last authentication, 1 (full price) if unknown.
+func (a *authenticator) cachedRate(tenantID string) float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i, ok := a.tenants[tenantID]; ok {
+		return i.cachedRate
+	}
+	return 1
 }
 
 func storeUnavailable() *api.Error {

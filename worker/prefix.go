@@ -48,6 +48,35 @@ func (w *Worker) cacheVersion() uint64 {
 	return binary.LittleEndian.Uint64(h.Sum(nil))
 }
 
+// reportedCacheVersion is the version the worker registers for the
+// gateway's hashes (WorkerInfo.prefix_cache_version): 0 without a cache.
+func (w *Worker) reportedCacheVersion() uint64 {
+	if !w.prefixCacheEnabled() {
+		return 0
+	}
+	return w.version
+}
+
+// prefixReport takes the pool's prefix-cache events (a snapshot when
+// registering, the events since the last heartbeat otherwise) for the
+// gateway's routing index; nil without a cache. Events of a heartbeat
+// that fails are lost with it, and the registration that follows sends a
+// snapshot that replaces everything the gateway knew.
+func (w *Worker) prefixReport(take func() kvpool.CacheEvents) *controlpb.PrefixCacheReport {
+	if !w.prefixCacheEnabled() {
+		return nil
+	}
+	ev := take()
+	r := &controlpb.PrefixCacheReport{Snapshot: ev.Reset}
+	for _, h := range ev.Sealed {
+		r.Sealed = append(r.Sealed, h[:])
+	}
+	for _, h := range ev.Evicted {
+		r.Evicted = append(r.Evicted, h[:])
+	}
+	return r
+}
+
 // prefixFor returns the engine's prefix settings for a Generate on ctx,
 // or nil when the request uses no cache.
 func (w *Worker) prefixFor(ctx context.Context) (*engine.Prefix, error) {

@@ -207,8 +207,13 @@ type WorkerInfo struct {
 	KvDtype       string `protobuf:"bytes,12,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
 	KvLayout      string `protobuf:"bytes,13,opt,name=kv_layout,json=kvLayout,proto3" json:"kv_layout,omitempty"`
 	WeightsSha256 string `protobuf:"bytes,14,opt,name=weights_sha256,json=weightsSha256,proto3" json:"weights_sha256,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// prefix_cache_version is the model/format version the worker's sealed
+	// prefix pages are tagged with (the version in their chain hashes), so
+	// that the gateway computes the same hashes when it routes; 0 when the
+	// worker serves no prefix cache.
+	PrefixCacheVersion uint64 `protobuf:"varint,50,opt,name=prefix_cache_version,json=prefixCacheVersion,proto3" json:"prefix_cache_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -339,13 +344,24 @@ func (x *WorkerInfo) GetWeightsSha256() string {
 	return ""
 }
 
+func (x *WorkerInfo) GetPrefixCacheVersion() uint64 {
+	if x != nil {
+		return x.PrefixCacheVersion
+	}
+	return 0
+}
+
 type RegisterRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Pool   *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	// draining is set by a worker that is shutting down (SIGTERM): the
 	// gateway places no new request on it; those in flight run to their end.
-	Draining      bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	// prefix_cache lists the prefix pages the worker holds sealed now
+	// (bounded; snapshot is set): the gateway's routing index starts afresh
+	// for a (re-)registered worker.
+	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +415,13 @@ func (x *RegisterRequest) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *RegisterRequest) GetPrefixCache() *PrefixCacheReport {
+	if x != nil {
+		return x.PrefixCache
+	}
+	return nil
 }
 
 type RegisterResponse struct {
@@ -462,7 +485,10 @@ type HeartbeatRequest struct {
 	Waiting  int32                  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	// draining: as in RegisterRequest. A worker sends a heartbeat with it at
 	// once when its drain begins.
-	Draining      bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	// prefix_cache carries the prefix pages sealed and evicted since the
+	// previous heartbeat (like llm-d's KV events), bounded.
+	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +558,84 @@ func (x *HeartbeatRequest) GetDraining() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetPrefixCache() *PrefixCacheReport {
+	if x != nil {
+		return x.PrefixCache
+	}
+	return nil
+}
+
+// PrefixCacheReport is a bounded batch of a worker's prefix-cache events
+// for the gateway's cache-aware routing (issue 14): chain hashes of sealed
+// pages it now holds and of pages it evicted. A chain hash covers the
+// request's cache domain, so it names no tenant and matches only requests
+// of that domain; the gateway derives the domain itself. Each hash is 32
+// bytes and appears at most once in a report (the worker keeps only the
+// latest event of a page).
+type PrefixCacheReport struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Sealed  [][]byte               `protobuf:"bytes,50,rep,name=sealed,proto3" json:"sealed,omitempty"`
+	Evicted [][]byte               `protobuf:"bytes,51,rep,name=evicted,proto3" json:"evicted,omitempty"`
+	// snapshot: sealed lists the pages the worker holds now (up to the
+	// bound) and the gateway drops every entry it holds for this worker
+	// before applying it: a registration, or events were lost because more
+	// happened between two heartbeats than a report carries.
+	Snapshot      bool `protobuf:"varint,52,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixCacheReport) Reset() {
+	*x = PrefixCacheReport{}
+	mi := &file_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixCacheReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixCacheReport) ProtoMessage() {}
+
+func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
+func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PrefixCacheReport) GetSealed() [][]byte {
+	if x != nil {
+		return x.Sealed
+	}
+	return nil
+}
+
+func (x *PrefixCacheReport) GetEvicted() [][]byte {
+	if x != nil {
+		return x.Evicted
+	}
+	return nil
+}
+
+func (x *PrefixCacheReport) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reregister is set when the gateway does not know this worker (e.g. it
@@ -543,7 +647,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +659,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +672,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -586,7 +690,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +702,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +715,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 type ModelAssetsResponse struct {
@@ -631,7 +735,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +747,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +760,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -713,7 +817,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +829,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +842,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Owner) GetTenant() string {
@@ -787,7 +891,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +903,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +916,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -912,7 +1016,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1028,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1041,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1048,7 +1152,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1164,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1177,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1120,7 +1224,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1236,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1249,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1170,7 +1274,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1286,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1299,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1252,7 +1356,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1368,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1381,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1337,7 +1441,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1453,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1466,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1407,7 +1511,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1523,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1536,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1502,7 +1606,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1618,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1631,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1551,7 +1655,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1667,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1680,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1609,7 +1713,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1725,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1738,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -1670,7 +1774,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1786,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1799,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1731,7 +1835,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1847,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1860,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -1793,7 +1897,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1909,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1922,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -1850,7 +1954,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1966,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1979,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 type WorkerStatus struct {
@@ -1891,7 +1995,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2007,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2020,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -1968,7 +2072,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2084,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2097,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2022,7 +2126,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2138,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2151,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2078,7 +2182,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2194,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2207,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2130,7 +2234,7 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\xe2\x03\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x94\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -2147,21 +2251,28 @@ const file_control_proto_rawDesc = "" +
 	"\aversion\x18\v \x01(\tR\aversion\x12\x19\n" +
 	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
-	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"\x96\x01\n" +
+	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\x120\n" +
+	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\"\xdf\x01\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x1a\n" +
-	"\bdraining\x18< \x01(\bR\bdraining\"e\n" +
+	"\bdraining\x18< \x01(\bR\bdraining\x12G\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"e\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xb1\x01\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xfa\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x1a\n" +
-	"\bdraining\x18< \x01(\bR\bdraining\"3\n" +
+	"\bdraining\x18< \x01(\bR\bdraining\x12G\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"a\n" +
+	"\x11PrefixCacheReport\x12\x16\n" +
+	"\x06sealed\x182 \x03(\fR\x06sealed\x12\x18\n" +
+	"\aevicted\x183 \x03(\fR\aevicted\x12\x1a\n" +
+	"\bsnapshot\x184 \x01(\bR\bsnapshot\"3\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
@@ -2314,7 +2425,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
@@ -2322,78 +2433,81 @@ var file_control_proto_goTypes = []any{
 	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
 	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 6: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),    // 7: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),   // 8: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                 // 9: warden.control.v1.Owner
-	(*SamplingParams)(nil),        // 10: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                // 11: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),        // 12: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 13: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),        // 14: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 15: warden.control.v1.PrefillResponse
-	(*GenerateRequest)(nil),       // 16: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 17: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 18: warden.control.v1.Ready
-	(*Tokens)(nil),                // 19: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),         // 20: warden.control.v1.LogprobsToken
-	(*Done)(nil),                  // 21: warden.control.v1.Done
-	(*AbortRequest)(nil),          // 22: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 23: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 24: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 25: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 26: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 27: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 28: warden.control.v1.WriterDrainedResponse
+	(*PrefixCacheReport)(nil),     // 6: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),     // 7: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),    // 8: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),   // 9: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                 // 10: warden.control.v1.Owner
+	(*SamplingParams)(nil),        // 11: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                // 12: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),        // 13: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
+	(*GenerateRequest)(nil),       // 17: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),         // 18: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                 // 19: warden.control.v1.Ready
+	(*Tokens)(nil),                // 20: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),         // 21: warden.control.v1.LogprobsToken
+	(*Done)(nil),                  // 22: warden.control.v1.Done
+	(*AbortRequest)(nil),          // 23: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 24: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 25: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 26: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 27: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 28: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 29: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
 	2,  // 1: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
 	1,  // 2: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	1,  // 3: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 4: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	9,  // 5: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 6: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	9,  // 7: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 8: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 9: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	20, // 10: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	9,  // 11: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 12: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 13: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	18, // 14: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	19, // 15: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	21, // 16: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	20, // 17: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	9,  // 18: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	26, // 19: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 20: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 21: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 22: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	26, // 23: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 24: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 25: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	7,  // 26: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	12, // 27: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	14, // 28: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	16, // 29: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	22, // 30: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	27, // 31: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	24, // 32: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 33: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	6,  // 34: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	8,  // 35: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	13, // 36: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	15, // 37: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	17, // 38: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	23, // 39: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	28, // 40: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	25, // 41: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	33, // [33:42] is the sub-list for method output_type
-	24, // [24:33] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	6,  // 3: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	1,  // 4: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	6,  // 5: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	10, // 6: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	10, // 7: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 8: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	21, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	10, // 13: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 14: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 15: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	19, // 16: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	20, // 17: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	22, // 18: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	21, // 19: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	10, // 20: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	27, // 21: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 22: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 23: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 24: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	27, // 25: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 26: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 27: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 28: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 29: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 30: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	17, // 31: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	23, // 32: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	28, // 33: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	25, // 34: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 35: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 36: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 37: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 38: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 39: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	18, // 40: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	24, // 41: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	29, // 42: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	26, // 43: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	35, // [35:44] is the sub-list for method output_type
+	26, // [26:35] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2401,7 +2515,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[16].OneofWrappers = []any{
+	file_control_proto_msgTypes[17].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2412,7 +2526,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

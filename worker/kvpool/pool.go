@@ -154,6 +154,8 @@ type Pool struct {
 	idle                   *list.List
 	shared                 int
 	seals, evictions, hits uint64
+	// events are the seals and evictions not yet reported (events.go).
+	events cacheLog
 }
 
 // page is one page's metadata: owned by a holding (h), sealed (s), or
