@@ -40,7 +40,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 		gctx = metadata.AppendToOutgoingContext(sctx, cachekey.MetadataDomain, d.domainHex())
 	}
 	stream, err := w.Client().Generate(gctx, &controlpb.GenerateRequest{
-		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling,
+		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling, TenantWeight: int32(d.weight),
 	})
 	if err != nil {
 		return d.workerError("generate", w, err)
@@ -71,7 +71,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	defer cancel()
 	owner := ownerPB(d.req.Owner())
 	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{
-		Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket,
+		Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, TenantWeight: int32(d.weight),
 	})
 	if err != nil {
 		return d.workerError("generate", rt.Decode, err)
