@@ -282,8 +282,10 @@ func (e *Engine) shutdown() {
 //     sequences per weight, the earliest among equals (first in, first out
 //     within a tenant and between equally served tenants);
 //   - when the batch is full, a pending sequence of a tenant that runs
-//     nothing preempts one of a tenant that runs two or more (the one
-//     running the most per weight; its most recently admitted sequence).
+//     nothing preempts one of a tenant that runs two or more, if that
+//     tenant still runs at least as many per weight afterwards ((n-1)/w_u
+//     >= 1/w_s); the victim is the most recently admitted sequence of the
+//     tenant running the most per weight.
 //     The preempted sequence keeps its pages and position and waits at
 //     the front of the pending list; it resumes where it stopped.
 //
@@ -373,7 +375,8 @@ func (e *Engine) nextPending() int {
 }
 
 // preempt makes room in the full running set for s, when its tenant runs
-// nothing and another tenant runs two or more sequences: the latest
+// nothing and another tenant runs two or more sequences, and at least as
+// many per weight without one as s's tenant would with s: the latest
 // admitted sequence of the tenant running the most per weight goes to the
 // front of the pending list, keeping its pages and position. It reports
 // whether it did. Called with e.mu held.
@@ -381,10 +384,12 @@ func (e *Engine) preempt(s *sequence) bool {
 	if e.runningOf(s.req.Owner.Tenant) > 0 {
 		return false
 	}
-	victim, vRun, vW := -1, int64(1), int64(1)
+	victim, vRun, vW, ws := -1, int64(1), int64(1), weightOf(s)
 	for i, r := range e.running {
 		n, w := e.runningOf(r.req.Owner.Tenant), weightOf(r)
-		if n < 2 {
+		if w > ws*(n-1) {
+			// After the swap s's tenant would run more per weight than
+			// r's (1/ws > (n-1)/w); n < 2 always lands here.
 			continue
 		}
 		// Later sequences of the same tenant replace earlier ones: the

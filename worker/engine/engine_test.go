@@ -660,3 +660,40 @@ func (b *recordingBackend) tenants() [][]string {
 	defer b.mu.Unlock()
 	return slices.Clone(b.steps)
 }
+
+// TestNoPreemptionBelowWeightedShare: a tenant of weight 1 does not
+// preempt a tenant of weight 3 running two sequences (2/3 per weight
+// against the 1 it would run): it waits for a free slot.
+func TestNoPreemptionBelowWeightedShare(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 2})
+	vocab := r.m.Config.VocabSize
+	submit := func(o kvpool.Owner, weight int, p []int32, n int) *engine.Stream {
+		pages, err := r.pool.Reserve(o, len(p)+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.pool.Activate(o)
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Weight: weight, Pages: pages, Prompt: p, Sampling: greedy(n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	var streams []*engine.Stream
+	for i := range 2 {
+		st := submit(kvpool.Owner{Tenant: "heavy", Request: fmt.Sprint("h", i), Epoch: 1}, 3, prompt(uint64(40+i), 12, vocab), 40)
+		if ev, err := st.Next(context.Background()); err != nil || ev.Kind != engine.EventToken {
+			t.Fatalf("heavy %d: %+v, %v", i, ev, err)
+		}
+		streams = append(streams, st)
+	}
+	streams = append(streams, submit(kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, 1, prompt(42, 9, vocab), 4))
+	for i, st := range streams {
+		if o := collect(t, st); o.res.Err != nil {
+			t.Fatalf("stream %d: %v", i, o.res.Err)
+		}
+	}
+	if p := r.eng.Stats().Preemptions; p != 0 {
+		t.Fatalf("preemptions %d, want 0", p)
+	}
+}
