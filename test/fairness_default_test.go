@@ -28,12 +28,23 @@ const defaultPoolBatch = 2
 // flooding tenants split the completed tokens 3:1 (within 10%).
 func TestFairnessDefaultPool(t *testing.T) {
 	t.Parallel()
+	fairnessDefaultPool(t, 1)
+}
+
+// TestFairnessDefaultPoolTwoGateways is TestFairnessDefaultPool with two
+// gateways on one Redis, the flooders' clients spread over both.
+func TestFairnessDefaultPoolTwoGateways(t *testing.T) {
+	t.Parallel()
+	fairnessDefaultPool(t, 2)
+}
+
+func fairnessDefaultPool(t *testing.T, gateways int) {
 	ctx := context.Background()
 	want, err := reference(t, harness.ModelEndless).Completion(ctx, fairPrompt, fairMaxTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := harness.Start(t, env, harness.Options{Redis: true,
+	c := harness.Start(t, env, harness.Options{Redis: true, Gateways: gateways,
 		EditGateway:      func(_ int, cfg *config.Config) { cfg.Gateway.Queue.MaxWait = 5 * time.Minute },
 		HeartbeatTimeout: 6 * time.Second,
 		Workers: []harness.WorkerSpec{{
@@ -66,13 +77,15 @@ func TestFairnessDefaultPool(t *testing.T) {
 	// Under the flood, from when the gateway has learned the worker's
 	// batch and the engine's pending list, filled before, has drained.
 	drained := func() {
-		waitUntil(t, "the in-flight budget and an empty engine queue", func() error {
-			ws, err := c.Gateway().Admin.Workers(ctx)
-			switch {
-			case err != nil:
-				return err
-			case ws[0].InFlightBudget == 0 || ws[0].Waiting > 0:
-				return fmt.Errorf("budget %d, %d waiting in the engine", ws[0].InFlightBudget, ws[0].Waiting)
+		waitUntil(t, "the in-flight budget and an engine queue drained to what the other gateways place", func() error {
+			for _, g := range c.Gateways {
+				ws, err := g.Admin.Workers(ctx)
+				switch {
+				case err != nil:
+					return err
+				case ws[0].InFlightBudget == 0 || int64(ws[0].Waiting) > int64(gateways-1)*ws[0].InFlightBudget:
+					return fmt.Errorf("budget %d, %d waiting in the engine", ws[0].InFlightBudget, ws[0].Waiting)
+				}
 			}
 			return nil
 		})
