@@ -46,6 +46,9 @@ type entry struct {
 	pages []kvpool.PageID
 	// tokens is what the pages were reserved for.
 	tokens int
+	// weight is the owner's fair-scheduling weight the gateway sent with
+	// Generate (engine.Request.Weight); set with handler.
+	weight int
 	// ticket is the transfer ticket Reserve issued (decode, both).
 	ticket *kvtransfer.Ticket
 	// prefix (decode, both): the reservation shares ticket.HeldPages

@@ -1434,7 +1434,11 @@ type GenerateRequest struct {
 	Prompt   []int32         `protobuf:"varint,2,rep,packed,name=prompt,proto3" json:"prompt,omitempty"`
 	Sampling *SamplingParams `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// ticket is set on a decode worker: the reservation to decode from.
-	Ticket        *Ticket `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	Ticket *Ticket `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// tenant_weight is the owner's fair-scheduling weight (0 means 1): the
+	// engine's preemption picks its victim among the tenants running the
+	// most sequences per weight.
+	TenantWeight  int32 `protobuf:"varint,110,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1495,6 +1499,13 @@ func (x *GenerateRequest) GetTicket() *Ticket {
 		return x.Ticket
 	}
 	return nil
+}
+
+func (x *GenerateRequest) GetTenantWeight() int32 {
+	if x != nil {
+		return x.TenantWeight
+	}
+	return 0
 }
 
 type GenerateEvent struct {
@@ -2348,12 +2359,13 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\x12R\n" +
 	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\x12#\n" +
-	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\"\xcb\x01\n" +
+	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\"\xf0\x01\n" +
 	"\x0fGenerateRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
-	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xae\x01\n" +
+	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12#\n" +
+	"\rtenant_weight\x18n \x01(\x05R\ftenantWeight\"\xae\x01\n" +
 	"\rGenerateEvent\x120\n" +
 	"\x05ready\x18\x01 \x01(\v2\x18.warden.control.v1.ReadyH\x00R\x05ready\x123\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x19.warden.control.v1.TokensH\x00R\x06tokens\x12-\n" +
