@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/internal/brokenmode"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
@@ -156,6 +157,10 @@ func (w *Worker) releaseEntry(e *entry, transferCompleted, fence bool) {
 		} else {
 			owner = o
 		}
+	}
+	if fence && brokenmode.On(brokenmode.ReleaseWithoutDrain) {
+		w.releaseWithoutDrain(e, owner, transferCompleted)
+		return
 	}
 	if e.ticket != nil && !transferCompleted {
 		w.receiver.Abort(e.ticket.TransferID,
