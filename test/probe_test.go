@@ -196,6 +196,11 @@ func TestProbeFindsBrokenWarden(t *testing.T) {
 				t.Fatalf("warden probe against WARDEN_BROKEN=%s exited %d, want 1:\n%s", tc.mode, code, out)
 			}
 			checkVerdict(t, rep, tc.check, probe.VerdictFinding, out)
+			for _, c := range rep.Checks {
+				if c.Name == tc.check {
+					t.Logf("%s: %s", c.Name, c.Summary)
+				}
+			}
 			// Other checks may find the failure too (release-without-drain
 			// can also change an answer under the marker test's load).
 			if !regexp.MustCompile(`RESULT: \d+ finding\(s\): (.*, )?` + regexp.QuoteMeta(tc.check)).MatchString(out) {

@@ -158,11 +158,11 @@ func (w *Worker) releaseEntry(e *entry, transferCompleted, fence bool) {
 			owner = o
 		}
 	}
-	if fence && brokenmode.On(brokenmode.ReleaseWithoutDrain) {
-		w.releaseWithoutDrain(e, owner, transferCompleted)
-		return
-	}
 	if e.ticket != nil && !transferCompleted {
+		if brokenmode.On(brokenmode.ReleaseWithoutDrain) {
+			w.releaseWithoutDrain(e, owner)
+			return
+		}
 		w.receiver.Abort(e.ticket.TransferID,
 			func() { w.freePages(e.ctx, owner) },
 			func() { w.quarantine(e, owner) })
