@@ -19,10 +19,11 @@ const (
 	// SharedCache derives one prefix-cache domain for every tenant
 	// (invariants I3 and I8): one tenant's cached prefix serves another.
 	SharedCache Mode = "shared-cache"
-	// ReleaseWithoutDrain frees an aborted request's pages at once,
-	// without waiting for its writer's drain (invariant I5), hands them to
-	// the very next reservation, and lets the aborted writer go on writing
-	// into them (WriterLinger) while the next request uses them.
+	// ReleaseWithoutDrain frees the decode pages of a request aborted
+	// mid-transfer at once, without waiting for the shm writer's drain
+	// (invariant I5), hands them to the very next reservation, and lets a
+	// stand-in for the writer go on writing into them (WriterLinger)
+	// while the next request decodes from them.
 	ReleaseWithoutDrain Mode = "release-without-drain"
 )
 
