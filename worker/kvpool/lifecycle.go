@@ -113,7 +113,7 @@ func (p *Pool) Release(owner Owner) (int, error) {
 	if h.state == Quarantined {
 		return 0, fmt.Errorf("%w: release %v: pages are quarantined, use ReleaseQuarantined", ErrState, owner)
 	}
-	return p.freeHolding(h, false), nil
+	return p.freeHolding(h), nil
 }
 
 // BumpEpoch fences owner: its Reserved/InUse pages are retagged with
@@ -185,27 +185,7 @@ func (p *Pool) ReleaseQuarantined(owner Owner) (int, error) {
 	}
 	// Quarantine waited for every copy and the fence refuses new ones, so
 	// nothing is pinned here.
-	return p.freeHolding(h, false), nil
-}
-
-// ReleaseReuseFirst is the deliberately broken release of the test-only
-// mode brokenmode.ReleaseWithoutDrain, and nothing else calls it: it frees
-// owner's pages in any state — quarantined ones too, whose one-sided
-// writer may still write (I5) — and puts them at the front of the free
-// list, so the very next reservation takes them. It returns the pages it
-// freed (the owner's own, not the sealed ones it shared).
-//
-// Errors: ErrNotHeld, ErrStaleEpoch.
-func (p *Pool) ReleaseReuseFirst(owner Owner) ([]PageID, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	h, err := p.settled(owner)
-	if err != nil {
-		return nil, err
-	}
-	own := slices.Clone(h.pages[h.shared:])
-	p.freeHolding(h, true)
-	return own, nil
+	return p.freeHolding(h), nil
 }
 
 // holder returns owner's holding, matching tenant, request and epoch.
@@ -246,19 +226,14 @@ func (p *Pool) setState(h *holding, to State) {
 	p.version.Add(1)
 }
 
-// freeHolding returns h's owned pages to the free list — at its back, or
-// with reuseFirst at its front, in table order — lets go of the sealed
-// pages it shares and forgets h. It returns how many pages h held. Called
-// with mu held and h unpinned.
-func (p *Pool) freeHolding(h *holding, reuseFirst bool) int {
+// freeHolding returns h's owned pages to the free list, lets go of the
+// sealed pages it shares and forgets h. It returns how many pages h held.
+// Called with mu held and h unpinned.
+func (p *Pool) freeHolding(h *holding) int {
 	n := len(h.pages)
 	p.unshare(h)
-	for i := range h.pages {
-		if reuseFirst {
-			p.freePage(h.pages[len(h.pages)-1-i], true)
-		} else {
-			p.freePage(h.pages[i], false)
-		}
+	for _, id := range h.pages {
+		p.freePage(id)
 	}
 	p.counts[h.state] -= len(h.pages)
 	delete(p.holders, h.owner.key())
@@ -266,18 +241,14 @@ func (p *Pool) freeHolding(h *holding, reuseFirst bool) int {
 	return n
 }
 
-// freePage returns page id to the free list (at its front with
-// reuseFirst), zeroed if the pool is configured to. Called with mu held.
-func (p *Pool) freePage(id PageID, reuseFirst bool) {
+// freePage returns page id to the free list, zeroed if the pool is
+// configured to. Called with mu held.
+func (p *Pool) freePage(id PageID) {
 	p.pages[id] = page{}
 	if p.zeroOnRelease {
 		clear(p.Data(id))
 	}
-	if reuseFirst {
-		p.free.pushFront(id)
-	} else {
-		p.free.push(id)
-	}
+	p.free.push(id)
 }
 
 // fillPoison fills b with the little-endian PoisonWord pattern.
@@ -286,4 +257,28 @@ func (p *Pool) fillPoison(b []byte) {
 	for n < len(b) {
 		n += copy(b[n:], b[:n])
 	}
+}
+
+// ReleaseReuseFirst is the deliberately broken release of the test-only
+// mode brokenmode.ReleaseWithoutDrain, and nothing else calls it: it frees
+// owner's pages in any state — quarantined ones too, whose one-sided
+// writer may still write (I5) — and puts them at the front of the free
+// list, in table order, so the very next reservation takes them. It
+// returns the pages it freed (the owner's own, not the sealed ones it
+// shared).
+//
+// Errors: ErrNotHeld, ErrStaleEpoch.
+func (p *Pool) ReleaseReuseFirst(owner Owner) ([]PageID, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, err := p.settled(owner)
+	if err != nil {
+		return nil, err
+	}
+	own := slices.Clone(h.pages[h.shared:])
+	p.freeHolding(h) // appends own at the back of the free list, in order
+	for range own {
+		p.free.pushFront(p.free.popBack())
+	}
+	return own, nil
 }

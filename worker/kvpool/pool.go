@@ -339,3 +339,9 @@ func (f *fifo) pushFront(id PageID) {
 	f.ids[f.head] = id
 	f.n++
 }
+
+// popBack takes the page ID pushed last.
+func (f *fifo) popBack() PageID {
+	f.n--
+	return f.ids[(f.head+f.n)%len(f.ids)]
+}

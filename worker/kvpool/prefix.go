@@ -139,7 +139,7 @@ func (p *Pool) unshare(h *holding) {
 func (p *Pool) evictOldest() {
 	id := p.idle.Remove(p.idle.Front()).(PageID)
 	delete(p.index, p.pages[id].s.tag)
-	p.freePage(id, false)
+	p.freePage(id)
 	p.evictions++
 }
 
