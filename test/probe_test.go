@@ -187,7 +187,7 @@ func TestProbeFindsBrokenWarden(t *testing.T) {
 		// key A's deterministic answer right after B's aborts changes.
 		// One ladder round (no aborts there) keeps the run short.
 		{"release-without-drain", "consistency after aborts", []string{"--transfer", "shm"},
-			[]string{"--checks", "markers", "--rounds", "1", "--abort-rounds", "4", "--budget", "200", "--duration", "4m"}},
+			[]string{"--checks", "markers", "--rounds", "1", "--abort-rounds", "6", "--budget", "200", "--duration", "4m"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			info, keyB := probeUp(t, bin, []string{"WARDEN_BROKEN=" + tc.mode}, tc.upArgs...)
