@@ -102,7 +102,7 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 		c.Summary = fmt.Sprintf("the endpoint is not deterministic at temperature 0 with a seed (%d distinct answers alone)", len(b.answers))
 	case differ > 0:
 		c.Verdict = VerdictFinding
-		c.Summary = fmt.Sprintf("%d of %d answers right after %s aborts (mid-prompt, before the first token) differ from the deterministic answer alone", differ, same+differ, who)
+		c.Summary = fmt.Sprintf("%d of %d answers right after %s aborts (whole prompt sent, hung up before the first token) differ from the deterministic answer alone", differ, same+differ, who)
 	case landed == 0 || same == 0:
 		c.Verdict = VerdictInconclusive
 		c.Summary = fmt.Sprintf("%d aborts landed before the first token, %d answers after them (%d failed)", landed, same, failed)
