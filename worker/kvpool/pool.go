@@ -334,3 +334,16 @@ func (f *fifo) push(id PageID) {
 	f.ids[(f.head+f.n)%len(f.ids)] = id
 	f.n++
 }
+
+// pushFront puts id where the next pop takes it.
+func (f *fifo) pushFront(id PageID) {
+	f.head = (f.head - 1 + len(f.ids)) % len(f.ids)
+	f.ids[f.head] = id
+	f.n++
+}
+
+// popBack takes the page ID pushed last.
+func (f *fifo) popBack() PageID {
+	f.n--
+	return f.ids[(f.head+f.n)%len(f.ids)]
+}
