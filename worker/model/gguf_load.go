@@ -269,6 +269,17 @@ func (m *Model) bindGGUF() error {
 	return m.bindWeights()
 }
 
+// TokenizerFiles returns the bytes of the model's tokenizer.json and
+// tokenizer_config.json: for a GGUF model those GGUFTokenizerFiles
+// derives; ok is false for a safetensors model (read them from Dir).
+func (m *Model) TokenizerFiles() (tokenizerJSON, tokenizerConfigJSON []byte, ok bool, err error) {
+	if m.gguf == nil {
+		return nil, nil, false, nil
+	}
+	tj, cfg, err := GGUFTokenizerFiles(m.gguf)
+	return tj, cfg, true, err
+}
+
 // LoadTokenizer returns the model's tokenizer: tokenizer.json and
 // tokenizer_config.json in m.Dir, or, for a GGUF model, the tokenizer its
 // metadata describes (see TokenizerFromGGUF).
@@ -297,15 +308,30 @@ func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	return TokenizerFromGGUF(f)
 }
 
-// TokenizerFromGGUF builds the tokenizer of a GGUF file's tokenizer.ggml.*
-// metadata: model "gpt2" (byte-level BPE) with a known pre-tokenizer
-// ("llama-bpe", "gpt-2" or "default"); control tokens (type 3) become
-// special added tokens and user-defined ones (type 4) plain added tokens;
-// tokenizer.chat_template is the chat template. It builds the equivalent
-// tokenizer.json and runs it through the same BPE engine.
+// TokenizerFromGGUF builds the tokenizer of a GGUF file's metadata (see
+// GGUFTokenizerFiles) with the same BPE engine as tokenizer.json.
 func TokenizerFromGGUF(f *GGUFFile) (*tokenizer.Tokenizer, error) {
+	tj, cfg, err := GGUFTokenizerFiles(f)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.Parse(tj, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("model: GGUF tokenizer: %w", err)
+	}
+	return tok, nil
+}
+
+// GGUFTokenizerFiles returns the tokenizer.json and tokenizer_config.json
+// equivalent to a GGUF file's tokenizer.ggml.* metadata: model "gpt2"
+// (byte-level BPE) with a known pre-tokenizer ("llama-bpe", "gpt-2" or
+// "default"); control tokens (type 3) become special added tokens and
+// user-defined ones (type 4) plain added tokens; bos/eos ids name the
+// BOS and EOS tokens; tokenizer.chat_template is the chat template. Other
+// tokenizer models and pre-tokenizers are refused.
+func GGUFTokenizerFiles(f *GGUFFile) (tokenizerJSON, tokenizerConfigJSON []byte, err error) {
 	if mdl := f.str("tokenizer.ggml.model"); mdl != "gpt2" {
-		return nil, fmt.Errorf("model: GGUF tokenizer model %q is not supported (only gpt2, byte-level BPE)", mdl)
+		return nil, nil, fmt.Errorf("model: GGUF tokenizer model %q is not supported (only gpt2, byte-level BPE)", mdl)
 	}
 	preName := f.str("tokenizer.ggml.pre")
 	if a, ok := ggufPreAliases[preName]; ok {
@@ -313,15 +339,15 @@ func TokenizerFromGGUF(f *GGUFFile) (*tokenizer.Tokenizer, error) {
 	}
 	pre, ok := ggufPreTokenizers[preName]
 	if !ok {
-		return nil, fmt.Errorf("model: GGUF pre-tokenizer %q is not supported (llama-bpe, gpt-2, default)", f.str("tokenizer.ggml.pre"))
+		return nil, nil, fmt.Errorf("model: GGUF pre-tokenizer %q is not supported (llama-bpe, gpt-2, default)", f.str("tokenizer.ggml.pre"))
 	}
 	tokens, _ := ggufArray[[]string](f, "tokenizer.ggml.tokens")
 	if len(tokens) == 0 {
-		return nil, fmt.Errorf("model: GGUF has no tokenizer.ggml.tokens")
+		return nil, nil, fmt.Errorf("model: GGUF has no tokenizer.ggml.tokens")
 	}
 	types, _ := ggufArray[[]int32](f, "tokenizer.ggml.token_type")
 	if types != nil && len(types) != len(tokens) {
-		return nil, fmt.Errorf("model: GGUF has %d token types for %d tokens", len(types), len(tokens))
+		return nil, nil, fmt.Errorf("model: GGUF has %d token types for %d tokens", len(types), len(tokens))
 	}
 	merges, _ := ggufArray[[]string](f, "tokenizer.ggml.merges")
 	type added struct {
@@ -363,7 +389,7 @@ func TokenizerFromGGUF(f *GGUFFile) (*tokenizer.Tokenizer, error) {
 	}
 	tokJSON, err := json.Marshal(tj)
 	if err != nil {
-		return nil, fmt.Errorf("model: GGUF tokenizer: %w", err)
+		return nil, nil, fmt.Errorf("model: GGUF tokenizer: %w", err)
 	}
 	cfg := map[string]any{}
 	if v, ok := f.uint("tokenizer.ggml.bos_token_id"); ok && v < uint64(len(tokens)) {
@@ -377,13 +403,9 @@ func TokenizerFromGGUF(f *GGUFFile) (*tokenizer.Tokenizer, error) {
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("model: GGUF tokenizer: %w", err)
+		return nil, nil, fmt.Errorf("model: GGUF tokenizer: %w", err)
 	}
-	tok, err := tokenizer.Parse(tokJSON, cfgJSON)
-	if err != nil {
-		return nil, fmt.Errorf("model: GGUF tokenizer: %w", err)
-	}
-	return tok, nil
+	return tokJSON, cfgJSON, nil
 }
 
 // ggufArray returns the typed values of an array entry.
