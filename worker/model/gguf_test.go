@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/worker/internal/kernels"
 )
 
 // ggufFixture writes a tiny preset model (700-token tokenizer) in dtype
@@ -213,4 +214,46 @@ func FuzzGGUF(f *testing.F) {
 		}
 		_, _ = ggufConfig(g)
 	})
+}
+
+// TestGGUFQ8_0MapsToQ8Exactly: the engine's q8 quantization of a Q8_0
+// file's dequantized weights (int8 × f16 scale, in F32) gives back the
+// file's blocks exactly: the same int8 values and the f16 scale widened
+// to f32, so its rows dequantize to the very same numbers.
+func TestGGUFQ8_0MapsToQ8Exactly(t *testing.T) {
+	_, path := ggufFixture(t, F32, GGMLQ8_0)
+	m, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	checked := 0
+	for _, s := range m.Config.TensorSpecs() {
+		g := m.gguf.Tensor(ggufName(s.Name))
+		if g == nil || g.Type != GGMLQ8_0 {
+			continue
+		}
+		vals, err := m.Float32(s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, cols := s.Shape[0], s.Shape[1]
+		q, err := kernels.NewF32(rows, cols, vals).QuantizeQ8()
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := make([]float32, cols)
+		for i := range rows {
+			q.Row(i, row)
+			for j, v := range row {
+				if v != vals[i*cols+j] {
+					t.Fatalf("%s[%d][%d]: q8 %v, file %v", s.Name, i, j, v, vals[i*cols+j])
+				}
+			}
+		}
+		checked++
+	}
+	if checked < 8 {
+		t.Fatalf("only %d Q8_0 tensors checked", checked)
+	}
 }
