@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -55,6 +56,29 @@ func ggufPath(path string) (string, error) {
 		return matches[0], nil
 	}
 	return "", fmt.Errorf("model: %s holds %d %s files; name one with --model-file", path, len(matches), GGUFExt)
+}
+
+// LoadModelConfig returns the config of the model at path, a model
+// directory or GGUF file as Load accepts, without mapping its weights:
+// config.json's (LoadConfig), or the one a GGUF file's metadata describes.
+func LoadModelConfig(path string) (Config, error) {
+	gp, err := ggufPath(path)
+	if err != nil {
+		return Config{}, err
+	}
+	if gp == "" {
+		return LoadConfig(path)
+	}
+	f, err := OpenGGUF(gp)
+	if err != nil {
+		return Config{}, err
+	}
+	defer f.Close()
+	c, err := ggufConfig(f)
+	if err != nil {
+		return Config{}, fmt.Errorf("model: %s: %w", gp, err)
+	}
+	return c, nil
 }
 
 // loadGGUF loads a llama-architecture GGUF file: the config from its
@@ -186,8 +210,10 @@ func ggufConfig(f *GGUFFile) (Config, error) {
 		id := int32(v)
 		c.BOSTokenID = &id
 	}
-	if v, ok := f.uint("tokenizer.ggml.eos_token_id"); ok && v < uint64(c.VocabSize) {
-		c.EOSTokenIDs = TokenIDs{int32(v)}
+	for _, key := range ggufEndTokenKeys {
+		if v, ok := f.uint(key); ok && v < uint64(c.VocabSize) && !slices.Contains(c.EOSTokenIDs, int32(v)) {
+			c.EOSTokenIDs = append(c.EOSTokenIDs, int32(v))
+		}
 	}
 	c.TorchDType = "float32"
 	if err := c.Validate(); err != nil {

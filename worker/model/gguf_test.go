@@ -64,7 +64,7 @@ func TestGGUFRoundTrip(t *testing.T) {
 			}
 			defer g.Close()
 			if g.GGUFPath != path || g.Config.HiddenSize != src.Config.HiddenSize || g.Config.VocabSize != 700 ||
-				*g.Config.BOSTokenID != *src.Config.BOSTokenID || g.Config.EOSTokenIDs[0] != src.Config.EOSTokenIDs[0] ||
+				*g.Config.BOSTokenID != *src.Config.BOSTokenID || !slices.Equal(g.EOSTokenIDs(), src.EOSTokenIDs()) ||
 				g.Config.RopeTheta != src.Config.RopeTheta || g.Config.TieWordEmbeddings != src.Config.TieWordEmbeddings {
 				t.Fatalf("config %+v, want %+v", g.Config, src.Config)
 			}

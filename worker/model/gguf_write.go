@@ -511,8 +511,10 @@ func ggufTokenizerKV(srcDir string, c *Config) ([]GGUFKV, error) {
 	if c.BOSTokenID != nil {
 		kv = append(kv, GGUFKV{"tokenizer.ggml.bos_token_id", GGUFUint32, uint32(*c.BOSTokenID)})
 	}
-	if len(c.EOSTokenIDs) > 0 {
-		kv = append(kv, GGUFKV{"tokenizer.ggml.eos_token_id", GGUFUint32, uint32(c.EOSTokenIDs[0])})
+	// llama.cpp stops at eos, eot and eom: a second and third end token
+	// (Llama 3's <|eot_id|>, Llama 3.1's <|eom_id|>) go there.
+	for i, id := range c.EOSTokenIDs[:min(len(c.EOSTokenIDs), len(ggufEndTokenKeys))] {
+		kv = append(kv, GGUFKV{ggufEndTokenKeys[i], GGUFUint32, uint32(id)})
 	}
 	kv = append(kv, GGUFKV{"tokenizer.ggml.add_bos_token", GGUFBool, false})
 	tok, err := tokenizer.Load(srcDir)
@@ -524,6 +526,10 @@ func ggufTokenizerKV(srcDir string, c *Config) ([]GGUFKV, error) {
 	}
 	return kv, nil
 }
+
+// ggufEndTokenKeys are the metadata keys of the tokens that end
+// generation, in the order Config.EOSTokenIDs fills them.
+var ggufEndTokenKeys = [...]string{"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}
 
 // hfMerges reads tokenizer.json merges in either form ("a b" or ["a","b"]).
 func hfMerges(raw json.RawMessage) ([]string, error) {
