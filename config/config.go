@@ -298,8 +298,10 @@ type Worker struct {
 	// listed in Models. Default "tiny".
 	Model string `yaml:"model"`
 	// ModelDir is a Hugging Face layout directory (config.json,
-	// model.safetensors, tokenizer.json). Required for a standalone worker;
-	// `warden up` generates a dev model when empty.
+	// model.safetensors, tokenizer.json), or a GGUF model: a .gguf file,
+	// or a directory without config.json holding exactly one .gguf file
+	// (llama architecture; docs/models.md#gguf-files). Required for a
+	// standalone worker; `warden up` generates a dev model when empty.
 	ModelDir string `yaml:"model_dir" warden:"path"`
 	// Backend is cpu (default) or cuda.
 	Backend Backend `yaml:"backend"`

@@ -6,20 +6,19 @@
 #
 # 1. builds llama.cpp from the given source checkout with its native CPU
 #    flags (cmake -DGGML_NATIVE=ON) into LLAMA_CPP_SOURCE_DIR/build-warden;
-# 2. converts MODEL_DIR (default: warden's `small` preset, generated into
-#    a temporary directory in f32, f16 and bf16) to GGUF with llama.cpp's
-#    own convert_hf_to_gguf.py (needs its Python requirements: pip install
-#    -r LLAMA_CPP_SOURCE_DIR/requirements/requirements-convert_hf_to_gguf.txt),
-#    plus a Q8_0 file from llama-quantize;
+# 2. writes MODEL_DIR (a safetensors Llama directory; default: warden's
+#    `small` preset, generated into a temporary directory in f32, f16 and
+#    bf16) as GGUF with warden's own writer (`warden model export-gguf`,
+#    the writer the GGUF tests use): one file per element type, plus a
+#    Q8_0 file from the f32 weights;
 # 3. for 1 and 2 threads, runs llama-bench (flash attention off, f32 KV
-#    cache: warden's attention is f32) and `warden bench engine`
-#    interleaved, REPS times each, and prints the median prefill (512
-#    tokens) and batch-1 decode rates and warden/llama.cpp ratios, per
-#    format (warden's q8 against llama.cpp's Q8_0).
+#    cache: warden's attention is f32) and `warden bench engine` on the
+#    very same GGUF file, interleaved, REPS times each, and prints the
+#    median prefill (512 tokens) and batch-1 decode rates and
+#    warden/llama.cpp ratios, per format (warden loads the Q8_0 file
+#    dequantized and runs it with --quantize q8, against llama.cpp's Q8_0).
 #
-# warden has no GGUF writer or reader yet (issue 18 item 4), so both
-# engines read the same safetensors weights, llama.cpp through its
-# converter. Environment: REPS (default 3), PROMPT (512), DECODE (32).
+# Environment: REPS (default 3), PROMPT (512), DECODE (32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +34,7 @@ log() { printf '== %s\n' "$*" >&2; }
 
 log "building llama.cpp in $src/build-warden"
 cmake -S "$src" -B "$src/build-warden" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF >/dev/null
-cmake --build "$src/build-warden" -j "$(nproc)" --target llama-bench llama-quantize >/dev/null
+cmake --build "$src/build-warden" -j "$(nproc)" --target llama-bench >/dev/null
 bin=$src/build-warden/bin
 
 log "building warden"
@@ -55,7 +54,7 @@ fi
 # median prints the median of its arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-# warden_rates DIR THREADS [QUANTIZE]: "prefill_tps decode_tps".
+# warden_rates MODEL THREADS [QUANTIZE] (MODEL: a directory or .gguf file): "prefill_tps decode_tps".
 warden_rates() {
 	"$work/warden" bench engine --model-dir "$1" --threads "$2" --prompt "$prompt" --decode "$decode" \
 		--batch 1 --quantize "${3:-file}" --bandwidth-bytes $((64 << 20)) |
@@ -73,20 +72,20 @@ printf '| model | threads | warden prefill t/s | llama.cpp prefill t/s | ratio |
 printf '|---|---|---|---|---|---|---|---|\n'
 for name in "${!dirs[@]}"; do
 	dir=${dirs[$name]}
-	log "converting $name to GGUF"
-	python3 "$src/convert_hf_to_gguf.py" "$dir" --outtype "$([[ $name == file ]] && echo auto || echo "$name")" \
-		--outfile "$work/$name.gguf" >/dev/null 2>&1
+	log "writing $name as GGUF with warden model export-gguf"
+	"$work/warden" model export-gguf --model-dir "$dir" --dtype "$([[ $name == file ]] && echo f16 || echo "$name")" \
+		--out "$work/$name.gguf" >/dev/null
 	variants=("$name:file:$work/$name.gguf")
 	if [[ $name == f32 || $name == file ]]; then
-		"$bin/llama-quantize" "$work/$name.gguf" "$work/$name-q8_0.gguf" Q8_0 >/dev/null 2>&1
-		variants+=("$name→q8:q8:$work/$name-q8_0.gguf")
+		"$work/warden" model export-gguf --model-dir "$dir" --dtype q8_0 --out "$work/$name-q8_0.gguf" >/dev/null
+		variants+=("$name→q8_0:q8:$work/$name-q8_0.gguf")
 	fi
 	for v in "${variants[@]}"; do
 		IFS=: read -r label quant gguf <<<"$v"
 		for threads in 1 2; do
 			wp=() wd=() lp=() ld=()
 			for ((r = 0; r < reps; r++)); do
-				read -r p d < <(warden_rates "$dir" "$threads" "$quant")
+				read -r p d < <(warden_rates "$gguf" "$threads" "$quant")
 				wp+=("$p") wd+=("$d")
 				read -r p d < <(llama_rates "$gguf" "$threads")
 				lp+=("$p") ld+=("$d")

@@ -41,12 +41,12 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if err := w.openRuntime(); err != nil {
 		return err
 	}
-	w.stepDone(o.progress, Step{Name: "weights", Bytes: weightsBytes(w.cfg.Worker.ModelDir), KVBytes: w.capacity.Bytes, Duration: time.Since(start)})
+	w.stepDone(o.progress, Step{Name: "weights", Bytes: weightsBytes(w.rt.Model), KVBytes: w.capacity.Bytes, Duration: time.Since(start)})
 	start = time.Now()
-	if w.assets, err = loadAssets(w.cfg.Worker.ModelDir, w.cfg.Worker.Model); err != nil {
+	if w.assets, err = loadAssets(w.rt.Model, w.cfg.Worker.Model); err != nil {
 		return err
 	}
-	if w.layout, err = modelLayout(w.cfg.Worker.ModelDir, &w.rt.Model.Config); err != nil {
+	if w.layout, err = modelLayout(w.rt.Model); err != nil {
 		return err
 	}
 	w.version = w.cacheVersion()

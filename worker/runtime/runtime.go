@@ -19,7 +19,8 @@ import (
 
 // Options configure a Runtime.
 type Options struct {
-	// ModelDir is a Hugging Face layout directory.
+	// ModelDir is a Hugging Face layout directory or a GGUF model (a .gguf
+	// file, or a directory holding one); see model.Load.
 	ModelDir string
 	// Backend is "cpu" (default) or "cuda" (only in builds with -tags cuda).
 	Backend string

@@ -498,7 +498,7 @@ func (c *cluster) waitQuiet(ctx context.Context) error {
 // loadTokenizer loads the model's tokenizer, as the gateway does from the
 // worker's assets.
 func (c *cluster) loadTokenizer() (*tokenizer.Tokenizer, error) {
-	tok, err := tokenizer.Load(c.modelDir)
+	tok, err := model.LoadTokenizer(c.modelDir)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

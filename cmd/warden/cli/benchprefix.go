@@ -28,7 +28,7 @@ func runBenchPrefix(ctx context.Context, e *env, args []string) error {
 		}
 		*dir = d
 	}
-	cfg, err := model.LoadConfig(*dir)
+	cfg, err := model.LoadModelConfig(*dir)
 	if err != nil {
 		return err
 	}

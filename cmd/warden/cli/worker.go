@@ -23,7 +23,7 @@ var workerFlags = []workerFlag{
 		func(c *config.Config, v string) error { c.Worker.Role = config.Role(v); return nil }},
 	{"model", "served model name, listed in models (worker.model)",
 		func(c *config.Config, v string) error { c.Worker.Model = v; return nil }},
-	{"model-dir", "Hugging Face model directory (worker.model_dir)",
+	{"model-dir", "Hugging Face model directory, or a .gguf file (worker.model_dir)",
 		func(c *config.Config, v string) error { c.Worker.ModelDir = v; return nil }},
 	{"listen", "gRPC control listener host:port (worker.listen)",
 		func(c *config.Config, v string) error { c.Worker.Listen = v; return nil }},
