@@ -55,7 +55,7 @@ func ggufPath(path string) (string, error) {
 	case 1:
 		return matches[0], nil
 	}
-	return "", fmt.Errorf("model: %s holds %d %s files; name one with --model-file", path, len(matches), GGUFExt)
+	return "", fmt.Errorf("model: %s holds %d %s files; pass the path of one to --model-dir", path, len(matches), GGUFExt)
 }
 
 // LoadModelConfig returns the config of the model at path, a model
