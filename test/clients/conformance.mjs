@@ -138,24 +138,24 @@ assert.match(call.id, /^call_/);
 weatherSchema.parse(JSON.parse(call.function.arguments));
 
 const s1 = await client.chat.completions.create({ ...forced, stream: true });
-const streamed = [];
+const streamedCalls = [];
 let streamFinish;
 for await (const chunk of s1) {
   for (const ch of chunk.choices) {
     for (const d of ch.delta.tool_calls ?? []) {
       if (d.id) {
         assert.equal(d.type, "function");
-        streamed[d.index] = { name: d.function.name, arguments: d.function.arguments ?? "" };
+        streamedCalls[d.index] = { name: d.function.name, arguments: d.function.arguments ?? "" };
       } else {
         assert.equal(d.function.name, undefined);
-        streamed[d.index].arguments += d.function.arguments;
+        streamedCalls[d.index].arguments += d.function.arguments;
       }
     }
     if (ch.finish_reason) streamFinish = ch.finish_reason;
   }
 }
 assert.equal(streamFinish, "tool_calls");
-assert.deepEqual(streamed, [{ name: "get_weather", arguments: call.function.arguments }]);
+assert.deepEqual(streamedCalls, [{ name: "get_weather", arguments: call.function.arguments }]);
 
 const c2 = await client.chat.completions.create({
   model, tools, max_tokens: 4, temperature: 0,
