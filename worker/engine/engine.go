@@ -14,6 +14,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,7 +81,14 @@ type Stats struct {
 	Steps, PrefillTokens, DecodeTokens uint64
 	// CachedTokens counts prompt positions reused from sealed prefix
 	// pages instead of prefilled.
-	CachedTokens     uint64
+	CachedTokens uint64
+	// Prefills counts prompts whose prefill completed here (one per
+	// request, whatever its number of choices).
+	Prefills uint64
+	// ForkTokens counts prompt positions the other choices of an n > 1
+	// request recomputed (the prompt's partial last page, into each
+	// choice's own page); PrefillTokens counts the prompt once.
+	ForkTokens       uint64
 	Running, Waiting int
 }
 
@@ -107,7 +115,10 @@ type Engine struct {
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
 	cachedTokens                       atomic.Uint64
-	nRunning, nWaiting                 atomic.Int64
+	prefills, forkTokens               atomic.Uint64
+	// forkLogits is the scratch copy each choice of a fork samples from.
+	forkLogits         []float32
+	nRunning, nWaiting atomic.Int64
 }
 
 type sequence struct {
@@ -129,6 +140,12 @@ type sequence struct {
 	tags   []kvpool.Tag
 	shared int
 	cached int
+
+	// Choices of one request (choices.go): the first choice holds the
+	// others in forks until its prompt is prefilled; until then they are
+	// awaiting (running, but not stepped).
+	forks    []*sequence
+	awaiting bool
 }
 
 // New creates an engine over backend and pool.
@@ -167,8 +184,22 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if err := e.validate(&req); err != nil {
 		return nil, err
 	}
-	st := newStream()
-	s := &sequence{req: req, ctx: ctx, stream: st, first: -1}
+	s := e.newSequence(ctx, req)
+	st := s.stream
+	if err := e.startPrefix(s); err != nil {
+		return nil, err
+	}
+	if err := e.enqueue(s); err != nil {
+		return nil, err
+	}
+	// Not s.stream: the engine may already have finished the sequence
+	// and cleared it.
+	return st, nil
+}
+
+// newSequence creates a validated request's sequence and its stream.
+func (e *Engine) newSequence(ctx context.Context, req Request) *sequence {
+	s := &sequence{req: req, ctx: ctx, stream: newStream(), first: -1}
 	if req.Sampling.Constraint != nil {
 		s.constraint = req.Sampling.Constraint()
 	}
@@ -176,21 +207,20 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		s.pos = len(req.Prompt)
 		s.prompt = len(req.Prompt)
 	}
-	if err := e.startPrefix(s); err != nil {
-		return nil, err
-	}
+	return s
+}
+
+// enqueue queues s, with its forks, for admission.
+func (e *Engine) enqueue(s *sequence) error {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.stopped {
-		e.mu.Unlock()
-		return nil, ErrStopped
+		return ErrStopped
 	}
 	e.pending = append(e.pending, s)
-	e.nWaiting.Add(1)
-	e.mu.Unlock()
+	e.nWaiting.Add(int64(1 + len(s.forks)))
 	e.signal()
-	// Not s.stream: the engine may already have finished the sequence
-	// and cleared it.
-	return st, nil
+	return nil
 }
 
 func (e *Engine) validate(req *Request) error {
@@ -225,6 +255,8 @@ func (e *Engine) Stats() Stats {
 		PrefillTokens: e.prefillTokens.Load(),
 		DecodeTokens:  e.decodeTokens.Load(),
 		CachedTokens:  e.cachedTokens.Load(),
+		Prefills:      e.prefills.Load(),
+		ForkTokens:    e.forkTokens.Load(),
 		Running:       int(e.nRunning.Load()),
 		Waiting:       int(e.nWaiting.Load()),
 	}
@@ -283,24 +315,32 @@ func (e *Engine) admit() {
 		}
 		return false
 	})
-	e.nWaiting.Add(int64(-len(gone)))
-	n := min(len(e.pending), e.cfg.MaxBatch-len(e.running))
-	if n <= 0 {
-		e.mu.Unlock()
-		for _, s := range gone {
-			e.finish(s, FinishError, ErrAborted)
+	for _, s := range gone {
+		e.nWaiting.Add(int64(-1 - len(s.forks)))
+	}
+	// A request's choices are admitted together (they share its prefill).
+	n, slots := 0, e.cfg.MaxBatch-len(e.running)
+	for _, s := range e.pending {
+		if 1+len(s.forks) > slots {
+			break
 		}
-		return
+		slots -= 1 + len(s.forks)
+		n++
 	}
 	admitted := e.pending[:n:n]
 	e.pending = slices.Clone(e.pending[n:])
-	e.nWaiting.Add(int64(-n))
-	e.nRunning.Add(int64(n))
+	for _, s := range admitted {
+		e.nWaiting.Add(int64(-1 - len(s.forks)))
+		e.nRunning.Add(int64(1 + len(s.forks)))
+	}
 	e.mu.Unlock()
 	for _, s := range gone {
 		e.finish(s, FinishError, ErrAborted)
 	}
-	e.running = append(e.running, admitted...)
+	for _, s := range admitted {
+		e.running = append(e.running, s)
+		e.running = append(e.running, s.forks...)
+	}
 	for _, s := range admitted {
 		if !s.req.Prefilled {
 			continue
@@ -332,6 +372,9 @@ func (e *Engine) step(ctx context.Context) {
 			e.finish(s, FinishError, ErrAborted)
 			continue
 		}
+		if s.awaiting {
+			continue
+		}
 		var c Chunk
 		if s.pos >= len(s.req.Prompt) {
 			c = Chunk{Tokens: s.next[:], Start: s.pos}
@@ -348,7 +391,7 @@ func (e *Engine) step(ctx context.Context) {
 			e.violation(s, err)
 			continue
 		}
-		if c.Start+len(c.Tokens) == len(s.req.Prompt) || c.Start >= len(s.req.Prompt) {
+		if (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt) {
 			c.Logits = e.logits[len(e.batch)]
 		}
 		e.batch = append(e.batch, c)
@@ -429,10 +472,14 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	}
 	prefill := c.Start < len(s.req.Prompt)
 	s.pos = end
-	if prefill {
+	if prefill && s.generated > 0 {
+		// A choice recomputing the prompt's partial last page (fork).
+		e.forkTokens.Add(uint64(len(c.Tokens)))
+	} else if prefill {
 		e.prefillTokens.Add(uint64(len(c.Tokens)))
 		s.prompt = s.pos
 		if s.pos == len(s.req.Prompt) {
+			e.prefills.Add(1)
 			e.cachedTokens.Add(uint64(s.cached))
 			e.sealPrompt(s)
 		}
@@ -444,6 +491,9 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	}
 	if c.Logits == nil {
 		return
+	}
+	if s.forks != nil {
+		e.fork(s, c.Logits)
 	}
 	s.constrain(c.Logits)
 	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
@@ -490,6 +540,11 @@ func (e *Engine) finish(s *sequence, reason FinishReason, err error) {
 	if s.stream == nil {
 		return
 	}
+	// Choices still waiting for this one's prefill end with it.
+	for _, f := range s.forks {
+		e.finish(f, FinishError, cmp.Or(err, ErrAborted))
+	}
+	s.forks = nil
 	s.stream.push(Event{Kind: EventDone, Result: &Result{
 		Finish:           reason,
 		PromptTokens:     s.prompt,
