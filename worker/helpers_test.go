@@ -240,8 +240,8 @@ type outcome struct {
 	tokens []int32
 	// choices are the tokens by choice index (Tokens.choice).
 	choices map[int32][]int32
-	done   *controlpb.Done
-	err    error
+	done    *controlpb.Done
+	err     error
 }
 
 // collect reads a Generate stream to its end and checks the event order:
