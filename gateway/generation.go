@@ -71,7 +71,8 @@ type driver struct {
 
 	prompt      []int32
 	promptParam string // "prompt" or "messages", for errors
-	maxTokens   int64
+	maxTokens   int64  // per choice
+	n           int    // choices (n), at least 1
 	sampling    *controlpb.SamplingParams
 	stops       []string
 	pages       int64 // KV pages the request needs on its decode worker

@@ -52,7 +52,7 @@ func newReceiver(ctx context.Context, stream interface {
 // verified the KV already and the failure is only logged. With retryable
 // (a both worker), ResourceExhausted before Ready is errRetry.
 func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan received, prefilled <-chan error, retryable bool) error {
-	text := newTextStream(d.tok.tok, d.stops)
+	choices := d.newChoices()
 	onPrefilled := func(err error) error {
 		prefilled = nil
 		switch state := d.req.State(); {
@@ -106,7 +106,7 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 			}
 			return d.workerError("generate", w, r.err)
 		}
-		if end, err := d.onEvent(ctx, w, r.ev, text); end || err != nil {
+		if end, err := d.onEvent(ctx, w, r.ev, choices); end || err != nil {
 			return err
 		}
 	}
@@ -114,7 +114,7 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 
 // onEvent handles one event of the decode stream; end is true once the
 // request completed.
-func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.GenerateEvent, text *textStream) (end bool, err error) {
+func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.GenerateEvent, choices []*choice) (end bool, err error) {
 	state := d.req.State()
 	protocol := func(format string, args ...any) error {
 		return failed(causeProtocol, api.Internal(), fmt.Errorf("worker %s: "+format, append([]any{w.ID()}, args...)...))
@@ -149,6 +149,11 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			return false, protocol("tokens while %s", state)
 		}
 		ids := e.Tokens.GetIds()
+		k := int(e.Tokens.GetChoice())
+		if k < 0 || k >= len(choices) {
+			return false, protocol("tokens of choice %d of %d", k, len(choices))
+		}
+		c := choices[k]
 		now := time.Now()
 		if d.firstToken.IsZero() {
 			d.firstToken = now
@@ -165,44 +170,44 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			}
 		}
 		d.received += int64(len(ids))
-		if d.received > d.maxTokens {
-			return false, protocol("sent %d tokens, max_tokens is %d", d.received, d.maxTokens)
+		c.received += int64(len(ids))
+		if c.received > d.maxTokens {
+			return false, protocol("sent %d tokens for choice %d, max_tokens is %d", c.received, k, d.maxTokens)
 		}
-		delta, stopped, err := text.add(ids)
+		if c.ended {
+			// Generated past the choice's stop string (other choices
+			// still run): billed, not shown.
+			return false, nil
+		}
+		delta, stopped, err := c.text.add(ids)
 		if err != nil {
 			return false, protocol("undecodable token: %v", err)
 		}
 		if stopped {
+			c.ended = true
+			if !allEnded(choices) {
+				return false, d.emit(ctx, api.Event{Choice: k, TextDelta: delta, Logprobs: lps, FinishReason: "stop"})
+			}
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emit(ctx, api.Event{TextDelta: delta, Logprobs: lps, FinishReason: "stop", Usage: d.usage()})
+			return true, d.emit(ctx, api.Event{Choice: k, TextDelta: delta, Logprobs: lps, FinishReason: "stop", Usage: d.usage()})
 		}
 		if delta == "" && len(lps) == 0 {
 			return false, nil
 		}
-		return false, d.emit(ctx, api.Event{TextDelta: delta, Logprobs: lps})
+		return false, d.emit(ctx, api.Event{Choice: k, TextDelta: delta, Logprobs: lps})
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
 			return false, protocol("Done while %s", state)
 		}
 		done := e.Done
-		reason := done.GetFinishReason()
-		n := done.GetCompletionTokens()
-		// Done counts a final stop token that is not sent.
-		countOK := n == d.received || (reason == "stop" && n == d.received+1)
-		if done.GetPromptTokens() != d.prefilled || !countOK || (reason != "stop" && reason != "length") {
-			return false, failed(causeCountMismatch, api.Internal(), fmt.Errorf(
-				"worker %s: Done{%s, prompt %d, completion %d} disagrees with %d prompt tokens and %d tokens received",
-				w.ID(), reason, done.GetPromptTokens(), n, d.prefilled, d.received))
+		if err := checkDone(done, d.prefilled, choices); err != nil {
+			return false, failed(causeCountMismatch, api.Internal(), fmt.Errorf("worker %s: %w", w.ID(), err))
 		}
-		d.generated = n
-		rest, stopped := text.flush()
-		if stopped {
-			d.stopped, reason = true, "stop"
-		}
-		return true, d.emit(ctx, api.Event{TextDelta: rest, FinishReason: reason, Usage: d.usage()})
+		d.generated = done.GetCompletionTokens()
+		return true, d.finishChoices(ctx, done, choices)
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
 }

@@ -91,7 +91,7 @@ func TestBadInput(t *testing.T) {
 		{"model empty", "POST", chat, nil, `{"model":"","messages":[{"role":"user","content":"hi"}]}`, 400, inv, CodeMissingParameter, "model"},
 		{"model number", "POST", chat, nil, `{"model":7,"messages":[{"role":"user","content":"hi"}]}`, 400, inv, CodeInvalidType, "model"},
 		{"unknown model", "POST", chat, nil, `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, 404, inv, CodeModelNotFound, "model"},
-		{"n=2", "POST", chat, nil, chatWith(`"n":2`), 400, inv, CodeUnsupportedValue, "n"},
+		{"n=9", "POST", chat, nil, chatWith(`"n":9`), 400, inv, CodeIntegerTooLarge, "n"},
 		{"n=0", "POST", chat, nil, chatWith(`"n":0`), 400, inv, CodeIntegerTooSmall, "n"},
 		{"temperature 2.5", "POST", chat, nil, chatWith(`"temperature":2.5`), 400, inv, CodeDecimalTooLarge, "temperature"},
 		{"temperature negative", "POST", chat, nil, chatWith(`"temperature":-0.1`), 400, inv, CodeDecimalTooSmall, "temperature"},

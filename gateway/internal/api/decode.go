@@ -232,8 +232,10 @@ func (d *decoder) stream() *Error {
 	return nil
 }
 
-// n accepts n = 1 only: one choice per request.
+// n is the number of choices, 1 when absent; Config.MaxChoices bounds
+// it (checkChoices).
 func (d *decoder) n() *Error {
+	d.r.N = 1
 	raw := d.f.get("n")
 	if raw == nil {
 		return nil
@@ -242,8 +244,14 @@ func (d *decoder) n() *Error {
 	if e != nil {
 		return e
 	}
-	if n != 1 {
-		return InvalidRequest("n", CodeUnsupportedValue, fmt.Sprintf("Unsupported value for 'n': only 1 choice per request is supported, got %d.", n))
+	d.r.N = int(n)
+	return nil
+}
+
+// checkChoices refuses n above the configured maximum.
+func checkChoices(req *GenerateRequest, max int) *Error {
+	if req.N > max {
+		return InvalidRequest("n", CodeIntegerTooLarge, fmt.Sprintf("Invalid 'n': at most %d choices per request, got %d.", max, req.N))
 	}
 	return nil
 }

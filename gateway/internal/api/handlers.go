@@ -111,6 +111,9 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			return
 		}
 		req, e := decodeRequest(kind, body, s.cfg.MaxTokensLimit)
+		if e == nil {
+			e = checkChoices(req, s.cfg.MaxChoices)
+		}
 		if e != nil {
 			writeError(w, e)
 			return
@@ -123,34 +126,30 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 		defer s.clearDeadline(rc)
 		sh := newShape(req, infoFrom(r.Context()).start.Unix())
 		if req.Stream {
-			s.stream(w, r, rc, gen, sh, req.IncludeUsage)
+			s.stream(w, r, rc, gen, sh, req.N, req.IncludeUsage)
 			return
 		}
-		out, ok := s.collect(w, r, gen)
+		out, ok := s.collect(w, r, gen, req.N)
 		if !ok {
 			return
 		}
 		s.setDeadline(rc)
-		writeJSON(w, http.StatusOK, sh.response(out.text, out.logprobs, out.finish, out.usage))
+		writeJSON(w, http.StatusOK, sh.response(out.choices, out.usage))
 	}
 }
 
 // collected is a whole generation.
 type collected struct {
-	text     string
-	logprobs []TokenLogprob
-	finish   string
-	usage    Usage
+	choices []choiceOut
+	usage   Usage
 }
 
-// collect waits for the whole generation. On failure it answers the
-// error itself.
-func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (collected, bool) {
-	var (
-		t    tracker
-		text strings.Builder
-		lps  []TokenLogprob
-	)
+// collect waits for the whole generation of n choices. On failure it
+// answers the error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation, n int) (collected, bool) {
+	t := newTracker(n)
+	texts := make([]strings.Builder, len(t.finish))
+	out := collected{choices: make([]choiceOut, len(t.finish))}
 	for {
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
@@ -158,10 +157,14 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation)
 			return collected{}, false
 		}
 		if done {
-			return collected{text: text.String(), logprobs: lps, finish: t.finish, usage: *t.usage}, true
+			for k := range out.choices {
+				out.choices[k].text, out.choices[k].finish = texts[k].String(), t.finish[k]
+			}
+			out.usage = *t.usage
+			return out, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
-		text.WriteString(ev.TextDelta)
-		lps = append(lps, ev.Logprobs...)
+		texts[ev.Choice].WriteString(ev.TextDelta)
+		out.choices[ev.Choice].logprobs = append(out.choices[ev.Choice].logprobs, ev.Logprobs...)
 	}
 }

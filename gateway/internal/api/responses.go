@@ -193,19 +193,20 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 		s.streamResponse(w, r, rc, gen, sh)
 		return
 	}
-	out, ok := s.collect(w, r, gen)
+	out, ok := s.collect(w, r, gen, 1)
 	if !ok {
 		return
 	}
 	s.setDeadline(rc)
-	writeJSON(w, http.StatusOK, sh.final(out.text, out.logprobs, out.finish, out.usage))
+	c := out.choices[0]
+	writeJSON(w, http.StatusOK, sh.final(c.text, c.logprobs, c.finish, out.usage))
 }
 
 // streamResponse relays a generation as Responses API events.
 func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh *respShape) {
 	sse := &sseWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout, now: s.now}
+	t := newTracker(1)
 	var (
-		t    tracker
 		text strings.Builder
 		lps  []TokenLogprob
 	)
@@ -245,7 +246,7 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 			return // the client is gone or stalled
 		}
 	}
-	_ = send(sh.closing(text.String(), lps, t.finish, *t.usage)...)
+	_ = send(sh.closing(text.String(), lps, t.finish[0], *t.usage)...)
 }
 
 // notStored answers the routes of stored responses (retrieve, delete,

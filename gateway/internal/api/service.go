@@ -65,9 +65,14 @@ type Event struct {
 	// They need not arrive with the text of the same tokens (text may be
 	// held back to match stop sequences).
 	Logprobs []TokenLogprob
-	// FinishReason is "stop", "length" or "content_filter" on the final event.
+	// Choice is the index of the choice (GenerateRequest.N) the text,
+	// logprobs and finish reason belong to.
+	Choice int
+	// FinishReason is "stop", "length" or "content_filter" on the final
+	// event of Choice; every choice gets one.
 	FinishReason string
-	// Usage is the honest token count of the whole request (I7).
+	// Usage is the honest token count of the whole request (I7): the
+	// prompt once, the completion tokens of every choice.
 	Usage *Usage
 	// Headers (rate-limit state, for instance) are sent with the response
 	// if they arrive before its first byte, and ignored afterwards.
@@ -148,6 +153,9 @@ type GenerateRequest struct {
 	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives.
 	Logprobs    bool
 	TopLogprobs int
+	// N is the number of choices (n), at least 1. The choices share one
+	// prefill; each streams its own events (Event.Choice).
+	N int
 
 	// Priority is the scheduling priority asked for, in [0, MaxPriority];
 	// 0 when absent. Higher is served sooner when workers are saturated.

@@ -6,16 +6,24 @@ import (
 )
 
 // shape builds the OpenAI wire objects of one endpoint: the chunks of a
-// stream and the single non-streaming response.
+// stream and the single non-streaming response. Chunks name their
+// choice's index (n > 1).
 type shape interface {
-	// first is the chunk sent before any text, or nil.
-	first() any
-	// delta is the chunk of the next text and its tokens' logprobs.
-	delta(text string, lps []TokenLogprob) any
-	finish(reason string) any
+	// first is the chunk sent for a choice before any text, or nil.
+	first(choice int) any
+	// delta is the chunk of a choice's next text and its tokens' logprobs.
+	delta(choice int, text string, lps []TokenLogprob) any
+	finish(choice int, reason string) any
 	// usage is the extra chunk of stream_options.include_usage.
 	usage(u Usage) any
-	response(text string, lps []TokenLogprob, reason string, u Usage) any
+	response(choices []choiceOut, u Usage) any
+}
+
+// choiceOut is one whole choice of a non-streamed response.
+type choiceOut struct {
+	text     string
+	logprobs []TokenLogprob
+	finish   string
 }
 
 func newShape(req *GenerateRequest, created int64) shape {
@@ -23,7 +31,8 @@ func newShape(req *GenerateRequest, created int64) shape {
 	if req.Kind == KindChat {
 		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
 	}
-	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
+	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs,
+		offsets: make([]int, max(req.N, 1))}
 }
 
 type wireUsage struct {
@@ -124,28 +133,31 @@ func (s *chatShape) chunk(choices []chatChunkChoice, u *wireUsage) chatChunk {
 		Choices: choices, Usage: chunkUsage{shown: s.includeUsage, u: u}}
 }
 
-func (s *chatShape) first() any {
+func (s *chatShape) first(choice int) any {
 	empty := ""
-	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}}, nil)
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{Role: "assistant", Content: &empty}}}, nil)
 }
 
-func (s *chatShape) delta(text string, lps []TokenLogprob) any {
-	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
+func (s *chatShape) delta(choice int, text string, lps []TokenLogprob) any {
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
 }
 
-func (s *chatShape) finish(reason string) any {
-	return s.chunk([]chatChunkChoice{{FinishReason: &reason}}, nil)
+func (s *chatShape) finish(choice int, reason string) any {
+	return s.chunk([]chatChunkChoice{{Index: choice, FinishReason: &reason}}, nil)
 }
 
 func (s *chatShape) usage(u Usage) any {
 	return s.chunk([]chatChunkChoice{}, toWire(u))
 }
 
-func (s *chatShape) response(text string, lps []TokenLogprob, reason string, u Usage) any {
+func (s *chatShape) response(choices []choiceOut, u Usage) any {
+	out := make([]chatChoice, len(choices))
+	for k, c := range choices {
+		out[k] = chatChoice{Index: k, Message: chatMessage{Role: "assistant", Content: c.text},
+			Logprobs: chatLogprobsOf(s.logprobs, c.logprobs), FinishReason: c.finish}
+	}
 	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text},
-			Logprobs: chatLogprobsOf(s.logprobs, lps), FinishReason: reason}},
-		Usage: toWire(u)}
+		Choices: out, Usage: toWire(u)}
 }
 
 // --- /v1/completions ---
@@ -155,7 +167,7 @@ type completionShape struct {
 	created      int64
 	includeUsage bool
 	logprobs     bool
-	offset       int // text_offset of the next streamed token
+	offsets      []int // text_offset of each choice's next streamed token
 }
 
 type textChoice struct {
@@ -180,22 +192,26 @@ func (s *completionShape) object(choices []textChoice, showUsage bool, u *wireUs
 		Choices: choices, Usage: chunkUsage{shown: showUsage, u: u}}
 }
 
-func (s *completionShape) first() any { return nil }
+func (s *completionShape) first(int) any { return nil }
 
-func (s *completionShape) delta(text string, lps []TokenLogprob) any {
-	c := textChoice{Text: text, Logprobs: completionLogprobsOf(s.logprobs, lps, s.offset)}
-	s.offset += bytesOf(lps)
+func (s *completionShape) delta(choice int, text string, lps []TokenLogprob) any {
+	c := textChoice{Text: text, Index: choice, Logprobs: completionLogprobsOf(s.logprobs, lps, s.offsets[choice])}
+	s.offsets[choice] += bytesOf(lps)
 	return s.object([]textChoice{c}, s.includeUsage, nil)
 }
 
-func (s *completionShape) finish(reason string) any {
-	return s.object([]textChoice{{FinishReason: &reason}}, s.includeUsage, nil)
+func (s *completionShape) finish(choice int, reason string) any {
+	return s.object([]textChoice{{Index: choice, FinishReason: &reason}}, s.includeUsage, nil)
 }
 
 func (s *completionShape) usage(u Usage) any {
 	return s.object([]textChoice{}, true, toWire(u))
 }
 
-func (s *completionShape) response(text string, lps []TokenLogprob, reason string, u Usage) any {
-	return s.object([]textChoice{{Text: text, Logprobs: completionLogprobsOf(s.logprobs, lps, 0), FinishReason: &reason}}, true, toWire(u))
+func (s *completionShape) response(choices []choiceOut, u Usage) any {
+	out := make([]textChoice, len(choices))
+	for k, c := range choices {
+		out[k] = textChoice{Text: c.text, Index: k, Logprobs: completionLogprobsOf(s.logprobs, c.logprobs, 0), FinishReason: &c.finish}
+	}
+	return s.object(out, true, toWire(u))
 }
