@@ -44,6 +44,7 @@ func fuzzSeeds() []string {
 		"{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}",
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
 		`{"model":"tiny","model":7}`,
+		`{"model":"tiny","prompt":"x","n":3}`, `{"model":"tiny","prompt":"x","n":1e3}`,
 		``, `null`, `{}`, `"x"`, `1`,
 	}
 }
@@ -52,6 +53,9 @@ func fuzzSeeds() []string {
 func checkDecoded(t *testing.T, kind Kind, body []byte) {
 	req, e := decodeRequest(kind, body, DefaultMaxTokensLimit)
 	checkDecodeResult(t, kind, req, e)
+	if req != nil && req.N < 1 {
+		t.Fatalf("n = %d", req.N)
+	}
 }
 
 // checkDecodeResult asserts the contract of every request decoder.
