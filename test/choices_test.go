@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -41,7 +42,7 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 		seed        int64
 	}{{"greedy", 0, 0}, {"seeded", 1, 11}} {
 		t.Run(tc.name, func(t *testing.T) {
-			want := make([]string, 3)
+			want, wantFinish := make([]string, 3), make([]string, 3)
 			var completion int64
 			for k := range want {
 				s := engine.Sampling{Temperature: float32(tc.temperature), TopP: 1, MaxTokens: choiceTokens,
@@ -50,7 +51,7 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want[k] = out.Text
+				want[k], wantFinish[k] = out.Text, out.Finish
 				completion += int64(out.CompletionTokens)
 			}
 			if tc.temperature > 0 && want[0] == want[1] && want[1] == want[2] {
@@ -102,6 +103,28 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 			for k := range got {
 				if got[k] != want[k] {
 					t.Fatalf("streamed choice %d = %q, engine %q", k, got[k], want[k])
+				}
+			}
+
+			// A stop string applies to each choice on its own: a
+			// character from the middle of choice 1's text.
+			r := []rune(want[1])
+			if len(r) < 2 {
+				t.Fatalf("choice 1 too short for a stop string: %q", want[1])
+			}
+			stop := string(r[len(r)/2])
+			params.Stop = openai.ChatCompletionNewParamsStopUnion{OfString: openai.String(stop)}
+			resp, err = client.Chat.Completions.New(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, ch := range resp.Choices {
+				text, finish := want[k], wantFinish[k]
+				if i := strings.Index(text, stop); i >= 0 {
+					text, finish = text[:i], "stop"
+				}
+				if ch.Message.Content != text || ch.FinishReason != finish {
+					t.Fatalf("stop %q: choice %d = %q (%s), want %q (%s)", stop, k, ch.Message.Content, ch.FinishReason, text, finish)
 				}
 			}
 		})
