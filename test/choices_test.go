@@ -11,6 +11,8 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/adminclient"
+	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/test/harness"
 	"github.com/warden-ai/warden/worker/engine"
 )
@@ -25,7 +27,9 @@ const choiceTokens = 16
 // usage counts the prompt once and sums the completions; the worker
 // prefilled the prompt once per request (warden_engine_prefills_total,
 // warden_engine_tokens_total{kind="prefill"} with kind="cached"). Separate prefill and decode
-// workers refuse n > 1 with 400 naming n.
+// workers refuse n > 1 with 400 naming n. A tokens-per-minute limit
+// reserves the prompt once plus n × max_tokens; without max_tokens each
+// choice gets an equal share of what the tenant can spend.
 func testChoices(t *testing.T, c *harness.Cluster) {
 	ctx := context.Background()
 	client := c.Gateway().OpenAI(c.NewKey(t, "choices"))
@@ -148,6 +152,40 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 	}
 	if len(cresp.Choices) != 2 || cresp.Choices[0].Text != cwant.Text || cresp.Choices[1].Text != cwant.Text || cresp.Choices[1].Index != 1 {
 		t.Fatalf("completions n = 2: %+v, engine %q", cresp.Choices, cwant.Text)
+	}
+
+	// Tokens-per-minute reserve the prompt once plus n × max_tokens.
+	const tpm = 2 * choiceTokens
+	if _, err := c.Gateway().Admin.CreateTenant(ctx, adminclient.TenantCreate{ID: "choices-tpm",
+		Limits: tenant.Limits{TokensPerMinute: int64(len(p)) + tpm}}); err != nil {
+		t.Fatal(err)
+	}
+	limited := c.Gateway().OpenAI(c.NewKey(t, "choices-tpm"))
+	_, err = limited.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: modelSingle, Messages: openAIMessages(msgs), MaxTokens: openai.Int(choiceTokens), N: openai.Int(3),
+	})
+	var tooLarge *openai.Error
+	if !errors.As(err, &tooLarge) || tooLarge.StatusCode != http.StatusBadRequest || tooLarge.Code != "request_too_large" {
+		t.Fatalf("n = 3 × %d tokens over a limit of prompt + %d: %v, want 400 request_too_large", choiceTokens, tpm, err)
+	}
+	// Without max_tokens each choice gets an equal share of the rest.
+	shared, err := limited.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+		Model: modelSingle, Messages: openAIMessages(msgs), N: openai.Int(3), Temperature: openai.Float(0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shared.Choices) != 3 || shared.Usage.PromptTokens != int64(len(p)) || shared.Usage.CompletionTokens > tpm {
+		t.Fatalf("n = 3 without max_tokens: %d choices, usage %+v, limit prompt + %d", len(shared.Choices), shared.Usage, tpm)
+	}
+	share, err := ref.Run(ctx, p, harness.Greedy(tpm/3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, ch := range shared.Choices {
+		if ch.Message.Content != share.Text || ch.FinishReason != share.Finish {
+			t.Fatalf("choice %d without max_tokens = %q (%s), engine with %d tokens %q (%s)", k, ch.Message.Content, ch.FinishReason, tpm/3, share.Text, share.Finish)
+		}
 	}
 
 	for _, tc := range []struct {
