@@ -95,7 +95,21 @@ type Gateway struct {
 	// to call the public API cross-origin; "*" allows any. Empty, the
 	// default, sends no CORS headers, so browsers refuse cross-origin calls.
 	CORSOrigins []string `yaml:"cors_origins"`
+	// Routing chooses how requests are placed on workers: cache_aware
+	// (default) scores workers by the prompt pages they report holding in
+	// the request's cache domain, their load and free pages; round_robin
+	// takes the workers in turn (a baseline for benchmarks).
+	Routing Routing `yaml:"routing"`
 }
+
+// Routing is a placement policy (Gateway.Routing).
+type Routing string
+
+// Routing policies.
+const (
+	RoutingCacheAware Routing = "cache_aware"
+	RoutingRoundRobin Routing = "round_robin"
+)
 
 // ServerTLS is the certificate a public listener presents.
 type ServerTLS struct {
@@ -262,6 +276,22 @@ const (
 	BackendCUDA Backend = "cuda"
 )
 
+// WeightFormat is how the cpu backend holds a model's projection
+// weights in memory.
+type WeightFormat string
+
+// Weight formats.
+const (
+	// WeightsFile keeps the file's element type (f32, f16 or bf16); 16-bit
+	// weights are widened inside the kernels, giving the same results as
+	// float32.
+	WeightsFile WeightFormat = "file"
+	// WeightsQ8 quantizes the projections and the LM head at load into
+	// 32-weight int8 blocks with a float32 scale (about 1.1 bytes a
+	// weight); activations are quantized the same way per block.
+	WeightsQ8 WeightFormat = "q8"
+)
+
 // Worker configures a worker process.
 type Worker struct {
 	// ID names the worker in the registry, logs and metrics. Empty means
@@ -273,11 +303,16 @@ type Worker struct {
 	// listed in Models. Default "tiny".
 	Model string `yaml:"model"`
 	// ModelDir is a Hugging Face layout directory (config.json,
-	// model.safetensors, tokenizer.json). Required for a standalone worker;
-	// `warden up` generates a dev model when empty.
+	// model.safetensors, tokenizer.json), or a GGUF model: a .gguf file,
+	// or a directory without config.json holding exactly one .gguf file
+	// (llama architecture; docs/models.md#gguf-files). Required for a
+	// standalone worker; `warden up` generates a dev model when empty.
 	ModelDir string `yaml:"model_dir" warden:"path"`
 	// Backend is cpu (default) or cuda.
 	Backend Backend `yaml:"backend"`
+	// Weights is file (default: the file's element type) or q8 (cpu
+	// backend only).
+	Weights WeightFormat `yaml:"weights"`
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int `yaml:"threads"`
 	// Listen is the host:port of the worker's gRPC control server
@@ -330,8 +365,7 @@ type KV struct {
 	PoisonOnReserve bool `yaml:"poison_on_reserve"`
 	// PrefixCache keeps the full prompt pages of finished prefills as
 	// sealed pages that later requests of the same cache domain reuse
-	// (DESIGN I3). Default true; the cuda backend does not support it yet
-	// and ignores it.
+	// (DESIGN I3). Default true, with either backend.
 	PrefixCache bool `yaml:"prefix_cache"`
 }
 

@@ -245,6 +245,7 @@ func (g *Gateway) validate(v *validator) {
 	}
 	v.positiveDuration("gateway.request_timeout", g.RequestTimeout)
 	v.positiveDuration("gateway.heartbeat_timeout", g.HeartbeatTimeout)
+	oneOf(v, "gateway.routing", g.Routing, RoutingCacheAware, RoutingRoundRobin)
 	v.nonNegativeDuration("gateway.drain_timeout", g.DrainTimeout)
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)
 	if g.Queue.MaxWaiting > 0 {
@@ -346,6 +347,10 @@ func (c *Config) validateWorker(v *validator) {
 	w := &c.Worker
 	oneOf(v, "worker.role", w.Role, RoleBoth, RolePrefill, RoleDecode)
 	oneOf(v, "worker.backend", w.Backend, BackendCPU, BackendCUDA)
+	oneOf(v, "worker.weights", w.Weights, WeightsFile, WeightsQ8)
+	if w.Weights == WeightsQ8 && w.Backend == BackendCUDA {
+		v.add("worker.weights", "q8 needs the cpu backend")
+	}
 	v.nonNegativeInt("worker.threads", w.Threads)
 	v.listenAddr("worker.listen", w.Listen)
 	if w.AdvertiseAddr != "" {

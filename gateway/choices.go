@@ -69,7 +69,11 @@ func checkDone(done *controlpb.Done, prefilled int64, cs []*choice) error {
 // finishChoices ends every choice still open with its rest of text and
 // finish reason; the last event carries the request's usage.
 func (d *driver) finishChoices(ctx context.Context, done *controlpb.Done, cs []*choice) error {
-	var evs []api.Event
+	type last struct {
+		k            int
+		rest, reason string
+	}
+	var open []last
 	for k, o := range doneChoices(done) {
 		if cs[k].ended {
 			continue
@@ -82,14 +86,17 @@ func (d *driver) finishChoices(ctx context.Context, done *controlpb.Done, cs []*
 				d.stopped = true
 			}
 		}
-		evs = append(evs, api.Event{Choice: k, TextDelta: rest, FinishReason: reason})
+		open = append(open, last{k, rest, reason})
 	}
-	if len(evs) == 0 {
-		evs = append(evs, api.Event{})
+	if len(open) == 0 {
+		return d.emit(ctx, api.Event{Usage: d.usage()})
 	}
-	evs[len(evs)-1].Usage = d.usage()
-	for _, ev := range evs {
-		if err := d.emit(ctx, ev); err != nil {
+	for i, l := range open {
+		var usage *api.Usage
+		if i == len(open)-1 {
+			usage = d.usage()
+		}
+		if err := d.emitLast(ctx, l.k, l.rest, nil, l.reason, usage); err != nil {
 			return err
 		}
 	}

@@ -34,7 +34,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
 	stream, err := w.Client().Generate(d.withDomain(sctx), &controlpb.GenerateRequest{
-		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling,
+		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling, TenantWeight: int32(d.weight),
 	})
 	if err != nil {
 		return d.workerError("generate", w, err)
@@ -48,11 +48,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 			}
 		}
 	}
-	if err := d.relay(ctx, w, newReceiver(sctx, stream), nil, true); err != nil {
-		return err
-	}
-	d.served(w)
-	return nil
+	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on
@@ -65,7 +61,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	defer cancel()
 	owner := ownerPB(d.req.Owner())
 	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{
-		Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket,
+		Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, TenantWeight: int32(d.weight),
 	})
 	if err != nil {
 		return d.workerError("generate", rt.Decode, err)

@@ -185,7 +185,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		func() []registry.Snapshot { return g.reg.Workers() }); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
-	if err := g.promReg.Register(g.domains.indexSize()); err != nil {
+	if err := g.promReg.Register(g.domains); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if err := g.promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -206,6 +206,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		Agree:            func(i *controlpb.WorkerInfo, p *controlpb.PoolStats) error { return g.layouts.agree(i, p) },
 		Accept:           g.acceptWorker,
 		OnChange:         g.onWorkerChange,
+		PrefixCache:      g.domains.report,
 		Logger:           g.logger,
 	})
 	g.tokenizers.reg = g.reg

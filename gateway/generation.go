@@ -13,9 +13,9 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
-	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/toolcall"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -75,12 +75,12 @@ type driver struct {
 	n           int    // choices (n), at least 1
 	sampling    *controlpb.SamplingParams
 	stops       []string
-	pages       int64 // KV pages the request needs on its decode worker
-	// The prefix cache (prefixcache.go): the request's domain, whether it
-	// uses the cache, and what routing scored.
-	domain   cachekey.Domain
-	cacheOn  bool
-	routeReq *routing.Request
+	tools       *toolcall.Parser // the output's tool calls; nil without tools
+	pages       int64            // KV pages the request needs on its decode worker
+	// The prefix cache (prefixcache.go): the request's domain and whether
+	// it uses the cache.
+	domain  cachekey.Domain
+	cacheOn bool
 	// firstLogprobs is the P/D first token's logprobs, from the Prefill
 	// response (set before the prefill result is delivered).
 	firstLogprobs *controlpb.LogprobsToken
@@ -170,7 +170,8 @@ func (d *driver) finish(err error) {
 		d.log.ErrorContext(ctx, "finishing request", "err", ferr)
 		state, clientErr = lifecycle.Failed, api.Internal()
 	}
-	d.g.releaseLease(d.lease, d.req.ID(), tenant.Consumed{PromptTokens: d.prefilled, CompletionTokens: d.generated})
+	d.g.releaseLease(d.lease, d.req.ID(), tenant.Consumed{PromptTokens: d.prefilled, CompletionTokens: d.generated,
+		CachedTokens: min(d.cached, d.prefilled), CachedRate: d.g.auth.cachedRate(d.req.Info().Tenant)})
 
 	httpStatus := http.StatusOK
 	if clientErr != nil {
@@ -179,6 +180,7 @@ func (d *driver) finish(err error) {
 	}
 	snap := d.req.Snapshot()
 	d.g.metrics.finished(snap, httpStatus, d.firstToken, d.lastToken)
+	d.g.metrics.prefixCache(snap.Model, snap.Tenant, d.prefilled, min(d.cached, d.prefilled))
 	endRequestSpan(d.span, snap)
 	attrs := []any{"state", snap.State.String(), "cause", snap.Cause, "stage", snap.Stage.String(),
 		"prompt_tokens", d.prefilled, "completion_tokens", d.generated, "status", httpStatus}

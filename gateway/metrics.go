@@ -23,6 +23,7 @@ type metrics struct {
 	ttft          *prometheus.HistogramVec // model
 	tpot          *prometheus.HistogramVec // model
 	tokens        *prometheus.CounterVec   // kind[, tenant]
+	prefixTokens  *prometheus.CounterVec   // model, result[, tenant]
 	rejections    *prometheus.CounterVec   // reason
 	errors        *prometheus.CounterVec   // reason, status
 	contextTokens *prometheus.GaugeVec     // model, kind
@@ -104,10 +105,14 @@ func newMetrics(reg prometheus.Registerer, models []string, tenantCap int, infli
 		Name: "warden_tokens_total",
 		Help: "Tokens billed (I7): prompt tokens prefilled and completion tokens generated.",
 	}, tokenLabels)
+	m.prefixTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "warden_prefix_cache_prompt_tokens_total",
+		Help: "Prompt tokens of completed and failed requests by model and result: hit (reused from the worker's prefix cache, usage cached_tokens) or miss (computed). Hit ratio: hit / (hit + miss).",
+	}, append([]string{"model", "result"}, tokenLabels[1:]...))
 	for _, name := range models {
 		m.models[name] = true
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.rejections, m.errors,
+	cs := []prometheus.Collector{m.requests, m.duration, m.ttft, m.tpot, m.tokens, m.prefixTokens, m.rejections, m.errors,
 		m.contextTokens, m.agreement, m.workers, m.aborts, m.integrity, m.refused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warden_inflight_requests",
@@ -214,6 +219,23 @@ func (m *metrics) billed(tenant string, prompt, completion int64) {
 	t := m.tenants.label(tenant)
 	m.tokens.WithLabelValues("prompt", t).Add(float64(prompt))
 	m.tokens.WithLabelValues("completion", t).Add(float64(completion))
+}
+
+// prefixCache counts a request's prompt tokens by prefix-cache result:
+// cached of prompt reused, the rest computed.
+func (m *metrics) prefixCache(model, tenant string, prompt, cached int64) {
+	if prompt <= 0 {
+		return
+	}
+	labels := func(result string) []string {
+		l := []string{m.modelLabel(model), result}
+		if m.tenants != nil {
+			l = append(l, m.tenants.label(tenant))
+		}
+		return l
+	}
+	m.prefixTokens.WithLabelValues(labels("hit")...).Add(float64(cached))
+	m.prefixTokens.WithLabelValues(labels("miss")...).Add(float64(prompt - cached))
 }
 
 // modelState exports a model's context agreement.

@@ -20,6 +20,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/internal/toolcall"
 )
 
 // modelTokenizer is the tokenizer of one model as its workers ship it.
@@ -28,6 +29,8 @@ type modelTokenizer struct {
 	sha string
 	// addBOS: completions get the BOS token prepended (see encodePrompt).
 	addBOS bool
+	// tools is the tool-call format of the chat template (toolcall.Detect).
+	tools toolcall.Format
 }
 
 // tokenizers holds each model's tokenizer. A model's tokenizer is set by
@@ -108,7 +111,8 @@ func parseAssets(info *controlpb.WorkerInfo, a *controlpb.ModelAssetsResponse) (
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	return &modelTokenizer{tok: tok, sha: sha, addBOS: wantsBOS(tok, a.GetTokenizerConfigJson())}, nil
+	return &modelTokenizer{tok: tok, sha: sha, addBOS: wantsBOS(tok, a.GetTokenizerConfigJson()),
+		tools: toolcall.Detect(tok.ChatTemplate())}, nil
 }
 
 // wantsBOS decides whether completion prompts start with BOS: when the
@@ -139,11 +143,11 @@ func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error
 			return nil, api.InvalidRequest("messages", api.CodeInvalidValue,
 				fmt.Sprintf("The model %q has no chat template; use /v1/completions.", req.Model))
 		}
-		msgs := make([]tokenizer.Message, len(req.Messages))
-		for i, m := range req.Messages {
-			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		msgs, opts, err := mt.chatInput(req)
+		if err != nil {
+			return nil, err
 		}
-		ids, err := mt.tok.ApplyChatTemplate(msgs, true)
+		ids, err := mt.tok.EncodeChat(msgs, opts)
 		switch {
 		case errors.Is(err, tokenizer.ErrInvalidMessage), errors.Is(err, tokenizer.ErrChatTemplate):
 			return nil, api.InvalidRequest("messages", api.CodeInvalidValue,

@@ -53,8 +53,16 @@ func (d *driver) failover(w *registry.Worker, err error) bool {
 // priority (higher levels first), then in weighted fair order.
 func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, error) {
 	q := d.g.queue
-	if q.Len() == 0 {
-		rt, ticket, ok, err := d.try(ctx)
+	tenant := d.req.Info().Tenant
+	switch top, waiting := q.Highest(); {
+	case q.Len() == 0:
+		rt, ticket, ok, err := d.try(ctx, placeArrival)
+		if ok || err != nil {
+			return rt, ticket, err
+		}
+	case (!waiting || top <= d.priority) && q.Waiting(tenant) == 0:
+		// An idle tenant: fair queuing would give it the next turn.
+		rt, ticket, ok, err := d.try(ctx, placeNewcomer)
 		if ok || err != nil {
 			return rt, ticket, err
 		}
@@ -78,7 +86,7 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 			}
 			return registry.Route{}, nil, err
 		}
-		rt, ticket, ok, err := d.try(ctx)
+		rt, ticket, ok, err := d.try(ctx, placeTurn)
 		if ok || err != nil {
 			w.Done() // hand the turn on at once
 			return rt, ticket, err
@@ -87,10 +95,26 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 	}
 }
 
+// placeMode says when try may place a request.
+type placeMode uint8
+
+const (
+	// placeTurn: the request holds a turn of the fair queue; it is placed
+	// where the in-flight budget has room.
+	placeTurn placeMode = iota
+	// placeArrival: nothing waits in the queue; the request is placed
+	// where the budget has room, or as its tenant's newcomer there
+	// (registry.Worker.Newcomer).
+	placeArrival
+	// placeNewcomer: others wait in the queue, none of its tenant and none
+	// at a higher priority; the request is placed only as a newcomer.
+	placeNewcomer
+)
+
 // try picks workers and, for P/D, reserves the decode pages. ok is false
 // when there is no capacity now (the caller waits); nothing is held then.
-func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.Ticket, ok bool, err error) {
-	model := d.req.Info().Model
+func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ticket *controlpb.Ticket, ok bool, err error) {
+	model, tenant := d.req.Info().Model, d.req.Info().Tenant
 	total := d.kvTokens()
 	for {
 		// Capacity may have shrunk since admission (quarantine, a lost
@@ -117,7 +141,7 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 			return rt, nil, false, rejected("", api.InvalidRequest("n", api.CodeUnsupportedValue, fmt.Sprintf(
 				"Model %s is served by separate prefill and decode workers, which run one choice per request; send n = 1.", model)))
 		}
-		if rt.Busy {
+		if (rt.Busy || mode == placeNewcomer) && (mode == placeTurn || !rt.Decode.Newcomer(tenant)) {
 			// Every worker runs what it can: wait here, in fair order.
 			return rt, nil, false, nil
 		}
@@ -130,7 +154,7 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 				return rt, nil, false, nil
 			}
 			d.pages = rt.Pages
-			d.done = append(d.done, rt.Decode.Begin(rt.Pages))
+			d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages))
 			return rt, nil, true, nil
 		}
 		resp, err := d.reserve(ctx, rt, total)
@@ -151,7 +175,7 @@ func (d *driver) try(ctx context.Context) (rt registry.Route, ticket *controlpb.
 			return rt, nil, false, failed(causeProtocol, api.Internal(),
 				fmt.Errorf("decode worker %s returned a ticket for another request or prompt", rt.Decode.ID()))
 		}
-		d.done = append(d.done, rt.Decode.Begin(rt.Pages), rt.Prefill.Begin(0))
+		d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages), rt.Prefill.Begin(0))
 		return rt, t, true, nil
 	}
 }

@@ -4,18 +4,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/controlpb"
 )
 
-// indexEntries bounds the routing index (pages of prompts routed to each
-// worker): 1<<16 entries of ~100 bytes.
+// indexEntries bounds the routing index (prefix pages the workers report
+// holding): 1<<16 entries of ~100 bytes.
 const indexEntries = 1 << 16
 
 // cacheDomains derives each request's prefix-cache domain (DESIGN I3, I8):
@@ -24,19 +28,30 @@ const indexEntries = 1 << 16
 // so no client can choose or widen the set of requests it shares KV
 // pages with. The secret is drawn at start-up: a restart or a second
 // gateway only shares less, never more. It also keeps the routing index
-// of which prompt pages were served where, and the router that scores
-// workers by it.
+// of which prompt pages each worker reports holding, and the router that
+// scores workers by it.
 type cacheDomains struct {
 	secret []byte
 	index  *routing.Index
 	router *routing.Router
+	// roundRobin: gateway.routing is round_robin; router takes the
+	// workers in turn for every request.
+	roundRobin bool
+	log        *slog.Logger
+	// Events applied to the index, for the metrics.
+	sealed, evicted, snapshots, invalid atomic.Uint64
 }
 
-func newCacheDomains() *cacheDomains {
+func newCacheDomains(log *slog.Logger, policy config.Routing) *cacheDomains {
 	secret := make([]byte, 32)
 	rand.Read(secret) // never fails (crypto/rand)
-	ix := routing.NewIndex(indexEntries)
-	return &cacheDomains{secret: secret, index: ix, router: routing.Default(ix)}
+	c := &cacheDomains{secret: secret, index: routing.NewIndex(indexEntries), log: log}
+	if policy == config.RoutingRoundRobin {
+		c.router, c.roundRobin = routing.RoundRobinRouter(), true
+	} else {
+		c.router = routing.Default(c.index)
+	}
+	return c
 }
 
 // of returns the domain of a request of p under the tenant's mode, and
@@ -46,6 +61,25 @@ func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode) (cachekey.Domain,
 		return cachekey.Domain{}, false
 	}
 	return cachekey.Derive(c.secret, mode, p.Tenant, p.KeyID)
+}
+
+// report folds a worker's prefix-cache report into the routing index
+// (registry.Config.PrefixCache). A report that does not decode drops the
+// worker's entries: what it holds is unknown until its next snapshot.
+func (c *cacheDomains) report(worker, model string, r *controlpb.PrefixCacheReport) {
+	ev, err := routing.EventsFromProto(r)
+	if err != nil {
+		c.invalid.Add(1)
+		c.log.Warn("invalid prefix cache report; forgetting the worker's cached pages", "worker", worker, "err", err)
+		c.index.Forget(worker)
+		return
+	}
+	c.index.Apply(model, worker, ev)
+	c.sealed.Add(uint64(len(ev.Sealed)))
+	c.evicted.Add(uint64(len(ev.Evicted)))
+	if ev.Snapshot {
+		c.snapshots.Add(1)
+	}
 }
 
 // domainHex is the request's domain as a worker receives it
@@ -75,34 +109,42 @@ func (d *driver) cachePrompt() []int32 {
 	return d.prompt
 }
 
-// pick routes the request: with a cache domain, the worker expected to
-// hold most of its prompt pages wins (routing.Default), and the registry's
-// order decides between equals; without, the registry's order alone.
+// pick routes the request: with a cache domain, the workers are scored by
+// routing.Default (expected prefix hit, load, free pages) and the
+// registry's order decides between equals; without, the registry's order
+// alone. Under gateway.routing round_robin every request takes the
+// workers in turn.
 func (d *driver) pick(model string, total int64) (registry.Route, error) {
-	if !d.cacheOn || d.g.domains == nil {
+	c := d.g.domains
+	if c == nil || (!d.cacheOn && !c.roundRobin) {
 		return d.g.reg.Pick(model, total)
 	}
-	req := &routing.Request{Model: model, Domain: d.domain, Cached: true, Prompt: d.prompt}
-	d.routeReq = req
-	return d.g.reg.PickScored(model, total, func(c registry.Candidate) float64 { return d.g.domains.router.Score(req, c) })
+	req := &routing.Request{Model: model, Domain: d.domain, Cached: d.cacheOn, Prompt: d.prompt}
+	return d.g.reg.PickScored(model, total, func(cand registry.Candidate) float64 { return c.router.Score(req, cand) })
 }
 
-// served records that w now holds the request's full prompt pages (a
-// both worker sealed them), for later requests of the domain.
-func (d *driver) served(w *registry.Worker) {
-	if d.routeReq == nil || d.g.domains == nil {
-		return
+// Describe implements prometheus.Collector.
+func (c *cacheDomains) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+var (
+	indexEntriesDesc = prometheus.NewDesc("warden_gateway_prefix_index_entries",
+		"Entries (worker, prompt page) in the gateway's prefix-cache routing index, as the workers reported them.", nil, nil)
+	indexEventsDesc = prometheus.NewDesc("warden_gateway_prefix_index_events_total",
+		"Prefix-cache events the workers reported to the routing index, by event: sealed and evicted pages, snapshots (a registration, or a report that overflowed), invalid reports, and dropped (entries the index's bound pushed out).",
+		[]string{"event"}, nil)
+)
+
+// Collect implements prometheus.Collector: the routing index's size and
+// the events applied to it.
+func (c *cacheDomains) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(indexEntriesDesc, prometheus.GaugeValue, float64(c.index.Len()))
+	for _, e := range []struct {
+		name string
+		n    uint64
+	}{
+		{"sealed", c.sealed.Load()}, {"evicted", c.evicted.Load()}, {"snapshot", c.snapshots.Load()},
+		{"invalid", c.invalid.Load()}, {"dropped", c.index.Dropped()},
+	} {
+		ch <- prometheus.MustNewConstMetric(indexEventsDesc, prometheus.CounterValue, float64(e.n), e.name)
 	}
-	pt := w.Snapshot().Pool.PageTokens
-	all := append(d.prompt[:len(d.prompt):len(d.prompt)], 0) // Hashes drops the last token
-	r := &routing.Request{Model: d.routeReq.Model, Domain: d.domain, Cached: true, Prompt: all}
-	d.g.domains.index.Record(d.routeReq.Model, w.ID(), r.Hashes(pt))
-}
-
-// indexSize exports the routing index's size.
-func (c *cacheDomains) indexSize() prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "warden_gateway_prefix_index_entries",
-		Help: "Entries (worker, prompt page) in the gateway's prefix-cache routing index.",
-	}, func() float64 { return float64(c.index.Len()) })
 }

@@ -186,17 +186,14 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if stopped {
 			c.ended = true
 			if !allEnded(choices) {
-				return false, d.emit(ctx, api.Event{Choice: k, TextDelta: delta, Logprobs: lps, FinishReason: "stop"})
+				return false, d.emitLast(ctx, k, delta, lps, "stop", nil)
 			}
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emit(ctx, api.Event{Choice: k, TextDelta: delta, Logprobs: lps, FinishReason: "stop", Usage: d.usage()})
+			return true, d.emitLast(ctx, k, delta, lps, "stop", d.usage())
 		}
-		if delta == "" && len(lps) == 0 {
-			return false, nil
-		}
-		return false, d.emit(ctx, api.Event{Choice: k, TextDelta: delta, Logprobs: lps})
+		return false, d.emitText(ctx, k, delta, lps)
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
@@ -218,6 +215,39 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent) bool {
 	t := ev.GetTokens()
 	return d.sampling.GetLogprobs() && t != nil && d.received == 0 && len(t.GetLogprobs()) == len(t.GetIds())-1
+}
+
+// emitText hands output text of choice k to the HTTP layer, through the
+// tool-call parser when the request has tools (then n is 1: see
+// checkChoicesTools).
+func (d *driver) emitText(ctx context.Context, k int, text string, lps []api.TokenLogprob) error {
+	ev := api.Event{TextDelta: text}
+	if d.tools != nil {
+		ev = toolEvent(d.tools.Add(text))
+	}
+	ev.Choice, ev.Logprobs = k, lps
+	if ev.TextDelta == "" && len(ev.ToolCalls) == 0 && len(ev.Logprobs) == 0 {
+		return nil
+	}
+	return d.emit(ctx, ev)
+}
+
+// emitLast hands choice k's last text and its finish ("tool_calls"
+// instead of "stop" when the output made tool calls), with usage when it
+// is the request's last event.
+func (d *driver) emitLast(ctx context.Context, k int, text string, lps []api.TokenLogprob, reason string, usage *api.Usage) error {
+	ev := api.Event{TextDelta: text, Logprobs: lps}
+	if d.tools != nil {
+		if err := d.emitText(ctx, k, text, lps); err != nil {
+			return err
+		}
+		ev = toolEvent(d.tools.End())
+		if reason == "stop" && d.tools.Calls() > 0 {
+			reason = "tool_calls"
+		}
+	}
+	ev.Choice, ev.FinishReason, ev.Usage = k, reason, usage
+	return d.emit(ctx, ev)
 }
 
 // usage is what the request has consumed so far (I7): the prompt tokens

@@ -34,6 +34,9 @@ type tenantInfo struct {
 	weight  int
 	allowed tenant.Limits
 	cache   cachekey.Mode // the tenant's prefix-cache setting
+	// cachedRate bills the tenant's cached prompt tokens
+	// (tenant.Tenant.CachedRate).
+	cachedRate float64
 }
 
 var _ api.Authenticator = (*authenticator)(nil)
@@ -50,7 +53,8 @@ func (a *authenticator) Authenticate(ctx context.Context, key string) (api.Princ
 		return api.Principal{}, err
 	}
 	a.mu.Lock()
-	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache}
+	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache,
+		cachedRate: p.Tenant.CachedRate()}
 	a.mu.Unlock()
 	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID}, nil
 }
@@ -59,6 +63,17 @@ func (a *authenticator) info(tenantID string) tenantInfo {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.tenants[tenantID]
+}
+
+// cachedRate is the rate tenantID's cached prompt tokens are billed at:
+// its setting as of its last authentication, 1 (full price) if unknown.
+func (a *authenticator) cachedRate(tenantID string) float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i, ok := a.tenants[tenantID]; ok {
+		return i.cachedRate
+	}
+	return 1
 }
 
 func storeUnavailable() *api.Error {
@@ -177,6 +192,12 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	if err != nil {
 		return nil, err
 	}
+	constraint := req.Constraint
+	if tc, err := toolConstraint(req, mt.tools); err != nil {
+		return nil, err
+	} else if tc != "" {
+		constraint = tc
+	}
 	param := "prompt"
 	if req.Kind == api.KindChat {
 		param = "messages"
@@ -221,8 +242,9 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		promptParam: param,
 		maxTokens:   dec.MaxTokens,
 		n:           int(n),
-		sampling:    sampling(req, dec.MaxTokens),
+		sampling:    sampling(req, constraint, dec.MaxTokens),
 		stops:       req.Stop,
+		tools:       mt.toolParser(req),
 		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
@@ -230,10 +252,11 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 }
 
 // sampling converts the request's parameters: OpenAI's defaults
-// (temperature 1, top_p 1), and a random seed when none is given.
-func sampling(req *api.GenerateRequest, maxTokens int64) *controlpb.SamplingParams {
+// (temperature 1, top_p 1), a random seed when none is given, and the
+// output constraint (structured output or tool calls; "" for none).
+func sampling(req *api.GenerateRequest, constraint string, maxTokens int64) *controlpb.SamplingParams {
 	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1)),
-		Constraint: req.Constraint,
+		Constraint: constraint,
 		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs)}
 	if req.N > 1 {
 		sp.N = int32(req.N)

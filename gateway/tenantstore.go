@@ -62,7 +62,7 @@ func (g *Gateway) openStore(given tenant.Store) error {
 		authn = tenant.NewAuthCache(g.store, tenant.AuthCacheConfig{TTL: t.AuthCacheTTL, Grace: t.OutageGrace, Logger: g.logger})
 	}
 	g.auth = &authenticator{next: authn, tenants: make(map[string]tenantInfo)}
-	g.domains = newCacheDomains()
+	g.domains = newCacheDomains(g.logger, g.cfg.Gateway.Routing)
 	return nil
 }
 

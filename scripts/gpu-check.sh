@@ -5,8 +5,9 @@
 #                                and a cuda warden into .gpucheck/ (git-ignored,
 #                                well under the device tool's 64 MiB carry)
 #   scripts/gpu-check.sh run     on the GPU machine, without Go: runs them
-#                                (kernel tests, cpu equivalence, owner-tag
-#                                violations, runtime, 1B benchmark) and prints
+#                                (kernel tests, cpu equivalence, prefix cache,
+#                                owner-tag and sealed-page violations,
+#                                runtime, 1B benchmark) and prints
 #                                one Markdown table; about 2-4 minutes on an H200
 #
 # With the device tool: run with carry [".gpucheck"] and the command
@@ -72,9 +73,9 @@ run() {
 	"$out/warden" version >"$out/warden.log" 2>&1 || status=1
 	cat "$out/warden.log"
 
-	log "kernel, equivalence and owner-check tests"
+	log "kernel, equivalence, prefix-cache and owner-check tests"
 	timeout 240 "$dir/cuda.test" -test.v -test.count 1 -test.timeout 230s >"$out/cuda-tests.log" 2>&1 || status=1
-	grep -E '^(=== RUN|--- |\s+\S+_test.go:.*(KERNEL|EQUIV|VIOLATION))|^(ok|FAIL|PASS)' "$out/cuda-tests.log" | grep -v '=== RUN' || true
+	grep -E '^(=== RUN|--- |\s+\S+_test.go:.*(KERNEL|EQUIV|PREFIX|VIOLATION))|^(ok|FAIL|PASS)' "$out/cuda-tests.log" | grep -v '=== RUN' || true
 
 	log "runtime: cuda pool sizing and engine equivalence"
 	timeout 120 "$dir/runtime.test" -test.v -test.count 1 -test.run CUDA -test.timeout 110s >"$out/runtime-tests.log" 2>&1 || status=1
@@ -88,7 +89,7 @@ run() {
 	local c=$out/cuda-tests.log kernels equiv
 	kernels=$({ grep -oE 'KERNEL [^ ]+ max_rel_err=[^ ]+' "$c" || true; } | sed 's/KERNEL //; s/ max_rel_err=/ /' |
 		awk '{printf "%s%s %s", sep, $1, $2; sep="; "}')
-	equiv="$(verdict "$c" TestGreedyMatchesCPU) ($({ grep -oE 'EQUIV [^ ]+ tokens=[0-9]+ max_logit_rel_diff=[^ ]+' "$c" || true; } |
+	equiv="$(verdict "$c" TestGreedyMatchesCPU) ($({ grep -oE 'EQUIV [^ ]+ tokens=[0-9]+ max_logit_rel_diff=[^ ]+( max_logprob_abs_diff=[^ ]+)?' "$c" || true; } |
 		sed 's/EQUIV //' | paste -sd ';' -)); batch invariance $(verdict "$c" TestBatchInvariance); engine via runtime $(verdict "$out/runtime-tests.log" TestCUDARuntimeMatchesCPU)"
 	local b=$out/bench.log
 	local report=$out/report.md
@@ -102,6 +103,8 @@ run() {
 		echo "| kernel max relative errors | ${kernels:-none reported} |"
 		echo "| greedy equivalence with cpu | $equiv |"
 		echo "| owner-tag violation caught | device kernels $(verdict "$c" TestDeviceOwnerCheck); backend (corrupt tag, foreign page, unwritten slot) $(verdict "$c" TestOwnerViolation) |"
+		echo "| prefix cache on the device: hits equal misses | $(verdict "$c" TestPrefixCacheHitsEqualMisses) |"
+		echo "| sealed-page violation caught (domain / chain-hash bit flipped in the device tag, foreign domain presented, sealed page written or read as owned) | $(verdict "$c" TestSealedPageChecksOnDevice) |"
 		echo "| page copies / pool fill / bad input | $(verdict "$c" TestPageCopies) / $(verdict "$c" TestPoolFill) / $(verdict "$c" TestBadInput) |"
 		echo "| prefill (1024-token prompt) | $(field "$b" 'Llama1B/prefill' tok/s) tokens/s |"
 		echo "| decode, batch 1 | $(field "$b" 'Llama1B/decode1' tok/s) tokens/s |"

@@ -132,6 +132,15 @@ step "go test -race" gotest -race -count=1 -timeout 9m "${race_pkgs[@]}"
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/kvtransfer|/tenant|/gateway|/worker$')
 step "go test" gotest -count=1 -timeout 9m "${rest[@]}"
 
+# The cuda backend (build tag cuda) is compile-checked where the CUDA
+# headers and nvcc are present (scripts/cuda-compile-check.sh install puts
+# them there); its tests need a GPU (scripts/gpu-check.sh).
+if command -v nvcc >/dev/null && [[ -e /usr/include/cuda.h || -e /usr/local/cuda/include/cuda.h ]]; then
+  step "cuda compile check" scripts/cuda-compile-check.sh
+else
+  log "cuda compile check skipped: no nvcc/cuda.h (scripts/cuda-compile-check.sh install)"
+fi
+
 log "slowest tests"
 { "${events}.report" -slowest 15 <"$events" || true; } | sed -n '/^slowest tests:/,$p' >&2
 

@@ -3,6 +3,7 @@ package tenant
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 )
@@ -164,18 +165,36 @@ type Quota struct {
 type Consumed struct {
 	PromptTokens     int64
 	CompletionTokens int64
+	// CachedTokens is the part of PromptTokens served from the prefix
+	// cache, billed at CachedRate (the tenant's Tenant.CachedRate; the
+	// zero value bills them nothing).
+	CachedTokens int64
+	CachedRate   float64
 }
 
-// Validate checks the counts; the error wraps ErrInvalid.
+// Validate checks the counts and the rate; the error wraps ErrInvalid.
 func (c Consumed) Validate() error {
 	if err := validateCount("prompt_tokens", c.PromptTokens); err != nil {
 		return err
 	}
-	return validateCount("completion_tokens", c.CompletionTokens)
+	if err := validateCount("completion_tokens", c.CompletionTokens); err != nil {
+		return err
+	}
+	if c.CachedTokens < 0 || c.CachedTokens > c.PromptTokens {
+		return fmt.Errorf("%w: cached_tokens must be between 0 and prompt_tokens (%d), got %d", ErrInvalid, c.PromptTokens, c.CachedTokens)
+	}
+	return validateRate("cached_rate", c.CachedRate)
 }
 
 // Total is prompt plus completion tokens.
 func (c Consumed) Total() int64 { return c.PromptTokens + c.CompletionTokens }
+
+// Billed is what the request is charged against the tenant's token rate
+// and budget: Total with each cached prompt token counted at CachedRate,
+// the cached part rounded to the nearest token.
+func (c Consumed) Billed() int64 {
+	return c.Total() - c.CachedTokens + int64(math.Round(float64(c.CachedTokens)*c.CachedRate))
+}
 
 // LeaseInfo describes an admitted request.
 type LeaseInfo struct {
@@ -235,7 +254,7 @@ func (l *Lease) Info() LeaseInfo {
 }
 
 // Release ends the lease: it frees the concurrency slot, refunds or charges
-// the difference between the held tokens and used.Total() to the token rate
+// the difference between the held tokens and used.Billed() to the token rate
 // and budget, and records used as usage for the tenant, model and UTC day.
 // A second Release returns ErrLeaseReleased; a failed one (ErrUnavailable)
 // may be retried.

@@ -54,6 +54,27 @@ type Tenant struct {
 	// sharing). The gateway derives the domain; no request field can
 	// widen it.
 	PrefixCache cachekey.Mode `json:"prefix_cache,omitempty"`
+	// CachedTokenRate is what one prompt token served from the prefix
+	// cache (usage cached_tokens) is billed, as a fraction of an uncached
+	// one, in [0, 1]; nil means 1 (billed like any prompt token). It
+	// applies to budgets, token rates and Usage.BilledTokens.
+	CachedTokenRate *float64 `json:"cached_token_rate,omitempty"`
+}
+
+// CachedRate is the tenant's CachedTokenRate, 1 when unset.
+func (t Tenant) CachedRate() float64 {
+	if t.CachedTokenRate == nil {
+		return 1
+	}
+	return *t.CachedTokenRate
+}
+
+// validateRate checks a cached-token rate: a number in [0, 1].
+func validateRate(field string, r float64) error {
+	if !(r >= 0 && r <= 1) { // false for NaN too
+		return fmt.Errorf("%w: %s must be between 0 and 1, got %v", ErrInvalid, field, r)
+	}
+	return nil
 }
 
 // Limits are a tenant's admission limits. Every numeric limit but
@@ -120,6 +141,12 @@ type Usage struct {
 	Requests         int64  `json:"requests"`
 	PromptTokens     int64  `json:"prompt_tokens"`
 	CompletionTokens int64  `json:"completion_tokens"`
+	// CachedTokens is the part of PromptTokens served from the prefix
+	// cache; BilledTokens is what the requests were charged: prompt and
+	// completion tokens with the cached ones at the tenant's
+	// CachedTokenRate (Consumed.Billed).
+	CachedTokens int64 `json:"cached_tokens"`
+	BilledTokens int64 `json:"billed_tokens"`
 }
 
 // DayFormat is the layout of Usage.Day.
@@ -223,6 +250,13 @@ func (t Tenant) Normalize() (Tenant, error) {
 	}
 	if _, err := cachekey.ParseMode(string(t.PrefixCache)); err != nil {
 		return Tenant{}, fmt.Errorf("%w: prefix_cache: %w", ErrInvalid, err)
+	}
+	if t.CachedTokenRate != nil {
+		if err := validateRate("cached_token_rate", *t.CachedTokenRate); err != nil {
+			return Tenant{}, err
+		}
+		r := *t.CachedTokenRate
+		t.CachedTokenRate = &r
 	}
 	if t.Weight == 0 {
 		t.Weight = 1

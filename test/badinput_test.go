@@ -79,7 +79,7 @@ func testBadInput(t *testing.T, c *harness.Cluster) {
 		{name: "invalid UTF-8", key: key, body: []byte("{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}"), status: 400, code: "invalid_encoding"},
 		{name: "n 2", key: key, body: chatBody(`"n": 2`), status: 400, code: "unsupported_value", param: "n"},
 		{name: "temperature too high", key: key, body: chatBody(`"temperature": 3`), status: 400, code: "decimal_above_max_value", param: "temperature"},
-		{name: "logprobs", key: key, body: chatBody(`"logprobs": true`), status: 400, code: "unsupported_parameter", param: "logprobs"},
+		{name: "top_logprobs above 20", key: key, body: chatBody(`"logprobs": true, "top_logprobs": 21`), status: 400, code: "integer_above_max_value", param: "top_logprobs"},
 		{name: "client KV transfer params", key: key, body: chatBody(`"kv_transfer_params": {"remote_host": "10.0.0.1"}`), status: 400, code: "unsupported_parameter", param: "kv_transfer_params"},
 		{name: "client cache salt", key: key, body: chatBody(`"cache_salt": "other-tenant"`), status: 400, code: "unsupported_parameter", param: "cache_salt"},
 		{name: "oversized body", key: key, body: []byte(`{"model": "tiny", "messages": [{"role": "user", "content": "` + strings.Repeat("a", 5<<20) + `"}]}`), status: 413, code: "request_too_large"},

@@ -15,19 +15,27 @@ import (
 
 // Pinned client libraries for TestClientConformance, installed by
 // scripts/npm-cache.sh into a cache outside the repository.
-var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0.118", "zod@4.6.7"}
+var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0.118", "zod@4.6.7",
+	"@langchain/openai@1.6.0", "@langchain/core@1.4.0"}
 
-// TestClientConformance drives `warden up` (P/D) with the official OpenAI
-// Node SDK and the Vercel AI SDK's default provider (the Responses API):
-// chat, chat with logprobs (the engine's own values), models.retrieve, typed errors, responses.create streamed and not,
-// generateText and streamText; and n: 3 on a second `warden up --single`
-// (one prefill shared by the choices; P/D refuses n > 1 naming n). Every client must see exactly the text of
-// the float64 reference model (greedy). Without node/npm it is skipped,
-// except under CI.
+// TestClientConformance drives `warden up` (P/D) serving the tiny model
+// with Qwen 3's chat template (tools in the Hermes format) with the
+// official OpenAI Node SDK, the Vercel AI SDK's default provider (the
+// Responses API) and LangChain JS: chat, models.retrieve, typed errors,
+// responses.create streamed and not, generateText and streamText, and
+// chat with logprobs (the engine's own values), which
+// must see exactly the text of the float64 reference model (greedy); then
+// tool calls round-tripped through each client, generateObject and
+// withStructuredOutput (test/clients/conformance.mjs), and openai-go with
+// tools; and n: 3 on a second `warden up --single` (one prefill shared by
+// the choices; P/D refuses n > 1 naming n). The prompts of the tool round
+// trips must have the token count of the Python jinja2 render of the same
+// conversation. Without node/npm it is skipped, except under CI.
 func TestClientConformance(t *testing.T) {
 	modules := installClients(t)
-	info, _ := startUp(t)
-	single, _ := startUp(t, "--single")
+	model := toolsModel(t)
+	info, _ := startUp(t, "--model-dir", model)
+	single, _ := startUp(t, "--single", "--model-dir", model)
 	// Node trusts one extra CA file: both dev CAs in one.
 	cas := filepath.Join(t.TempDir(), "cas.pem")
 	var pem []byte
@@ -43,7 +51,7 @@ func TestClientConformance(t *testing.T) {
 	}
 
 	const prompt, maxTokens = "Tell me a story.", 12 // as in conformance.mjs
-	ref := reference(t, harness.ModelTiny)
+	ref := referenceAt(t, model)
 	p, err := ref.ChatPrompt([]tokenizer.Message{{Role: "user", Content: prompt}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +84,7 @@ func TestClientConformance(t *testing.T) {
 	}
 	cmd := exec.CommandContext(t.Context(), "node", "conformance.mjs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL=tiny",
+	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+toolsModelName,
 		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+cas,
 		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key)
 	out, err := cmd.CombinedOutput()
@@ -84,11 +92,23 @@ func TestClientConformance(t *testing.T) {
 		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s\nwarden up --single log:\n%s", err, out, info.log(), single.log())
 	}
 	for _, scenario := range []string{"node chat", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
-		"node responses.create stream", "ai-sdk generateText", "ai-sdk streamText"} {
+		"node responses.create stream", "ai-sdk generateText", "ai-sdk streamText", "node chat with tools",
+		"ai-sdk generateText tools", "ai-sdk generateObject", "langchain bindTools", "langchain withStructuredOutput"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {
 			t.Errorf("scenario %q did not pass:\n%s", scenario, out)
 		}
 	}
+	renders := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if r, ok := strings.CutPrefix(line, "render "); ok {
+			checkRender(t, model, []byte(r))
+			renders++
+		}
+	}
+	if renders == 0 {
+		t.Error("the client script printed no conversation to check against the reference render")
+	}
+	checkGoTools(t, info, model)
 }
 
 // installClients installs clientPackages and returns their node_modules.

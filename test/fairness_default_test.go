@@ -22,17 +22,29 @@ const defaultPoolBatch = 2
 // batch runs (the in-flight budget it learns from heartbeats), so the
 // excess waits in the fair queue and not first-in-first-out in the
 // engine. A tenant sending one request at a time while another floods with
-// 32 clients keeps a median latency far below the flooder's (and within
-// about 3x of its latency alone, logged), and weights 3:1 between two
+// 32 clients keeps a median latency far below the flooder's and within 3x
+// of its latency alone (the engine preempts a flooder's sequence for it),
+// and weights 3:1 between two
 // flooding tenants split the completed tokens 3:1 (within 10%).
 func TestFairnessDefaultPool(t *testing.T) {
 	t.Parallel()
+	fairnessDefaultPool(t, 1)
+}
+
+// TestFairnessDefaultPoolTwoGateways is TestFairnessDefaultPool with two
+// gateways on one Redis, the flooders' clients spread over both.
+func TestFairnessDefaultPoolTwoGateways(t *testing.T) {
+	t.Parallel()
+	fairnessDefaultPool(t, 2)
+}
+
+func fairnessDefaultPool(t *testing.T, gateways int) {
 	ctx := context.Background()
 	want, err := reference(t, harness.ModelEndless).Completion(ctx, fairPrompt, fairMaxTokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := harness.Start(t, env, harness.Options{Redis: true,
+	c := harness.Start(t, env, harness.Options{Redis: true, Gateways: gateways,
 		EditGateway:      func(_ int, cfg *config.Config) { cfg.Gateway.Queue.MaxWait = 5 * time.Minute },
 		HeartbeatTimeout: 6 * time.Second,
 		Workers: []harness.WorkerSpec{{
@@ -48,26 +60,32 @@ func TestFairnessDefaultPool(t *testing.T) {
 		t.Fatalf("workers %+v, %v; the test needs a default pool that holds the whole flood", ws, err)
 	}
 
-	// The light tenant alone.
+	// The light tenant alone, before and after the flood, so that a
+	// change in the machine's load during the test moves both.
 	var alone []time.Duration
-	for range 5 {
-		r := fairRecord{sent: time.Now()}
-		text, _, err := streamCompletion(ctx, c.Gateway(), light, body, &r)
-		if err != nil || text != want.Text {
-			t.Fatalf("light tenant alone: %q, %v", text, err)
+	measureAlone := func() {
+		for range 7 {
+			r := fairRecord{sent: time.Now()}
+			text, _, err := streamCompletion(ctx, c.Gateway(), light, body, &r)
+			if err != nil || text != want.Text {
+				t.Fatalf("light tenant alone: %q, %v", text, err)
+			}
+			alone = append(alone, time.Since(r.sent))
 		}
-		alone = append(alone, time.Since(r.sent))
 	}
+	measureAlone()
 	// Under the flood, from when the gateway has learned the worker's
 	// batch and the engine's pending list, filled before, has drained.
 	drained := func() {
-		waitUntil(t, "the in-flight budget and an empty engine queue", func() error {
-			ws, err := c.Gateway().Admin.Workers(ctx)
-			switch {
-			case err != nil:
-				return err
-			case ws[0].InFlightBudget == 0 || ws[0].Waiting > 0:
-				return fmt.Errorf("budget %d, %d waiting in the engine", ws[0].InFlightBudget, ws[0].Waiting)
+		waitUntil(t, "the in-flight budget and an engine queue drained to what the other gateways place", func() error {
+			for _, g := range c.Gateways {
+				ws, err := g.Admin.Workers(ctx)
+				switch {
+				case err != nil:
+					return err
+				case ws[0].InFlightBudget == 0 || int64(ws[0].Waiting) > int64(gateways-1)*ws[0].InFlightBudget:
+					return fmt.Errorf("budget %d, %d waiting in the engine", ws[0].InFlightBudget, ws[0].Waiting)
+				}
 			}
 			return nil
 		})
@@ -83,24 +101,26 @@ func TestFairnessDefaultPool(t *testing.T) {
 		}
 		return d
 	}
+	measureAlone()
 	lat, heavyLat := latency("light"), latency("heavy")
 	ratio := float64(median(lat)) / float64(median(alone))
-	t.Logf("light tenant: median latency %v alone, %v under a 32-client flood (%.2fx; bound 3x); flooder median %v; %d and %d completions in %v",
-		median(alone).Round(time.Millisecond), median(lat).Round(time.Millisecond), ratio,
-		median(heavyLat).Round(time.Millisecond), len(lat), len(heavyLat), l.window)
-	if len(lat) < 3 {
+	t.Logf("light tenant: median latency %v alone (%d requests), %v under a 32-client flood (%d requests; %.2fx, bound 3x); flooder median %v (%d completions) in %v",
+		median(alone).Round(time.Millisecond), len(alone), median(lat).Round(time.Millisecond), len(lat), ratio,
+		median(heavyLat).Round(time.Millisecond), len(heavyLat), l.window)
+	if len(lat) < 9 {
 		t.Fatalf("too few light requests in the window to judge: %d", len(lat))
 	}
-	// The 3x bound is logged, not asserted: latency alone and under a
-	// flood are taken at different moments, and on a shared 2-core
-	// machine their ratio swings with the machine's load (1.75x to 3.89x
-	// in four runs at load average 30). What fairness decides, and what
-	// holds however loaded the machine, is that the light tenant does not
-	// queue behind the flood: without the in-flight budget both wait in the
-	// engine's FIFO and their medians are equal.
+	// The light request never waits for a flooder's to finish: it is
+	// placed at once (an idle tenant's newcomer) and the engine preempts a
+	// flooder's sequence for it, so it runs beside one flooder at about
+	// half speed: about 2x its latency alone.
+	if ratio > 3 {
+		t.Errorf("the light tenant's median latency under the flood is %.2fx its latency alone (%v against %v), want at most 3x",
+			ratio, median(lat), median(alone))
+	}
 	if median(lat)*4 > median(heavyLat) {
-		t.Errorf("the light tenant's median latency %v under the flood is not well below the flooder's %v (%.2fx its latency alone)",
-			median(lat), median(heavyLat), ratio)
+		t.Errorf("the light tenant's median latency %v under the flood is not well below the flooder's %v",
+			median(lat), median(heavyLat))
 	}
 
 	three := 3

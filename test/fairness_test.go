@@ -156,7 +156,8 @@ const (
 )
 
 // runLoad runs clients[tenant] closed-loop clients per tenant (each
-// sends a request, reads it to the end, and sends the next) for the
+// sends a request, reads it to the end, and sends the next; clients are
+// spread round robin over the cluster's gateways) for the
 // warm-up and the window, then stops them all, checks that every completed
 // request returned the reference text, and waits until the pool is free.
 func runLoad(t *testing.T, c *harness.Cluster, body map[string]any, want harness.Output, clients map[string]int, keys map[string]string) *load {
@@ -177,10 +178,13 @@ func runLoadAfter(t *testing.T, c *harness.Cluster, body map[string]any, want ha
 		wrong []string
 		wg    sync.WaitGroup
 		begin = time.Now()
-		g     = c.Gateway()
+		next  int
 	)
 	for name, n := range clients {
 		for range n {
+			// Clients spread over the gateways, round robin.
+			g := c.Gateways[next%len(c.Gateways)]
+			next++
 			wg.Go(func() {
 				for ctx.Err() == nil {
 					r := fairRecord{tenant: name, sent: time.Now()}

@@ -106,7 +106,7 @@ func TestProbeFindsNothingOnWarden(t *testing.T) {
 			if rep.ContextLength != 1024 || rep.ContextSource != "advertised" {
 				t.Errorf("context %d (%s), want the advertised 1024", rep.ContextLength, rep.ContextSource)
 			}
-			for _, name := range []string{"markers (cross-request content)", "admission past the context", "usage prompt tokens", "consistency under load", "prefix-cache timing"} {
+			for _, name := range []string{"markers (cross-request content)", "admission past the context", "usage prompt tokens", "consistency under load", "consistency after aborts", "prefix-cache timing"} {
 				checkVerdict(t, rep, name, probe.VerdictPass, out)
 			}
 			// warden refuses every client-steered field it knows of.
@@ -182,6 +182,12 @@ func TestProbeFindsBrokenWarden(t *testing.T) {
 		// One cache domain for every tenant: B's probes on A's prefixes
 		// are cache hits, visible in the time to first token.
 		{"shared-cache", "prefix-cache timing", []string{"--single", "--kv-memory", "4MiB"}, timingFlags("20")},
+		// Aborted pages are freed without the writer's drain and handed
+		// to the next reservation while the aborted writer still writes:
+		// key A's deterministic answer right after B's aborts changes.
+		// One ladder round (no aborts there) keeps the run short.
+		{"release-without-drain", "consistency after aborts", []string{"--transfer", "shm"},
+			[]string{"--checks", "markers", "--rounds", "1", "--abort-rounds", "6", "--budget", "200", "--duration", "4m"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			info, keyB := probeUp(t, bin, []string{"WARDEN_BROKEN=" + tc.mode}, tc.upArgs...)
@@ -190,7 +196,14 @@ func TestProbeFindsBrokenWarden(t *testing.T) {
 				t.Fatalf("warden probe against WARDEN_BROKEN=%s exited %d, want 1:\n%s", tc.mode, code, out)
 			}
 			checkVerdict(t, rep, tc.check, probe.VerdictFinding, out)
-			if !strings.Contains(out, "RESULT: 1 finding(s): "+tc.check) {
+			for _, c := range rep.Checks {
+				if c.Name == tc.check {
+					t.Logf("%s: %s", c.Name, c.Summary)
+				}
+			}
+			// Other checks may find the failure too (release-without-drain
+			// can also change an answer under the marker test's load).
+			if !regexp.MustCompile(`RESULT: \d+ finding\(s\): (.*, )?` + regexp.QuoteMeta(tc.check)).MatchString(out) {
 				t.Errorf("the summary does not name the finding:\n%s", out)
 			}
 		})

@@ -20,7 +20,10 @@ import (
 // tokenizer_config.json, generation_config.json and chat_template.jinja.
 // Files above controlpb.MaxAssetFileBytes, or together above
 // controlpb.MaxAssetsBytes, are refused here: no gateway would accept them.
-func loadAssets(dir, modelName string) (*controlpb.ModelAssetsResponse, error) {
+// A GGUF model's tokenizer.json and tokenizer_config.json are the ones
+// its metadata describes (model.GGUFTokenizerFiles).
+func loadAssets(m *model.Model, modelName string) (*controlpb.ModelAssetsResponse, error) {
+	dir := m.Dir
 	read := func(name string, required bool) ([]byte, error) {
 		path := filepath.Join(dir, name)
 		fi, err := os.Stat(path)
@@ -40,18 +43,30 @@ func loadAssets(dir, modelName string) (*controlpb.ModelAssetsResponse, error) {
 		return b, nil
 	}
 	a := &controlpb.ModelAssetsResponse{Model: modelName}
-	var err error
-	if a.TokenizerJson, err = read(tokenizer.TokenizerFile, true); err != nil {
-		return nil, err
-	}
-	if a.TokenizerConfigJson, err = read(tokenizer.TokenizerConfigFile, false); err != nil {
-		return nil, err
-	}
-	if a.GenerationConfigJson, err = read(model.GenerationConfigFile, false); err != nil {
-		return nil, err
-	}
-	if a.ChatTemplateJinja, err = read(tokenizer.ChatTemplateFile, false); err != nil {
-		return nil, err
+	tj, tc, isGGUF, err := m.TokenizerFiles()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("worker: model asset: %w", err)
+	case isGGUF:
+		for _, b := range [][]byte{tj, tc} {
+			if len(b) > controlpb.MaxAssetFileBytes {
+				return nil, fmt.Errorf("worker: the tokenizer in %s is %d bytes, more than the %d allowed", m.GGUFPath, len(b), controlpb.MaxAssetFileBytes)
+			}
+		}
+		a.TokenizerJson, a.TokenizerConfigJson = tj, tc
+	default:
+		if a.TokenizerJson, err = read(tokenizer.TokenizerFile, true); err != nil {
+			return nil, err
+		}
+		if a.TokenizerConfigJson, err = read(tokenizer.TokenizerConfigFile, false); err != nil {
+			return nil, err
+		}
+		if a.GenerationConfigJson, err = read(model.GenerationConfigFile, false); err != nil {
+			return nil, err
+		}
+		if a.ChatTemplateJinja, err = read(tokenizer.ChatTemplateFile, false); err != nil {
+			return nil, err
+		}
 	}
 	total := len(a.TokenizerJson) + len(a.TokenizerConfigJson) + len(a.GenerationConfigJson) + len(a.ChatTemplateJinja)
 	if total > controlpb.MaxAssetsBytes {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/controlpb"
-	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/model"
 )
@@ -41,7 +40,7 @@ func (c *constraints) starter(m *model.Model, wire string) (func() engine.Constr
 		return nil, nil
 	}
 	c.once.Do(func() {
-		tok, err := tokenizer.Load(m.Dir)
+		tok, err := m.LoadTokenizer()
 		if err != nil {
 			c.err = err
 			return

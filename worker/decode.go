@@ -147,7 +147,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 			w.mu.Unlock()
 			return err
 		}
-		e.handler, e.cancel = true, cancel
+		e.handler, e.cancel, e.weight = true, cancel, int(req.GetTenantWeight())
 		w.mu.Unlock()
 		return w.runLocal(ctx, e, prompt, sp, n, px, srv)
 	}
@@ -155,7 +155,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 		w.mu.Unlock()
 		return err
 	}
-	e.handler, e.cancel, e.stage = true, cancel, stageWaiting
+	e.handler, e.cancel, e.stage, e.weight = true, cancel, stageWaiting, int(req.GetTenantWeight())
 	w.mu.Unlock()
 	return w.runReserved(ctx, e, prompt, sp, srv)
 }
@@ -264,7 +264,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 	// the Reserve's is an owner violation) and seals the transferred full
 	// prompt pages: the transfer is verified by now.
 	es, err := w.rt.Engine.Submit(ctx, engine.Request{
-		Owner: e.owner, Pages: e.pages, Prompt: prompt,
+		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt,
 		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp, Prefix: e.prefix,
 	})
 	if err != nil {
@@ -291,7 +291,7 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 		srv.SetHeader(metadata.Pairs(cachekey.MetadataCachedTokens, strconv.Itoa(px.Hit*w.capacity.PageTokens)))
 	}
 	req := engine.Request{
-		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
+		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
 	}
 	if n > 1 {
 		streams, err := w.rt.Engine.SubmitChoices(ctx, req, w.choiceTables(e, prompt, sp.MaxTokens, n))

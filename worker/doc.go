@@ -14,7 +14,7 @@
 //
 // # Prefix cache
 //
-// With worker.kv.prefix_cache (default on; not with the cuda backend), a
+// With worker.kv.prefix_cache (default on, with either backend), a
 // both worker serving a Generate that carries a cache domain (gRPC
 // metadata cachekey.MetadataDomain, 64 hex digits, set only by the
 // gateway from the tenant: I8) reserves with kvpool.ReservePrefix, so the

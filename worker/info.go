@@ -54,6 +54,8 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 		KvDtype:         w.layout.kvDType,
 		KvLayout:        w.layout.kvLayout,
 		WeightsSha256:   w.layout.weightsSHA256,
+
+		PrefixCacheVersion: w.reportedCacheVersion(),
 	}
 }
 

@@ -34,12 +34,17 @@ type layout struct {
 
 // modelLayout describes the KV layout of the model in dir as loaded with
 // config c, and hashes its weights.
-func modelLayout(dir string, c *model.Config) (layout, error) {
-	s := cpu.SpecFor(c)
+func modelLayout(m *model.Model) (layout, error) {
+	s := cpu.SpecFor(&m.Config)
 	l := layout{kvDType: kvDType,
 		kvLayout: fmt.Sprintf("layer,kv,slot,kv_dim=%dx2xTx%d", s.Layers, s.KVDim())}
 	var err error
-	if l.weightsSHA256, err = weightsHash(dir); err != nil {
+	if m.GGUFPath != "" {
+		l.weightsSHA256, err = hashFiles([]string{m.GGUFPath})
+	} else {
+		l.weightsSHA256, err = weightsHash(m.Dir)
+	}
+	if err != nil {
 		return layout{}, fmt.Errorf("worker: hashing the model's weights: %w", err)
 	}
 	return l, nil
@@ -58,6 +63,11 @@ func weightsHash(dir string) (string, error) {
 	if idx := filepath.Join(dir, model.WeightsIndexFile); fileExists(idx) {
 		files = append(files, idx)
 	}
+	return hashFiles(files)
+}
+
+// hashFiles hashes each file, preceded by its name and size, in order.
+func hashFiles(files []string) (string, error) {
 	h := sha256.New()
 	for _, path := range files {
 		if err := hashFile(h, path); err != nil {

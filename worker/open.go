@@ -41,12 +41,12 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if err := w.openRuntime(); err != nil {
 		return err
 	}
-	w.stepDone(o.progress, Step{Name: "weights", Bytes: weightsBytes(w.cfg.Worker.ModelDir), KVBytes: w.capacity.Bytes, Duration: time.Since(start)})
+	w.stepDone(o.progress, Step{Name: "weights", Bytes: weightsBytes(w.rt.Model), KVBytes: w.capacity.Bytes, Duration: time.Since(start)})
 	start = time.Now()
-	if w.assets, err = loadAssets(w.cfg.Worker.ModelDir, w.cfg.Worker.Model); err != nil {
+	if w.assets, err = loadAssets(w.rt.Model, w.cfg.Worker.Model); err != nil {
 		return err
 	}
-	if w.layout, err = modelLayout(w.cfg.Worker.ModelDir, &w.rt.Model.Config); err != nil {
+	if w.layout, err = modelLayout(w.rt.Model); err != nil {
 		return err
 	}
 	w.version = w.cacheVersion()
@@ -105,6 +105,7 @@ func (w *Worker) openRuntime() error {
 		ModelDir:        wc.ModelDir,
 		Backend:         string(wc.Backend),
 		Threads:         wc.Threads,
+		Quantize:        wc.Weights == config.WeightsQ8,
 		PageTokens:      wc.KV.PageTokens,
 		KVBytes:         int64(wc.KV.MemoryBytes),
 		KVFraction:      wc.KV.MemoryFraction,

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
-	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/worker/engine"
@@ -32,11 +31,11 @@ func cacheDomainFrom(ctx context.Context) (cachekey.Domain, bool, error) {
 }
 
 // prefixCacheEnabled says whether this worker serves from a prefix cache:
-// configured on, and a backend whose page checks know sealed pages (the
-// cuda backend's device tag check compares every page with the
-// sequence's owner, so shared pages would be refused there).
+// configured on. Both backends know sealed pages (the cuda backend's device
+// tag check compares a shared page with the prefix tag the engine computed
+// for it).
 func (w *Worker) prefixCacheEnabled() bool {
-	return w.cfg.Worker.KV.PrefixCache && w.cfg.Worker.Backend != config.BackendCUDA
+	return w.cfg.Worker.KV.PrefixCache
 }
 
 // cacheVersion is the model/format version of this worker's KV: the
@@ -47,6 +46,35 @@ func (w *Worker) cacheVersion() uint64 {
 	fmt.Fprintf(h, "%s|%+v|%d|%d|%s", w.assets.GetTokenizerSha256(), w.rt.Model.Config,
 		w.capacity.PageTokens, w.capacity.PageBytes, w.cfg.Worker.Backend)
 	return binary.LittleEndian.Uint64(h.Sum(nil))
+}
+
+// reportedCacheVersion is the version the worker registers for the
+// gateway's hashes (WorkerInfo.prefix_cache_version): 0 without a cache.
+func (w *Worker) reportedCacheVersion() uint64 {
+	if !w.prefixCacheEnabled() {
+		return 0
+	}
+	return w.version
+}
+
+// prefixReport takes the pool's prefix-cache events (a snapshot when
+// registering, the events since the last heartbeat otherwise) for the
+// gateway's routing index; nil without a cache. Events of a heartbeat
+// that fails are lost with it, and the registration that follows sends a
+// snapshot that replaces everything the gateway knew.
+func (w *Worker) prefixReport(take func() kvpool.CacheEvents) *controlpb.PrefixCacheReport {
+	if !w.prefixCacheEnabled() {
+		return nil
+	}
+	ev := take()
+	r := &controlpb.PrefixCacheReport{Snapshot: ev.Reset}
+	for _, h := range ev.Sealed {
+		r.Sealed = append(r.Sealed, h[:])
+	}
+	for _, h := range ev.Evicted {
+		r.Evicted = append(r.Evicted, h[:])
+	}
+	return r
 }
 
 // prefixFor returns the engine's prefix settings for a Generate on ctx,

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // Step is one long start-up step of New: what it did, how many bytes it
@@ -37,9 +39,12 @@ func (w *Worker) stepDone(fn func(Step), s Step) {
 	}
 }
 
-// weightsBytes is the size of the safetensors files in dir.
-func weightsBytes(dir string) int64 {
-	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+// weightsBytes is the size of the model's weights files (safetensors or GGUF).
+func weightsBytes(m *model.Model) int64 {
+	files, _ := filepath.Glob(filepath.Join(m.Dir, "*.safetensors"))
+	if m.GGUFPath != "" {
+		files = []string{m.GGUFPath}
+	}
 	var n int64
 	for _, f := range files {
 		if fi, err := os.Stat(f); err == nil {

@@ -95,6 +95,11 @@ func refused(err error) bool {
 	return false
 }
 
+// prefixReportDelay is how long a heartbeat that reports prefix-cache
+// events waits for more: at most 1/prefixReportDelay early heartbeats a
+// second.
+const prefixReportDelay = 20 * time.Millisecond
+
 // rpcTimeout bounds one Heartbeat call.
 func rpcTimeout(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
@@ -105,7 +110,9 @@ func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient, 
 	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	draining := w.isDraining()
-	resp, err := client.Register(cctx, &controlpb.RegisterRequest{Worker: w.info, Pool: w.poolStats(), Draining: draining})
+	resp, err := client.Register(cctx, &controlpb.RegisterRequest{
+		Worker: w.info, Pool: w.poolStats(), Draining: draining, PrefixCache: w.prefixReport(w.rt.Pool.CacheSnapshot),
+	})
 	if err != nil {
 		return 0, err
 	}
@@ -116,13 +123,18 @@ func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient, 
 	return interval, nil
 }
 
-// heartbeat sends heartbeats until ctx ends (nil), the gateway asks for a
-// new registration (nil) or a heartbeat fails (the error). When the
+// heartbeat sends heartbeats, every interval and soon after the prefix
+// cache sealed or evicted pages, until ctx ends (nil), the gateway asks for
+// a new registration (nil) or a heartbeat fails (the error). When the
 // worker's drain begins it heartbeats at once, with draining set.
 func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, addr string, interval time.Duration) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	drainStarts := w.drain.started
+	var events <-chan struct{} // nil (never ready) without a prefix cache
+	if w.prefixCacheEnabled() {
+		events = w.rt.Pool.CacheEventsReady()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -130,12 +142,19 @@ func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient,
 		case <-tick.C:
 		case <-drainStarts:
 			drainStarts = nil // once
+		case <-events:
+			// Pages were sealed or evicted: report them now rather than
+			// at the next tick, after a moment that gathers a burst.
+			if !sleep(ctx, prefixReportDelay) {
+				return nil
+			}
 		}
 		es := w.rt.Engine.Stats()
 		draining := w.isDraining()
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
 		resp, err := client.Heartbeat(cctx, &controlpb.HeartbeatRequest{
 			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting), Draining: draining,
+			PrefixCache: w.prefixReport(w.rt.Pool.DrainCacheEvents),
 		})
 		cancel()
 		if err != nil {

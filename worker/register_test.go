@@ -124,9 +124,15 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 		ModelMaxContext: 16384, Backend: "cpu", Version: "v1.2.3",
 		// The tiny test model: 2 layers, K and V 32 wide.
 		KvDtype: "f32", KvLayout: "layer,kv,slot,kv_dim=2x2xTx32", WeightsSha256: info.GetWeightsSha256(),
+		// The prefix cache is on by default: its pages' hash version.
+		PrefixCacheVersion: w.version,
 	}
-	if !proto.Equal(info, want) || info.GetHostId() == "" || len(info.GetWeightsSha256()) != 64 {
+	if !proto.Equal(info, want) || info.GetHostId() == "" || len(info.GetWeightsSha256()) != 64 || w.version == 0 {
 		t.Errorf("registered\n%v\nwant\n%v", info, want)
+	}
+	// The registration is a snapshot of the (empty) prefix cache.
+	if pc := first.GetPrefixCache(); !pc.GetSnapshot() || len(pc.GetSealed())+len(pc.GetEvicted()) != 0 {
+		t.Errorf("registered prefix cache report %v, want an empty snapshot", pc)
 	}
 	idle := &controlpb.PoolStats{TotalPages: testPages, FreePages: testPages, PageTokens: pageTokens, CapacityTokens: testPages * pageTokens}
 	if !proto.Equal(first.GetPool(), idle) {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/internal/brokenmode"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -46,6 +47,9 @@ type entry struct {
 	pages []kvpool.PageID
 	// tokens is what the pages were reserved for.
 	tokens int
+	// weight is the owner's fair-scheduling weight the gateway sent with
+	// Generate (engine.Request.Weight); set with handler.
+	weight int
 	// ticket is the transfer ticket Reserve issued (decode, both).
 	ticket *kvtransfer.Ticket
 	// prefix (decode, both): the reservation shares ticket.HeldPages
@@ -166,6 +170,10 @@ func (w *Worker) releaseEntry(e *entry, transferCompleted, fence bool) {
 		}
 	}
 	if e.ticket != nil && !transferCompleted {
+		if brokenmode.On(brokenmode.ReleaseWithoutDrain) {
+			w.releaseWithoutDrain(e, owner)
+			return
+		}
 		w.receiver.Abort(e.ticket.TransferID,
 			func() { w.freePages(e.ctx, owner) },
 			func() { w.quarantine(e, owner) })

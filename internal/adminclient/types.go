@@ -155,11 +155,15 @@ type TenantCreate struct {
 	Disabled bool          `json:"disabled,omitempty"`
 	// PrefixCache is tenant (default), key or off; see tenant.Tenant.
 	PrefixCache cachekey.Mode `json:"prefix_cache,omitempty"`
+	// CachedTokenRate bills prompt tokens served from the prefix cache
+	// at this fraction of an uncached one, in [0, 1]; absent means 1.
+	CachedTokenRate *float64 `json:"cached_token_rate,omitempty"`
 }
 
 // Tenant returns the tenant to create.
 func (c TenantCreate) Tenant() tenant.Tenant {
-	return tenant.Tenant{ID: c.ID, Name: c.Name, Weight: c.Weight, Limits: c.Limits, Disabled: c.Disabled, PrefixCache: c.PrefixCache}
+	return tenant.Tenant{ID: c.ID, Name: c.Name, Weight: c.Weight, Limits: c.Limits, Disabled: c.Disabled, PrefixCache: c.PrefixCache,
+		CachedTokenRate: c.CachedTokenRate}
 }
 
 // TenantPatch is the body of PATCH /admin/v1/tenants/{id}: absent (or
@@ -171,6 +175,8 @@ type TenantPatch struct {
 	Disabled *bool        `json:"disabled,omitempty"`
 	// PrefixCache, when set, replaces the tenant's prefix-cache scope.
 	PrefixCache *cachekey.Mode `json:"prefix_cache,omitempty"`
+	// CachedTokenRate, when set, replaces the tenant's cached-token rate.
+	CachedTokenRate *float64 `json:"cached_token_rate,omitempty"`
 }
 
 // Apply returns t with the patch applied.
@@ -179,6 +185,10 @@ func (p TenantPatch) Apply(t tenant.Tenant) tenant.Tenant {
 	setIf(&t.Weight, p.Weight)
 	setIf(&t.Disabled, p.Disabled)
 	setIf(&t.PrefixCache, p.PrefixCache)
+	if p.CachedTokenRate != nil {
+		r := *p.CachedTokenRate
+		t.CachedTokenRate = &r
+	}
 	if p.Limits != nil {
 		t.Limits = p.Limits.Apply(t.Limits)
 	}

@@ -12,8 +12,9 @@ type Mode string
 
 // The modes; see the doc of the normal build's file.
 const (
-	Admission   Mode = "admission"
-	SharedCache Mode = "shared-cache"
+	Admission           Mode = "admission"
+	SharedCache         Mode = "shared-cache"
+	ReleaseWithoutDrain Mode = "release-without-drain"
 )
 
 // modes is read once at start-up: the process's environment is its only

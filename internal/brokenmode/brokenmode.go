@@ -19,6 +19,12 @@ const (
 	// SharedCache derives one prefix-cache domain for every tenant
 	// (invariants I3 and I8): one tenant's cached prefix serves another.
 	SharedCache Mode = "shared-cache"
+	// ReleaseWithoutDrain frees the decode pages of a request aborted
+	// mid-transfer at once, without waiting for the shm writer's drain
+	// (invariant I5), hands them to the very next reservation, and lets a
+	// stand-in for the writer go on writing into them (WriterLinger)
+	// while the next request decodes from them.
+	ReleaseWithoutDrain Mode = "release-without-drain"
 )
 
 // On reports whether mode is switched on: never, in this build.

@@ -207,8 +207,13 @@ type WorkerInfo struct {
 	KvDtype       string `protobuf:"bytes,12,opt,name=kv_dtype,json=kvDtype,proto3" json:"kv_dtype,omitempty"`
 	KvLayout      string `protobuf:"bytes,13,opt,name=kv_layout,json=kvLayout,proto3" json:"kv_layout,omitempty"`
 	WeightsSha256 string `protobuf:"bytes,14,opt,name=weights_sha256,json=weightsSha256,proto3" json:"weights_sha256,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// prefix_cache_version is the model/format version the worker's sealed
+	// prefix pages are tagged with (the version in their chain hashes), so
+	// that the gateway computes the same hashes when it routes; 0 when the
+	// worker serves no prefix cache.
+	PrefixCacheVersion uint64 `protobuf:"varint,50,opt,name=prefix_cache_version,json=prefixCacheVersion,proto3" json:"prefix_cache_version,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -339,13 +344,24 @@ func (x *WorkerInfo) GetWeightsSha256() string {
 	return ""
 }
 
+func (x *WorkerInfo) GetPrefixCacheVersion() uint64 {
+	if x != nil {
+		return x.PrefixCacheVersion
+	}
+	return 0
+}
+
 type RegisterRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	Pool   *PoolStats             `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
 	// draining is set by a worker that is shutting down (SIGTERM): the
 	// gateway places no new request on it; those in flight run to their end.
-	Draining      bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	// prefix_cache lists the prefix pages the worker holds sealed now
+	// (bounded; snapshot is set): the gateway's routing index starts afresh
+	// for a (re-)registered worker.
+	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +415,13 @@ func (x *RegisterRequest) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *RegisterRequest) GetPrefixCache() *PrefixCacheReport {
+	if x != nil {
+		return x.PrefixCache
+	}
+	return nil
 }
 
 type RegisterResponse struct {
@@ -462,7 +485,10 @@ type HeartbeatRequest struct {
 	Waiting  int32                  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	// draining: as in RegisterRequest. A worker sends a heartbeat with it at
 	// once when its drain begins.
-	Draining      bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,60,opt,name=draining,proto3" json:"draining,omitempty"`
+	// prefix_cache carries the prefix pages sealed and evicted since the
+	// previous heartbeat (like llm-d's KV events), bounded.
+	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +558,84 @@ func (x *HeartbeatRequest) GetDraining() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetPrefixCache() *PrefixCacheReport {
+	if x != nil {
+		return x.PrefixCache
+	}
+	return nil
+}
+
+// PrefixCacheReport is a bounded batch of a worker's prefix-cache events
+// for the gateway's cache-aware routing (issue 14): chain hashes of sealed
+// pages it now holds and of pages it evicted. A chain hash covers the
+// request's cache domain, so it names no tenant and matches only requests
+// of that domain; the gateway derives the domain itself. Each hash is 32
+// bytes and appears at most once in a report (the worker keeps only the
+// latest event of a page).
+type PrefixCacheReport struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Sealed  [][]byte               `protobuf:"bytes,50,rep,name=sealed,proto3" json:"sealed,omitempty"`
+	Evicted [][]byte               `protobuf:"bytes,51,rep,name=evicted,proto3" json:"evicted,omitempty"`
+	// snapshot: sealed lists the pages the worker holds now (up to the
+	// bound) and the gateway drops every entry it holds for this worker
+	// before applying it: a registration, or events were lost because more
+	// happened between two heartbeats than a report carries.
+	Snapshot      bool `protobuf:"varint,52,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixCacheReport) Reset() {
+	*x = PrefixCacheReport{}
+	mi := &file_control_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixCacheReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixCacheReport) ProtoMessage() {}
+
+func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
+func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PrefixCacheReport) GetSealed() [][]byte {
+	if x != nil {
+		return x.Sealed
+	}
+	return nil
+}
+
+func (x *PrefixCacheReport) GetEvicted() [][]byte {
+	if x != nil {
+		return x.Evicted
+	}
+	return nil
+}
+
+func (x *PrefixCacheReport) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
 type HeartbeatResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// reregister is set when the gateway does not know this worker (e.g. it
@@ -543,7 +647,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +659,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +672,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -586,7 +690,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +702,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +715,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 type ModelAssetsResponse struct {
@@ -631,7 +735,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +747,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +760,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -713,7 +817,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +829,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +842,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Owner) GetTenant() string {
@@ -792,7 +896,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +908,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +921,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -924,7 +1028,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1040,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1053,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1060,7 +1164,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1176,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1189,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1132,7 +1236,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1248,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1261,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1182,7 +1286,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1298,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1311,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1264,7 +1368,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1380,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1393,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1342,14 +1446,18 @@ type GenerateRequest struct {
 	Prompt   []int32         `protobuf:"varint,2,rep,packed,name=prompt,proto3" json:"prompt,omitempty"`
 	Sampling *SamplingParams `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// ticket is set on a decode worker: the reservation to decode from.
-	Ticket        *Ticket `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	Ticket *Ticket `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// tenant_weight is the owner's fair-scheduling weight (0 means 1): the
+	// engine's preemption picks its victim among the tenants running the
+	// most sequences per weight.
+	TenantWeight  int32 `protobuf:"varint,110,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1469,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1482,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1405,6 +1513,13 @@ func (x *GenerateRequest) GetTicket() *Ticket {
 	return nil
 }
 
+func (x *GenerateRequest) GetTenantWeight() int32 {
+	if x != nil {
+		return x.TenantWeight
+	}
+	return 0
+}
+
 type GenerateEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1419,7 +1534,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1546,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1559,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1514,7 +1629,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1641,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1654,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1565,7 +1680,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1692,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1705,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1630,7 +1745,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1757,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1770,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -1695,7 +1810,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1822,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1835,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1762,7 +1877,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1889,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1902,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -1816,7 +1931,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +1943,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +1956,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -1878,7 +1993,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2005,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2018,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -1935,7 +2050,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2062,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2075,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 type WorkerStatus struct {
@@ -1976,7 +2091,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2103,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2116,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2053,7 +2168,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2180,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2193,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2107,7 +2222,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2234,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2247,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2163,7 +2278,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2290,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2303,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2215,7 +2330,7 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\xe2\x03\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x94\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -2232,21 +2347,28 @@ const file_control_proto_rawDesc = "" +
 	"\aversion\x18\v \x01(\tR\aversion\x12\x19\n" +
 	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
-	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\"\x96\x01\n" +
+	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\x120\n" +
+	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\"\xdf\x01\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x1a\n" +
-	"\bdraining\x18< \x01(\bR\bdraining\"e\n" +
+	"\bdraining\x18< \x01(\bR\bdraining\x12G\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"e\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xb1\x01\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xfa\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x1a\n" +
-	"\bdraining\x18< \x01(\bR\bdraining\"3\n" +
+	"\bdraining\x18< \x01(\bR\bdraining\x12G\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"a\n" +
+	"\x11PrefixCacheReport\x12\x16\n" +
+	"\x06sealed\x182 \x03(\fR\x06sealed\x12\x18\n" +
+	"\aevicted\x183 \x03(\fR\aevicted\x12\x1a\n" +
+	"\bsnapshot\x184 \x01(\bR\bsnapshot\"3\n" +
 	"\x11HeartbeatResponse\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
@@ -2323,12 +2445,13 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\x12R\n" +
 	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\x12#\n" +
-	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\"\xcb\x01\n" +
+	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\"\xf0\x01\n" +
 	"\x0fGenerateRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
-	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xae\x01\n" +
+	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12#\n" +
+	"\rtenant_weight\x18n \x01(\x05R\ftenantWeight\"\xae\x01\n" +
 	"\rGenerateEvent\x120\n" +
 	"\x05ready\x18\x01 \x01(\v2\x18.warden.control.v1.ReadyH\x00R\x05ready\x123\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x19.warden.control.v1.TokensH\x00R\x06tokens\x12-\n" +
@@ -2405,7 +2528,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
@@ -2413,80 +2536,83 @@ var file_control_proto_goTypes = []any{
 	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
 	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
 	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 6: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),    // 7: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),   // 8: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                 // 9: warden.control.v1.Owner
-	(*SamplingParams)(nil),        // 10: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                // 11: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),        // 12: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 13: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),        // 14: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 15: warden.control.v1.PrefillResponse
-	(*GenerateRequest)(nil),       // 16: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 17: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 18: warden.control.v1.Ready
-	(*Tokens)(nil),                // 19: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),         // 20: warden.control.v1.LogprobsToken
-	(*Done)(nil),                  // 21: warden.control.v1.Done
-	(*NChoicesDone)(nil),          // 22: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),          // 23: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 24: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 25: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 26: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 27: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 28: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 29: warden.control.v1.WriterDrainedResponse
+	(*PrefixCacheReport)(nil),     // 6: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),     // 7: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),    // 8: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),   // 9: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                 // 10: warden.control.v1.Owner
+	(*SamplingParams)(nil),        // 11: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                // 12: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),        // 13: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
+	(*GenerateRequest)(nil),       // 17: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),         // 18: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                 // 19: warden.control.v1.Ready
+	(*Tokens)(nil),                // 20: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),         // 21: warden.control.v1.LogprobsToken
+	(*Done)(nil),                  // 22: warden.control.v1.Done
+	(*NChoicesDone)(nil),          // 23: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),          // 24: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 25: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 26: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 27: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 28: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 29: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 30: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
 	2,  // 1: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
 	1,  // 2: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	1,  // 3: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 4: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	9,  // 5: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 6: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	9,  // 7: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 8: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 9: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	20, // 10: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	9,  // 11: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	10, // 12: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	11, // 13: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	18, // 14: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	19, // 15: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	21, // 16: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	20, // 17: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	22, // 18: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	9,  // 19: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	27, // 20: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 21: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 22: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	9,  // 23: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	27, // 24: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 25: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 26: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	7,  // 27: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	12, // 28: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	14, // 29: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	16, // 30: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	23, // 31: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	28, // 32: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	25, // 33: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 34: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	6,  // 35: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	8,  // 36: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	13, // 37: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	15, // 38: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	17, // 39: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	24, // 40: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	29, // 41: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	26, // 42: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	34, // [34:43] is the sub-list for method output_type
-	25, // [25:34] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	6,  // 3: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	1,  // 4: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	6,  // 5: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	10, // 6: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	10, // 7: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 8: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	21, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	10, // 13: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 14: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 15: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	19, // 16: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	20, // 17: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	22, // 18: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	21, // 19: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	23, // 20: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	10, // 21: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	28, // 22: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 23: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 24: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 25: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	28, // 26: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 27: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 28: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 29: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 30: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 31: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	17, // 32: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	24, // 33: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	29, // 34: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	26, // 35: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 36: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 37: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 38: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 39: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 40: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	18, // 41: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	25, // 42: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	30, // 43: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	27, // 44: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2494,7 +2620,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[16].OneofWrappers = []any{
+	file_control_proto_msgTypes[17].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2505,7 +2631,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

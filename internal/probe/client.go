@@ -49,6 +49,10 @@ const (
 	abortNone      abortMode = iota
 	abortMidPrompt           // the body is half sent when the connection closes
 	abortMidStream           // after some streamed events
+	// abortAfterDelay: the whole body is sent, and the connection closes
+	// AbortDelay after sending began, wherever the request then is —
+	// typically while its prompt is computed and its KV transferred.
+	abortAfterDelay
 )
 
 // chatRequest is what the probe asks.
@@ -61,6 +65,8 @@ type chatRequest struct {
 	Abort abortMode
 	// AbortAfter is the number of streamed events before abortMidStream.
 	AbortAfter int
+	// AbortDelay is when abortAfterDelay hangs up, from sending.
+	AbortDelay time.Duration
 	// OneRetry retries a 429 or 503 once instead of maxRetries times:
 	// for a prompt past the context, whose first answer other than 400
 	// is already the evidence.
@@ -171,9 +177,13 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 		hreq.ContentLength = int64(len(body))
 	}
 	start := time.Now()
+	if req.Abort == abortAfterDelay {
+		t := time.AfterFunc(req.AbortDelay, cancel)
+		defer t.Stop()
+	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {
-		if req.Abort == abortMidPrompt {
+		if req.Abort == abortMidPrompt || req.Abort == abortAfterDelay && ctx.Err() != nil {
 			res.Aborted = true
 			return res, nil
 		}
@@ -226,6 +236,9 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 	}
 	if res.TTFT == 0 {
 		res.TTFT = time.Since(start)
+	}
+	if req.Abort == abortAfterDelay && !res.Complete && ctx.Err() != nil {
+		res.Aborted = true
 	}
 	res.Text = text.String()
 	if err := sc.Err(); err != nil && !res.Aborted && ctx.Err() == nil {

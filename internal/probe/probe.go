@@ -61,6 +61,9 @@ type Config struct {
 	Concurrency int
 	// LadderRounds is how many times each key climbs the length ladder.
 	LadderRounds int
+	// AbortRounds is how many long prompts the consistency-after-aborts
+	// check aborts before their first token (0: skip it).
+	AbortRounds int
 	// TimingSamples is the number of probes per group of the timing test
 	// (0: skip it).
 	TimingSamples int
@@ -182,6 +185,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ladder, loaded := r.markerLadder(ctx, baseline)
 		r.report.add(ladder...)
 		r.report.add(loaded)
+		if cfg.AbortRounds > 0 {
+			r.report.add(r.abortReuse(ctx, baseline))
+		}
 	}
 	if slices.Contains(cfg.Checks, CheckTiming) {
 		r.report.add(r.timing(ctx))

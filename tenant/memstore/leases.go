@@ -136,7 +136,7 @@ func (s *Store) ReleaseLease(_ context.Context, info tenant.LeaseInfo, used tena
 	if t, ok := s.tenants[info.TenantID]; ok {
 		if st := s.limiters[info.TenantID]; st != nil {
 			delete(st.leases, info.ID)
-			delta := used.Total() - info.HeldTokens
+			delta := used.Billed() - info.HeldTokens
 			if tpm := float64(t.Limits.TokensPerMinute); tpm > 0 && delta != 0 {
 				st.tokens.set(min(st.tokens.level(nowUS, tpm)-float64(delta), tpm), nowUS)
 			}
@@ -160,6 +160,8 @@ func (s *Store) ReleaseLease(_ context.Context, info tenant.LeaseInfo, used tena
 	u.Requests++
 	u.PromptTokens += used.PromptTokens
 	u.CompletionTokens += used.CompletionTokens
+	u.CachedTokens += used.CachedTokens
+	u.BilledTokens += used.Billed()
 	return nil
 }
 

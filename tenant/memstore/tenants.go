@@ -91,5 +91,9 @@ func (s *Store) DeleteTenant(_ context.Context, id string) error {
 
 func cloneTenant(t tenant.Tenant) tenant.Tenant {
 	t.Limits.AllowedModels = slices.Clone(t.Limits.AllowedModels)
+	if t.CachedTokenRate != nil {
+		r := *t.CachedTokenRate
+		t.CachedTokenRate = &r
+	}
 	return t
 }

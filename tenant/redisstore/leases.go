@@ -98,7 +98,7 @@ func (s *Store) ReleaseLease(ctx context.Context, info tenant.LeaseInfo, used te
 	keys := []string{s.key("t", info.TenantID), s.key("rl", info.TenantID), s.key("bg", info.TenantID), s.key("cc", info.TenantID)}
 	err := s.sc.release.Run(ctx, s.rdb, keys, s.now(), info.ID, info.HeldTokens, info.AcquiredAt.UnixMicro(),
 		used.PromptTokens, used.CompletionTokens, info.Model, s.key("u", info.TenantID, ""),
-		s.usageTTL.Milliseconds()).Err()
+		s.usageTTL.Milliseconds(), used.CachedTokens, used.Billed()).Err()
 	if err != nil {
 		return s.fail(ctx, "release", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -27,6 +28,8 @@ type tenantRecord struct {
 	PLen        int64     `json:"plen"`
 	Models      []string  `json:"models,omitempty"`
 	MaxPriority int       `json:"max_priority"`
+	Cache       string    `json:"cache,omitempty"`
+	CachedRate  *float64  `json:"cached_rate,omitempty"`
 }
 
 func toRecord(t tenant.Tenant) tenantRecord {
@@ -35,6 +38,7 @@ func toRecord(t tenant.Tenant) tenantRecord {
 		RPM: t.Limits.RequestsPerMinute, TPM: t.Limits.TokensPerMinute, Conc: t.Limits.MaxConcurrent,
 		Budget: t.Limits.Budget, Period: string(t.Limits.BudgetPeriod), PKind: string(t.Limits.BudgetPeriod),
 		Models: t.Limits.AllowedModels, MaxPriority: t.Limits.MaxPriority,
+		Cache: string(t.PrefixCache), CachedRate: t.CachedTokenRate,
 	}
 	if d, ok := t.Limits.BudgetPeriod.Duration(); ok {
 		r.PKind, r.PLen = "dur", d.Microseconds()
@@ -50,6 +54,7 @@ func (r tenantRecord) tenant() tenant.Tenant {
 			Budget: r.Budget, BudgetPeriod: tenant.BudgetPeriod(r.Period),
 			AllowedModels: r.Models, MaxPriority: r.MaxPriority,
 		},
+		PrefixCache: cachekey.Mode(r.Cache), CachedTokenRate: r.CachedRate,
 	}
 }
 

@@ -202,11 +202,13 @@ return {0, 0, 0, 0, 0, 0, 0, q[1], q[2], q[3], q[4], q[5], q[6], now, now + ttl,
 //
 // KEYS: tenant record, rate state, budget state, leases.
 // ARGV: clock, lease ID, held tokens, acquired (us), prompt tokens,
-// completion tokens, model, usage key prefix, usage retention (ms).
+// completion tokens, model, usage key prefix, usage retention (ms), cached
+// prompt tokens, billed tokens (tenant.Consumed.Billed: what the token
+// bucket and the budget are charged).
 const releaseSrc = prelude + `
 local now = clock(ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
-local delta = tonumber(ARGV[5]) + tonumber(ARGV[6]) - tonumber(ARGV[3])
+local delta = tonumber(ARGV[11]) - tonumber(ARGV[3])
 local raw = redis.call('GET', KEYS[1])
 if raw and delta ~= 0 then
   local t = cjson.decode(raw)
@@ -234,6 +236,8 @@ local key = ARGV[8] .. string.format('%04d-%02d-%02d', y, m, d)
 redis.call('HINCRBY', key, 'r:' .. ARGV[7], 1)
 redis.call('HINCRBY', key, 'p:' .. ARGV[7], ARGV[5])
 redis.call('HINCRBY', key, 'c:' .. ARGV[7], ARGV[6])
+redis.call('HINCRBY', key, 'k:' .. ARGV[7], ARGV[10])
+redis.call('HINCRBY', key, 'b:' .. ARGV[7], ARGV[11])
 redis.call('PEXPIRE', key, ARGV[9])
 return now
 `

@@ -34,6 +34,7 @@ func (s *Store) Usage(ctx context.Context, tenantID string, from, to time.Time) 
 	var out []tenant.Usage
 	for i, c := range cmds {
 		byModel := map[string]*tenant.Usage{}
+		billed := map[string]bool{}
 		for field, val := range c.Val() {
 			kind, model, ok := strings.Cut(field, ":")
 			n, err := strconv.ParseInt(val, 10, 64)
@@ -52,6 +53,18 @@ func (s *Store) Usage(ctx context.Context, tenantID string, from, to time.Time) 
 				u.PromptTokens = n
 			case "c":
 				u.CompletionTokens = n
+			case "k":
+				u.CachedTokens = n
+			case "b":
+				u.BilledTokens = n
+				billed[model] = true
+			}
+		}
+		for m, u := range byModel {
+			if !billed[m] {
+				// Recorded before billed tokens were: every token was
+				// billed.
+				u.BilledTokens = u.PromptTokens + u.CompletionTokens
 			}
 		}
 		for _, m := range slices.Sorted(maps.Keys(byModel)) {

@@ -80,6 +80,7 @@ func Run(t *testing.T, newStores Factory) {
 		{"BudgetDay", day(2026, 3, 10, 22), testBudgetDay},
 		{"BudgetMonthAndDuration", day(2028, 2, 28, 23), testBudgetMonth},
 		{"Usage", day(2026, 4, 30, 23).Add(59 * time.Minute), testUsage},
+		{"CachedTokenRate", day(2026, 3, 10, 12), testCachedTokenRate},
 		{"LimitsUpdateImmediately", day(2026, 3, 10, 12), testLimitsUpdate},
 		{"PriorityDefaultsToZero", day(2026, 3, 10, 12), testPriority},
 		{"Unlimited", day(2026, 3, 10, 12), testUnlimited},

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"time"
 
@@ -161,10 +162,10 @@ func testUsage(e *env) {
 	e.release(held, 3, 3)
 
 	want := []tenant.Usage{
-		{TenantID: "acme", Model: "m1", Day: "2026-04-30", Requests: 2, PromptTokens: 15, CompletionTokens: 25},
-		{TenantID: "acme", Model: "m2", Day: "2026-04-30", Requests: 1, PromptTokens: 1, CompletionTokens: 2},
-		{TenantID: "acme", Model: "m1", Day: "2026-05-01", Requests: 1, PromptTokens: 7, CompletionTokens: 0},
-		{TenantID: "acme", Model: "m2", Day: "2026-05-01", Requests: 1, PromptTokens: 3, CompletionTokens: 3},
+		{TenantID: "acme", Model: "m1", Day: "2026-04-30", Requests: 2, PromptTokens: 15, CompletionTokens: 25, BilledTokens: 40},
+		{TenantID: "acme", Model: "m2", Day: "2026-04-30", Requests: 1, PromptTokens: 1, CompletionTokens: 2, BilledTokens: 3},
+		{TenantID: "acme", Model: "m1", Day: "2026-05-01", Requests: 1, PromptTokens: 7, CompletionTokens: 0, BilledTokens: 7},
+		{TenantID: "acme", Model: "m2", Day: "2026-05-01", Requests: 1, PromptTokens: 3, CompletionTokens: 3, BilledTokens: 6},
 	}
 	for _, c := range []struct {
 		from, to time.Time
@@ -199,4 +200,62 @@ func testUsage(e *env) {
 	}
 	_, err = e.a.Acquire(e.ctx, "other", tenant.AcquireRequest{Model: "m1"})
 	wantErr(t, "Acquire for deleted tenant", err, tenant.ErrNotFound)
+}
+
+// testCachedTokenRate: a tenant's cached_token_rate round-trips through
+// both replicas (with its prefix_cache scope), bills the cached prompt
+// tokens at that rate against the token rate and the budget, and usage
+// records the cached and billed tokens; the default bills them in full.
+func testCachedTokenRate(e *env) {
+	t := e.t
+	quarter := 0.25
+	e.create(e.a, tenant.Tenant{ID: "acme", PrefixCache: "key", CachedTokenRate: &quarter,
+		Limits: tenant.Limits{TokensPerMinute: 1000, Budget: 10000, BudgetPeriod: tenant.PeriodDay}})
+	e.create(e.a, tenant.Tenant{ID: "plain", Limits: tenant.Limits{TokensPerMinute: 1000}})
+	got, err := e.b.GetTenant(e.ctx, "acme")
+	if err != nil || got.CachedTokenRate == nil || *got.CachedTokenRate != 0.25 || got.CachedRate() != 0.25 || got.PrefixCache != "key" {
+		t.Fatalf("GetTenant via replica = %+v, %v; want cached_token_rate 0.25, prefix_cache key", got, err)
+	}
+	if plain, _ := e.b.GetTenant(e.ctx, "plain"); plain.CachedTokenRate != nil || plain.CachedRate() != 1 {
+		t.Fatalf("default rate: %+v", plain)
+	}
+	tok := func(n int64) tenant.AcquireRequest { return tenant.AcquireRequest{Model: "m", Tokens: n} }
+	// 400 prompt tokens of which 200 cached at 0.25, 100 completion:
+	// billed 200 + 50 + 100 = 350 against a hold of 500.
+	used := tenant.Consumed{PromptTokens: 400, CompletionTokens: 100, CachedTokens: 200, CachedRate: got.CachedRate()}
+	if used.Billed() != 350 {
+		t.Fatalf("Billed = %d, want 350", used.Billed())
+	}
+	l := e.acquire(e.a, "acme", tok(500))
+	if err := l.Release(e.ctx, used); err != nil {
+		t.Fatal(err)
+	}
+	if q := e.acquire(e.b, "acme", tok(0)).Info().Quota; q.RemainingTokens != 650 {
+		t.Fatalf("token bucket after a 350-token bill: %d left, want 650", q.RemainingTokens)
+	}
+	// The same counts at the default rate bill all 500.
+	l = e.acquire(e.b, "plain", tok(500))
+	if err := l.Release(e.ctx, tenant.Consumed{PromptTokens: 400, CompletionTokens: 100, CachedTokens: 200, CachedRate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if q := e.acquire(e.a, "plain", tok(0)).Info().Quota; q.RemainingTokens != 500 {
+		t.Fatalf("token bucket after a 500-token bill: %d left, want 500", q.RemainingTokens)
+	}
+	us, err := e.a.Usage(e.ctx, "acme", day(2026, 3, 10, 0), day(2026, 3, 10, 0))
+	want := tenant.Usage{TenantID: "acme", Model: "m", Day: "2026-03-10", Requests: 1, PromptTokens: 400,
+		CompletionTokens: 100, CachedTokens: 200, BilledTokens: 350}
+	if err != nil || len(us) != 1 || us[0] != want {
+		t.Fatalf("usage %+v, %v; want %+v", us, err, want)
+	}
+	for name, bad := range map[string]float64{"above 1": 1.5, "negative": -0.1, "NaN": math.NaN()} {
+		_, err := e.a.UpdateTenant(e.ctx, tenant.Tenant{ID: "plain", CachedTokenRate: &bad})
+		wantErr(t, "cached_token_rate "+name, err, tenant.ErrInvalid, "cached_token_rate")
+	}
+	for name, c := range map[string]tenant.Consumed{
+		"cached over prompt": {PromptTokens: 1, CachedTokens: 2, CachedRate: 1},
+		"negative cached":    {PromptTokens: 1, CachedTokens: -1, CachedRate: 1},
+		"rate over 1":        {PromptTokens: 1, CachedTokens: 1, CachedRate: 2},
+	} {
+		wantErr(t, "Release with "+name, e.acquire(e.a, "plain", tok(0)).Release(e.ctx, c), tenant.ErrInvalid)
+	}
 }

@@ -1,13 +1,20 @@
-// Client conformance: drives warden with the official OpenAI Node SDK and
-// the Vercel AI SDK (default provider, so the Responses API), greedy, and
-// checks that every client sees the same text as a plain chat request.
-// Run by test/clients_test.go with WARDEN_BASE_URL, WARDEN_API_KEY,
-// WARDEN_MODEL and NODE_EXTRA_CA_CERTS set; prints one "ok <scenario>" line
-// per scenario and exits non-zero on the first failure.
+// Client conformance: drives warden with the official OpenAI Node SDK,
+// the Vercel AI SDK (default provider, so the Responses API) and LangChain
+// JS, greedy, and checks that every client sees the same text as a plain
+// chat request; then tool calls (forced, so that a random-weight model is
+// guaranteed to make one: the arguments are constrained to the schema and
+// validated here with zod) and structured output. Run by
+// test/clients_test.go with WARDEN_BASE_URL, WARDEN_API_KEY, WARDEN_MODEL
+// and NODE_EXTRA_CA_CERTS set; prints one "ok <scenario>" line per
+// scenario, and "render <json>" lines for the Go side to compare with the
+// Python jinja2 reference, and exits non-zero on the first failure.
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateText, streamText } from "ai";
+import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";
+import { ChatOpenAI } from "@langchain/openai";
+import { tool as lcTool } from "@langchain/core/tools";
+import { z } from "zod";
 
 const baseURL = process.env.WARDEN_BASE_URL;
 const apiKey = process.env.WARDEN_API_KEY;
@@ -84,13 +91,14 @@ await assert.rejects(
   client.responses.create({ model, input: prompt, previous_response_id: "resp_x" }),
   (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id",
 );
-// Tools are not served yet: refused naming the field, never ignored.
+// A tool choice naming no offered tool: refused naming the field.
 await assert.rejects(
   client.chat.completions.create({
     model, messages: [{ role: "user", content: prompt }],
     tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }],
+    tool_choice: { type: "function", function: { name: "g" } },
   }),
-  (e) => e instanceof OpenAI.BadRequestError && e.param === "tools" && e.code === "unsupported_parameter",
+  (e) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice.function.name" && e.code === "invalid_value",
 );
 ok("node typed errors");
 
@@ -125,3 +133,112 @@ for await (const part of st.textStream) text += part;
 assert.equal(text, want);
 assert.ok(["length", "stop"].includes(await st.finishReason));
 ok("ai-sdk streamText");
+
+// --- Tools and structured output ---
+
+const toolMax = 256;
+const weatherSchema = z.object({ city: z.string().max(12), unit: z.enum(["c", "f"]) }).strict();
+const weatherParams = {
+  type: "object",
+  properties: { city: { type: "string", maxLength: 12 }, unit: { type: "string", enum: ["c", "f"] } },
+  required: ["city", "unit"],
+  additionalProperties: false,
+};
+const tools = [{ type: "function", function: { name: "get_weather", description: "Current weather in a city.", parameters: weatherParams, strict: true } }];
+const question = { role: "user", content: "What is the weather in Bern?" };
+const weatherResult = { temperature: 21, sky: "clear" };
+
+// Node SDK: a forced call, streamed and not, then its result round-trips.
+const forced = { model, messages: [question], tools, tool_choice: { type: "function", function: { name: "get_weather" } }, max_tokens: toolMax, temperature: 0 };
+const c1 = await client.chat.completions.create(forced);
+assert.equal(c1.choices[0].finish_reason, "tool_calls");
+assert.equal(c1.choices[0].message.tool_calls.length, 1);
+const call = c1.choices[0].message.tool_calls[0];
+assert.equal(call.type, "function");
+assert.equal(call.function.name, "get_weather");
+assert.match(call.id, /^call_/);
+weatherSchema.parse(JSON.parse(call.function.arguments));
+
+const s1 = await client.chat.completions.create({ ...forced, stream: true });
+const streamed = [];
+let streamFinish;
+for await (const chunk of s1) {
+  for (const ch of chunk.choices) {
+    for (const d of ch.delta.tool_calls ?? []) {
+      if (d.id) {
+        assert.equal(d.type, "function");
+        streamed[d.index] = { name: d.function.name, arguments: d.function.arguments ?? "" };
+      } else {
+        assert.equal(d.function.name, undefined);
+        streamed[d.index].arguments += d.function.arguments;
+      }
+    }
+    if (ch.finish_reason) streamFinish = ch.finish_reason;
+  }
+}
+assert.equal(streamFinish, "tool_calls");
+assert.deepEqual(streamed, [{ name: "get_weather", arguments: call.function.arguments }]);
+
+const c2 = await client.chat.completions.create({
+  model, tools, max_tokens: 4, temperature: 0,
+  messages: [question, c1.choices[0].message, { role: "tool", tool_call_id: call.id, content: JSON.stringify(weatherResult) }],
+});
+assert.ok(c2.usage.prompt_tokens > c1.usage.prompt_tokens);
+// The conversation as a chat template sees it, for the Go side's reference render.
+const asTemplate = (calls) => calls.map((c) => ({ id: c.id, type: "function", function: { name: c.function.name, arguments: JSON.parse(c.function.arguments) } }));
+console.log("render " + JSON.stringify({
+  name: "node chat with tools",
+  messages: [question, { role: "assistant", content: "", tool_calls: asTemplate([call]) },
+    { role: "tool", content: JSON.stringify(weatherResult), tool_call_id: call.id }],
+  tools: tools.map((t) => ({ type: "function", function: { name: t.function.name, description: t.function.description, parameters: t.function.parameters } })),
+  prompt_tokens: c2.usage.prompt_tokens,
+}));
+ok("node chat with tools");
+
+// AI SDK generateText: a forced call executed by the SDK, its result sent
+// back in the second step (the Responses API's function_call_output).
+const bodies = [];
+const recording = createOpenAI({ baseURL, apiKey, fetch: async (url, init) => { bodies.push(String(init.body)); return fetch(url, init); } });
+const gt = await generateText({
+  model: recording(model), prompt: question.content, maxOutputTokens: toolMax, temperature: 0, maxRetries: 0,
+  tools: { get_weather: tool({ description: "Current weather in a city.", inputSchema: weatherSchema, execute: async () => weatherResult }) },
+  toolChoice: { type: "tool", toolName: "get_weather" },
+  stopWhen: stepCountIs(2),
+  providerOptions: { openai: { store: false } },
+});
+assert.equal(gt.steps.length, 2);
+assert.equal(gt.steps[0].toolCalls.length, 1);
+assert.equal(gt.steps[0].toolCalls[0].toolName, "get_weather");
+weatherSchema.parse(gt.steps[0].toolCalls[0].input);
+assert.deepEqual(gt.steps[0].toolResults[0].output, weatherResult);
+assert.equal(bodies.length, 2);
+const step2 = JSON.parse(bodies[1]).input;
+const output = step2.find((item) => item.type === "function_call_output");
+assert.ok(output && output.call_id === gt.steps[0].toolCalls[0].toolCallId, bodies[1]);
+assert.deepEqual(JSON.parse(output.output), weatherResult);
+assert.ok(gt.steps[1].usage.inputTokens > gt.steps[0].usage.inputTokens);
+ok("ai-sdk generateText tools");
+
+// AI SDK generateObject: text.format json_schema, constrained.
+const person = z.object({ name: z.string().max(10), age: z.number().int().min(0).max(120), tags: z.array(z.enum(["a", "b"])).max(3) });
+const obj = await generateObject({ model: openai(model), schema: person, prompt: "Describe a person.", maxOutputTokens: toolMax, temperature: 0, maxRetries: 0 });
+person.parse(obj.object);
+ok("ai-sdk generateObject");
+
+// LangChain: bindTools with a forced call, the tool's result round-trips;
+// withStructuredOutput.
+const lc = new ChatOpenAI({ model, apiKey, configuration: { baseURL }, temperature: 0, maxTokens: toolMax, maxRetries: 0 });
+const lcWeather = lcTool(async () => JSON.stringify(weatherResult), { name: "get_weather", description: "Current weather in a city.", schema: weatherSchema });
+const lcCall = await lc.bindTools([lcWeather], { tool_choice: "get_weather" }).invoke([["user", question.content]]);
+assert.equal(lcCall.tool_calls.length, 1);
+assert.equal(lcCall.tool_calls[0].name, "get_weather");
+weatherSchema.parse(lcCall.tool_calls[0].args);
+const lcResult = await lcWeather.invoke(lcCall.tool_calls[0]);
+const lcNext = await lc.bindTools([lcWeather]).invoke([["user", question.content], lcCall, lcResult]);
+assert.ok(lcNext.usage_metadata.input_tokens > lcCall.usage_metadata.input_tokens);
+ok("langchain bindTools");
+
+const answer = z.object({ answer: z.string().max(10), confidence: z.number().min(0).max(1) });
+const so = await lc.withStructuredOutput(answer, { name: "Answer" }).invoke("Answer briefly: is water wet?");
+answer.parse(so);
+ok("langchain withStructuredOutput");

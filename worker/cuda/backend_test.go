@@ -186,10 +186,37 @@ func maxDiff(a, b []float32) (diff, mag float64) {
 	return diff, mag
 }
 
+// logSoftmax returns log(softmax(x)) in float64 (what logprobs report).
+func logSoftmax(x []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range x {
+		mx = max(mx, float64(v))
+	}
+	var sum float64
+	for _, v := range x {
+		sum += math.Exp(float64(v) - mx)
+	}
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v) - mx - math.Log(sum)
+	}
+	return out
+}
+
+// maxDiff64 returns max |a-b|.
+func maxDiff64(a, b []float64) float64 {
+	d := 0.0
+	for i := range a {
+		d = max(d, math.Abs(a[i]-b[i]))
+	}
+	return d
+}
+
 // TestGreedyMatchesCPU runs two sequences of different tenants, prefilled
 // in chunks and decoded together, on the cpu and the cuda backend, for
 // every model family (Qwen2's q/k/v biases, Qwen3's q/k norms): the
-// logits agree within float tolerance and the greedy tokens are equal.
+// logits and their log-softmax (logprobs) agree within float tolerance
+// and the greedy tokens are equal.
 func TestGreedyMatchesCPU(t *testing.T) {
 	type run struct {
 		family string
@@ -217,7 +244,7 @@ func TestGreedyMatchesCPU(t *testing.T) {
 			limits := []int{16, 11}
 			cOut := runAll(t, cb, cpool, cs, limits, decode)
 			gOut := runAll(t, gb, gpool, gs, limits, decode)
-			worst := 0.0
+			worst, worstLP := 0.0, 0.0
 			for i := range cs {
 				for j := range cOut[i] {
 					diff, mag := maxDiff(gOut[i][j], cOut[i][j])
@@ -225,6 +252,13 @@ func TestGreedyMatchesCPU(t *testing.T) {
 						t.Fatalf("sequence %d output %d: logits differ by %g (largest %g)", i, j, diff, mag)
 					}
 					worst = max(worst, diff/(1+mag))
+					// The engine's host sampler derives logprobs from these
+					// logits: their log-softmax agrees too.
+					lp := maxDiff64(logSoftmax(gOut[i][j]), logSoftmax(cOut[i][j]))
+					if lp > 2e-4*(1+mag) {
+						t.Fatalf("sequence %d output %d: logprobs differ by %g", i, j, lp)
+					}
+					worstLP = max(worstLP, lp)
 				}
 				for j := range cs[i].tokens {
 					if cs[i].tokens[j] != gs[i].tokens[j] {
@@ -232,7 +266,8 @@ func TestGreedyMatchesCPU(t *testing.T) {
 					}
 				}
 			}
-			t.Logf("EQUIV %s/%s tokens=%d max_logit_rel_diff=%.3g", rc.family, dt, len(cs[0].tokens)+len(cs[1].tokens), worst)
+			t.Logf("EQUIV %s/%s tokens=%d max_logit_rel_diff=%.3g max_logprob_abs_diff=%.3g", rc.family, dt,
+				len(cs[0].tokens)+len(cs[1].tokens), worst, worstLP)
 		})
 	}
 }

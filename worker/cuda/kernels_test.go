@@ -239,16 +239,19 @@ func newAttnCase(r *rand.Rand, headDim int) *attnCase {
 		Scale: float64(float32(1 / math.Sqrt(float64(headDim))))}
 	c.cos, c.sin = ropeTables(&c.spec)
 	// Chunk 0: owner A, positions 5..10, table [2 5 1]; positions 0..4 were
-	// written earlier (page 2 full, page 5 slot 0). Chunk 1: owner B,
-	// positions 0..2, table [4].
+	// written earlier (page 2 full: a sealed prefix page chunk 0 shares,
+	// presenting tag hash 333 and domain hash 444; page 5 slot 0). Chunk 1:
+	// owner B, positions 0..2, table [4]. After the descriptors, chunk 0's
+	// expected tags: page 2's, and 555/666 for page 5 should a case
+	// declare it shared too.
 	c.chunkStart, c.chunkN = []int{5, 0}, []int{6, 3}
 	c.tables = []int32{2, 5, 1, 4}
-	c.chunks = []int64{5, 0, 3, 111, 3, 0, 3, 1, 222, 1}
+	c.chunks = []int64{5, 0, 3, 111, 3, 1, 2 * chunkWords, 0, 3, 1, 222, 1, 0, 2 * chunkWords, 333, 444, 555, 666}
 	c.tags = make([]devTag, pages)
-	c.tags[2] = devTag{Hash: 111, Epoch: 3, Written: 4, State: 1}
-	c.tags[5] = devTag{Hash: 111, Epoch: 3, Written: 1, State: 1}
-	c.tags[1] = devTag{Hash: 111, Epoch: 3, State: 1}
-	c.tags[4] = devTag{Hash: 222, Epoch: 1, State: 1}
+	c.tags[2] = devTag{Hash: 333, Epoch: 444, Written: 4, State: tagSealed}
+	c.tags[5] = devTag{Hash: 111, Epoch: 3, Written: 1, State: tagOwned}
+	c.tags[1] = devTag{Hash: 111, Epoch: 3, State: tagOwned}
+	c.tags[4] = devTag{Hash: 222, Epoch: 1, State: tagOwned}
 	for ci := range 2 {
 		for i := range c.chunkN[ci] {
 			c.rowChunk = append(c.rowChunk, int32(ci))
@@ -412,7 +415,10 @@ func f64(v []float32) []float64 {
 }
 
 // TestDeviceOwnerCheck corrupts the fixture's tags: the kernels must flag
-// the first refusal and leave the refused pages unwritten.
+// the first refusal and leave the refused pages unwritten — owned pages
+// (foreign, stale, free, unwritten, outside the pool) and sealed prefix
+// pages (another domain, another chain hash, not sealed, sealed but read
+// or written as owned).
 func TestDeviceOwnerCheck(t *testing.T) {
 	td := newTestDev(t)
 	r := rand.New(rand.NewPCG(11, 12))
@@ -424,9 +430,22 @@ func TestDeviceOwnerCheck(t *testing.T) {
 	}{
 		{"foreign page", func(c *attnCase) { c.tags[5].Hash = 999 }, reasonForeign, 5},
 		{"stale epoch", func(c *attnCase) { c.tags[1].Epoch = 2 }, reasonEpoch, 1},
-		{"free page", func(c *attnCase) { c.tags[4].State = 0 }, reasonUnreadable, 4},
-		{"unwritten slot", func(c *attnCase) { c.tags[2].Written = 3 }, reasonUnwritten, 2},
+		{"free page", func(c *attnCase) { c.tags[4].State = tagUnreadable }, reasonUnreadable, 4},
+		{"unwritten slot", func(c *attnCase) { c.tags[5].Written = 0 }, reasonUnwritten, 5},
 		{"page outside the pool", func(c *attnCase) { c.tables[3] = 8 }, reasonNoPage, 8},
+		// Sealed prefix pages: page 2 is chunk 0's shared page.
+		{"sealed page of another domain", func(c *attnCase) { c.tags[2].Epoch ^= 1 }, reasonDomain, 2},
+		{"sealed page with another chain hash", func(c *attnCase) { c.tags[2].Hash ^= 1 }, reasonTag, 2},
+		{"shared place holds an owned page", func(c *attnCase) {
+			c.tags[2] = devTag{Hash: 111, Epoch: 3, Written: 4, State: tagOwned}
+		}, reasonNotSealed, 2},
+		{"sealed page read as owned", func(c *attnCase) {
+			c.tags[5] = devTag{Hash: 555, Epoch: 666, Written: 4, State: tagSealed}
+		}, reasonSealed, 5},
+		{"write into a shared page", func(c *attnCase) {
+			c.chunks[chShared] = 2
+			c.tags[5] = devTag{Hash: 555, Epoch: 666, Written: 4, State: tagSealed}
+		}, reasonSealed, 5},
 	}
 	for _, tc := range cases {
 		c := newAttnCase(r, 16)

@@ -19,13 +19,22 @@ type geometry struct {
 	Eps, Scale                                           float64
 }
 
-// devTag mirrors struct Tag: one page's owner tag on the device.
+// devTag mirrors struct Tag: one page's tag on the device. For an owned
+// page Hash is the keyed hash of its owner and Epoch the owner's epoch;
+// for a sealed page Hash is the keyed hash of its kvpool.Tag and Epoch the
+// keyed hash of the tag's cache domain.
 type devTag struct {
 	Hash, Epoch uint64
-	// Written is the page's written slots; State is 1 when the page is
-	// readable (Reserved or InUse), else 0.
+	// Written is the page's written slots; State is a tag state.
 	Written, State int32
 }
+
+// Tag states (TAG_* in common.cuh).
+const (
+	tagUnreadable = iota // free or quarantined
+	tagOwned             // Reserved or InUse: read and written by its owner
+	tagSealed            // a sealed prefix page: read-only
+)
 
 // Compile-time checks that the Go structs have the C sizes.
 var (
@@ -34,13 +43,18 @@ var (
 )
 
 // A chunk descriptor is chunkWords int64 words: start position, offset and
-// length of its page table, expected owner hash and epoch.
+// length of its page table, expected owner hash and epoch, how many leading
+// pages of the table are shared sealed pages and the word offset (in the
+// chunks array, after every descriptor) of their expected tags, two words
+// per page: tag hash, domain hash.
 const (
 	chStart = iota
 	chTable
 	chPages
 	chHash
 	chEpoch
+	chShared
+	chSharedTags
 	chunkWords
 )
 
@@ -55,6 +69,10 @@ const (
 	reasonForeign
 	reasonEpoch
 	reasonUnwritten
+	reasonSealed
+	reasonNotSealed
+	reasonDomain
+	reasonTag
 )
 
 // Linear kernel modes (MODE_* in linear.cu).
@@ -96,6 +114,14 @@ func poolReason(code int32, info kvpool.PageInfo, want kvpool.Owner) kvpool.Reas
 		return kvpool.ReasonForeignRequest
 	case reasonEpoch:
 		return kvpool.ReasonStaleEpoch
+	case reasonSealed:
+		return kvpool.ReasonSealed
+	case reasonNotSealed:
+		return kvpool.ReasonNotSealed
+	case reasonDomain:
+		return kvpool.ReasonForeignDomain
+	case reasonTag:
+		return kvpool.ReasonTagMismatch
 	default:
 		return kvpool.ReasonUnwritten
 	}

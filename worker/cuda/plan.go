@@ -16,8 +16,12 @@ import (
 type stepPlan struct {
 	// Per row (token) of the batch, in batch order.
 	tokens, rowChunk, rowPos []int32
-	// chunkWords words per chunk (see layout.go).
+	// chunkWords words per chunk (see layout.go), then the expected tags
+	// of the chunks' shared pages (two words per page).
 	chunks []int64
+	// sharedTags collects those expected tags while the descriptors are
+	// built.
+	sharedTags []int64
 	// The page tables, concatenated, each cut to the pages the chunk
 	// touches.
 	tables []int32
@@ -42,7 +46,7 @@ type metaOffsets struct {
 func (b *Backend) buildPlan(batch []engine.Chunk) {
 	p := &b.plan
 	p.tokens, p.rowChunk, p.rowPos = p.tokens[:0], p.rowChunk[:0], p.rowPos[:0]
-	p.chunks, p.tables = p.chunks[:0], p.tables[:0]
+	p.chunks, p.tables, p.sharedTags = p.chunks[:0], p.tables[:0], p.sharedTags[:0]
 	p.logitRows, p.logitChunks = p.logitRows[:0], p.logitChunks[:0]
 	p.updIDs, p.upd, p.fills = p.updIDs[:0], p.upd[:0], p.fills[:0]
 	pt := b.opt.PageTokens
@@ -60,10 +64,19 @@ func (b *Backend) buildPlan(batch []engine.Chunk) {
 				p.fills = append(p.fills, int32(id))
 			}
 		}
-		// The device checks every page against the chunk's own owner, so a
-		// page retagged after the engine's host check is still refused.
+		// The device checks every page against the chunk's own owner, and
+		// every shared page against the prefix tag the engine computed for
+		// it from the sequence's own tokens and domain, so a page retagged
+		// after the engine's host check is still refused.
 		hash, epoch := m.hash(c.Owner), c.Owner.Epoch
-		p.chunks = append(p.chunks, int64(c.Start), int64(tableOff), int64(need), int64(hash), int64(epoch))
+		shared := min(len(c.Shared), need)
+		tagsOff := len(batch)*chunkWords + len(p.sharedTags)
+		for _, t := range c.Shared[:shared] {
+			th, dh := m.sealedHashes(t)
+			p.sharedTags = append(p.sharedTags, int64(th), int64(dh))
+		}
+		p.chunks = append(p.chunks, int64(c.Start), int64(tableOff), int64(need), int64(hash), int64(epoch),
+			int64(shared), int64(tagsOff))
 		for i, t := range c.Tokens {
 			p.tokens = append(p.tokens, t)
 			p.rowChunk = append(p.rowChunk, int32(ci))
@@ -74,6 +87,7 @@ func (b *Backend) buildPlan(batch []engine.Chunk) {
 			p.logitChunks = append(p.logitChunks, ci)
 		}
 	}
+	p.chunks = append(p.chunks, p.sharedTags...)
 	// Updates drained here are applied by this step's first kernels (a
 	// failure before that leaves the device unusable anyway).
 	p.updIDs, p.upd = m.drain(p.updIDs, p.upd)

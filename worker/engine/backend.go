@@ -44,6 +44,13 @@ type Chunk struct {
 	// in the KV cache.
 	Start int
 	Pages []kvpool.PageID
+	// Shared are the prefix tags of the leading shared (sealed, read-only)
+	// pages of Pages, Shared[i] for Pages[i]: computed by the engine from
+	// the sequence's own tokens and cache domain (kvpool.Tags), as it
+	// presents them to kvpool.VerifyPrefix. A backend that checks page
+	// tags on its device compares each shared page's tag with them and
+	// never writes those pages; the others (the cpu backend) ignore it.
+	Shared []kvpool.Tag
 	// Logits receives the last position's logits, or is nil when the chunk
 	// is an intermediate prefill chunk.
 	Logits []float32

@@ -65,6 +65,7 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, tables [][]kvpo
 			return nil, fmt.Errorf("%w: choice %d does not share the prompt's full pages", ErrBadRequest, k)
 		}
 		seqs[k] = e.newSequence(ctx, r)
+		seqs[k].choice = n > 1
 		if k > 0 {
 			seqs[k].awaiting = true
 		}

@@ -14,6 +14,24 @@ import (
 // cache of d (its full prompt pages are sealed and shared).
 func (r *rig) runChoices(t *testing.T, o kvpool.Owner, p []int32, s engine.Sampling, n int, px *engine.Prefix) []outcome {
 	t.Helper()
+	sts := r.submitChoices(t, o, p, s, n, px)
+	outs := make([]outcome, n)
+	for k, st := range sts {
+		outs[k] = collect(t, st)
+		if outs[k].res.Err != nil {
+			t.Fatalf("choice %d: %v", k, outs[k].res.Err)
+		}
+	}
+	if _, err := r.pool.Release(o); err != nil {
+		t.Fatal(err)
+	}
+	return outs
+}
+
+// submitChoices reserves one holding for n choices and submits them; the
+// caller collects the streams and releases o.
+func (r *rig) submitChoices(t *testing.T, o kvpool.Owner, p []int32, s engine.Sampling, n int, px *engine.Prefix) []*engine.Stream {
+	t.Helper()
 	total, tables := engine.ChoicePages(pageTokens, len(p), s.MaxTokens, n)
 	var tags []kvpool.Tag
 	if px != nil {
@@ -33,17 +51,48 @@ func (r *rig) runChoices(t *testing.T, o kvpool.Owner, p []int32, s engine.Sampl
 	if err != nil {
 		t.Fatal(err)
 	}
-	outs := make([]outcome, n)
+	return sts
+}
+
+// TestChoicesAreNotPreempted: the choices of an n > 1 request filling the
+// batch are never preempted for a tenant running nothing (they were
+// admitted together); the light request waits for a free slot, nothing
+// deadlocks, and every output equals its reference.
+func TestChoicesAreNotPreempted(t *testing.T) {
+	const long, short = 40, 6
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 2})
+	vocab := r.m.Config.VocabSize
+	pf, pl := prompt(41, 20, vocab), prompt(42, 9, vocab)
+	wantF := r.run(t, owner("refF"), pf, greedy(long)).tokens
+	wantL := r.run(t, owner("refL"), pl, greedy(short)).tokens
+
+	o := kvpool.Owner{Tenant: "flooder", Request: "f", Epoch: 1}
+	sts := r.submitChoices(t, o, pf, greedy(long), 2, nil)
+	var first [2]int32
 	for k, st := range sts {
-		outs[k] = collect(t, st)
-		if outs[k].res.Err != nil {
-			t.Fatalf("choice %d: %v", k, outs[k].res.Err)
+		ev, err := st.Next(context.Background())
+		if err != nil || ev.Kind != engine.EventToken {
+			t.Fatalf("choice %d: %+v, %v", k, ev, err)
+		}
+		first[k] = ev.Token
+	}
+	light := collect(t, r.submit(t, kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, pl, greedy(short)))
+	if light.res.Err != nil || !slices.Equal(light.tokens, wantL) {
+		t.Fatalf("light (%v) differs from the reference\n got %v\nwant %v", light.res.Err, light.tokens, wantL)
+	}
+	for k, st := range sts {
+		got := collect(t, st)
+		got.tokens = append([]int32{first[k]}, got.tokens...)
+		if got.res.Err != nil || !slices.Equal(got.tokens, wantF) {
+			t.Fatalf("choice %d (%v) differs from the reference\n got %v\nwant %v", k, got.res.Err, got.tokens, wantF)
 		}
 	}
 	if _, err := r.pool.Release(o); err != nil {
 		t.Fatal(err)
 	}
-	return outs
+	if st := r.eng.Stats(); st.Preemptions != 0 || st.Running != 0 || st.Waiting != 0 {
+		t.Fatalf("stats at the end %+v", st)
+	}
 }
 
 // TestChoicesShareOnePrefill: n = 3 at temperature 0 gives three equal

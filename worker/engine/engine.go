@@ -55,6 +55,9 @@ type Config struct {
 // Request is one sequence to run. The caller has reserved Pages for it.
 type Request struct {
 	Owner kvpool.Owner
+	// Weight is the owner's tenant's fair-scheduling weight (0 means 1);
+	// see admit for how the engine uses Owner.Tenant and Weight.
+	Weight int
 	// Pages must cover len(Prompt)+Sampling.MaxTokens-1 positions
 	// (len(Prompt) for PrefillOnly).
 	Pages  []kvpool.PageID
@@ -88,7 +91,10 @@ type Stats struct {
 	// ForkTokens counts prompt positions the other choices of an n > 1
 	// request recomputed (the prompt's partial last page, into each
 	// choice's own page); PrefillTokens counts the prompt once.
-	ForkTokens       uint64
+	ForkTokens uint64
+	// Preemptions counts sequences paused for a tenant running nothing
+	// (admit).
+	Preemptions      uint64
 	Running, Waiting int
 }
 
@@ -116,6 +122,7 @@ type Engine struct {
 	steps, prefillTokens, decodeTokens atomic.Uint64
 	cachedTokens                       atomic.Uint64
 	prefills, forkTokens               atomic.Uint64
+	preemptions                        atomic.Uint64
 	// forkLogits is the scratch copy each choice of a fork samples from.
 	forkLogits         []float32
 	nRunning, nWaiting atomic.Int64
@@ -130,7 +137,8 @@ type sequence struct {
 	generated int      // tokens sampled
 	next      [1]int32 // decode input token (an array, so a step allocates nothing)
 	first     int32
-	prompt    int // prompt positions in the cache, for usage
+	prompt    int  // prompt positions in the cache, for usage
+	started   bool // admitted once; a preempted sequence resumes from pos
 	// constraint is the sequence's own structured-output state, if any.
 	constraint Constraint
 
@@ -146,6 +154,9 @@ type sequence struct {
 	// awaiting (running, but not stepped).
 	forks    []*sequence
 	awaiting bool
+	// choice marks every sequence of an n > 1 request: admitted
+	// together, never preempted (admit, preempt).
+	choice bool
 }
 
 // New creates an engine over backend and pool.
@@ -257,6 +268,7 @@ func (e *Engine) Stats() Stats {
 		CachedTokens:  e.cachedTokens.Load(),
 		Prefills:      e.prefills.Load(),
 		ForkTokens:    e.forkTokens.Load(),
+		Preemptions:   e.preemptions.Load(),
 		Running:       int(e.nRunning.Load()),
 		Waiting:       int(e.nWaiting.Load()),
 	}
@@ -304,7 +316,24 @@ func (e *Engine) shutdown() {
 	e.nWaiting.Store(0)
 }
 
-// admit moves pending sequences into the running set, up to MaxBatch.
+// admit moves pending sequences into the running set, up to MaxBatch,
+// fairly between tenants (Owner.Tenant, weighted by Request.Weight):
+//
+//   - a free slot goes to the pending sequence whose tenant runs the fewest
+//     sequences per weight, the earliest among equals (first in, first out
+//     within a tenant and between equally served tenants);
+//   - when the batch is full, a pending sequence of a tenant that runs
+//     nothing preempts one of a tenant that runs two or more, if that
+//     tenant still runs at least as many per weight afterwards ((n-1)/w_u
+//     >= 1/w_s); the victim is the most recently admitted sequence of the
+//     tenant running the most per weight.
+//     The preempted sequence keeps its pages and position and waits at
+//     the front of the pending list; it resumes where it stopped.
+//
+// So a tenant never waits for a slot behind another tenant's second
+// sequence, and no tenant is ever preempted down to nothing: every tenant
+// that has a sequence running keeps one. Preemption changes no output: a
+// sequence's tokens do not depend on the batch it runs in (determinism).
 func (e *Engine) admit() {
 	e.mu.Lock()
 	var gone []*sequence
@@ -315,31 +344,36 @@ func (e *Engine) admit() {
 		}
 		return false
 	})
-	for _, s := range gone {
-		e.nWaiting.Add(int64(-1 - len(s.forks)))
-	}
-	// A request's choices are admitted together (they share its prefill).
-	n, slots := 0, e.cfg.MaxBatch-len(e.running)
-	for _, s := range e.pending {
-		if 1+len(s.forks) > slots {
-			break
+	var admitted []*sequence
+	for len(e.pending) > 0 {
+		i := e.nextPending()
+		s := e.pending[i]
+		// A request's choices are admitted together (they share its
+		// prefill) and are never preempted: preemption frees one slot, so
+		// it only makes room for a single sequence.
+		if need := 1 + len(s.forks); len(e.running)+need > e.cfg.MaxBatch {
+			if need > 1 || !e.preempt(s) {
+				break
+			}
+			i++ // preempt put the paused sequence in front
 		}
-		slots -= 1 + len(s.forks)
-		n++
+		e.pending = slices.Delete(e.pending, i, i+1)
+		e.running = append(e.running, s)
+		e.running = append(e.running, s.forks...)
+		if !s.started {
+			s.started = true
+			admitted = append(admitted, s)
+		}
 	}
-	admitted := e.pending[:n:n]
-	e.pending = slices.Clone(e.pending[n:])
-	for _, s := range admitted {
-		e.nWaiting.Add(int64(-1 - len(s.forks)))
-		e.nRunning.Add(int64(1 + len(s.forks)))
+	waiting := 0
+	for _, s := range e.pending {
+		waiting += 1 + len(s.forks)
 	}
+	e.nWaiting.Store(int64(waiting))
+	e.nRunning.Store(int64(len(e.running)))
 	e.mu.Unlock()
 	for _, s := range gone {
 		e.finish(s, FinishError, ErrAborted)
-	}
-	for _, s := range admitted {
-		e.running = append(e.running, s)
-		e.running = append(e.running, s.forks...)
 	}
 	for _, s := range admitted {
 		if !s.req.Prefilled {
@@ -358,6 +392,76 @@ func (e *Engine) admit() {
 		e.emit(s, s.req.FirstToken, nil)
 	}
 	e.compact()
+}
+
+// weightOf is a sequence's tenant weight, at least 1.
+func weightOf(s *sequence) int64 { return int64(max(s.req.Weight, 1)) }
+
+// runningOf counts the running sequences of tenant.
+func (e *Engine) runningOf(tenant string) int64 {
+	var n int64
+	for _, s := range e.running {
+		if s.req.Owner.Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+// nextPending is the index of the pending sequence admit takes next: the
+// earliest of a tenant running the fewest sequences per weight. Called
+// with e.mu held and e.pending not empty.
+func (e *Engine) nextPending() int {
+	best, bestRun, bestW := 0, int64(-1), int64(1)
+	for i, s := range e.pending {
+		r, w := e.runningOf(s.req.Owner.Tenant), weightOf(s)
+		if bestRun < 0 || r*bestW < bestRun*w {
+			best, bestRun, bestW = i, r, w
+			if r == 0 {
+				break
+			}
+		}
+	}
+	return best
+}
+
+// preempt makes room in the full running set for s, when its tenant runs
+// nothing and another tenant runs two or more sequences, and at least as
+// many per weight without one as s's tenant would with s: the latest
+// admitted sequence of the tenant running the most per weight goes to the
+// front of the pending list, keeping its pages and position. It reports
+// whether it did. Called with e.mu held.
+func (e *Engine) preempt(s *sequence) bool {
+	if e.runningOf(s.req.Owner.Tenant) > 0 {
+		return false
+	}
+	victim, vRun, vW, ws := -1, int64(1), int64(1), weightOf(s)
+	for i, r := range e.running {
+		if r.choice {
+			continue // a choice of an n > 1 request: admitted with the others
+		}
+		n, w := e.runningOf(r.req.Owner.Tenant), weightOf(r)
+		if w > ws*(n-1) {
+			// After the swap s's tenant would run more per weight than
+			// r's (1/ws > (n-1)/w); n < 2 always lands here.
+			continue
+		}
+		// Later sequences of the same tenant replace earlier ones: the
+		// most recently admitted is the victim.
+		if victim < 0 || n*vW > vRun*w || (n*vW == vRun*w && r.req.Owner.Tenant == e.running[victim].req.Owner.Tenant) {
+			victim, vRun, vW = i, n, w
+		}
+	}
+	if victim < 0 {
+		return false
+	}
+	v := e.running[victim]
+	e.running = slices.Delete(e.running, victim, victim+1)
+	e.pending = slices.Insert(e.pending, 0, v)
+	e.preemptions.Add(1)
+	e.log.Debug("preempted a sequence for a tenant running nothing",
+		"request_id", v.req.Owner.Request, "tenant", v.req.Owner.Tenant, "for_tenant", s.req.Owner.Tenant)
+	return true
 }
 
 // step builds one batch — every decoding sequence contributes one token,
@@ -386,7 +490,7 @@ func (e *Engine) step(ctx context.Context) {
 			budget -= n
 			c = Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos}
 		}
-		c.Owner, c.Pages = s.req.Owner, s.req.Pages
+		c.Owner, c.Pages, c.Shared = s.req.Owner, s.req.Pages, s.tags[:s.shared]
 		if err := e.checkPages(s, c); err != nil {
 			e.violation(s, err)
 			continue

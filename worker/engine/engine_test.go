@@ -55,6 +55,8 @@ type rig struct {
 
 type rigOptions struct {
 	threads, chunk, maxBatch, pages int
+	// q8 quantizes the weights (cpu.Options.Quantize).
+	q8 bool
 	// wrap, if set, wraps the cpu backend the engine drives.
 	wrap func(engine.Backend) engine.Backend
 	// model is the model to run (default the tiny preset).
@@ -76,7 +78,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := cpu.FromModel(m, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens})
+	be, err := cpu.FromModel(m, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens, Quantize: o.q8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,20 @@ func prompt(seed uint64, n, vocab int) []int32 {
 func greedy(n int) engine.Sampling { return engine.Sampling{MaxTokens: n, IgnoreEOS: true} }
 
 func TestGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
-	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
+	checkGreedyInvariance(t, false)
+}
+
+// TestQ8GreedyTokensIndependentOfBatchChunkAndThreads is the same
+// contract with Q8 weights (and activations quantized per block).
+func TestQ8GreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
+	checkGreedyInvariance(t, true)
+}
+
+// checkGreedyInvariance checks that a sequence's greedy tokens are those
+// of the single-sequence, single-thread run whatever its neighbours, the
+// prefill chunk and the thread count.
+func checkGreedyInvariance(t *testing.T, q8 bool) {
+	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1, q8: q8})
 	vocab := ref.m.Config.VocabSize
 	p := prompt(1, 45, vocab)
 	want := ref.run(t, owner("ref"), p, greedy(24))
@@ -187,6 +202,7 @@ func TestGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
 		{threads: 3, chunk: 1, maxBatch: 8},
 		{threads: 4, chunk: 64, maxBatch: 8},
 	} {
+		o.q8 = q8
 		t.Run(fmt.Sprintf("threads%d-chunk%d", o.threads, o.chunk), func(t *testing.T) {
 			r := newRig(t, o)
 			// Seven neighbours of different lengths join before and after.
@@ -570,5 +586,139 @@ func TestSubmitRejectsInconsistentRequests(t *testing.T) {
 		if _, err := r.eng.Submit(context.Background(), req); !errors.Is(err, engine.ErrBadRequest) {
 			t.Errorf("%s: Submit error %v, want ErrBadRequest", name, err)
 		}
+	}
+}
+
+// TestPreemptionForTenantRunningNothing: with the batch full of one
+// tenant's sequences, a sequence of a tenant running nothing preempts the
+// latest of them at once (it does not wait for one to finish); the paused
+// sequence resumes where it stopped, and every output equals its
+// single-sequence reference token for token.
+func TestPreemptionForTenantRunningNothing(t *testing.T) {
+	const long, short = 120, 6
+	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
+	vocab := ref.m.Config.VocabSize
+	prompts := [][]int32{prompt(31, 20, vocab), prompt(32, 27, vocab), prompt(33, 9, vocab)}
+	lengths := []int{long, long, short}
+	var want [][]int32
+	for i, p := range prompts {
+		want = append(want, ref.run(t, owner(fmt.Sprint("ref", i)), p, greedy(lengths[i])).tokens)
+	}
+
+	rec := &recordingBackend{}
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 2, wrap: func(b engine.Backend) engine.Backend {
+		rec.Backend = b
+		return rec
+	}})
+	flood := func(i int) kvpool.Owner {
+		return kvpool.Owner{Tenant: "flooder", Request: fmt.Sprint("f", i), Epoch: 1}
+	}
+	var streams []*engine.Stream
+	for i := range 2 {
+		streams = append(streams, r.submit(t, flood(i), prompts[i], greedy(long)))
+	}
+	// Both flooder sequences run: each has sampled a token.
+	var first [2]int32
+	for i, s := range streams {
+		ev, err := s.Next(context.Background())
+		if err != nil || ev.Kind != engine.EventToken {
+			t.Fatalf("flooder %d: %+v, %v", i, ev, err)
+		}
+		first[i] = ev.Token
+	}
+	light := collect(t, r.submit(t, kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, prompts[2], greedy(short)))
+	st := r.eng.Stats()
+	if st.Preemptions != 1 {
+		t.Fatalf("preemptions %d, want 1", st.Preemptions)
+	}
+	// The light sequence ran its steps back to back, each beside exactly
+	// one flooder (the other paused), not after a flooder finished.
+	steps := rec.tenants()
+	from := slices.IndexFunc(steps, func(s []string) bool { return slices.Contains(s, "light") })
+	if from < 0 || len(steps) < from+short {
+		t.Fatalf("the light sequence ran from step %d of %d", from, len(steps))
+	}
+	for i, s := range steps[from : from+short] {
+		if !slices.Equal(s, []string{"flooder", "light"}) {
+			t.Fatalf("step %d of the light sequence ran %v, want it beside one flooder", i, s)
+		}
+	}
+	if from >= long {
+		t.Fatalf("the light sequence started at step %d: it waited for a flooder to finish", from)
+	}
+	if !slices.Equal(light.tokens, want[2]) {
+		t.Fatalf("light tokens differ from the reference\n got %v\nwant %v", light.tokens, want[2])
+	}
+	for i, s := range streams {
+		got := collect(t, s)
+		got.tokens = append([]int32{first[i]}, got.tokens...)
+		if got.res.Err != nil || !slices.Equal(got.tokens, want[i]) {
+			t.Fatalf("flooder %d (%v) differs from the reference\n got %v\nwant %v", i, got.res.Err, got.tokens, want[i])
+		}
+	}
+	if st := r.eng.Stats(); st.Preemptions != 1 || st.Running != 0 || st.Waiting != 0 {
+		t.Fatalf("stats at the end %+v", st)
+	}
+}
+
+// recordingBackend records the tenants of every step's chunks.
+type recordingBackend struct {
+	engine.Backend
+	mu    sync.Mutex
+	steps [][]string
+}
+
+func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) error {
+	var ts []string
+	for _, c := range batch {
+		ts = append(ts, c.Owner.Tenant)
+	}
+	slices.Sort(ts)
+	b.mu.Lock()
+	b.steps = append(b.steps, ts)
+	b.mu.Unlock()
+	return b.Backend.Forward(ctx, batch)
+}
+
+func (b *recordingBackend) tenants() [][]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.steps)
+}
+
+// TestNoPreemptionBelowWeightedShare: a tenant of weight 1 does not
+// preempt a tenant of weight 3 running two sequences (2/3 per weight
+// against the 1 it would run): it waits for a free slot.
+func TestNoPreemptionBelowWeightedShare(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 2})
+	vocab := r.m.Config.VocabSize
+	submit := func(o kvpool.Owner, weight int, p []int32, n int) *engine.Stream {
+		pages, err := r.pool.Reserve(o, len(p)+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.pool.Activate(o)
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Weight: weight, Pages: pages, Prompt: p, Sampling: greedy(n)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	var streams []*engine.Stream
+	for i := range 2 {
+		st := submit(kvpool.Owner{Tenant: "heavy", Request: fmt.Sprint("h", i), Epoch: 1}, 3, prompt(uint64(40+i), 12, vocab), 40)
+		if ev, err := st.Next(context.Background()); err != nil || ev.Kind != engine.EventToken {
+			t.Fatalf("heavy %d: %+v, %v", i, ev, err)
+		}
+		streams = append(streams, st)
+	}
+	streams = append(streams, submit(kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, 1, prompt(42, 9, vocab), 4))
+	for i, st := range streams {
+		if o := collect(t, st); o.res.Err != nil {
+			t.Fatalf("stream %d: %v", i, o.res.Err)
+		}
+	}
+	if p := r.eng.Stats().Preemptions; p != 0 {
+		t.Fatalf("preemptions %d, want 0", p)
 	}
 }

@@ -177,8 +177,10 @@ func TestConcurrentSamePrefixIsCorrect(t *testing.T) {
 	p := prompt(80, 3*pageTokens+1, r.m.Config.VocabSize)
 	want := r.run(t, owner("ref"), p, greedy(5))
 	d := cacheDomain(t, "a")
-	var streams []*engine.Stream
+	// All three reserve before any is submitted: none can find another's
+	// pages sealed yet (the engine seals as soon as a prompt is written).
 	var owners []kvpool.Owner
+	var reserved [][]kvpool.PageID
 	for i := range 3 {
 		o := owner(fmt.Sprint("c", i))
 		pages, hit, err := r.pool.ReservePrefix(o, len(p)+5, kvpool.Tags(d, 1, p[:len(p)-1], pageTokens))
@@ -186,12 +188,16 @@ func TestConcurrentSamePrefixIsCorrect(t *testing.T) {
 			t.Fatalf("hit %d, %v", hit, err)
 		}
 		r.pool.Activate(o)
-		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(5),
+		owners, reserved = append(owners, o), append(reserved, pages)
+	}
+	var streams []*engine.Stream
+	for i, o := range owners {
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: reserved[i], Prompt: p, Sampling: greedy(5),
 			Prefix: &engine.Prefix{Domain: d, Version: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		streams, owners = append(streams, st), append(owners, o)
+		streams = append(streams, st)
 	}
 	for i, st := range streams {
 		got := collect(t, st)

@@ -264,3 +264,27 @@ func (p *Pool) fillPoison(b []byte) {
 		n += copy(b[n:], b[:n])
 	}
 }
+
+// ReleaseReuseFirst is the deliberately broken release of the test-only
+// mode brokenmode.ReleaseWithoutDrain, and nothing else calls it: it frees
+// owner's pages in any state — quarantined ones too, whose one-sided
+// writer may still write (I5) — and puts them at the front of the free
+// list, in table order, so the very next reservation takes them. It
+// returns the pages it freed (the owner's own, not the sealed ones it
+// shared).
+//
+// Errors: ErrNotHeld, ErrStaleEpoch.
+func (p *Pool) ReleaseReuseFirst(owner Owner) ([]PageID, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, err := p.settled(owner)
+	if err != nil {
+		return nil, err
+	}
+	own := slices.Clone(h.pages[h.shared:])
+	p.freeHolding(h) // appends own at the back of the free list, in order
+	for range own {
+		p.free.pushFront(p.free.popBack())
+	}
+	return own, nil
+}

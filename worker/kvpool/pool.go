@@ -154,6 +154,8 @@ type Pool struct {
 	idle                   *list.List
 	shared                 int
 	seals, evictions, hits uint64
+	// events are the seals and evictions not yet reported (events.go).
+	events cacheLog
 }
 
 // page is one page's metadata: owned by a holding (h), sealed (s), or
@@ -331,4 +333,17 @@ func (f *fifo) pop() PageID {
 func (f *fifo) push(id PageID) {
 	f.ids[(f.head+f.n)%len(f.ids)] = id
 	f.n++
+}
+
+// pushFront puts id where the next pop takes it.
+func (f *fifo) pushFront(id PageID) {
+	f.head = (f.head - 1 + len(f.ids)) % len(f.ids)
+	f.ids[f.head] = id
+	f.n++
+}
+
+// popBack takes the page ID pushed last.
+func (f *fifo) popBack() PageID {
+	f.n--
+	return f.ids[(f.head+f.n)%len(f.ids)]
 }

@@ -376,3 +376,26 @@ func TestZeroOnRelease(t *testing.T) {
 		}
 	}
 }
+
+// ReleaseReuseFirst (the broken release of brokenmode.ReleaseWithoutDrain)
+// frees pages in any state, quarantined too, and the next reservation
+// takes them first, in their table order.
+func TestReleaseReuseFirst(t *testing.T) {
+	p := small(t)
+	reserve(t, p, alice1, 4) // page 0
+	a := reserve(t, p, alice2, 12)
+	if _, err := p.Quarantine(alice2); err != nil {
+		t.Fatal(err)
+	}
+	freed, err := p.ReleaseReuseFirst(alice2)
+	if err != nil || !slices.Equal(freed, a) {
+		t.Fatalf("ReleaseReuseFirst: %v, %v; want %v", freed, err, a)
+	}
+	checkAccounting(t, p)
+	if got := reserve(t, p, bob1, 8); !slices.Equal(got, a[:2]) {
+		t.Errorf("next reservation got %v, want the freed pages first %v", got, a[:2])
+	}
+	if _, err := p.ReleaseReuseFirst(alice2); !errors.Is(err, kvpool.ErrNotHeld) {
+		t.Errorf("second release: %v, want ErrNotHeld", err)
+	}
+}

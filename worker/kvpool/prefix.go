@@ -74,6 +74,7 @@ func (p *Pool) Seal(owner Owner, tags []Tag) (int, error) {
 		}
 		*m = page{s: &sealed{tag: tags[i], refs: 1}, written: int32(p.pageTokens)}
 		p.index[tags[i]] = id
+		p.events.note(tags[i].Hash, true)
 		p.counts[h.state]--
 		p.shared++
 		p.seals++
@@ -139,6 +140,7 @@ func (p *Pool) unshare(h *holding) {
 func (p *Pool) evictOldest() {
 	id := p.idle.Remove(p.idle.Front()).(PageID)
 	delete(p.index, p.pages[id].s.tag)
+	p.events.note(p.pages[id].s.tag.Hash, false)
 	p.freePage(id)
 	p.evictions++
 }

@@ -56,9 +56,14 @@ type Model struct {
 	// Generation is generation_config.json, nil when the file is absent.
 	Generation *GenerationConfig
 
+	// GGUFPath is the GGUF file the model was loaded from, "" for a
+	// safetensors directory (Dir is then the file's directory).
+	GGUFPath string
+
 	weights Weights
 	tensors map[string]*Tensor
 	files   []*File
+	gguf    *GGUFFile
 }
 
 // Load reads config.json (and generation_config.json if present), maps the
@@ -67,7 +72,18 @@ type Model struct {
 // needs is present, has a float dtype and the shape the config implies.
 // Tensors the engine does not use are kept but not checked beyond the
 // file format. The tokenizer is not read here.
+//
+// dir may instead be a GGUF file (llama architecture), or a directory
+// without config.json holding exactly one .gguf file: the config then
+// comes from the GGUF metadata (see loadGGUF).
 func Load(dir string) (*Model, error) {
+	gp, err := ggufPath(dir)
+	if err != nil {
+		return nil, err
+	}
+	if gp != "" {
+		return loadGGUF(gp)
+	}
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -294,6 +310,9 @@ func (m *Model) Close() error {
 	for _, f := range m.files {
 		errs = append(errs, f.Close())
 	}
-	m.files, m.tensors, m.weights = nil, nil, Weights{}
+	if m.gguf != nil {
+		errs = append(errs, m.gguf.Close())
+	}
+	m.files, m.gguf, m.tensors, m.weights = nil, nil, nil, Weights{}
 	return errors.Join(errs...)
 }

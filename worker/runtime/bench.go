@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/cpu"
 	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
@@ -28,7 +30,11 @@ type BenchOptions struct {
 type BenchReport struct {
 	Threads int
 	Params  int64
-	// WeightBytesPerToken is what one decode step reads of the weights.
+	// WeightFormat is how the backend holds the projection weights (f32,
+	// f16, bf16, q8).
+	WeightFormat string
+	// WeightBytesPerToken is what one decode step reads of the weights,
+	// in the format they are held in.
 	WeightBytesPerToken int64
 
 	CopyBandwidth float64 // bytes/s read
@@ -55,7 +61,13 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	matmulParams := int64(c.NumHiddenLayers)*int64(
 		c.QDim()*c.HiddenSize+2*c.KVDim()*c.HiddenSize+c.HiddenSize*c.QDim()+
 			3*c.IntermediateSize*c.HiddenSize) + int64(c.VocabSize)*int64(c.HiddenSize)
-	rep.WeightBytesPerToken = matmulParams * 4
+	if sb, ok := r.backend.(streamingBackend); ok {
+		rep.WeightFormat, rep.WeightBytesPerToken = sb.WeightFormat(), sb.StreamedWeightBytes()
+	} else {
+		// The cuda backend computes on the file's element type.
+		dt := r.Model.Weights().Layers[0].Q.DType
+		rep.WeightFormat, rep.WeightBytesPerToken = strings.ToLower(string(dt)), matmulParams*int64(dt.Size())
+	}
 
 	rep.CopyBandwidth = kernels.MeasureCopyBandwidth(opt.BandwidthBytes, threads)
 	rep.FMAPeak = kernels.MeasureFMAPeak(threads)
@@ -89,6 +101,15 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	}
 	return rep, nil
 }
+
+// streamingBackend reports the weights a decode step streams (the cpu
+// backend).
+type streamingBackend interface {
+	WeightFormat() string
+	StreamedWeightBytes() int64
+}
+
+var _ streamingBackend = (*cpu.Backend)(nil)
 
 // decodeRate runs batch sequences of tokens each and returns generated
 // tokens per second, excluding their prefill.
@@ -161,6 +182,7 @@ func (rep BenchReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| figure | value |\n|---|---|\n")
 	fmt.Fprintf(w, "| threads | %d |\n", rep.Threads)
 	fmt.Fprintf(w, "| parameters | %.1f M |\n", float64(rep.Params)/1e6)
+	fmt.Fprintf(w, "| weights in memory | %s |\n", rep.WeightFormat)
 	fmt.Fprintf(w, "| weight bytes read per decode token | %.1f MB |\n", float64(rep.WeightBytesPerToken)/1e6)
 	fmt.Fprintf(w, "| memory read bandwidth (measured) | %.2f GB/s |\n", rep.CopyBandwidth/1e9)
 	fmt.Fprintf(w, "| FMA peak (measured) | %.1f GFLOP/s |\n", rep.FMAPeak/1e9)

@@ -7,14 +7,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/model"
 )
 
 // freeMemoryAfterWeights is the memory the KV pool may take a fraction of:
-// for cpu, the host's available memory less the weights in float32 (the
-// form the cpu backend computes on); for cuda, the device's free memory
-// once the weights are resident.
-func freeMemoryAfterWeights(backend string, m *model.Model) (int64, error) {
+// for cpu, the host's available memory less the weights in the form the
+// cpu backend holds them (the file's element type, or 1.125 bytes a weight
+// for q8 plus the embedding in the file's type); for cuda, the
+// device's free memory once the weights are resident.
+func freeMemoryAfterWeights(backend string, m *model.Model, q8 bool) (int64, error) {
 	if backend == "cuda" {
 		return cudaFreeMemory(m)
 	}
@@ -22,7 +24,14 @@ func freeMemoryAfterWeights(backend string, m *model.Model) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return max(0, avail-m.Config.NumParameters()*4), nil
+	c := &m.Config
+	size := int64(m.Weights().Embed.DType.Size())
+	weights := c.NumParameters() * size
+	if q8 {
+		// Every matrix at q8, plus the embedding rows in the file's type.
+		weights = c.NumParameters()*kernels.Q8BlockBytes/kernels.Q8Block + int64(c.VocabSize)*int64(c.HiddenSize)*size
+	}
+	return max(0, avail-weights), nil
 }
 
 // memAvailable reads MemAvailable from /proc/meminfo.

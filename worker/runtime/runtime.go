@@ -19,12 +19,16 @@ import (
 
 // Options configure a Runtime.
 type Options struct {
-	// ModelDir is a Hugging Face layout directory.
+	// ModelDir is a Hugging Face layout directory or a GGUF model (a .gguf
+	// file, or a directory holding one); see model.Load.
 	ModelDir string
 	// Backend is "cpu" (default) or "cuda" (only in builds with -tags cuda).
 	Backend string
 	// Threads is the number of compute threads; 0 means every core.
 	Threads int
+	// Quantize holds the cpu backend's projection weights as Q8 (see
+	// kernels.Matrix.QuantizeQ8); false keeps the file's element type.
+	Quantize bool
 	// PageTokens is the KV page size in tokens.
 	PageTokens int
 	// KVBytes is the pool budget; 0 means KVFraction of the memory left
@@ -99,13 +103,16 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}()
 	if opt.Backend == "cuda" {
+		if opt.Quantize {
+			return nil, fmt.Errorf("runtime: q8 weights need the cpu backend")
+		}
 		if be, err = newCUDABackend(opt, m); err != nil {
 			return nil, err
 		}
 	}
 	budget := opt.KVBytes
 	if budget == 0 {
-		free, err := freeMemoryAfterWeights(opt.Backend, m)
+		free, err := freeMemoryAfterWeights(opt.Backend, m, opt.Quantize)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +177,7 @@ func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend,
 	switch opt.Backend {
 	case "cpu":
 		return cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
-			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens})
+			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, Quantize: opt.Quantize})
 	default:
 		return nil, fmt.Errorf("runtime: unknown backend %q (want cpu or cuda)", opt.Backend)
 	}

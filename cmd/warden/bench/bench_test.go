@@ -255,3 +255,29 @@ func TestRunPD(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFleet: on two both workers, cache-aware routing sends each later
+// turn to the worker holding its conversation (every later turn hits), and
+// round robin serves the same answers (RunFleet compares them).
+func TestRunFleet(t *testing.T) {
+	rep, err := RunFleet(context.Background(), FleetOptions{Both: 2, Conversations: 2, Turns: 3, TurnWords: 30, AnswerTokens: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rep.Aware
+	if a.Requests != 6 || a.Cached == 0 || a.PromptTokens != rep.RoundRob.PromptTokens || len(a.Load) != 2 {
+		t.Fatalf("cache-aware tally %+v, round robin %+v", a, rep.RoundRob)
+	}
+	var served int64
+	for _, n := range a.Load {
+		served += n
+	}
+	if served != 6 {
+		t.Fatalf("workers served %d requests, want 6: %v", served, a.Load)
+	}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	if !strings.Contains(b.String(), "| cache_aware | 6 |") || !strings.Contains(b.String(), "| round_robin | 6 |") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}

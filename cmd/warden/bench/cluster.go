@@ -67,6 +67,10 @@ type clusterOptions struct {
 	// transfer, when set, starts a prefill and a decode worker joined by
 	// that transfer backend instead of one both worker (no direct path).
 	transfer config.TransferBackend
+	// roles, when set, are the workers to start instead (no direct path);
+	// routing is the gateways' gateway.routing.
+	roles   []config.Role
+	routing config.Routing
 }
 
 // cluster is a worker (role both, tiny model) and the gateways in front of
@@ -79,9 +83,12 @@ type cluster struct {
 
 	gateways []*gatewayNode
 	workers  []*running
-	conn     *grpc.ClientConn
-	direct   controlpb.WorkerClient
-	directN  atomic.Int64 // request IDs of direct calls
+	// workerMetrics are the workers' registries, by worker ID.
+	workerMetrics map[string]*prometheus.Registry
+	routing       config.Routing
+	conn          *grpc.ClientConn
+	direct        controlpb.WorkerClient
+	directN       atomic.Int64 // request IDs of direct calls
 
 	redisAddr, redisPrefix string
 }
@@ -122,7 +129,7 @@ type gatewayNode struct {
 // redisAddr is set) with tenant "bench" and a key, then the worker
 // registered with all of them, and waits until every gateway serves it.
 func startCluster(ctx context.Context, o clusterOptions) (_ *cluster, err error) {
-	c := &cluster{log: o.logger, redisAddr: o.redisAddr}
+	c := &cluster{log: o.logger, redisAddr: o.redisAddr, routing: o.routing, workerMetrics: make(map[string]*prometheus.Registry)}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -163,8 +170,18 @@ func startCluster(ctx context.Context, o clusterOptions) (_ *cluster, err error)
 	if o.transfer != "" {
 		roles = []config.Role{config.RolePrefill, config.RoleDecode}
 	}
-	for _, role := range roles {
-		if err := c.startWorker(role, o.transfer, o.threads, registries); err != nil {
+	if o.roles != nil {
+		roles = o.roles
+	}
+	for i, role := range roles {
+		id := workerID
+		if role != config.RoleBoth || o.roles != nil {
+			id += "-" + string(role)
+		}
+		if o.roles != nil {
+			id += fmt.Sprint("-", i)
+		}
+		if err := c.startWorker(id, role, o.transfer, o.threads, registries); err != nil {
 			return nil, err
 		}
 	}
@@ -172,7 +189,7 @@ func startCluster(ctx context.Context, o clusterOptions) (_ *cluster, err error)
 	if err != nil {
 		return nil, err
 	}
-	if o.transfer != "" {
+	if o.transfer != "" || o.roles != nil {
 		return c, nil
 	}
 	tc, err := tlsutil.ClusterClientConfig(c.pki.CACert, c.pki.GatewayCert, c.pki.GatewayKey, tlsutil.PeerWorker)
@@ -202,6 +219,9 @@ func (c *cluster) startGateway(ctx context.Context, store config.StoreKind) (*ga
 	gw.Listen, gw.AdminListen, gw.RegistryListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	gw.TLS.CertFile, gw.TLS.KeyFile = c.pki.ServerCert, c.pki.ServerKey
 	gw.AdminToken = rand.Text()
+	if c.routing != "" {
+		gw.Routing = c.routing
+	}
 	cfg.Cluster.CertFile, cfg.Cluster.KeyFile = c.pki.GatewayCert, c.pki.GatewayKey
 	cfg.Tenants.Store = store
 	if store == config.StoreRedis {
@@ -250,13 +270,9 @@ func (c *cluster) startGateway(ctx context.Context, store config.StoreKind) (*ga
 	return n, nil
 }
 
-func (c *cluster) startWorker(role config.Role, transfer config.TransferBackend, threads int, registries []string) error {
+func (c *cluster) startWorker(id string, role config.Role, transfer config.TransferBackend, threads int, registries []string) error {
 	cfg := c.baseConfig()
 	w := &cfg.Worker
-	id := workerID
-	if role != config.RoleBoth {
-		id += "-" + string(role)
-	}
 	w.ID, w.Role, w.Model, w.ModelDir, w.Threads = id, role, modelName, c.modelDir, threads
 	w.Listen, w.Transfer.Listen = "127.0.0.1:0", "127.0.0.1:0"
 	if transfer != "" {
@@ -268,10 +284,12 @@ func (c *cluster) startWorker(role config.Role, transfer config.TransferBackend,
 	if err := cfg.ValidateWorker(); err != nil {
 		return fmt.Errorf("bench: worker config: %w", err)
 	}
-	wk, err := worker.New(cfg, worker.WithLogger(c.log.With("worker", id)), worker.WithRegistry(prometheus.NewRegistry()))
+	reg := prometheus.NewRegistry()
+	wk, err := worker.New(cfg, worker.WithLogger(c.log.With("worker", id)), worker.WithRegistry(reg))
 	if err != nil {
 		return err
 	}
+	c.workerMetrics[id] = reg
 	c.workers = append(c.workers, run(wk.Run))
 	return nil
 }
@@ -480,7 +498,7 @@ func (c *cluster) waitQuiet(ctx context.Context) error {
 // loadTokenizer loads the model's tokenizer, as the gateway does from the
 // worker's assets.
 func (c *cluster) loadTokenizer() (*tokenizer.Tokenizer, error) {
-	tok, err := tokenizer.Load(c.modelDir)
+	tok, err := model.LoadTokenizer(c.modelDir)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -22,14 +22,14 @@ import (
 func runBench(ctx context.Context, e *env, args []string) error {
 	subs := map[string]func(context.Context, *env, []string) error{
 		"engine": runBenchEngine, "gateway": runBenchGateway, "tenants": runBenchTenants, "pd": runBenchPD,
-		"prefix": runBenchPrefix,
+		"prefix": runBenchPrefix, "fleet": runBenchFleet,
 	}
 	if len(args) > 0 {
 		if run, ok := subs[args[0]]; ok {
 			return run(ctx, e, args[1:])
 		}
 	}
-	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix [flags]")
+	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet [flags]")
 	return errUsage
 }
 
@@ -137,26 +137,33 @@ func runBenchTenants(ctx context.Context, e *env, args []string) error {
 }
 
 func runBenchEngine(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench engine", "bench engine [--model-dir DIR] [--threads N] [--prompt N] [--decode N] [--batch N]")
+	fs := newFlags(e, "bench engine", "bench engine [--model-dir DIR] [--dtype f32|f16|bf16] [--quantize q8] [--threads N] [--prompt N] [--decode N] [--batch N]")
 	dir := fs.String("model-dir", "", "model directory (default: the small preset, generated into the user cache on first use)")
 	threads := fs.Int("threads", goruntime.NumCPU(), "compute threads")
 	promptTokens := fs.Int("prompt", 512, "prefill prompt length")
 	decode := fs.Int("decode", 32, "tokens generated per decode sequence")
 	batch := fs.Int("batch", 8, "larger decode batch")
 	bw := fs.Int("bandwidth-bytes", 512<<20, "buffer size of the memory bandwidth probe")
+	dtype := fs.String("dtype", "f32", "element type of the generated small preset (without --model-dir): f32, f16 or bf16")
+	quantize := fs.String("quantize", string(config.WeightsFile), "q8 quantizes the weights at load; file keeps the file's type")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if *quantize != string(config.WeightsFile) && *quantize != string(config.WeightsQ8) {
+		return fmt.Errorf("bench engine: --quantize %q: want file or q8", *quantize)
+	}
 	if *dir == "" {
-		d, err := cachedPreset(e, model.PresetSmall)
+		dt, err := model.ParseDType(*dtype)
 		if err != nil {
 			return err
 		}
-		*dir = d
+		if *dir, err = cachedPreset(e, model.PresetSmall, dt); err != nil {
+			return err
+		}
 	}
 	var rep runtime.BenchReport
 	err := withRuntime(ctx, runtime.Options{
-		ModelDir: *dir, Threads: *threads, PageTokens: 16,
+		ModelDir: *dir, Threads: *threads, PageTokens: 16, Quantize: *quantize == string(config.WeightsQ8),
 		KVBytes:     int64(*batch+1) * int64(*promptTokens+*decode+16) * 1 << 17,
 		ChunkTokens: *promptTokens, MaxBatch: max(*batch, 1),
 	}, func(rt *runtime.Runtime) (err error) {
@@ -173,21 +180,26 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// cachedPreset returns a directory holding the named preset with seed 1,
-// generating it under the user cache directory on first use.
-func cachedPreset(e *env, preset string) (string, error) {
+// cachedPreset returns a directory holding the named preset with seed 1
+// in element type dt, generating it under the user cache directory on
+// first use.
+func cachedPreset(e *env, preset string, dt model.DType) (string, error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
 		base = os.TempDir()
 	}
-	dir := filepath.Join(base, "warden", "models", preset+"-seed1")
+	name := preset + "-seed1"
+	if dt != model.F32 {
+		name += "-" + strings.ToLower(string(dt))
+	}
+	dir := filepath.Join(base, "warden", "models", name)
 	if _, err := os.Stat(filepath.Join(dir, model.ConfigFile)); err == nil {
 		return dir, nil
 	}
 	fmt.Fprintf(e.stderr, "generating the %s model in %s (first use)…\n", preset, dir)
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
-	if err := model.Init(tmp, preset, 1, model.F32); err != nil {
+	if err := model.Init(tmp, preset, 1, dt); err != nil {
 		return "", err
 	}
 	if err := os.Rename(tmp, dir); err != nil {

@@ -22,13 +22,13 @@ func runBenchPrefix(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *dir == "" {
-		d, err := cachedPreset(e, model.PresetSmall)
+		d, err := cachedPreset(e, model.PresetSmall, model.F32)
 		if err != nil {
 			return err
 		}
 		*dir = d
 	}
-	cfg, err := model.LoadConfig(*dir)
+	cfg, err := model.LoadModelConfig(*dir)
 	if err != nil {
 		return err
 	}

@@ -9,11 +9,41 @@ import (
 )
 
 func runModel(ctx context.Context, e *env, args []string) error {
-	if len(args) == 0 || args[0] != "init" {
-		fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--family "+strings.Join(model.FamilyNames(), "|")+"] [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
+	switch {
+	case len(args) > 0 && args[0] == "init":
+		return runModelInit(ctx, e, args[1:])
+	case len(args) > 0 && args[0] == "export-gguf":
+		return runModelExportGGUF(ctx, e, args[1:])
+	}
+	fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--family "+strings.Join(model.FamilyNames(), "|")+"] [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
+	fmt.Fprintln(e.stderr, "       warden model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0]")
+	return errUsage
+}
+
+// runModelExportGGUF writes a safetensors Llama model directory as a GGUF
+// file llama.cpp and warden both load (model.ExportGGUF).
+func runModelExportGGUF(_ context.Context, e *env, args []string) error {
+	fs := newFlags(e, "model export-gguf", "model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0]")
+	dir := fs.String("model-dir", "", "safetensors model directory (config.json, weights, tokenizer.json)")
+	out := fs.String("out", "", "GGUF file to write")
+	dtype := fs.String("dtype", "f16", "tensor type of the matrices and embedding: f32, f16, bf16 or q8_0 (norms stay f32)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" || *out == "" {
+		fmt.Fprintln(e.stderr, "warden model export-gguf: --model-dir and --out are required")
+		fs.Usage()
 		return errUsage
 	}
-	return runModelInit(ctx, e, args[1:])
+	typ, err := model.ParseGGMLType(*dtype)
+	if err != nil {
+		return err
+	}
+	if err := model.ExportGGUF(*dir, *out, typ); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "wrote %s (%s) from %s\n", *out, typ, *dir)
+	return nil
 }
 
 func runModelInit(_ context.Context, e *env, args []string) error {

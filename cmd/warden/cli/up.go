@@ -39,7 +39,7 @@ func runUp(ctx context.Context, e *env, args []string) error {
 	var o upOptions
 	fs.StringVar(&o.stateDir, "state-dir", ".warden", "directory for the dev PKI, dev model, tokens, generated configs and logs")
 	fs.StringVar(&o.listen, "listen", "", "host:port of the OpenAI-compatible API; port 0 picks a free one (default gateway.listen of --config, else "+upDefaultListen+")")
-	fs.StringVar(&o.modelDir, "model-dir", "", "Hugging Face Llama-family model directory (default worker.model_dir of --config, else a generated tiny model in the state dir)")
+	fs.StringVar(&o.modelDir, "model-dir", "", "Hugging Face Llama-family model directory or .gguf file (default worker.model_dir of --config, else a generated tiny model in the state dir)")
 	fs.StringVar(&o.model, "model", "", "served model name (default worker.model of --config; with --model-dir, the directory's name)")
 	fs.StringVar(&o.configPath, "config", "", "YAML config file: its values are kept, including pinned ports, Redis and TLS (see config/examples/up.yaml)")
 	fs.StringVar(&o.transfer, "transfer", "", "KV transfer between prefill and decode: tcp or shm (default worker.transfer.backend of --config, else tcp)")

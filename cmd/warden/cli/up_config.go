@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/tlsutil"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // Files and folders of `warden up`'s state directory.
@@ -198,7 +200,7 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	case o.model != "":
 		w.Model = o.model
 	case !pn.set("worker", "model") && o.modelDir != "":
-		w.Model = modelNameChars.ReplaceAllString(filepath.Base(w.ModelDir), "_")
+		w.Model = modelNameChars.ReplaceAllString(strings.TrimSuffix(filepath.Base(w.ModelDir), model.GGUFExt), "_")
 	}
 	if err := ensureModelListed(cfg, w.ModelDir); err != nil {
 		return nil, err

@@ -50,7 +50,7 @@ func ensureModelListed(cfg *config.Config, dir string) error {
 			return nil
 		}
 	}
-	mc, err := model.LoadConfig(dir)
+	mc, err := model.LoadModelConfig(dir)
 	if err != nil {
 		return fmt.Errorf("model directory %s: %w", dir, err)
 	}

@@ -23,7 +23,7 @@ var workerFlags = []workerFlag{
 		func(c *config.Config, v string) error { c.Worker.Role = config.Role(v); return nil }},
 	{"model", "served model name, listed in models (worker.model)",
 		func(c *config.Config, v string) error { c.Worker.Model = v; return nil }},
-	{"model-dir", "Hugging Face model directory (worker.model_dir)",
+	{"model-dir", "Hugging Face model directory, or a .gguf file (worker.model_dir)",
 		func(c *config.Config, v string) error { c.Worker.ModelDir = v; return nil }},
 	{"listen", "gRPC control listener host:port (worker.listen)",
 		func(c *config.Config, v string) error { c.Worker.Listen = v; return nil }},
@@ -39,6 +39,8 @@ var workerFlags = []workerFlag{
 			c.Worker.KV.MemoryBytes, err = config.ParseByteSize(v)
 			return err
 		}},
+	{"quantize", "q8 quantizes the weights at load; file keeps the file's type (worker.weights)",
+		func(c *config.Config, v string) error { c.Worker.Weights = config.WeightFormat(v); return nil }},
 	{"id", "worker ID in the registry, logs and metrics (worker.id)",
 		func(c *config.Config, v string) error { c.Worker.ID = v; return nil }},
 }

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -86,13 +87,14 @@ func TestBadInput(t *testing.T) {
 		{"image part", "POST", chat, nil, `{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, inv, CodeUnsupportedValue, "messages[0].content[1].type"},
 		{"unknown part", "POST", chat, nil, `{"model":"tiny","messages":[{"role":"user","content":[{"type":"hologram"}]}]}`, 400, inv, CodeInvalidValue, "messages[0].content[0].type"},
 		{"part text number", "POST", chat, nil, `{"model":"tiny","messages":[{"role":"user","content":[{"type":"text","text":1}]}]}`, 400, inv, CodeInvalidType, "messages[0].content[0].text"},
-		{"tool calls", "POST", chat, nil, `{"model":"tiny","messages":[{"role":"assistant","content":"","tool_calls":[{"id":"1"}]}]}`, 400, inv, CodeUnsupportedParameter, "messages[0].tool_calls"},
+		{"tool calls", "POST", chat, nil, `{"model":"tiny","messages":[{"role":"assistant","content":"","tool_calls":[{"id":"1"}]}]}`, 400, inv, CodeMissingParameter, "messages[0].tool_calls[0].type"},
 		{"model missing", "POST", chat, nil, `{"messages":[{"role":"user","content":"hi"}]}`, 400, inv, CodeMissingParameter, "model"},
 		{"model empty", "POST", chat, nil, `{"model":"","messages":[{"role":"user","content":"hi"}]}`, 400, inv, CodeMissingParameter, "model"},
 		{"model number", "POST", chat, nil, `{"model":7,"messages":[{"role":"user","content":"hi"}]}`, 400, inv, CodeInvalidType, "model"},
 		{"unknown model", "POST", chat, nil, `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, 404, inv, CodeModelNotFound, "model"},
 		{"n=9", "POST", chat, nil, chatWith(`"n":9`), 400, inv, CodeIntegerTooLarge, "n"},
 		{"n=0", "POST", chat, nil, chatWith(`"n":0`), 400, inv, CodeIntegerTooSmall, "n"},
+		{"n=2 with tools", "POST", chat, nil, chatWith(`"n":2,"tools":[{"type":"function","function":{"name":"f"}}]`), 400, inv, CodeUnsupportedValue, "n"},
 		{"temperature 2.5", "POST", chat, nil, chatWith(`"temperature":2.5`), 400, inv, CodeDecimalTooLarge, "temperature"},
 		{"temperature negative", "POST", chat, nil, chatWith(`"temperature":-0.1`), 400, inv, CodeDecimalTooSmall, "temperature"},
 		{"temperature string", "POST", chat, nil, chatWith(`"temperature":"hot"`), 400, inv, CodeInvalidType, "temperature"},
@@ -109,7 +111,7 @@ func TestBadInput(t *testing.T) {
 		{"top_logprobs without logprobs", "POST", chat, nil, chatWith(`"top_logprobs":2`), 400, inv, CodeInvalidValue, "top_logprobs"},
 		{"completions logprobs true", "POST", "/v1/completions", nil, `{"model":"tiny","prompt":"x","logprobs":true}`, 400, inv, CodeInvalidType, "logprobs"},
 		{"presence_penalty 1", "POST", chat, nil, chatWith(`"presence_penalty":1`), 400, inv, CodeUnsupportedParameter, "presence_penalty"},
-		{"tools", "POST", chat, nil, chatWith(`"tools":[{"type":"function"}]`), 400, inv, CodeUnsupportedParameter, "tools"},
+		{"tools", "POST", chat, nil, chatWith(`"tools":[{"type":"function"}]`), 400, inv, CodeMissingParameter, "tools[0].function"},
 		{"top_k", "POST", chat, nil, chatWith(`"top_k":5`), 400, inv, CodeUnsupportedParameter, "top_k"},
 		{"cache salt (I8)", "POST", chat, nil, chatWith(`"cache_salt":"other-tenant"`), 400, inv, CodeUnsupportedParameter, "cache_salt"},
 		{"transfer params (I8)", "POST", chat, nil, chatWith(`"kv_transfer_params":{"remote_host":"10.0.0.1"}`), 400, inv, CodeUnsupportedParameter, "kv_transfer_params"},
@@ -175,7 +177,7 @@ func TestBadInput(t *testing.T) {
 	// After all that, the same handler still serves a good request.
 	rec := do(h, "POST", chat, goodChat, authJSON())
 	var resp chatCompletion
-	if err := json.Unmarshal(rec.Body.Bytes(), &resp); rec.Code != 200 || err != nil || resp.Choices[0].Message.Content != fakeText {
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); rec.Code != 200 || err != nil || resp.Choices[0].Message.Content == nil || *resp.Choices[0].Message.Content != fakeText {
 		t.Fatalf("good request after bad ones: %d %s", rec.Code, rec.Body)
 	}
 }
@@ -235,7 +237,7 @@ func TestLenientInput(t *testing.T) {
 		{"content parts", "/v1/chat/completions",
 			`{"model":"tiny","messages":[{"role":"developer","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},{"role":"user","content":"c","name":"bob"}]}`,
 			func(r *GenerateRequest) bool {
-				return len(r.Messages) == 2 && r.Messages[0] == Message{Role: "developer", Content: "ab"} && r.Messages[1].Content == "c"
+				return len(r.Messages) == 2 && reflect.DeepEqual(r.Messages[0], Message{Role: "developer", Content: "ab"}) && r.Messages[1].Content == "c"
 			}},
 		{"aliases and forms", "/v1/chat/completions", chatWith(
 			`"max_completion_tokens":1e3,"stop":"END","temperature":0,"top_p":1,"seed":-5,"user":"u-1","stream":false,"stream_options":{"include_usage":true}`),

@@ -34,6 +34,14 @@ func (f fields) get(name string) json.RawMessage {
 	return nil
 }
 
+// take is get for a field the decoder implements that checkOtherField
+// would otherwise judge: the field is removed from f.
+func (f fields) take(name string) json.RawMessage {
+	raw := f.get(name)
+	delete(f, name)
+	return raw
+}
+
 // decoder turns the fields of one request into a GenerateRequest.
 type decoder struct {
 	f         fields
@@ -52,7 +60,12 @@ func decodeRequest(kind Kind, body []byte, maxTokens int64) (*GenerateRequest, *
 		return nil, e
 	}
 	d := &decoder{f: f, r: &GenerateRequest{Kind: kind}, maxTokens: maxTokens}
-	content := d.messages
+	content := func() *Error {
+		if e := d.messages(); e != nil {
+			return e
+		}
+		return d.tools(false)
+	}
 	if kind == KindCompletion {
 		content = d.prompt
 	}
@@ -248,10 +261,16 @@ func (d *decoder) n() *Error {
 	return nil
 }
 
-// checkChoices refuses n above the configured maximum.
+// checkChoices refuses n above the configured maximum, and n > 1 for a
+// request whose output is read for tool calls (tools with a tool_choice
+// other than "none"): tool calls are parsed for one choice only.
 func checkChoices(req *GenerateRequest, max int) *Error {
 	if req.N > max {
 		return InvalidRequest("n", CodeIntegerTooLarge, fmt.Sprintf("Invalid 'n': at most %d choices per request, got %d.", max, req.N))
+	}
+	if req.N > 1 && len(req.Tools) > 0 && req.ToolChoice.Mode != ToolChoiceNone {
+		return InvalidRequest("n", CodeUnsupportedValue, fmt.Sprintf(
+			"Invalid 'n': %d choices are not supported together with tools; send n = 1 or tool_choice \"none\".", req.N))
 	}
 	return nil
 }

@@ -15,25 +15,35 @@ func (d *decoder) messages() *Error {
 	if raw == nil {
 		return missing("messages")
 	}
-	items, e := decodeArray(raw, "messages", "an array")
+	return eachItem(raw, "messages", "an array", func(item json.RawMessage, param string) *Error {
+		m, e := decodeMessage(item, param)
+		d.r.Messages = append(d.r.Messages, m)
+		return e
+	})
+}
+
+// eachItem walks a non-empty array at param (want describes it in the
+// type error), calling item for each element with its param ("name[i]").
+func eachItem(raw json.RawMessage, param, want string, item func(raw json.RawMessage, param string) *Error) *Error {
+	items, e := decodeArray(raw, param, want)
 	if e != nil {
 		return e
 	}
 	if len(items) == 0 {
-		return InvalidRequest("messages", CodeEmptyArray,
-			"Invalid 'messages': empty array. Expected an array with at least 1 element.")
+		return InvalidRequest(param, CodeEmptyArray,
+			fmt.Sprintf("Invalid '%s': empty array. Expected an array with at least 1 element.", param))
 	}
-	d.r.Messages = make([]Message, 0, len(items))
-	for i, item := range items {
-		m, e := decodeMessage(item, fmt.Sprintf("messages[%d]", i))
-		if e != nil {
+	for i, it := range items {
+		if e := item(it, fmt.Sprintf("%s[%d]", param, i)); e != nil {
 			return e
 		}
-		d.r.Messages = append(d.r.Messages, m)
 	}
 	return nil
 }
 
+// decodeMessage reads one chat message. An assistant message may carry
+// tool_calls (its content may then be null or absent); a tool message
+// answers one call, named by tool_call_id.
 func decodeMessage(raw json.RawMessage, param string) (Message, *Error) {
 	f, e := decodeObject(raw, param)
 	if e != nil {
@@ -53,18 +63,38 @@ func decodeMessage(raw json.RawMessage, param string) (Message, *Error) {
 		return Message{}, InvalidRequest(param+".role", CodeInvalidValue, fmt.Sprintf(
 			"Invalid value for '%s.role': expected one of system, user, assistant, developer, tool; got %q.", param, role))
 	}
-	// Tool and function calls are not supported, so a history holding
-	// them cannot be rendered faithfully.
-	for _, name := range []string{"tool_calls", "function_call", "audio"} {
+	// Legacy function calls and audio are not supported, so a history
+	// holding them cannot be rendered faithfully.
+	for _, name := range []string{"function_call", "audio"} {
 		if v := f.get(name); v != nil && string(v) != "[]" {
 			return Message{}, unsupportedParameter(param + "." + name)
 		}
 	}
-	content, e := decodeContent(f.get("content"), param+".content")
-	if e != nil {
-		return Message{}, e
+	m := Message{Role: role}
+	rawContent := f.get("content")
+	if raw := f.get("tool_calls"); raw != nil && string(raw) != "[]" {
+		if role != "assistant" {
+			return Message{}, InvalidRequest(param+".tool_calls", CodeInvalidValue,
+				fmt.Sprintf("Invalid '%s.tool_calls': only assistant messages carry tool calls.", param))
+		}
+		if m.ToolCalls, e = decodeToolCalls(raw, param+".tool_calls"); e != nil {
+			return Message{}, e
+		}
+		if rawContent == nil {
+			return m, nil // content null or absent beside tool calls
+		}
 	}
-	return Message{Role: role, Content: content}, nil
+	if role == "tool" {
+		rawID := f.get("tool_call_id")
+		if rawID == nil {
+			return Message{}, missing(param + ".tool_call_id")
+		}
+		if m.ToolCallID, e = decodeString(rawID, param+".tool_call_id"); e != nil {
+			return Message{}, e
+		}
+	}
+	m.Content, e = decodeContent(rawContent, param+".content")
+	return m, e
 }
 
 // decodeContent accepts a string or an array of text parts.

@@ -27,7 +27,7 @@ import (
 //   - Every other field is ignored, like OpenAI-compatible servers commonly
 //     do, so newer SDKs keep working. This covers standard fields with no
 //     effect on the generated text (store, metadata, service_tier,
-//     safety_identifier, prompt_cache_key, parallel_tool_calls, ...).
+//     safety_identifier, prompt_cache_key, ...).
 func checkOtherField(name string, raw json.RawMessage) *Error {
 	if isNull(raw) {
 		return nil // null means absent, for every field

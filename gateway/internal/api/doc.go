@@ -23,8 +23,10 @@
 // MaxPriority (whether the tenant may ask for it is the core's to check:
 // its max_priority, invariant I8). Standard fields that would change the
 // output are accepted only at their default value (logprobs: false,
-// presence_penalty: 0, tools: [], ...), and otherwise refused with 400
-// unsupported_parameter. Fields that would steer gateway or engine
+// presence_penalty: 0, functions: [], ...), and otherwise refused with 400
+// unsupported_parameter. Tools (tools, tool_choice, parallel_tool_calls,
+// tool calls and tool messages in the history) are decoded in tools.go;
+// the core renders them and parses the output into ToolCallDelta events. Fields that would steer gateway or engine
 // internals (cache salts, KV-transfer parameters, worker choice, request
 // IDs, anything named warden…) are always refused (invariant I8). Other
 // unknown fields are ignored. See checkOtherField.
@@ -34,8 +36,8 @@
 // Non-streaming responses are chat.completion and text_completion objects
 // as OpenAI shapes them, with ids "chatcmpl-…" and "cmpl-…" derived from
 // the request ID. Streams are text/event-stream: for chat, a first chunk
-// with the assistant role, one chunk per text delta, a chunk with the
-// finish reason, with stream_options.include_usage a chunk with empty
+// with the assistant role, one chunk per text delta and per tool-call
+// delta, a chunk with the finish reason, with stream_options.include_usage a chunk with empty
 // choices and the usage, then "data: [DONE]"; each event is flushed.
 //
 // The status line and headers are written when the first Event arrives, so

@@ -19,6 +19,7 @@ type tracker struct {
 	// finish is every choice's finish reason ("" until it came).
 	finish []string
 	usage  *Usage
+	calls  []ToolCall // the tool calls so far, put together from their deltas
 }
 
 // newTracker tracks a generation of n choices.
@@ -30,11 +31,16 @@ func (t *tracker) observe(ev Event) error {
 		return fmt.Errorf("%w: event of choice %d of %d", errBrokenContract, ev.Choice, len(t.finish))
 	case !utf8.ValidString(ev.TextDelta):
 		return fmt.Errorf("%w: text delta is not valid UTF-8", errBrokenContract)
-	case t.finish[ev.Choice] != "" && (ev.TextDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0):
+	case t.finish[ev.Choice] != "" && (ev.TextDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0 || len(ev.ToolCalls) > 0):
 		return fmt.Errorf("%w: event after the finish reason", errBrokenContract)
 	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0 ||
 		ev.Usage.CachedTokens < 0 || ev.Usage.CachedTokens > ev.Usage.PromptTokens):
 		return fmt.Errorf("%w: negative usage %+v", errBrokenContract, *ev.Usage)
+	}
+	for _, d := range ev.ToolCalls {
+		if err := t.addCall(d); err != nil {
+			return err
+		}
 	}
 	if ev.FinishReason != "" {
 		t.finish[ev.Choice] = ev.FinishReason
@@ -67,6 +73,22 @@ func (t *tracker) end() error {
 		return fmt.Errorf("%w: ended without a finish reason", errBrokenContract)
 	case t.usage == nil:
 		return fmt.Errorf("%w: ended without usage", errBrokenContract)
+	}
+	return nil
+}
+
+// addCall puts one tool-call delta into t.calls: a new call (index
+// len(calls), with ID and name) or arguments of the last one.
+func (t *tracker) addCall(d ToolCallDelta) error {
+	switch n := len(t.calls); {
+	case !utf8.ValidString(d.Arguments) || !utf8.ValidString(d.Name) || !utf8.ValidString(d.ID):
+		return fmt.Errorf("%w: tool call delta is not valid UTF-8", errBrokenContract)
+	case d.Index == n && d.ID != "" && d.Name != "":
+		t.calls = append(t.calls, ToolCall{ID: d.ID, Name: d.Name, Arguments: d.Arguments})
+	case d.Index == n-1 && d.ID == "" && d.Name == "":
+		t.calls[n-1].Arguments += d.Arguments
+	default:
+		return fmt.Errorf("%w: tool call delta %+v after %d calls", errBrokenContract, d, n)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -45,6 +46,8 @@ func fuzzSeeds() []string {
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
 		`{"model":"tiny","model":7}`,
 		`{"model":"tiny","prompt":"x","n":3}`, `{"model":"tiny","prompt":"x","n":1e3}`,
+		`{"model":"tiny","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}],"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false}`,
+		`{"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
 		``, `null`, `{}`, `"x"`, `1`,
 	}
 }
@@ -82,10 +85,17 @@ func checkDecodeResult(t *testing.T, kind Kind, req *GenerateRequest, e *Error) 
 		if !strings.Contains("|system|user|assistant|developer|tool|", "|"+m.Role+"|") || !utf8.ValidString(m.Content) {
 			t.Fatalf("bad message %+v", m)
 		}
+		for _, c := range m.ToolCalls {
+			var args map[string]any
+			if m.Role != "assistant" || c.ID == "" || c.Name == "" || json.Unmarshal([]byte(c.Arguments), &args) != nil {
+				t.Fatalf("bad tool call %+v in %+v", c, m)
+			}
+		}
 	}
 	if req.TopLogprobs < 0 || req.TopLogprobs > MaxTopLogprobs || (req.TopLogprobs > 0 && !req.Logprobs) {
 		t.Fatalf("logprobs %v top %d", req.Logprobs, req.TopLogprobs)
 	}
+	checkTools(t, req)
 	if req.MaxTokens != nil && (*req.MaxTokens < 1 || *req.MaxTokens > DefaultMaxTokensLimit) {
 		t.Fatalf("max tokens %d", *req.MaxTokens)
 	}
@@ -108,6 +118,32 @@ func checkDecodeResult(t *testing.T, kind Kind, req *GenerateRequest, e *Error) 
 	}
 	if req.IncludeUsage && !req.Stream {
 		t.Fatal("include_usage without stream")
+	}
+}
+
+// checkTools asserts the tools of a decoded request: unique valid names,
+// template objects that are JSON, a named choice among them.
+func checkTools(t *testing.T, req *GenerateRequest) {
+	names := map[string]bool{}
+	for _, tool := range req.Tools {
+		var v map[string]any
+		if names[tool.Name] || tool.Name == "" || json.Unmarshal(tool.Template, &v) != nil {
+			t.Fatalf("bad tool %+v", tool)
+		}
+		names[tool.Name] = true
+	}
+	switch c := req.ToolChoice; c.Mode {
+	case "", ToolChoiceAuto, ToolChoiceNone:
+	case ToolChoiceRequired:
+		if len(req.Tools) == 0 {
+			t.Fatal("tool_choice required without tools")
+		}
+	case ToolChoiceFunction:
+		if !names[c.Name] {
+			t.Fatalf("tool_choice names %q, not among the tools", c.Name)
+		}
+	default:
+		t.Fatalf("tool choice %+v", c)
 	}
 }
 

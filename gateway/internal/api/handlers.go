@@ -129,42 +129,39 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			s.stream(w, r, rc, gen, sh, req.N, req.IncludeUsage)
 			return
 		}
-		out, ok := s.collect(w, r, gen, req.N)
+		res, ok := s.collect(w, r, gen, req.N)
 		if !ok {
 			return
 		}
 		s.setDeadline(rc)
-		writeJSON(w, http.StatusOK, sh.response(out.choices, out.usage))
+		writeJSON(w, http.StatusOK, sh.response(res))
 	}
 }
 
-// collected is a whole generation.
-type collected struct {
-	choices []choiceOut
-	usage   Usage
-}
-
-// collect waits for the whole generation of n choices. On failure it
-// answers the error itself.
-func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation, n int) (collected, bool) {
+// collect waits for the whole generation of n choices: their text, tool
+// calls, logprobs, finish reasons, and the usage. On failure it answers
+// the error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation, n int) (result, bool) {
 	t := newTracker(n)
 	texts := make([]strings.Builder, len(t.finish))
-	out := collected{choices: make([]choiceOut, len(t.finish))}
+	res := result{choices: make([]choiceOut, len(t.finish))}
 	for {
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
 			s.fail(w, r, err)
-			return collected{}, false
+			return result{}, false
 		}
 		if done {
-			for k := range out.choices {
-				out.choices[k].text, out.choices[k].finish = texts[k].String(), t.finish[k]
+			for k := range res.choices {
+				res.choices[k].text, res.choices[k].finish = texts[k].String(), t.finish[k]
 			}
-			out.usage = *t.usage
-			return out, true
+			// Tool calls come only with n = 1 (tools with n > 1 are refused).
+			res.choices[0].calls = t.calls
+			res.usage = *t.usage
+			return res, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		texts[ev.Choice].WriteString(ev.TextDelta)
-		out.choices[ev.Choice].logprobs = append(out.choices[ev.Choice].logprobs, ev.Logprobs...)
+		res.choices[ev.Choice].logprobs = append(res.choices[ev.Choice].logprobs, ev.Logprobs...)
 	}
 }

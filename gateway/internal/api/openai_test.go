@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -71,7 +72,7 @@ func TestOpenAIClientChat(t *testing.T) {
 
 	req := svc.lastRequest(t)
 	want := []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Say hello."}}
-	if len(req.Messages) != 2 || req.Messages[0] != want[0] || req.Messages[1] != want[1] {
+	if !reflect.DeepEqual(req.Messages, want) {
 		t.Errorf("messages = %+v, want %+v", req.Messages, want)
 	}
 	if req.Kind != KindChat || req.Stream || *req.MaxTokens != 32 || *req.Temperature != 0.5 || *req.Seed != 42 {

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -42,6 +44,16 @@ type respMessage struct {
 	Content []respTextPart `json:"content"`
 }
 
+// respCall is a function_call output item.
+type respCall struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Status    string `json:"status"`
+}
+
 type respIncomplete struct {
 	Reason string `json:"reason"`
 }
@@ -55,48 +67,48 @@ type respTextFormat struct {
 // respObject is the response object, as returned and as carried by the
 // lifecycle events of a stream.
 type respObject struct {
-	ID                 string          `json:"id"`
-	Object             string          `json:"object"`
-	CreatedAt          int64           `json:"created_at"`
-	Status             string          `json:"status"`
-	Error              *struct{}       `json:"error"`
-	IncompleteDetails  *respIncomplete `json:"incomplete_details"`
-	Instructions       *string         `json:"instructions"`
-	MaxOutputTokens    *int64          `json:"max_output_tokens"`
-	Model              string          `json:"model"`
-	Output             []respMessage   `json:"output"`
-	ParallelToolCalls  bool            `json:"parallel_tool_calls"`
-	PreviousResponseID *string         `json:"previous_response_id"`
-	Store              bool            `json:"store"`
-	Temperature        float64         `json:"temperature"`
-	Text               respTextFormat  `json:"text"`
-	ToolChoice         string          `json:"tool_choice"`
-	Tools              []any           `json:"tools"`
-	TopP               float64         `json:"top_p"`
-	Truncation         string          `json:"truncation"`
-	Usage              *respUsage      `json:"usage"`
-	Metadata           map[string]any  `json:"metadata"`
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"`
+	CreatedAt          int64             `json:"created_at"`
+	Status             string            `json:"status"`
+	Error              *struct{}         `json:"error"`
+	IncompleteDetails  *respIncomplete   `json:"incomplete_details"`
+	Instructions       *string           `json:"instructions"`
+	MaxOutputTokens    *int64            `json:"max_output_tokens"`
+	Model              string            `json:"model"`
+	Output             []any             `json:"output"` // respMessage and respCall items
+	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	Store              bool              `json:"store"`
+	Temperature        float64           `json:"temperature"`
+	Text               respTextFormat    `json:"text"`
+	ToolChoice         any               `json:"tool_choice"`
+	Tools              []json.RawMessage `json:"tools"`
+	TopP               float64           `json:"top_p"`
+	Truncation         string            `json:"truncation"`
+	Usage              *respUsage        `json:"usage"`
+	Metadata           map[string]any    `json:"metadata"`
 }
 
 // respShape builds one request's response objects and stream events.
 type respShape struct {
-	id, msgID, model string
-	created          int64
-	params           *responseParams
-	seq              int64
+	id, model string
+	created   int64
+	params    *responseParams
+	seq       int64
 }
 
 func newRespShape(req *GenerateRequest, p *responseParams, created int64) *respShape {
 	id := strings.TrimPrefix(req.RequestID, "req_")
-	return &respShape{id: "resp_" + id, msgID: "msg_" + id, model: req.Model, created: created, params: p}
+	return &respShape{id: id, model: req.Model, created: created, params: p}
 }
 
 // object is the response object with the given status and output.
-func (s *respShape) object(status string, output []respMessage, reason string, u *Usage) respObject {
-	o := respObject{ID: s.id, Object: "response", CreatedAt: s.created, Status: status,
+func (s *respShape) object(status string, output []any, reason string, u *Usage) respObject {
+	o := respObject{ID: "resp_" + s.id, Object: "response", CreatedAt: s.created, Status: status,
 		Instructions: s.params.instructions, MaxOutputTokens: s.params.maxOutput, Model: s.model,
-		Output: output, ParallelToolCalls: true, Temperature: s.params.temperature, ToolChoice: "auto",
-		Tools: []any{}, TopP: s.params.topP, Truncation: "disabled", Metadata: map[string]any{}}
+		Output: output, ParallelToolCalls: s.params.parallel, Temperature: s.params.temperature, ToolChoice: s.params.toolChoice,
+		Tools: s.params.tools, TopP: s.params.topP, Truncation: "disabled", Metadata: map[string]any{}}
 	o.Text.Format.Type = "text"
 	if reason == "length" {
 		o.IncompleteDetails = &respIncomplete{Reason: "max_output_tokens"}
@@ -108,21 +120,49 @@ func (s *respShape) object(status string, output []respMessage, reason string, u
 	return o
 }
 
-// final is the finished response for the whole text.
-func (s *respShape) final(text string, lps []TokenLogprob, reason string, u Usage) respObject {
-	status := "completed"
+// status is the response's status for a finish reason.
+func status(reason string) string {
 	if reason == "length" {
-		status = "incomplete"
+		return "incomplete"
 	}
-	return s.object(status, []respMessage{s.message(status, text, lps)}, reason, &u)
+	return "completed"
 }
 
-func (s *respShape) message(status, text string, lps []TokenLogprob) respMessage {
-	m := respMessage{Type: "message", ID: s.msgID, Status: status, Role: "assistant", Content: []respTextPart{}}
+// final is the finished response: a message with the text (left out
+// when the answer is only tool calls), then one item per call.
+func (s *respShape) final(res result) respObject {
+	r := res.choices[0] // the Responses API has no n
+	st := status(r.finish)
+	var output []any
+	if r.text != "" || len(r.calls) == 0 {
+		output = append(output, s.message(0, st, r.text, r.logprobs))
+	}
+	for i, c := range r.calls {
+		output = append(output, s.call(i, c, st))
+	}
+	return s.object(st, output, r.finish, &res.usage)
+}
+
+// message is the n-th message item (text after tool calls starts another).
+func (s *respShape) message(n int, status, text string, lps []TokenLogprob) respMessage {
+	m := respMessage{Type: "message", ID: s.msgID(n), Status: status, Role: "assistant", Content: []respTextPart{}}
 	if status != "in_progress" {
 		m.Content = append(m.Content, textPart(text, lps))
 	}
 	return m
+}
+
+func (s *respShape) msgID(n int) string {
+	if n == 0 {
+		return "msg_" + s.id
+	}
+	return fmt.Sprintf("msg_%s_%d", s.id, n)
+}
+
+// call is the function_call item of call i.
+func (s *respShape) call(i int, c ToolCall, status string) respCall {
+	return respCall{Type: "function_call", ID: fmt.Sprintf("fc_%s_%d", s.id, i), CallID: c.ID, Name: c.Name,
+		Arguments: c.Arguments, Status: status}
 }
 
 // textPart is an output_text part; its logprobs are [] unless asked for.
@@ -138,37 +178,127 @@ func (s *respShape) event(typ string, fields map[string]any) map[string]any {
 	return fields
 }
 
-// opening returns the events sent before any text.
-func (s *respShape) opening() []map[string]any {
+// respStream is the state of a streamed response: the output items sent
+// so far and the one open now.
+type respStream struct {
+	sh    *respShape
+	items []any
+	msgs  int              // message items opened
+	text  *strings.Builder // the open message's text; nil when none is open
+	// lps are the open message's logprobs so far, or, while no message is
+	// open (tool calls), those waiting for the next text.
+	lps    []TokenLogprob
+	call   *respCall // the open function_call item
+	ncalls int
+}
+
+// opening returns the events sent first: with no tools, the message item
+// opens at once; with tools it opens at the first text.
+func (r *respStream) opening() []map[string]any {
+	s := r.sh
+	evs := []map[string]any{
+		s.event("response.created", map[string]any{"response": s.object("in_progress", []any{}, "", nil)}),
+		s.event("response.in_progress", map[string]any{"response": s.object("in_progress", []any{}, "", nil)}),
+	}
+	if len(s.params.tools) == 0 {
+		evs = append(evs, r.openMessage()...)
+	}
+	return evs
+}
+
+func (r *respStream) openMessage() []map[string]any {
+	s := r.sh
+	r.text = &strings.Builder{}
+	id := s.msgID(r.msgs)
 	return []map[string]any{
-		s.event("response.created", map[string]any{"response": s.object("in_progress", []respMessage{}, "", nil)}),
-		s.event("response.in_progress", map[string]any{"response": s.object("in_progress", []respMessage{}, "", nil)}),
-		s.event("response.output_item.added", map[string]any{"output_index": 0, "item": s.message("in_progress", "", nil)}),
-		s.event("response.content_part.added", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
+		s.event("response.output_item.added", map[string]any{"output_index": len(r.items), "item": s.message(r.msgs, "in_progress", "", nil)}),
+		s.event("response.content_part.added", map[string]any{"item_id": id, "output_index": len(r.items), "content_index": 0,
 			"part": textPart("", nil)}),
 	}
 }
 
-func (s *respShape) delta(text string, lps []TokenLogprob) map[string]any {
-	return s.event("response.output_text.delta", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-		"delta": text, "logprobs": toWireTokens(lps)})
+// closeItem ends the open item, if any, with status st.
+func (r *respStream) closeItem(st string) []map[string]any {
+	s := r.sh
+	var evs []map[string]any
+	switch {
+	case r.text != nil:
+		text, id, idx := r.text.String(), s.msgID(r.msgs), len(r.items)
+		item := s.message(r.msgs, st, text, r.lps)
+		evs = append(evs,
+			s.event("response.output_text.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0,
+				"text": text, "logprobs": toWireTokens(r.lps)}),
+			s.event("response.content_part.done", map[string]any{"item_id": id, "output_index": idx, "content_index": 0,
+				"part": textPart(text, r.lps)}),
+			s.event("response.output_item.done", map[string]any{"output_index": idx, "item": item}))
+		r.items = append(r.items, item)
+		r.text, r.lps = nil, nil
+		r.msgs++
+	case r.call != nil:
+		c, idx := *r.call, len(r.items)
+		c.Status = st
+		evs = append(evs,
+			s.event("response.function_call_arguments.done", map[string]any{"item_id": c.ID, "output_index": idx,
+				"name": c.Name, "arguments": c.Arguments}),
+			s.event("response.output_item.done", map[string]any{"output_index": idx, "item": c}))
+		r.items = append(r.items, c)
+		r.call = nil
+	}
+	return evs
 }
 
-// closing returns the events after the last text.
-func (s *respShape) closing(text string, lps []TokenLogprob, reason string, u Usage) []map[string]any {
-	final := s.final(text, lps, reason, u)
+// add returns the events of one generation event.
+func (r *respStream) add(ev Event) []map[string]any {
+	s := r.sh
+	var evs []map[string]any
+	if ev.TextDelta != "" && r.text == nil {
+		waiting := r.lps
+		evs = append(evs, r.closeItem("completed")...)
+		evs = append(evs, r.openMessage()...)
+		r.lps = waiting
+	}
+	// Logprobs may come without text (text held back for stop
+	// sequences); while no message is open they wait for the next text.
+	switch {
+	case r.text != nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0):
+		r.text.WriteString(ev.TextDelta)
+		r.lps = append(r.lps, ev.Logprobs...)
+		evs = append(evs, s.event("response.output_text.delta", map[string]any{"item_id": s.msgID(r.msgs),
+			"output_index": len(r.items), "content_index": 0, "delta": ev.TextDelta, "logprobs": toWireTokens(ev.Logprobs)}))
+	case r.text == nil:
+		r.lps = append(r.lps, ev.Logprobs...)
+	}
+	for _, d := range ev.ToolCalls {
+		if d.ID != "" {
+			evs = append(evs, r.closeItem("completed")...)
+			c := s.call(r.ncalls, ToolCall{ID: d.ID, Name: d.Name}, "in_progress")
+			r.call = &c
+			r.ncalls++
+			evs = append(evs, s.event("response.output_item.added", map[string]any{"output_index": len(r.items), "item": c}))
+		}
+		if d.Arguments != "" && r.call != nil {
+			r.call.Arguments += d.Arguments
+			evs = append(evs, s.event("response.function_call_arguments.delta", map[string]any{"item_id": r.call.ID,
+				"output_index": len(r.items), "delta": d.Arguments}))
+		}
+	}
+	return evs
+}
+
+// closing returns the events after the last output: the open item ends,
+// then response.completed or response.incomplete with the whole response.
+func (r *respStream) closing(reason string, u Usage) []map[string]any {
+	st := status(reason)
+	if len(r.items) == 0 && r.text == nil && r.call == nil {
+		r.openMessage() // no output at all: one empty message, as without tools
+	}
+	evs := r.closeItem(st)
+	final := r.sh.object(st, r.items, reason, &u)
 	done := "response.completed"
-	if final.Status == "incomplete" {
+	if st == "incomplete" {
 		done = "response.incomplete"
 	}
-	return []map[string]any{
-		s.event("response.output_text.done", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-			"text": text, "logprobs": toWireTokens(lps)}),
-		s.event("response.content_part.done", map[string]any{"item_id": s.msgID, "output_index": 0, "content_index": 0,
-			"part": textPart(text, lps)}),
-		s.event("response.output_item.done", map[string]any{"output_index": 0, "item": final.Output[0]}),
-		s.event(done, map[string]any{"response": final}),
-	}
+	return append(evs, r.sh.event(done, map[string]any{"response": final}))
 }
 
 // responses serves POST /v1/responses.
@@ -193,23 +323,19 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 		s.streamResponse(w, r, rc, gen, sh)
 		return
 	}
-	out, ok := s.collect(w, r, gen, 1)
+	res, ok := s.collect(w, r, gen, 1)
 	if !ok {
 		return
 	}
 	s.setDeadline(rc)
-	c := out.choices[0]
-	writeJSON(w, http.StatusOK, sh.final(c.text, c.logprobs, c.finish, out.usage))
+	writeJSON(w, http.StatusOK, sh.final(res))
 }
 
 // streamResponse relays a generation as Responses API events.
 func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh *respShape) {
 	sse := &sseWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout, now: s.now}
 	t := newTracker(1)
-	var (
-		text strings.Builder
-		lps  []TokenLogprob
-	)
+	st := &respStream{sh: sh}
 	send := func(evs ...map[string]any) error {
 		for _, ev := range evs {
 			if err := sse.named(ev["type"].(string), ev); err != nil {
@@ -235,18 +361,16 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 		if !sse.started {
 			copyHeaders(w.Header(), ev.Headers)
 			sse.start()
-			err = send(sh.opening()...)
+			err = send(st.opening()...)
 		}
-		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
-			text.WriteString(ev.TextDelta)
-			lps = append(lps, ev.Logprobs...)
-			err = send(sh.delta(ev.TextDelta, ev.Logprobs))
+		if err == nil {
+			err = send(st.add(ev)...)
 		}
 		if err != nil {
 			return // the client is gone or stalled
 		}
 	}
-	_ = send(sh.closing(text.String(), lps, t.finish[0], *t.usage)...)
+	_ = send(st.closing(t.finish[0], *t.usage)...)
 }
 
 // notStored answers the routes of stored responses (retrieve, delete,

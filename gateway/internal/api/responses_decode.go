@@ -12,6 +12,9 @@ type responseParams struct {
 	maxOutput    *int64
 	temperature  float64
 	topP         float64
+	tools        []json.RawMessage // as sent
+	toolChoice   any               // "auto", "none", "required" or {"type": "function", "name"}
+	parallel     bool
 }
 
 // decodeResponsesRequest parses and validates a /v1/responses body into
@@ -26,9 +29,12 @@ func decodeResponsesRequest(body []byte, maxTokens int64) (*GenerateRequest, *re
 		return nil, nil, e
 	}
 	d := &decoder{f: f, r: &GenerateRequest{Kind: KindChat}, maxTokens: maxTokens}
-	p := &responseParams{temperature: 1, topP: 1}
+	p := &responseParams{temperature: 1, topP: 1, tools: []json.RawMessage{}}
+	if raw := f.get("tools"); raw != nil {
+		_ = json.Unmarshal(raw, &p.tools) // checked by d.tools
+	}
 	for _, step := range []func() *Error{
-		d.model, func() *Error { return d.responsesInput(p) }, d.maxOutputTokens, d.sampling, d.responsesStream,
+		d.model, func() *Error { return d.responsesInput(p) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
 		d.user, d.priority, d.responsesOptions, d.otherFields,
 	} {
 		if e := step(); e != nil {
@@ -36,6 +42,15 @@ func decodeResponsesRequest(body []byte, maxTokens int64) (*GenerateRequest, *re
 		}
 	}
 	p.maxOutput = d.r.MaxTokens
+	p.parallel = d.r.ParallelToolCalls
+	switch tc := d.r.ToolChoice; tc.Mode {
+	case "":
+		p.toolChoice = ToolChoiceAuto
+	case ToolChoiceFunction:
+		p.toolChoice = map[string]string{"type": "function", "name": tc.Name}
+	default:
+		p.toolChoice = tc.Mode
+	}
 	if d.r.Temperature != nil {
 		p.temperature = *d.r.Temperature
 	}
@@ -68,69 +83,91 @@ func (d *decoder) responsesInput(p *responseParams) *Error {
 		d.r.Messages = append(d.r.Messages, Message{Role: "user", Content: s})
 		return nil
 	}
-	items, e := decodeArray(raw, "input", "a string or an array of input items")
-	if e != nil {
+	return eachItem(raw, "input", "a string or an array of input items", func(item json.RawMessage, param string) *Error {
+		var e *Error
+		d.r.Messages, e = decodeInputItem(d.r.Messages, item, param)
 		return e
-	}
-	if len(items) == 0 {
-		return InvalidRequest("input", CodeEmptyArray, "Invalid 'input': empty array. Expected at least 1 item.")
-	}
-	for i, item := range items {
-		m, e := decodeInputItem(item, fmt.Sprintf("input[%d]", i))
-		if e != nil {
-			return e
-		}
-		d.r.Messages = append(d.r.Messages, m)
-	}
-	return nil
+	})
 }
 
-// decodeInputItem reads one input item: a message with a role and text
-// content. Tool calls and their outputs, reasoning items and item
-// references are not supported.
-func decodeInputItem(raw json.RawMessage, param string) (Message, *Error) {
+// decodeInputItem reads one input item onto msgs: a message with a role
+// and text content, a function_call (a tool call of the assistant,
+// joined to the assistant message just before it, if any) or a
+// function_call_output (a tool message). Reasoning items, item references
+// and other tools' items are not supported.
+func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Message, *Error) {
 	f, e := decodeObject(raw, param)
 	if e != nil {
-		return Message{}, e
+		return msgs, e
 	}
 	if rawType := f.get("type"); rawType != nil {
 		typ, e := decodeString(rawType, param+".type")
 		if e != nil {
-			return Message{}, e
+			return msgs, e
 		}
 		switch typ {
 		case "message":
-		case "function_call", "function_call_output", "reasoning", "item_reference", "file_search_call",
+		case "function_call":
+			c, e := decodeCall(f.get("call_id"), f.get("name"), f.get("arguments"), param+".call", param)
+			if e != nil {
+				return msgs, e
+			}
+			if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
+				msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, c)
+				return msgs, nil
+			}
+			return append(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{c}}), nil
+		case "function_call_output":
+			return decodeCallOutput(msgs, f, param)
+		case "reasoning", "item_reference", "file_search_call",
 			"web_search_call", "computer_call", "computer_call_output", "image_generation_call",
 			"code_interpreter_call", "local_shell_call", "local_shell_call_output", "mcp_call",
 			"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
 			"custom_tool_call_output":
-			return Message{}, InvalidRequest(param+".type", CodeUnsupportedValue, fmt.Sprintf(
-				"Unsupported input item type %q: this server supports message items only (no tools, no stored items).", typ))
+			return msgs, InvalidRequest(param+".type", CodeUnsupportedValue, fmt.Sprintf(
+				"Unsupported input item type %q: this server supports message, function_call and function_call_output items only (no built-in tools, no stored items).", typ))
 		default:
-			return Message{}, InvalidRequest(param+".type", CodeInvalidValue,
-				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", got %q.", param, typ))
+			return msgs, InvalidRequest(param+".type", CodeInvalidValue,
+				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", \"function_call\" or \"function_call_output\", got %q.", param, typ))
 		}
 	}
 	rawRole := f.get("role")
 	if rawRole == nil {
-		return Message{}, missing(param + ".role")
+		return msgs, missing(param + ".role")
 	}
 	role, e := decodeString(rawRole, param+".role")
 	if e != nil {
-		return Message{}, e
+		return msgs, e
 	}
 	switch role {
 	case "system", "user", "assistant", "developer":
 	default:
-		return Message{}, InvalidRequest(param+".role", CodeInvalidValue, fmt.Sprintf(
+		return msgs, InvalidRequest(param+".role", CodeInvalidValue, fmt.Sprintf(
 			"Invalid value for '%s.role': expected one of system, user, assistant, developer; got %q.", param, role))
 	}
 	content, e := decodeTextParts(f.get("content"), param+".content", "input_text", "output_text", "text")
 	if e != nil {
-		return Message{}, e
+		return msgs, e
 	}
-	return Message{Role: role, Content: content}, nil
+	return append(msgs, Message{Role: role, Content: content}), nil
+}
+
+// decodeCallOutput reads a function_call_output item: the tool message
+// answering call_id.
+func decodeCallOutput(msgs []Message, f fields, param string) ([]Message, *Error) {
+	rawID := f.get("call_id")
+	if rawID == nil {
+		return msgs, missing(param + ".call_id")
+	}
+	id, e := decodeString(rawID, param+".call_id")
+	if e != nil {
+		return msgs, e
+	}
+	out, e := decodeTextParts(f.get("output"), param+".output", "input_text", "output_text", "text")
+	if e != nil {
+		return msgs, e
+	}
+	return append(msgs, Message{Role: "tool", Content: out, ToolCallID: id}), nil
 }
 
 // maxOutputTokens reads max_output_tokens, the Responses API's

@@ -10,6 +10,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"model":"tiny","input":"hi","instructions":"be brief","max_output_tokens":5,"stream":true,"store":true}`,
 		`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"message","role":"assistant","content":"b"}]}`,
 		`{"model":"tiny","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}`,
+		`{"model":"tiny","input":[{"role":"assistant","content":"a"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f"}}`,
 		`{"model":"tiny","input":"hi","previous_response_id":"resp_1","text":{"format":{"type":"json_schema"}}}`,
 		`{"model":"tiny","input":"hi","text":{"format":{"type":"text"},"verbosity":"medium"},"reasoning":{},"include":[]}`,
 		`{"model":"tiny","input":"hi","include":["message.output_text.logprobs"],"top_logprobs":4}`,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -38,7 +39,7 @@ func TestOpenAIClientResponses(t *testing.T) {
 	checkUsage(t, resp.Usage.InputTokens, resp.Usage.OutputTokens, resp.Usage.TotalTokens)
 	req := svc.lastRequest(t)
 	want := []Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Say hello."}}
-	if !slices.Equal(req.Messages, want) || req.Kind != KindChat || *req.MaxTokens != 32 || req.Stream {
+	if !reflect.DeepEqual(req.Messages, want) || req.Kind != KindChat || *req.MaxTokens != 32 || req.Stream {
 		t.Errorf("normalised request = %+v", req)
 	}
 }
@@ -60,7 +61,7 @@ func TestOpenAIClientResponsesItems(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Message{{Role: "user", Content: "Hi"}, {Role: "assistant", Content: "Hello!"}, {Role: "user", Content: "Again, please."}}
-	if got := svc.lastRequest(t).Messages; !slices.Equal(got, want) {
+	if got := svc.lastRequest(t).Messages; !reflect.DeepEqual(got, want) {
 		t.Errorf("messages = %+v, want %+v", got, want)
 	}
 }
@@ -157,13 +158,14 @@ func TestResponsesRefusals(t *testing.T) {
 		{`{"model":"tiny","input":"hi","top_logprobs":21}`, "top_logprobs", CodeIntegerTooLarge},
 		{`{"model":"tiny","input":"hi","truncation":"auto"}`, "truncation", CodeUnsupportedParameter},
 		{`{"model":"tiny","input":"hi","reasoning":{"effort":"high"}}`, "reasoning", CodeUnsupportedParameter},
-		{`{"model":"tiny","input":"hi","tools":[{"type":"function","name":"f"}]}`, "tools", CodeUnsupportedParameter},
+		{`{"model":"tiny","input":"hi","tools":[{"type":"web_search"}]}`, "tools[0].type", CodeUnsupportedValue},
 		{`{"model":"tiny","input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"type":"string","pattern":"a"}}}}`, "text.format", CodeUnsupportedParameter},
 		{`{"model":"tiny","input":"hi","text":{"format":{"type":"grammar"}}}`, "text.format.type", CodeInvalidValue},
 		{`{"model":"tiny","input":"hi","store":"yes"}`, "store", CodeInvalidType},
 		{`{"model":"tiny"}`, "input", CodeMissingParameter},
 		{`{"model":"tiny","input":[]}`, "input", CodeEmptyArray},
-		{`{"model":"tiny","input":[{"type":"function_call_output","call_id":"c","output":"x"}]}`, "input[0].type", CodeUnsupportedValue},
+		{`{"model":"tiny","input":[{"type":"reasoning","summary":[]}]}`, "input[0].type", CodeUnsupportedValue},
+		{`{"model":"tiny","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id", CodeMissingParameter},
 		{`{"model":"tiny","input":[{"role":"tool","content":"x"}]}`, "input[0].role", CodeInvalidValue},
 		{`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}`, "input[0].content[0].type", CodeUnsupportedValue},
 		{`{"model":"tiny","input":"hi","max_output_tokens":0}`, "max_output_tokens", CodeIntegerTooSmall},

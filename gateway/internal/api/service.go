@@ -66,10 +66,16 @@ type Event struct {
 	// held back to match stop sequences).
 	Logprobs []TokenLogprob
 	// Choice is the index of the choice (GenerateRequest.N) the text,
-	// logprobs and finish reason belong to.
+	// logprobs, tool calls and finish reason belong to.
 	Choice int
-	// FinishReason is "stop", "length" or "content_filter" on the final
-	// event of Choice; every choice gets one.
+	// ToolCalls are the next steps of the tool calls parsed from the
+	// output (chat requests with tools only, which have n = 1); they come
+	// after TextDelta. A call's first delta has its ID and name, indices
+	// run 0, 1, ...
+	ToolCalls []ToolCallDelta
+	// FinishReason is "stop", "length", "tool_calls" (the output ended
+	// with tool calls) or "content_filter" on the final event of Choice;
+	// every choice gets one.
 	FinishReason string
 	// Usage is the honest token count of the whole request (I7): the
 	// prompt once, the completion tokens of every choice.
@@ -114,6 +120,10 @@ const (
 type Message struct {
 	Role    string // system, user, assistant, developer or tool
 	Content string
+	// ToolCalls are the calls of an assistant message.
+	ToolCalls []ToolCall
+	// ToolCallID is, in a tool message, the call it answers.
+	ToolCallID string
 }
 
 // GenerateRequest is the validated, normalised form of both generation
@@ -144,6 +154,15 @@ type GenerateRequest struct {
 
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage (streaming only)
+
+	// Tools are the functions the model may call (chat only); the core
+	// renders them through the model's chat template and parses its
+	// output into ToolCallDelta events, refusing a model whose template
+	// has no tool-call format it knows.
+	Tools      []Tool
+	ToolChoice ToolChoice
+	// ParallelToolCalls allows several calls in one answer (default true).
+	ParallelToolCalls bool
 
 	// Constraint is the structured-output constraint (response_format,
 	// guided_*, text.format) in its wire form, constrain.Spec.Encode,

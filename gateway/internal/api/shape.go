@@ -14,14 +14,26 @@ type shape interface {
 	// delta is the chunk of a choice's next text and its tokens' logprobs.
 	delta(choice int, text string, lps []TokenLogprob) any
 	finish(choice int, reason string) any
+	// toolDelta is the chunk of one tool-call delta of a choice (chat
+	// only).
+	toolDelta(choice int, d ToolCallDelta) any
 	// usage is the extra chunk of stream_options.include_usage.
 	usage(u Usage) any
-	response(choices []choiceOut, u Usage) any
+	response(r result) any
+}
+
+// result is a whole generation, as collected for a non-streaming
+// response: its choices (n) and usage.
+type result struct {
+	choices []choiceOut
+	usage   Usage
 }
 
 // choiceOut is one whole choice of a non-streamed response.
 type choiceOut struct {
-	text     string
+	text  string
+	calls []ToolCall
+	// logprobs are the generated tokens' log probabilities when asked.
 	logprobs []TokenLogprob
 	finish   string
 }
@@ -86,9 +98,32 @@ type chatShape struct {
 	logprobs     bool
 }
 
+// chatMessage is the answer; content is null when the answer is only
+// tool calls, as OpenAI sends it.
 type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+// wireToolDelta is a tool call in a stream chunk: the first one of a
+// call has its id, type and name.
+type wireToolDelta struct {
+	Index    int          `json:"index"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function wireFunction `json:"function"`
 }
 
 type chatChoice struct {
@@ -108,8 +143,9 @@ type chatCompletion struct {
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []wireToolDelta `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -142,6 +178,14 @@ func (s *chatShape) delta(choice int, text string, lps []TokenLogprob) any {
 	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
 }
 
+func (s *chatShape) toolDelta(choice int, d ToolCallDelta) any {
+	w := wireToolDelta{Index: d.Index, ID: d.ID, Function: wireFunction{Name: d.Name, Arguments: d.Arguments}}
+	if d.ID != "" {
+		w.Type = "function"
+	}
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{ToolCalls: []wireToolDelta{w}}}}, nil)
+}
+
 func (s *chatShape) finish(choice int, reason string) any {
 	return s.chunk([]chatChunkChoice{{Index: choice, FinishReason: &reason}}, nil)
 }
@@ -150,14 +194,20 @@ func (s *chatShape) usage(u Usage) any {
 	return s.chunk([]chatChunkChoice{}, toWire(u))
 }
 
-func (s *chatShape) response(choices []choiceOut, u Usage) any {
-	out := make([]chatChoice, len(choices))
-	for k, c := range choices {
-		out[k] = chatChoice{Index: k, Message: chatMessage{Role: "assistant", Content: c.text},
-			Logprobs: chatLogprobsOf(s.logprobs, c.logprobs), FinishReason: c.finish}
+func (s *chatShape) response(r result) any {
+	out := make([]chatChoice, len(r.choices))
+	for k, c := range r.choices {
+		m := chatMessage{Role: "assistant", Content: &c.text}
+		if len(c.calls) > 0 && c.text == "" {
+			m.Content = nil
+		}
+		for _, tc := range c.calls {
+			m.ToolCalls = append(m.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
+		}
+		out[k] = chatChoice{Index: k, Message: m, Logprobs: chatLogprobsOf(s.logprobs, c.logprobs), FinishReason: c.finish}
 	}
 	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: out, Usage: toWire(u)}
+		Choices: out, Usage: toWire(r.usage)}
 }
 
 // --- /v1/completions ---
@@ -208,10 +258,13 @@ func (s *completionShape) usage(u Usage) any {
 	return s.object([]textChoice{}, true, toWire(u))
 }
 
-func (s *completionShape) response(choices []choiceOut, u Usage) any {
-	out := make([]textChoice, len(choices))
-	for k, c := range choices {
+// toolDelta is never called: completions have no tools.
+func (s *completionShape) toolDelta(int, ToolCallDelta) any { return nil }
+
+func (s *completionShape) response(r result) any {
+	out := make([]textChoice, len(r.choices))
+	for k, c := range r.choices {
 		out[k] = textChoice{Text: c.text, Index: k, Logprobs: completionLogprobsOf(s.logprobs, c.logprobs, 0), FinishReason: &c.finish}
 	}
-	return s.object(out, true, toWire(u))
+	return s.object(out, true, toWire(r.usage))
 }

@@ -95,6 +95,11 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.Respons
 		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
 			err = sse.data(sh.delta(ev.Choice, ev.TextDelta, ev.Logprobs))
 		}
+		for _, d := range ev.ToolCalls {
+			if c := sh.toolDelta(ev.Choice, d); err == nil && c != nil {
+				err = sse.data(c)
+			}
+		}
 		if err == nil && ev.FinishReason != "" {
 			err = sse.data(sh.finish(ev.Choice, ev.FinishReason))
 		}

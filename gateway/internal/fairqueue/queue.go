@@ -179,6 +179,17 @@ func (q *Queue) Len() int {
 	return q.arrived.Len()
 }
 
+// Highest returns the highest priority at which a waiter waits, and false
+// when none does.
+func (q *Queue) Highest() (int, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.levels) == 0 {
+		return 0, false
+	}
+	return q.levels[0].priority, true
+}
+
 // Waiting returns the number of waiters of tenantID, at every priority.
 func (q *Queue) Waiting(tenantID string) int {
 	q.mu.Lock()

@@ -15,8 +15,10 @@ import (
 // BenchmarkPlacement measures one placement decision (Pick, Begin and the
 // request's done) on 8 workers, with the in-flight budget learned
 // ("budget") against the same registry shape with nothing learned, which
-// takes the previous path (KV pages only: "pages"). Both run in every
-// iteration; x-pages is their ratio.
+// takes the previous path (KV pages only: "pages"), and the fair path
+// ("fair": the budget, plus the newcomer check and per-tenant count an
+// arriving request of one of 10 tenants makes). All run in every
+// iteration; x-pages and fair-x-pages are ratios to "pages".
 func BenchmarkPlacement(b *testing.B) {
 	build := func(learn bool) *Registry {
 		r := New(Config{
@@ -42,25 +44,36 @@ func BenchmarkPlacement(b *testing.B) {
 		return r
 	}
 	budget, pages := build(true), build(false)
+	tenants := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8", "t9"}
 	defer budget.Close()
 	defer pages.Close()
-	place := func(r *Registry) time.Duration {
+	place := func(r *Registry, tenant string) time.Duration {
 		t0 := time.Now()
 		rt, err := r.Pick("tiny", 64)
 		if err != nil || rt.Busy {
 			b.Fatalf("Pick = %+v, %v", rt, err)
 		}
-		rt.Decode.Begin(rt.Pages)()
+		if tenant == "" {
+			rt.Decode.Begin(rt.Pages)()
+		} else {
+			// The fair path: the newcomer check an arriving request makes
+			// when others wait, and the per-tenant count.
+			rt.Decode.Newcomer(tenant)
+			rt.Decode.BeginFor(tenant, rt.Pages)()
+		}
 		return time.Since(t0)
 	}
-	var tb, tp time.Duration
+	var tb, tp, tf time.Duration
 	b.ResetTimer()
-	for range b.N {
-		tb += place(budget)
-		tp += place(pages)
+	for i := range b.N {
+		tb += place(budget, "")
+		tp += place(pages, "")
+		tf += place(budget, tenants[i%len(tenants)])
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(tb.Nanoseconds())/float64(b.N), "budget-ns/op")
 	b.ReportMetric(float64(tp.Nanoseconds())/float64(b.N), "pages-ns/op")
+	b.ReportMetric(float64(tf.Nanoseconds())/float64(b.N), "fair-ns/op")
 	b.ReportMetric(float64(tb)/float64(tp), "x-pages")
+	b.ReportMetric(float64(tf)/float64(tp), "fair-x-pages")
 }

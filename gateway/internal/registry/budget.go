@@ -46,6 +46,22 @@ func (w *Worker) roomLocked() bool {
 	return b == 0 || w.assigned < b
 }
 
+// Newcomer reports whether a request of tenant may be placed on w now,
+// beyond its in-flight budget or ahead of the requests waiting in the
+// fair queue: tenant has nothing in flight on w from this gateway, and w
+// holds less than twice its budget. The worker's engine then gives the
+// request a slot at once, preempting a sequence of a tenant that runs two
+// or more (worker/engine admit), so a tenant sending one request at a time
+// never waits for a flooder's request to finish. At most one request per
+// tenant and worker goes past the budget, and never more than the budget
+// again in all.
+func (w *Worker) Newcomer(tenant string) bool {
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	b := w.budgetLocked()
+	return w.byTenant[tenant] == 0 && (b == 0 || w.assigned < 2*b)
+}
+
 // decodeBetter ranks decode-capable workers: one with room in its in-flight
 // budget first, then decodeLess.
 func decodeBetter(a, b *Worker, less func(a, b *Worker) bool) bool {

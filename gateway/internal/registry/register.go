@@ -135,6 +135,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	r.cfg.Logger.Info("worker registered", "worker", snap.ID, "role", snap.Role, "model", snap.Model,
 		"control_addr", snap.ControlAddr, "capacity_tokens", snap.Pool.CapacityTokens, "free_pages", snap.Pool.FreePages)
 	r.emit(Change{Kind: Registered, Worker: snap})
+	r.prefixCache(snap, req.GetPrefixCache())
 	return &controlpb.RegisterResponse{
 		HeartbeatIntervalMs: max(r.cfg.HeartbeatTimeout/3, time.Millisecond).Milliseconds(),
 		GatewayId:           r.cfg.GatewayID,
@@ -163,6 +164,7 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	w.reports++
 	snap := w.snapshotLocked()
 	r.mu.Unlock()
+	r.prefixCache(snap, req.GetPrefixCache())
 
 	if startsDraining {
 		r.cfg.Logger.Info("worker draining: no new placements, its requests run to their end", "worker", snap.ID,
@@ -183,6 +185,13 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 		r.emit(Change{Kind: Freed, Worker: snap})
 	}
 	return &controlpb.HeartbeatResponse{}, nil
+}
+
+// prefixCache passes a worker's prefix-cache report on (Config.PrefixCache).
+func (r *Registry) prefixCache(w Snapshot, report *controlpb.PrefixCacheReport) {
+	if r.cfg.PrefixCache != nil && report != nil {
+		r.cfg.PrefixCache(w.ID, w.Model, report)
+	}
 }
 
 // reusable reports whether a worker's connection in state s may serve its

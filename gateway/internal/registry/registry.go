@@ -131,7 +131,11 @@ type Config struct {
 	Agree func(info *controlpb.WorkerInfo, pool *controlpb.PoolStats) error
 	// OnChange, if set, receives the change feed (see the package doc).
 	OnChange func(Change)
-	Logger   *slog.Logger
+	// PrefixCache, if set, receives the prefix-cache report of every
+	// accepted registration (after its Registered change) and heartbeat
+	// of a known worker, for the routing index.
+	PrefixCache func(worker, model string, report *controlpb.PrefixCacheReport)
+	Logger      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }

@@ -33,11 +33,16 @@ type Route struct {
 // pool cannot hold totalTokens now (Pool.UsableTokens: net of quarantine)
 // is never picked.
 func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
-	return r.pick(model, totalTokens, decodeLess)
+	return r.pick(model, totalTokens, nil)
 }
 
-// pick is Pick with the ranking of decode-capable workers given by less.
-func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker) bool) (Route, error) {
+// pick is Pick with the workers ranked by score first when score is not
+// nil.
+func (r *Registry) pick(model string, totalTokens int64, score func(Candidate) float64) (Route, error) {
+	less := decodeLess
+	if score != nil {
+		less = scoredLess(score, decodeLess)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var best, bestPrefill *Worker
@@ -49,7 +54,7 @@ func (r *Registry) pick(model string, totalTokens int64, less func(a, b *Worker)
 		switch w.info.Role {
 		case controlpb.Role_ROLE_BOTH:
 		case controlpb.Role_ROLE_DECODE:
-			if prefill = r.prefillFor(w); prefill == nil {
+			if prefill = r.prefillFor(w, score); prefill == nil {
 				continue
 			}
 		default:
@@ -88,17 +93,22 @@ func (r *Registry) Cordon(id string, on bool) (Snapshot, bool) {
 // not cordoned by an operator, not draining itself. Called with r.mu held.
 func (w *Worker) placeable() bool { return w.healthy && !w.cordoned && !w.draining }
 
-// prefillFor returns the least-loaded healthy prefill worker that can push
-// KV to decode, or nil. Called with r.mu held.
-func (r *Registry) prefillFor(decode *Worker) *Worker {
+// prefillFor returns the healthy prefill worker that can push KV to
+// decode with the highest score (when score is not nil) and then the
+// least load, or nil. Called with r.mu held.
+func (r *Registry) prefillFor(decode *Worker, score func(Candidate) float64) *Worker {
 	sameHost := decode.info.TransferBackend == "shm"
+	less := prefillLess
+	if score != nil {
+		less = scoredLess(score, prefillLess)
+	}
 	var best *Worker
 	for _, w := range r.byID {
 		if !w.placeable() || w.info.Model != decode.info.Model || w.info.Role != controlpb.Role_ROLE_PREFILL ||
 			(sameHost && w.info.HostId != decode.info.HostId) {
 			continue
 		}
-		if best == nil || prefillLess(w, best) {
+		if best == nil || less(w, best) {
 			best = w
 		}
 	}

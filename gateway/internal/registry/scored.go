@@ -1,6 +1,9 @@
 package registry
 
-// Candidate is what a routing score sees of a decode-capable worker.
+import "github.com/warden-ai/warden/internal/controlpb"
+
+// Candidate is what a routing score sees of a worker: a decode-capable
+// one, or a prefill worker for a decode worker.
 type Candidate struct {
 	ID string
 	// FreePages is the worker's free (and reclaimable cached) pages as
@@ -8,28 +11,42 @@ type Candidate struct {
 	// pool; PageTokens its page size.
 	FreePages, TotalPages int64
 	PageTokens            int32
-	// Load is the requests running and waiting on it plus those this
-	// gateway routed there and has not finished.
+	// Load is the requests on it: those this gateway routed there and
+	// has not finished, or the running and waiting ones of its last
+	// heartbeat (which include other gateways'), whichever is more. Not
+	// their sum: this gateway's requests are in both.
 	Load int64
+	// CacheVersion is the version the worker's prefix pages are hashed
+	// under (WorkerInfo.prefix_cache_version); 0 without a cache.
+	CacheVersion uint64
+	// Role is the worker's role.
+	Role controlpb.Role
 }
 
-// PickScored is Pick with the decode-capable workers ranked by score
-// first (highest wins; Pick's order breaks ties). score runs with the
-// registry's lock held and must not call back into the registry.
+// PickScored is Pick with the workers ranked by score first (highest
+// wins; Pick's order breaks ties): the decode-capable workers, and for a
+// decode worker the prefill workers it can receive from. score runs with
+// the registry's lock held and must not call back into the registry.
 func (r *Registry) PickScored(model string, totalTokens int64, score func(Candidate) float64) (Route, error) {
-	return r.pick(model, totalTokens, func(a, b *Worker) bool {
+	return r.pick(model, totalTokens, score)
+}
+
+// scoredLess orders workers by score, highest first, then by tie.
+func scoredLess(score func(Candidate) float64, tie func(a, b *Worker) bool) func(a, b *Worker) bool {
+	return func(a, b *Worker) bool {
 		sa, sb := score(candidateOf(a)), score(candidateOf(b))
 		if sa != sb {
 			return sa > sb
 		}
-		return decodeLess(a, b)
-	})
+		return tie(a, b)
+	}
 }
 
 // candidateOf describes w. Called with r.mu held.
 func candidateOf(w *Worker) Candidate {
 	return Candidate{
 		ID: w.id, FreePages: w.pool.GetFreePages() - w.pendingPages, TotalPages: w.pool.GetTotalPages(),
-		PageTokens: w.pool.GetPageTokens(), Load: int64(w.running) + int64(w.waiting) + w.assigned,
+		PageTokens: w.pool.GetPageTokens(), Load: max(int64(w.running)+int64(w.waiting), w.assigned),
+		CacheVersion: w.info.GetPrefixCacheVersion(), Role: w.info.GetRole(),
 	}
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"context"
 	"testing"
 
 	"github.com/warden-ai/warden/internal/controlpb"
@@ -31,5 +32,63 @@ func TestPickScored(t *testing.T) {
 	rt, err = h.PickScored("tiny", 10, func(Candidate) float64 { return 0.5 })
 	if err != nil || rt.Decode.ID() != "b1" {
 		t.Fatalf("equal scores chose %+v, %v; want Pick's choice b1", rt, err)
+	}
+}
+
+// TestPickScoredRanksPrefillWorkers: a decode worker's prefill workers
+// are ranked by the score too; without one, the least loaded (then the
+// smaller ID) wins as in Pick.
+func TestPickScoredRanksPrefillWorkers(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, info("d", controlpb.Role_ROLE_DECODE, "h", "tcp"), pool(100, 100))
+	h.register(t, info("p1", controlpb.Role_ROLE_PREFILL, "h", "tcp"), pool(100, 100))
+	h.register(t, info("p2", controlpb.Role_ROLE_PREFILL, "h", "tcp"), pool(100, 100))
+	roles := map[string]controlpb.Role{}
+	rt, err := h.PickScored("tiny", 10, func(c Candidate) float64 {
+		roles[c.ID] = c.Role
+		if c.ID == "p2" {
+			return 1
+		}
+		return 0
+	})
+	if err != nil || rt.Decode.ID() != "d" || rt.Prefill.ID() != "p2" {
+		t.Fatalf("PickScored = %+v, %v; want decode d with prefill p2 (scored higher)", rt, err)
+	}
+	if roles["p1"] != controlpb.Role_ROLE_PREFILL || roles["p2"] != controlpb.Role_ROLE_PREFILL {
+		t.Fatalf("candidate roles %v", roles)
+	}
+	if rt, err := h.Pick("tiny", 10); err != nil || rt.Prefill.ID() != "p1" {
+		t.Fatalf("Pick = %+v, %v; want prefill p1", rt, err)
+	}
+}
+
+// TestPrefixCacheReportsArePassedOn: a registration's report reaches
+// Config.PrefixCache after its Registered change, a heartbeat's too; a
+// heartbeat of an unknown worker's is not passed on.
+func TestPrefixCacheReportsArePassedOn(t *testing.T) {
+	h := newHarness(t, nil)
+	type got struct {
+		worker, model string
+		report        *controlpb.PrefixCacheReport
+		changes       int
+	}
+	var reports []got
+	h.cfg.PrefixCache = func(worker, model string, r *controlpb.PrefixCacheReport) {
+		reports = append(reports, got{worker, model, r, len(h.kinds())})
+	}
+	snap := &controlpb.PrefixCacheReport{Sealed: [][]byte{make([]byte, 32)}, Snapshot: true}
+	if _, err := h.Register(context.Background(), &controlpb.RegisterRequest{
+		Worker: info("b", controlpb.Role_ROLE_BOTH, "h", "tcp"), Pool: pool(100, 100), PrefixCache: snap}); err != nil {
+		t.Fatal(err)
+	}
+	ev := &controlpb.PrefixCacheReport{Evicted: [][]byte{make([]byte, 32)}}
+	for _, id := range []string{"b", "unknown"} {
+		if _, err := h.Heartbeat(context.Background(), &controlpb.HeartbeatRequest{WorkerId: id, Pool: pool(100, 100), PrefixCache: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(reports) != 2 || reports[0].worker != "b" || reports[0].model != "tiny" || reports[0].report != snap ||
+		reports[0].changes != 1 || reports[1].report != ev {
+		t.Fatalf("reports %+v", reports)
 	}
 }

@@ -84,5 +84,5 @@ func (r *Registry) MarkDraining(id string) {
 func (r *Registry) PrefillFor(decode *Worker) *Worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.prefillFor(decode)
+	return r.prefillFor(decode, nil)
 }

@@ -29,10 +29,11 @@ type Worker struct {
 	lastHeartbeat time.Time
 	registeredAt  time.Time
 	lostAt        time.Time
-	assigned      int64  // requests this gateway routed here, not yet done
-	pendingPages  int64  // pages routed here since the last heartbeat
-	reports       uint64 // registrations and heartbeats received
-	slots         int32  // learned batch size, 0 until seen (budget.go)
+	assigned      int64            // requests this gateway routed here, not yet done
+	byTenant      map[string]int64 // assigned, per tenant (BeginFor)
+	pendingPages  int64            // pages routed here since the last heartbeat
+	reports       uint64           // registrations and heartbeats received
+	slots         int32            // learned batch size, 0 until seen (budget.go)
 
 	reg *Registry
 }
@@ -59,9 +60,19 @@ func (w *Worker) Snapshot() Snapshot {
 // uses these counts between heartbeats: the pages are counted as taken
 // until the next heartbeat, and as free again once the request is done
 // (the worker frees them before it ends the request).
-func (w *Worker) Begin(pages int64) (done func()) {
+func (w *Worker) Begin(pages int64) (done func()) { return w.BeginFor("", pages) }
+
+// BeginFor is Begin for a request of tenant, which it also counts per
+// tenant (Newcomer); "" counts it for no tenant.
+func (w *Worker) BeginFor(tenant string, pages int64) (done func()) {
 	w.reg.mu.Lock()
 	w.assigned++
+	if tenant != "" {
+		if w.byTenant == nil {
+			w.byTenant = make(map[string]int64)
+		}
+		w.byTenant[tenant]++
+	}
 	w.pendingPages += pages
 	seen := w.reports
 	w.reg.mu.Unlock()
@@ -71,6 +82,11 @@ func (w *Worker) Begin(pages int64) (done func()) {
 			w.reg.mu.Lock()
 			defer w.reg.mu.Unlock()
 			w.assigned--
+			if tenant != "" {
+				if w.byTenant[tenant]--; w.byTenant[tenant] <= 0 {
+					delete(w.byTenant, tenant)
+				}
+			}
 			if w.reports == seen {
 				w.pendingPages -= pages
 			} else if free := min(w.pool.GetFreePages()+pages, w.pool.GetTotalPages()); free > w.pool.GetFreePages() {

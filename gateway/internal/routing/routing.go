@@ -3,12 +3,13 @@
 // plugins, combined with weights into one number per candidate; the
 // registry picks the highest (registry.PickScored).
 //
-// The prefix scorer reads Index, the gateway's record of which prompt
-// pages it has routed to which worker in which cache domain: an estimate
-// (workers do not report evictions yet), so a stale entry costs only a
-// less useful choice, never correctness — the worker verifies every
-// shared page itself (I3). The index is keyed by model and cache domain
-// and its hashes cover the domain, so it never answers across domains.
+// The prefix scorer reads Index, built from what the workers report
+// they sealed and evicted (Events, carried by their heartbeats): which
+// prompt pages each worker holds, per model, in which cache domain. A
+// stale entry (an eviction not yet reported) costs only a less useful
+// choice, never correctness: the worker verifies every shared page
+// itself (I3). Chain hashes cover the cache domain, so the index never
+// answers across domains.
 package routing
 
 import (
@@ -27,26 +28,37 @@ type Request struct {
 	Prompt []int32
 
 	mu     sync.Mutex
-	chains map[int32][]cachekey.Hash
+	chains map[chainKey][]cachekey.Hash
+	// The request's turn for RoundRobin, once it took one.
+	turn    int
+	turnSet bool
+}
+
+// chainKey names one way of hashing the prompt: a worker's page size and
+// cache version.
+type chainKey struct {
+	pageTokens int32
+	version    uint64
 }
 
 // Hashes returns the chain hashes of the prompt's full pages of
-// pageTokens tokens but the last token (the pages a hit can cover),
-// computed once per page size.
-func (r *Request) Hashes(pageTokens int32) []cachekey.Hash {
+// pageTokens tokens but the last token (the pages a hit can cover) under
+// a worker's cache version, computed once per page size and version.
+func (r *Request) Hashes(pageTokens int32, version uint64) []cachekey.Hash {
 	if pageTokens <= 0 || len(r.Prompt) == 0 {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h, ok := r.chains[pageTokens]; ok {
+	k := chainKey{pageTokens, version}
+	if h, ok := r.chains[k]; ok {
 		return h
 	}
 	if r.chains == nil {
-		r.chains = make(map[int32][]cachekey.Hash)
+		r.chains = make(map[chainKey][]cachekey.Hash)
 	}
-	h := cachekey.Chain(r.Domain, 0, r.Prompt[:len(r.Prompt)-1], int(pageTokens))
-	r.chains[pageTokens] = h
+	h := cachekey.Chain(r.Domain, version, r.Prompt[:len(r.Prompt)-1], int(pageTokens))
+	r.chains[k] = h
 	return h
 }
 
@@ -75,11 +87,22 @@ func (r *Router) Score(req *Request, c registry.Candidate) float64 {
 	return s
 }
 
-// Default is the router the gateway uses: the expected prefix hit alone,
-// so that a request without a recorded hit is placed exactly as without
-// the cache (the registry's order: most free pages, then fewest routed
-// requests). FreePagesScorer and LoadScorer trade hits against balance
-// when weighted in; the default does not yet.
+// Default weights: a full expected hit outweighs any load, so the pages
+// of a conversation go back to the worker holding them; between workers
+// with equal hits (none, typically a conversation's first turn) the load
+// and the free pages decide, which spreads new conversations.
+const (
+	DefaultPrefixWeight    = 2
+	DefaultLoadWeight      = 1
+	DefaultFreePagesWeight = 1
+)
+
+// Default is the router the gateway uses: expected prefix hit, load and
+// free pages with the default weights.
 func Default(ix *Index) *Router {
-	return &Router{Scorers: []Weighted{{Scorer: PrefixScorer{Index: ix}, Weight: 1}}}
+	return &Router{Scorers: []Weighted{
+		{Scorer: PrefixScorer{Index: ix}, Weight: DefaultPrefixWeight},
+		{Scorer: LoadScorer{}, Weight: DefaultLoadWeight},
+		{Scorer: FreePagesScorer{}, Weight: DefaultFreePagesWeight},
+	}}
 }

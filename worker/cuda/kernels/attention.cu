@@ -9,9 +9,10 @@
 // on the other rows.
 //
 // Before it reads a position, the thread that owns it checks the page's
-// device tag against the chunk's expected owner (hash, epoch, readable) and,
-// for positions before the chunk's start (written by earlier steps), that
-// the slot was written for that owner. A refused page is flagged in err and
+// device tag (check_page): a shared sealed page against the prefix tag the
+// chunk presents for it, any other page against the chunk's expected owner
+// (hash, epoch, readable) and, for positions before the chunk's start
+// (written by earlier steps), that the slot was written for that owner. A refused page is flagged in err and
 // contributes nothing: its bytes are never read. The host turns a flagged
 // step into kvpool.ErrOwnerViolation and discards the step's output.
 #include "common.cuh"
@@ -59,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(ATT_THREADS)
       // Positions before the chunk were written by earlier steps and must
       // be marked written; the chunk's own were written by rope_kv.
       const int need = j < start ? (int)slot + 1 : 0;
-      const int reason = check_page(tags, g->num_pages, page, ch, need);
+      const int reason = check_page(tags, g->num_pages, page, chunks, ch, j / pt, need, false);
       if (reason != 0) {
         flag(err, reason, page, c);
       } else {

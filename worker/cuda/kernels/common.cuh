@@ -19,21 +19,36 @@ struct Geometry {
   double eps, scale;
 };
 
-// Tag is one KV page's owner tag on the device (Go: devTag). state is 1
-// when the page may be read and written (Reserved or InUse), else 0.
+// Tag is one KV page's tag on the device (Go: devTag). For an owned page
+// (state TAG_OWNED: Reserved or InUse) hash is the keyed hash of its owner
+// and epoch the owner's epoch; for a sealed prefix page (TAG_SEALED) hash
+// is the keyed hash of its prefix tag (cache domain, model/format version,
+// chain hash) and epoch the keyed hash of its cache domain alone.
 struct Tag {
   u64 hash, epoch;
   int written, state;
 };
 
-// A chunk descriptor is CH_WORDS i64 words (Go: chunkWords).
+// Tag states (Go: tagUnreadable, tagOwned, tagSealed).
 enum {
-  CH_START = 0,  // position of the chunk's first token
-  CH_TABLE = 1,  // offset of the chunk's page table in the tables array
-  CH_PAGES = 2,  // page table length
-  CH_HASH = 3,   // expected owner hash
-  CH_EPOCH = 4,  // expected owner epoch
-  CH_WORDS = 5
+  TAG_UNREADABLE = 0,  // free or quarantined
+  TAG_OWNED = 1,       // readable and writable by its owner
+  TAG_SEALED = 2       // read-only, readable by whoever presents its tag
+};
+
+// A chunk descriptor is CH_WORDS i64 words (Go: chunkWords). The chunks
+// array holds the descriptors, then the expected tags of the chunks'
+// shared pages: two words per page (tag hash, domain hash), the chunk's
+// first at word CH_STAGS of the array.
+enum {
+  CH_START = 0,   // position of the chunk's first token
+  CH_TABLE = 1,   // offset of the chunk's page table in the tables array
+  CH_PAGES = 2,   // page table length
+  CH_HASH = 3,    // expected owner hash
+  CH_EPOCH = 4,   // expected owner epoch
+  CH_SHARED = 5,  // leading pages of the table that are shared sealed pages
+  CH_STAGS = 6,   // word offset of their expected tags in the chunks array
+  CH_WORDS = 7
 };
 
 // Device error record (Go: errWords): [0] count of refused page accesses,
@@ -43,7 +58,11 @@ enum {
   REASON_UNREADABLE = 2,  // page free or quarantined
   REASON_FOREIGN = 3,     // owner hash differs
   REASON_EPOCH = 4,       // same owner hash, other epoch
-  REASON_UNWRITTEN = 5    // slot not written for the owner
+  REASON_UNWRITTEN = 5,   // slot not written for the owner
+  REASON_SEALED = 6,      // sealed page written, or read as an owned page
+  REASON_NOT_SEALED = 7,  // shared place of the table holds no sealed page
+  REASON_DOMAIN = 8,      // sealed page of another cache domain
+  REASON_TAG = 9          // sealed page with another chain hash or version
 };
 
 // Element types of weight matrices: tag structs so that f16 and bf16
@@ -117,13 +136,27 @@ __device__ __forceinline__ void flag(int* err, int reason, int page, int chunk) 
   }
 }
 
-// check_page is the device-side owner check: page must exist, be readable,
-// carry the chunk's expected owner hash and epoch, and have at least
-// `need` written slots. It returns 0 or a REASON_ code.
-__device__ __forceinline__ int check_page(const Tag* tags, i64 num_pages, int page, const i64* ch, int need) {
+// check_page is the device-side tag check of page, the idx-th page of a
+// chunk's table (ch is its descriptor, chunks the whole array). A shared place
+// (idx < CH_SHARED) must hold a sealed page whose domain and tag hashes
+// equal the ones the chunk presents, and is never written; any other place
+// must exist, be owned (not free, quarantined or sealed), carry the chunk's
+// expected owner hash and epoch, and have at least `need` written slots.
+// It returns 0 or a REASON_ code.
+__device__ __forceinline__ int check_page(const Tag* tags, i64 num_pages, int page, const i64* chunks,
+                                          const i64* ch, i64 idx, int need, bool write) {
   if (page < 0 || page >= num_pages) return REASON_NO_PAGE;
   const Tag t = tags[page];
-  if (t.state == 0) return REASON_UNREADABLE;
+  if (idx < ch[CH_SHARED]) {
+    if (write) return REASON_SEALED;
+    if (t.state != TAG_SEALED) return REASON_NOT_SEALED;
+    const i64* want = chunks + ch[CH_STAGS] + 2 * idx;
+    if (t.epoch != (u64)want[1]) return REASON_DOMAIN;
+    if (t.hash != (u64)want[0]) return REASON_TAG;
+    return 0;  // sealed pages are complete
+  }
+  if (t.state == TAG_SEALED) return REASON_SEALED;
+  if (t.state != TAG_OWNED) return REASON_UNREADABLE;
   if (t.hash != (u64)ch[CH_HASH]) return REASON_FOREIGN;
   if (t.epoch != (u64)ch[CH_EPOCH]) return REASON_EPOCH;
   if (t.written < need) return REASON_UNWRITTEN;

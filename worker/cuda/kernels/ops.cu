@@ -77,8 +77,8 @@ extern "C" __global__ void qkv_prep(float* qkv, const float* bias, const float* 
 // rope_kv rotates each row's queries and keys (Hugging Face rotate-half:
 // pair (i, i+half) of every head) by the row's position, and writes the
 // rotated keys and the values into the row's KV page slot — after the
-// device owner check of that page (tag, epoch, readable; a refused page is
-// flagged in err and not written). Rows are [q | k | v] of width qkv_dim.
+// device owner check of that page (tag, epoch, owned: a sealed page is
+// never written; a refused page is flagged in err and not written). Rows are [q | k | v] of width qkv_dim.
 // Page layout: [layer][k=0|v=1][slot][kv_heads·head_dim] float32.
 // Grid: rows; block: any multiple of 32.
 extern "C" __global__ void rope_kv(float* qkv, float* kv, const int* row_chunk, const int* row_pos,
@@ -94,8 +94,9 @@ extern "C" __global__ void rope_kv(float* qkv, float* kv, const int* row_chunk, 
   const i64 kv_dim = g->kv_heads * hd;
   if (threadIdx.x == 0) {
     const int page = page_of(tables, ch, pos, pt);
-    // The slot is about to be written: no written slots are needed.
-    const int reason = check_page(tags, g->num_pages, page, ch, 0);
+    // The slot is about to be written: no written slots are needed, and
+    // a sealed page is refused (read-only).
+    const int reason = check_page(tags, g->num_pages, page, chunks, ch, pos / pt, 0, true);
     if (reason != 0) flag(err, reason, page, c);
     page_s = reason == 0 ? page : -1;
   }

@@ -44,10 +44,12 @@ func (s Spec) KVDim() int { return s.KVHeads * s.HeadDim }
 func (s Spec) PageBytes(pageTokens int) int { return s.Layers * 2 * pageTokens * s.KVDim() * 4 }
 
 // LayerWeights are one decoder layer's tensors in Hugging Face layout
-// ([out_features, in_features], row-major).
+// ([out_features, in_features], row-major). The projection matrices may
+// be in any kernels.Format; norms and biases are float32.
 type LayerWeights struct {
-	AttnNorm, Wq, Wk, Wv, Wo   []float32
-	MLPNorm, WGate, WUp, WDown []float32
+	AttnNorm, MLPNorm []float32
+	Wq, Wk, Wv, Wo    *kernels.Matrix
+	WGate, WUp, WDown *kernels.Matrix
 	// Bq, Bk and Bv are the projection biases when Spec.QKVBias, else nil.
 	Bq, Bk, Bv []float32
 	// QNorm and KNorm are the per-head norm weights ([HeadDim]) when
@@ -57,10 +59,36 @@ type LayerWeights struct {
 
 // Weights are the whole model's tensors. LMHead may alias Embed (tied).
 type Weights struct {
-	Embed  []float32
+	Embed  *kernels.Matrix
 	Layers []LayerWeights
 	Norm   []float32
-	LMHead []float32
+	LMHead *kernels.Matrix
+}
+
+// Format is the format of the layers' projection matrices (the one the
+// decode matrix-vector products stream), F32 for a model without layers.
+func (w *Weights) Format() kernels.Format {
+	if len(w.Layers) == 0 || w.Layers[0].Wq == nil {
+		return kernels.F32
+	}
+	return w.Layers[0].Wq.Format()
+}
+
+// StreamedBytes is what one decode step reads of the matrices: every
+// projection and the LM head once (the embedding row is negligible).
+func (w *Weights) StreamedBytes() int64 {
+	n := w.LMHead.Bytes()
+	add := func(m *kernels.Matrix) {
+		if m != nil {
+			n += m.Bytes()
+		}
+	}
+	for _, l := range w.Layers {
+		for _, m := range []*kernels.Matrix{l.Wq, l.Wk, l.Wv, l.Wo, l.WGate, l.WUp, l.WDown} {
+			add(m)
+		}
+	}
+	return n
 }
 
 // Pages gives the backend the bytes of KV pages; *kvpool.Pool satisfies it.
@@ -78,6 +106,9 @@ type Options struct {
 	MaxBatchTokens int
 	// PageTokens is the KV page size.
 	PageTokens int
+	// Quantize selects Q8 weights for the projections and the LM head
+	// (FromModel); false keeps the file's element type.
+	Quantize bool
 }
 
 // Backend implements engine.Backend on the CPU.
@@ -152,6 +183,13 @@ func New(spec Spec, w Weights, pages Pages, opt Options) (*Backend, error) {
 	return b, nil
 }
 
+// WeightFormat names the format of the projection weights (f32, f16,
+// bf16 or q8).
+func (b *Backend) WeightFormat() string { return b.w.Format().String() }
+
+// StreamedWeightBytes is what one decode step reads of the weights.
+func (b *Backend) StreamedWeightBytes() int64 { return b.w.StreamedBytes() }
+
 // Close releases the kernel threads.
 func (b *Backend) Close() { b.pool.Close() }
 
@@ -172,11 +210,17 @@ func checkWeights(s Spec, w Weights) error {
 		}
 		return nil
 	}
+	checkM := func(name string, got *kernels.Matrix, rows, cols int) error {
+		if got == nil || got.Rows() != rows || got.Cols() != cols {
+			return fmt.Errorf("%w: %s is not %d×%d", ErrShape, name, rows, cols)
+		}
+		return nil
+	}
 	qDim, kv := s.Heads*s.HeadDim, s.KVDim()
 	errs := []error{
-		check("embed", w.Embed, s.Vocab*s.Hidden),
+		checkM("embed", w.Embed, s.Vocab, s.Hidden),
 		check("norm", w.Norm, s.Hidden),
-		check("lm_head", w.LMHead, s.Vocab*s.Hidden),
+		checkM("lm_head", w.LMHead, s.Vocab, s.Hidden),
 	}
 	if len(w.Layers) != s.Layers {
 		errs = append(errs, fmt.Errorf("%w: %d layers, want %d", ErrShape, len(w.Layers), s.Layers))
@@ -185,14 +229,14 @@ func checkWeights(s Spec, w Weights) error {
 		p := fmt.Sprintf("layer %d ", i)
 		errs = append(errs,
 			check(p+"attn_norm", l.AttnNorm, s.Hidden),
-			check(p+"q_proj", l.Wq, qDim*s.Hidden),
-			check(p+"k_proj", l.Wk, kv*s.Hidden),
-			check(p+"v_proj", l.Wv, kv*s.Hidden),
-			check(p+"o_proj", l.Wo, s.Hidden*qDim),
+			checkM(p+"q_proj", l.Wq, qDim, s.Hidden),
+			checkM(p+"k_proj", l.Wk, kv, s.Hidden),
+			checkM(p+"v_proj", l.Wv, kv, s.Hidden),
+			checkM(p+"o_proj", l.Wo, s.Hidden, qDim),
 			check(p+"mlp_norm", l.MLPNorm, s.Hidden),
-			check(p+"gate_proj", l.WGate, s.Intermediate*s.Hidden),
-			check(p+"up_proj", l.WUp, s.Intermediate*s.Hidden),
-			check(p+"down_proj", l.WDown, s.Hidden*s.Intermediate),
+			checkM(p+"gate_proj", l.WGate, s.Intermediate, s.Hidden),
+			checkM(p+"up_proj", l.WUp, s.Intermediate, s.Hidden),
+			checkM(p+"down_proj", l.WDown, s.Hidden, s.Intermediate),
 		)
 		// Absent optional tensors must be nil (want 0), so a spec and its
 		// weights cannot disagree about the family.
@@ -256,7 +300,7 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 			if t < 0 || int(t) >= s.Vocab {
 				return fmt.Errorf("cpu: token %d outside the vocabulary", t)
 			}
-			copy(b.x[r*hid:(r+1)*hid], b.w.Embed[int(t)*hid:(int(t)+1)*hid])
+			b.w.Embed.Row(int(t), b.x[r*hid:(r+1)*hid])
 			r++
 		}
 	}
@@ -279,9 +323,9 @@ func (b *Backend) layerForward(l, rows int) {
 		kernels.RMSNorm(h[r*hid:(r+1)*hid], x[r*hid:(r+1)*hid], w.AttnNorm, s.RMSNormEps)
 	}
 	q, k, v := b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]
-	b.pool.MatMulT(q, h, w.Wq, rows, qDim, hid)
-	b.pool.MatMulT(k, h, w.Wk, rows, kvDim, hid)
-	b.pool.MatMulT(v, h, w.Wv, rows, kvDim, hid)
+	b.pool.MatMulTW(q, h, w.Wq, rows)
+	b.pool.MatMulTW(k, h, w.Wk, rows)
+	b.pool.MatMulTW(v, h, w.Wv, rows)
 	if s.QKVBias {
 		addRows(q, w.Bq)
 		addRows(k, w.Bk)
@@ -295,7 +339,7 @@ func (b *Backend) layerForward(l, rows int) {
 	b.layer = l
 	b.attend()
 	att := b.att[:rows*qDim]
-	b.pool.MatMulT(h, att, w.Wo, rows, hid, qDim)
+	b.pool.MatMulTW(h, att, w.Wo, rows)
 	kernels.Add(x, x, h)
 
 	for r := 0; r < rows; r++ {
@@ -303,10 +347,10 @@ func (b *Backend) layerForward(l, rows int) {
 	}
 	inter := s.Intermediate
 	gate, up := b.gate[:rows*inter], b.up[:rows*inter]
-	b.pool.MatMulT(gate, h, w.WGate, rows, inter, hid)
-	b.pool.MatMulT(up, h, w.WUp, rows, inter, hid)
+	b.pool.MatMulTW(gate, h, w.WGate, rows)
+	b.pool.MatMulTW(up, h, w.WUp, rows)
 	kernels.SiLUMul(gate, up)
-	b.pool.MatMulT(h, gate, w.WDown, rows, hid, inter)
+	b.pool.MatMulTW(h, gate, w.WDown, rows)
 	kernels.Add(x, x, h)
 }
 
@@ -447,7 +491,7 @@ func (b *Backend) computeLogits(batch []engine.Chunk) error {
 	if need := m * s.Vocab; len(b.logits) < need {
 		b.logits = make([]float32, need)
 	}
-	b.pool.MatMulT(b.logits[:m*s.Vocab], b.h[:m*hid], b.w.LMHead, m, s.Vocab, hid)
+	b.pool.MatMulTW(b.logits[:m*s.Vocab], b.h[:m*hid], b.w.LMHead, m)
 	i := 0
 	for _, c := range batch {
 		if c.Logits != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -53,7 +54,7 @@ func familySpecs() map[string]Spec {
 
 func randWeights(s Spec, seed uint64) Weights {
 	r := rand.New(rand.NewPCG(seed, 1))
-	mat := func(out, in int) []float32 {
+	raw := func(out, in int) []float32 {
 		m := make([]float32, out*in)
 		std := 1 / math.Sqrt(float64(in))
 		for i := range m {
@@ -61,6 +62,7 @@ func randWeights(s Spec, seed uint64) Weights {
 		}
 		return m
 	}
+	mat := func(out, in int) *kernels.Matrix { return kernels.NewF32(out, in, raw(out, in)) }
 	norm := func() []float32 {
 		v := make([]float32, s.Hidden)
 		for i := range v {
@@ -91,10 +93,11 @@ func randWeights(s Spec, seed uint64) Weights {
 		}
 		w.Layers = append(w.Layers, l)
 	}
-	w.LMHead = mat(s.Vocab, s.Hidden)
-	for i := range w.LMHead {
-		w.LMHead[i] *= 4
+	lm := raw(s.Vocab, s.Hidden)
+	for i := range lm {
+		lm[i] *= 4
 	}
+	w.LMHead = kernels.NewF32(s.Vocab, s.Hidden, lm)
 	return w
 }
 
@@ -243,7 +246,7 @@ func TestForwardRejectsBadChunks(t *testing.T) {
 		}
 	}
 	bad := randWeights(s, 1)
-	bad.Layers[1].Wk = bad.Layers[1].Wk[:10]
+	bad.Layers[1].Wk = kernels.NewF32(1, 10, make([]float32, 10))
 	if _, err := New(s, bad, newTestPages(1, 1), Options{MaxBatchTokens: 1, PageTokens: 1}); err == nil {
 		t.Error("New accepted a wrong-size k_proj")
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/model"
 )
 
@@ -28,17 +29,23 @@ func SpecFor(c *model.Config) Spec {
 	}
 }
 
-// FromModel builds a backend over a loaded model. F32 tensors are used in
-// place (memory-mapped); F16 and BF16 tensors are converted to float32 once.
+// FromModel builds a backend over a loaded model (see WeightsOf), with
+// Q8 weights when opt.Quantize (see QuantizeQ8).
 func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
 	w, err := WeightsOf(m)
 	if err != nil {
 		return nil, err
 	}
+	if opt.Quantize {
+		w = QuantizeQ8(w)
+	}
 	return New(SpecFor(&m.Config), w, pages, opt)
 }
 
-// WeightsOf returns a model's tensors as float32 in the backend's layout.
+// WeightsOf returns a model's tensors in the backend's layout. Matrices
+// keep the file's element type in memory: F32 tensors are used in place
+// (memory-mapped), F16 and BF16 ones are copied as they are and widened
+// inside the kernels. Norms and biases become float32.
 func WeightsOf(m *model.Model) (Weights, error) {
 	mw := m.Weights()
 	var errs []error
@@ -52,18 +59,61 @@ func WeightsOf(m *model.Model) (Weights, error) {
 		}
 		return v
 	}
-	w := Weights{Embed: f32(mw.Embed), Norm: f32(mw.Norm)}
+	mat := func(t *model.Tensor) *kernels.Matrix {
+		if len(t.Shape) != 2 {
+			errs = append(errs, fmt.Errorf("%w: tensor %s has shape %v", ErrShape, t.Name, t.Shape))
+			return nil
+		}
+		rows, cols := t.Shape[0], t.Shape[1]
+		switch t.DType {
+		case model.F16:
+			return kernels.New16(kernels.F16, rows, cols, t.Data)
+		case model.BF16:
+			return kernels.New16(kernels.BF16, rows, cols, t.Data)
+		}
+		return kernels.NewF32(rows, cols, f32(t))
+	}
+	w := Weights{Embed: mat(mw.Embed), Norm: f32(mw.Norm)}
 	if mw.LMHead == mw.Embed {
 		w.LMHead = w.Embed
 	} else {
-		w.LMHead = f32(mw.LMHead)
+		w.LMHead = mat(mw.LMHead)
 	}
 	for _, l := range mw.Layers {
 		w.Layers = append(w.Layers, LayerWeights{
-			AttnNorm: f32(l.InputNorm), Wq: f32(l.Q), Wk: f32(l.K), Wv: f32(l.V), Wo: f32(l.O),
-			MLPNorm: f32(l.PostAttentionNorm), WGate: f32(l.Gate), WUp: f32(l.Up), WDown: f32(l.Down),
+			AttnNorm: f32(l.InputNorm), Wq: mat(l.Q), Wk: mat(l.K), Wv: mat(l.V), Wo: mat(l.O),
+			MLPNorm: f32(l.PostAttentionNorm), WGate: mat(l.Gate), WUp: mat(l.Up), WDown: mat(l.Down),
 			Bq: f32(l.QBias), Bk: f32(l.KBias), Bv: f32(l.VBias), QNorm: f32(l.QNorm), KNorm: f32(l.KNorm),
 		})
 	}
-	return w, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return Weights{}, err
+	}
+	return w, nil
+}
+
+// QuantizeQ8 returns w with the projections and the LM head quantized to
+// Q8 (kernels.Matrix.QuantizeQ8). The embedding rows stay in their
+// format, so a tied LM head becomes a Q8 copy; a matrix whose rows are
+// not whole 32-weight blocks keeps its format.
+func QuantizeQ8(w Weights) Weights {
+	q := func(m *kernels.Matrix) *kernels.Matrix {
+		if m.Cols()%kernels.Q8Block != 0 {
+			return m
+		}
+		r, err := m.QuantizeQ8()
+		if err != nil { // unreachable: the shape was checked
+			panic(err)
+		}
+		return r
+	}
+	out := w
+	out.LMHead = q(w.LMHead)
+	out.Layers = make([]LayerWeights, len(w.Layers))
+	for i, l := range w.Layers {
+		l.Wq, l.Wk, l.Wv, l.Wo = q(l.Wq), q(l.Wk), q(l.Wv), q(l.Wo)
+		l.WGate, l.WUp, l.WDown = q(l.WGate), q(l.WUp), q(l.WDown)
+		out.Layers[i] = l
+	}
+	return out
 }

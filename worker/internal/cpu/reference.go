@@ -1,6 +1,10 @@
 package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/warden-ai/warden/worker/internal/kernels"
+)
 
 // Reference computes every position's logits in float64 with a plain,
 // unpaged implementation of the Llama forward pass, with Qwen2's q/k/v
@@ -10,7 +14,8 @@ import "math"
 func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
 	qDim, kvDim := s.Heads*hd, s.KVDim()
-	matmul := func(x [][]float64, wt []float32, out, in int) [][]float64 {
+	matmul := func(x [][]float64, wm *kernels.Matrix, out, in int) [][]float64 {
+		wt := dense(wm)
 		y := make([][]float64, len(x))
 		for i := range x {
 			y[i] = make([]float64, out)
@@ -49,11 +54,12 @@ func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 			x[i+half] = x2*c + x1*sn
 		}
 	}
+	embed := dense(w.Embed)
 	x := make([][]float64, n)
 	for i, t := range tokens {
 		x[i] = make([]float64, hid)
 		for j := range x[i] {
-			x[i][j] = float64(w.Embed[int(t)*hid+j])
+			x[i][j] = float64(embed[int(t)*hid+j])
 		}
 	}
 	for _, lw := range w.Layers {
@@ -136,4 +142,13 @@ func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 		}
 	}
 	return matmul(rms(x, w.Norm), w.LMHead, s.Vocab, hid)
+}
+
+// dense returns m's rows as float32 (exact but for Q8).
+func dense(m *kernels.Matrix) []float32 {
+	d := make([]float32, m.Rows()*m.Cols())
+	for i := range m.Rows() {
+		m.Row(i, d[i*m.Cols():(i+1)*m.Cols()])
+	}
+	return d
 }

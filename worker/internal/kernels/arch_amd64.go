@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -13,32 +14,119 @@ import (
 // two paths.
 var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("WARDEN_KERNELS_PUREGO") == ""
 
+// use512 adds the AVX-512 gemm kernels for prefill (same results:
+// they run two canonical 8-lane accumulators per zmm register). The
+// environment variable WARDEN_KERNELS_AVX2 switches them off.
+var use512 = useAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL &&
+	os.Getenv("WARDEN_KERNELS_AVX2") == ""
+
 // Assembly in kernels_amd64.s. Pointers must be valid for the lengths
 // given; the Go wrappers check that.
 
 //go:noescape
-func gemm4x3(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm4x3(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm4x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x3(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm3x3(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm3x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm2x4(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm2x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x8(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm1x8(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+func gemm1x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x3h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x3h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x8h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x3b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x3b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x8b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func q8dot1x4(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+
+//go:noescape
+func q8dot1x1(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
 
 //go:noescape
 func axpyAVX2(alpha float32, x *float32, y *float32, n int)
@@ -55,6 +143,12 @@ func addAVX2(dst *float32, a *float32, b *float32, n int)
 //go:noescape
 func mulScaleAVX2(out *float32, x *float32, w *float32, s float32, n int)
 
+//go:noescape
+func softmaxExpAVX2(x *float32, n int, mx float32) int
+
+//go:noescape
+func siluMulAVX2(gate *float32, up *float32, n int) int
+
 func fmaPeakAVX2(iters int)
 
 //go:noescape
@@ -65,7 +159,7 @@ func dot(a, b []float32) float32 {
 		return dotGo(a, b)
 	}
 	var r float32
-	gemm1x1(&r, 0, &a[0], 0, &b[0], 0, len(a), 1)
+	gemm1x1(&r, 0, &a[0], 0, unsafe.Pointer(&b[0]), 0, len(a), 1)
 	return r
 }
 
@@ -109,21 +203,32 @@ func mulScale(out, x, w []float32, s float32) {
 	mulScaleAVX2(&out[0], &x[0], &w[0], s, len(out))
 }
 
+// gemmFunc is the signature of the gemm micro-kernels.
+type gemmFunc func(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
 // gemmKernel is one register-blocked micro-kernel: a block of rows of A
 // against tiles of cols rows of W.
 type gemmKernel struct {
 	cols int
-	fn   func(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+	fn   gemmFunc
 	// one handles the columns left over when fewer than cols remain.
-	one func(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+	one gemmFunc
 }
 
-// gemmKernels[r] serves a block of r rows of A (r = 1..4).
-var gemmKernels = [5]gemmKernel{
-	1: {8, gemm1x8, gemm1x1},
-	2: {4, gemm2x4, gemm2x1},
-	3: {3, gemm3x3, gemm3x1},
-	4: {3, gemm4x3, gemm4x1},
+// gemmKernels[f][r] serves a block of r rows of A (r = 1..4) against W
+// in format f (F32, F16, BF16).
+var gemmKernels = [3][5]gemmKernel{
+	F32:  {1: {8, gemm1x8, gemm1x1}, 2: {4, gemm2x4, gemm2x1}, 3: {3, gemm3x3, gemm3x1}, 4: {3, gemm4x3, gemm4x1}},
+	F16:  {1: {8, gemm1x8h, gemm1x1h}, 2: {4, gemm2x4h, gemm2x1h}, 3: {3, gemm3x3h, gemm3x1h}, 4: {3, gemm4x3h, gemm4x1h}},
+	BF16: {1: {8, gemm1x8b, gemm1x1b}, 2: {4, gemm2x4b, gemm2x1b}, 3: {3, gemm3x3b, gemm3x1b}, 4: {3, gemm4x3b, gemm4x1b}},
+}
+
+// gemm512Kernels[f][r] serves a block of r = 2..4 rows of A against
+// tiles of 4 W rows in format f when use512 holds and k is a multiple of 8.
+var gemm512Kernels = [3][5]gemmKernel{
+	F32:  {2: {4, gemm2x4z, gemm2x1}, 3: {4, gemm3x4z, gemm3x1}, 4: {4, gemm4x4z, gemm4x1}},
+	F16:  {2: {4, gemm2x4zh, gemm2x1h}, 3: {4, gemm3x4zh, gemm3x1h}, 4: {4, gemm4x4zh, gemm4x1h}},
+	BF16: {2: {4, gemm2x4zb, gemm2x1b}, 3: {4, gemm3x4zb, gemm3x1b}, 4: {4, gemm4x4zb, gemm4x1b}},
 }
 
 // l2Panel is the byte budget for the panel of W rows kept hot in L2 while
@@ -137,28 +242,98 @@ func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
 		matMulTGo(c, ldc, a, w, ldw, m, n, k)
 		return
 	}
+	gemm(c, ldc, a, unsafe.Pointer(&w[0]), F32, ldw, m, n, k)
+}
+
+// matMul16 is matMulT with W in F16 or BF16 (f), each row widened
+// exactly. w must extend pad16 elements past its last row.
+func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
+	if !useAsm {
+		matMul16Go(c, ldc, a, w, f, ldw, m, n, k)
+		return
+	}
+	gemm(c, ldc, a, unsafe.Pointer(&w[0]), f, ldw, m, n, k)
+}
+
+// gemm drives the micro-kernels of format f over W at w (elements of
+// f's size, rows ldw elements apart).
+func gemm(c []float32, ldc int, a []float32, w unsafe.Pointer, f Format, ldw, m, n, k int) {
+	size := int(f.BytesPerWeight())
 	// Panel height: a multiple of every kernel's cols, so only the last
 	// panel has leftover columns.
 	panel := n
 	if m > 1 {
-		panel = max(12, l2Panel/(4*k)/12*12)
+		panel = max(12, l2Panel/(size*k)/12*12)
 	}
+	kernels := &gemmKernels[f]
+	wide := use512 && k%8 == 0
 	for j0 := 0; j0 < n; j0 += panel {
 		nj := min(panel, n-j0)
 		for i := 0; i < m; i += 4 {
-			kr := &gemmKernels[min(4, m-i)]
+			kr := &kernels[min(4, m-i)]
+			if wide && m-i > 1 {
+				kr = &gemm512Kernels[f][min(4, m-i)]
+			}
 			ci := &c[i*ldc+j0]
 			ai := &a[i*k]
 			full := nj / kr.cols
 			if full > 0 {
-				kr.fn(ci, ldc, ai, k, &w[j0*ldw], ldw, k, full)
+				kr.fn(ci, ldc, ai, k, unsafe.Add(w, j0*ldw*size), ldw, k, full)
 			}
 			if left := nj - full*kr.cols; left > 0 {
 				j := j0 + full*kr.cols
-				kr.one(&c[i*ldc+j], ldc, ai, k, &w[j*ldw], ldw, k, left)
+				kr.one(&c[i*ldc+j], ldc, ai, k, unsafe.Add(w, j*ldw*size), ldw, k, left)
 			}
 		}
 	}
+}
+
+// q8Rows computes c[j] = the Q8 dot product of the quantized row a with
+// row j of w (rows rowBytes apart) for j < len(c).
+func q8Rows(c []float32, a, w []byte, rowBytes int) {
+	if !useAsm {
+		q8RowsGo(c, a, w, rowBytes)
+		return
+	}
+	blocks := rowBytes / Q8BlockBytes
+	full := len(c) / 4
+	if full > 0 {
+		q8dot1x4(&c[0], &a[0], &w[0], rowBytes, blocks, full)
+	}
+	if left := len(c) - 4*full; left > 0 {
+		q8dot1x1(&c[4*full], &a[0], &w[4*full*rowBytes], rowBytes, blocks, left)
+	}
+}
+
+// softmaxExp sets x[i] = float32(exp(float64(x[i] - mx))), 4 at a time
+// in assembly where every lane allows it (the same operations as exp),
+// else with the scalar code.
+func softmaxExp(x []float32, mx float32) {
+	i := 0
+	for useAsm && len(x)-i >= 4 {
+		i += softmaxExpAVX2(&x[i], len(x)-i, mx)
+		if len(x)-i < 4 {
+			break
+		}
+		softmaxExpGo(x[i:i+4], mx)
+		i += 4
+	}
+	softmaxExpGo(x[i:], mx)
+}
+
+// siluMul is SiLUMul's loop, 4 elements at a time in assembly where every
+// lane allows it, else with the scalar code.
+func siluMul(gate, up []float32) {
+	i := 0
+	for useAsm && len(gate)-i >= 4 {
+		i += siluMulAVX2(&gate[i], &up[i], len(gate)-i)
+		if len(gate)-i < 4 {
+			break
+		}
+		siluMulGo(gate[i:i+4], up[i:i+4])
+		i += 4
+	}
+	siluMulGo(gate[i:], up[i:])
 }
 
 func fmaPeakLoop(iters int) (flops float64) {

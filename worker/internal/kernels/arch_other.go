@@ -15,5 +15,11 @@ func mulScale(out, x, w []float32, s float32)       { mulScaleGo(out, x, w, s) }
 func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
 	matMulTGo(c, ldc, a, w, ldw, m, n, k)
 }
-func fmaPeakLoop(iters int) float64 { return fmaPeakGo(iters) }
-func streamRead(p []byte) uint64    { return streamReadGo(p) }
+func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
+	matMul16Go(c, ldc, a, w, f, ldw, m, n, k)
+}
+func q8Rows(c []float32, a, w []byte, rowBytes int) { q8RowsGo(c, a, w, rowBytes) }
+func softmaxExp(x []float32, mx float32)            { softmaxExpGo(x, mx) }
+func siluMul(gate, up []float32)                    { siluMulGo(gate, up) }
+func fmaPeakLoop(iters int) float64                 { return fmaPeakGo(iters) }
+func streamRead(p []byte) uint64                    { return streamReadGo(p) }

@@ -251,3 +251,167 @@ func BenchmarkAttentionPage(b *testing.B) {
 		})
 	}
 }
+
+// benchMatrices returns w (n×k float32) in every Format, the F16 and
+// BF16 ones narrowed from it and Q8 quantized from it.
+func benchMatrices(n, k int, w []float32) map[Format]*Matrix {
+	out := map[Format]*Matrix{F32: NewF32(n, k, w)}
+	for _, f := range []Format{F16, BF16} {
+		raw, _ := as16(f, w)
+		out[f] = New16(f, n, k, raw)
+	}
+	q, err := out[F32].QuantizeQ8()
+	if err != nil {
+		panic(err)
+	}
+	out[Q8] = q
+	return out
+}
+
+// matrixBytes views a matrix's element storage as bytes, for the read
+// probe.
+func matrixBytes(m *Matrix) []byte {
+	switch m.format {
+	case F32:
+		return unsafe.Slice((*byte)(unsafe.Pointer(&m.f32[0])), 4*len(m.f32))
+	case Q8:
+		return m.q8
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&m.u16[0])), 2*m.rows*m.cols)
+}
+
+// BenchmarkFormatRatio is batch-1 decode in every weight format,
+// interleaved with the float32 matvec of the same matrix and with a
+// streaming read of the format's own bytes: "x-f32" is the speed-up over
+// float32, "pct-of-read" the fraction of the read bandwidth of the bytes
+// the format really holds (the decode roofline fraction, for matrices
+// larger than the last-level cache). Fastest runs of each.
+func BenchmarkFormatRatio(b *testing.B) {
+	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {32000, 768}} {
+		n, k := s[0], s[1]
+		r := rand.New(rand.NewPCG(7, 7))
+		a := randVec(r, k, false)
+		ms := benchMatrices(n, k, randVec(r, n*k, false))
+		c := make([]float32, n)
+		for _, f := range []Format{F16, BF16, Q8} {
+			rr := &readRanger{buf: matrixBytes(ms[f])}
+			rr.buf = rr.buf[:len(rr.buf)&^255]
+			for _, threads := range benchThreads {
+				b.Run(fmt.Sprintf("%v/%dx%d/t%d", f, n, k, threads), func(b *testing.B) {
+					p := NewPool(threads)
+					defer p.Close()
+					var tRead, tF32, tFmt minTime
+					for i := 0; i < b.N; i++ {
+						t0 := time.Now()
+						p.Do(len(rr.buf), len(rr.buf)/threads/256*256, rr)
+						t1 := time.Now()
+						p.MatMulTW(c, a, ms[F32], 1)
+						t2 := time.Now()
+						p.MatMulTW(c, a, ms[f], 1)
+						tRead.add(t1.Sub(t0))
+						tF32.add(t2.Sub(t1))
+						tFmt.add(time.Since(t2))
+					}
+					b.ReportMetric(tF32.Seconds()/tFmt.Seconds(), "x-f32")
+					b.ReportMetric(100*tRead.Seconds()/tFmt.Seconds(), "pct-of-read")
+					b.ReportMetric(float64(len(rr.buf))/tFmt.Seconds()/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkFormatPrefill is prefill (m rows) in every format, interleaved
+// with the float32 product: "x-f32" is the speed-up over float32.
+func BenchmarkFormatPrefill(b *testing.B) {
+	m, n, k := 64, 2048, 768
+	r := rand.New(rand.NewPCG(8, 8))
+	a := randVec(r, m*k, false)
+	ms := benchMatrices(n, k, randVec(r, n*k, false))
+	c := make([]float32, m*n)
+	for _, f := range []Format{F16, BF16, Q8} {
+		b.Run(fmt.Sprintf("%v/m%d_%dx%d", f, m, n, k), func(b *testing.B) {
+			p := NewPool(1)
+			defer p.Close()
+			var tF32, tFmt minTime
+			for i := 0; i < b.N; i++ {
+				t1 := time.Now()
+				p.MatMulTW(c, a, ms[F32], m)
+				t2 := time.Now()
+				p.MatMulTW(c, a, ms[f], m)
+				tF32.add(t2.Sub(t1))
+				tFmt.add(time.Since(t2))
+			}
+			b.ReportMetric(tF32.Seconds()/tFmt.Seconds(), "x-f32")
+			b.ReportMetric(2*float64(m*n*k)/tFmt.Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkPrefill512 interleaves the float32 prefill product with and
+// without the AVX-512 kernels: "x-avx2" is the speed-up, "pct-of-peak"
+// the share of the (AVX2, 8-lane) FMA probe.
+func BenchmarkPrefill512(b *testing.B) {
+	if !use512 {
+		b.Skip("no AVX-512 on this machine")
+	}
+	for _, s := range [][3]int{{64, 2048, 768}, {256, 2048, 768}, {256, 768, 2048}} {
+		m, n, k := s[0], s[1], s[2]
+		r := rand.New(rand.NewPCG(9, 9))
+		a, w := randVec(r, m*k, false), randVec(r, n*k, false)
+		c := make([]float32, m*n)
+		b.Run(fmt.Sprintf("m%d_%dx%d/t1", m, n, k), func(b *testing.B) {
+			p := NewPool(1)
+			defer p.Close()
+			flops := 2 * float64(m*n*k)
+			fr := &fmaRanger{iters: int(flops / (12 * 8 * 2))}
+			var tPeak, t2, t5 minTime
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				p.Do(1, 1, fr)
+				t1 := time.Now()
+				use512 = false
+				p.MatMulT(c, a, w, m, n, k)
+				use512 = true
+				tm := time.Now()
+				p.MatMulT(c, a, w, m, n, k)
+				tPeak.add(t1.Sub(t0))
+				t2.add(tm.Sub(t1))
+				t5.add(time.Since(tm))
+			}
+			b.ReportMetric(t2.Seconds()/t5.Seconds(), "x-avx2")
+			b.ReportMetric(flops/t5.Seconds()/1e9, "GFLOP/s")
+			b.ReportMetric(100*tPeak.Seconds()/t5.Seconds(), "pct-of-avx2-peak")
+		})
+	}
+}
+
+// BenchmarkVectorExp interleaves Softmax and SiLUMul on the vector and the
+// scalar exponential: "x-scalar" is the speed-up (same results).
+func BenchmarkVectorExp(b *testing.B) {
+	r := rand.New(rand.NewPCG(10, 10))
+	const n = 2048
+	x, up := randVec(r, n, false), randVec(r, n, false)
+	buf := make([]float32, n)
+	for _, k := range []struct {
+		name string
+		run  func()
+	}{
+		{"Softmax", func() { copy(buf, x); Softmax(buf) }},
+		{"SiLUMul", func() { copy(buf, x); SiLUMul(buf, up) }},
+	} {
+		b.Run(k.name, func(b *testing.B) {
+			var tv, ts minTime
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				k.run()
+				t1 := time.Now()
+				withPureGo(k.run)
+				tv.add(t1.Sub(t0))
+				ts.add(time.Since(t1))
+			}
+			b.ReportMetric(ts.Seconds()/tv.Seconds(), "x-scalar")
+			b.ReportMetric(tv.Seconds()/n*1e9, "ns/elem")
+		})
+	}
+}

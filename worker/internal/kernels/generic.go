@@ -69,3 +69,64 @@ func mulScaleGo(out, x, w []float32, s float32) {
 		out[i] = float32(x[i]*s) * w[i]
 	}
 }
+
+// matMul16Go is matMulTGo with W in F16 or BF16 (f), each row widened
+// exactly first.
+func matMul16Go(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
+	row := make([]float32, k)
+	widen := F16ToF32
+	if f == BF16 {
+		widen = BF16ToF32
+	}
+	for j := 0; j < n; j++ {
+		widen(row, w[j*ldw:j*ldw+k])
+		for i := 0; i < m; i++ {
+			c[i*ldc+j] = dotGo(a[i*k:i*k+k], row)
+		}
+	}
+}
+
+// q8DotGo is the canonical Q8 dot product of two quantized rows of equal
+// length: per block, d = wd·ad (float32) and for lane l the exact integer
+// sum p of the four products of elements 4l..4l+3, accumulated as
+// acc[l] = fma(float32(p), d, acc[l]); then the canonical tree.
+func q8DotGo(a, w []byte) float32 {
+	w = w[:len(a)]
+	var acc [8]float32
+	for o := 0; o < len(a); o += Q8BlockBytes {
+		d := q8Scale(w[o:]) * q8Scale(a[o:])
+		for l := range 8 {
+			var p int32
+			for t := 4 * l; t < 4*l+4; t++ {
+				p += int32(int8(a[o+t])) * int32(int8(w[o+t]))
+			}
+			acc[l] = fma32(float32(p), d, acc[l])
+		}
+	}
+	return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+}
+
+// q8RowsGo computes c[j] = q8DotGo(a, row j of w) for j < len(c).
+func q8RowsGo(c []float32, a, w []byte, rowBytes int) {
+	for j := range c {
+		c[j] = q8DotGo(a[:rowBytes], w[j*rowBytes:(j+1)*rowBytes])
+	}
+}
+
+// softmaxExpGo sets x[i] = float32(exp(float64(x[i] - mx))).
+func softmaxExpGo(x []float32, mx float32) {
+	for i, v := range x {
+		x[i] = float32(exp(float64(v - mx)))
+	}
+}
+
+// siluMulGo sets gate[i] = float32(d / (1 + exp(-d))) * up[i] with
+// d = float64(gate[i]).
+func siluMulGo(gate, up []float32) {
+	up = up[:len(gate)]
+	for i, g := range gate {
+		d := float64(g)
+		s := float32(d / (1 + exp(-d)))
+		gate[i] = s * up[i]
+	}
+}

@@ -153,12 +153,7 @@ func SiLUMul(gate, up []float32) {
 	if len(gate) != len(up) {
 		panic(fmt.Sprintf("kernels: SiLUMul of lengths %d and %d", len(gate), len(up)))
 	}
-	up = up[:len(gate)]
-	for i, g := range gate {
-		d := float64(g)
-		s := float32(d / (1 + exp(-d)))
-		gate[i] = s * up[i]
-	}
+	siluMul(gate, up[:len(gate)])
 }
 
 // Softmax replaces x with softmax(x), computed as:
@@ -181,10 +176,9 @@ func Softmax(x []float32) {
 			mx = v
 		}
 	}
+	softmaxExp(x, mx)
 	var sum float64
-	for i, v := range x {
-		e := float32(exp(float64(v - mx)))
-		x[i] = e
+	for _, e := range x {
 		sum += float64(e)
 	}
 	for i, e := range x {

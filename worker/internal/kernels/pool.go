@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -36,6 +37,7 @@ type Pool struct {
 	r        Ranger
 	next     atomic.Int64 // first index not yet claimed
 	mm       matMulJob
+	qa       []byte // A quantized for a Q8 MatMulTW, reused
 }
 
 // NewPool starts a pool of threads threads (at least 1).
@@ -121,15 +123,41 @@ func (p *Pool) For(n int, fn func(lo, hi int)) {
 	p.Do(n, 0, RangeFunc(fn))
 }
 
-// matMulJob is Pool.MatMulT's loop body, kept in the Pool so that the
-// interface conversion in Do does not allocate.
+// matMulJob is the loop body of Pool.MatMulT and Pool.MatMulTW, kept in
+// the Pool so that the interface conversion in Do does not allocate. W is
+// w32, w16 or wq by format; qa holds A quantized for Q8.
 type matMulJob struct {
-	c, a, w []float32
+	format  Format
+	c, a    []float32
+	w32     []float32
+	w16     []uint16
+	wq, qa  []byte
 	m, n, k int
 }
 
 func (j *matMulJob) Range(lo, hi int) {
-	matMulT(j.c[lo:], j.n, j.a, j.w[lo*j.k:], j.k, j.m, hi-lo, j.k)
+	switch j.format {
+	case F32:
+		matMulT(j.c[lo:], j.n, j.a, j.w32[lo*j.k:], j.k, j.m, hi-lo, j.k)
+	case F16, BF16:
+		matMul16(j.c[lo:], j.n, j.a, j.w16[lo*j.k:], j.format, j.k, j.m, hi-lo, j.k)
+	case Q8:
+		rb := j.k / Q8Block * Q8BlockBytes
+		matMulQ8(j.c[lo:], j.n, j.qa, j.wq[lo*rb:], rb, j.m, hi-lo)
+	}
+}
+
+// matMulQ8 computes c[i*ldc+j] for i < m, j < n from the quantized rows
+// of A (qa) and W (wq), rowBytes each, a panel of W rows at a time so the
+// panel stays in L2 while every row of A passes over it.
+func matMulQ8(c []float32, ldc int, qa, wq []byte, rowBytes, m, n int) {
+	panel := max(4, l2Panel/rowBytes/4*4)
+	for j0 := 0; j0 < n; j0 += panel {
+		nj := min(panel, n-j0)
+		for i := 0; i < m; i++ {
+			q8Rows(c[i*ldc+j0:i*ldc+j0+nj], qa[i*rowBytes:(i+1)*rowBytes], wq[j0*rowBytes:], rowBytes)
+		}
+	}
 }
 
 // mmGrain is the column chunk of Pool.MatMulT: a multiple of every
@@ -142,17 +170,49 @@ const mmGrain = 48
 // exactly as by MatMulT. It panics under the same conditions.
 func (p *Pool) MatMulT(c, a, w []float32, m, n, k int) {
 	checkMatMulT(c, a, w, m, n, k)
-	if m == 0 || n == 0 {
+	p.run(matMulJob{format: F32, c: c, a: a, w32: w, m: m, n: n, k: k})
+}
+
+// MatMulTW computes C = A·Wᵀ for a weight Matrix W (n = w.Rows(), k =
+// w.Cols()): C is m×n, A is m×k. For F32, F16 and BF16 each C element
+// equals Dot(A[i,:], row j of W widened to float32) bit for bit. For Q8
+// every row of A is first quantized in blocks of 32 (as QuantizeQ8 does
+// weights) and each element is the canonical Q8 dot product (exact
+// integer sums per block and lane, then fma(sum, wd·ad, acc) per lane
+// and the canonical tree). It panics if a slice is shorter than its
+// shape or m is negative.
+func (p *Pool) MatMulTW(c, a []float32, w *Matrix, m int) {
+	n, k := w.rows, w.cols
+	if m < 0 || !fits(m, n, len(c)) || !fits(m, k, len(a)) {
+		panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d with len(c)=%d len(a)=%d", m, n, k, len(c), len(a)))
+	}
+	j := matMulJob{format: w.format, c: c, a: a, w32: w.f32, w16: w.u16, wq: w.q8, m: m, n: n, k: k}
+	if w.format == Q8 && m > 0 && k > 0 {
+		rb := k / Q8Block * Q8BlockBytes
+		if need := m * rb; len(p.qa) < need {
+			p.qa = make([]byte, need)
+		}
+		for i := range m {
+			quantizeQ8Row(p.qa[i*rb:(i+1)*rb], a[i*k:(i+1)*k])
+		}
+		j.qa = p.qa
+	}
+	p.run(j)
+}
+
+// run spreads the columns of j over the threads: chunks of about an equal
+// share per thread, rounded up to mmGrain.
+func (p *Pool) run(j matMulJob) {
+	if j.m == 0 || j.n == 0 {
 		return
 	}
-	if k == 0 {
-		clear(c[:m*n])
+	if j.k == 0 {
+		clear(j.c[:j.m*j.n])
 		return
 	}
-	// Chunks of about an equal share per thread, rounded up to mmGrain.
-	chunk := (n + p.threads - 1) / p.threads
+	chunk := (j.n + p.threads - 1) / p.threads
 	chunk = (chunk + mmGrain - 1) / mmGrain * mmGrain
-	p.mm = matMulJob{c: c, a: a, w: w, m: m, n: n, k: k}
-	p.Do(n, chunk, &p.mm)
+	p.mm = j
+	p.Do(j.n, chunk, &p.mm)
 	p.mm = matMulJob{}
 }

