@@ -67,6 +67,11 @@ type Gateway struct {
 	// MaxBodyBytes caps a request body; larger bodies get HTTP 413.
 	// Default 4MiB.
 	MaxBodyBytes ByteSize `yaml:"max_body_bytes"`
+	// MaxN is the largest n (choices per request) accepted; above it a
+	// request gets 400 naming n. The choices share one prefill and run
+	// as n sequences of one worker, so keep it <= worker.max_batch.
+	// Default 8.
+	MaxN int `yaml:"max_n"`
 	// RequestTimeout bounds a request from arrival to its last byte; the
 	// request is aborted everywhere when it passes. Default 10m.
 	RequestTimeout time.Duration `yaml:"request_timeout"`

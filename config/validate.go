@@ -234,6 +234,9 @@ func (g *Gateway) validate(v *validator) {
 	if g.MaxBodyBytes <= 0 {
 		v.add("gateway.max_body_bytes", "must be > 0 (got %d)", int64(g.MaxBodyBytes))
 	}
+	if g.MaxN < 1 || g.MaxN > 256 {
+		v.add("gateway.max_n", "must be in 1..256 (got %d)", g.MaxN)
+	}
 	for i, o := range g.CORSOrigins {
 		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil) {

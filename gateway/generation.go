@@ -71,7 +71,8 @@ type driver struct {
 
 	prompt      []int32
 	promptParam string // "prompt" or "messages", for errors
-	maxTokens   int64
+	maxTokens   int64  // per choice
+	n           int    // choices (n), at least 1
 	sampling    *controlpb.SamplingParams
 	stops       []string
 	tools       *toolcall.Parser // the output's tool calls; nil without tools

@@ -67,7 +67,7 @@ func (d *driver) place(ctx context.Context) (registry.Route, *controlpb.Ticket, 
 			return rt, ticket, err
 		}
 	}
-	w, err := q.Enter(ctx, d.req.Info().Tenant, d.priority, d.weight, int64(len(d.prompt))+d.maxTokens)
+	w, err := q.Enter(ctx, d.req.Info().Tenant, d.priority, d.weight, d.kvTokens())
 	switch {
 	case errors.Is(err, fairqueue.ErrFull):
 		return registry.Route{}, nil, rejected("queue_full", api.RateLimited(
@@ -115,7 +115,7 @@ const (
 // when there is no capacity now (the caller waits); nothing is held then.
 func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ticket *controlpb.Ticket, ok bool, err error) {
 	model, tenant := d.req.Info().Model, d.req.Info().Tenant
-	total := int64(len(d.prompt)) + d.maxTokens
+	total := d.kvTokens()
 	for {
 		// Capacity may have shrunk since admission (quarantine, a lost
 		// worker): a request that can no longer run is rejected now,
@@ -128,8 +128,18 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 			return rt, nil, false, err
 		}
 		rt, err = d.pick(model, total)
+		if err != nil && d.n > 1 {
+			return rt, nil, false, rejected("", api.InvalidRequest("n", api.CodeIntegerTooLarge, fmt.Sprintf(
+				"No worker of model %s can hold %d choices of the prompt plus max_tokens (%d tokens); lower n or max_tokens.", model, d.n, total)))
+		}
 		if err != nil {
 			return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
+		}
+		if rt.Prefill != nil && d.n > 1 {
+			// Several choices share one prefill on the worker that
+			// decodes them: only both workers run them.
+			return rt, nil, false, rejected("", api.InvalidRequest("n", api.CodeUnsupportedValue, fmt.Sprintf(
+				"Model %s is served by separate prefill and decode workers, which run one choice per request; send n = 1.", model)))
 		}
 		if (rt.Busy || mode == placeNewcomer) && (mode == placeTurn || !rt.Decode.Newcomer(tenant)) {
 			// Every worker runs what it can: wait here, in fair order.
@@ -192,4 +202,14 @@ func (d *driver) releaseRoute() {
 		done()
 	}
 	d.done = nil
+}
+
+// kvTokens is the KV positions the request may hold on its decode
+// worker: prompt plus max_tokens, for each of n choices. For n > 1 it is
+// an estimate: the worker shares the prompt's full pages among the
+// choices and gives each its own copy of the partial last page (a pool
+// too full for that answers Reserve with ResourceExhausted, and the
+// request waits for capacity as any other).
+func (d *driver) kvTokens() int64 {
+	return int64(d.n) * (int64(len(d.prompt)) + d.maxTokens)
 }

@@ -52,7 +52,7 @@ func newReceiver(ctx context.Context, stream interface {
 // verified the KV already and the failure is only logged. With retryable
 // (a both worker), ResourceExhausted before Ready is errRetry.
 func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan received, prefilled <-chan error, retryable bool) error {
-	text := newTextStream(d.tok.tok, d.stops)
+	choices := d.newChoices()
 	onPrefilled := func(err error) error {
 		prefilled = nil
 		switch state := d.req.State(); {
@@ -106,7 +106,7 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 			}
 			return d.workerError("generate", w, r.err)
 		}
-		if end, err := d.onEvent(ctx, w, r.ev, text); end || err != nil {
+		if end, err := d.onEvent(ctx, w, r.ev, choices); end || err != nil {
 			return err
 		}
 	}
@@ -114,7 +114,7 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 
 // onEvent handles one event of the decode stream; end is true once the
 // request completed.
-func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.GenerateEvent, text *textStream) (end bool, err error) {
+func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.GenerateEvent, choices []*choice) (end bool, err error) {
 	state := d.req.State()
 	protocol := func(format string, args ...any) error {
 		return failed(causeProtocol, api.Internal(), fmt.Errorf("worker %s: "+format, append([]any{w.ID()}, args...)...))
@@ -149,6 +149,11 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			return false, protocol("tokens while %s", state)
 		}
 		ids := e.Tokens.GetIds()
+		k := int(e.Tokens.GetChoice())
+		if k < 0 || k >= len(choices) {
+			return false, protocol("tokens of choice %d of %d", k, len(choices))
+		}
+		c := choices[k]
 		now := time.Now()
 		if d.firstToken.IsZero() {
 			d.firstToken = now
@@ -165,41 +170,41 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			}
 		}
 		d.received += int64(len(ids))
-		if d.received > d.maxTokens {
-			return false, protocol("sent %d tokens, max_tokens is %d", d.received, d.maxTokens)
+		c.received += int64(len(ids))
+		if c.received > d.maxTokens {
+			return false, protocol("sent %d tokens for choice %d, max_tokens is %d", c.received, k, d.maxTokens)
 		}
-		delta, stopped, err := text.add(ids)
+		if c.ended {
+			// Generated past the choice's stop string (other choices
+			// still run): billed, not shown.
+			return false, nil
+		}
+		delta, stopped, err := c.text.add(ids)
 		if err != nil {
 			return false, protocol("undecodable token: %v", err)
 		}
 		if stopped {
+			c.ended = true
+			if !allEnded(choices) {
+				return false, d.emitLast(ctx, k, delta, lps, "stop", nil)
+			}
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emitLast(ctx, delta, lps, "stop")
+			return true, d.emitLast(ctx, k, delta, lps, "stop", d.usage())
 		}
-		return false, d.emitText(ctx, delta, lps)
+		return false, d.emitText(ctx, k, delta, lps)
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
 			return false, protocol("Done while %s", state)
 		}
 		done := e.Done
-		reason := done.GetFinishReason()
-		n := done.GetCompletionTokens()
-		// Done counts a final stop token that is not sent.
-		countOK := n == d.received || (reason == "stop" && n == d.received+1)
-		if done.GetPromptTokens() != d.prefilled || !countOK || (reason != "stop" && reason != "length") {
-			return false, failed(causeCountMismatch, api.Internal(), fmt.Errorf(
-				"worker %s: Done{%s, prompt %d, completion %d} disagrees with %d prompt tokens and %d tokens received",
-				w.ID(), reason, done.GetPromptTokens(), n, d.prefilled, d.received))
+		if err := checkDone(done, d.prefilled, choices); err != nil {
+			return false, failed(causeCountMismatch, api.Internal(), fmt.Errorf("worker %s: %w", w.ID(), err))
 		}
-		d.generated = n
-		rest, stopped := text.flush()
-		if stopped {
-			d.stopped, reason = true, "stop"
-		}
-		return true, d.emitLast(ctx, rest, nil, reason)
+		d.generated = done.GetCompletionTokens()
+		return true, d.finishChoices(ctx, done, choices)
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
 }
@@ -212,26 +217,28 @@ func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent) bool {
 	return d.sampling.GetLogprobs() && t != nil && d.received == 0 && len(t.GetLogprobs()) == len(t.GetIds())-1
 }
 
-// emitText hands output text to the HTTP layer, through the tool-call
-// parser when the request has tools.
-func (d *driver) emitText(ctx context.Context, text string, lps []api.TokenLogprob) error {
+// emitText hands output text of choice k to the HTTP layer, through the
+// tool-call parser when the request has tools (then n is 1: see
+// checkChoicesTools).
+func (d *driver) emitText(ctx context.Context, k int, text string, lps []api.TokenLogprob) error {
 	ev := api.Event{TextDelta: text}
 	if d.tools != nil {
 		ev = toolEvent(d.tools.Add(text))
 	}
-	ev.Logprobs = lps
+	ev.Choice, ev.Logprobs = k, lps
 	if ev.TextDelta == "" && len(ev.ToolCalls) == 0 && len(ev.Logprobs) == 0 {
 		return nil
 	}
 	return d.emit(ctx, ev)
 }
 
-// emitLast hands the last text and the finish: "tool_calls" instead of
-// "stop" when the output made tool calls.
-func (d *driver) emitLast(ctx context.Context, text string, lps []api.TokenLogprob, reason string) error {
+// emitLast hands choice k's last text and its finish ("tool_calls"
+// instead of "stop" when the output made tool calls), with usage when it
+// is the request's last event.
+func (d *driver) emitLast(ctx context.Context, k int, text string, lps []api.TokenLogprob, reason string, usage *api.Usage) error {
 	ev := api.Event{TextDelta: text, Logprobs: lps}
 	if d.tools != nil {
-		if err := d.emitText(ctx, text, lps); err != nil {
+		if err := d.emitText(ctx, k, text, lps); err != nil {
 			return err
 		}
 		ev = toolEvent(d.tools.End())
@@ -239,7 +246,7 @@ func (d *driver) emitLast(ctx context.Context, text string, lps []api.TokenLogpr
 			reason = "tool_calls"
 		}
 	}
-	ev.FinishReason, ev.Usage = reason, d.usage()
+	ev.Choice, ev.FinishReason, ev.Usage = k, reason, usage
 	return d.emit(ctx, ev)
 }
 

@@ -210,11 +210,15 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	// The store holds the priority to the tenant's max_priority (I8): one
 	// above it is a 403 here, before any worker is contacted.
-	ar := tenant.AcquireRequest{Model: req.Model, Tokens: int64(len(prompt)) + dec.MaxTokens, Priority: req.Priority}
+	// n choices share one prefill: the prompt counts once, the output
+	// n times.
+	n := int64(max(req.N, 1))
+	ar := tenant.AcquireRequest{Model: req.Model, Tokens: int64(len(prompt)) + n*dec.MaxTokens, Priority: req.Priority}
 	if req.MaxTokens == nil {
 		// No max_tokens: the output gets what the tenant can still spend
-		// (token rate, budget), at least one token; it ends with "length".
-		ar.MinTokens = int64(len(prompt)) + 1
+		// (token rate, budget), at least one token a choice; it ends
+		// with "length".
+		ar.MinTokens = int64(len(prompt)) + n
 	}
 	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
 	if err != nil {
@@ -225,7 +229,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		return nil, limitError(req.Model, ar, maxParam, err)
 	}
 	if held := lease.Info().HeldTokens; ar.MinTokens > 0 && !lease.Info().Degraded && held < ar.Tokens {
-		dec.MaxTokens = held - int64(len(prompt))
+		dec.MaxTokens = (held - int64(len(prompt))) / n
 	}
 	if err := r.Advance(lifecycle.Admitted); err != nil {
 		g.releaseLease(lease, req.RequestID, tenant.Consumed{})
@@ -237,6 +241,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		prompt:      prompt,
 		promptParam: param,
 		maxTokens:   dec.MaxTokens,
+		n:           int(n),
 		sampling:    sampling(req, constraint, dec.MaxTokens),
 		stops:       req.Stop,
 		tools:       mt.toolParser(req),
@@ -253,6 +258,9 @@ func sampling(req *api.GenerateRequest, constraint string, maxTokens int64) *con
 	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1)),
 		Constraint: constraint,
 		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs)}
+	if req.N > 1 {
+		sp.N = int32(req.N)
+	}
 	if req.Temperature != nil {
 		sp.Temperature = float32(*req.Temperature)
 	}

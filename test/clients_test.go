@@ -27,21 +27,28 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // must see exactly the text of the float64 reference model (greedy); then
 // tool calls round-tripped through each client, generateObject and
 // withStructuredOutput (test/clients/conformance.mjs), and openai-go with
-// tools. The prompts of the tool round trips must have the token count of
-// the Python jinja2 render of the same conversation. Without node/npm it
-// is skipped, except under CI.
+// tools; and n: 3 on a second `warden up --single` (one prefill shared by
+// the choices; P/D refuses n > 1 naming n). The prompts of the tool round
+// trips must have the token count of the Python jinja2 render of the same
+// conversation. Without node/npm it is skipped, except under CI.
 func TestClientConformance(t *testing.T) {
 	modules := installClients(t)
 	model := toolsModel(t)
-	state := t.TempDir()
-	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), "up", "--state-dir", state, "--listen", "127.0.0.1:0",
-		"--model-dir", model)
-	up.Env = append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir)
-	if err := up.Start(); err != nil {
+	info, _ := startUp(t, "--model-dir", model)
+	single, _ := startUp(t, "--single", "--model-dir", model)
+	// Node trusts one extra CA file: both dev CAs in one.
+	cas := filepath.Join(t.TempDir(), "cas.pem")
+	var pem []byte
+	for _, f := range []string{info.ca, single.ca} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem = append(pem, b...)
+	}
+	if err := os.WriteFile(cas, pem, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = up.Kill() })
-	info := waitUp(t, up)
 
 	const prompt, maxTokens = "Tell me a story.", 12 // as in conformance.mjs
 	ref := referenceAt(t, model)
@@ -78,12 +85,13 @@ func TestClientConformance(t *testing.T) {
 	cmd := exec.CommandContext(t.Context(), "node", "conformance.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+toolsModelName,
-		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+info.ca)
+		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+cas,
+		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s", err, out, up.Log())
+		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s\nwarden up --single log:\n%s", err, out, info.log(), single.log())
 	}
-	for _, scenario := range []string{"node chat", "node logprobs", "node models.retrieve", "node typed errors", "node responses.create",
+	for _, scenario := range []string{"node chat", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
 		"node responses.create stream", "ai-sdk generateText", "ai-sdk streamText", "node chat with tools",
 		"ai-sdk generateText tools", "ai-sdk generateObject", "langchain bindTools", "langchain withStructuredOutput"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {

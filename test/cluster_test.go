@@ -22,6 +22,7 @@ func TestCluster(t *testing.T) {
 	t.Run("Disconnect", func(t *testing.T) { testDisconnect(t, c) })
 	t.Run("StructuredOutputs", func(t *testing.T) { testStructuredOutputs(t, c) })
 	t.Run("Logprobs", func(t *testing.T) { testLogprobs(t, c) })
+	t.Run("Choices", func(t *testing.T) { testChoices(t, c) })
 }
 
 // Prompts of the reference-equivalence tests.

@@ -27,6 +27,8 @@ import (
 type upInfo struct {
 	baseURL, key, ca, curl string
 	children               []int
+	// log returns the process's output so far.
+	log func() string
 }
 
 var (
@@ -125,7 +127,7 @@ func waitUp(t *testing.T, up *harness.Process) upInfo {
 		}
 	}
 	out := up.Log()
-	info := upInfo{baseURL: match(t, upBaseURL, out), key: match(t, upKey, out), ca: match(t, upCA, out), curl: match(t, upCurl, out)}
+	info := upInfo{baseURL: match(t, upBaseURL, out), key: match(t, upKey, out), ca: match(t, upCA, out), curl: match(t, upCurl, out), log: up.Log}
 	for _, m := range upPid.FindAllStringSubmatch(out, -1) {
 		pid, _ := strconv.Atoi(m[1])
 		info.children = append(info.children, pid)

@@ -122,6 +122,12 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 
 	w.mu.Lock()
 	e := w.reqs[reqKey{owner.Tenant, owner.Request}]
+	local := (e == nil || e.ticket == nil) && w.role != config.RoleDecode && req.GetTicket() == nil
+	n, err := choicesFrom(req.GetSampling(), local)
+	if err != nil {
+		w.mu.Unlock()
+		return err
+	}
 	if e == nil || e.ticket == nil {
 		if w.role == config.RoleDecode || req.GetTicket() != nil {
 			if err := w.admitLocked(owner); err != nil {
@@ -136,14 +142,14 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 			w.mu.Unlock()
 			return err
 		}
-		e, err = w.reserveLocalLocked(ctx, owner, prompt, sp.MaxTokens, px)
+		e, err = w.reserveLocalLocked(ctx, owner, prompt, sp.MaxTokens, n, px)
 		if err != nil {
 			w.mu.Unlock()
 			return err
 		}
 		e.handler, e.cancel, e.weight = true, cancel, int(req.GetTenantWeight())
 		w.mu.Unlock()
-		return w.runLocal(ctx, e, prompt, sp, px, srv)
+		return w.runLocal(ctx, e, prompt, sp, n, px, srv)
 	}
 	if err := w.claimReservationLocked(e, owner, req.GetTicket(), len(prompt), sp.MaxTokens); err != nil {
 		w.mu.Unlock()
@@ -154,11 +160,16 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	return w.runReserved(ctx, e, prompt, sp, srv)
 }
 
-// reserveLocalLocked reserves pages for a whole request on a both worker;
+// reserveLocalLocked reserves pages for a whole request of n choices on
+// a both worker (n > 1: the prompt's full pages once, engine.ChoicePages);
 // with px, the prompt's leading pages found sealed in px's domain are
 // shared instead (px.Hit says how many). Called with w.mu held.
-func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, prompt []int32, maxTokens int, px *engine.Prefix) (*entry, error) {
+func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, prompt []int32, maxTokens, n int, px *engine.Prefix) (*entry, error) {
 	total := int64(len(prompt)) + int64(maxTokens)
+	if n > 1 {
+		pages, _ := engine.ChoicePages(w.capacity.PageTokens, len(prompt), maxTokens, n)
+		total = int64(pages) * int64(w.capacity.PageTokens)
+	}
 	if total > w.capacity.Tokens {
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
@@ -266,7 +277,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 
 // runLocal prefills and decodes a request on a both worker, traced as
 // warden.generate with an event when the prompt is in the cache.
-func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, px *engine.Prefix, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
+func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, n int, px *engine.Prefix, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
 	ctx, span := w.startSpan(ctx, spanGenerate, obs.OperationGenerate, e.owner, trace.SpanKindInternal,
 		obs.AttrInputTokens.Int(len(prompt)))
 	defer func() { endSpan(span, err) }()
@@ -279,9 +290,19 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 		// Sent with the first event: the tokens the reservation reused.
 		srv.SetHeader(metadata.Pairs(cachekey.MetadataCachedTokens, strconv.Itoa(px.Hit*w.capacity.PageTokens)))
 	}
-	es, err := w.rt.Engine.Submit(ctx, engine.Request{
+	req := engine.Request{
 		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
-	})
+	}
+	if n > 1 {
+		streams, err := w.rt.Engine.SubmitChoices(ctx, req, w.choiceTables(e, prompt, sp.MaxTokens, n))
+		if err != nil {
+			st := engineStatus(err)
+			w.finish(e, st)
+			return st
+		}
+		return w.serveChoices(ctx, e, streams, srv, len(prompt))
+	}
+	es, err := w.rt.Engine.Submit(ctx, req)
 	if err != nil {
 		st := engineStatus(err)
 		w.finish(e, st)

@@ -238,8 +238,10 @@ func greedy(max int32) *controlpb.SamplingParams {
 type outcome struct {
 	ready  int64 // Ready.prompt_tokens; -1 when none came
 	tokens []int32
-	done   *controlpb.Done
-	err    error
+	// choices are the tokens by choice index (Tokens.choice).
+	choices map[int32][]int32
+	done    *controlpb.Done
+	err     error
 }
 
 // collect reads a Generate stream to its end and checks the event order:
@@ -279,6 +281,10 @@ func collect(t *testing.T, stream grpc.ServerStreamingClient[controlpb.GenerateE
 				t.Errorf("empty Tokens event")
 			}
 			o.tokens = append(o.tokens, e.Tokens.Ids...)
+			if o.choices == nil {
+				o.choices = map[int32][]int32{}
+			}
+			o.choices[e.Tokens.Choice] = append(o.choices[e.Tokens.Choice], e.Tokens.Ids...)
 		case *controlpb.GenerateEvent_Done:
 			if o.ready < 0 {
 				t.Errorf("Done before Ready")

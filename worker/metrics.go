@@ -163,7 +163,7 @@ type snapshotCollector struct {
 	src sources
 
 	kvPages, kvCapacity, violations, fenceRejections *prometheus.Desc
-	steps, tokens, sequences                         *prometheus.Desc
+	steps, tokens, sequences, prefills               *prometheus.Desc
 	transferBytes, transferFrames                    *prometheus.Desc
 	checksumFailures, staleFrames, authFailures      *prometheus.Desc
 	prefixShared, prefixSeals, prefixEvictions       *prometheus.Desc
@@ -183,7 +183,8 @@ func newSnapshotCollector(src sources) *snapshotCollector {
 		violations:      d("warden_kv_owner_violations_total", "KV reads refused by the owner check (I3); each aborted its request without output."),
 		fenceRejections: d("warden_kv_fence_rejections_total", "KV writes refused by the owner/epoch fence."),
 		steps:           d("warden_engine_steps_total", "Forward steps the engine ran."),
-		tokens:          d("warden_engine_tokens_total", "Tokens the engine processed, by kind (prefill, decode, cached: prompt positions reused from the prefix cache).", "kind"),
+		prefills:        d("warden_engine_prefills_total", "Prompts the engine prefilled (one per request, whatever its number of choices n)."),
+		tokens:          d("warden_engine_tokens_total", "Tokens the engine processed, by kind (prefill, decode, cached: prompt positions reused from the prefix cache, fork: the prompt's partial last page recomputed by the other choices of an n > 1 request).", "kind"),
 		prefixShared:    d("warden_kv_prefix_shared_pages", "Sealed prefix pages referenced by running requests (counted in warden_kv_pages{state=\"in_use\"})."),
 		prefixSeals:     d("warden_kv_prefix_sealed_pages_total", "Prompt pages sealed into the prefix cache."),
 		prefixEvictions: d("warden_kv_prefix_evictions_total", "Cached prefix pages evicted to make room for a reservation."),
@@ -204,7 +205,7 @@ func newSnapshotCollector(src sources) *snapshotCollector {
 func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.kvPages, c.kvCapacity, c.violations, c.fenceRejections,
 		c.prefixShared, c.prefixSeals, c.prefixEvictions, c.prefixHits,
-		c.steps, c.tokens, c.sequences, c.transferBytes, c.transferFrames,
+		c.steps, c.tokens, c.sequences, c.prefills, c.transferBytes, c.transferFrames,
 		c.checksumFailures, c.staleFrames, c.authFailures} {
 		ch <- d
 	}
@@ -239,6 +240,8 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.tokens, es.PrefillTokens, "prefill")
 	counter(c.tokens, es.DecodeTokens, "decode")
 	counter(c.tokens, es.CachedTokens, "cached")
+	counter(c.tokens, es.ForkTokens, "fork")
+	counter(c.prefills, es.Prefills)
 	gauge(c.sequences, float64(es.Running), "running")
 	gauge(c.sequences, float64(es.Waiting), "waiting")
 

@@ -43,6 +43,9 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	if err != nil {
 		return nil, err
 	}
+	if _, err := choicesFrom(req.GetSampling(), false); err != nil {
+		return nil, err
+	}
 	if sp.Constraint, err = w.constraintFor(req.GetSampling()); err != nil {
 		return nil, err
 	}

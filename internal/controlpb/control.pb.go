@@ -883,8 +883,13 @@ type SamplingParams struct {
 	// logprobs asks for each sampled token's log probability
 	// (Tokens.logprobs, PrefillResponse.first_token_logprobs) and
 	// top_logprobs (0..20) of the most likely alternatives at its position.
-	Logprobs      bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
-	TopLogprobs   int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	Logprobs    bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// n is the number of choices (0 or 1: one). A both worker prefills the
+	// prompt once and decodes n sequences from it; choice k samples with
+	// seed + k*0x9E3779B97F4A7C15 (wrapping). Tokens and Done then carry
+	// the choice index. Prefill and decode workers refuse n > 1.
+	N             int32 `protobuf:"varint,130,opt,name=n,proto3" json:"n,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -985,6 +990,13 @@ func (x *SamplingParams) GetLogprobs() bool {
 func (x *SamplingParams) GetTopLogprobs() int32 {
 	if x != nil {
 		return x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetN() int32 {
+	if x != nil {
+		return x.N
 	}
 	return 0
 }
@@ -1659,7 +1671,9 @@ type Tokens struct {
 	// order, except that a decode worker leaves out the entry of a P/D
 	// request's first token (its logprobs come in PrefillResponse), so the
 	// message carrying that token has one entry fewer than ids.
-	Logprobs      []*LogprobsToken `protobuf:"bytes,20,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	Logprobs []*LogprobsToken `protobuf:"bytes,20,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
+	// choice is the index of the choice the ids belong to (SamplingParams.n).
+	Choice        int32 `protobuf:"varint,130,opt,name=choice,proto3" json:"choice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1706,6 +1720,13 @@ func (x *Tokens) GetLogprobs() []*LogprobsToken {
 		return x.Logprobs
 	}
 	return nil
+}
+
+func (x *Tokens) GetChoice() int32 {
+	if x != nil {
+		return x.Choice
+	}
+	return 0
 }
 
 // LogprobsToken is the log probability of one sampled token and of the
@@ -1779,8 +1800,12 @@ type Done struct {
 	FinishReason     string `protobuf:"bytes,1,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
 	PromptTokens     int64  `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	CompletionTokens int64  `protobuf:"varint,3,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// choices, for n > 1: every choice's outcome in index order; then
+	// finish_reason is empty, prompt_tokens counts the prompt once and
+	// completion_tokens is the choices' sum.
+	Choices       []*NChoicesDone `protobuf:"bytes,130,rep,name=choices,proto3" json:"choices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Done) Reset() {
@@ -1834,6 +1859,66 @@ func (x *Done) GetCompletionTokens() int64 {
 	return 0
 }
 
+func (x *Done) GetChoices() []*NChoicesDone {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+// NChoicesDone is one choice's outcome of an n > 1 Generate.
+type NChoicesDone struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	FinishReason     string                 `protobuf:"bytes,1,opt,name=finish_reason,json=finishReason,proto3" json:"finish_reason,omitempty"`
+	CompletionTokens int64                  `protobuf:"varint,2,opt,name=completion_tokens,json=completionTokens,proto3" json:"completion_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *NChoicesDone) Reset() {
+	*x = NChoicesDone{}
+	mi := &file_control_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NChoicesDone) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NChoicesDone) ProtoMessage() {}
+
+func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
+func (*NChoicesDone) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *NChoicesDone) GetFinishReason() string {
+	if x != nil {
+		return x.FinishReason
+	}
+	return ""
+}
+
+func (x *NChoicesDone) GetCompletionTokens() int64 {
+	if x != nil {
+		return x.CompletionTokens
+	}
+	return 0
+}
+
 type AbortRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1846,7 +1931,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1943,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1956,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -1908,7 +1993,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2005,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2018,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -1965,7 +2050,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2062,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2075,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 type WorkerStatus struct {
@@ -2006,7 +2091,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2103,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2116,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2083,7 +2168,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2180,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2193,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2137,7 +2222,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2234,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2247,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2193,7 +2278,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2290,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2303,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2300,7 +2385,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xb3\x02\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xc2\x02\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -2315,7 +2400,8 @@ const file_control_proto_rawDesc = "" +
 	"constraint\x18\x1e \x01(\tR\n" +
 	"constraint\x12\x1a\n" +
 	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\"\xa7\x03\n" +
+	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\x12\r\n" +
+	"\x01n\x18\x82\x01 \x01(\x05R\x01n\"\xa7\x03\n" +
 	"\x06Ticket\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12.\n" +
@@ -2372,18 +2458,23 @@ const file_control_proto_rawDesc = "" +
 	"\x04done\x18\x03 \x01(\v2\x17.warden.control.v1.DoneH\x00R\x04doneB\a\n" +
 	"\x05event\",\n" +
 	"\x05Ready\x12#\n" +
-	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\"X\n" +
+	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\"q\n" +
 	"\x06Tokens\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x05R\x03ids\x12<\n" +
-	"\blogprobs\x18\x14 \x03(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\"e\n" +
+	"\blogprobs\x18\x14 \x03(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\x12\x17\n" +
+	"\x06choice\x18\x82\x01 \x01(\x05R\x06choice\"e\n" +
 	"\rLogprobsToken\x12\x18\n" +
 	"\alogprob\x18\x14 \x01(\x01R\alogprob\x12\x17\n" +
 	"\atop_ids\x18\x15 \x03(\x05R\x06topIds\x12!\n" +
-	"\ftop_logprobs\x18\x16 \x03(\x01R\vtopLogprobs\"}\n" +
+	"\ftop_logprobs\x18\x16 \x03(\x01R\vtopLogprobs\"\xb9\x01\n" +
 	"\x04Done\x12#\n" +
 	"\rfinish_reason\x18\x01 \x01(\tR\ffinishReason\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
-	"\x11completion_tokens\x18\x03 \x01(\x03R\x10completionTokens\"T\n" +
+	"\x11completion_tokens\x18\x03 \x01(\x03R\x10completionTokens\x12:\n" +
+	"\achoices\x18\x82\x01 \x03(\v2\x1f.warden.control.v1.NChoicesDoneR\achoices\"`\n" +
+	"\fNChoicesDone\x12#\n" +
+	"\rfinish_reason\x18\x01 \x01(\tR\ffinishReason\x12+\n" +
+	"\x11completion_tokens\x18\x02 \x01(\x03R\x10completionTokens\"T\n" +
 	"\fAbortRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x14\n" +
 	"\x05cause\x18\x02 \x01(\tR\x05cause\"o\n" +
@@ -2437,7 +2528,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
@@ -2462,13 +2553,14 @@ var file_control_proto_goTypes = []any{
 	(*Tokens)(nil),                // 20: warden.control.v1.Tokens
 	(*LogprobsToken)(nil),         // 21: warden.control.v1.LogprobsToken
 	(*Done)(nil),                  // 22: warden.control.v1.Done
-	(*AbortRequest)(nil),          // 23: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 24: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 25: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 26: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 27: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 28: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 29: warden.control.v1.WriterDrainedResponse
+	(*NChoicesDone)(nil),          // 23: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),          // 24: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 25: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 26: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 27: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 28: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 29: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 30: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -2491,35 +2583,36 @@ var file_control_proto_depIdxs = []int32{
 	20, // 17: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
 	22, // 18: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
 	21, // 19: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	10, // 20: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	27, // 21: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 22: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 23: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	10, // 24: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	27, // 25: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 26: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 27: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	8,  // 28: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	13, // 29: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	15, // 30: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	17, // 31: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	23, // 32: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	28, // 33: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	25, // 34: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 35: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	7,  // 36: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	9,  // 37: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	14, // 38: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	16, // 39: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	18, // 40: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	24, // 41: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	29, // 42: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	26, // 43: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	35, // [35:44] is the sub-list for method output_type
-	26, // [26:35] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 20: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	10, // 21: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	28, // 22: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 23: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 24: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 25: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	28, // 26: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 27: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 28: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 29: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 30: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 31: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	17, // 32: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	24, // 33: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	29, // 34: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	26, // 35: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 36: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 37: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 38: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 39: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 40: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	18, // 41: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	25, // 42: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	30, // 43: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	27, // 44: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2538,7 +2631,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -14,6 +14,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -84,6 +85,13 @@ type Stats struct {
 	// CachedTokens counts prompt positions reused from sealed prefix
 	// pages instead of prefilled.
 	CachedTokens uint64
+	// Prefills counts prompts whose prefill completed here (one per
+	// request, whatever its number of choices).
+	Prefills uint64
+	// ForkTokens counts prompt positions the other choices of an n > 1
+	// request recomputed (the prompt's partial last page, into each
+	// choice's own page); PrefillTokens counts the prompt once.
+	ForkTokens uint64
 	// Preemptions counts sequences paused for a tenant running nothing
 	// (admit).
 	Preemptions      uint64
@@ -113,8 +121,11 @@ type Engine struct {
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
 	cachedTokens                       atomic.Uint64
+	prefills, forkTokens               atomic.Uint64
 	preemptions                        atomic.Uint64
-	nRunning, nWaiting                 atomic.Int64
+	// forkLogits is the scratch copy each choice of a fork samples from.
+	forkLogits         []float32
+	nRunning, nWaiting atomic.Int64
 }
 
 type sequence struct {
@@ -137,6 +148,15 @@ type sequence struct {
 	tags   []kvpool.Tag
 	shared int
 	cached int
+
+	// Choices of one request (choices.go): the first choice holds the
+	// others in forks until its prompt is prefilled; until then they are
+	// awaiting (running, but not stepped).
+	forks    []*sequence
+	awaiting bool
+	// choice marks every sequence of an n > 1 request: admitted
+	// together, never preempted (admit, preempt).
+	choice bool
 }
 
 // New creates an engine over backend and pool.
@@ -175,8 +195,22 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 	if err := e.validate(&req); err != nil {
 		return nil, err
 	}
-	st := newStream()
-	s := &sequence{req: req, ctx: ctx, stream: st, first: -1}
+	s := e.newSequence(ctx, req)
+	st := s.stream
+	if err := e.startPrefix(s); err != nil {
+		return nil, err
+	}
+	if err := e.enqueue(s); err != nil {
+		return nil, err
+	}
+	// Not s.stream: the engine may already have finished the sequence
+	// and cleared it.
+	return st, nil
+}
+
+// newSequence creates a validated request's sequence and its stream.
+func (e *Engine) newSequence(ctx context.Context, req Request) *sequence {
+	s := &sequence{req: req, ctx: ctx, stream: newStream(), first: -1}
 	if req.Sampling.Constraint != nil {
 		s.constraint = req.Sampling.Constraint()
 	}
@@ -184,21 +218,20 @@ func (e *Engine) Submit(ctx context.Context, req Request) (*Stream, error) {
 		s.pos = len(req.Prompt)
 		s.prompt = len(req.Prompt)
 	}
-	if err := e.startPrefix(s); err != nil {
-		return nil, err
-	}
+	return s
+}
+
+// enqueue queues s, with its forks, for admission.
+func (e *Engine) enqueue(s *sequence) error {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	if e.stopped {
-		e.mu.Unlock()
-		return nil, ErrStopped
+		return ErrStopped
 	}
 	e.pending = append(e.pending, s)
-	e.nWaiting.Add(1)
-	e.mu.Unlock()
+	e.nWaiting.Add(int64(1 + len(s.forks)))
 	e.signal()
-	// Not s.stream: the engine may already have finished the sequence
-	// and cleared it.
-	return st, nil
+	return nil
 }
 
 func (e *Engine) validate(req *Request) error {
@@ -233,6 +266,8 @@ func (e *Engine) Stats() Stats {
 		PrefillTokens: e.prefillTokens.Load(),
 		DecodeTokens:  e.decodeTokens.Load(),
 		CachedTokens:  e.cachedTokens.Load(),
+		Prefills:      e.prefills.Load(),
+		ForkTokens:    e.forkTokens.Load(),
 		Preemptions:   e.preemptions.Load(),
 		Running:       int(e.nRunning.Load()),
 		Waiting:       int(e.nWaiting.Load()),
@@ -309,25 +344,32 @@ func (e *Engine) admit() {
 		}
 		return false
 	})
-	e.nWaiting.Add(int64(-len(gone)))
 	var admitted []*sequence
 	for len(e.pending) > 0 {
 		i := e.nextPending()
-		if len(e.running) >= e.cfg.MaxBatch {
-			if !e.preempt(e.pending[i]) {
+		s := e.pending[i]
+		// A request's choices are admitted together (they share its
+		// prefill) and are never preempted: preemption frees one slot, so
+		// it only makes room for a single sequence.
+		if need := 1 + len(s.forks); len(e.running)+need > e.cfg.MaxBatch {
+			if need > 1 || !e.preempt(s) {
 				break
 			}
 			i++ // preempt put the paused sequence in front
 		}
-		s := e.pending[i]
 		e.pending = slices.Delete(e.pending, i, i+1)
 		e.running = append(e.running, s)
+		e.running = append(e.running, s.forks...)
 		if !s.started {
 			s.started = true
 			admitted = append(admitted, s)
 		}
 	}
-	e.nWaiting.Store(int64(len(e.pending)))
+	waiting := 0
+	for _, s := range e.pending {
+		waiting += 1 + len(s.forks)
+	}
+	e.nWaiting.Store(int64(waiting))
 	e.nRunning.Store(int64(len(e.running)))
 	e.mu.Unlock()
 	for _, s := range gone {
@@ -395,6 +437,9 @@ func (e *Engine) preempt(s *sequence) bool {
 	}
 	victim, vRun, vW, ws := -1, int64(1), int64(1), weightOf(s)
 	for i, r := range e.running {
+		if r.choice {
+			continue // a choice of an n > 1 request: admitted with the others
+		}
 		n, w := e.runningOf(r.req.Owner.Tenant), weightOf(r)
 		if w > ws*(n-1) {
 			// After the swap s's tenant would run more per weight than
@@ -431,6 +476,9 @@ func (e *Engine) step(ctx context.Context) {
 			e.finish(s, FinishError, ErrAborted)
 			continue
 		}
+		if s.awaiting {
+			continue
+		}
 		var c Chunk
 		if s.pos >= len(s.req.Prompt) {
 			c = Chunk{Tokens: s.next[:], Start: s.pos}
@@ -447,7 +495,7 @@ func (e *Engine) step(ctx context.Context) {
 			e.violation(s, err)
 			continue
 		}
-		if c.Start+len(c.Tokens) == len(s.req.Prompt) || c.Start >= len(s.req.Prompt) {
+		if (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt) {
 			c.Logits = e.logits[len(e.batch)]
 		}
 		e.batch = append(e.batch, c)
@@ -528,10 +576,14 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	}
 	prefill := c.Start < len(s.req.Prompt)
 	s.pos = end
-	if prefill {
+	if prefill && s.generated > 0 {
+		// A choice recomputing the prompt's partial last page (fork).
+		e.forkTokens.Add(uint64(len(c.Tokens)))
+	} else if prefill {
 		e.prefillTokens.Add(uint64(len(c.Tokens)))
 		s.prompt = s.pos
 		if s.pos == len(s.req.Prompt) {
+			e.prefills.Add(1)
 			e.cachedTokens.Add(uint64(s.cached))
 			e.sealPrompt(s)
 		}
@@ -543,6 +595,9 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	}
 	if c.Logits == nil {
 		return
+	}
+	if s.forks != nil {
+		e.fork(s, c.Logits)
 	}
 	s.constrain(c.Logits)
 	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
@@ -589,6 +644,11 @@ func (e *Engine) finish(s *sequence, reason FinishReason, err error) {
 	if s.stream == nil {
 		return
 	}
+	// Choices still waiting for this one's prefill end with it.
+	for _, f := range s.forks {
+		e.finish(f, FinishError, cmp.Or(err, ErrAborted))
+	}
+	s.forks = nil
 	s.stream.push(Event{Kind: EventDone, Result: &Result{
 		Finish:           reason,
 		PromptTokens:     s.prompt,

@@ -245,8 +245,10 @@ func (d *decoder) stream() *Error {
 	return nil
 }
 
-// n accepts n = 1 only: one choice per request.
+// n is the number of choices, 1 when absent; Config.MaxChoices bounds
+// it (checkChoices).
 func (d *decoder) n() *Error {
+	d.r.N = 1
 	raw := d.f.get("n")
 	if raw == nil {
 		return nil
@@ -255,8 +257,20 @@ func (d *decoder) n() *Error {
 	if e != nil {
 		return e
 	}
-	if n != 1 {
-		return InvalidRequest("n", CodeUnsupportedValue, fmt.Sprintf("Unsupported value for 'n': only 1 choice per request is supported, got %d.", n))
+	d.r.N = int(n)
+	return nil
+}
+
+// checkChoices refuses n above the configured maximum, and n > 1 for a
+// request whose output is read for tool calls (tools with a tool_choice
+// other than "none"): tool calls are parsed for one choice only.
+func checkChoices(req *GenerateRequest, max int) *Error {
+	if req.N > max {
+		return InvalidRequest("n", CodeIntegerTooLarge, fmt.Sprintf("Invalid 'n': at most %d choices per request, got %d.", max, req.N))
+	}
+	if req.N > 1 && len(req.Tools) > 0 && req.ToolChoice.Mode != ToolChoiceNone {
+		return InvalidRequest("n", CodeUnsupportedValue, fmt.Sprintf(
+			"Invalid 'n': %d choices are not supported together with tools; send n = 1 or tool_choice \"none\".", req.N))
 	}
 	return nil
 }

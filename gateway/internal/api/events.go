@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -15,16 +16,22 @@ var errBrokenContract = errors.New("api: generation broke the Event contract")
 // tracker checks a Generation's events against the Event contract and
 // keeps the finish reason and usage.
 type tracker struct {
-	finish string
+	// finish is every choice's finish reason ("" until it came).
+	finish []string
 	usage  *Usage
 	calls  []ToolCall // the tool calls so far, put together from their deltas
 }
 
+// newTracker tracks a generation of n choices.
+func newTracker(n int) *tracker { return &tracker{finish: make([]string, max(n, 1))} }
+
 func (t *tracker) observe(ev Event) error {
 	switch {
+	case ev.Choice < 0 || ev.Choice >= len(t.finish):
+		return fmt.Errorf("%w: event of choice %d of %d", errBrokenContract, ev.Choice, len(t.finish))
 	case !utf8.ValidString(ev.TextDelta):
 		return fmt.Errorf("%w: text delta is not valid UTF-8", errBrokenContract)
-	case t.finish != "" && (ev.TextDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0 || len(ev.ToolCalls) > 0):
+	case t.finish[ev.Choice] != "" && (ev.TextDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0 || len(ev.ToolCalls) > 0):
 		return fmt.Errorf("%w: event after the finish reason", errBrokenContract)
 	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0 ||
 		ev.Usage.CachedTokens < 0 || ev.Usage.CachedTokens > ev.Usage.PromptTokens):
@@ -36,7 +43,7 @@ func (t *tracker) observe(ev Event) error {
 		}
 	}
 	if ev.FinishReason != "" {
-		t.finish = ev.FinishReason
+		t.finish[ev.Choice] = ev.FinishReason
 	}
 	if ev.Usage != nil {
 		u := *ev.Usage
@@ -62,7 +69,7 @@ func (t *tracker) next(ctx context.Context, gen Generation) (ev Event, done bool
 // end checks the generation is complete once Next returned io.EOF.
 func (t *tracker) end() error {
 	switch {
-	case t.finish == "":
+	case slices.Contains(t.finish, ""):
 		return fmt.Errorf("%w: ended without a finish reason", errBrokenContract)
 	case t.usage == nil:
 		return fmt.Errorf("%w: ended without usage", errBrokenContract)

@@ -45,6 +45,7 @@ func fuzzSeeds() []string {
 		"{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}",
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[`,
 		`{"model":"tiny","model":7}`,
+		`{"model":"tiny","prompt":"x","n":3}`, `{"model":"tiny","prompt":"x","n":1e3}`,
 		`{"model":"tiny","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"},"strict":true}}],"tool_choice":{"type":"function","function":{"name":"f"}},"parallel_tool_calls":false}`,
 		`{"model":"tiny","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`,
 		``, `null`, `{}`, `"x"`, `1`,
@@ -55,6 +56,9 @@ func fuzzSeeds() []string {
 func checkDecoded(t *testing.T, kind Kind, body []byte) {
 	req, e := decodeRequest(kind, body, DefaultMaxTokensLimit)
 	checkDecodeResult(t, kind, req, e)
+	if req != nil && req.N < 1 {
+		t.Fatalf("n = %d", req.N)
+	}
 }
 
 // checkDecodeResult asserts the contract of every request decoder.

@@ -111,6 +111,9 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 			return
 		}
 		req, e := decodeRequest(kind, body, s.cfg.MaxTokensLimit)
+		if e == nil {
+			e = checkChoices(req, s.cfg.MaxChoices)
+		}
 		if e != nil {
 			writeError(w, e)
 			return
@@ -123,10 +126,10 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 		defer s.clearDeadline(rc)
 		sh := newShape(req, infoFrom(r.Context()).start.Unix())
 		if req.Stream {
-			s.stream(w, r, rc, gen, sh, req.IncludeUsage)
+			s.stream(w, r, rc, gen, sh, req.N, req.IncludeUsage)
 			return
 		}
-		res, ok := s.collect(w, r, gen)
+		res, ok := s.collect(w, r, gen, req.N)
 		if !ok {
 			return
 		}
@@ -135,14 +138,13 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 	}
 }
 
-// collect waits for the whole generation: its text, tool calls, finish
-// reason and usage. On failure it answers the error itself.
-func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation) (result, bool) {
-	var (
-		t    tracker
-		text strings.Builder
-		lps  []TokenLogprob
-	)
+// collect waits for the whole generation of n choices: their text, tool
+// calls, logprobs, finish reasons, and the usage. On failure it answers
+// the error itself.
+func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation, n int) (result, bool) {
+	t := newTracker(n)
+	texts := make([]strings.Builder, len(t.finish))
+	res := result{choices: make([]choiceOut, len(t.finish))}
 	for {
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
@@ -150,10 +152,16 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation)
 			return result{}, false
 		}
 		if done {
-			return result{text: text.String(), calls: t.calls, logprobs: lps, finish: t.finish, usage: *t.usage}, true
+			for k := range res.choices {
+				res.choices[k].text, res.choices[k].finish = texts[k].String(), t.finish[k]
+			}
+			// Tool calls come only with n = 1 (tools with n > 1 are refused).
+			res.choices[0].calls = t.calls
+			res.usage = *t.usage
+			return res, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
-		text.WriteString(ev.TextDelta)
-		lps = append(lps, ev.Logprobs...)
+		texts[ev.Choice].WriteString(ev.TextDelta)
+		res.choices[ev.Choice].logprobs = append(res.choices[ev.Choice].logprobs, ev.Logprobs...)
 	}
 }

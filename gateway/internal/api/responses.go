@@ -130,7 +130,8 @@ func status(reason string) string {
 
 // final is the finished response: a message with the text (left out
 // when the answer is only tool calls), then one item per call.
-func (s *respShape) final(r result) respObject {
+func (s *respShape) final(res result) respObject {
+	r := res.choices[0] // the Responses API has no n
 	st := status(r.finish)
 	var output []any
 	if r.text != "" || len(r.calls) == 0 {
@@ -139,7 +140,7 @@ func (s *respShape) final(r result) respObject {
 	for i, c := range r.calls {
 		output = append(output, s.call(i, c, st))
 	}
-	return s.object(st, output, r.finish, &r.usage)
+	return s.object(st, output, r.finish, &res.usage)
 }
 
 // message is the n-th message item (text after tool calls starts another).
@@ -322,7 +323,7 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 		s.streamResponse(w, r, rc, gen, sh)
 		return
 	}
-	res, ok := s.collect(w, r, gen)
+	res, ok := s.collect(w, r, gen, 1)
 	if !ok {
 		return
 	}
@@ -333,7 +334,7 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 // streamResponse relays a generation as Responses API events.
 func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh *respShape) {
 	sse := &sseWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout, now: s.now}
-	var t tracker
+	t := newTracker(1)
 	st := &respStream{sh: sh}
 	send := func(evs ...map[string]any) error {
 		for _, ev := range evs {
@@ -369,7 +370,7 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 			return // the client is gone or stalled
 		}
 	}
-	_ = send(st.closing(t.finish, *t.usage)...)
+	_ = send(st.closing(t.finish[0], *t.usage)...)
 }
 
 // notStored answers the routes of stored responses (retrieve, delete,

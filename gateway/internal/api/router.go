@@ -14,6 +14,8 @@ const (
 	DefaultMaxBodyBytes   = 4 << 20
 	DefaultMaxTokensLimit = 1 << 24
 	DefaultWriteTimeout   = time.Minute
+	// DefaultMaxChoices is the largest n (choices per request) by default.
+	DefaultMaxChoices = 8
 )
 
 // Config tunes the HTTP layer. The zero value is usable.
@@ -23,6 +25,9 @@ type Config struct {
 	// MaxTokensLimit is the largest max_tokens accepted before the core's
 	// own context checks; 0 means DefaultMaxTokensLimit.
 	MaxTokensLimit int64
+	// MaxChoices is the largest n accepted (400 naming n above it); 0
+	// means DefaultMaxChoices.
+	MaxChoices int
 	// WriteTimeout bounds each write to a client; a client that stops
 	// reading for longer is dropped and its request aborted. 0 means
 	// DefaultWriteTimeout. The http.Server's own WriteTimeout must be 0,
@@ -69,6 +74,9 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 	}
 	if cfg.MaxTokensLimit <= 0 {
 		cfg.MaxTokensLimit = DefaultMaxTokensLimit
+	}
+	if cfg.MaxChoices <= 0 {
+		cfg.MaxChoices = DefaultMaxChoices
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout

@@ -65,14 +65,20 @@ type Event struct {
 	// They need not arrive with the text of the same tokens (text may be
 	// held back to match stop sequences).
 	Logprobs []TokenLogprob
+	// Choice is the index of the choice (GenerateRequest.N) the text,
+	// logprobs, tool calls and finish reason belong to.
+	Choice int
 	// ToolCalls are the next steps of the tool calls parsed from the
-	// output (chat requests with tools only); they come after TextDelta.
-	// A call's first delta has its ID and name, indices run 0, 1, ...
+	// output (chat requests with tools only, which have n = 1); they come
+	// after TextDelta. A call's first delta has its ID and name, indices
+	// run 0, 1, ...
 	ToolCalls []ToolCallDelta
 	// FinishReason is "stop", "length", "tool_calls" (the output ended
-	// with tool calls) or "content_filter" on the final event.
+	// with tool calls) or "content_filter" on the final event of Choice;
+	// every choice gets one.
 	FinishReason string
-	// Usage is the honest token count of the whole request (I7).
+	// Usage is the honest token count of the whole request (I7): the
+	// prompt once, the completion tokens of every choice.
 	Usage *Usage
 	// Headers (rate-limit state, for instance) are sent with the response
 	// if they arrive before its first byte, and ignored afterwards.
@@ -166,6 +172,9 @@ type GenerateRequest struct {
 	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives.
 	Logprobs    bool
 	TopLogprobs int
+	// N is the number of choices (n), at least 1. The choices share one
+	// prefill; each streams its own events (Event.Choice).
+	N int
 
 	// Priority is the scheduling priority asked for, in [0, MaxPriority];
 	// 0 when absent. Higher is served sooner when workers are saturated.

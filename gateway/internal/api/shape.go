@@ -6,29 +6,36 @@ import (
 )
 
 // shape builds the OpenAI wire objects of one endpoint: the chunks of a
-// stream and the single non-streaming response.
+// stream and the single non-streaming response. Chunks name their
+// choice's index (n > 1).
 type shape interface {
-	// first is the chunk sent before any text, or nil.
-	first() any
-	// delta is the chunk of the next text and its tokens' logprobs.
-	delta(text string, lps []TokenLogprob) any
-	finish(reason string) any
-	// toolDelta is the chunk of one tool-call delta (chat only).
-	toolDelta(d ToolCallDelta) any
+	// first is the chunk sent for a choice before any text, or nil.
+	first(choice int) any
+	// delta is the chunk of a choice's next text and its tokens' logprobs.
+	delta(choice int, text string, lps []TokenLogprob) any
+	finish(choice int, reason string) any
+	// toolDelta is the chunk of one tool-call delta of a choice (chat
+	// only).
+	toolDelta(choice int, d ToolCallDelta) any
 	// usage is the extra chunk of stream_options.include_usage.
 	usage(u Usage) any
 	response(r result) any
 }
 
 // result is a whole generation, as collected for a non-streaming
-// response.
+// response: its choices (n) and usage.
 type result struct {
+	choices []choiceOut
+	usage   Usage
+}
+
+// choiceOut is one whole choice of a non-streamed response.
+type choiceOut struct {
 	text  string
 	calls []ToolCall
 	// logprobs are the generated tokens' log probabilities when asked.
 	logprobs []TokenLogprob
 	finish   string
-	usage    Usage
 }
 
 func newShape(req *GenerateRequest, created int64) shape {
@@ -36,7 +43,8 @@ func newShape(req *GenerateRequest, created int64) shape {
 	if req.Kind == KindChat {
 		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
 	}
-	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
+	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs,
+		offsets: make([]int, max(req.N, 1))}
 }
 
 type wireUsage struct {
@@ -161,25 +169,25 @@ func (s *chatShape) chunk(choices []chatChunkChoice, u *wireUsage) chatChunk {
 		Choices: choices, Usage: chunkUsage{shown: s.includeUsage, u: u}}
 }
 
-func (s *chatShape) first() any {
+func (s *chatShape) first(choice int) any {
 	empty := ""
-	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Role: "assistant", Content: &empty}}}, nil)
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{Role: "assistant", Content: &empty}}}, nil)
 }
 
-func (s *chatShape) delta(text string, lps []TokenLogprob) any {
-	return s.chunk([]chatChunkChoice{{Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
+func (s *chatShape) delta(choice int, text string, lps []TokenLogprob) any {
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
 }
 
-func (s *chatShape) toolDelta(d ToolCallDelta) any {
+func (s *chatShape) toolDelta(choice int, d ToolCallDelta) any {
 	w := wireToolDelta{Index: d.Index, ID: d.ID, Function: wireFunction{Name: d.Name, Arguments: d.Arguments}}
 	if d.ID != "" {
 		w.Type = "function"
 	}
-	return s.chunk([]chatChunkChoice{{Delta: chatDelta{ToolCalls: []wireToolDelta{w}}}}, nil)
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{ToolCalls: []wireToolDelta{w}}}}, nil)
 }
 
-func (s *chatShape) finish(reason string) any {
-	return s.chunk([]chatChunkChoice{{FinishReason: &reason}}, nil)
+func (s *chatShape) finish(choice int, reason string) any {
+	return s.chunk([]chatChunkChoice{{Index: choice, FinishReason: &reason}}, nil)
 }
 
 func (s *chatShape) usage(u Usage) any {
@@ -187,15 +195,19 @@ func (s *chatShape) usage(u Usage) any {
 }
 
 func (s *chatShape) response(r result) any {
-	m := chatMessage{Role: "assistant", Content: &r.text}
-	if len(r.calls) > 0 && r.text == "" {
-		m.Content = nil
-	}
-	for _, c := range r.calls {
-		m.ToolCalls = append(m.ToolCalls, wireToolCall{ID: c.ID, Type: "function", Function: wireFunction{Name: c.Name, Arguments: c.Arguments}})
+	out := make([]chatChoice, len(r.choices))
+	for k, c := range r.choices {
+		m := chatMessage{Role: "assistant", Content: &c.text}
+		if len(c.calls) > 0 && c.text == "" {
+			m.Content = nil
+		}
+		for _, tc := range c.calls {
+			m.ToolCalls = append(m.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
+		}
+		out[k] = chatChoice{Index: k, Message: m, Logprobs: chatLogprobsOf(s.logprobs, c.logprobs), FinishReason: c.finish}
 	}
 	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: []chatChoice{{Message: m, Logprobs: chatLogprobsOf(s.logprobs, r.logprobs), FinishReason: r.finish}}, Usage: toWire(r.usage)}
+		Choices: out, Usage: toWire(r.usage)}
 }
 
 // --- /v1/completions ---
@@ -205,7 +217,7 @@ type completionShape struct {
 	created      int64
 	includeUsage bool
 	logprobs     bool
-	offset       int // text_offset of the next streamed token
+	offsets      []int // text_offset of each choice's next streamed token
 }
 
 type textChoice struct {
@@ -230,16 +242,16 @@ func (s *completionShape) object(choices []textChoice, showUsage bool, u *wireUs
 		Choices: choices, Usage: chunkUsage{shown: showUsage, u: u}}
 }
 
-func (s *completionShape) first() any { return nil }
+func (s *completionShape) first(int) any { return nil }
 
-func (s *completionShape) delta(text string, lps []TokenLogprob) any {
-	c := textChoice{Text: text, Logprobs: completionLogprobsOf(s.logprobs, lps, s.offset)}
-	s.offset += bytesOf(lps)
+func (s *completionShape) delta(choice int, text string, lps []TokenLogprob) any {
+	c := textChoice{Text: text, Index: choice, Logprobs: completionLogprobsOf(s.logprobs, lps, s.offsets[choice])}
+	s.offsets[choice] += bytesOf(lps)
 	return s.object([]textChoice{c}, s.includeUsage, nil)
 }
 
-func (s *completionShape) finish(reason string) any {
-	return s.object([]textChoice{{FinishReason: &reason}}, s.includeUsage, nil)
+func (s *completionShape) finish(choice int, reason string) any {
+	return s.object([]textChoice{{Index: choice, FinishReason: &reason}}, s.includeUsage, nil)
 }
 
 func (s *completionShape) usage(u Usage) any {
@@ -247,8 +259,12 @@ func (s *completionShape) usage(u Usage) any {
 }
 
 // toolDelta is never called: completions have no tools.
-func (s *completionShape) toolDelta(ToolCallDelta) any { return nil }
+func (s *completionShape) toolDelta(int, ToolCallDelta) any { return nil }
 
 func (s *completionShape) response(r result) any {
-	return s.object([]textChoice{{Text: r.text, Logprobs: completionLogprobsOf(s.logprobs, r.logprobs, 0), FinishReason: &r.finish}}, true, toWire(r.usage))
+	out := make([]textChoice, len(r.choices))
+	for k, c := range r.choices {
+		out[k] = textChoice{Text: c.text, Index: k, Logprobs: completionLogprobsOf(s.logprobs, c.logprobs, 0), FinishReason: &c.finish}
+	}
+	return s.object(out, true, toWire(r.usage))
 }

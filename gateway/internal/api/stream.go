@@ -65,9 +65,9 @@ func (s *sseWriter) write(name string, payload []byte) error {
 // `data: {"error": {...}}` event and the stream ends without `data: [DONE]`:
 // a truncated stream never looks complete. If the client goes away, the
 // handler returns and Generation.Close aborts the request.
-func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh shape, includeUsage bool) {
+func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, gen Generation, sh shape, n int, includeUsage bool) {
 	sse := &sseWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout, now: s.now}
-	var t tracker
+	t := newTracker(n)
 	for {
 		ev, done, err := t.next(r.Context(), gen)
 		if err != nil {
@@ -86,20 +86,22 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.Respons
 		if !sse.started {
 			copyHeaders(w.Header(), ev.Headers)
 			sse.start()
-			if first := sh.first(); first != nil {
-				err = sse.data(first)
+			for k := 0; k < n && err == nil; k++ {
+				if first := sh.first(k); first != nil {
+					err = sse.data(first)
+				}
 			}
 		}
 		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
-			err = sse.data(sh.delta(ev.TextDelta, ev.Logprobs))
+			err = sse.data(sh.delta(ev.Choice, ev.TextDelta, ev.Logprobs))
 		}
 		for _, d := range ev.ToolCalls {
-			if c := sh.toolDelta(d); err == nil && c != nil {
+			if c := sh.toolDelta(ev.Choice, d); err == nil && c != nil {
 				err = sse.data(c)
 			}
 		}
 		if err == nil && ev.FinishReason != "" {
-			err = sse.data(sh.finish(ev.FinishReason))
+			err = sse.data(sh.finish(ev.Choice, ev.FinishReason))
 		}
 		if err != nil {
 			return // the client is gone or stalled

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// ChoiceSeed is the sampling seed of choice k of a request seeded with
+// seed (n > 1): choice 0 keeps seed, choice k adds k times the 64-bit
+// golden-ratio constant (wrapping). Running a single request with
+// ChoiceSeed(seed, k) gives exactly choice k's tokens.
+func ChoiceSeed(seed uint64, k int) uint64 {
+	return seed + uint64(k)*0x9E3779B97F4A7C15
+}
+
+// ChoicePages lays out one reservation of pages for n choices of a
+// prompt of prompt tokens with maxTokens each: the prompt's full pages
+// once (shared read-only by every choice's table: same owner, or sealed
+// pages when the request uses the prefix cache), then each choice's own
+// pages (the prompt's partial last page and its output). It returns how
+// many pages to reserve and, given them, the n page tables.
+func ChoicePages(pageTokens, prompt, maxTokens, n int) (total int, tables func([]kvpool.PageID) [][]kvpool.PageID) {
+	full := prompt / pageTokens
+	per := (prompt+maxTokens-1+pageTokens-1)/pageTokens - full
+	return full + n*per, func(pages []kvpool.PageID) [][]kvpool.PageID {
+		out := make([][]kvpool.PageID, n)
+		for k := range out {
+			own := pages[full+k*per : full+(k+1)*per]
+			out[k] = append(slices.Clip(pages[:full]), own...)
+		}
+		return out
+	}
+}
+
+// SubmitChoices runs len(tables) sequences (the choices of one request,
+// n > 1) from one prefill of req.Prompt. Every table must hold the same
+// pages for the prompt's full pages (ChoicePages); req.Pages is ignored.
+// Choice 0 prefills the prompt; when its last position's logits are
+// computed, every choice samples its first token from those logits with
+// its own seed (ChoiceSeed(req.Sampling.Seed, k)) and constraint. The
+// other choices then recompute only the prompt's partial last page into
+// their own page (Stats.ForkTokens; Stats.PrefillTokens counts the prompt
+// once) before decoding on their own. Streams are in choice order.
+func (e *Engine) SubmitChoices(ctx context.Context, req Request, tables [][]kvpool.PageID) ([]*Stream, error) {
+	n := len(tables)
+	switch {
+	case n < 1 || n > e.cfg.MaxBatch:
+		return nil, fmt.Errorf("%w: %d choices, want 1..%d (the batch size)", ErrBadRequest, n, e.cfg.MaxBatch)
+	case n > 1 && (req.Prefilled || req.PrefillOnly):
+		return nil, fmt.Errorf("%w: several choices need the prompt prefilled here", ErrBadRequest)
+	}
+	full := len(req.Prompt) / e.cfg.PageTokens
+	seqs := make([]*sequence, n)
+	for k, pages := range tables {
+		r := req
+		r.Pages = pages
+		r.Sampling.Seed = ChoiceSeed(req.Sampling.Seed, k)
+		if err := e.validate(&r); err != nil {
+			return nil, err
+		}
+		if len(pages) < full || !slices.Equal(pages[:full], tables[0][:full]) {
+			return nil, fmt.Errorf("%w: choice %d does not share the prompt's full pages", ErrBadRequest, k)
+		}
+		seqs[k] = e.newSequence(ctx, r)
+		seqs[k].choice = n > 1
+		if k > 0 {
+			seqs[k].awaiting = true
+		}
+	}
+	if err := e.startPrefix(seqs[0]); err != nil {
+		return nil, err
+	}
+	seqs[0].forks = seqs[1:]
+	if err := e.enqueue(seqs[0]); err != nil {
+		return nil, err
+	}
+	out := make([]*Stream, n)
+	for k, s := range seqs {
+		out[k] = s.stream
+	}
+	return out, nil
+}
+
+// fork starts s's other choices from the logits of its prompt's last
+// position (before s's own constraint masks them): each samples its first
+// token from its own copy, then recomputes the partial last prompt page
+// into its own page table.
+func (e *Engine) fork(s *sequence, logits []float32) {
+	forks := s.forks
+	s.forks = nil
+	pos := len(s.req.Prompt) / e.cfg.PageTokens * e.cfg.PageTokens
+	for _, f := range forks {
+		if f.stream == nil {
+			continue
+		}
+		f.awaiting = false
+		f.tags, f.shared, f.cached = s.tags, s.shared, s.cached
+		f.pos, f.prompt = pos, len(s.req.Prompt)
+		e.forkLogits = append(e.forkLogits[:0], logits...)
+		f.constrain(e.forkLogits)
+		tok := e.sampler.sample(e.forkLogits, f.req.Sampling, f.generated)
+		var lp *Logprobs
+		if f.req.Sampling.Logprobs {
+			lp = e.lps.logprobs(e.forkLogits, tok, f.req.Sampling.TopLogprobs)
+		}
+		e.emit(f, tok, lp)
+	}
+}
