@@ -90,7 +90,7 @@ func TestChoicesAreNotPreempted(t *testing.T) {
 	if _, err := r.pool.Release(o); err != nil {
 		t.Fatal(err)
 	}
-	if st := r.eng.Stats(); st.Preemptions != 0 || st.Running != 0 || st.Waiting != 0 {
+	if st := idleStats(t, r.eng); st.Preemptions != 0 {
 		t.Fatalf("stats at the end %+v", st)
 	}
 }
