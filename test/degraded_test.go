@@ -215,16 +215,7 @@ func testPrefillKilled(t *testing.T, c *harness.Cluster, key string, victim *har
 					body, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
 					r.status, r.retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
-					var v struct {
-						Choices []struct {
-							Text         string `json:"text"`
-							FinishReason string `json:"finish_reason"`
-						} `json:"choices"`
-						Error *struct {
-							Code    string `json:"code"`
-							Message string `json:"message"`
-						} `json:"error"`
-					}
+					var v completionOut
 					if jerr := json.Unmarshal(body, &v); jerr != nil {
 						r.message = string(body)
 					} else if v.Error != nil {

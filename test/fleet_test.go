@@ -208,16 +208,7 @@ func fleetRequest(g *harness.Gateway, key, prompt string) fleetResult {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	r.status, r.retryAfter, r.id = resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("X-Request-Id")
-	var v struct {
-		Choices []struct {
-			Text         string `json:"text"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var v completionOut
 	switch {
 	case json.Unmarshal(body, &v) != nil:
 		r.message = string(body)

@@ -215,16 +215,7 @@ func completeOn(g *harness.Gateway, key string, body map[string]any) (text, fini
 	}
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var v struct {
-		Choices []struct {
-			Text         string `json:"text"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var v completionOut
 	if jerr := json.Unmarshal(data, &v); jerr != nil {
 		return "", "", fmt.Errorf("%s: %.200s", resp.Status, data)
 	}

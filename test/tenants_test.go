@@ -118,7 +118,8 @@ func completionBody(model, prompt string, maxTokens int) map[string]any {
 	return map[string]any{"model": model, "prompt": prompt, "max_tokens": maxTokens, "temperature": 0}
 }
 
-// completionOut is the part of a completion response the tests read.
+// completionOut is the part of a completion answer or error body the
+// tests read.
 type completionOut struct {
 	Choices []struct {
 		Text         string `json:"text"`
@@ -128,6 +129,10 @@ type completionOut struct {
 		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
 }
 
 // checkCompletion checks a 200 completion answer against the reference
