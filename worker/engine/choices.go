@@ -74,12 +74,14 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, tables [][]kvpo
 		return nil, err
 	}
 	seqs[0].forks = seqs[1:]
-	if err := e.enqueue(seqs[0]); err != nil {
-		return nil, err
-	}
+	// The streams are taken before the loop can see the sequences: it
+	// clears a sequence's stream when the sequence finishes.
 	out := make([]*Stream, n)
 	for k, s := range seqs {
 		out[k] = s.stream
+	}
+	if err := e.enqueue(seqs[0]); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
