@@ -21,27 +21,7 @@ import (
 // field, or that is invalid; either refusal leaves the running
 // configuration untouched. The admin API's POST /reload does the same.
 func TestReload(t *testing.T) {
-	// testConfig with what ValidateGateway also asks of it.
-	valid := func() *config.Config {
-		c := testConfig()
-		c.Worker.HeartbeatInterval = time.Second
-		return c
-	}
-	var mu sync.Mutex
-	next := valid()
-	source := func() (*config.Config, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		c := *next
-		c.Models = slices.Clone(next.Models)
-		return &c, nil
-	}
-	edit := func(f func(c *config.Config)) {
-		mu.Lock()
-		defer mu.Unlock()
-		next = valid()
-		f(next)
-	}
+	valid, source, edit := reloadSource()
 	var level slog.LevelVar
 	tg := startGatewayWith(t, valid(), WithLogLevel(&level), WithConfigSource(source))
 
@@ -101,26 +81,7 @@ func TestReload(t *testing.T) {
 // policy and output cap (admission's state follows at once), the queue's
 // longest wait and the trace sample ratio; renaming a model is refused.
 func TestReloadLimits(t *testing.T) {
-	valid := func() *config.Config {
-		c := testConfig()
-		c.Worker.HeartbeatInterval = time.Second
-		return c
-	}
-	var mu sync.Mutex
-	next := valid()
-	source := func() (*config.Config, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		c := *next
-		c.Models = slices.Clone(next.Models)
-		return &c, nil
-	}
-	edit := func(f func(c *config.Config)) {
-		mu.Lock()
-		defer mu.Unlock()
-		next = valid()
-		f(next)
-	}
+	valid, source, edit := reloadSource()
 	ratio := obs.NewLiveRatio(1)
 	tg := startGatewayWith(t, valid(), WithConfigSource(source), WithSampleRatio(ratio))
 
@@ -157,4 +118,32 @@ func TestReloadLimits(t *testing.T) {
 	if _, err := tg.ReloadFromSource(); !errors.Is(err, ErrReloadRefused) || !strings.Contains(err.Error(), "models[0].name") {
 		t.Fatalf("reload renaming a model: %v, want refused naming models[0].name", err)
 	}
+}
+
+// reloadSource is a configuration source for reload tests: valid returns
+// testConfig with what ValidateGateway also asks of it, source is what the
+// gateway reloads from, and edit replaces its next answer with a valid
+// configuration changed by f.
+func reloadSource() (valid func() *config.Config, source func() (*config.Config, error), edit func(f func(*config.Config))) {
+	valid = func() *config.Config {
+		c := testConfig()
+		c.Worker.HeartbeatInterval = time.Second
+		return c
+	}
+	var mu sync.Mutex
+	next := valid()
+	source = func() (*config.Config, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		c := *next
+		c.Models = slices.Clone(next.Models)
+		return &c, nil
+	}
+	edit = func(f func(*config.Config)) {
+		mu.Lock()
+		defer mu.Unlock()
+		next = valid()
+		f(next)
+	}
+	return valid, source, edit
 }
