@@ -141,8 +141,8 @@ else
   log "cuda compile check skipped: no nvcc/cuda.h (scripts/cuda-compile-check.sh install)"
 fi
 
-log "slowest tests"
-{ "${events}.report" -slowest 15 <"$events" || true; } | sed -n '/^slowest tests:/,$p' >&2
+log "failure messages and slowest tests"
+{ "${events}.report" -slowest 15 <"$events" || true; } | sed -n '/^\(failure messages\|slowest tests\):/,$p' >&2
 
 if ((${#failed[@]} > 0)); then
   log "FAILED: ${failed[*]}"

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -28,6 +29,18 @@ type event struct {
 	Elapsed float64
 	Output  string
 }
+
+// testMessage matches a line written by t.Log, t.Error or t.Fatal: an
+// indented file:line prefix.
+var testMessage = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
+
+// maxMessages bounds the messages kept per failed test, and maxMessageLen
+// each message, so that the summary stays short enough to read in a CI
+// log's tail.
+const (
+	maxMessages   = 12
+	maxMessageLen = 400
+)
 
 // timing is how long one test (or subtest) took.
 type timing struct {
@@ -54,6 +67,7 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 	type key struct{ pkg, test string }
 	pending := map[key][]string{} // output of tests still running
 	var times []timing
+	var messages []string // of failed tests, for the summary at the end
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -90,6 +104,7 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 			if e.Test != "" {
 				fmt.Fprint(out, strings.Join(pending[k], ""))
 				times = append(times, timing{e.Package + " " + e.Test + " (FAILED)", e.Elapsed})
+				messages = append(messages, failureMessages(e.Test, pending[k])...)
 				delete(pending, k)
 			}
 		}
@@ -100,6 +115,9 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 	for k, lines := range pending {
 		failed = true
 		fmt.Fprintf(out, "--- %s %s never finished:\n%s", k.pkg, k.test, strings.Join(lines, ""))
+	}
+	if len(messages) > 0 {
+		fmt.Fprintf(out, "\nfailure messages:\n%s", strings.Join(messages, ""))
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i].seconds > times[j].seconds })
 	if len(times) > slowest {
@@ -112,4 +130,24 @@ func report(in io.Reader, out io.Writer, slowest int) (failed bool, err error) {
 		}
 	}
 	return failed, nil
+}
+
+// failureMessages returns the test's own messages among its output lines,
+// each prefixed with the test's name.
+func failureMessages(test string, lines []string) []string {
+	var msgs []string
+	for _, l := range lines {
+		if !testMessage.MatchString(l) {
+			continue
+		}
+		if len(msgs) == maxMessages {
+			return append(msgs, fmt.Sprintf("  %s: ... more\n", test))
+		}
+		l = strings.TrimSpace(l)
+		if len(l) > maxMessageLen {
+			l = l[:maxMessageLen] + "..."
+		}
+		msgs = append(msgs, fmt.Sprintf("  %s: %s\n", test, l))
+	}
+	return msgs
 }
