@@ -46,3 +46,23 @@ func TestDrainOnStop(t *testing.T) {
 		})
 	}
 }
+
+// TestClosingRefusesUntouched: once the drain is over and the worker is
+// closing (aborting what is left, stopping its server), a call that raced
+// with it still gets the draining refusal, which the gateway places on
+// another worker, not an error that fails the request.
+func TestClosingRefusesUntouched(t *testing.T) {
+	w := newTestWorker(t, testConfig(t, config.RoleDecode, config.TransferTCP, testPages))
+	stop := w.start()
+	defer stop()
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	_, err := w.client.Reserve(context.Background(), &controlpb.ReserveRequest{Owner: owner("acme", "late", 1), PromptTokens: 17, TotalTokens: 20})
+	if !controlpb.IsDraining(err) {
+		t.Fatalf("Reserve while closing: %v, want the draining refusal", err)
+	}
+	if st := w.rt.Pool.Stats(); st.Free != st.Total {
+		t.Fatalf("a refused call holds pages: %+v", st)
+	}
+}

@@ -99,10 +99,10 @@ func newEntry(ctx context.Context, owner kvpool.Owner, pages []kvpool.PageID, to
 // touched for the call), the attempt was not aborted already, and the request holds
 // nothing here. Called with w.mu held.
 func (w *Worker) admitLocked(owner kvpool.Owner) error {
-	if w.closing {
-		return status.Error(codes.Unavailable, "worker is shutting down")
-	}
-	if w.drainingLocked() {
+	// Closing comes after the drain (or instead of it): a call that raced
+	// with either is refused before anything is touched for it, so it gets
+	// the draining refusal the gateway places elsewhere, not a failure.
+	if w.closing || w.drainingLocked() {
 		return controlpb.ErrDraining("it is shutting down; place the request on another worker")
 	}
 	key := reqKey{owner.Tenant, owner.Request}

@@ -231,3 +231,14 @@ func (p *Process) LogTail(n int) string {
 	}
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
+
+// LogLines returns the lines of Log that contain s (a request ID, say).
+func (p *Process) LogLines(s string) string {
+	var lines []string
+	for l := range strings.Lines(p.Log()) {
+		if strings.Contains(l, s) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "")
+}
