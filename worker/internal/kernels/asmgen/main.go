@@ -78,7 +78,9 @@ func main() {
 	for _, v := range q8SumVariants {
 		g.q8(v)
 	}
-	g.q8z()
+	for _, n := range q8zRows {
+		g.q8z(n)
+	}
 	g.expTables()
 	g.expKernels()
 	g.axpy()
@@ -709,27 +711,36 @@ func (g *gen) q8(v q8Sums) {
 	}
 }
 
-// q8z emits q8dot1x4z(c *float32, a *byte, w *byte, ldw int, blocks int,
-// tiles int): q8dot1x4 with AVX512-VNNI and BW on zmm registers, with the
-// same results. Each zmm accumulator holds two 8-lane accumulators of the
-// canonical order side by side (lanes 0-7: W row 2q, lanes 8-15: row
-// 2q+1, both against the A block broadcast to both halves), so every
-// output element sees the same sums, scale products, fma sequence and
-// tree. a's sign moves onto w by a masked byte negation (VPSIGNB has no
-// EVEX form), and VPDPBUSD forms each lane's exact sum of four products.
-func (g *gen) q8z() {
-	const name = "q8dot1x4z"
-	wRegs := []string{"SI", "R9", "R10", "R11"}
+// q8zRows are the W rows per tile of the AVX512-VNNI q8 kernels.
+var q8zRows = []int{8, 4}
+
+// q8zRow addresses W row j of the tile at SI: SI + j·ldw with DX = ldw,
+// R9 = 3·ldw, R10 = 5·ldw, R11 = 6·ldw, R12 = 7·ldw.
+var q8zRow = []string{"(SI)", "(SI)(DX*1)", "(SI)(DX*2)", "(SI)(R9*1)", "(SI)(DX*4)", "(SI)(R10*1)", "(SI)(R11*1)", "(SI)(R12*1)"}
+
+// q8z emits q8dot1xNz(c *float32, a *byte, w *byte, ldw int, blocks int,
+// tiles int) for every N in q8zRows: q8dot1xN with AVX512-VNNI and BW on
+// zmm registers, with the same results. Each zmm accumulator holds two
+// 8-lane accumulators of the canonical order side by side (lanes 0-7: W
+// row 2q, lanes 8-15: row 2q+1, both against the A block broadcast to
+// both halves), so every output element sees the same sums, scale
+// products, fma sequence and tree. a's sign moves onto w by a masked
+// byte negation (VPSIGNB has no EVEX form), and VPDPBUSD forms each
+// lane's exact sum of four products.
+func (g *gen) q8z(n int) {
+	pairs := n / 2
+	name := fmt.Sprintf("q8dot1x%dz", n)
 	g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
 	g.p("\tMOVQ c+0(FP), DI")
-	g.p("\tMOVQ a+8(FP), R8")
-	g.p("\tMOVQ w+16(FP), %s", wRegs[0])
+	g.p("\tMOVQ w+16(FP), R13") // the tile's first W row
 	g.p("\tMOVQ ldw+24(FP), DX")
-	for j := 1; j < 4; j++ {
-		g.p("\tLEAQ (%s)(DX*1), %s", wRegs[j-1], wRegs[j])
-	}
-	g.p("\tSHLQ $2, DX")
+	g.p("\tLEAQ (DX)(DX*2), R9")
+	g.p("\tLEAQ (DX)(DX*4), R10")
+	g.p("\tLEAQ (R9)(R9*1), R11")
+	g.p("\tLEAQ (R11)(DX*1), R12")
+	g.p("\tMOVQ DX, R14")
+	g.p("\tIMULQ $%d, R14", n)
 	g.p("\tMOVQ tiles+40(FP), CX")
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %s_done", name)
@@ -737,46 +748,52 @@ func (g *gen) q8z() {
 	g.p("\tMOVL $0xff00, BX")
 	g.p("\tKMOVW BX, K2")
 	g.p("%s_tile:", name)
-	g.p("\tVPXORD Z0, Z0, Z0")
-	g.p("\tVPXORD Z1, Z1, Z1")
-	g.p("\tXORQ AX, AX")
+	for q := range pairs {
+		g.p("\tVPXORD %s, %s, %s", z(q), z(q), z(q))
+	}
+	g.p("\tMOVQ R13, SI")
+	g.p("\tMOVQ a+8(FP), R8")
 	g.p("\tMOVQ blocks+32(FP), BX")
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJZ %s_reduce", name)
 	g.p("%s_block:", name)
-	g.p("\tVBROADCASTI64X4 (R8)(AX*1), Z9")
+	g.p("\tVBROADCASTI64X4 (R8), Z9")
 	g.p("\tVPMOVB2M Z9, K1")
 	g.p("\tVPABSB Z9, Z10")
-	g.p("\tVBROADCASTSS 32(R8)(AX*1), Z11")
-	for q := range 2 {
-		t, s, d := z(12+4*q), z(13+4*q), 14+4*q
-		lo, hi := wRegs[2*q], wRegs[2*q+1]
-		g.p("\tVMOVDQU32 (%s)(AX*1), %s", lo, y(12+4*q))
-		g.p("\tVINSERTI64X4 $1, (%s)(AX*1), %s, %s", hi, t, t)
-		g.p("\tVPSUBB %s, Z31, K1, %s", t, t)
-		g.p("\tVPXORD %s, %s, %s", s, s, s)
-		g.p("\tVPDPBUSD %s, Z10, %s", t, s)
-		g.p("\tVCVTDQ2PS %s, %s", s, s)
-		g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", lo, z(d))
-		g.p("\tVBROADCASTSS 32(%s)(AX*1), K2, %s", hi, z(d)) // upper half only
+	g.p("\tVBROADCASTSS 32(R8), Z11")
+	for q := range pairs {
+		t, s, d := 12+3*q, 13+3*q, 14+3*q
+		lo, hi := q8zRow[2*q], q8zRow[2*q+1]
+		g.p("\tVMOVDQU32 %s, %s", lo, y(t))
+		g.p("\tVINSERTI64X4 $1, %s, %s, %s", hi, z(t), z(t))
+		g.p("\tVPSUBB %s, Z31, K1, %s", z(t), z(t))
+		g.p("\tVPXORD %s, %s, %s", z(s), z(s), z(s))
+		g.p("\tVPDPBUSD %s, Z10, %s", z(t), z(s))
+		g.p("\tVCVTDQ2PS %s, %s", z(s), z(s))
+		g.p("\tVBROADCASTSS 32%s, %s", lo, z(d))
+		g.p("\tVBROADCASTSS 32%s, K2, %s", hi, z(d)) // upper half only
 		g.p("\tVMULPS Z11, %s, %s", z(d), z(d))
-		g.p("\tVFMADD231PS %s, %s, %s", z(d), s, z(q))
+		g.p("\tVFMADD231PS %s, %s, %s", z(d), z(s), z(q))
 	}
-	g.p("\tADDQ $36, AX")
+	g.p("\tADDQ $36, SI")
+	g.p("\tADDQ $36, R8")
 	g.p("\tDECQ BX")
 	g.p("\tJNZ %s_block", name)
 	g.p("%s_reduce:", name)
-	// Rows 1 and 3 are the upper halves of Z0 and Z1.
-	g.p("\tVEXTRACTF64X4 $1, Z0, Y2")
-	g.p("\tVEXTRACTF64X4 $1, Z1, Y3")
-	for j, r := range []int{0, 2, 1, 3} {
+	// Row 2q+1 is the upper half of Zq: move it to Y(pairs+q).
+	for q := range pairs {
+		g.p("\tVEXTRACTF64X4 $1, %s, %s", z(q), y(pairs+q))
+	}
+	for j := range n {
+		r := j / 2
+		if j%2 == 1 {
+			r += pairs
+		}
 		g.reduce(r, 15)
 		g.p("\tVMOVSS %s, %d(DI)", x(r), 4*j)
 	}
-	g.p("\tADDQ $16, DI")
-	for _, r := range wRegs {
-		g.p("\tADDQ DX, %s", r)
-	}
+	g.p("\tADDQ $%d, DI", 4*n)
+	g.p("\tADDQ R14, R13")
 	g.p("\tDECQ CX")
 	g.p("\tJNZ %s_tile", name)
 	g.p("%s_done:", name)
