@@ -80,6 +80,8 @@ const (
 	GGMLF32  GGMLType = 0
 	GGMLF16  GGMLType = 1
 	GGMLQ8_0 GGMLType = 8
+	GGMLQ4_K GGMLType = 12
+	GGMLQ6_K GGMLType = 14
 	GGMLBF16 GGMLType = 30
 )
 
@@ -98,6 +100,10 @@ func (t GGMLType) String() string {
 		return "F16"
 	case GGMLQ8_0:
 		return "Q8_0"
+	case GGMLQ4_K:
+		return "Q4_K"
+	case GGMLQ6_K:
+		return "Q6_K"
 	case GGMLBF16:
 		return "BF16"
 	}
@@ -114,11 +120,31 @@ func (t GGMLType) rowBytes(n uint64) (uint64, error) {
 		return 2 * n, nil
 	case GGMLQ8_0:
 		if n%q80BlockElems != 0 {
-			return 0, fmt.Errorf("row of %d elements is not a whole number of %d-element Q8_0 blocks", n, q80BlockElems)
+			return 0, ggufInvalidf("row of %d elements is not a whole number of %d-element Q8_0 blocks", n, q80BlockElems)
 		}
 		return n / q80BlockElems * q80BlockBytes, nil
+	case GGMLQ4_K, GGMLQ6_K:
+		if n%qkK != 0 {
+			return 0, ggufInvalidf("row of %d elements is not a whole number of %d-element %s super-blocks", n, qkK, t)
+		}
+		if t == GGMLQ4_K {
+			return n / qkK * q4KBlockBytes, nil
+		}
+		return n / qkK * q6KBlockBytes, nil
 	}
-	return 0, fmt.Errorf("tensor type %s: %w (GGUF files: F32, F16, BF16, Q8_0)", t, ErrUnsupportedDType)
+	return 0, fmt.Errorf("tensor type %s: %w (GGUF files: F32, F16, BF16, Q8_0, Q4_K, Q6_K)", t, ErrUnsupportedDType)
+}
+
+// blockElems is the elements per quantization block of t, 1 for the
+// float types.
+func (t GGMLType) blockElems() int {
+	switch t {
+	case GGMLQ8_0:
+		return q80BlockElems
+	case GGMLQ4_K, GGMLQ6_K:
+		return qkK
+	}
+	return 1
 }
 
 // GGUFArrayValue is a metadata array. Values is a typed slice: []uint8,

@@ -84,8 +84,9 @@ func LoadModelConfig(path string) (Config, error) {
 // loadGGUF loads a llama-architecture GGUF file: the config from its
 // llama.* metadata and the weights under their Hugging Face names, Q and K
 // rows permuted back from llama.cpp's rotary order. F32/F16/BF16 tensors
-// alias the mapping (Q and K are copied); Q8_0 tensors are dequantized to
-// F32 exactly (int8 × the f16 block scale).
+// alias the mapping (Q and K are copied); Q8_0, Q4_K and Q6_K tensors are
+// dequantized to F32 at load, each weight exactly (see decodeGGML), and a
+// block with a non-finite scale is refused.
 // Shapes are checked against the config by bindWeights.
 func loadGGUF(path string) (*Model, error) {
 	f, err := OpenGGUF(path)
@@ -276,7 +277,7 @@ func (m *Model) bindGGUF() error {
 			t.DType = F16
 		case GGMLBF16:
 			t.DType = BF16
-		case GGMLQ8_0: // dequantized below; other types were refused when parsing
+		case GGMLQ8_0, GGMLQ4_K, GGMLQ6_K: // dequantized below; other types were refused when parsing
 		}
 		if heads > 0 {
 			if len(shape) != 2 || shape[0] == 0 || shape[0]%(2*heads) != 0 {
@@ -284,9 +285,11 @@ func (m *Model) bindGGUF() error {
 			}
 			t.Data = permuteRotary(g.Data, heads, len(g.Data)/shape[0], true)
 		}
-		if g.Type == GGMLQ8_0 {
+		if g.Type.blockElems() > 1 {
 			vals := make([]float32, t.NumElements())
-			decodeGGML(vals, t.Data, g.Type)
+			if err := decodeGGML(vals, t.Data, g.Type); err != nil {
+				return fmt.Errorf("tensor %s: %w", name, err)
+			}
 			t.Data = make([]byte, 4*len(vals))
 			encodeFloats(t.Data, vals, F32)
 		}

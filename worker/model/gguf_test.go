@@ -185,8 +185,9 @@ func TestGGUFRefuses(t *testing.T) {
 	}
 }
 
-// FuzzGGUF: ParseGGUF never panics or over-allocates, and whatever it
-// accepts has every tensor inside the input.
+// FuzzGGUF: ParseGGUF never panics or over-allocates, whatever it
+// accepts has every tensor inside the input, and decoding any accepted
+// tensor (F32 to Q6_K blocks) fails only with ErrInvalidGGUF.
 func FuzzGGUF(f *testing.F) {
 	_, path := ggufFixture(f, F32, GGMLQ8_0)
 	data, err := os.ReadFile(path)
@@ -196,6 +197,7 @@ func FuzzGGUF(f *testing.F) {
 	f.Add(data[:min(len(data), 4096)])
 	f.Add(data)
 	f.Add([]byte("GGUF\x03\x00\x00\x00"))
+	f.Add(writeKQuantTensors(f))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := ParseGGUF(b)
 		if err != nil {
@@ -207,6 +209,15 @@ func FuzzGGUF(f *testing.F) {
 		for _, x := range g.Tensors {
 			if len(x.Data) > len(b) {
 				t.Fatalf("tensor %s has %d bytes of a %d-byte input", x.Name, len(x.Data), len(b))
+			}
+			n := uint64(1)
+			for _, d := range x.Dims {
+				n *= d // bind bounded the product
+			}
+			if n <= 1<<16 {
+				if err := decodeGGML(make([]float32, n), x.Data, x.Type); err != nil && !errors.Is(err, ErrInvalidGGUF) {
+					t.Fatalf("tensor %s: error not typed: %v", x.Name, err)
+				}
 			}
 		}
 		if g.Get("tokenizer.ggml.model") != nil {

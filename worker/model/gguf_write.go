@@ -176,7 +176,8 @@ func encodeGGUF(w io.Writer, kv []GGUFKV, tensors []GGUFOutTensor) error {
 	return g.err
 }
 
-// ParseGGMLType reads a user-facing GGUF tensor type: f32, f16, bf16 or q8_0.
+// ParseGGMLType reads a user-facing GGUF tensor type: f32, f16, bf16,
+// q8_0, q4_k or q6_k.
 func ParseGGMLType(s string) (GGMLType, error) {
 	switch strings.ToLower(s) {
 	case "f32", "float32":
@@ -187,8 +188,12 @@ func ParseGGMLType(s string) (GGMLType, error) {
 		return GGMLBF16, nil
 	case "q8_0", "q8":
 		return GGMLQ8_0, nil
+	case "q4_k":
+		return GGMLQ4_K, nil
+	case "q6_k":
+		return GGMLQ6_K, nil
 	}
-	return 0, fmt.Errorf("%w: GGUF type %q (use f32, f16, bf16 or q8_0)", ErrUnsupportedDType, s)
+	return 0, fmt.Errorf("%w: GGUF type %q (use f32, f16, bf16, q8_0, q4_k or q6_k)", ErrUnsupportedDType, s)
 }
 
 // llama.cpp token types (tokenizer.ggml.token_type).
@@ -202,9 +207,10 @@ const (
 // weights, tokenizer.json and tokenizer_config.json) to outPath as a GGUF
 // file llama.cpp loads: llama.cpp's tensor names and metadata keys, Q and
 // K rows permuted as llama.cpp's convert_hf_to_gguf.py does, matrices and
-// the embedding in typ (norms stay F32, as llama.cpp writes them; Q8_0
-// rows that are not whole 32-element blocks fall back to F16), and the
-// tokenizer as tokenizer.ggml.* (model gpt2, byte-level BPE).
+// the embedding in typ (norms stay F32, as llama.cpp writes them; rows
+// that are not whole blocks of typ fall back to Q8_0, or to F16 when not
+// whole 32-element blocks either), and the tokenizer as tokenizer.ggml.*
+// (model gpt2, byte-level BPE).
 func ExportGGUF(srcDir, outPath string, typ GGMLType) error {
 	if _, err := typ.rowBytes(0); err != nil {
 		return err
@@ -251,8 +257,13 @@ func ExportGGUF(srcDir, outPath string, typ GGMLType) error {
 	w := m.Weights()
 	var ts []GGUFOutTensor
 	add := func(name string, t *Tensor, tt GGMLType, permuteHeads int) error {
-		if tt == GGMLQ8_0 && t.Shape[len(t.Shape)-1]%q80BlockElems != 0 {
-			tt = GGMLF16 // as llama.cpp's converter falls back for rows of partial blocks
+		// Rows of partial blocks fall back as llama.cpp's converter and
+		// quantizer do: to Q8_0 where whole 32-element blocks fit, else F16.
+		if cols := t.Shape[len(t.Shape)-1]; cols%tt.blockElems() != 0 {
+			tt = GGMLQ8_0
+			if cols%q80BlockElems != 0 {
+				tt = GGMLF16
+			}
 		}
 		out, err := ggufOutTensor(name, t, tt, permuteHeads)
 		if err != nil {
@@ -336,6 +347,10 @@ func ggufFileType(typ GGMLType) uint32 {
 		return 7
 	case GGMLBF16:
 		return 32
+	case GGMLQ4_K:
+		return 15 // MOSTLY_Q4_K_M
+	case GGMLQ6_K:
+		return 18
 	}
 	return 0
 }
@@ -394,7 +409,7 @@ func permuteRotary(src []byte, heads, rowBytes int, inverse bool) []byte {
 
 // encodeGGML writes src as typ; Q8_0 blocks are quantized
 // as llama.cpp's quantize_row_q8_0_ref does (d = amax/127, q = round(x/d),
-// d stored as f16).
+// d stored as f16); Q4_K and Q6_K as encodeQ4K and encodeQ6K say.
 func encodeGGML(dst []byte, src []float32, typ GGMLType) {
 	switch typ {
 	case GGMLF32:
@@ -421,11 +436,20 @@ func encodeGGML(dst []byte, src []float32, typ GGMLType) {
 				out[2+i] = byte(int8(math.Round(float64(v * id))))
 			}
 		}
+	case GGMLQ4_K:
+		encodeQ4K(dst, src)
+	case GGMLQ6_K:
+		encodeQ6K(dst, src)
 	}
 }
 
-// decodeGGML converts a tensor's data of typ to float32.
-func decodeGGML(dst []float32, src []byte, typ GGMLType) {
+// decodeGGML converts a tensor's data of typ to float32. A quantized
+// block whose f16 scale is infinite or NaN is refused (ErrInvalidGGUF):
+// no quantizer writes one, and it would poison every product it enters.
+func decodeGGML(dst []float32, src []byte, typ GGMLType) error {
+	if err := checkBlockScales(src, typ); err != nil {
+		return err
+	}
 	switch typ {
 	case GGMLF32:
 		decodeFloats(dst, src, F32)
@@ -441,7 +465,37 @@ func decodeGGML(dst []float32, src []byte, typ GGMLType) {
 				dst[b*q80BlockElems+i] = float32(int8(in[2+i])) * d
 			}
 		}
+	case GGMLQ4_K:
+		decodeQ4K(dst, src)
+	case GGMLQ6_K:
+		decodeQ6K(dst, src)
 	}
+	return nil
+}
+
+// checkBlockScales returns ErrInvalidGGUF if any f16 scale of the
+// quantized blocks in src is infinite or NaN (exponent bits all ones).
+func checkBlockScales(src []byte, typ GGMLType) error {
+	var offsets []int
+	size := 0
+	switch typ {
+	case GGMLQ8_0:
+		offsets, size = []int{0}, q80BlockBytes
+	case GGMLQ4_K:
+		offsets, size = []int{0, 2}, q4KBlockBytes
+	case GGMLQ6_K:
+		offsets, size = []int{q6KBlockBytes - 2}, q6KBlockBytes
+	default:
+		return nil
+	}
+	for o := 0; o+size <= len(src); o += size {
+		for _, s := range offsets {
+			if h := binary.LittleEndian.Uint16(src[o+s:]); h&0x7c00 == 0x7c00 {
+				return ggufInvalidf("%s block %d: scale %#04x is not a finite f16", typ, o/size, h)
+			}
+		}
+	}
+	return nil
 }
 
 // hfTokenizerFile is the part of tokenizer.json the GGUF export reads.

@@ -69,6 +69,53 @@ func TestGGUFRuntimeMatchesSafetensors(t *testing.T) {
 	}
 }
 
+// TestGGUFKQuantsMatchDequantizedCopy: the tiny preset widened to whole
+// 256-element super-blocks (hidden 256, intermediate 512), exported as
+// Q4_K and as Q6_K by model.ExportGGUF, generates the same greedy tokens
+// as a safetensors copy of its dequantized F32 weights, unquantized and
+// with the q8 engine.
+func TestGGUFKQuantsMatchDequantizedCopy(t *testing.T) {
+	tokDir := t.TempDir()
+	if _, err := tokenizer.WritePreset(tokDir, 700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "st")
+	if err := model.InitWithTokenizer(dir, model.PresetTiny, tokDir, 13, model.F32); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HiddenSize, cfg.IntermediateSize, cfg.HeadDim = 256, 512, 64
+	if err := model.WriteRandom(dir, cfg, 13, model.F32); err != nil {
+		t.Fatal(err)
+	}
+	prompt := make([]int32, 40)
+	for j := range prompt {
+		prompt[j] = int32((j*97 + 5) % 700)
+	}
+	for _, typ := range []model.GGMLType{model.GGMLQ4_K, model.GGMLQ6_K} {
+		t.Run(typ.String(), func(t *testing.T) {
+			gdir := t.TempDir()
+			if err := model.ExportGGUF(dir, filepath.Join(gdir, "wide.gguf"), typ); err != nil {
+				t.Fatal(err)
+			}
+			ref := dequantizedCopy(t, gdir)
+			for _, q := range []bool{false, true} {
+				opt := func(d string) Options {
+					return Options{ModelDir: d, Threads: 2, PageTokens: 16, ChunkTokens: 32, MaxBatch: 4, KVBytes: 16 << 20, Quantize: q}
+				}
+				want := greedy(t, start(t, opt(ref)), "p", prompt, 16)
+				got := greedy(t, start(t, opt(gdir)), "p", prompt, 16)
+				if !slices.Equal(got, want) {
+					t.Fatalf("q8 %v: %s generated %v, its dequantized copy %v", q, typ, got, want)
+				}
+			}
+		})
+	}
+}
+
 // dequantizedCopy writes the GGUF model in gdir as a safetensors model
 // directory (its config and its weights as loaded).
 func dequantizedCopy(t *testing.T, gdir string) string {

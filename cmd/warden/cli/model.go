@@ -16,17 +16,17 @@ func runModel(ctx context.Context, e *env, args []string) error {
 		return runModelExportGGUF(ctx, e, args[1:])
 	}
 	fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--family "+strings.Join(model.FamilyNames(), "|")+"] [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
-	fmt.Fprintln(e.stderr, "       warden model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0]")
+	fmt.Fprintln(e.stderr, "       warden model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0|q4_k|q6_k]")
 	return errUsage
 }
 
 // runModelExportGGUF writes a safetensors Llama model directory as a GGUF
 // file llama.cpp and warden both load (model.ExportGGUF).
 func runModelExportGGUF(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "model export-gguf", "model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0]")
+	fs := newFlags(e, "model export-gguf", "model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0|q4_k|q6_k]")
 	dir := fs.String("model-dir", "", "safetensors model directory (config.json, weights, tokenizer.json)")
 	out := fs.String("out", "", "GGUF file to write")
-	dtype := fs.String("dtype", "f16", "tensor type of the matrices and embedding: f32, f16, bf16 or q8_0 (norms stay f32)")
+	dtype := fs.String("dtype", "f16", "tensor type of the matrices and embedding: f32, f16, bf16, q8_0, q4_k or q6_k (norms stay f32)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -20,6 +20,51 @@ var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("WARDEN_KERNELS_PURE
 var use512 = useAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL &&
 	os.Getenv("WARDEN_KERNELS_AVX2") == ""
 
+// q8Func is the signature of the q8 dot kernels: one quantized A row
+// against tiles of W rows ldw bytes apart.
+type q8Func func(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+
+// q8Tile is a q8 dot kernel that takes tiles of rows W rows.
+type q8Tile struct {
+	rows int
+	fn   q8Func
+}
+
+// q8Kernels is one instruction set's q8 dot kernels, widest tile first,
+// the last taking single rows. Every set gives the same bits (the
+// integer sums are exact; the float operations and their order are the
+// same).
+type q8Kernels struct {
+	name  string
+	tiles []q8Tile
+}
+
+// The q8 kernel sets: AVX2 (VPMADDUBSW/VPMADDWD), AVX-VNNI (VPDPBUSD on
+// ymm) and AVX512-VNNI (VPDPBUSD on zmm, two W rows per register; single
+// rows take the AVX2 kernel).
+var (
+	q8AVX2       = q8Kernels{"avx2", []q8Tile{{4, q8dot1x4}, {1, q8dot1x1}}}
+	q8AVXVNNI    = q8Kernels{"avx-vnni", []q8Tile{{4, q8dot1x4v}, {1, q8dot1x1v}}}
+	q8AVX512VNNI = q8Kernels{"avx512-vnni", []q8Tile{{8, q8dot1x8z}, {4, q8dot1x4z}, {1, q8dot1x1}}}
+)
+
+// q8Available lists the q8 kernel sets this CPU runs, fastest first;
+// WARDEN_KERNELS_AVX2 leaves only AVX2.
+func q8Available() []*q8Kernels {
+	var ks []*q8Kernels
+	if use512 && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VNNI {
+		ks = append(ks, &q8AVX512VNNI)
+	}
+	if useAsm && cpu.X86.HasAVXVNNI && os.Getenv("WARDEN_KERNELS_AVX2") == "" {
+		ks = append(ks, &q8AVXVNNI)
+	}
+	return append(ks, &q8AVX2)
+}
+
+// q8Active is the q8 kernel set in use, chosen once at start-up; tests
+// and benchmarks switch it to compare the sets.
+var q8Active = q8Available()[0]
+
 // Assembly in kernels_amd64.s. Pointers must be valid for the lengths
 // given; the Go wrappers check that.
 
@@ -127,6 +172,18 @@ func q8dot1x4(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
 
 //go:noescape
 func q8dot1x1(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+
+//go:noescape
+func q8dot1x4v(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+
+//go:noescape
+func q8dot1x1v(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+
+//go:noescape
+func q8dot1x8z(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+
+//go:noescape
+func q8dot1x4z(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
 
 //go:noescape
 func axpyAVX2(alpha float32, x *float32, y *float32, n int)
@@ -296,12 +353,12 @@ func q8Rows(c []float32, a, w []byte, rowBytes int) {
 		return
 	}
 	blocks := rowBytes / Q8BlockBytes
-	full := len(c) / 4
-	if full > 0 {
-		q8dot1x4(&c[0], &a[0], &w[0], rowBytes, blocks, full)
-	}
-	if left := len(c) - 4*full; left > 0 {
-		q8dot1x1(&c[4*full], &a[0], &w[4*full*rowBytes], rowBytes, blocks, left)
+	j := 0
+	for _, t := range q8Active.tiles {
+		if full := (len(c) - j) / t.rows; full > 0 {
+			t.fn(&c[j], &a[0], &w[j*rowBytes], rowBytes, blocks, full)
+			j += full * t.rows
+		}
 	}
 }
 

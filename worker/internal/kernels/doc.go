@@ -17,7 +17,12 @@
 // Weight matrices (Matrix) are float32, float16 or bfloat16, widened
 // exactly in the kernels (F16C VCVTPH2PS; a 16-bit shift for bfloat16),
 // so their products equal the widened float32 products bit for bit; or
-// Q8 (see Pool.MatMulTW for its canonical order).
+// Q8 (see Pool.MatMulTW for its canonical order). The Q8 block sums are
+// exact integers whichever instructions form them: AVX2 VPMADDUBSW and
+// VPMADDWD, AVX-VNNI VPDPBUSD on ymm, or AVX512-VNNI VPDPBUSD on zmm
+// (two W rows per register, as the AVX-512 gemm kernels do), the fastest
+// the CPU has chosen at start-up (WARDEN_KERNELS_AVX2 keeps AVX2); the
+// float operations after them are the same, so all give the same bits.
 //
 // # Determinism contract
 //

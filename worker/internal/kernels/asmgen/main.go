@@ -75,7 +75,12 @@ func main() {
 			g.gemm512(m, f)
 		}
 	}
-	g.q8()
+	for _, v := range q8SumVariants {
+		g.q8(v)
+	}
+	for _, n := range q8zRows {
+		g.q8z(n)
+	}
 	g.expTables()
 	g.expKernels()
 	g.axpy()
@@ -598,18 +603,55 @@ func (g *gen) streamRead() {
 // q8Rows are the W rows per tile of the q8 kernels.
 var q8Rows = []int{4, 1}
 
-// q8 emits q8dot1xN(c *float32, a *byte, w *byte, ldw int, blocks int,
-// tiles int) for every N in q8Rows: one quantized A row against tiles of
-// N quantized W rows, in the Q8 block layout (32 int8 then a float32
-// scale, 36 bytes). For each block, lane l of the integer products holds
-// the exact sum of the four products of bytes 4l..4l+3 (VPSIGNB moves
-// a's sign onto w so VPMADDUBSW can take |a| unsigned; no int16 sum can
-// saturate because both sides lie in [-127, 127]); it is converted to
-// float32 (exactly) and accumulated as fma(p, wd*ad, acc) into the lane's
-// accumulator, then the lanes are folded by the canonical tree.
-func (g *gen) q8() {
+// q8Sums is how a ymm q8 kernel forms a block's per-lane integer sums
+// from |a| (Y10) and w carrying a's sign (register t), leaving them as
+// int32 in register p: AVX2 VPMADDUBSW then VPMADDWD against int16 ones
+// (Y8), or one AVX-VNNI VPDPBUSD into a zeroed p. Both are exact, so the
+// kernels agree bit for bit.
+type q8Sums struct {
+	suffix string
+	emit   func(g *gen, t, p int) int // returns the register holding the sums
+}
+
+var q8SumVariants = []q8Sums{
+	{"", func(g *gen, t, _ int) int {
+		g.p("\tVPMADDUBSW %s, Y10, %s", y(t), y(t))
+		g.p("\tVPMADDWD Y8, %s, %s", y(t), y(t))
+		return t
+	}},
+	{"v", func(g *gen, t, p int) int {
+		g.p("\tVPXOR %s, %s, %s", y(p), y(p), y(p))
+		g.vexDPBUSD(p, 10, t)
+		return p
+	}},
+}
+
+// vexDPBUSD emits the AVX-VNNI (VEX.256.66.0F38.W0 50 /r) form of
+// VPDPBUSD ymm(dst) += ymm(unsigned) · ymm(signed) as bytes: Go's
+// assembler only knows the AVX512-VNNI (EVEX) encoding, which CPUs with
+// AVX-VNNI but no AVX-512 cannot run. Registers are 0-15.
+func (g *gen) vexDPBUSD(dst, unsigned, signed int) {
+	inv := func(bit int) int { return 1 - bit }
+	b1 := inv(dst>>3)<<7 | 1<<6 | inv(signed>>3)<<5 | 0x02
+	b2 := (^unsigned&0xf)<<3 | 1<<2 | 0x01
+	modrm := 0xc0 | (dst&7)<<3 | signed&7
+	g.p("\tBYTE $0xc4; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x50; BYTE $0x%02x // VPDPBUSD %s, %s, %s",
+		b1, b2, modrm, y(signed), y(unsigned), y(dst))
+}
+
+// q8 emits q8dot1xN<suffix>(c *float32, a *byte, w *byte, ldw int,
+// blocks int, tiles int) for every N in q8Rows and every way of forming
+// the sums: one quantized A row against tiles of N quantized W rows, in
+// the Q8 block layout (32 int8 then a float32 scale, 36 bytes). For each
+// block, lane l of the integer products holds the exact sum of the four
+// products of bytes 4l..4l+3 (VPSIGNB moves a's sign onto w so the
+// unsigned side can take |a|; no int16 sum can saturate because both
+// sides lie in [-127, 127]); it is converted to float32 (exactly) and
+// accumulated as fma(p, wd*ad, acc) into the lane's accumulator, then the
+// lanes are folded by the canonical tree.
+func (g *gen) q8(v q8Sums) {
 	for _, n := range q8Rows {
-		name := fmt.Sprintf("q8dot1x%d", n)
+		name := fmt.Sprintf("q8dot1x%d%s", n, v.suffix)
 		wRegs := []string{"SI", "R9", "R10", "R11"}[:n]
 		g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
 		g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
@@ -642,12 +684,11 @@ func (g *gen) q8() {
 			t, d := 12+j%2, 14+j%2
 			g.p("\tVMOVDQU (%s)(AX*1), %s", wRegs[j], y(t))
 			g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
-			g.p("\tVPMADDUBSW %s, Y10, %s", y(t), y(t))
-			g.p("\tVPMADDWD Y8, %s, %s", y(t), y(t))
-			g.p("\tVCVTDQ2PS %s, %s", y(t), y(t))
+			sums := v.emit(g, t, 4+j%2)
+			g.p("\tVCVTDQ2PS %s, %s", y(sums), y(sums))
 			g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", wRegs[j], y(d))
 			g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
-			g.p("\tVFMADD231PS %s, %s, %s", y(d), y(t), y(j))
+			g.p("\tVFMADD231PS %s, %s, %s", y(d), y(sums), y(j))
 		}
 		g.p("\tADDQ $36, AX")
 		g.p("\tDECQ BX")
@@ -668,6 +709,97 @@ func (g *gen) q8() {
 		g.p("\tRET")
 		g.p("")
 	}
+}
+
+// q8zRows are the W rows per tile of the AVX512-VNNI q8 kernels.
+var q8zRows = []int{8, 4}
+
+// q8zRow addresses W row j of the tile at SI: SI + j·ldw with DX = ldw,
+// R9 = 3·ldw, R10 = 5·ldw, R11 = 6·ldw, R12 = 7·ldw.
+var q8zRow = []string{"(SI)", "(SI)(DX*1)", "(SI)(DX*2)", "(SI)(R9*1)", "(SI)(DX*4)", "(SI)(R10*1)", "(SI)(R11*1)", "(SI)(R12*1)"}
+
+// q8z emits q8dot1xNz(c *float32, a *byte, w *byte, ldw int, blocks int,
+// tiles int) for every N in q8zRows: q8dot1xN with AVX512-VNNI and BW on
+// zmm registers, with the same results. Each zmm accumulator holds two
+// 8-lane accumulators of the canonical order side by side (lanes 0-7: W
+// row 2q, lanes 8-15: row 2q+1, both against the A block broadcast to
+// both halves), so every output element sees the same sums, scale
+// products, fma sequence and tree. a's sign moves onto w by a masked
+// byte negation (VPSIGNB has no EVEX form), and VPDPBUSD forms each
+// lane's exact sum of four products.
+func (g *gen) q8z(n int) {
+	pairs := n / 2
+	name := fmt.Sprintf("q8dot1x%dz", n)
+	g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	g.p("\tMOVQ c+0(FP), DI")
+	g.p("\tMOVQ w+16(FP), R13") // the tile's first W row
+	g.p("\tMOVQ ldw+24(FP), DX")
+	g.p("\tLEAQ (DX)(DX*2), R9")
+	g.p("\tLEAQ (DX)(DX*4), R10")
+	g.p("\tLEAQ (R9)(R9*1), R11")
+	g.p("\tLEAQ (R11)(DX*1), R12")
+	g.p("\tMOVQ DX, R14")
+	g.p("\tIMULQ $%d, R14", n)
+	g.p("\tMOVQ tiles+40(FP), CX")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %s_done", name)
+	g.p("\tVPXORD Z31, Z31, Z31")
+	g.p("\tMOVL $0xff00, BX")
+	g.p("\tKMOVW BX, K2")
+	g.p("%s_tile:", name)
+	for q := range pairs {
+		g.p("\tVPXORD %s, %s, %s", z(q), z(q), z(q))
+	}
+	g.p("\tMOVQ R13, SI")
+	g.p("\tMOVQ a+8(FP), R8")
+	g.p("\tMOVQ blocks+32(FP), BX")
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJZ %s_reduce", name)
+	g.p("%s_block:", name)
+	g.p("\tVBROADCASTI64X4 (R8), Z9")
+	g.p("\tVPMOVB2M Z9, K1")
+	g.p("\tVPABSB Z9, Z10")
+	g.p("\tVBROADCASTSS 32(R8), Z11")
+	for q := range pairs {
+		t, s, d := 12+3*q, 13+3*q, 14+3*q
+		lo, hi := q8zRow[2*q], q8zRow[2*q+1]
+		g.p("\tVMOVDQU32 %s, %s", lo, y(t))
+		g.p("\tVINSERTI64X4 $1, %s, %s, %s", hi, z(t), z(t))
+		g.p("\tVPSUBB %s, Z31, K1, %s", z(t), z(t))
+		g.p("\tVPXORD %s, %s, %s", z(s), z(s), z(s))
+		g.p("\tVPDPBUSD %s, Z10, %s", z(t), z(s))
+		g.p("\tVCVTDQ2PS %s, %s", z(s), z(s))
+		g.p("\tVBROADCASTSS 32%s, %s", lo, z(d))
+		g.p("\tVBROADCASTSS 32%s, K2, %s", hi, z(d)) // upper half only
+		g.p("\tVMULPS Z11, %s, %s", z(d), z(d))
+		g.p("\tVFMADD231PS %s, %s, %s", z(d), z(s), z(q))
+	}
+	g.p("\tADDQ $36, SI")
+	g.p("\tADDQ $36, R8")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_block", name)
+	g.p("%s_reduce:", name)
+	// Row 2q+1 is the upper half of Zq: move it to Y(pairs+q).
+	for q := range pairs {
+		g.p("\tVEXTRACTF64X4 $1, %s, %s", z(q), y(pairs+q))
+	}
+	for j := range n {
+		r := j / 2
+		if j%2 == 1 {
+			r += pairs
+		}
+		g.reduce(r, 15)
+		g.p("\tVMOVSS %s, %d(DI)", x(r), 4*j)
+	}
+	g.p("\tADDQ $%d, DI", 4*n)
+	g.p("\tADDQ R14, R13")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %s_tile", name)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
 }
 
 // gemm512Rows are the A-row counts of the AVX-512 kernels; each takes
