@@ -938,7 +938,12 @@ var expConsts = []float64{1.4426950408889634, 0.5, 6.93147180369123816490e-01, 1
 // expTables writes expC (the coefficients) and expK (the constants), each
 // value repeated in 4 float64 lanes.
 func (g *gen) expTables() {
-	for name, vals := range map[string][]float64{"expC": expCoeffs, "expK": expConsts} {
+	// A slice, not a map: the output must not depend on map order.
+	for _, t := range []struct {
+		name string
+		vals []float64
+	}{{"expC", expCoeffs}, {"expK", expConsts}} {
+		name, vals := t.name, t.vals
 		for i, v := range vals {
 			for l := 0; l < 4; l++ {
 				g.p("DATA ·%s+%d(SB)/8, $%#016x", name, 32*i+8*l, math.Float64bits(v))
