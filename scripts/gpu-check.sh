@@ -56,11 +56,11 @@ field() {
 	{ grep -E "$2" "$1" 2>/dev/null || true; } | head -1 | awk -v u="$3" '{for (i = 2; i <= NF; i++) if ($i == u) {print $(i-1); exit}}'
 }
 
-# verdict TEST: PASS, FAIL or "not run" for a top-level test, from every
-# step's log.
+# verdict TEST: PASS, FAIL or "not run" for a top-level test, from the
+# logs report read into $all.
 verdict() {
-	if cat "$out"/*.log 2>/dev/null | grep -q -- "^--- FAIL: $1\b"; then echo FAIL
-	elif cat "$out"/*.log 2>/dev/null | grep -q -- "^--- PASS: $1\b"; then echo PASS
+	if [[ $all == *$'\n'"--- FAIL: $1 ("* ]]; then echo FAIL
+	elif [[ $all == *$'\n'"--- PASS: $1 ("* ]]; then echo PASS
 	else echo "not run"; fi
 }
 
@@ -69,7 +69,7 @@ verdict() {
 marks() {
 	local tag=$1
 	shift
-	cat "$out"/*.log 2>/dev/null | { grep -oE "$tag .*" || true; } | sed "s/^$tag //" |
+	{ grep -oE "$tag .*" <<<"$all" || true; } | sed "s/^$tag //" |
 		{ if (($#)); then grep "$@" || true; else cat; fi; } | paste -sd ';' - | sed 's/;/; /g'
 }
 
@@ -100,14 +100,15 @@ step() {
 
 # report writes the results table from the logs so far.
 report() {
-	local b=$out/bench.log r=$out/report.md
+	local b=$out/bench.log r=$out/report.md all
+	all=$'\n'$(cat "$out"/*.log 2>/dev/null)
 	{
 		echo "| check | result |"
 		echo "|---|---|"
 		echo "| GPU | $gpu |"
 		echo "| date | $(date -u +%Y-%m-%dT%H:%M:%SZ) |"
 		echo "| build | $(head -1 "$dir/BUILD_INFO") |"
-		echo "| steps (budget ${budget}s) | ${steps:-none yet} |"
+		echo "| steps (budget ${budget}s) | ${steps:+${steps%; }}${steps:-none yet} |"
 		echo "| kernel tests | $(verdict TestLinear) linear (f32, f16, bf16, q8), $(verdict TestEmbed) embed, $(verdict TestRMSNorm) rmsnorm, $(verdict TestQKVPrep) qkv_prep, $(verdict TestArgmax) argmax, $(verdict TestRopeKVAttention) rope+kv+attention, $(verdict TestTagsAndFill) tags/fill |"
 		echo "| kernel max relative errors | $(marks KERNEL) |"
 		echo "| greedy equivalence with cpu, every family (Llama f32/f16, Llama/Mistral/Qwen2/Qwen3 bf16; logits and logprobs) | $(verdict TestGreedyMatchesCPU): $(marks EQUIV -v '^q8/') |"

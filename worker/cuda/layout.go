@@ -5,7 +5,7 @@ package cuda
 import (
 	"unsafe"
 
-	"github.com/warden-ai/warden/worker/internal/kernels"
+	cpukernels "github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -39,7 +39,7 @@ const (
 
 // The q8 block the linear kernel reads (Q8_BLOCK and Q8_BLOCK_BYTES in
 // linear.cu): q8Block int8 quants, then their float32 scale. The weights
-// are quantized by the cpu backend's code (kernels.Matrix.QuantizeQ8), so
+// are quantized by the cpu backend's code (cpukernels.Matrix.QuantizeQ8), so
 // both backends hold the same q8 matrices.
 const (
 	q8Block      = 32
@@ -51,8 +51,8 @@ const (
 var (
 	_ [112]byte          = [unsafe.Sizeof(geometry{})]byte{}
 	_ [24]byte           = [unsafe.Sizeof(devTag{})]byte{}
-	_ [q8Block]byte      = [kernels.Q8Block]byte{}
-	_ [q8BlockBytes]byte = [kernels.Q8BlockBytes]byte{}
+	_ [q8Block]byte      = [cpukernels.Q8Block]byte{}
+	_ [q8BlockBytes]byte = [cpukernels.Q8BlockBytes]byte{}
 )
 
 // A chunk descriptor is chunkWords int64 words: start position, offset and

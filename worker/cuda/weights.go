@@ -8,7 +8,7 @@ import (
 
 	"gorgonia.org/cu"
 
-	"github.com/warden-ai/warden/worker/internal/kernels"
+	cpukernels "github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/model"
 )
 
@@ -117,7 +117,7 @@ func uploadWeights(m *model.Model, dtype wtype, quantize bool) (*deviceWeights, 
 		if want != wQ8 || err != nil {
 			return sliceBytes(f)
 		}
-		q, err := kernels.NewF32(t.Shape[0], t.Shape[1], f).QuantizeQ8()
+		q, err := cpukernels.NewF32(t.Shape[0], t.Shape[1], f).QuantizeQ8()
 		if err != nil {
 			if p.err == nil {
 				p.err = fmt.Errorf("cuda: tensor %s: %w", t.Name, err)
