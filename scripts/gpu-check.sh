@@ -73,11 +73,13 @@ marks() {
 		{ if (($#)); then grep "$@" || true; else cat; fi; } | paste -sd ';' - | sed 's/;/; /g'
 }
 
-# step NAME LIMIT CMD...: runs CMD under timeout min(LIMIT, budget left),
-# its output in $out/NAME.log, records the outcome and rewrites the report.
+# step NAME LIMIT DIR CMD...: runs CMD in DIR (a test binary in its
+# package's directory, as go test would: tests read testdata there) under
+# timeout min(LIMIT, budget left), its output in $out/NAME.log, records the
+# outcome and rewrites the report.
 step() {
-	local name=$1 limit=$2 left rc=0 t
-	shift 2
+	local name=$1 limit=$2 wd=$3 left rc=0 t
+	shift 3
 	left=$((budget - (SECONDS - t0)))
 	if ((left < 10)); then
 		steps+="$name skipped (budget spent); "
@@ -88,7 +90,7 @@ step() {
 	((limit <= left)) || limit=$left
 	log "$name (timeout ${limit}s)"
 	t=$SECONDS
-	timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1 || rc=$?
+	(cd "$wd" && timeout -k 5 "$limit" "$@") >"$out/$name.log" 2>&1 || rc=$?
 	case $rc in
 	0) steps+="$name ok $((SECONDS - t))s; " ;;
 	124 | 137) steps+="$name TIMEOUT after ${limit}s; "; status=1 ;;
@@ -100,7 +102,7 @@ step() {
 
 # report writes the results table from the logs so far.
 report() {
-	local b=$out/bench.log r=$out/report.md all
+	local b=$out/bench.log r=$out/report.md all done=${steps%; }
 	all=$'\n'$(cat "$out"/*.log 2>/dev/null)
 	{
 		echo "| check | result |"
@@ -108,7 +110,7 @@ report() {
 		echo "| GPU | $gpu |"
 		echo "| date | $(date -u +%Y-%m-%dT%H:%M:%SZ) |"
 		echo "| build | $(head -1 "$dir/BUILD_INFO") |"
-		echo "| steps (budget ${budget}s) | ${steps:+${steps%; }}${steps:-none yet} |"
+		echo "| steps (budget ${budget}s) | ${done:-none yet} |"
 		echo "| kernel tests | $(verdict TestLinear) linear (f32, f16, bf16, q8), $(verdict TestEmbed) embed, $(verdict TestRMSNorm) rmsnorm, $(verdict TestQKVPrep) qkv_prep, $(verdict TestArgmax) argmax, $(verdict TestRopeKVAttention) rope+kv+attention, $(verdict TestTagsAndFill) tags/fill |"
 		echo "| kernel max relative errors | $(marks KERNEL) |"
 		echo "| greedy equivalence with cpu, every family (Llama f32/f16, Llama/Mistral/Qwen2/Qwen3 bf16; logits and logprobs) | $(verdict TestGreedyMatchesCPU): $(marks EQUIV -v '^q8/') |"
@@ -136,7 +138,8 @@ run() {
 	for f in cuda.test runtime.test warden.gz; do
 		[[ -e $dir/$f ]] || { echo "gpu-check: $dir/$f missing: run 'scripts/gpu-check.sh build' first and carry $dir" >&2; exit 1; }
 	done
-	out=$dir/out
+	local bin=$PWD/$dir
+	out=$bin/out
 	budget=${GPU_CHECK_BUDGET:-420}
 	t0=$SECONDS status=0 steps=""
 	rm -rf "$out"
@@ -147,15 +150,15 @@ run() {
 	gzip -dc "$dir/warden.gz" >"$out/warden"
 	chmod +x "$out/warden"
 	local t=(-test.v -test.count 1)
-	step warden 15 "$out/warden" version
-	step kernels 60 "$dir/cuda.test" "${t[@]}" -test.timeout 60s \
+	step warden 15 . "$out/warden" version
+	step kernels 60 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 60s \
 		-test.run '^(TestLinear|TestEmbed|TestRMSNorm|TestQKVPrep|TestArgmax|TestRopeKVAttention|TestTagsAndFill|TestDeviceOwnerCheck)$'
-	step equivalence 75 "$dir/cuda.test" "${t[@]}" -test.timeout 75s \
+	step equivalence 75 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 75s \
 		-test.run '^(TestGreedyMatchesCPU|TestQ8MatchesCPU|TestBatchInvariance|TestOwnerViolation|TestPageCopies|TestPoolFill|TestBadInput)$'
-	step engine 90 "$dir/cuda.test" "${t[@]}" -test.timeout 90s \
+	step engine 90 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 90s \
 		-test.run '^(TestPrefixCacheHitsEqualMisses|TestSealedPageChecksOnDevice|TestMaskedRequestsOnDevice|TestChoicesOnDevice)$'
-	step runtime 45 "$dir/runtime.test" "${t[@]}" -test.timeout 45s -test.run CUDA
-	step bench 150 "$dir/cuda.test" -test.run '^$' -test.bench BenchmarkLlama1B -test.benchtime 2s -test.timeout 150s -test.v
+	step runtime 45 worker/runtime "$bin/runtime.test" "${t[@]}" -test.timeout 45s -test.run CUDA
+	step bench 150 worker/cuda "$bin/cuda.test" -test.run '^$' -test.bench BenchmarkLlama1B -test.benchtime 2s -test.timeout 150s -test.v
 	echo
 	cat "$out/report.md"
 	if ((status != 0)); then
