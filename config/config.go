@@ -288,7 +288,8 @@ const (
 	WeightsFile WeightFormat = "file"
 	// WeightsQ8 quantizes the projections and the LM head at load into
 	// 32-weight int8 blocks with a float32 scale (about 1.1 bytes a
-	// weight); activations are quantized the same way per block.
+	// weight); the cpu backend quantizes activations the same way per
+	// block, the cuda backend keeps them float32.
 	WeightsQ8 WeightFormat = "q8"
 )
 
@@ -310,8 +311,7 @@ type Worker struct {
 	ModelDir string `yaml:"model_dir" warden:"path"`
 	// Backend is cpu (default) or cuda.
 	Backend Backend `yaml:"backend"`
-	// Weights is file (default: the file's element type) or q8 (cpu
-	// backend only).
+	// Weights is file (default: the file's element type) or q8.
 	Weights WeightFormat `yaml:"weights"`
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int `yaml:"threads"`

@@ -348,9 +348,6 @@ func (c *Config) validateWorker(v *validator) {
 	oneOf(v, "worker.role", w.Role, RoleBoth, RolePrefill, RoleDecode)
 	oneOf(v, "worker.backend", w.Backend, BackendCPU, BackendCUDA)
 	oneOf(v, "worker.weights", w.Weights, WeightsFile, WeightsQ8)
-	if w.Weights == WeightsQ8 && w.Backend == BackendCUDA {
-		v.add("worker.weights", "q8 needs the cpu backend")
-	}
 	v.nonNegativeInt("worker.threads", w.Threads)
 	v.listenAddr("worker.listen", w.Listen)
 	if w.AdvertiseAddr != "" {

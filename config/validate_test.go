@@ -102,8 +102,6 @@ func TestValidationRules(t *testing.T) {
 			[]string{`worker.backend: must be one of cpu, cuda (got "tpu")`}},
 		{"weights", func(c *Config) { c.Worker.Weights = "q4" },
 			[]string{`worker.weights: must be one of file, q8 (got "q4")`}},
-		{"q8 on cuda", func(c *Config) { c.Worker.Weights, c.Worker.Backend = WeightsQ8, BackendCUDA },
-			[]string{`worker.weights: q8 needs the cpu backend`}},
 		{"threads", func(c *Config) { c.Worker.Threads = -1 },
 			[]string{`worker.threads: must be >= 0 (got -1)`}},
 		{"wildcard listen needs advertise", func(c *Config) { c.Worker.Listen = "0.0.0.0:9001" },

@@ -30,7 +30,11 @@ type Options struct {
 	MaxLogitRows int
 	// PageTokens is the KV page size.
 	PageTokens int
-	Logger     *slog.Logger
+	// Quantize holds the projections and the LM head as q8, as the cpu
+	// backend's Options.Quantize does (the same quantized weights; the
+	// activations stay float32 here).
+	Quantize bool
+	Logger   *slog.Logger
 }
 
 // Backend implements engine.Backend on one GPU. Build it with FromModel,
@@ -104,7 +108,7 @@ func FromModel(m *model.Model, opt Options) (*Backend, error) {
 		return nil, err
 	}
 	b.log.Info("cuda backend ready", "device", dev.name, "capability", fmt.Sprintf("%d.%d", dev.major, dev.minor),
-		"weights", b.w.dtype.suffix(), "weight_bytes", b.w.bytes)
+		"embedding", b.w.embed.t.suffix(), "lm_head", b.w.lmHead.t.suffix(), "weight_bytes", b.w.bytes)
 	return b, nil
 }
 
@@ -120,7 +124,7 @@ func (b *Backend) setup(m *model.Model) error {
 	if b.compute, err = cu.MakeStream(cu.DefaultStream); err != nil {
 		return fmt.Errorf("cuda: create stream: %w", err)
 	}
-	if b.w, err = uploadWeights(m, matrixType(m.Weights())); err != nil {
+	if b.w, err = uploadWeights(m, matrixType(m.Weights()), b.opt.Quantize); err != nil {
 		return err
 	}
 	s, t, l := &b.spec, b.opt.MaxBatchTokens, b.opt.MaxLogitRows
@@ -196,7 +200,7 @@ func (b *Backend) MaxBatchTokens() int { return b.opt.MaxBatchTokens }
 func (b *Backend) DeviceName() string { return b.dev.name }
 
 // DecodeWeightBytes is how many weight bytes one decode token reads (every
-// layer matrix and the LM head, in the device dtype): the numerator of the
+// layer matrix and the LM head, in their device types): the numerator of the
 // decode roofline.
 func (b *Backend) DecodeWeightBytes() int64 { return b.w.decodeBytes }
 
@@ -296,7 +300,7 @@ func (b *Backend) run(ctx context.Context, batch []engine.Chunk, next []int32) e
 		}
 	}
 	rows := len(p.tokens)
-	if err := b.k.embedRows(s, b.w.dtype, b.x, b.w.embed, meta(off.tokens), rows, b.spec.Hidden); err != nil {
+	if err := b.k.embedRows(s, b.w.embed.t, b.x, b.w.embed.p, meta(off.tokens), rows, b.spec.Hidden); err != nil {
 		return b.abandon(err)
 	}
 	a := stepArgs{rowChunk: meta(off.rowChunk), rowPos: meta(off.rowPos), chunks: meta(off.chunks),
@@ -346,7 +350,7 @@ func (b *Backend) layer(s cu.Stream, a stepArgs, l, rows int) error {
 	if err := k.rmsNorm(s, b.h, b.x, w.attnNorm, 0, rows, hid, eps); err != nil {
 		return err
 	}
-	if err := k.linearOut(s, b.w.dtype, b.qkv, b.h, w.qkv, 0, rows, int(b.geom.QKVDim), hid, modeStore); err != nil {
+	if err := k.linearOut(s, w.qkv.t, b.qkv, b.h, w.qkv.p, 0, rows, int(b.geom.QKVDim), hid, modeStore); err != nil {
 		return err
 	}
 	if w.prep() {
@@ -360,16 +364,16 @@ func (b *Backend) layer(s cu.Stream, a stepArgs, l, rows int) error {
 	if err := k.attend(s, a, b.att, b.qkv, b.kv, rows, sp.Heads, l); err != nil {
 		return err
 	}
-	if err := k.linearOut(s, b.w.dtype, b.x, b.att, w.o, 0, rows, hid, qDim, modeAdd); err != nil {
+	if err := k.linearOut(s, w.o.t, b.x, b.att, w.o.p, 0, rows, hid, qDim, modeAdd); err != nil {
 		return err
 	}
 	if err := k.rmsNorm(s, b.h, b.x, w.mlpNorm, 0, rows, hid, eps); err != nil {
 		return err
 	}
-	if err := k.linearOut(s, b.w.dtype, b.mlp, b.h, w.gate, w.up, rows, inter, hid, modeSwiGLU); err != nil {
+	if err := k.linearOut(s, w.gate.t, b.mlp, b.h, w.gate.p, w.up.p, rows, inter, hid, modeSwiGLU); err != nil {
 		return err
 	}
-	return k.linearOut(s, b.w.dtype, b.x, b.mlp, w.down, 0, rows, hid, inter, modeAdd)
+	return k.linearOut(s, w.down.t, b.x, b.mlp, w.down.p, 0, rows, hid, inter, modeAdd)
 }
 
 // logitsPass enqueues the final norm and LM head for n rows listed at
@@ -383,7 +387,7 @@ func (b *Backend) logitsPass(s cu.Stream, rowList cu.DevicePtr, n int, greedy bo
 	if err := b.k.rmsNorm(s, b.h, b.x, b.w.norm, rowList, n, sp.Hidden, b.geom.Eps); err != nil {
 		return err
 	}
-	if err := b.k.linearOut(s, b.w.dtype, b.logits, b.h, b.w.lmHead, 0, n, sp.Vocab, sp.Hidden, modeStore); err != nil {
+	if err := b.k.linearOut(s, b.w.lmHead.t, b.logits, b.h, b.w.lmHead.p, 0, n, sp.Vocab, sp.Hidden, modeStore); err != nil {
 		return err
 	}
 	dst := unsafe.Pointer(&b.outHost[errWords*4])

@@ -26,10 +26,11 @@ func openTiny(t *testing.T, dtype model.DType) *model.Model {
 	return openTinyFamily(t, "llama", dtype)
 }
 
-// newGPU builds a cuda backend over m with a pool of pages pages.
-func newGPU(t *testing.T, m *model.Model, pages int, poolCfg kvpool.Config) (*Backend, *kvpool.Pool) {
+// newGPU builds a cuda backend over m with a pool of pages pages (q8
+// weights when q8).
+func newGPU(t *testing.T, m *model.Model, pages int, poolCfg kvpool.Config, q8 bool) (*Backend, *kvpool.Pool) {
 	t.Helper()
-	b, err := FromModel(m, Options{MaxBatchTokens: 96, MaxLogitRows: 2, PageTokens: testPageTokens})
+	b, err := FromModel(m, Options{MaxBatchTokens: 96, MaxLogitRows: 2, PageTokens: testPageTokens, Quantize: q8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,15 +44,16 @@ func newGPU(t *testing.T, m *model.Model, pages int, poolCfg kvpool.Config) (*Ba
 	return b, pool
 }
 
-// newCPU builds the reference cpu backend over m with its own pool.
-func newCPU(t *testing.T, m *model.Model, pages int) (*cpu.Backend, *kvpool.Pool) {
+// newCPU builds the reference cpu backend over m with its own pool (q8
+// weights when q8).
+func newCPU(t *testing.T, m *model.Model, pages int, q8 bool) (*cpu.Backend, *kvpool.Pool) {
 	t.Helper()
 	pageBytes := cpu.SpecFor(&m.Config).PageBytes(testPageTokens)
 	pool, err := kvpool.New(kvpool.Config{Pages: pages, PageTokens: testPageTokens, PageBytes: pageBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := cpu.FromModel(m, pool, cpu.Options{Threads: 2, MaxBatchTokens: 96, PageTokens: testPageTokens})
+	b, err := cpu.FromModel(m, pool, cpu.Options{Threads: 2, MaxBatchTokens: 96, PageTokens: testPageTokens, Quantize: q8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +68,9 @@ type seq struct {
 	prompt []int32
 	pos    int
 	next   int32 // decode input
+	// forced, when set, are the decode inputs instead of the greedy
+	// tokens (teacher forcing: another backend's tokens).
+	forced []int32
 	tokens []int32
 	logits []float32
 }
@@ -124,6 +129,9 @@ func step(t *testing.T, be engine.Backend, pool *kvpool.Pool, seqs []*seq, limit
 		if c.Logits != nil {
 			s.next = argmax(c.Logits)
 			s.tokens = append(s.tokens, s.next)
+			if len(s.forced) > 0 {
+				s.next = s.forced[len(s.tokens)-1]
+			}
 		}
 	}
 	return batch
@@ -222,7 +230,9 @@ func TestGreedyMatchesCPU(t *testing.T) {
 		family string
 		dt     model.DType
 	}
-	runs := []run{{"llama", model.F32}}
+	// F16 and BF16 weights stay 16-bit on the device (widened in the
+	// linear kernel).
+	runs := []run{{"llama", model.F32}, {"llama", model.F16}}
 	for _, f := range model.FamilyNames() {
 		runs = append(runs, run{f, model.BF16})
 	}
@@ -231,8 +241,8 @@ func TestGreedyMatchesCPU(t *testing.T) {
 		t.Run(rc.family+"/"+string(dt), func(t *testing.T) {
 			m := openTinyFamily(t, rc.family, dt)
 			vocab := m.Config.VocabSize
-			cb, cpool := newCPU(t, m, 16)
-			gb, gpool := newGPU(t, m, 16, kvpool.Config{})
+			cb, cpool := newCPU(t, m, 16, false)
+			gb, gpool := newGPU(t, m, 16, kvpool.Config{}, false)
 			const decode = 24
 			mk := func(pool *kvpool.Pool) []*seq {
 				return []*seq{
@@ -279,7 +289,7 @@ func TestGreedyMatchesCPU(t *testing.T) {
 func TestBatchInvariance(t *testing.T) {
 	m := openTiny(t, model.BF16)
 	vocab := m.Config.VocabSize
-	gb, pool := newGPU(t, m, 32, kvpool.Config{})
+	gb, pool := newGPU(t, m, 32, kvpool.Config{}, false)
 	const decode = 8
 	prompt := testPrompt(37, vocab, 3)
 
@@ -379,7 +389,7 @@ func TestOwnerViolation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, pool := newGPU(t, m, 16, kvpool.Config{})
+			b, pool := newGPU(t, m, 16, kvpool.Config{}, false)
 			a := newSeq(t, pool, "tenant-a", "req", testPrompt(20, vocab, 8), 4)
 			c := tc.setup(t, b, pool, a)
 			for i := range c.Logits {
@@ -413,7 +423,7 @@ func TestOwnerViolation(t *testing.T) {
 func TestPageCopies(t *testing.T) {
 	m := openTiny(t, model.F32)
 	vocab := m.Config.VocabSize
-	gb, gpool := newGPU(t, m, 16, kvpool.Config{})
+	gb, gpool := newGPU(t, m, 16, kvpool.Config{}, false)
 	pageBytes := gpool.Capacity().PageBytes
 	r := rand.New(rand.NewPCG(13, 14))
 
@@ -462,7 +472,7 @@ func TestPageCopies(t *testing.T) {
 	}
 
 	// Prefill on the GPU, move the pages to a cpu pool, decode on both.
-	cb, cpool := newCPU(t, m, 16)
+	cb, cpool := newCPU(t, m, 16, false)
 	g := newSeq(t, gpool, "t", "moved", testPrompt(40, vocab, 6), 2)
 	c := newSeq(t, cpool, "t", "moved", g.prompt, 2)
 	step(t, gb, gpool, []*seq{g}, []int{64})
@@ -495,7 +505,7 @@ func TestPoolFill(t *testing.T) {
 		{"zero on release", kvpool.Config{ZeroOnRelease: true}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, pool := newGPU(t, m, 4, tc.cfg)
+			b, pool := newGPU(t, m, 4, tc.cfg, false)
 			pageBytes := pool.Capacity().PageBytes
 			o := kvpool.Owner{Tenant: "t", Request: "old", Epoch: 1}
 			ids, err := pool.Reserve(o, 4*testPageTokens)
@@ -539,7 +549,7 @@ func TestPoolFill(t *testing.T) {
 // TestBadInput checks host-side validation: clear errors, no launch.
 func TestBadInput(t *testing.T) {
 	m := openTiny(t, model.F32)
-	b, pool := newGPU(t, m, 4, kvpool.Config{})
+	b, pool := newGPU(t, m, 4, kvpool.Config{}, false)
 	a := newSeq(t, pool, "t", "r", testPrompt(4, m.Config.VocabSize, 1), 4)
 	for _, tc := range []struct {
 		name string

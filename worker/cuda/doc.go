@@ -13,8 +13,9 @@
 // # Numerics
 //
 // Weights stay on the device in the model's dtype (float32, float16 or
-// bfloat16; a checkpoint that mixes matrix dtypes is uploaded as float32);
-// activations, the KV cache and every accumulation are float32, so the
+// bfloat16; a checkpoint that mixes matrix dtypes is uploaded as float32),
+// or, with Options.Quantize, the projections and the LM head are the cpu
+// backend's q8 blocks, dequantized inside the linear kernel; activations, the KV cache and every accumulation are float32, so the
 // backend computes the cpu backend's function up to summation order.
 // Linear layers use the kernels' canonical reduction order (see
 // kernels/linear.cu), so a sequence's results do not depend on its batch

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -132,10 +133,25 @@ func randFloats(r *rand.Rand, n int) []float32 {
 
 // encodeWeights returns n random weights as device bytes of type t and
 // their exact float32 values. bfloat16 values are float32s cut to 16 bits;
-// float16 values have exponents in [-5, 2] so all are normal.
+// float16 values have exponents in [-5, 2] so all are normal; q8 (n a
+// multiple of q8Block) has random quants and block scales, a value being
+// the float32 product q·scale the kernel computes.
 func encodeWeights(r *rand.Rand, t wtype, n int, scale float32) ([]byte, []float32) {
 	vals := make([]float32, n)
 	switch t {
+	case wQ8:
+		out := make([]byte, n/q8Block*q8BlockBytes)
+		for b := range n / q8Block {
+			blk := out[b*q8BlockBytes : (b+1)*q8BlockBytes]
+			d := float32(r.Float64()+0.5) * scale / 127
+			binary.LittleEndian.PutUint32(blk[q8Block:], math.Float32bits(d))
+			for i := range q8Block {
+				q := int8(r.IntN(255) - 127)
+				blk[i] = byte(q)
+				vals[b*q8Block+i] = float32(q) * d
+			}
+		}
+		return out, vals
 	case wF32:
 		for i := range vals {
 			vals[i] = float32(r.Float64()*2-1) * scale

@@ -27,14 +27,16 @@ const (
 	wF32 wtype = iota
 	wF16
 	wBF16
+	// wQ8 is block-quantized int8 (kernels.Q8's layout, see q8Block):
+	// linear layers only, the embedding keeps a float type.
+	wQ8
 	numWTypes
+	// numFloatTypes counts the types before wQ8, those of the embedding.
+	numFloatTypes = wQ8
 )
 
 // suffix is the kernel name suffix of the type.
-func (t wtype) suffix() string { return [...]string{"f32", "f16", "bf16"}[t] }
-
-// size is the element size in bytes.
-func (t wtype) size() int { return [...]int{4, 2, 2}[t] }
+func (t wtype) suffix() string { return [...]string{"f32", "f16", "bf16", "q8"}[t] }
 
 // Block sizes the kernels are written for.
 const (
@@ -51,7 +53,7 @@ type kernels struct {
 	modules []cu.Module
 	// linear[t][0] handles one activation row per warp, [t][1] eight.
 	linear [numWTypes][2]cu.Function
-	embed  [numWTypes]cu.Function
+	embed  [numFloatTypes]cu.Function
 
 	rmsnorm, qkvPrep, ropeKV, attention, argmax, applyTags, fillPages cu.Function
 }
@@ -88,6 +90,8 @@ func loadKernels(arch string) (*kernels, error) {
 	for t := range numWTypes {
 		k.linear[t][0] = get("linear_" + t.suffix() + "_r1")
 		k.linear[t][1] = get("linear_" + t.suffix() + "_r8")
+	}
+	for t := range numFloatTypes {
 		k.embed[t] = get("embed_" + t.suffix())
 	}
 	k.rmsnorm = get("rmsnorm")
@@ -117,8 +121,12 @@ func i64(n int) uint64          { return uint64(int64(n)) }
 
 // linearOut computes y = x·Wᵀ for rows activation rows of k floats and n
 // weight rows (mode modeStore), adds it to y (modeAdd), or, in
-// modeSwiGLU, y = silu(x·Wᵀ) ⊙ (x·W2ᵀ). y has n columns.
+// modeSwiGLU, y = silu(x·Wᵀ) ⊙ (x·W2ᵀ). y has n columns. W and W2 are of
+// type t; q8 needs k to be a multiple of q8Block.
 func (k *kernels) linearOut(s cu.Stream, t wtype, y, x, w, w2 cu.DevicePtr, rows, n, kDim, mode int) error {
+	if t == wQ8 && kDim%q8Block != 0 {
+		return fmt.Errorf("cuda: q8 linear layer of %d inputs (not whole %d-weight blocks)", kDim, q8Block)
+	}
 	fn, perWarp := k.linear[t][1], 8
 	if rows == 1 {
 		fn, perWarp = k.linear[t][0], 1

@@ -5,6 +5,7 @@ package cuda
 import (
 	"unsafe"
 
+	cpukernels "github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -36,10 +37,22 @@ const (
 	tagSealed            // a sealed prefix page: read-only
 )
 
-// Compile-time checks that the Go structs have the C sizes.
+// The q8 block the linear kernel reads (Q8_BLOCK and Q8_BLOCK_BYTES in
+// linear.cu): q8Block int8 quants, then their float32 scale. The weights
+// are quantized by the cpu backend's code (cpukernels.Matrix.QuantizeQ8), so
+// both backends hold the same q8 matrices.
+const (
+	q8Block      = 32
+	q8BlockBytes = q8Block + 4
+)
+
+// Compile-time checks that the Go structs have the C sizes and the cpu
+// backend's Q8 layout is the one the kernel reads.
 var (
-	_ [112]byte = [unsafe.Sizeof(geometry{})]byte{}
-	_ [24]byte  = [unsafe.Sizeof(devTag{})]byte{}
+	_ [112]byte          = [unsafe.Sizeof(geometry{})]byte{}
+	_ [24]byte           = [unsafe.Sizeof(devTag{})]byte{}
+	_ [q8Block]byte      = [cpukernels.Q8Block]byte{}
+	_ [q8BlockBytes]byte = [cpukernels.Q8BlockBytes]byte{}
 )
 
 // A chunk descriptor is chunkWords int64 words: start position, offset and

@@ -20,7 +20,8 @@ import (
 	"github.com/warden-ai/warden/worker/model"
 )
 
-// gpuEngine is the engine over a cuda backend, as a worker runs it.
+// gpuEngine is the engine over a cuda backend, as a worker runs it (b is
+// nil for the cpu reference engine).
 type gpuEngine struct {
 	b    *Backend
 	pool *kvpool.Pool
@@ -29,9 +30,24 @@ type gpuEngine struct {
 
 func newGPUEngine(t *testing.T, m *model.Model, pages int) *gpuEngine {
 	t.Helper()
-	b, pool := newGPU(t, m, pages, kvpool.Config{PoisonOnReserve: true})
+	b, pool := newGPU(t, m, pages, kvpool.Config{PoisonOnReserve: true}, false)
+	g := startEngine(t, m, b, pool)
+	g.b = b
+	return g
+}
+
+// newCPUEngine is the cpu reference engine with the same configuration.
+func newCPUEngine(t *testing.T, m *model.Model, pages int) *gpuEngine {
+	t.Helper()
+	cb, pool := newCPU(t, m, pages, false)
+	return startEngine(t, m, cb, pool)
+}
+
+// startEngine runs an engine over be until the test ends.
+func startEngine(t *testing.T, m *model.Model, be engine.Backend, pool *kvpool.Pool) *gpuEngine {
+	t.Helper()
 	eng, err := engine.New(engine.Config{PageTokens: testPageTokens, ChunkTokens: 40, MaxBatch: 4,
-		EOS: m.EOSTokenIDs()}, b, pool, nil)
+		EOS: m.EOSTokenIDs()}, be, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +55,7 @@ func newGPUEngine(t *testing.T, m *model.Model, pages int) *gpuEngine {
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &gpuEngine{b: b, pool: pool, eng: eng}
+	return &gpuEngine{pool: pool, eng: eng}
 }
 
 // testDomain is tenant's cache domain under a fixed test secret.
@@ -58,18 +74,47 @@ func testDomain(t *testing.T, tenant string) cachekey.Domain {
 // and the result.
 func (g *gpuEngine) run(t *testing.T, o kvpool.Owner, d *cachekey.Domain, prompt []int32, n int) ([]int32, *engine.Result) {
 	t.Helper()
+	out := g.generate(t, o, d, prompt, engine.Sampling{MaxTokens: n, IgnoreEOS: true})
+	return out.tokens, out.res
+}
+
+// outcome is what one sequence's stream delivered.
+type outcome struct {
+	tokens []int32
+	lps    []*engine.Logprobs // one per token, when the request asked for them
+	res    *engine.Result
+}
+
+// generate runs one request with sampling sp (see run).
+func (g *gpuEngine) generate(t *testing.T, o kvpool.Owner, d *cachekey.Domain, prompt []int32, sp engine.Sampling) outcome {
+	t.Helper()
+	pages, px := g.reserve(t, o, d, prompt, len(prompt)+sp.MaxTokens)
+	st, err := g.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt,
+		Sampling: sp, Prefix: px})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := collect(t, o, st)
+	g.release(t, o, out.res, px)
+	return out
+}
+
+// reserve reserves and activates tokens tokens' pages for o, through the
+// prefix cache of d when d is non-nil (the tags of prompt[:len-1]).
+func (g *gpuEngine) reserve(t *testing.T, o kvpool.Owner, d *cachekey.Domain, prompt []int32, tokens int) ([]kvpool.PageID, *engine.Prefix) {
+	t.Helper()
 	var (
 		pages []kvpool.PageID
-		hit   int
-		err   error
 		px    *engine.Prefix
+		err   error
 	)
 	if d != nil {
 		tags := kvpool.Tags(*d, 1, prompt[:len(prompt)-1], testPageTokens)
-		pages, hit, err = g.pool.ReservePrefix(o, len(prompt)+n, tags)
+		var hit int
+		pages, hit, err = g.pool.ReservePrefix(o, tokens, tags)
 		px = &engine.Prefix{Domain: *d, Version: 1, Hit: hit}
 	} else {
-		pages, err = g.pool.Reserve(o, len(prompt)+n)
+		pages, err = g.pool.Reserve(o, tokens)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -77,36 +122,45 @@ func (g *gpuEngine) run(t *testing.T, o kvpool.Owner, d *cachekey.Domain, prompt
 	if err := g.pool.Activate(o); err != nil {
 		t.Fatal(err)
 	}
-	st, err := g.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt,
-		Sampling: engine.Sampling{MaxTokens: n, IgnoreEOS: true}, Prefix: px})
-	if err != nil {
+	return pages, px
+}
+
+// release releases o's pages after a run ending in res and checks the
+// cached tokens it reports against the pages the reservation hit.
+func (g *gpuEngine) release(t *testing.T, o kvpool.Owner, res *engine.Result, px *engine.Prefix) {
+	t.Helper()
+	// A sequence refused by the owner check may have left its pages
+	// quarantined: only a clean run must release them.
+	if _, err := g.pool.Release(o); err != nil && res.Err == nil {
 		t.Fatal(err)
 	}
+	if px != nil && px.Hit > 0 && res.Err == nil && res.CachedTokens != px.Hit*testPageTokens {
+		t.Fatalf("%v: CachedTokens %d, %d pages hit", o, res.CachedTokens, px.Hit)
+	}
+}
+
+// collect reads o's stream st to its result.
+func collect(t *testing.T, o kvpool.Owner, st *engine.Stream) outcome {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var toks []int32
-	var res *engine.Result
-	for res == nil {
+	var out outcome
+	for out.res == nil {
 		ev, err := st.Next(ctx)
 		if err != nil {
 			t.Fatalf("stream of %v ended without a result: %v", o, err)
 		}
 		switch ev.Kind {
 		case engine.EventToken:
-			toks = append(toks, ev.Token)
+			out.tokens = append(out.tokens, ev.Token)
+			if ev.Logprobs != nil {
+				out.lps = append(out.lps, ev.Logprobs)
+			}
 		case engine.EventDone:
-			res = ev.Result
+			out.res = ev.Result
 		}
 	}
-	// A sequence refused by the owner check may have left its pages
-	// quarantined: only a clean run must release them.
-	if _, err := g.pool.Release(o); err != nil && res.Err == nil {
-		t.Fatal(err)
-	}
-	if hit > 0 && res.Err == nil && res.CachedTokens != hit*testPageTokens {
-		t.Fatalf("%v: CachedTokens %d, %d pages hit", o, res.CachedTokens, hit)
-	}
-	return toks, res
+	return out
 }
 
 // TestPrefixCacheHitsEqualMisses runs the engine on the device with the
@@ -159,16 +213,7 @@ func TestPrefixCacheHitsEqualMisses(t *testing.T) {
 		conv = slices.Concat(conv, got)
 	}
 	// The cpu engine's answer for the last conversation turn.
-	cb, cpool := newCPU(t, m, 128)
-	ce, err := engine.New(engine.Config{PageTokens: testPageTokens, ChunkTokens: 40, MaxBatch: 4, EOS: m.EOSTokenIDs()}, cb, cpool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { ce.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	cg := &gpuEngine{pool: cpool, eng: ce}
+	cg := newCPUEngine(t, m, 128)
 	last := conv[:len(conv)-8]
 	want, _ := cg.run(t, owner("cpu", 0), nil, last, 8)
 	if got := conv[len(conv)-8:]; !slices.Equal(got, want) {

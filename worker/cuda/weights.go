@@ -8,15 +8,22 @@ import (
 
 	"gorgonia.org/cu"
 
+	cpukernels "github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/model"
 )
+
+// matrix is a weight matrix on the device and its element type.
+type matrix struct {
+	p cu.DevicePtr
+	t wtype
+}
 
 // layerWeights are one decoder layer's device tensors. qkv is q_proj, k_proj
 // and v_proj stacked into one [qDim+2·kvDim][hidden] matrix, so one launch
 // computes all three.
 type layerWeights struct {
 	attnNorm, mlpNorm      cu.DevicePtr // float32 [hidden]
-	qkv, o, gate, up, down cu.DevicePtr // wtype
+	qkv, o, gate, up, down matrix
 	// qkvBias is the q, k and v biases stacked like qkv (float32
 	// [qDim+2·kvDim]), 0 for a family without them (Qwen2 has them).
 	qkvBias cu.DevicePtr
@@ -30,11 +37,11 @@ func (w *layerWeights) prep() bool { return w.qkvBias != 0 || w.qNorm != 0 }
 
 // deviceWeights are the model's tensors in one device allocation.
 type deviceWeights struct {
-	buf                 cu.DevicePtr
-	bytes               int64
-	dtype               wtype
-	embed, lmHead, norm cu.DevicePtr
-	layers              []layerWeights
+	buf           cu.DevicePtr
+	bytes         int64
+	embed, lmHead matrix
+	norm          cu.DevicePtr
+	layers        []layerWeights
 	// decodeBytes is what one decode token reads: every layer matrix and
 	// the LM head.
 	decodeBytes int64
@@ -87,14 +94,18 @@ func matrixType(w *model.Weights) wtype {
 	}
 }
 
-// uploadWeights copies the model's tensors to the device: matrices in
-// dtype, norm weights in float32. Call inside do.
-func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
+// uploadWeights copies the model's tensors to the device: the embedding
+// in dtype, norm weights and biases in float32, the other matrices in
+// dtype or, when quantize, as q8 — each matrix whose rows are whole q8
+// blocks, quantized by the cpu backend's code, as cpu.QuantizeQ8 chooses
+// (so a tied LM head gets a q8 copy). Call inside do.
+func uploadWeights(m *model.Model, dtype wtype, quantize bool) (*deviceWeights, error) {
 	mw := m.Weights()
 	p := &weightPlan{}
 	// host returns a tensor's bytes in the device type: the mapping itself
 	// when the types match, else a float32 conversion (matrixType picks a
-	// 16-bit type only when every matrix has it, and norms are float32).
+	// 16-bit type only when every matrix has it, and norms are float32) or
+	// its q8 blocks.
 	host := func(t *model.Tensor, want wtype) []byte {
 		if tensorType(t) == want {
 			return t.Data
@@ -103,25 +114,63 @@ func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
 		if err != nil && p.err == nil {
 			p.err = fmt.Errorf("cuda: tensor %s: %w", t.Name, err)
 		}
-		return sliceBytes(f)
+		if want != wQ8 || err != nil {
+			return sliceBytes(f)
+		}
+		q, err := cpukernels.NewF32(t.Shape[0], t.Shape[1], f).QuantizeQ8()
+		if err != nil {
+			if p.err == nil {
+				p.err = fmt.Errorf("cuda: tensor %s: %w", t.Name, err)
+			}
+			return nil
+		}
+		return q.Q8Data()
 	}
-	embedOff := p.add(host(mw.Embed, dtype))
-	lmOff := embedOff
-	if mw.LMHead != mw.Embed {
-		lmOff = p.add(host(mw.LMHead, dtype))
+	matType := func(t *model.Tensor) wtype {
+		if quantize && len(t.Shape) == 2 && t.Shape[1]%q8Block == 0 {
+			return wQ8
+		}
+		return dtype
+	}
+	// mat plans matrices stacked row-wise (equal column counts, so one
+	// type) and counts their bytes in what a decode token reads.
+	type matOff struct {
+		off int64
+		t   wtype
+	}
+	var decodeBytes int64
+	mat := func(ts ...*model.Tensor) matOff {
+		t := matType(ts[0])
+		parts := make([][]byte, len(ts))
+		for i, x := range ts {
+			parts[i] = host(x, t)
+			decodeBytes += int64(len(parts[i]))
+		}
+		return matOff{p.add(parts...), t}
+	}
+	embedBytes := host(mw.Embed, dtype)
+	embed := matOff{p.add(embedBytes), dtype}
+	lmHead := embed
+	if mw.LMHead != mw.Embed || matType(mw.LMHead) != dtype {
+		lmHead = mat(mw.LMHead)
+	} else {
+		decodeBytes += int64(len(embedBytes))
 	}
 	normOff := p.add(host(mw.Norm, wF32))
-	type layerOffs struct{ attnNorm, mlpNorm, qkv, o, gate, up, down, bias, qNorm, kNorm int64 }
+	type layerOffs struct {
+		attnNorm, mlpNorm, bias, qNorm, kNorm int64
+		qkv, o, gate, up, down                matOff
+	}
 	offs := make([]layerOffs, len(mw.Layers))
 	for i, l := range mw.Layers {
 		offs[i] = layerOffs{
 			attnNorm: p.add(host(l.InputNorm, wF32)),
 			mlpNorm:  p.add(host(l.PostAttentionNorm, wF32)),
-			qkv:      p.add(host(l.Q, dtype), host(l.K, dtype), host(l.V, dtype)),
-			o:        p.add(host(l.O, dtype)),
-			gate:     p.add(host(l.Gate, dtype)),
-			up:       p.add(host(l.Up, dtype)),
-			down:     p.add(host(l.Down, dtype)),
+			qkv:      mat(l.Q, l.K, l.V),
+			o:        mat(l.O),
+			gate:     mat(l.Gate),
+			up:       mat(l.Up),
+			down:     mat(l.Down),
 			bias:     -1, qNorm: -1, kNorm: -1,
 		}
 		// model.Load binds all three biases or none, both norms or none.
@@ -148,11 +197,9 @@ func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
 			return nil, fmt.Errorf("cuda: upload weights: %w", err)
 		}
 	}
-	dw := &deviceWeights{buf: buf, bytes: p.size, dtype: dtype,
-		embed: buf + cu.DevicePtr(embedOff), lmHead: buf + cu.DevicePtr(lmOff), norm: buf + cu.DevicePtr(normOff)}
-	c := &m.Config
-	per := int64(c.QDim()*c.HiddenSize+2*c.KVDim()*c.HiddenSize+c.HiddenSize*c.QDim()+3*c.IntermediateSize*c.HiddenSize) * int64(dtype.size())
-	dw.decodeBytes = int64(c.NumHiddenLayers)*per + int64(c.VocabSize)*int64(c.HiddenSize)*int64(dtype.size())
+	dev := func(o matOff) matrix { return matrix{buf + cu.DevicePtr(o.off), o.t} }
+	dw := &deviceWeights{buf: buf, bytes: p.size, embed: dev(embed), lmHead: dev(lmHead),
+		norm: buf + cu.DevicePtr(normOff), decodeBytes: decodeBytes}
 	// opt is the address of an optional tensor, 0 when absent.
 	opt := func(off int64) cu.DevicePtr {
 		if off < 0 {
@@ -163,8 +210,7 @@ func uploadWeights(m *model.Model, dtype wtype) (*deviceWeights, error) {
 	for _, o := range offs {
 		dw.layers = append(dw.layers, layerWeights{
 			attnNorm: buf + cu.DevicePtr(o.attnNorm), mlpNorm: buf + cu.DevicePtr(o.mlpNorm),
-			qkv: buf + cu.DevicePtr(o.qkv), o: buf + cu.DevicePtr(o.o), gate: buf + cu.DevicePtr(o.gate),
-			up: buf + cu.DevicePtr(o.up), down: buf + cu.DevicePtr(o.down),
+			qkv: dev(o.qkv), o: dev(o.o), gate: dev(o.gate), up: dev(o.up), down: dev(o.down),
 			qkvBias: opt(o.bias), qNorm: opt(o.qNorm), kNorm: opt(o.kNorm),
 		})
 	}

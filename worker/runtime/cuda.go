@@ -18,6 +18,7 @@ func newCUDABackend(opt Options, m *model.Model) (closingBackend, error) {
 		MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch,
 		MaxLogitRows:   opt.MaxBatch,
 		PageTokens:     opt.PageTokens,
+		Quantize:       opt.Quantize,
 		Logger:         opt.Logger,
 	})
 }

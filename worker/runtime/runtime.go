@@ -103,9 +103,6 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}()
 	if opt.Backend == "cuda" {
-		if opt.Quantize {
-			return nil, fmt.Errorf("runtime: q8 weights need the cpu backend")
-		}
 		if be, err = newCUDABackend(opt, m); err != nil {
 			return nil, err
 		}

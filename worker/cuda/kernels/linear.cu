@@ -1,6 +1,14 @@
 // Linear layers: y[r][n] = x[r] · W[n] for activation rows r (float32) and
-// weight rows n (float32, float16 or bfloat16, [N][K] row-major as Hugging
-// Face stores them), accumulated in float32.
+// weight rows n (float32, float16, bfloat16 or q8, [N][K] row-major as
+// Hugging Face stores them), accumulated in float32.
+//
+// A q8 row is K/32 blocks of 32 int8 quants followed by their float32
+// scale (Q8_BLOCK_BYTES bytes, the cpu backend's Q8 layout,
+// worker/internal/kernels): weight k of the row is q·scale, one float32
+// multiplication, so a q8 layer computes the float32 layer of its
+// dequantized matrix. The activations stay float32 (the cpu backend
+// quantizes them too, so the two agree within quantization error, not to
+// the last bit).
 //
 // Determinism: every output element is reduced in one canonical order,
 // whatever the number of rows in the launch, the rows-per-warp tiling or
@@ -15,6 +23,50 @@
 enum { MODE_STORE = 0, MODE_ADD = 1, MODE_SWIGLU = 2 };
 
 #define LINEAR_THREADS 256
+
+enum { Q8_BLOCK = 32, Q8_BLOCK_BYTES = Q8_BLOCK + 4 };
+
+// q8_t tags q8 weight rows (byte-addressed blocks).
+struct q8_t { unsigned char b; };
+
+// Raw8<q8_t> is 8 consecutive quants of one block and the block's scale.
+template <> struct Raw8<q8_t> { uint2 q; float d; };
+
+// weight_row is the start of row n of a K = k_dim matrix.
+template <typename T>
+__device__ __forceinline__ const T* weight_row(const T* w, i64 n, i64 k_dim) { return w + n * k_dim; }
+__device__ __forceinline__ const q8_t* weight_row(const q8_t* w, i64 n, i64 k_dim) {
+  return w + n * (k_dim / Q8_BLOCK) * Q8_BLOCK_BYTES;
+}
+
+// load_w loads weights k..k+7 of a row (k a multiple of 8).
+template <typename T>
+__device__ __forceinline__ Raw8<T> load_w(const T* row, i64 k) { return load_raw(row + k); }
+__device__ __forceinline__ Raw8<q8_t> load_w(const q8_t* row, i64 k) {
+  // Blocks are 4-byte aligned (36 bytes): two 4-byte loads of quants.
+  const unsigned char* blk = &row[(k / Q8_BLOCK) * Q8_BLOCK_BYTES].b;
+  const unsigned* q = reinterpret_cast<const unsigned*>(blk + (k % Q8_BLOCK));
+  Raw8<q8_t> r;
+  r.q = make_uint2(__ldg(q), __ldg(q + 1));
+  r.d = __ldg(reinterpret_cast<const float*>(blk + Q8_BLOCK));
+  return r;
+}
+
+__device__ __forceinline__ void unpack(const Raw8<q8_t>& r, float v[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    v[i] = (float)(signed char)(r.q.x >> (8 * i)) * r.d;
+    v[4 + i] = (float)(signed char)(r.q.y >> (8 * i)) * r.d;
+  }
+}
+
+// weight_at is weight k of a row, for the scalar path.
+template <typename T>
+__device__ __forceinline__ float weight_at(const T* row, i64 k) { return to_f32(row[k]); }
+__device__ __forceinline__ float weight_at(const q8_t* row, i64 k) {
+  const unsigned char* blk = &row[(k / Q8_BLOCK) * Q8_BLOCK_BYTES].b;
+  return (float)(signed char)blk[k % Q8_BLOCK] * __ldg(reinterpret_cast<const float*>(blk + Q8_BLOCK));
+}
 
 // fma8 adds the 8 products w[i]·xv[i] to acc in order i = 0..7.
 __device__ __forceinline__ float fma8(const float w[8], const float xv[8], float acc) {
@@ -40,15 +92,15 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
     col_a = pair;
     col_b = pair;
     if (col_a >= n_out) return;
-    wa = w + col_a * k_dim;
-    wb = w2 + col_a * k_dim;
+    wa = weight_row(w, col_a, k_dim);
+    wb = weight_row(w2, col_a, k_dim);
   } else {
     col_a = 2 * pair;
     col_b = col_a + 1;
     if (col_a >= n_out) return;
-    wa = w + col_a * k_dim;
+    wa = weight_row(w, col_a, k_dim);
     // An odd last column reuses row a; its result is not stored.
-    wb = col_b < n_out ? w + col_b * k_dim : wa;
+    wb = col_b < n_out ? weight_row(w, col_b, k_dim) : wa;
   }
   const int nr = (int)min((i64)R, rows - r0);
   const float* xr = x + r0 * k_dim;
@@ -61,7 +113,8 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
   }
 
   if ((k_dim & 7) == 0) {
-    // Vector path: rows are 16-byte aligned, 8 elements per load. The
+    // Vector path: rows are 16-byte aligned, 8 elements per load (q8: 8
+    // quants and their block's scale, K a multiple of 32). The
     // weights of U steps are loaded before any of them is used, so U loads
     // per row are in flight (decode, R = 1, is bound by memory latency).
     constexpr int U = R == 1 ? 4 : 2;
@@ -72,8 +125,8 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const i64 k = (j + u) * 256 + 8 * lane;
-        ra[u] = load_raw(wa + k);
-        rb[u] = load_raw(wb + k);
+        ra[u] = load_w(wa, k);
+        rb[u] = load_w(wb, k);
       }
       if constexpr (R == 1) {
         // One activation row: its values are loaded up front too.
@@ -114,8 +167,8 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
       const i64 k = j * 256 + 8 * lane;
       if (k >= k_dim) break;
       float a[8], b[8];
-      load8(wa + k, a);
-      load8(wb + k, b);
+      unpack(load_w(wa, k), a);
+      unpack(load_w(wb, k), b);
 #pragma unroll
       for (int r = 0; r < R; r++) {
         if (R == 1 || r < nr) {
@@ -132,7 +185,7 @@ __device__ __forceinline__ void linear_impl(float* __restrict__ y, const float* 
       for (int i = 0; i < 8; i++) {
         const i64 k = base + i;
         if (k < k_dim) {
-          const float a = to_f32(wa[k]), b = to_f32(wb[k]);
+          const float a = weight_at(wa, k), b = weight_at(wb, k);
 #pragma unroll
           for (int r = 0; r < R; r++) {
             if (r < nr) {
@@ -192,3 +245,5 @@ LINEAR(linear_f16_r1, f16_t, 1)
 LINEAR(linear_f16_r8, f16_t, 8)
 LINEAR(linear_bf16_r1, bf16_t, 1)
 LINEAR(linear_bf16_r8, bf16_t, 8)
+LINEAR(linear_q8_r1, q8_t, 1)
+LINEAR(linear_q8_r8, q8_t, 8)

@@ -116,6 +116,11 @@ func (m *Matrix) Bytes() int64 {
 	return int64(float64(m.rows) * float64(m.cols) * m.format.BytesPerWeight())
 }
 
+// Q8Data returns a Q8 matrix's blocks in the layout above, row after row
+// (nil for another format). The slice is the matrix's own: callers must
+// not modify it. The cuda backend uploads it as it is.
+func (m *Matrix) Q8Data() []byte { return m.q8 }
+
 // Row writes row i as float32 into dst (len Cols): exactly for F32, F16
 // and BF16, as q·d (one float32 multiplication) for Q8. It panics if i
 // or len(dst) is out of range.
