@@ -184,7 +184,7 @@ func (d *driver) reserve(ctx context.Context, rt registry.Route) (*controlpb.Res
 	defer cancel()
 	req := &controlpb.ReserveRequest{
 		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: int64(len(d.prompt)) + d.maxTokens,
-		Choices: int32(d.n),
+		Choices:   int32(d.n),
 		TimeoutMs: d.g.rates.reserveTimeout(d.req.Info().Model, len(d.prompt)).Milliseconds(),
 	}
 	// With a cache domain, decode looks up the prompt's pages it holds

@@ -67,11 +67,11 @@ type Request struct {
 	// prefill worker.
 	Prefilled  bool
 	FirstToken int32
+	Sampling   Sampling
 	// FirstTokens is, for a Prefilled request of several choices
 	// (SubmitChoices), the first token the prefill worker sampled for each
 	// choice, in choice order (FirstToken is then ignored).
 	FirstTokens []int32
-	Sampling   Sampling
 	// PrefillOnly stops after the prompt is in the cache and the first
 	// token is sampled (the prefill role).
 	PrefillOnly bool
