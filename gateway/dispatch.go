@@ -52,28 +52,52 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on
-// decode (it waits for the KV) and Prefill concurrently.
+// decode (it waits for the KV) and Prefill concurrently. For n > 1 decode
+// forks the choices from the first tokens prefill sampled, which its
+// Generate carries: it is sent once the Prefill call returned.
 func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
 	if err := d.req.Advance(lifecycle.Reserved); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
 	sctx, cancel := workerContext(ctx)
 	defer cancel()
-	owner := ownerPB(d.req.Owner())
+	if d.n > 1 {
+		if err := d.startPrefill(ctx, rt); err != nil {
+			return err
+		}
+		if err := d.prefill(sctx, rt, ticket); err != nil {
+			return err
+		}
+		if err := d.req.Advance(lifecycle.Transferring); err != nil {
+			return failed(lifecycle.CauseInternal, api.Internal(), err)
+		}
+	}
 	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{
-		Owner: owner, Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, TenantWeight: int32(d.weight),
+		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, TenantWeight: int32(d.weight),
+		FirstTokens: d.firstTokens,
 	})
 	if err != nil {
 		return d.workerError("generate", rt.Decode, err)
 	}
+	var prefilled chan error
+	if d.n == 1 {
+		if err := d.startPrefill(ctx, rt); err != nil {
+			return err
+		}
+		prefilled = make(chan error, 1)
+		go func() { prefilled <- d.prefill(sctx, rt, ticket) }()
+	}
+	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+}
+
+// startPrefill enters the prefilling stage on rt's prefill worker.
+func (d *driver) startPrefill(ctx context.Context, rt registry.Route) error {
 	d.req.Involve(participant{rt.Prefill}, registry.RolePrefill)
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
 	runHook(ctx, &d.g.hooks.beforePrefill)
-	prefilled := make(chan error, 1)
-	go func() { prefilled <- d.prefill(sctx, rt, ticket) }()
-	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+	return nil
 }
 
 // prefill sends the prompt and the ticket to rt's prefill worker. When
@@ -95,8 +119,7 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 			return failed(causeCountMismatch, api.Internal(), fmt.Errorf(
 				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", w.ID(), resp.GetPromptTokens(), len(d.prompt)))
 		case err == nil:
-			d.firstLogprobs = resp.GetFirstTokenLogprobs()
-			return nil
+			return d.firstChoices(w, resp)
 		case d.failover(w, err):
 			if next := d.g.reg.PrefillFor(rt.Decode); next != nil {
 				d.req.Involve(participant{next}, registry.RolePrefill)
@@ -107,6 +130,26 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 		}
 		return d.workerError("prefill", w, err)
 	}
+}
+
+// firstChoices records each choice's first token and its logprobs from a
+// Prefill response, which must hold one entry per choice for n > 1 (the
+// first one the token the transfer carries).
+func (d *driver) firstChoices(w *registry.Worker, resp *controlpb.PrefillResponse) error {
+	if d.n == 1 {
+		d.firstLogprobs = []*controlpb.LogprobsToken{resp.GetFirstTokenLogprobs()}
+		return nil
+	}
+	cs := resp.GetChoices()
+	if len(cs) != d.n || cs[0].GetToken() != resp.GetFirstToken() {
+		return failed(causeProtocol, api.Internal(), fmt.Errorf(
+			"prefill worker %s returned %d first tokens for %d choices", w.ID(), len(cs), d.n))
+	}
+	for _, c := range cs {
+		d.firstTokens = append(d.firstTokens, c.GetToken())
+		d.firstLogprobs = append(d.firstLogprobs, c.GetLogprobs())
+	}
+	return nil
 }
 
 // participant adapts a registry worker to the lifecycle's abort fan-out.

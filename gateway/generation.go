@@ -81,9 +81,12 @@ type driver struct {
 	// it uses the cache.
 	domain  cachekey.Domain
 	cacheOn bool
-	// firstLogprobs is the P/D first token's logprobs, from the Prefill
-	// response (set before the prefill result is delivered).
-	firstLogprobs *controlpb.LogprobsToken
+	// firstLogprobs is the P/D first token's logprobs of each choice, from
+	// the Prefill response (set before the prefill result is delivered);
+	// firstTokens, for n > 1, every choice's first token, which decode's
+	// Generate carries.
+	firstLogprobs []*controlpb.LogprobsToken
+	firstTokens   []int32
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)

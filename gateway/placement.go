@@ -135,12 +135,6 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 		if err != nil {
 			return rt, nil, false, rejected("", api.ModelUnavailable(model, "no healthy worker serves it"))
 		}
-		if rt.Prefill != nil && d.n > 1 {
-			// Several choices share one prefill on the worker that
-			// decodes them: only both workers run them.
-			return rt, nil, false, rejected("", api.InvalidRequest("n", api.CodeUnsupportedValue, fmt.Sprintf(
-				"Model %s is served by separate prefill and decode workers, which run one choice per request; send n = 1.", model)))
-		}
 		if (rt.Busy || mode == placeNewcomer) && (mode == placeTurn || !rt.Decode.Newcomer(tenant)) {
 			// Every worker runs what it can: wait here, in fair order.
 			return rt, nil, false, nil
@@ -157,7 +151,7 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 			d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages))
 			return rt, nil, true, nil
 		}
-		resp, err := d.reserve(ctx, rt, total)
+		resp, err := d.reserve(ctx, rt)
 		switch status.Code(err) {
 		case codes.OK:
 		case codes.ResourceExhausted:
@@ -180,14 +174,17 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 	}
 }
 
-// reserve asks rt's decode worker for the request's pages.
-func (d *driver) reserve(ctx context.Context, rt registry.Route, total int64) (*controlpb.ReserveResponse, error) {
+// reserve asks rt's decode worker for the request's pages: prompt plus
+// max_tokens, for each of n choices laid out by the worker (the prompt's
+// full pages once).
+func (d *driver) reserve(ctx context.Context, rt registry.Route) (*controlpb.ReserveResponse, error) {
 	d.req.Involve(decodeParticipant{participant{rt.Decode}}, registry.RoleDecode)
 	d.span.SetAttributes(attrDecodeWorker.String(rt.Decode.ID()), attrPrefillWorker.String(rt.Prefill.ID()))
 	rctx, cancel := workerContext(ctx)
 	defer cancel()
 	req := &controlpb.ReserveRequest{
-		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: total,
+		Owner: ownerPB(d.req.Owner()), PromptTokens: int64(len(d.prompt)), TotalTokens: int64(len(d.prompt)) + d.maxTokens,
+		Choices:   int32(d.n),
 		TimeoutMs: d.g.rates.reserveTimeout(d.req.Info().Model, len(d.prompt)).Milliseconds(),
 	}
 	// With a cache domain, decode looks up the prompt's pages it holds

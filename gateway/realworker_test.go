@@ -21,6 +21,7 @@ import (
 	"github.com/warden-ai/warden/internal/tlsutil"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker"
+	"github.com/warden-ai/warden/worker/engine"
 )
 
 // The tiny model's KV pages hold 16 tokens in 8 KiB.
@@ -410,5 +411,58 @@ func TestRealWorkerKilledAndBack(t *testing.T) {
 	ref := runReference(t, chatTokens(t, realPrompt), 16)
 	checkChat(t, tg, ref, 16)
 	d2.poolQuiet()
+	p.poolQuiet()
+}
+
+// TestRealPrefillDecodeChoices: n = 3 with a seed and logprobs through
+// real prefill and decode workers: each choice, its text and its
+// logprobs (the first token's from the prefill worker) equal a single
+// request with the choice's derived seed; usage counts the prompt once;
+// every page ends free on both workers.
+func TestRealPrefillDecodeChoices(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	reg := tg.RegistryAddr().String()
+	d := startReal(t, workerConfig(t, "decode-n", config.RoleDecode, config.TransferTCP, reg)).attach(tg)
+	p := startReal(t, workerConfig(t, "prefill-n", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
+	ctx := context.Background()
+	client := tg.openai()
+	const seed = 5
+	params := realChat(12)
+	params.Temperature, params.Seed, params.Logprobs, params.TopLogprobs = openai.Float(1), openai.Int(seed), openai.Bool(true), openai.Int(2)
+	params.N = openai.Int(3)
+	resp, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var completion int64
+	single := params
+	single.N = openai.Int(1)
+	for k := range 3 {
+		single.Seed = openai.Int(int64(engine.ChoiceSeed(seed, k)))
+		alone, err := client.Chat.Completions.New(ctx, single)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := resp.Choices[k], alone.Choices[0]
+		if got.Index != int64(k) || got.Message.Content != want.Message.Content || got.FinishReason != want.FinishReason {
+			t.Fatalf("choice %d = %q (%s), alone with its seed %q (%s)", k, got.Message.Content, got.FinishReason, want.Message.Content, want.FinishReason)
+		}
+		if len(got.Logprobs.Content) != len(want.Logprobs.Content) || len(got.Logprobs.Content) == 0 {
+			t.Fatalf("choice %d: %d logprobs, alone %d", k, len(got.Logprobs.Content), len(want.Logprobs.Content))
+		}
+		for i, lp := range got.Logprobs.Content {
+			if w := want.Logprobs.Content[i]; lp.Token != w.Token || lp.Logprob != w.Logprob || len(lp.TopLogprobs) != 2 {
+				t.Fatalf("choice %d token %d: logprob %s %v, alone %s %v", k, i, lp.Token, lp.Logprob, w.Token, w.Logprob)
+			}
+		}
+		completion += alone.Usage.CompletionTokens
+		if resp.Usage.PromptTokens != alone.Usage.PromptTokens {
+			t.Fatalf("n = 3 usage %+v, one choice's prompt %d: the prompt counts once", resp.Usage, alone.Usage.PromptTokens)
+		}
+	}
+	if resp.Usage.CompletionTokens != completion {
+		t.Fatalf("n = 3 completion tokens %d, the choices' sum %d", resp.Usage.CompletionTokens, completion)
+	}
+	d.poolQuiet()
 	p.poolQuiet()
 }

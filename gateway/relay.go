@@ -79,7 +79,7 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 			continue
 		case r = <-events:
 		}
-		if prefilled != nil && d.needsFirstLogprobs(r.ev) {
+		if prefilled != nil && d.needsFirstLogprobs(r.ev, choices) {
 			// Decode sent the first token before the Prefill call
 			// returned its logprobs: wait for them.
 			select {
@@ -162,8 +162,8 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		var lps []api.TokenLogprob
 		if d.sampling.GetLogprobs() {
 			var first *controlpb.LogprobsToken
-			if d.needsFirstLogprobs(ev) {
-				first = d.firstLogprobs
+			if d.needsFirstLogprobs(ev, choices) && k < len(d.firstLogprobs) {
+				first = d.firstLogprobs[k]
 			}
 			if lps, err = tokenLogprobs(d.tok.tok, ids, e.Tokens.GetLogprobs(), first, int(d.sampling.GetTopLogprobs())); err != nil {
 				return false, protocol("logprobs: %v", err)
@@ -210,11 +210,16 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 }
 
 // needsFirstLogprobs says whether ev is a decode worker's first Tokens
-// of a request that asked for logprobs, without the first token's entry
-// (a P/D request: prefill computed it; see controlpb.Tokens).
-func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent) bool {
+// of a choice of a request that asked for logprobs, without the first
+// token's entry (a P/D request: prefill computed it; see
+// controlpb.Tokens).
+func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent, choices []*choice) bool {
 	t := ev.GetTokens()
-	return d.sampling.GetLogprobs() && t != nil && d.received == 0 && len(t.GetLogprobs()) == len(t.GetIds())-1
+	if !d.sampling.GetLogprobs() || t == nil || len(t.GetLogprobs()) != len(t.GetIds())-1 {
+		return false
+	}
+	k := int(t.GetChoice())
+	return k >= 0 && k < len(choices) && choices[k].received == 0
 }
 
 // emitText hands output text of choice k to the HTTP layer, through the

@@ -77,7 +77,7 @@ func testBadInput(t *testing.T, c *harness.Cluster) {
 		{name: "completion token prompt", key: key, path: "/v1/completions", body: []byte(`{"model": "tiny", "prompt": [[1, 2, 3]]}`), status: 400, code: "unsupported_value", param: "prompt"},
 		{name: "completion missing prompt", key: key, path: "/v1/completions", body: []byte(`{"model": "tiny"}`), status: 400, code: "missing_required_parameter", param: "prompt"},
 		{name: "invalid UTF-8", key: key, body: []byte("{\"model\": \"tiny\", \"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}"), status: 400, code: "invalid_encoding"},
-		{name: "n 2", key: key, body: chatBody(`"n": 2`), status: 400, code: "unsupported_value", param: "n"},
+		{name: "n above max_n", key: key, body: chatBody(`"n": 9`), status: 400, code: "integer_above_max_value", param: "n"},
 		{name: "temperature too high", key: key, body: chatBody(`"temperature": 3`), status: 400, code: "decimal_above_max_value", param: "temperature"},
 		{name: "top_logprobs above 20", key: key, body: chatBody(`"logprobs": true, "top_logprobs": 21`), status: 400, code: "integer_above_max_value", param: "top_logprobs"},
 		{name: "client KV transfer params", key: key, body: chatBody(`"kv_transfer_params": {"remote_host": "10.0.0.1"}`), status: 400, code: "unsupported_parameter", param: "kv_transfer_params"},

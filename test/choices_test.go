@@ -26,8 +26,9 @@ const choiceTokens = 16
 // alone with the choice's seed (engine.ChoiceSeed), streamed and not;
 // usage counts the prompt once and sums the completions; the worker
 // prefilled the prompt once per request (warden_engine_prefills_total,
-// warden_engine_tokens_total{kind="prefill"} with kind="cached"). Separate prefill and decode
-// workers refuse n > 1 with 400 naming n. A tokens-per-minute limit
+// warden_engine_tokens_total{kind="prefill"} with kind="cached"); n above
+// gateway.max_n is refused with 400 naming n (TestPrefillDecodeChoices runs
+// n > 1 on separate prefill and decode workers). A tokens-per-minute limit
 // reserves the prompt once plus n × max_tokens; without max_tokens each
 // choice gets an equal share of what the tenant can spend.
 func testChoices(t *testing.T, c *harness.Cluster) {
@@ -188,16 +189,13 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 		}
 	}
 
-	for _, tc := range []struct {
-		model string
-		n     int64
-	}{{harness.ModelTiny, 2}, {modelSingle, 9}} {
+	for _, model := range []string{harness.ModelTiny, modelSingle} {
 		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: tc.model, Messages: openAIMessages(msgs), MaxTokens: openai.Int(4), N: openai.Int(tc.n),
+			Model: model, Messages: openAIMessages(msgs), MaxTokens: openai.Int(4), N: openai.Int(9),
 		})
 		var apiErr *openai.Error
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Param != "n" {
-			t.Fatalf("%s n = %d: %v, want 400 naming n", tc.model, tc.n, fmt.Sprint(err))
+			t.Fatalf("%s n = 9: %v, want 400 naming n", model, fmt.Sprint(err))
 		}
 	}
 }

@@ -11,21 +11,30 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/worker/engine"
-	"github.com/warden-ai/warden/worker/kvpool"
 )
 
-// choicesFrom is the number of choices a request asks for (at least 1);
-// n > 1 is served only where the whole request runs (a both worker
-// without a reservation): prefill and decode workers refuse it.
-func choicesFrom(p *controlpb.SamplingParams, local bool) (int, error) {
+// choicesFrom is the number of choices a request asks for (at least 1).
+// n > 1 runs on a both worker without a reservation (SubmitChoices over
+// its own pages), on a prefill worker (the prompt once, n first tokens)
+// and on a decode worker whose reservation was made for n choices.
+func choicesFrom(p *controlpb.SamplingParams) (int, error) {
 	n := int(p.GetN())
-	switch {
-	case n < 0:
+	if n < 0 {
 		return 0, invalid("sampling: n must be >= 0, got %d", n)
-	case n > 1 && !local:
-		return 0, invalid("sampling: n = %d needs a worker that prefills and decodes the request itself", n)
 	}
 	return max(n, 1), nil
+}
+
+// choiceTokens is the KV positions a request of n choices reserves: the
+// prompt plus maxTokens for one choice; for n > 1 the pages of
+// engine.ChoicePages (the prompt's full pages once, then each choice's
+// own).
+func (w *Worker) choiceTokens(prompt, maxTokens, n int) int64 {
+	if n == 1 {
+		return int64(prompt) + int64(maxTokens)
+	}
+	pages, _ := engine.ChoicePages(w.capacity.PageTokens, prompt, maxTokens, n)
+	return int64(pages) * int64(w.capacity.PageTokens)
 }
 
 // choiceEvent is one engine event of choice k.
@@ -39,8 +48,10 @@ type choiceEvent struct {
 // gateway: Ready once the prompt is prefilled, Tokens with their choice
 // index, then one Done with every choice's outcome (the prompt counted
 // once, completion tokens summed). Pages are released only after every
-// choice's final event.
-func (w *Worker) serveChoices(ctx context.Context, e *entry, streams []*engine.Stream, srv grpc.ServerStreamingServer[controlpb.GenerateEvent], prompt int) error {
+// choice's final event. With readyOnProgress Ready goes out when the
+// prompt is prefilled here; without, the caller sent it (a verified
+// transfer).
+func (w *Worker) serveChoices(ctx context.Context, e *entry, streams []*engine.Stream, srv grpc.ServerStreamingServer[controlpb.GenerateEvent], prompt int, readyOnProgress bool) error {
 	events := make(chan choiceEvent)
 	// The readers stop (readCtx) before an abort drains the streams
 	// itself: a stream has one reader at a time.
@@ -77,7 +88,7 @@ func (w *Worker) serveChoices(ctx context.Context, e *entry, streams []*engine.S
 		w.finish(e, st)
 		return st
 	}
-	ready := false
+	ready := !readyOnProgress
 	for left := len(streams); left > 0; {
 		var ce choiceEvent
 		select {
@@ -129,9 +140,15 @@ func (w *Worker) serveChoices(ctx context.Context, e *entry, streams []*engine.S
 	return srv.Send(&controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Done{Done: done}})
 }
 
-// choiceTables is the page tables of a request's n choices over the
-// pages its reservation holds (engine.ChoicePages); nil for one choice.
-func (w *Worker) choiceTables(e *entry, prompt []int32, maxTokens, n int) [][]kvpool.PageID {
-	_, tables := engine.ChoicePages(w.capacity.PageTokens, len(prompt), maxTokens, n)
-	return tables(slices.Clip(e.pages))
+// submitChoices runs req's n choices over the pages e's reservation holds
+// (engine.ChoicePages) and serves them (serveChoices).
+func (w *Worker) submitChoices(ctx context.Context, e *entry, req engine.Request, n int, srv grpc.ServerStreamingServer[controlpb.GenerateEvent], readyOnProgress bool) error {
+	_, tables := engine.ChoicePages(w.capacity.PageTokens, len(req.Prompt), req.Sampling.MaxTokens, n)
+	streams, err := w.rt.Engine.SubmitChoices(ctx, req, tables(slices.Clip(e.pages)))
+	if err != nil {
+		st := engineStatus(err)
+		w.finish(e, st)
+		return st
+	}
+	return w.serveChoices(ctx, e, streams, srv, len(req.Prompt), readyOnProgress)
 }

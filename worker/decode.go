@@ -20,9 +20,9 @@ import (
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
-// reserve handles Reserve (decode, both): pages for the whole sequence,
-// all or nothing, and the ticket that lets one prefill worker fill the
-// prompt's pages.
+// reserve handles Reserve (decode, both): pages for the whole sequence
+// (of each of its choices, n > 1: choiceTokens), all or nothing, and the
+// ticket that lets one prefill worker fill the prompt's pages.
 func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
 	if w.role == config.RolePrefill {
 		return nil, status.Error(codes.FailedPrecondition, "Reserve: this is a prefill worker")
@@ -31,13 +31,16 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 	if err != nil {
 		return nil, err
 	}
-	prompt, total := req.GetPromptTokens(), req.GetTotalTokens()
+	prompt, total, n := req.GetPromptTokens(), req.GetTotalTokens(), int(max(req.GetChoices(), 1))
 	switch {
 	case prompt < 1:
 		return nil, invalid("prompt_tokens must be >= 1 (got %d)", prompt)
 	case total < prompt:
 		return nil, invalid("total_tokens %d < prompt_tokens %d", total, prompt)
 	case total > w.capacity.Tokens:
+		return nil, neverFits(total, w.capacity.Tokens)
+	}
+	if total = w.choiceTokens(int(prompt), int(total-prompt), n); total > w.capacity.Tokens {
 		// Checked before anything is reserved: a request the pool can
 		// never hold gets no partial reservation (I1, defence in depth
 		// behind the gateway's admission).
@@ -78,7 +81,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		t.ShmPath = w.segment.Path()
 	}
 	e := newEntry(requestContext(ctx, owner), owner, pages, int(total), stageReserved)
-	e.ticket, e.prefix, e.live, e.transferred = t, px, true, make(chan struct{})
+	e.ticket, e.prefix, e.live, e.transferred, e.choices = t, px, true, make(chan struct{}), n
 	w.reqs[e.key] = e
 	w.byTransfer[t.TransferID] = e
 	e.timeout = w.reserveTimeoutFor(req.GetTimeoutMs())
@@ -122,8 +125,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 
 	w.mu.Lock()
 	e := w.reqs[reqKey{owner.Tenant, owner.Request}]
-	local := (e == nil || e.ticket == nil) && w.role != config.RoleDecode && req.GetTicket() == nil
-	n, err := choicesFrom(req.GetSampling(), local)
+	n, err := choicesFrom(req.GetSampling())
 	if err != nil {
 		w.mu.Unlock()
 		return err
@@ -151,13 +153,13 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 		w.mu.Unlock()
 		return w.runLocal(ctx, e, prompt, sp, n, px, srv)
 	}
-	if err := w.claimReservationLocked(e, owner, req.GetTicket(), len(prompt), sp.MaxTokens); err != nil {
+	if err := w.claimReservationLocked(e, owner, req, len(prompt), sp.MaxTokens, n); err != nil {
 		w.mu.Unlock()
 		return err
 	}
 	e.handler, e.cancel, e.stage, e.weight = true, cancel, stageWaiting, int(req.GetTenantWeight())
 	w.mu.Unlock()
-	return w.runReserved(ctx, e, prompt, sp, srv)
+	return w.runReserved(ctx, e, prompt, sp, req.GetFirstTokens(), srv)
 }
 
 // reserveLocalLocked reserves pages for a whole request of n choices on
@@ -165,11 +167,7 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 // with px, the prompt's leading pages found sealed in px's domain are
 // shared instead (px.Hit says how many). Called with w.mu held.
 func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, prompt []int32, maxTokens, n int, px *engine.Prefix) (*entry, error) {
-	total := int64(len(prompt)) + int64(maxTokens)
-	if n > 1 {
-		pages, _ := engine.ChoicePages(w.capacity.PageTokens, len(prompt), maxTokens, n)
-		total = int64(pages) * int64(w.capacity.PageTokens)
-	}
+	total := w.choiceTokens(len(prompt), maxTokens, n)
 	if total > w.capacity.Tokens {
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
@@ -194,14 +192,15 @@ func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, pro
 	return e, nil
 }
 
-// claimReservationLocked checks a Generate against the reservation it
-// decodes from (I4: the prompt must be the one the ticket covers).
+// claimReservationLocked checks a Generate of n choices against the
+// reservation it decodes from (I4: the prompt must be the one the ticket
+// covers; the reservation is for n choices, each with a first token).
 // Called with w.mu held.
-func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, ticket *controlpb.Ticket, prompt, maxTokens int) error {
+func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, req *controlpb.GenerateRequest, prompt, maxTokens, n int) error {
 	if err := w.tombs.check(e.key, owner.Epoch); err != nil {
 		return err
 	}
-	t := e.ticket
+	t, ticket := e.ticket, req.GetTicket()
 	switch {
 	case w.closing:
 		return status.Error(codes.Unavailable, "worker is shutting down")
@@ -213,15 +212,21 @@ func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, ticket *co
 		return invalid("ticket %s is not the reservation's (%s)", ticket.GetTransferId(), t.TransferID)
 	case int64(prompt) != t.PromptTokens:
 		return invalid("prompt has %d tokens, the reservation's ticket covers %d", prompt, t.PromptTokens)
-	case prompt+maxTokens > e.tokens:
-		return invalid("prompt %d + max_tokens %d exceed the %d tokens reserved", prompt, maxTokens, e.tokens)
+	case w.choiceTokens(prompt, maxTokens, n) > int64(e.tokens):
+		return invalid("prompt %d + max_tokens %d of %d choices exceed the %d tokens reserved", prompt, maxTokens, n, e.tokens)
+	case n != e.choices:
+		return invalid("Generate asks for %d choices, the reservation is for %d", n, e.choices)
+	case n > 1 && len(req.GetFirstTokens()) != n:
+		return invalid("%d choices need %d first tokens, got %d", n, n, len(req.GetFirstTokens()))
 	}
 	return nil
 }
 
 // runReserved waits for the reservation's transfer, verifies it and
-// decodes, traced as warden.decode from the verified transfer on.
-func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
+// decodes, traced as warden.decode from the verified transfer on. For
+// n > 1 choices (firstTokens: each choice's, from prefill) it forks them
+// from the one transferred prompt (SubmitChoices).
+func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp engine.Sampling, firstTokens []int32, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) (err error) {
 	select {
 	case <-e.transferred:
 	case <-ctx.Done():
@@ -245,6 +250,13 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 		w.finish(e, st)
 		return st
 	}
+	if e.choices > 1 && firstTokens[0] != c.FirstToken {
+		// The choices' first tokens came through the gateway; the first
+		// one must be the token the verified transfer carries.
+		st := status.Errorf(codes.DataLoss, "kv transfer carries first token %d, Generate's first choice has %d", c.FirstToken, firstTokens[0])
+		w.finish(e, st)
+		return st
+	}
 	ctx, span := w.startSpan(ctx, spanDecode, obs.OperationDecode, e.owner, trace.SpanKindInternal,
 		obs.AttrInputTokens.Int(len(prompt)))
 	defer func() { endSpan(span, err) }()
@@ -263,10 +275,15 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 	// it computes from this prompt (a Generate whose prompt differs from
 	// the Reserve's is an owner violation) and seals the transferred full
 	// prompt pages: the transfer is verified by now.
-	es, err := w.rt.Engine.Submit(ctx, engine.Request{
+	req := engine.Request{
 		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt,
 		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp, Prefix: e.prefix,
-	})
+	}
+	if e.choices > 1 {
+		req.FirstTokens = firstTokens
+		return w.submitChoices(ctx, e, req, e.choices, srv, false)
+	}
+	es, err := w.rt.Engine.Submit(ctx, req)
 	if err != nil {
 		st := engineStatus(err)
 		w.finish(e, st)
@@ -294,13 +311,7 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
 	}
 	if n > 1 {
-		streams, err := w.rt.Engine.SubmitChoices(ctx, req, w.choiceTables(e, prompt, sp.MaxTokens, n))
-		if err != nil {
-			st := engineStatus(err)
-			w.finish(e, st)
-			return st
-		}
-		return w.serveChoices(ctx, e, streams, srv, len(prompt))
+		return w.submitChoices(ctx, e, req, n, srv, true)
 	}
 	es, err := w.rt.Engine.Submit(ctx, req)
 	if err != nil {

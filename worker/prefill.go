@@ -20,7 +20,8 @@ import (
 // prefill handles Prefill (prefill, both): it computes the prompt's KV in
 // local pages, pushes each page to the ticket's decode worker as soon as
 // all its positions are in the cache, completes the transfer with the
-// first sampled token and frees the local pages on every path.
+// first sampled token (of each choice, n > 1: the prompt is computed and
+// sent once) and frees the local pages on every path.
 func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ *controlpb.PrefillResponse, err error) {
 	if w.role == config.RoleDecode {
 		return nil, status.Error(codes.FailedPrecondition, "Prefill: this is a decode worker")
@@ -43,7 +44,8 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := choicesFrom(req.GetSampling(), false); err != nil {
+	n, err := choicesFrom(req.GetSampling())
+	if err != nil {
 		return nil, err
 	}
 	if sp.Constraint, err = w.constraintFor(req.GetSampling()); err != nil {
@@ -80,7 +82,7 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 		px.Hit = e.hit
 	}
 
-	resp, err := w.runPrefill(ctx, e, t, prompt, sp, px)
+	resp, err := w.runPrefill(ctx, e, t, prompt, sp, px, n)
 	w.finish(e, err)
 	if err != nil {
 		return nil, err
@@ -132,23 +134,27 @@ func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseF
 // engine computes only the positions after px.Hit pages prefill's own
 // cache holds (verifying them against the tags it computes, before the
 // first chunk, so a page pushed from the cache was verified) and seals
-// the prompt's full pages when it is done. On failure or abort it
+// the prompt's full pages when it is done. For n > 1 the engine samples
+// every choice's first token from the one prefill (SubmitChoices,
+// PrefillOnly). On failure or abort it
 // returns only once the engine and the transfer stream have both stopped
 // (the stream drained: it can write no further byte to decode). The
 // transfer is traced as warden.kv.send, whose context the handshake
 // carries to decode.
-func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling, px *engine.Prefix) (_ *controlpb.PrefillResponse, err error) {
+func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket, prompt []int32, sp engine.Sampling, px *engine.Prefix, n int) (_ *controlpb.PrefillResponse, err error) {
 	pool := w.rt.Pool
 	if err := pool.Activate(e.owner); err != nil {
 		return nil, status.Errorf(codes.Internal, "activating pages: %v", err)
 	}
-	es, err := w.rt.Engine.Submit(ctx, engine.Request{
+	streams, err := w.submitPrefill(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp,
 		PrefillOnly: true, ReportProgress: true, Prefix: px,
-	})
+	}, n)
 	if err != nil {
 		return nil, engineStatus(err)
 	}
+	// Stopping the first choice stops them all: the others end before it.
+	es := streams[0]
 	start := time.Now()
 	sctx, send := w.startSpan(ctx, spanSend, obs.OperationTransfer, e.owner, trace.SpanKindProducer, transferAttrs(t)...)
 	defer func() { endSpan(send, err) }()
@@ -221,6 +227,15 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		w.drainStream(e, st)
 		return nil, stoppedStatus(ctx)
 	}
+	choices, err := firstChoices(ctx, streams, res.FirstToken, first)
+	if err != nil {
+		w.drainStream(e, st)
+		if ctx.Err() != nil {
+			return nil, stoppedStatus(ctx)
+		}
+		w.logEngineFailure(ctx, e, err)
+		return nil, engineStatus(err)
+	}
 	r, err := st.Complete(ctx, int64(len(prompt)), res.FirstToken)
 	if err != nil {
 		w.noteDrain(e, r.Drain) // decode rejected it, or it was aborted
@@ -235,7 +250,54 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		PagesSent:          int32(r.Pages),
 		FirstTokenLogprobs: logprobsToProto(first),
 		CachedTokens:       int64(res.CachedTokens),
+		Choices:            choices,
 	}, nil
+}
+
+// submitPrefill submits a prefill-only request of n choices: one stream,
+// or for n > 1 one per choice (every choice's table is the prefill's
+// pages: the others only sample their first token).
+func (w *Worker) submitPrefill(ctx context.Context, req engine.Request, n int) ([]*engine.Stream, error) {
+	if n == 1 {
+		es, err := w.rt.Engine.Submit(ctx, req)
+		return []*engine.Stream{es}, err
+	}
+	tables := make([][]kvpool.PageID, n)
+	for k := range tables {
+		tables[k] = req.Pages
+	}
+	return w.rt.Engine.SubmitChoices(ctx, req, tables)
+}
+
+// firstChoices is every choice's first token of an n > 1 prefill whose
+// first choice sampled first (with its logprobs, when asked for); nil for
+// one choice. The engine ended the other choices before the first one's
+// result, so their events are all buffered by now.
+func firstChoices(ctx context.Context, streams []*engine.Stream, first int32, lp *engine.Logprobs) ([]*controlpb.ChoiceFirst, error) {
+	if len(streams) == 1 {
+		return nil, nil
+	}
+	out := []*controlpb.ChoiceFirst{{Token: first, Logprobs: logprobsToProto(lp)}}
+	for _, es := range streams[1:] {
+		c := &controlpb.ChoiceFirst{}
+		for done := false; !done; {
+			ev, err := es.Next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			switch ev.Kind {
+			case engine.EventToken:
+				c.Logprobs = logprobsToProto(ev.Logprobs)
+			case engine.EventDone:
+				if r := ev.Result; r.Finish != engine.FinishPrefilled && r.Finish != engine.FinishStop {
+					return nil, r.Err
+				}
+				c.Token, done = ev.Result.FirstToken, true
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // drainStream aborts st — once it returns, the stream can write no

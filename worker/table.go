@@ -52,6 +52,9 @@ type entry struct {
 	weight int
 	// ticket is the transfer ticket Reserve issued (decode, both).
 	ticket *kvtransfer.Ticket
+	// choices (decode, both): the n the reservation was made for
+	// (engine.ChoicePages for n > 1).
+	choices int
 	// prefix (decode, both): the reservation shares ticket.HeldPages
 	// sealed prefix pages of this cache domain; the decode sequence
 	// presents their tags and seals the transferred full prompt pages.

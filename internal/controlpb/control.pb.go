@@ -1157,7 +1157,14 @@ type ReserveRequest struct {
 	// domain (gRPC metadata warden-cache-domain): decode computes the chain
 	// tags of the prompt's full pages from them and shares those it holds
 	// sealed (Ticket.held_pages). Its length must be prompt_tokens.
-	Prompt        []int32 `protobuf:"varint,40,rep,packed,name=prompt,proto3" json:"prompt,omitempty"`
+	Prompt []int32 `protobuf:"varint,40,rep,packed,name=prompt,proto3" json:"prompt,omitempty"`
+	// choices: the request's n (0 means 1). For n > 1 total_tokens is one
+	// choice's prompt_tokens + max_tokens, and decode reserves the prompt's
+	// full pages once, shared read-only by the choices, and each choice's
+	// own pages after them (its copy of the partial last prompt page and
+	// its output). The ticket's transfer fills the first choice's prompt
+	// pages.
+	Choices       int32 `protobuf:"varint,100,opt,name=choices,proto3" json:"choices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1225,6 +1232,13 @@ func (x *ReserveRequest) GetPrompt() []int32 {
 		return x.Prompt
 	}
 	return nil
+}
+
+func (x *ReserveRequest) GetChoices() int32 {
+	if x != nil {
+		return x.Choices
+	}
+	return 0
 }
 
 type ReserveResponse struct {
@@ -1361,7 +1375,12 @@ type PrefillResponse struct {
 	FirstTokenLogprobs *LogprobsToken `protobuf:"bytes,20,opt,name=first_token_logprobs,json=firstTokenLogprobs,proto3" json:"first_token_logprobs,omitempty"`
 	// cached_tokens: prompt positions prefill reused from its own prefix
 	// cache instead of computing them (0 without a hit).
-	CachedTokens  int64 `protobuf:"varint,40,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	CachedTokens int64 `protobuf:"varint,40,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// choices, for n > 1 (SamplingParams.n): every choice's first token in
+	// choice order, each sampled from the prompt's last logits with the
+	// choice's seed; choices[0] is first_token, the one the transfer's
+	// COMPLETE carries.
+	Choices       []*ChoiceFirst `protobuf:"bytes,100,rep,name=choices,proto3" json:"choices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1438,6 +1457,68 @@ func (x *PrefillResponse) GetCachedTokens() int64 {
 	return 0
 }
 
+func (x *PrefillResponse) GetChoices() []*ChoiceFirst {
+	if x != nil {
+		return x.Choices
+	}
+	return nil
+}
+
+// ChoiceFirst is the first token of one choice of an n > 1 prefill, with
+// its logprobs when the sampling asked for them and the token is not a
+// stop token.
+type ChoiceFirst struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         int32                  `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Logprobs      *LogprobsToken         `protobuf:"bytes,2,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChoiceFirst) Reset() {
+	*x = ChoiceFirst{}
+	mi := &file_control_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChoiceFirst) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChoiceFirst) ProtoMessage() {}
+
+func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
+func (*ChoiceFirst) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ChoiceFirst) GetToken() int32 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ChoiceFirst) GetLogprobs() *LogprobsToken {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
 type GenerateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1450,14 +1531,20 @@ type GenerateRequest struct {
 	// tenant_weight is the owner's fair-scheduling weight (0 means 1): the
 	// engine's preemption picks its victim among the tenants running the
 	// most sequences per weight.
-	TenantWeight  int32 `protobuf:"varint,110,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
+	TenantWeight int32 `protobuf:"varint,110,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
+	// first_tokens, on a decode worker for n > 1: every choice's first
+	// token as the Prefill call returned them (PrefillResponse.choices);
+	// decode checks first_tokens[0] against the verified transfer and forks
+	// the n choices from the one prompt. The gateway sends such a Generate
+	// once the Prefill call returned.
+	FirstTokens   []int32 `protobuf:"varint,100,rep,packed,name=first_tokens,json=firstTokens,proto3" json:"first_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1556,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1569,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1520,6 +1607,13 @@ func (x *GenerateRequest) GetTenantWeight() int32 {
 	return 0
 }
 
+func (x *GenerateRequest) GetFirstTokens() []int32 {
+	if x != nil {
+		return x.FirstTokens
+	}
+	return nil
+}
+
 type GenerateEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1534,7 +1628,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1640,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1653,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1629,7 +1723,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1735,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1748,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1680,7 +1774,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1786,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1799,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1745,7 +1839,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1851,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1864,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -1810,7 +1904,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1916,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1929,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1877,7 +1971,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1983,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1996,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -1931,7 +2025,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2037,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2050,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -1993,7 +2087,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2099,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2112,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2050,7 +2144,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2156,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2169,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 type WorkerStatus struct {
@@ -2091,7 +2185,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2197,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2210,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2168,7 +2262,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2274,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2287,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2222,7 +2316,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2328,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2341,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2278,7 +2372,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2384,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2397,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2420,14 +2514,15 @@ const file_control_proto_rawDesc = "" +
 	" \x01(\x03R\tpageBytes\x12(\n" +
 	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\x12\x1d\n" +
 	"\n" +
-	"held_pages\x18( \x01(\x05R\theldPages\"\xbf\x01\n" +
+	"held_pages\x18( \x01(\x05R\theldPages\"\xd9\x01\n" +
 	"\x0eReserveRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12!\n" +
 	"\ftotal_tokens\x18\x03 \x01(\x03R\vtotalTokens\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x16\n" +
-	"\x06prompt\x18( \x03(\x05R\x06prompt\"D\n" +
+	"\x06prompt\x18( \x03(\x05R\x06prompt\x12\x18\n" +
+	"\achoices\x18d \x01(\x05R\achoices\"D\n" +
 	"\x0fReserveResponse\x121\n" +
 	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xec\x01\n" +
 	"\x0ePrefillRequest\x12.\n" +
@@ -2435,7 +2530,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12 \n" +
-	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\x8e\x02\n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\xc8\x02\n" +
 	"\x0fPrefillResponse\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12\x1f\n" +
 	"\vfirst_token\x18\x02 \x01(\x05R\n" +
@@ -2445,13 +2540,18 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\x12R\n" +
 	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\x12#\n" +
-	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\"\xf0\x01\n" +
+	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\x128\n" +
+	"\achoices\x18d \x03(\v2\x1e.warden.control.v1.ChoiceFirstR\achoices\"a\n" +
+	"\vChoiceFirst\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x05R\x05token\x12<\n" +
+	"\blogprobs\x18\x02 \x01(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\"\x93\x02\n" +
 	"\x0fGenerateRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12#\n" +
-	"\rtenant_weight\x18n \x01(\x05R\ftenantWeight\"\xae\x01\n" +
+	"\rtenant_weight\x18n \x01(\x05R\ftenantWeight\x12!\n" +
+	"\ffirst_tokens\x18d \x03(\x05R\vfirstTokens\"\xae\x01\n" +
 	"\rGenerateEvent\x120\n" +
 	"\x05ready\x18\x01 \x01(\v2\x18.warden.control.v1.ReadyH\x00R\x05ready\x123\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x19.warden.control.v1.TokensH\x00R\x06tokens\x12-\n" +
@@ -2528,7 +2628,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
@@ -2547,20 +2647,21 @@ var file_control_proto_goTypes = []any{
 	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
 	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
 	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
-	(*GenerateRequest)(nil),       // 17: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 18: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 19: warden.control.v1.Ready
-	(*Tokens)(nil),                // 20: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),         // 21: warden.control.v1.LogprobsToken
-	(*Done)(nil),                  // 22: warden.control.v1.Done
-	(*NChoicesDone)(nil),          // 23: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),          // 24: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 25: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 26: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 27: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 28: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 29: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 30: warden.control.v1.WriterDrainedResponse
+	(*ChoiceFirst)(nil),           // 17: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),       // 18: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),         // 19: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                 // 20: warden.control.v1.Ready
+	(*Tokens)(nil),                // 21: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),         // 22: warden.control.v1.LogprobsToken
+	(*Done)(nil),                  // 23: warden.control.v1.Done
+	(*NChoicesDone)(nil),          // 24: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),          // 25: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 26: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 27: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 28: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 29: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 30: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 31: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -2575,44 +2676,46 @@ var file_control_proto_depIdxs = []int32{
 	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
 	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
 	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	21, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	10, // 13: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 14: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 15: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	19, // 16: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	20, // 17: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	22, // 18: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	21, // 19: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	23, // 20: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	10, // 21: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	28, // 22: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 23: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 24: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	10, // 25: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	28, // 26: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 27: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 28: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	8,  // 29: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	13, // 30: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	15, // 31: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	17, // 32: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	24, // 33: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	29, // 34: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	26, // 35: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 36: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	7,  // 37: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	9,  // 38: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	14, // 39: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	16, // 40: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	18, // 41: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	25, // 42: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	30, // 43: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	27, // 44: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	36, // [36:45] is the sub-list for method output_type
-	27, // [27:36] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	22, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	17, // 13: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	22, // 14: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	10, // 15: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 16: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 17: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	20, // 18: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	21, // 19: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	23, // 20: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	22, // 21: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	24, // 22: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	10, // 23: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	29, // 24: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 25: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 26: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 27: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	29, // 28: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 29: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 30: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 31: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 32: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 33: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	18, // 34: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	25, // 35: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	30, // 36: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	27, // 37: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 38: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 39: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 40: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 41: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 42: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	19, // 43: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	26, // 44: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	31, // 45: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	28, // 46: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2620,7 +2723,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[17].OneofWrappers = []any{
+	file_control_proto_msgTypes[18].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2631,7 +2734,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

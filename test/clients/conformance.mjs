@@ -55,26 +55,26 @@ for await (const chunk of lpStream) for (const c of chunk.choices) if (c.logprob
 checkLogprobs(streamed, "chat stream");
 ok("node logprobs");
 
-// n: 3 at temperature 0 on a single worker (WARDEN_SINGLE_*): three
-// choices, each the greedy answer, the prompt counted once; streamed
-// chunks name their choice. Separate prefill and decode workers refuse it
-// naming n.
+// n: 3 at temperature 0 on the P/D workers and on a single worker
+// (WARDEN_SINGLE_*): three choices, each the greedy answer, the prompt
+// counted once; streamed chunks name their choice.
 const single = new OpenAI({ baseURL: process.env.WARDEN_SINGLE_BASE_URL, apiKey: process.env.WARDEN_SINGLE_API_KEY, maxRetries: 0 });
 const nParams = { model, messages: [{ role: "user", content: prompt }], max_tokens: max, temperature: 0, n: 3 };
-const three = await single.chat.completions.create(nParams);
-assert.equal(three.choices.length, 3);
-three.choices.forEach((c, i) => {
-  assert.equal(c.index, i);
-  assert.equal(c.message.content, want, `choice ${i} differs from the greedy answer`);
-});
-assert.equal(three.usage.prompt_tokens, chat.usage.prompt_tokens, "n: 3 counts the prompt once");
-assert.equal(three.usage.completion_tokens, 3 * chat.usage.completion_tokens);
-const texts = ["", "", ""];
-for await (const chunk of await single.chat.completions.create({ ...nParams, stream: true })) {
-  for (const c of chunk.choices) texts[c.index] += c.delta.content ?? "";
+for (const [where, c3] of [["P/D", client], ["single", single]]) {
+  const three = await c3.chat.completions.create(nParams);
+  assert.equal(three.choices.length, 3, where);
+  three.choices.forEach((c, i) => {
+    assert.equal(c.index, i, where);
+    assert.equal(c.message.content, want, `${where}: choice ${i} differs from the greedy answer`);
+  });
+  assert.equal(three.usage.prompt_tokens, chat.usage.prompt_tokens, `${where}: n: 3 counts the prompt once`);
+  assert.equal(three.usage.completion_tokens, 3 * chat.usage.completion_tokens, where);
+  const texts = ["", "", ""];
+  for await (const chunk of await c3.chat.completions.create({ ...nParams, stream: true })) {
+    for (const c of chunk.choices) texts[c.index] += c.delta.content ?? "";
+  }
+  assert.deepEqual(texts, [want, want, want], `${where}: streamed choices differ from the greedy answer`);
 }
-assert.deepEqual(texts, [want, want, want], "streamed choices differ from the greedy answer");
-await assert.rejects(client.chat.completions.create(nParams), (e) => e instanceof OpenAI.BadRequestError && e.param === "n");
 ok("node n: 3");
 
 // models.retrieve, and its typed 404.

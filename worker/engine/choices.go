@@ -36,21 +36,29 @@ func ChoicePages(pageTokens, prompt, maxTokens, n int) (total int, tables func([
 }
 
 // SubmitChoices runs len(tables) sequences (the choices of one request,
-// n > 1) from one prefill of req.Prompt. Every table must hold the same
-// pages for the prompt's full pages (ChoicePages); req.Pages is ignored.
-// Choice 0 prefills the prompt; when its last position's logits are
-// computed, every choice samples its first token from those logits with
-// its own seed (ChoiceSeed(req.Sampling.Seed, k)) and constraint. The
-// other choices then recompute only the prompt's partial last page into
-// their own page (Stats.ForkTokens; Stats.PrefillTokens counts the prompt
-// once) before decoding on their own. Streams are in choice order.
+// n > 1) from one prompt. Every table must hold the same pages for the
+// prompt's full pages (ChoicePages); req.Pages is ignored. Choice 0 has
+// the prompt; the other choices share its full pages read-only (its
+// sealed pages with a Prefix, else pages of the same owner) and recompute
+// only the prompt's partial last page into their own page
+// (Stats.ForkTokens; Stats.PrefillTokens counts the prompt once) before
+// decoding on their own. Each choice's first token is
+//   - for a request the engine prefills: sampled, when choice 0's last
+//     position's logits are computed, from those logits with the choice's
+//     own seed (ChoiceSeed(req.Sampling.Seed, k)) and constraint;
+//     with PrefillOnly the choices stop there (they never write, so every
+//     table may be the prefill's one);
+//   - for a Prefilled request (decode of a P/D transfer): req.FirstTokens[k],
+//     delivered once choice 0's transferred pages passed the ownership check.
+//
+// Streams are in choice order.
 func (e *Engine) SubmitChoices(ctx context.Context, req Request, tables [][]kvpool.PageID) ([]*Stream, error) {
 	n := len(tables)
 	switch {
 	case n < 1 || n > e.cfg.MaxBatch:
 		return nil, fmt.Errorf("%w: %d choices, want 1..%d (the batch size)", ErrBadRequest, n, e.cfg.MaxBatch)
-	case n > 1 && (req.Prefilled || req.PrefillOnly):
-		return nil, fmt.Errorf("%w: several choices need the prompt prefilled here", ErrBadRequest)
+	case req.Prefilled && len(req.FirstTokens) != n:
+		return nil, fmt.Errorf("%w: %d first tokens for %d prefilled choices", ErrBadRequest, len(req.FirstTokens), n)
 	}
 	full := len(req.Prompt) / e.cfg.PageTokens
 	seqs := make([]*sequence, n)
@@ -58,6 +66,9 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, tables [][]kvpo
 		r := req
 		r.Pages = pages
 		r.Sampling.Seed = ChoiceSeed(req.Sampling.Seed, k)
+		if req.Prefilled {
+			r.FirstToken = req.FirstTokens[k]
+		}
 		if err := e.validate(&r); err != nil {
 			return nil, err
 		}
@@ -86,11 +97,11 @@ func (e *Engine) SubmitChoices(ctx context.Context, req Request, tables [][]kvpo
 	return out, nil
 }
 
-// fork starts s's other choices from the logits of its prompt's last
-// position (before s's own constraint masks them): each samples its first
-// token from its own copy, then recomputes the partial last prompt page
-// into its own page table.
-func (e *Engine) fork(s *sequence, logits []float32) {
+// fork starts s's other choices once s's prompt is in the cache: each
+// shares s's full prompt pages (their tags and seals too), takes its first
+// token from first, then recomputes the partial last prompt page into its
+// own page table.
+func (e *Engine) fork(s *sequence, first func(f *sequence) (int32, *Logprobs)) {
 	forks := s.forks
 	s.forks = nil
 	pos := len(s.req.Prompt) / e.cfg.PageTokens * e.cfg.PageTokens
@@ -101,13 +112,20 @@ func (e *Engine) fork(s *sequence, logits []float32) {
 		f.awaiting = false
 		f.tags, f.shared, f.cached = s.tags, s.shared, s.cached
 		f.pos, f.prompt = pos, len(s.req.Prompt)
-		e.forkLogits = append(e.forkLogits[:0], logits...)
-		f.constrain(e.forkLogits)
-		tok := e.sampler.sample(e.forkLogits, f.req.Sampling, f.generated)
-		var lp *Logprobs
-		if f.req.Sampling.Logprobs {
-			lp = e.lps.logprobs(e.forkLogits, tok, f.req.Sampling.TopLogprobs)
-		}
+		tok, lp := first(f)
 		e.emit(f, tok, lp)
 	}
+}
+
+// sampleFork samples choice f's first token from its own copy of the
+// prompt's last logits (before the first choice's constraint masks them).
+func (e *Engine) sampleFork(f *sequence, logits []float32) (int32, *Logprobs) {
+	e.forkLogits = append(e.forkLogits[:0], logits...)
+	f.constrain(e.forkLogits)
+	tok := e.sampler.sample(e.forkLogits, f.req.Sampling, f.generated)
+	var lp *Logprobs
+	if f.req.Sampling.Logprobs {
+		lp = e.lps.logprobs(e.forkLogits, tok, f.req.Sampling.TopLogprobs)
+	}
+	return tok, lp
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -187,5 +188,175 @@ func TestSubmitChoicesRejectsInconsistentTables(t *testing.T) {
 	ts[1][0] = ts[1][2]
 	if _, err := r.eng.SubmitChoices(context.Background(), engine.Request{Owner: o, Prompt: p, Sampling: greedy(4)}, ts); err == nil {
 		t.Fatal("choices with different prompt pages accepted")
+	}
+}
+
+// prefillChoices runs the prefill worker's half of an n > 1 request: the
+// prompt once (SubmitChoices, PrefillOnly, every table the prefill's
+// pages), every choice's first token with its logprobs. It returns the
+// prefill's pages, still held by o, and the n first outcomes.
+func (r *rig) prefillChoices(t *testing.T, o kvpool.Owner, p []int32, s engine.Sampling, n int) ([]kvpool.PageID, []outcome) {
+	t.Helper()
+	pages, err := r.pool.Reserve(o, len(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.pool.Activate(o); err != nil {
+		t.Fatal(err)
+	}
+	tables := make([][]kvpool.PageID, n)
+	for k := range tables {
+		tables[k] = pages
+	}
+	sts, err := r.eng.SubmitChoices(context.Background(), engine.Request{Owner: o, Prompt: p, Sampling: s, PrefillOnly: true, ReportProgress: true}, tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs := make([]outcome, n)
+	for k, st := range sts {
+		outs[k] = collect(t, st)
+		if outs[k].res.Finish != engine.FinishPrefilled || len(outs[k].tokens) != 1 || outs[k].tokens[0] != outs[k].res.FirstToken {
+			t.Fatalf("prefill choice %d: %+v, tokens %v", k, outs[k].res, outs[k].tokens)
+		}
+	}
+	return pages, outs
+}
+
+// transferChoices reserves decode's pages for n choices (ChoicePages),
+// copies the prefill's prompt pages into the first choice's prompt pages
+// as a verified transfer would (written == false skips marking them
+// written: a transfer that never arrived) and submits, on ctx, the choices
+// Prefilled with their first tokens.
+func (r *rig) transferChoices(t *testing.T, ctx context.Context, o kvpool.Owner, p []int32, s engine.Sampling, src []kvpool.PageID, first []int32, px *engine.Prefix, written bool) []*engine.Stream {
+	t.Helper()
+	total, tables := engine.ChoicePages(pageTokens, len(p), s.MaxTokens, len(first))
+	pages, err := r.pool.Reserve(o, total*pageTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src {
+		copy(r.pool.Data(pages[i]), r.pool.Data(src[i]))
+	}
+	if written {
+		if err := r.pool.MarkTokensWritten(o, pages[:len(src)], len(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.pool.Activate(o); err != nil {
+		t.Fatal(err)
+	}
+	sts, err := r.eng.SubmitChoices(ctx, engine.Request{Owner: o, Prompt: p, Sampling: s,
+		Prefilled: true, FirstTokens: first, Prefix: px}, tables(pages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sts
+}
+
+// TestPrefillDecodeChoicesEqualOneWorker: the P/D split of an n = 3
+// request — the prefill computes the prompt once and samples the three
+// first tokens (with the derived seeds and logprobs), decode receives the
+// prompt once and forks the choices from it (the full pages shared, with
+// or without the prefix cache's seals; the partial last page recomputed
+// per choice) — gives exactly the choices of one worker's SubmitChoices,
+// each equal to a single run with its seed, logprobs included. The
+// prefill counts the prompt once; decode prefills nothing and recomputes
+// only the partial page of the other choices.
+func TestPrefillDecodeChoicesEqualOneWorker(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 4})
+	vocab := r.m.Config.VocabSize
+	s := engine.Sampling{Temperature: 1, Seed: 5, MaxTokens: 10, IgnoreEOS: true, Logprobs: true, TopLogprobs: 2}
+	for _, plen := range []int{37, 48, 5} {
+		for _, cached := range []bool{false, true} {
+			p := prompt(uint64(plen), plen, vocab)
+			local := r.runChoices(t, owner("local"), p, s, 3, nil)
+
+			before := r.eng.Stats()
+			src, first := r.prefillChoices(t, owner("pre"), p, s, 3)
+			mid := r.eng.Stats()
+			if d := mid.Prefills - before.Prefills; d != 1 || mid.PrefillTokens-before.PrefillTokens != uint64(plen) {
+				t.Fatalf("prompt %d: prefill of 3 choices counted %d prefills, %d tokens; want 1, %d", plen, d, mid.PrefillTokens-before.PrefillTokens, plen)
+			}
+			tokens := make([]int32, 3)
+			for k, f := range first {
+				tokens[k] = f.res.FirstToken
+			}
+			var px *engine.Prefix
+			if cached {
+				px = &engine.Prefix{Domain: cacheDomain(t, "pd-choices"), Version: uint64(plen)}
+			}
+			sts := r.transferChoices(t, context.Background(), owner("dec"), p, s, src, tokens, px, true)
+			if _, err := r.pool.Release(owner("pre")); err != nil {
+				t.Fatal(err)
+			}
+			for k, st := range sts {
+				got := collect(t, st)
+				// Decode delivers the prefill's first token without its
+				// logprobs: those come from the prefill.
+				got.lps = append(first[k].lps, got.lps...)
+				if got.res.Err != nil || !slices.Equal(got.tokens, local[k].tokens) || got.res.PromptTokens != plen || got.res.CompletionTokens != s.MaxTokens {
+					t.Fatalf("prompt %d cached %v choice %d: %v (%+v), one worker %v", plen, cached, k, got.tokens, got.res, local[k].tokens)
+				}
+				for i, lp := range got.lps {
+					if lp.Token != local[k].lps[i].Token || lp.Logprob != local[k].lps[i].Logprob {
+						t.Fatalf("prompt %d choice %d token %d: logprob %+v, one worker %+v", plen, k, i, lp, local[k].lps[i])
+					}
+				}
+			}
+			if _, err := r.pool.Release(owner("dec")); err != nil {
+				t.Fatal(err)
+			}
+			after := r.eng.Stats()
+			if after.Prefills != mid.Prefills || after.PrefillTokens != mid.PrefillTokens || after.ForkTokens-mid.ForkTokens != uint64(2*(plen%pageTokens)) {
+				t.Fatalf("prompt %d: decode counted %d prefills, %d prefill tokens, %d fork tokens; want 0, 0, %d",
+					plen, after.Prefills-mid.Prefills, after.PrefillTokens-mid.PrefillTokens, after.ForkTokens-mid.ForkTokens, 2*(plen%pageTokens))
+			}
+		}
+	}
+	if st := idleStats(t, r.eng); st.Running != 0 || st.Waiting != 0 {
+		t.Fatalf("stats at the end %+v", st)
+	}
+}
+
+// TestPrefillDecodeChoicesVerifyAndAbortTogether: decode's choices read
+// the transferred prompt only through the ownership check — pages never
+// marked written end every choice with an owner violation and no token
+// — and the request's end (its context) before the transfer is verified
+// ends them all without a token. Every page is free afterwards.
+func TestPrefillDecodeChoicesVerifyAndAbortTogether(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 4})
+	p := prompt(9, 37, r.m.Config.VocabSize)
+	s := greedy(6)
+	src, first := r.prefillChoices(t, owner("pre"), p, s, 3)
+	tokens := []int32{first[0].res.FirstToken, first[1].res.FirstToken, first[2].res.FirstToken}
+
+	before := r.pool.Stats().Violations
+	for k, st := range r.transferChoices(t, context.Background(), owner("unwritten"), p, s, src, tokens, nil, false) {
+		got := collect(t, st)
+		if len(got.tokens) != 0 || !errors.Is(got.res.Err, kvpool.ErrOwnerViolation) {
+			t.Fatalf("choice %d over unwritten pages: tokens %v, %v; want none and an owner violation", k, got.tokens, got.res.Err)
+		}
+	}
+	if after := r.pool.Stats().Violations; after != before+1 {
+		t.Fatalf("violations %d -> %d, want one for the request", before, after)
+	}
+	if _, err := r.pool.Release(owner("unwritten")); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for k, st := range r.transferChoices(t, ctx, owner("aborted"), p, s, src, tokens, nil, true) {
+		if got := collect(t, st); len(got.tokens) != 0 || !errors.Is(got.res.Err, engine.ErrAborted) {
+			t.Fatalf("choice %d of an aborted request: tokens %v, %v; want none, aborted", k, got.tokens, got.res.Err)
+		}
+	}
+	for _, o := range []string{"aborted", "pre"} {
+		if _, err := r.pool.Release(owner(o)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r.pool.Stats(); st.Free != st.Total {
+		t.Fatalf("pool after the aborts: %+v, want every page free", st)
 	}
 }

@@ -68,6 +68,10 @@ type Request struct {
 	Prefilled  bool
 	FirstToken int32
 	Sampling   Sampling
+	// FirstTokens is, for a Prefilled request of several choices
+	// (SubmitChoices), the first token the prefill worker sampled for each
+	// choice, in choice order (FirstToken is then ignored).
+	FirstTokens []int32
 	// PrefillOnly stops after the prompt is in the cache and the first
 	// token is sampled (the prefill role).
 	PrefillOnly bool
@@ -389,6 +393,9 @@ func (e *Engine) admit() {
 		// Verified (and the transfer before it): its full prompt pages
 		// may now serve later requests of the domain.
 		e.sealPrompt(s)
+		if s.forks != nil {
+			e.fork(s, func(f *sequence) (int32, *Logprobs) { return f.req.FirstToken, nil })
+		}
 		e.emit(s, s.req.FirstToken, nil)
 	}
 	e.compact()
@@ -597,7 +604,7 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 		return
 	}
 	if s.forks != nil {
-		e.fork(s, c.Logits)
+		e.fork(s, func(f *sequence) (int32, *Logprobs) { return e.sampleFork(f, c.Logits) })
 	}
 	s.constrain(c.Logits)
 	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
