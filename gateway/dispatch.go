@@ -72,8 +72,24 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	}
 	runHook(ctx, &d.g.hooks.beforePrefill)
 	prefilled := make(chan error, 1)
-	go func() { prefilled <- d.prefill(sctx, rt, ticket) }()
-	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		prefilled <- d.prefill(sctx, rt, ticket)
+	}()
+	err = d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+	if err == nil {
+		// Decode verified the transfer, so its verdict is on the way to
+		// prefill, whose call ends by itself. Cancelling the call first
+		// would abort prefill's transfer stream while it waits for that
+		// verdict: prefill would record the transfer decode verified as
+		// aborted (its send span, transfer metrics and drain).
+		select {
+		case <-returned:
+		case <-ctx.Done():
+		}
+	}
+	return err
 }
 
 // prefill sends the prompt and the ticket to rt's prefill worker. When
