@@ -79,15 +79,31 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	if err != nil {
 		return d.workerError("generate", rt.Decode, err)
 	}
-	var prefilled chan error
-	if d.n == 1 {
-		if err := d.startPrefill(ctx, rt); err != nil {
-			return err
-		}
-		prefilled = make(chan error, 1)
-		go func() { prefilled <- d.prefill(sctx, rt, ticket) }()
+	if d.n > 1 { // the Prefill call has returned
+		return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), nil, false)
 	}
-	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+	if err := d.startPrefill(ctx, rt); err != nil {
+		return err
+	}
+	prefilled := make(chan error, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		prefilled <- d.prefill(sctx, rt, ticket)
+	}()
+	err = d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+	if err == nil {
+		// Decode verified the transfer, so its verdict is on the way to
+		// prefill, whose call ends by itself. Cancelling the call first
+		// would abort prefill's transfer stream while it waits for that
+		// verdict: prefill would record the transfer decode verified as
+		// aborted (its send span, transfer metrics and drain).
+		select {
+		case <-returned:
+		case <-ctx.Done():
+		}
+	}
+	return err
 }
 
 // startPrefill enters the prefilling stage on rt's prefill worker.

@@ -52,7 +52,10 @@
 //
 //   - P/D: Reserve on decode (ResourceExhausted: back to waiting, nothing
 //     held), Generate on decode with the ticket and, concurrently, Prefill
-//     on prefill; decode's events are relayed;
+//     on prefill; decode's events are relayed. A completed request lets
+//     its Prefill call end (prefill still waits for decode's verdict on
+//     the transfer) rather than cancel it, which prefill would take for an
+//     abort of a transfer decode verified;
 //   - single node (role both): Generate with the prompt and no Reserve: a
 //     both worker reserves the whole sequence itself, all or nothing, and
 //     a Reserve there would make it wait for a KV transfer. A full pool

@@ -190,10 +190,13 @@ func httpsClient(t testing.TB) *http.Client {
 }
 
 // openai returns the official OpenAI client pointed at the gateway.
-func (tg *testGateway) openai() *openai.Client {
+func (tg *testGateway) openai() *openai.Client { return tg.openaiAs(tg.key) }
+
+// openaiAs returns the official OpenAI client calling with API key key.
+func (tg *testGateway) openaiAs(key string) *openai.Client {
 	c := openai.NewClient(
 		option.WithBaseURL(tg.base+"/v1/"),
-		option.WithAPIKey(tg.key),
+		option.WithAPIKey(key),
 		option.WithHTTPClient(tg.http),
 		option.WithMaxRetries(0),
 	)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
@@ -39,15 +38,7 @@ func TestPrefixCacheIsPerTenant(t *testing.T) {
 	hit := (ref.prompt - 1) / pageTokens * pageTokens
 	ask := func(key string, wantCached int64) {
 		t.Helper()
-		c := openai.NewClient(option.WithBaseURL(tg.base+"/v1/"), option.WithAPIKey(key),
-			option.WithHTTPClient(tg.http), option.WithMaxRetries(0))
-		resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
-			MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
 		u := resp.Usage
 		if got := resp.Choices[0].Message.Content; got != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
 			t.Fatalf("answer %q usage %d+%d, reference %q %d+%d", got, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
@@ -81,18 +72,9 @@ func TestPrefixRoutingFollowsTheCache(t *testing.T) {
 	reg := tg.RegistryAddr().String()
 	w1 := startReal(t, workerConfig(t, "both-1", config.RoleBoth, config.TransferTCP, reg)).attach(tg)
 	w2 := startReal(t, workerConfig(t, "both-2", config.RoleBoth, config.TransferTCP, reg)).attach(tg)
-	ctx := context.Background()
 	ask := func(key string) int64 {
 		t.Helper()
-		c := openai.NewClient(option.WithBaseURL(tg.base+"/v1/"), option.WithAPIKey(key),
-			option.WithHTTPClient(tg.http), option.WithMaxRetries(0))
-		resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
-			MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
 		if got := resp.Choices[0].Message.Content; got != ref.text {
 			t.Fatalf("answer %q, reference %q", got, ref.text)
 		}
@@ -177,14 +159,7 @@ func TestConversationsFollowTheirPrefix(t *testing.T) {
 	}
 	say := func(key string, msgs []openai.ChatCompletionMessageParamUnion) turn {
 		t.Helper()
-		c := openai.NewClient(option.WithBaseURL(tg.base+"/v1/"), option.WithAPIKey(key),
-			option.WithHTTPClient(tg.http), option.WithMaxRetries(0))
-		resp, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: "tiny", Messages: msgs, MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := tg.greedyChat(key, msgs, maxTokens)
 		return turn{resp.Choices[0].Message.Content, resp.Usage.PromptTokens, resp.Usage.PromptTokensDetails.CachedTokens}
 	}
 	topics := []string{"Pack my box with five dozen liquor jugs. ", "How vexingly quick daft zebras jump. "}
@@ -247,4 +222,18 @@ func TestConversationsFollowTheirPrefix(t *testing.T) {
 	}
 	w1.poolQuiet()
 	w2.poolQuiet()
+}
+
+// greedyChat sends msgs to model tiny with API key key, at temperature 0
+// for at most maxTokens, and returns the answer; it fails the test on an
+// error.
+func (tg *testGateway) greedyChat(key string, msgs []openai.ChatCompletionMessageParamUnion, maxTokens int64) *openai.ChatCompletion {
+	tg.t.Helper()
+	resp, err := tg.openaiAs(key).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model: "tiny", Messages: msgs, MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+	})
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	return resp
 }

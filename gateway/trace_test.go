@@ -11,7 +11,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/worker"
 )
@@ -368,4 +371,70 @@ func checkLifecycle(t *testing.T, got []string, terminal string) {
 	if i != len(want) {
 		t.Errorf("lifecycle events %v, want %v", got, want)
 	}
+}
+
+// TestVerifiedTransferOutlivesTheRequest: decode holds back its verdict
+// on a transfer it verified (as a slow connection or a descheduled
+// goroutine would) until it has generated the whole answer and the
+// gateway has its Done. The gateway, done with the request, does not
+// cancel the Prefill call still waiting for that verdict — which would
+// abort prefill's stream and record the verified transfer as failed — so
+// the answer equals the reference and prefill's send span carries the
+// bytes decode received, without an error.
+func TestVerifiedTransferOutlivesTheRequest(t *testing.T) {
+	const maxTokens = 8
+	ref := runReference(t, chatTokens(t, realPrompt), maxTokens)
+	tr := newTraced(t)
+	held := faults.New(faults.Rule{Point: faults.SendResult, Action: faults.Stall})
+	t.Cleanup(held.Release)
+	tg := startGatewayWith(t, testConfig(), WithTracerProvider(tr.provider("warden-gateway")))
+	reg := tg.RegistryAddr().String()
+	d := startReal(t, workerConfig(t, "decode-held", config.RoleDecode, config.TransferTCP, reg),
+		worker.WithTracerProvider(tr.provider("warden-decode")), worker.WithTransferFaults(held)).attach(tg)
+	p := startReal(t, workerConfig(t, "prefill-held", config.RolePrefill, config.TransferTCP, reg),
+		worker.WithTracerProvider(tr.provider("warden-prefill"))).attach(tg)
+
+	type answer struct {
+		resp *openai.ChatCompletion
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := tg.openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+			Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(realPrompt)},
+			MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+		})
+		answered <- answer{resp, err}
+	}()
+	<-held.Stalled()
+	ended := func(service, name string) sdktrace.ReadOnlySpan {
+		for _, s := range tr.rec.Ended() {
+			if s.Name() == name && serviceOf(s) == service {
+				return s
+			}
+		}
+		return nil
+	}
+	waitFor(t, "decode's generation", func() bool { return ended("warden-decode", "warden.decode") != nil })
+	held.Release()
+	a := <-answered
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if got := a.resp.Choices[0].Message.Content; got != ref.text || a.resp.Usage.CompletionTokens != ref.completion {
+		t.Fatalf("answer %q (%d tokens), reference %q (%d)", got, a.resp.Usage.CompletionTokens, ref.text, ref.completion)
+	}
+	var send, receive sdktrace.ReadOnlySpan
+	waitFor(t, "the transfer's spans", func() bool {
+		send, receive = ended("warden-prefill", "warden.kv.send"), ended("warden-decode", "warden.kv.receive")
+		return send != nil && receive != nil
+	})
+	if send.Status().Code == otelcodes.Error {
+		t.Errorf("prefill's send span failed: %s", send.Status().Description)
+	}
+	if b := attr(receive, obs.AttrBytes).AsInt64(); b == 0 || b != attr(send, obs.AttrBytes).AsInt64() {
+		t.Errorf("transfer bytes: sent %d, received %d", attr(send, obs.AttrBytes).AsInt64(), b)
+	}
+	d.poolQuiet()
+	p.poolQuiet()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,7 +31,7 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // trips must have the token count of the Python jinja2 render of the same
 // conversation. Without node/npm it is skipped, except under CI.
 func TestClientConformance(t *testing.T) {
-	modules := installClients(t)
+	modules := harness.NpmModules(t, clientPackages...)
 	model := toolsModel(t)
 	info, _ := startUp(t, "--model-dir", model)
 	single, _ := startUp(t, "--single", "--model-dir", model)
@@ -70,20 +69,7 @@ func TestClientConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// ESM resolves packages next to the script: run a copy beside the cache.
-	dir := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("clients", "conformance.mjs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "conformance.mjs"), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(t.Context(), "node", "conformance.mjs")
-	cmd.Dir = dir
+	cmd := harness.NodeCommand(t, filepath.Join("clients", "conformance.mjs"), modules)
 	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+toolsModelName,
 		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+cas,
 		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key)
@@ -109,22 +95,4 @@ func TestClientConformance(t *testing.T) {
 		t.Error("the client script printed no conversation to check against the reference render")
 	}
 	checkGoTools(t, info, model)
-}
-
-// installClients installs clientPackages and returns their node_modules.
-func installClients(t *testing.T) string {
-	t.Helper()
-	for _, bin := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is required under CI: %v", bin, err)
-			}
-			t.Skipf("%s not installed", bin)
-		}
-	}
-	out, err := exec.CommandContext(t.Context(), filepath.Join("..", "scripts", "npm-cache.sh"), clientPackages...).Output()
-	if err != nil {
-		t.Fatalf("installing %v: %v", clientPackages, err)
-	}
-	return strings.TrimSpace(string(out))
 }

@@ -22,15 +22,7 @@ var upAdmin = regexp.MustCompile(`(?m)^  admin URL  (\S+) `)
 func probeUp(t *testing.T, bin string, environ []string, args ...string) (upInfo, string) {
 	t.Helper()
 	state := t.TempDir()
-	args = append([]string{"up", "--state-dir", state, "--listen", "127.0.0.1:0", "--kv-memory", "512KiB"}, args...)
-	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), args...)
-	up.Bin = bin
-	up.Env = append(append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir), environ...)
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = up.Kill() })
-	info := waitUp(t, up)
+	up, info := launchUp(t, bin, state, environ, append([]string{"--kv-memory", "512KiB"}, args...)...)
 	admin := []string{"admin", "--url", match(t, upAdmin, up.Log()), "--token-file", filepath.Join(state, "admin-token"), "--cacert", info.ca}
 	if out, err := exec.Command(env.Bin, append(admin, "tenants", "create", "other")...).CombinedOutput(); err != nil {
 		t.Fatalf("creating tenant other: %v\n%s", err, out)

@@ -129,19 +129,29 @@ func runWarden(args ...string) ([]byte, error) {
 // ready; stop ends it with Ctrl-C and checks it exits 0.
 func startUp(t *testing.T, args ...string) (info upInfo, stop func()) {
 	t.Helper()
-	args = append([]string{"up", "--state-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, args...)
-	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), args...)
-	up.Env = append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir)
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = up.Kill() })
-	info = waitUp(t, up)
+	up, info := launchUp(t, env.Bin, t.TempDir(), nil, args...)
 	return info, func() {
 		t.Helper()
 		interruptUp(t, up)
 		waitGone(t, info.children)
 	}
+}
+
+// launchUp starts `warden up` (the binary bin) with state directory
+// state on a free port — args come after those flags, so they override
+// them — and environ added to the environment, and waits until it is
+// ready; the test's cleanup kills it if it still runs.
+func launchUp(t *testing.T, bin, state string, environ []string, args ...string) (*harness.Process, upInfo) {
+	t.Helper()
+	args = append([]string{"up", "--state-dir", state, "--listen", "127.0.0.1:0"}, args...)
+	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), args...)
+	up.Bin = bin
+	up.Env = append(append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir), environ...)
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Kill() })
+	return up, waitUp(t, up)
 }
 
 // upClient is an HTTPS client trusting the CA `warden up` printed.

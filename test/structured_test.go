@@ -11,8 +11,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/shared"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/warden-ai/warden/internal/constrain/constraintest"
 	"github.com/warden-ai/warden/test/harness"
 )
 
@@ -54,7 +54,7 @@ func testStructuredOutputs(t *testing.T, c *harness.Cluster) {
 				if ch.FinishReason != "stop" {
 					t.Fatalf("schema %d: finish %s, content %q", i, ch.FinishReason, ch.Message.Content)
 				}
-				validateJSON(t, schema, ch.Message.Content)
+				constraintest.Validate(t, schema, ch.Message.Content)
 
 				stream := client.Chat.Completions.NewStreaming(ctx, params)
 				var text strings.Builder
@@ -91,7 +91,7 @@ func testStructuredOutputs(t *testing.T, c *harness.Cluster) {
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || len(out.Output) != 1 || len(out.Output[0].Content) != 1 {
 		t.Fatalf("responses: %d %s", resp.StatusCode, raw)
 	}
-	validateJSON(t, structuredSchemas[0], out.Output[0].Content[0].Text)
+	constraintest.Validate(t, structuredSchemas[0], out.Output[0].Content[0].Text)
 
 	// Unenforceable keyword: a typed 400 naming it.
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
@@ -104,29 +104,5 @@ func testStructuredOutputs(t *testing.T, c *harness.Cluster) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != "unsupported_parameter" ||
 		apiErr.Param != "response_format" || apiErr.Type != "invalid_request_error" || !strings.Contains(apiErr.Message, "'pattern'") {
 		t.Fatalf("pattern keyword: %v", err)
-	}
-}
-
-func validateJSON(t *testing.T, schema, out string) {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp := jsonschema.NewCompiler()
-	comp.AssertFormat()
-	if err := comp.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := comp.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-	if err != nil {
-		t.Fatalf("output %q does not parse: %v", out, err)
-	}
-	if err := sch.Validate(inst); err != nil {
-		t.Fatalf("output %q does not validate against %s: %v", out, schema, err)
 	}
 }

