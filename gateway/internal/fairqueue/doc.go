@@ -82,6 +82,25 @@
 // turns against one flooding tenant); with weights and costs, other tenants
 // of the level get turns until their finish tags pass the new request's.
 //
+// # Across replicas
+//
+// Each gateway replica has its own queue, which sees only its own waiters.
+// A tenant that sends to several replicas therefore gets turns at each of
+// them, while a tenant that reaches one replica competes there with the
+// first tenant's share of that replica alone. With Config.InFlight set,
+// the queue corrects for that: within a level, a flow whose tenant has
+// requests in flight at other replicas is passed over while its requests
+// in flight across the fleet per weight, n_i/w_i, are at least what another
+// ready flow's tenant would have after the turn, (n_j+1)/w_j; the turn
+// goes to the smallest finish tag among the others. The flow with the
+// smallest (n_j+1)/w_j is never passed over, so a turn is never withheld
+// while a waiter is ready, and with nothing in flight elsewhere the order
+// is plain WFQ. A flow passed over earns no credit for it: its start tag
+// is raised to the level's V, so it does not make up later, at this
+// replica, for the service it got at others. Only tenants waiting at this
+// replica are compared: a replica where one tenant waits alone still gives
+// it every turn.
+//
 // # Leaving
 //
 // Waiters leave by Done (idempotent). A waiter whose context ends leaves at

@@ -25,6 +25,12 @@ type flow struct {
 	waiters list.List // *Waiter, FIFO; the head is Front
 	start   float64   // virtual start tag of the head
 	index   int       // position in level.ready; -1 when not there
+
+	// Scratch of fleetChoiceLocked: the tenant's requests in flight across
+	// the fleet per weight, now and after one more, and whether other
+	// replicas have some of them.
+	loadNow, loadAfter float64
+	elsewhere          bool
 }
 
 func (f *flow) head() *Waiter { return f.waiters.Front().Value.(*Waiter) }
@@ -75,14 +81,69 @@ func (q *Queue) dropFlowLocked(f *flow) {
 
 // nextLocked takes the flow whose head gets the next turn out of its
 // level's ready heap: the one with the smallest finish tag in the highest
-// level that has a ready flow. It returns nil when no head is eligible.
+// level that has a ready flow, among the flows not ahead of their fleet
+// share (fleetChoiceLocked). It returns nil when no head is eligible.
 func (q *Queue) nextLocked() *flow {
 	for _, l := range q.levels {
-		if l.ready.Len() > 0 {
+		switch {
+		case l.ready.Len() == 0:
+			continue
+		case q.cfg.InFlight == nil || l.ready.Len() == 1:
 			return heap.Pop(&l.ready).(*flow)
 		}
+		f := l.fleetChoiceLocked(q.cfg.InFlight)
+		heap.Remove(&l.ready, f.index)
+		return f
 	}
 	return nil
+}
+
+// fleetChoiceLocked returns the ready flow with the smallest finish tag
+// among those whose tenant is not ahead of its share across the fleet. A
+// tenant with requests in flight at other replicas is ahead when its
+// requests in flight across the fleet per weight are at least what another
+// ready tenant's would be after this turn: n_i/w_i >= (n_j+1)/w_j. The flow
+// with the smallest (n_j+1)/w_j is never ahead, so a turn is never withheld;
+// with nothing in flight elsewhere nobody is ahead, and the order is plain
+// WFQ.
+func (l *level) fleetChoiceLocked(inFlight func(string) (int64, int64)) *flow {
+	// The two flows with the smallest loads after a turn, so that each
+	// flow is compared with the best of the others.
+	var best, second *flow
+	for _, f := range l.ready {
+		fleet, remote := inFlight(f.tenant)
+		w := float64(f.head().weight)
+		f.loadNow, f.loadAfter, f.elsewhere = float64(fleet)/w, float64(fleet+1)/w, remote > 0
+		switch {
+		case best == nil || f.loadAfter < best.loadAfter:
+			best, second = f, best
+		case second == nil || f.loadAfter < second.loadAfter:
+			second = f
+		}
+	}
+	var pick *flow
+	passed := false
+	for i, f := range l.ready {
+		other := best
+		if f == best {
+			other = second
+		}
+		if f.elsewhere && f.loadNow >= other.loadAfter {
+			// Passed over, it earns no credit here for turns it gets
+			// elsewhere: its start tag keeps up with the level's V.
+			if f.start < l.vtime {
+				f.start, passed = l.vtime, true
+			}
+			continue
+		}
+		if pick == nil || l.ready.Less(i, pick.index) {
+			pick = f
+		}
+	}
+	if passed {
+		heap.Init(&l.ready)
+	}
+	return pick
 }
 
 // flowHeap orders a level's flows by their head's finish tag, then arrival.

@@ -32,6 +32,12 @@ type Config struct {
 	MaxTrying int
 	// Now is the clock for MaxWait; nil means time.Now.
 	Now func() time.Time
+	// InFlight, when set, returns a tenant's requests in flight across
+	// every gateway replica (fleet) and the part of them other replicas
+	// placed (remote): see "Across replicas" in the package comment. nil
+	// means this queue's gateway is alone. It is called with the queue's
+	// lock held and must not call into the queue.
+	InFlight func(tenantID string) (fleet, remote int64)
 }
 
 // Queue is a wait queue with strict priority levels and weighted fair

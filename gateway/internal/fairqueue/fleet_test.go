@@ -1,0 +1,114 @@
+package fairqueue
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestFleetOrderIsWFQWithoutRemote: with in-flight counts that have
+// nothing at other replicas, the order is exactly TestWeightedOrder's.
+func TestFleetOrderIsWFQWithoutRemote(t *testing.T) {
+	q := New(Config{MaxWaiting: 20, InFlight: func(id string) (int64, int64) { return int64(len(id)) * 5, 0 }})
+	names := map[*Waiter]string{}
+	var all []*Waiter
+	for _, tc := range []struct {
+		tenant string
+		weight int
+		cost   int64
+		n      int
+	}{{"a", 3, 3, 3}, {"b", 1, 1, 3}, {"c", 1, 2, 2}} {
+		for i := range tc.n {
+			w := mustEnter(t, q, tc.tenant, tc.weight, tc.cost)
+			names[w] = fmt.Sprintf("%s%d", tc.tenant, i+1)
+			all = append(all, w)
+		}
+	}
+	if !hasTurn(t, all[0]) {
+		t.Fatal("first waiter has no turn")
+	}
+	all[0].Retry()
+	if got := fmt.Sprint(serviceOrder(t, q, all, names)); got != "[a1 b1 a2 b2 c1 a3 b3 c2]" {
+		t.Fatalf("service order %s, want plain WFQ [a1 b1 a2 b2 c1 a3 b3 c2]", got)
+	}
+}
+
+// fleetSim is one replica holding slots requests in flight, first in first
+// out, while other replicas hold remote[tenant] of each tenant's.
+type fleetSim struct {
+	*sim
+	local, remote map[string]int64
+	running       []string
+}
+
+func newFleetSim(t *testing.T) *fleetSim {
+	f := &fleetSim{sim: newSim(t), local: map[string]int64{}, remote: map[string]int64{}}
+	f.q = New(Config{MaxWaiting: 100_000, InFlight: func(id string) (int64, int64) {
+		return f.local[id] + f.remote[id], f.remote[id]
+	}})
+	return f
+}
+
+// turn ends the oldest request in flight, if any, and places the next.
+func (f *fleetSim) turn() {
+	if len(f.running) > 0 {
+		f.local[f.running[0]]--
+		f.running = f.running[1:]
+	}
+	f.step(func(sw *simWaiter, _ int) {
+		f.local[sw.tenant]++
+		f.running = append(f.running, sw.tenant)
+	})
+}
+
+// TestFleetShareAcrossReplicas: tenant a also has requests in flight at
+// another replica, b only here. The replica gives b its turns until their
+// requests in flight across the fleet per weight differ by at most one
+// request, and keeps them there; a passed over earns no credit, so when
+// a's requests elsewhere end, the split here is WFQ's again at once.
+func TestFleetShareAcrossReplicas(t *testing.T) {
+	// Without the fleet's counts, this replica would split its slots
+	// evenly (3:1 with weights 3:1) and a would stay further ahead.
+	for _, tc := range []struct{ wa, wb, remoteA, slots int }{
+		{wa: 1, wb: 1, remoteA: 2, slots: 2},
+		{wa: 1, wb: 1, remoteA: 4, slots: 6},
+		{wa: 3, wb: 1, remoteA: 3, slots: 2},
+	} {
+		t.Run(fmt.Sprintf("w%d:%d/remote%d/slots%d", tc.wa, tc.wb, tc.remoteA, tc.slots), func(t *testing.T) {
+			f := newFleetSim(t)
+			f.remote["a"] = int64(tc.remoteA)
+			for range 1000 {
+				f.enter("a", tc.wa, 1)
+				f.enter("b", tc.wb, 1)
+			}
+			for range tc.slots {
+				f.step(func(sw *simWaiter, _ int) {
+					f.local[sw.tenant]++
+					f.running = append(f.running, sw.tenant)
+				})
+			}
+			for range 2 * tc.slots {
+				f.turn()
+			}
+			for i := range 100 {
+				f.turn()
+				a, b := f.local["a"]+f.remote["a"], f.local["b"]
+				if d := float64(a)/float64(tc.wa) - float64(b)/float64(tc.wb); d > 1 || d < -1 {
+					t.Fatalf("turn %d: in flight across the fleet a %d (weight %d), b %d (weight %d): more than one request apart per weight",
+						i, a, tc.wa, b, tc.wb)
+				}
+			}
+
+			f.remote["a"] = 0 // a's requests at the other replica end
+			a0, b0 := f.served["a"], f.served["b"]
+			for range 200 {
+				f.turn()
+			}
+			a, b := f.served["a"]-a0, f.served["b"]-b0
+			wantA := 200 * tc.wa / (tc.wa + tc.wb)
+			if a < wantA-tc.slots-1 || a > wantA+tc.slots+1 {
+				t.Fatalf("with nothing elsewhere: a %d, b %d of 200 turns; want a about %d (WFQ, no credit for turns passed over)", a, b, wantA)
+			}
+			f.finish()
+		})
+	}
+}
