@@ -88,13 +88,16 @@
 // A tenant that sends to several replicas therefore gets turns at each of
 // them, while a tenant that reaches one replica competes there with the
 // first tenant's share of that replica alone. With Config.InFlight set,
-// the queue corrects for that: within a level, a flow whose tenant has
-// requests in flight at other replicas is passed over while its requests
-// in flight across the fleet per weight, n_i/w_i, are at least what another
-// ready flow's tenant would have after the turn, (n_j+1)/w_j; the turn
-// goes to the smallest finish tag among the others. The flow with the
-// smallest (n_j+1)/w_j is never passed over, so a turn is never withheld
-// while a waiter is ready, and with nothing in flight elsewhere the order
+// the queue corrects for that: within a level, a flow is passed over while
+// its tenant's requests in flight per weight are at least what another
+// ready flow's tenant would have with one more, both across the fleet
+// (n_i/w_i >= (n_j+1)/w_j) and at the other replicas alone (r_i/w_i >=
+// (r_k+1)/w_k); the turn goes to the smallest finish tag among the others.
+// The first condition balances the fleet; the second leaves to this
+// replica's WFQ the tenants that the other replicas serve alike, whose
+// weights their own queues already apply. The flow with the smallest
+// (n_j+1)/w_j is never passed over, so a turn is never withheld while a
+// waiter is ready, and with nothing in flight elsewhere the order
 // is plain WFQ. A flow passed over earns no credit for it: its start tag
 // is raised to the level's V, so it does not make up later, at this
 // replica, for the service it got at others. Only tenants waiting at this

@@ -26,11 +26,10 @@ type flow struct {
 	start   float64   // virtual start tag of the head
 	index   int       // position in level.ready; -1 when not there
 
-	// Scratch of fleetChoiceLocked: the tenant's requests in flight across
-	// the fleet per weight, now and after one more, and whether other
-	// replicas have some of them.
-	loadNow, loadAfter float64
-	elsewhere          bool
+	// Scratch of fleetChoiceLocked: the tenant's requests in flight per
+	// weight across the fleet and at the other replicas, now and with one
+	// more.
+	fleetNow, fleetAfter, elseNow, elseAfter float64
 }
 
 func (f *flow) head() *Waiter { return f.waiters.Front().Value.(*Waiter) }
@@ -99,36 +98,49 @@ func (q *Queue) nextLocked() *flow {
 }
 
 // fleetChoiceLocked returns the ready flow with the smallest finish tag
-// among those whose tenant is not ahead of its share across the fleet. A
-// tenant with requests in flight at other replicas is ahead when its
-// requests in flight across the fleet per weight are at least what another
-// ready tenant's would be after this turn: n_i/w_i >= (n_j+1)/w_j. The flow
-// with the smallest (n_j+1)/w_j is never ahead, so a turn is never withheld;
-// with nothing in flight elsewhere nobody is ahead, and the order is plain
-// WFQ.
+// among those whose tenant is not ahead of the others. A tenant is ahead
+// when its requests in flight per weight are at least what another ready
+// tenant's would be with one more, both across the fleet and at the other
+// replicas alone: n_i/w_i >= (n_j+1)/w_j and r_i/w_i >= (r_k+1)/w_k for
+// some j and k. The first condition balances the fleet; the second leaves
+// to this replica's WFQ the tenants the other replicas serve alike (their
+// WFQ already weighs them). The flow with the smallest (n_j+1)/w_j is never
+// ahead, so a turn is never withheld; with nothing in flight elsewhere
+// nobody is ahead, and the order is plain WFQ.
 func (l *level) fleetChoiceLocked(inFlight func(string) (int64, int64)) *flow {
-	// The two flows with the smallest loads after a turn, so that each
-	// flow is compared with the best of the others.
-	var best, second *flow
+	// The two flows with the smallest loads after one more request, across
+	// the fleet and elsewhere, so that each flow is compared with the best
+	// of the others.
+	var best, second, bestElse, secondElse *flow
 	for _, f := range l.ready {
 		fleet, remote := inFlight(f.tenant)
 		w := float64(f.head().weight)
-		f.loadNow, f.loadAfter, f.elsewhere = float64(fleet)/w, float64(fleet+1)/w, remote > 0
+		f.fleetNow, f.fleetAfter = float64(fleet)/w, float64(fleet+1)/w
+		f.elseNow, f.elseAfter = float64(remote)/w, float64(remote+1)/w
 		switch {
-		case best == nil || f.loadAfter < best.loadAfter:
+		case best == nil || f.fleetAfter < best.fleetAfter:
 			best, second = f, best
-		case second == nil || f.loadAfter < second.loadAfter:
+		case second == nil || f.fleetAfter < second.fleetAfter:
 			second = f
+		}
+		switch {
+		case bestElse == nil || f.elseAfter < bestElse.elseAfter:
+			bestElse, secondElse = f, bestElse
+		case secondElse == nil || f.elseAfter < secondElse.elseAfter:
+			secondElse = f
 		}
 	}
 	var pick *flow
 	passed := false
 	for i, f := range l.ready {
-		other := best
+		other, otherElse := best, bestElse
 		if f == best {
 			other = second
 		}
-		if f.elsewhere && f.loadNow >= other.loadAfter {
+		if f == bestElse {
+			otherElse = secondElse
+		}
+		if f.fleetNow >= other.fleetAfter && f.elseNow >= otherElse.elseAfter {
 			// Passed over, it earns no credit here for turns it gets
 			// elsewhere: its start tag keeps up with the level's V.
 			if f.start < l.vtime {
