@@ -177,7 +177,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	queueCfg := fairqueue.Config{MaxWaiting: cfg.Gateway.Queue.MaxWaiting, MaxWait: cfg.Gateway.Queue.MaxWait}
 	if cfg.Tenants.ShareInterval > 0 {
 		g.fleet = tenant.NewFleetInFlight(g.store, tenant.FleetConfig{Interval: cfg.Tenants.ShareInterval, Logger: g.logger})
-		queueCfg.InFlight = g.fleet.InFlight
+		queueCfg.Fleet = g.fleet
 		if err := g.promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "warden_fair_share_degraded",
 			Help: "1 while this gateway's last report of requests in flight to the tenant store failed: fair queuing then counts this gateway's requests only.",

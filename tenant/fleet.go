@@ -36,8 +36,8 @@ type FleetConfig struct {
 
 // FleetInFlight counts one gateway replica's requests in flight per tenant
 // and shares the counts through the store, so that the replica's fair
-// queue orders tenants by their requests in flight across every replica,
-// not just its own. Its own counts are always current; the other replicas'
+// queue can charge each tenant for the service it gets at the other
+// replicas, not just at its own. Its own counts are always current; the other replicas'
 // are as old as the last report (Run reports every Interval). When a report
 // fails the other replicas' counts are dropped: the replica schedules on its
 // own counts alone (Degraded) until a report succeeds again, and logs both
@@ -48,6 +48,7 @@ type FleetInFlight struct {
 
 	mu       sync.Mutex
 	local    map[string]int64 // this replica's, by tenant
+	here     int64            // this replica's, in all
 	remote   map[string]int64 // the other replicas', as of the last report
 	degraded bool
 }
@@ -75,12 +76,14 @@ func NewFleetInFlight(store InFlightSharer, cfg FleetConfig) *FleetInFlight {
 func (f *FleetInFlight) Begin(tenantID string) (end func()) {
 	f.mu.Lock()
 	f.local[tenantID]++
+	f.here++
 	f.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			f.mu.Lock()
 			defer f.mu.Unlock()
+			f.here--
 			if f.local[tenantID]--; f.local[tenantID] <= 0 {
 				delete(f.local, tenantID)
 			}
@@ -88,14 +91,19 @@ func (f *FleetInFlight) Begin(tenantID string) (end func()) {
 	}
 }
 
-// InFlight returns tenantID's requests in flight across the fleet (this
-// replica's now plus the others' as of the last report) and the part of
-// them the other replicas placed.
-func (f *FleetInFlight) InFlight(tenantID string) (fleet, remote int64) {
+// Elsewhere returns tenantID's requests in flight at the other replicas,
+// as of the last report.
+func (f *FleetInFlight) Elsewhere(tenantID string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	remote = f.remote[tenantID]
-	return f.local[tenantID] + remote, remote
+	return f.remote[tenantID]
+}
+
+// Here returns this replica's requests in flight, of every tenant.
+func (f *FleetInFlight) Here() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.here
 }
 
 // Degraded reports whether the last report failed, so that the replica

@@ -47,10 +47,10 @@ func (w *lockedBuffer) String() string {
 	return w.b.String()
 }
 
-func wantInFlight(t *testing.T, what string, f *tenant.FleetInFlight, id string, fleet, remote int64) {
+func wantInFlight(t *testing.T, what string, f *tenant.FleetInFlight, id string, here, elsewhere int64) {
 	t.Helper()
-	if gf, gr := f.InFlight(id); gf != fleet || gr != remote {
-		t.Fatalf("%s: InFlight(%s) = %d, %d elsewhere; want %d, %d elsewhere", what, id, gf, gr, fleet, remote)
+	if gh, ge := f.Here(), f.Elsewhere(id); gh != here || ge != elsewhere {
+		t.Fatalf("%s: Here() = %d, Elsewhere(%s) = %d; want %d, %d", what, gh, id, ge, here, elsewhere)
 	}
 }
 
@@ -81,11 +81,11 @@ func TestFleetInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantInFlight(t, "after reports", r1, "acme", 3, 1)
-	wantInFlight(t, "after reports", r1, "beta", 1, 1)
+	wantInFlight(t, "after reports", r1, "acme", 2, 1)
+	wantInFlight(t, "after reports", r1, "beta", 2, 1)
 	a1()
 	a1() // a second end changes nothing
-	wantInFlight(t, "own request ended", r1, "acme", 2, 1)
+	wantInFlight(t, "own request ended", r1, "acme", 1, 1)
 
 	store.down.Store(true)
 	for range 2 {
@@ -101,7 +101,7 @@ func TestFleetInFlight(t *testing.T) {
 	if err := r1.Report(ctx); err != nil || r1.Degraded() {
 		t.Fatalf("report after the outage: %v, degraded %v", err, r1.Degraded())
 	}
-	wantInFlight(t, "after the outage", r1, "acme", 2, 1)
+	wantInFlight(t, "after the outage", r1, "acme", 1, 1)
 	out := logs.String()
 	if strings.Count(out, "cannot share requests in flight") != 1 || !strings.Contains(out, "sharing requests in flight with the other gateways again") {
 		t.Fatalf("the outage is not logged once with its end:\n%s", out)
@@ -112,13 +112,13 @@ func TestFleetInFlight(t *testing.T) {
 	if err := r1.Report(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantInFlight(t, "within r2's TTL", r1, "acme", 2, 1)
+	wantInFlight(t, "within r2's TTL", r1, "acme", 1, 1)
 	clock.Advance(time.Millisecond)
 	if err := r1.Report(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wantInFlight(t, "past r2's TTL", r1, "acme", 1, 0)
-	wantInFlight(t, "past r2's TTL", r1, "beta", 0, 0)
+	wantInFlight(t, "past r2's TTL", r1, "beta", 1, 0)
 
 	// r1 stops cleanly: r2 sees its counts gone at once.
 	runCtx, stop := context.WithCancel(ctx)
@@ -129,6 +129,6 @@ func TestFleetInFlight(t *testing.T) {
 	if err := r2.Report(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantInFlight(t, "r1 stopped", r2, "acme", 1, 0)
+	wantInFlight(t, "r1 stopped", r2, "acme", 2, 0)
 	a2()
 }

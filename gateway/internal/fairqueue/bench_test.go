@@ -90,9 +90,9 @@ func (fleetOf) ShareInFlight(_ context.Context, r tenant.InFlightReport) (map[st
 }
 
 // BenchmarkFleetTurn measures BenchmarkTurn's trip with the fleet's
-// in-flight counts (Config.InFlight backed by a tenant.FleetInFlight whose
-// last report gave every tenant requests at another replica, so every turn
-// compares the level's flows by their fleet counts) against the same queue
+// in-flight counts (Config.Fleet, a tenant.FleetInFlight whose last report
+// gave every tenant requests at another replica, so every turn charges
+// every waiting tenant for its service there) against the same queue
 // without them, the local-only path, in the same run: x-local is the ratio.
 //
 //	go test -run XXX -bench FleetTurn -benchtime 100000x ./gateway/internal/fairqueue
@@ -107,7 +107,7 @@ func BenchmarkFleetTurn(b *testing.B) {
 			if err := fleet.Report(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			shared := backloggedTurns(b, New(Config{MaxWaiting: backlog + 1, MaxWait: time.Hour, InFlight: fleet.InFlight}), tenants, backlog)
+			shared := backloggedTurns(b, New(Config{MaxWaiting: backlog + 1, MaxWait: time.Hour, Fleet: fleet}), tenants, backlog)
 			local := backloggedTurns(b, New(Config{MaxWaiting: backlog + 1, MaxWait: time.Hour}), tenants, backlog)
 			var ts, tl time.Duration
 			b.ResetTimer()

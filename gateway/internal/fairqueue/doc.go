@@ -87,22 +87,21 @@
 // Each gateway replica has its own queue, which sees only its own waiters.
 // A tenant that sends to several replicas therefore gets turns at each of
 // them, while a tenant that reaches one replica competes there with the
-// first tenant's share of that replica alone. With Config.InFlight set,
-// the queue corrects for that: within a level, a flow is passed over while
-// its tenant's requests in flight per weight are at least what another
-// ready flow's tenant would have with one more, both across the fleet
-// (n_i/w_i >= (n_j+1)/w_j) and at the other replicas alone (r_i/w_i >=
-// (r_k+1)/w_k); the turn goes to the smallest finish tag among the others.
-// The first condition balances the fleet; the second leaves to this
-// replica's WFQ the tenants that the other replicas serve alike, whose
-// weights their own queues already apply. The flow with the smallest
-// (n_j+1)/w_j is never passed over, so a turn is never withheld while a
-// waiter is ready, and with nothing in flight elsewhere the order
-// is plain WFQ. A flow passed over earns no credit for it: its start tag
-// is raised to the level's V, so it does not make up later, at this
-// replica, for the service it got at others. Only tenants waiting at this
-// replica are compared: a replica where one tenant waits alone still gives
-// it every turn.
+// first tenant's share of that replica alone. With Config.Fleet set, the
+// queue charges for that: each time a waiter of a level is served, every
+// ready flow of the level whose tenant has r requests in flight at other replicas has
+// its start tag advanced by r/h of its head's c/w, h being this replica's
+// requests in flight. A service here is about one of the h ending, during
+// which about r/h of the tenant's requests end elsewhere; so the tags count
+// the tenant's service at every replica, and each replica's turns go to
+// the tenants the fleet has served least per weight. A tenant the other
+// replicas serve by its weight, like every other tenant there, is charged
+// in proportion and keeps its place; one they serve alone is charged
+// alone. The charge is capped at r heads' worth ahead of the level's V, so
+// a tenant whose requests elsewhere end gets turns here again within r of
+// the others'. With nothing in flight elsewhere the order is plain WFQ.
+// Only tenants waiting at this replica are compared: a replica where one
+// tenant waits alone still gives it every turn.
 //
 // # Leaving
 //

@@ -25,11 +25,6 @@ type flow struct {
 	waiters list.List // *Waiter, FIFO; the head is Front
 	start   float64   // virtual start tag of the head
 	index   int       // position in level.ready; -1 when not there
-
-	// Scratch of fleetChoiceLocked: the tenant's requests in flight per
-	// weight across the fleet and at the other replicas, now and with one
-	// more.
-	fleetNow, fleetAfter, elseNow, elseAfter float64
 }
 
 func (f *flow) head() *Waiter { return f.waiters.Front().Value.(*Waiter) }
@@ -80,82 +75,39 @@ func (q *Queue) dropFlowLocked(f *flow) {
 
 // nextLocked takes the flow whose head gets the next turn out of its
 // level's ready heap: the one with the smallest finish tag in the highest
-// level that has a ready flow, among the flows not ahead of their fleet
-// share (fleetChoiceLocked). It returns nil when no head is eligible.
+// level that has a ready flow. It returns nil when no head is eligible.
 func (q *Queue) nextLocked() *flow {
 	for _, l := range q.levels {
-		switch {
-		case l.ready.Len() == 0:
-			continue
-		case q.cfg.InFlight == nil || l.ready.Len() == 1:
+		if l.ready.Len() > 0 {
 			return heap.Pop(&l.ready).(*flow)
 		}
-		f := l.fleetChoiceLocked(q.cfg.InFlight)
-		heap.Remove(&l.ready, f.index)
-		return f
 	}
 	return nil
 }
 
-// fleetChoiceLocked returns the ready flow with the smallest finish tag
-// among those whose tenant is not ahead of the others. A tenant is ahead
-// when its requests in flight per weight are at least what another ready
-// tenant's would be with one more, both across the fleet and at the other
-// replicas alone: n_i/w_i >= (n_j+1)/w_j and r_i/w_i >= (r_k+1)/w_k for
-// some j and k. The first condition balances the fleet; the second leaves
-// to this replica's WFQ the tenants the other replicas serve alike (their
-// WFQ already weighs them). The flow with the smallest (n_j+1)/w_j is never
-// ahead, so a turn is never withheld; with nothing in flight elsewhere
-// nobody is ahead, and the order is plain WFQ.
-func (l *level) fleetChoiceLocked(inFlight func(string) (int64, int64)) *flow {
-	// The two flows with the smallest loads after one more request, across
-	// the fleet and elsewhere, so that each flow is compared with the best
-	// of the others.
-	var best, second, bestElse, secondElse *flow
+// chargeElsewhereLocked is called when a waiter of the level was served. It
+// advances the start tag of each ready flow whose tenant has requests in
+// flight at other replicas by the service those get while this replica
+// serves one request: r/h heads' worth (r requests elsewhere, h here, a
+// service here being about one of the h ending), capped at r heads' worth
+// ahead of the level's V, so that a tenant served elsewhere for a long
+// time is not shut out here for long once that ends.
+func (l *level) chargeElsewhereLocked(fleet Fleet) {
+	here := float64(max(fleet.Here(), 1))
+	charged := false
 	for _, f := range l.ready {
-		fleet, remote := inFlight(f.tenant)
-		w := float64(f.head().weight)
-		f.fleetNow, f.fleetAfter = float64(fleet)/w, float64(fleet+1)/w
-		f.elseNow, f.elseAfter = float64(remote)/w, float64(remote+1)/w
-		switch {
-		case best == nil || f.fleetAfter < best.fleetAfter:
-			best, second = f, best
-		case second == nil || f.fleetAfter < second.fleetAfter:
-			second = f
-		}
-		switch {
-		case bestElse == nil || f.elseAfter < bestElse.elseAfter:
-			bestElse, secondElse = f, bestElse
-		case secondElse == nil || f.elseAfter < secondElse.elseAfter:
-			secondElse = f
-		}
-	}
-	var pick *flow
-	passed := false
-	for i, f := range l.ready {
-		other, otherElse := best, bestElse
-		if f == best {
-			other = second
-		}
-		if f == bestElse {
-			otherElse = secondElse
-		}
-		if f.fleetNow >= other.fleetAfter && f.elseNow >= otherElse.elseAfter {
-			// Passed over, it earns no credit here for turns it gets
-			// elsewhere: its start tag keeps up with the level's V.
-			if f.start < l.vtime {
-				f.start, passed = l.vtime, true
-			}
+		r := fleet.Elsewhere(f.tenant)
+		if r <= 0 {
 			continue
 		}
-		if pick == nil || l.ready.Less(i, pick.index) {
-			pick = f
-		}
+		h := f.head()
+		head := float64(h.cost) / float64(h.weight)
+		f.start = min(f.start+float64(r)/here*head, max(f.start, l.vtime+float64(r)*head))
+		charged = true
 	}
-	if passed {
+	if charged {
 		heap.Init(&l.ready)
 	}
-	return pick
 }
 
 // flowHeap orders a level's flows by their head's finish tag, then arrival.
