@@ -47,9 +47,10 @@ type FleetInFlight struct {
 	cfg   FleetConfig
 
 	mu       sync.Mutex
-	local    map[string]int64 // this replica's, by tenant
-	here     int64            // this replica's, in all
-	remote   map[string]int64 // the other replicas', as of the last report
+	local    map[string]int64     // this replica's, by tenant
+	here     int64                // this replica's, in all
+	remote   map[string]int64     // the other replicas', as of the last report
+	seen     map[string]time.Time // when a report last showed the tenant elsewhere
 	degraded bool
 }
 
@@ -68,7 +69,7 @@ func NewFleetInFlight(store InFlightSharer, cfg FleetConfig) *FleetInFlight {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &FleetInFlight{store: store, cfg: cfg, local: make(map[string]int64)}
+	return &FleetInFlight{store: store, cfg: cfg, local: make(map[string]int64), seen: make(map[string]time.Time)}
 }
 
 // Begin counts one request of tenantID in flight on this replica until the
@@ -92,11 +93,14 @@ func (f *FleetInFlight) Begin(tenantID string) (end func()) {
 }
 
 // Elsewhere returns tenantID's requests in flight at the other replicas,
-// as of the last report.
-func (f *FleetInFlight) Elsewhere(tenantID string) int64 {
+// as of the last report, and whether a report showed it with requests
+// there within a report's TTL (8 intervals): whether the other replicas
+// serve it too.
+func (f *FleetInFlight) Elsewhere(tenantID string) (inFlight int64, recently bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.remote[tenantID]
+	_, recently = f.seen[tenantID]
+	return f.remote[tenantID], recently
 }
 
 // Here returns this replica's requests in flight, of every tenant.
@@ -129,17 +133,21 @@ func (f *FleetInFlight) Report(ctx context.Context) error {
 				"replica", f.cfg.Replica, "err", err)
 		}
 		f.remote, f.degraded = nil, true
+		clear(f.seen)
 		return err
 	}
 	if f.degraded {
 		f.cfg.Logger.Info("sharing requests in flight with the other gateways again", "replica", f.cfg.Replica)
 	}
+	now := time.Now()
 	remote := make(map[string]int64, len(fleet))
 	for id, n := range fleet {
 		if r := n - sent[id]; r > 0 {
 			remote[id] = r
+			f.seen[id] = now
 		}
 	}
+	maps.DeleteFunc(f.seen, func(_ string, at time.Time) bool { return now.Sub(at) > f.ttl() })
 	f.remote, f.degraded = remote, false
 	return nil
 }

@@ -49,8 +49,9 @@ func (w *lockedBuffer) String() string {
 
 func wantInFlight(t *testing.T, what string, f *tenant.FleetInFlight, id string, here, elsewhere int64) {
 	t.Helper()
-	if gh, ge := f.Here(), f.Elsewhere(id); gh != here || ge != elsewhere {
-		t.Fatalf("%s: Here() = %d, Elsewhere(%s) = %d; want %d, %d", what, gh, id, ge, here, elsewhere)
+	ge, recently := f.Elsewhere(id)
+	if gh := f.Here(); gh != here || ge != elsewhere || (ge > 0 && !recently) {
+		t.Fatalf("%s: Here() = %d, Elsewhere(%s) = %d, recently %v; want %d, %d", what, gh, id, ge, recently, here, elsewhere)
 	}
 }
 
@@ -97,6 +98,9 @@ func TestFleetInFlight(t *testing.T) {
 		t.Fatal("not degraded during the outage")
 	}
 	wantInFlight(t, "during the outage", r1, "acme", 1, 0)
+	if _, recently := r1.Elsewhere("acme"); recently {
+		t.Fatal("during the outage, acme is still seen elsewhere")
+	}
 	store.down.Store(false)
 	if err := r1.Report(ctx); err != nil || r1.Degraded() {
 		t.Fatalf("report after the outage: %v, degraded %v", err, r1.Degraded())

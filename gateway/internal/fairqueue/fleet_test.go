@@ -8,7 +8,7 @@ import (
 // TestFleetOrderIsWFQWithoutRemote: with in-flight counts that have
 // nothing at other replicas, the order is exactly TestWeightedOrder's.
 func TestFleetOrderIsWFQWithoutRemote(t *testing.T) {
-	q := New(Config{MaxWaiting: 20, Fleet: &fleetSim{remote: map[string]int64{}, local: map[string]int64{"a": 3}}})
+	q := New(Config{MaxWaiting: 20, Fleet: &fleetSim{remote: map[string]int64{}, local: map[string]int64{"a": 3}, servedElsewhere: map[string]bool{}}})
 	names := map[*Waiter]string{}
 	var all []*Waiter
 	for _, tc := range []struct {
@@ -36,17 +36,20 @@ func TestFleetOrderIsWFQWithoutRemote(t *testing.T) {
 // out, while other replicas hold remote[tenant] of each tenant's.
 type fleetSim struct {
 	*sim
-	local, remote map[string]int64
-	running       []string
+	local, remote   map[string]int64
+	servedElsewhere map[string]bool // lately, with nothing there now
+	running         []string
 }
 
 func newFleetSim(t *testing.T) *fleetSim {
-	f := &fleetSim{sim: newSim(t), local: map[string]int64{}, remote: map[string]int64{}}
+	f := &fleetSim{sim: newSim(t), local: map[string]int64{}, remote: map[string]int64{}, servedElsewhere: map[string]bool{}}
 	f.q = New(Config{MaxWaiting: 100_000, Fleet: f})
 	return f
 }
 
-func (f *fleetSim) Elsewhere(id string) int64 { return f.remote[id] }
+func (f *fleetSim) Elsewhere(id string) (int64, bool) {
+	return f.remote[id], f.remote[id] > 0 || f.servedElsewhere[id]
+}
 
 func (f *fleetSim) Here() int64 {
 	n := int64(0)
@@ -123,4 +126,31 @@ func TestFleetShareAcrossReplicas(t *testing.T) {
 			f.finish()
 		})
 	}
+}
+
+// TestFleetServedAlikeStaysWFQ: when every waiting tenant is served at the
+// other replicas too, this replica's shares stay WFQ's whatever their
+// counts there (the other replicas' queues weigh them already).
+func TestFleetServedAlikeStaysWFQ(t *testing.T) {
+	f := newFleetSim(t)
+	f.remote["a"] = 3
+	f.servedElsewhere["b"] = true // b had requests elsewhere lately, none now
+	for range 1000 {
+		f.enter("a", 3, 1)
+		f.enter("b", 1, 1)
+	}
+	for range 2 {
+		f.step(func(sw *simWaiter, _ int) {
+			f.local[sw.tenant]++
+			f.running = append(f.running, sw.tenant)
+		})
+	}
+	a0 := f.served["a"]
+	for range 200 {
+		f.turn()
+	}
+	if a := f.served["a"] - a0; a < 148 || a > 152 {
+		t.Fatalf("a served %d of 200 turns, want WFQ's 150", a)
+	}
+	f.finish()
 }

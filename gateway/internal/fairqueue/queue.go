@@ -42,8 +42,9 @@ type Config struct {
 
 // Fleet is what a queue learns of the other gateway replicas.
 type Fleet interface {
-	// Elsewhere returns tenantID's requests in flight at other replicas.
-	Elsewhere(tenantID string) int64
+	// Elsewhere returns tenantID's requests in flight at other replicas,
+	// and whether it had any there lately: whether they serve it too.
+	Elsewhere(tenantID string) (inFlight int64, recently bool)
 	// Here returns this replica's requests in flight, of every tenant.
 	Here() int64
 }
