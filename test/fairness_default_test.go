@@ -155,10 +155,10 @@ func budgetLearned(t *testing.T, c *harness.Cluster) {
 // counts the first splits its budget between the two and the second gives
 // all of its budget to "spread": "single" would hold about a quarter of the
 // worker's requests. With the gateways sharing their requests in flight per
-// tenant through Redis (tenants.share_interval), the first gateway gives
-// "single" its turns until both tenants have as many in flight across the
-// fleet, and the worker's engine runs one of each: "single" gets its fair
-// half of the completed tokens (asserted 0.5 ± 0.1).
+// tenant through Redis (tenants.share_interval), the first gateway charges
+// "spread" for its requests at the second and gives "single" its turns, so
+// both have as many in flight and the worker's engine runs one of each:
+// "single" gets its fair half of the completed tokens (asserted 0.5 ± 0.1).
 func TestFairnessSpreadOverGateways(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
