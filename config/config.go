@@ -200,6 +200,12 @@ type Tenants struct {
 	// is recorded if the store is back when they end). After OutageGrace
 	// every request gets 503 either way.
 	FailOpen bool `yaml:"fail_open"`
+	// ShareInterval is how often each gateway reports its requests in
+	// flight per tenant to the store and learns the other replicas', so
+	// that its fair queue weighs tenants by their requests in flight across
+	// every replica: the staleness of the other replicas' counts. 0
+	// disables sharing (fairness per replica). Default 250ms.
+	ShareInterval time.Duration `yaml:"share_interval"`
 }
 
 // Redis locates the Redis tenant store.

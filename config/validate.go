@@ -306,6 +306,7 @@ func (t *Tenants) validate(v *validator) {
 	}
 	v.nonNegativeDuration("tenants.auth_cache_ttl", t.AuthCacheTTL)
 	v.nonNegativeDuration("tenants.outage_grace", t.OutageGrace)
+	v.nonNegativeDuration("tenants.share_interval", t.ShareInterval)
 }
 
 // hasHashTag reports whether every key starting with prefix hashes by a

@@ -43,7 +43,10 @@
 //
 // The driver waits for capacity: the request tries at once when nobody
 // waits in the fair queue, and otherwise waits its turn (higher priority
-// first, then weighted fair across the tenants of its priority), for at
+// first, then weighted fair across the tenants of its priority, charging
+// a tenant for its requests in flight at other gateway replicas while a
+// tenant waiting here is served by this replica alone; counts shared
+// through the tenant store every tenants.share_interval), for at
 // most gateway.queue.max_wait (429 with retry-after after it, or when
 // gateway.queue.max_waiting requests already wait). It routes to the
 // least-loaded healthy worker (most free pages for decode and both, least

@@ -52,6 +52,7 @@ type Gateway struct {
 	rates       prefillRates // measured prefill time per token, for reservation timeouts
 	table       *lifecycle.Table
 	journal     *tenant.ReleaseJournal
+	fleet       *tenant.FleetInFlight // nil when tenants.share_interval is 0
 	queue       *fairqueue.Queue
 	reg         *registry.Registry
 	metrics     *metrics
@@ -173,7 +174,23 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
 	g.table = lifecycle.NewTable(lifecycle.Config{Logger: g.logger, AbortTimeout: cfg.Gateway.HeartbeatTimeout})
-	g.queue = fairqueue.New(fairqueue.Config{MaxWaiting: cfg.Gateway.Queue.MaxWaiting, MaxWait: cfg.Gateway.Queue.MaxWait})
+	queueCfg := fairqueue.Config{MaxWaiting: cfg.Gateway.Queue.MaxWaiting, MaxWait: cfg.Gateway.Queue.MaxWait}
+	if cfg.Tenants.ShareInterval > 0 {
+		g.fleet = tenant.NewFleetInFlight(g.store, tenant.FleetConfig{Interval: cfg.Tenants.ShareInterval, Logger: g.logger})
+		queueCfg.Fleet = g.fleet
+		if err := g.promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "warden_fair_share_degraded",
+			Help: "1 while this gateway's last report of requests in flight to the tenant store failed: fair queuing then counts this gateway's requests only.",
+		}, func() float64 {
+			if g.fleet.Degraded() {
+				return 1
+			}
+			return 0
+		})); err != nil {
+			return nil, fmt.Errorf("gateway: metrics: %w", err)
+		}
+	}
+	g.queue = fairqueue.New(queueCfg)
 	models := admission.ModelsFromConfig(cfg.Models)
 	names := make([]string, len(models))
 	for i, m := range models {

@@ -148,7 +148,7 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 				return rt, nil, false, nil
 			}
 			d.pages = rt.Pages
-			d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages))
+			d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages), d.g.beginInFlight(tenant))
 			return rt, nil, true, nil
 		}
 		resp, err := d.reserve(ctx, rt)
@@ -169,7 +169,7 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 			return rt, nil, false, failed(causeProtocol, api.Internal(),
 				fmt.Errorf("decode worker %s returned a ticket for another request or prompt", rt.Decode.ID()))
 		}
-		d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages), rt.Prefill.Begin(0))
+		d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages), rt.Prefill.Begin(0), d.g.beginInFlight(tenant))
 		return rt, t, true, nil
 	}
 }
@@ -209,4 +209,14 @@ func (d *driver) releaseRoute() {
 // request waits for capacity as any other).
 func (d *driver) kvTokens() int64 {
 	return int64(d.n) * (int64(len(d.prompt)) + d.maxTokens)
+}
+
+// beginInFlight counts a request of tenant placed on a worker in the
+// counts this gateway shares with the other replicas (tenant.FleetInFlight)
+// until the returned function is called.
+func (g *Gateway) beginInFlight(tenant string) func() {
+	if g.fleet == nil {
+		return func() {}
+	}
+	return g.fleet.Begin(tenant)
 }

@@ -27,9 +27,14 @@ func (g *Gateway) run(ctx context.Context) error {
 	regCtx, stopSweeper := context.WithCancel(context.Background())
 	defer stopSweeper()
 	go g.reg.Run(regCtx)
-	journalDone := make(chan struct{})
-	go func() { g.journal.Run(regCtx); close(journalDone) }()
-	defer func() { stopSweeper(); <-journalDone }()
+	var housekeeping sync.WaitGroup
+	housekeeping.Go(func() { g.journal.Run(regCtx) })
+	if g.fleet != nil {
+		// Stopped before the store closes: it withdraws this replica's
+		// counts on the way out.
+		housekeeping.Go(func() { g.fleet.Run(regCtx) })
+	}
+	defer func() { stopSweeper(); housekeeping.Wait() }()
 
 	failed := make(chan error, 4)
 	var serving sync.WaitGroup

@@ -83,6 +83,17 @@
 // tokens stay charged. Release succeeds once per lease; a failed Release
 // may be retried.
 //
+// # Requests in flight across replicas
+//
+// Store.ShareInFlight holds each gateway replica's count of requests in
+// flight per tenant next to the concurrency leases; a report replaces the
+// replica's previous one and counts until its TTL passes on the store's
+// clock, and the answer is the fleet's sums. FleetInFlight is a replica's
+// side: live counts of its own, the others' as of its last report (Run
+// reports every interval), and none of the others' while the store is
+// unreachable (Degraded). The gateway's fair queue uses them to charge a
+// tenant for its service at other replicas.
+//
 // # Per-model limits
 //
 // SetModelLimits takes effect for Acquire on every replica at once (read

@@ -62,6 +62,8 @@ type Store interface {
 	// tenants remains queryable. ErrInvalid when to is before from or the
 	// range exceeds MaxUsageDays.
 	Usage(ctx context.Context, tenantID string, from, to time.Time) ([]Usage, error)
+
+	InFlightSharer
 }
 
 // MaxUsageDays bounds the range of one Store.Usage query.

@@ -76,22 +76,8 @@ func fairnessDefaultPool(t *testing.T, gateways int) {
 	measureAlone()
 	// Under the flood, from when the gateway has learned the worker's
 	// batch and the engine's pending list, filled before, has drained.
-	drained := func() {
-		waitUntil(t, "the in-flight budget and an engine queue drained to what the other gateways place", func() error {
-			for _, g := range c.Gateways {
-				ws, err := g.Admin.Workers(ctx)
-				switch {
-				case err != nil:
-					return err
-				case ws[0].InFlightBudget == 0 || int64(ws[0].Waiting) > int64(gateways-1)*ws[0].InFlightBudget:
-					return fmt.Errorf("budget %d, %d waiting in the engine", ws[0].InFlightBudget, ws[0].Waiting)
-				}
-			}
-			return nil
-		})
-	}
 	keys := map[string]string{"heavy": heavy, "light": light}
-	l := runLoadAfter(t, c, body, want, map[string]int{"heavy": 32, "light": 1}, keys, drained)
+	l := runLoadAfter(t, c, body, want, map[string]int{"heavy": 32, "light": 1}, keys, func() { budgetLearned(t, c) })
 	latency := func(tenant string) []time.Duration {
 		var d []time.Duration
 		for _, r := range l.records {
@@ -139,5 +125,75 @@ func fairnessDefaultPool(t *testing.T, gateways int) {
 	}
 	if share < 0.675 || share > 0.825 {
 		t.Errorf("weights 3:1 gave the heavier tenant %.3f of the completed tokens, want 0.75 ± 10%%", share)
+	}
+}
+
+// budgetLearned waits until every gateway has learned the in-flight
+// budget of the cluster's one worker and the engine's pending list, filled
+// before, has drained to what the other gateways place past their budgets.
+func budgetLearned(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	others := int64(len(c.Gateways) - 1)
+	waitUntil(t, "the in-flight budget and an engine queue drained to what the other gateways place", func() error {
+		for _, g := range c.Gateways {
+			ws, err := g.Admin.Workers(context.Background())
+			switch {
+			case err != nil:
+				return err
+			case ws[0].InFlightBudget == 0 || int64(ws[0].Waiting) > others*ws[0].InFlightBudget:
+				return fmt.Errorf("budget %d, %d waiting in the engine", ws[0].InFlightBudget, ws[0].Waiting)
+			}
+		}
+		return nil
+	})
+}
+
+// TestFairnessSpreadOverGateways: two gateways on one Redis, one worker
+// with the default pool. Tenant "spread" floods through both gateways,
+// tenant "single", with the same weight, through the first only. Each
+// gateway places its own in-flight budget on the worker, so without shared
+// counts the first splits its budget between the two and the second gives
+// all of its budget to "spread": "single" would hold about a quarter of the
+// worker's requests. With the gateways sharing their requests in flight per
+// tenant through Redis (tenants.share_interval), the first gateway charges
+// "spread" for its requests at the second and gives "single" its turns, so
+// both have as many in flight and the worker's engine runs one of each:
+// "single" gets its fair half of the completed tokens (asserted 0.5 ± 0.1).
+func TestFairnessSpreadOverGateways(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	want, err := reference(t, harness.ModelEndless).Completion(ctx, fairPrompt, fairMaxTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := harness.Start(t, env, harness.Options{Redis: true, Gateways: 2,
+		EditGateway:      func(_ int, cfg *config.Config) { cfg.Gateway.Queue.MaxWait = 5 * time.Minute },
+		HeartbeatTimeout: 6 * time.Second,
+		Workers: []harness.WorkerSpec{{
+			Role: config.RoleBoth, Model: harness.ModelEndless,
+			Edit: func(cfg *config.Config) { cfg.Worker.MaxBatch = defaultPoolBatch },
+		}}})
+	keys := map[string]string{
+		"spread": newTenant(t, c, 0, "spread", 0, tenant.Limits{}).Key,
+		"single": newTenant(t, c, 0, "single", 0, tenant.Limits{}).Key,
+	}
+	body := map[string]any{"model": harness.ModelEndless, "prompt": fairPrompt, "max_tokens": fairMaxTokens,
+		"temperature": 0, "stream": true}
+	on := func(tenant string) []*harness.Gateway {
+		if tenant == "single" {
+			return c.Gateways[:1]
+		}
+		return c.Gateways
+	}
+	l := runLoadOn(t, c, body, want, map[string]int{"spread": 16, "single": 16}, keys, on, func() { budgetLearned(t, c) })
+	spread, single := l.completed("spread")*fairMaxTokens, l.completed("single")*fairMaxTokens
+	share := float64(single) / float64(max(spread+single, 1))
+	t.Logf("completed tokens: spread over both gateways %d, through one %d in %v; the single-gateway tenant's share %.3f (want 0.5 ± 0.1)",
+		spread, single, l.window, share)
+	if spread+single < 16*fairMaxTokens {
+		t.Fatalf("too few completions in the window to judge: %d tokens", spread+single)
+	}
+	if share < 0.4 || share > 0.6 {
+		t.Errorf("the tenant sending through one gateway got %.3f of the completed tokens against a tenant of the same weight spread over two, want 0.5 ± 0.1", share)
 	}
 }

@@ -170,6 +170,14 @@ func runLoad(t *testing.T, c *harness.Cluster, body map[string]any, want harness
 func runLoadAfter(t *testing.T, c *harness.Cluster, body map[string]any, want harness.Output, clients map[string]int,
 	keys map[string]string, warm func()) *load {
 	t.Helper()
+	return runLoadOn(t, c, body, want, clients, keys, func(string) []*harness.Gateway { return c.Gateways }, warm)
+}
+
+// runLoadOn is runLoadAfter with each tenant's clients spread round robin
+// over the gateways on(tenant) returns instead of all of them.
+func runLoadOn(t *testing.T, c *harness.Cluster, body map[string]any, want harness.Output, clients map[string]int,
+	keys map[string]string, on func(tenant string) []*harness.Gateway, warm func()) *load {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var (
@@ -183,7 +191,8 @@ func runLoadAfter(t *testing.T, c *harness.Cluster, body map[string]any, want ha
 	for name, n := range clients {
 		for range n {
 			// Clients spread over the gateways, round robin.
-			g := c.Gateways[next%len(c.Gateways)]
+			gws := on(name)
+			g := gws[next%len(gws)]
 			next++
 			wg.Go(func() {
 				for ctx.Err() == nil {

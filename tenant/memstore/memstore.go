@@ -40,6 +40,7 @@ type Store struct {
 	models   map[string]tenant.ModelLimits
 	limiters map[string]*limiter // by tenant ID
 	usage    map[tenantDay]map[string]*tenant.Usage
+	reports  map[string]inFlightReport // by replica
 }
 
 var (
@@ -63,6 +64,7 @@ func New(secret []byte, opts ...Option) (*Store, error) {
 		models:   make(map[string]tenant.ModelLimits),
 		limiters: make(map[string]*limiter),
 		usage:    make(map[tenantDay]map[string]*tenant.Usage),
+		reports:  make(map[string]inFlightReport),
 	}
 	for _, o := range opts {
 		o(s)

@@ -17,6 +17,8 @@
 //	bg:<tenant>       budget period and tokens used (hash; expires after the period)
 //	cc:<tenant>       leases: sorted set of lease ID by expiry
 //	u:<tenant>:<day>  usage of one UTC day (hash r:|p:|c:<model>; kept for the retention)
+//	fr                gateway replicas sharing in-flight counts: sorted set of replica by report expiry
+//	fl:<replica>      one replica's requests in flight (hash tenant -> count)
 //
 // # Clock
 //

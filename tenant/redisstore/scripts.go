@@ -254,6 +254,46 @@ redis.call('PEXPIRE', KEYS[1], ceilms(ttl) + 60000)
 return now + ttl
 `
 
+// shareInFlightSrc replaces one replica's report of its requests in flight
+// per tenant and returns the fleet's sums over the replicas whose report has
+// not expired on the script's clock. Expired replicas are forgotten here;
+// the keys' own expiry only collects what a vanished fleet leaves behind.
+//
+// KEYS: replicas (sorted set of replica by report expiry), the replica's
+// report (hash tenant -> count). ARGV: clock, replica, TTL (us), report key
+// prefix, then tenant, count pairs (counts above 0). Returns tenant, count
+// pairs.
+const shareInFlightSrc = prelude + `
+local now = clock(ARGV[1])
+local ttl = tonumber(ARGV[3])
+local keep = ceilms(ttl) + 60000
+redis.call('DEL', KEYS[2])
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('PEXPIRE', KEYS[2], keep)
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', int(now))) do
+  redis.call('DEL', ARGV[4] .. r)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now))
+redis.call('ZADD', KEYS[1], int(now + ttl), ARGV[2])
+if redis.call('PTTL', KEYS[1]) < keep then redis.call('PEXPIRE', KEYS[1], keep) end
+local sums, order = {}, {}
+for _, r in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  local h = redis.call('HGETALL', ARGV[4] .. r)
+  for i = 1, #h, 2 do
+    if not sums[h[i]] then order[#order + 1] = h[i] end
+    sums[h[i]] = (sums[h[i]] or 0) + tonumber(h[i + 1])
+  end
+end
+local out = {}
+for _, id in ipairs(order) do
+  out[#out + 1] = id
+  out[#out + 1] = int(sums[id])
+end
+return out
+`
+
 // authSrc fetches a key record and its tenant in one round trip.
 // KEYS: key record. ARGV: tenant record key prefix. Returns {tenant ID,
 // hash, revoked, tenant record} or nil.
@@ -318,19 +358,20 @@ return 0
 type scripts struct {
 	acquire, release, renew, auth                   *redis.Script
 	createTenant, deleteTenant, issueKey, revokeKey *redis.Script
-	deleteModel                                     *redis.Script
+	deleteModel, shareInFlight                      *redis.Script
 }
 
 func newScripts() scripts {
 	return scripts{
-		acquire:      redis.NewScript(acquireSrc),
-		release:      redis.NewScript(releaseSrc),
-		renew:        redis.NewScript(renewSrc),
-		auth:         redis.NewScript(authSrc),
-		createTenant: redis.NewScript(createTenantSrc),
-		deleteTenant: redis.NewScript(deleteTenantSrc),
-		issueKey:     redis.NewScript(issueKeySrc),
-		revokeKey:    redis.NewScript(revokeKeySrc),
-		deleteModel:  redis.NewScript(deleteModelSrc),
+		acquire:       redis.NewScript(acquireSrc),
+		release:       redis.NewScript(releaseSrc),
+		renew:         redis.NewScript(renewSrc),
+		auth:          redis.NewScript(authSrc),
+		createTenant:  redis.NewScript(createTenantSrc),
+		deleteTenant:  redis.NewScript(deleteTenantSrc),
+		issueKey:      redis.NewScript(issueKeySrc),
+		revokeKey:     redis.NewScript(revokeKeySrc),
+		deleteModel:   redis.NewScript(deleteModelSrc),
+		shareInFlight: redis.NewScript(shareInFlightSrc),
 	}
 }

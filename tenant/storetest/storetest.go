@@ -1,8 +1,9 @@
 // Package storetest is the conformance suite of tenant.Store: every
 // implementation runs Run, which checks the whole contract (CRUD, keys,
 // authentication, every admission limit with its exact numbers, leases,
-// usage, per-model limits) and that limits stay exact when requests are
-// spread over two replicas sharing one state. The store's clock is a
+// usage, per-model limits, the replicas' shared in-flight counts) and that
+// limits stay exact when requests are spread over two replicas sharing one
+// state. The store's clock is a
 // manual Clock, so window tests never sleep.
 package storetest
 
@@ -85,6 +86,7 @@ func Run(t *testing.T, newStores Factory) {
 		{"PriorityDefaultsToZero", day(2026, 3, 10, 12), testPriority},
 		{"Unlimited", day(2026, 3, 10, 12), testUnlimited},
 		{"ExactAcrossReplicas", day(2026, 3, 10, 12), testExactAcrossReplicas},
+		{"InFlightShares", day(2026, 3, 10, 12), testInFlightShares},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,6 +82,30 @@
 // turns against one flooding tenant); with weights and costs, other tenants
 // of the level get turns until their finish tags pass the new request's.
 //
+// # Across replicas
+//
+// Each gateway replica has its own queue, which sees only its own waiters.
+// A tenant that sends to several replicas therefore gets turns at each of
+// them, while a tenant that reaches one replica competes there with the
+// first tenant's share of that replica alone. With Config.Fleet set, the
+// queue charges for that while a waiting tenant of a level is served by
+// this replica alone (no requests in flight at other replicas lately):
+// each time a waiter of the level is served, every ready flow whose tenant
+// has r requests in flight at other replicas has its start tag advanced by
+// r/h of its head's c/w, h being this replica's requests in flight. A
+// service here is about one of the h ending, during which about r/h of the
+// tenant's requests end elsewhere; so the tags count its service at every
+// replica, and this replica's turns go to the tenant it serves alone until
+// the fleet has served both alike per weight. The charge is capped at r
+// heads' worth ahead of the level's V, so a tenant whose requests
+// elsewhere end gets turns here again within r of the others'. While every
+// waiting tenant is served at other replicas too, nothing is charged: their
+// queues weigh those tenants already, and in-flight counts would misjudge
+// their service there when their requests run for different times. With
+// nothing in flight elsewhere the order is plain WFQ. Only tenants waiting
+// at this replica are compared: a replica where one tenant waits alone
+// still gives it every turn.
+//
 // # Leaving
 //
 // Waiters leave by Done (idempotent). A waiter whose context ends leaves at

@@ -25,6 +25,11 @@ type flow struct {
 	waiters list.List // *Waiter, FIFO; the head is Front
 	start   float64   // virtual start tag of the head
 	index   int       // position in level.ready; -1 when not there
+
+	// Scratch of chargeElsewhereLocked: the tenant's requests in flight at
+	// other replicas, and whether it had any there lately.
+	elsewhere int64
+	served    bool
 }
 
 func (f *flow) head() *Waiter { return f.waiters.Front().Value.(*Waiter) }
@@ -83,6 +88,42 @@ func (q *Queue) nextLocked() *flow {
 		}
 	}
 	return nil
+}
+
+// chargeElsewhereLocked is called when a waiter of the level was served,
+// and only acts while a ready flow's tenant is served by this replica alone
+// (nothing in flight elsewhere lately): otherwise every waiting tenant is
+// also served by the other replicas' WFQ, and this one's order stays plain
+// WFQ. It advances the start tag of each ready flow whose tenant has
+// requests in flight at other replicas by the service those get while this
+// replica serves one request: r/h heads' worth (r requests elsewhere, h
+// here, a service here being about one of the h ending), capped at r heads'
+// worth ahead of the level's V, so that a tenant served elsewhere for a
+// long time is not shut out here for long once that ends.
+func (l *level) chargeElsewhereLocked(fleet Fleet) {
+	alone := false
+	for _, f := range l.ready {
+		f.elsewhere, f.served = fleet.Elsewhere(f.tenant)
+		alone = alone || !f.served
+	}
+	if !alone {
+		return
+	}
+	here := float64(max(fleet.Here(), 1))
+	charged := false
+	for _, f := range l.ready {
+		if f.elsewhere <= 0 {
+			continue
+		}
+		h := f.head()
+		head := float64(h.cost) / float64(h.weight)
+		r := float64(f.elsewhere)
+		f.start = min(f.start+r/here*head, max(f.start, l.vtime+r*head))
+		charged = true
+	}
+	if charged {
+		heap.Init(&l.ready)
+	}
 }
 
 // flowHeap orders a level's flows by their head's finish tag, then arrival.

@@ -32,6 +32,21 @@ type Config struct {
 	MaxTrying int
 	// Now is the clock for MaxWait; nil means time.Now.
 	Now func() time.Time
+	// Fleet, when set, tells the queue of the other gateway replicas, so
+	// that it charges each tenant for the service it gets there (see
+	// "Across replicas" in the package comment). nil: this queue's gateway
+	// is alone. Its methods are called with the queue's lock held and must
+	// not call into the queue.
+	Fleet Fleet
+}
+
+// Fleet is what a queue learns of the other gateway replicas.
+type Fleet interface {
+	// Elsewhere returns tenantID's requests in flight at other replicas,
+	// and whether it had any there lately: whether they serve it too.
+	Elsewhere(tenantID string) (inFlight int64, recently bool)
+	// Here returns this replica's requests in flight, of every tenant.
+	Here() int64
 }
 
 // Queue is a wait queue with strict priority levels and weighted fair
@@ -320,6 +335,9 @@ func (q *Queue) removeLocked(w *Waiter, err error, served bool) {
 		q.dropFlowLocked(f)
 	case wasHead:
 		heap.Push(&l.ready, f) // with its next head
+	}
+	if served && q.cfg.Fleet != nil {
+		l.chargeElsewhereLocked(q.cfg.Fleet)
 	}
 	if q.arrived.Len() == 0 {
 		q.missed = false

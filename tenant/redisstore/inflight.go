@@ -1,0 +1,41 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/warden-ai/warden/tenant"
+)
+
+// ShareInFlight implements tenant.InFlightSharer with one script run.
+func (s *Store) ShareInFlight(ctx context.Context, r tenant.InFlightReport) (map[string]int64, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	args := []any{s.now(), r.Replica, r.TTL.Microseconds(), s.key("fl", "")}
+	for id, n := range r.InFlight {
+		if n > 0 {
+			args = append(args, id, n)
+		}
+	}
+	res, err := s.sc.shareInFlight.Run(ctx, s.rdb, []string{s.key("fr"), s.key("fl", r.Replica)}, args...).StringSlice()
+	if err != nil {
+		return nil, s.fail(ctx, "share in-flight", err)
+	}
+	s.ok()
+	if len(res)%2 != 0 {
+		return nil, fmt.Errorf("redisstore: share in-flight: unexpected reply of %d values", len(res))
+	}
+	fleet := make(map[string]int64, len(res)/2)
+	for i := 0; i < len(res); i += 2 {
+		n, err := strconv.ParseInt(res[i+1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: share in-flight: count of %q: %w", res[i], err)
+		}
+		if n > 0 {
+			fleet[res[i]] = n
+		}
+	}
+	return fleet, nil
+}
