@@ -46,7 +46,7 @@ func (c *constraints) starter(m *model.Model, wire string) (func() engine.Constr
 			return
 		}
 		c.vocab = constrain.TokenizerVocab(tok, m.Config.VocabSize, m.EOSTokenIDs())
-		c.cache = constrain.NewCache(grammarCacheSize)
+		c.cache = constrain.NewCache(constrain.CacheLimits{Entries: grammarCacheSize})
 	})
 	if c.err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "structured outputs: loading the vocabulary: %v", c.err)

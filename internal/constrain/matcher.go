@@ -154,7 +154,7 @@ func (g *Grammar) mask(v *Vocab, p pos) *maskSet {
 // reset drops the cached automaton and masks; states in use keep working.
 func (g *Grammar) reset() {
 	g.states = map[string]*dstate{}
-	g.maskBytes = 0
+	g.maskBytes, g.stateBytes = 0, 0
 	g.start = g.intern(g.start.pcs)
 }
 
