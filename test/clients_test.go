@@ -27,7 +27,8 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // must see exactly the text of the float64 reference model (greedy); then
 // tool calls round-tripped through each client, generateObject and
 // withStructuredOutput (test/clients/conformance.mjs), and openai-go with
-// tools; and n: 3 on a second `warden up --single` (one prefill shared by
+// tools (streamed calls reassembled equal to the non-streamed ones, and
+// n: 3 with tools); and n: 3 on a second `warden up --single` (one prefill shared by
 // the choices; P/D refuses n > 1 naming n). The prompts of the tool round
 // trips must have the token count of the Python jinja2 render of the same
 // conversation. Without node/npm it is skipped, except under CI.
@@ -109,6 +110,7 @@ func TestClientConformance(t *testing.T) {
 		t.Error("the client script printed no conversation to check against the reference render")
 	}
 	checkGoTools(t, info, model)
+	checkGoToolsStream(t, info, single)
 }
 
 // installClients installs clientPackages and returns their node_modules.
