@@ -140,8 +140,7 @@ func checkRender(t *testing.T, dir string, raw []byte) {
 // schema, and its result round-trips into the next prompt.
 func checkGoTools(t *testing.T, info upInfo, dir string) {
 	t.Helper()
-	client := openai.NewClient(option.WithBaseURL(info.baseURL), option.WithAPIKey(info.key),
-		option.WithHTTPClient(upClient(t, info)), option.WithMaxRetries(0))
+	client := goCallsClient(t, info)
 	params := shared.FunctionParameters{
 		"type":                 "object",
 		"properties":           map[string]any{"a": map[string]any{"type": "integer", "minimum": 0, "maximum": 99}, "op": map[string]any{"enum": []string{"add", "mul"}}},
