@@ -77,7 +77,7 @@ type driver struct {
 	stops       []string
 	// tools starts the tool-call parser of choice k; nil without tools.
 	tools func(k int) *toolcall.Parser
-	pages       int64            // KV pages the request needs on its decode worker
+	pages int64 // KV pages the request needs on its decode worker
 	// The prefix cache (prefixcache.go): the request's domain and whether
 	// it uses the cache.
 	domain  cachekey.Domain
