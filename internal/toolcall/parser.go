@@ -456,12 +456,27 @@ const (
 	headNo                    // text is no head
 )
 
+// maxHead bounds the text of a call head: one not complete within it is
+// no head (the call is then read whole). It keeps the parser linear in
+// the output however long the model writes whitespace inside a head.
+const maxHead = 256
+
 // head matches the start of text, after optional whitespace, against a
 // streamable call head: {"name": "<offered name>", "arguments": { (or
-// "parameters"), whitespace allowed between the tokens. On headYes it
-// returns the name and the offset of the arguments' "{". The name must be
-// written plainly (no escapes), as offered names are [A-Za-z0-9_-].
+// "parameters"), whitespace allowed between the tokens, at most maxHead
+// bytes. On headYes it returns the name and the offset of the arguments'
+// "{". The name must be written plainly (no escapes), as offered names
+// are [A-Za-z0-9_-].
 func (p *Parser) head(text string) (name string, argsAt int, m headMatch) {
+	text = text[:min(len(text), maxHead)]
+	name, argsAt, m = p.matchHead(text)
+	if m == headMore && len(text) == maxHead {
+		return "", 0, headNo
+	}
+	return name, argsAt, m
+}
+
+func (p *Parser) matchHead(text string) (name string, argsAt int, m headMatch) {
 	i := 0
 	ws := func() {
 		for i < len(text) && strings.IndexByte(space, text[i]) >= 0 {
