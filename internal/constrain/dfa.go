@@ -8,6 +8,7 @@ import (
 	"regexp/syntax"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -28,6 +29,9 @@ type Grammar struct {
 	start      *dstate
 	maskBytes  int
 	stateBytes int64 // estimated memory of the states in the table
+	// grown is stateBytes + maskBytes, readable without mu (Size must not
+	// wait for a mask being computed).
+	grown atomic.Int64
 }
 
 // Bounds on a grammar's cached automaton.
@@ -226,16 +230,13 @@ func (g *Grammar) intern(set []uint32) *dstate {
 	}
 	g.states[string(key)] = s
 	g.stateBytes += int64(unsafe.Sizeof(dstate{})) + 8*int64(len(set)) // the state, its pcs and its key
+	g.grown.Store(g.stateBytes + int64(g.maskBytes))
 	return s
 }
 
 // Size estimates the memory the grammar holds now: its program, the
 // automaton states built so far and their token masks.
-func (g *Grammar) Size() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.baseBytes + g.stateBytes + int64(g.maskBytes)
-}
+func (g *Grammar) Size() int64 { return g.baseBytes + g.grown.Load() }
 
 // step is the state after rune r; g.mu must be held.
 func (g *Grammar) step(s *dstate, r rune) *dstate {

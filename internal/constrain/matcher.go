@@ -144,6 +144,7 @@ func (g *Grammar) mask(v *Vocab, p pos) *maskSet {
 	if g.maskBytes > maxMaskBytes {
 		g.reset()
 	}
+	g.grown.Store(g.stateBytes + int64(g.maskBytes))
 	if p.s.masks == nil {
 		p.s.masks = map[maskKey]*maskSet{}
 	}
