@@ -42,6 +42,16 @@ type Config struct {
 	Observability Observability `yaml:"observability"`
 }
 
+// GrammarCache bounds a cache of compiled structured-output grammars,
+// least recently used first out.
+type GrammarCache struct {
+	// Entries is the most grammars kept. Default 256.
+	Entries int `yaml:"entries"`
+	// MaxBytes is the most memory they may hold together (an estimate
+	// of their automata). Default 64MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+}
+
 // Gateway configures the gateway process.
 type Gateway struct {
 	// Listen is the host:port of the OpenAI-compatible HTTPS API.
@@ -72,6 +82,11 @@ type Gateway struct {
 	// as n sequences of one worker, so keep it <= worker.max_batch.
 	// Default 8.
 	MaxN int `yaml:"max_n"`
+	// GrammarCache bounds the compiled structured-output constraints
+	// (response_format, guided_*, text.format, forced or strict tool
+	// calls) the gateway keeps, so a schema sent again is not compiled
+	// again.
+	GrammarCache GrammarCache `yaml:"grammar_cache"`
 	// RequestTimeout bounds a request from arrival to its last byte; the
 	// request is aborted everywhere when it passes. Default 10m.
 	RequestTimeout time.Duration `yaml:"request_timeout"`

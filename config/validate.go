@@ -237,6 +237,12 @@ func (g *Gateway) validate(v *validator) {
 	if g.MaxN < 1 || g.MaxN > 256 {
 		v.add("gateway.max_n", "must be in 1..256 (got %d)", g.MaxN)
 	}
+	if g.GrammarCache.Entries < 1 {
+		v.add("gateway.grammar_cache.entries", "must be >= 1 (got %d)", g.GrammarCache.Entries)
+	}
+	if g.GrammarCache.MaxBytes < 1 {
+		v.add("gateway.grammar_cache.max_bytes", "must be > 0 (got %d)", int64(g.GrammarCache.MaxBytes))
+	}
 	for i, o := range g.CORSOrigins {
 		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil) {

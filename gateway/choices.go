@@ -6,13 +6,16 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/toolcall"
 )
 
 // choice is one of a request's n choices as the relay sees it: its text
-// (stop strings apply per choice), the tokens received for it, and
-// whether it ended (a stop string matched).
+// (stop strings apply per choice), its tool-call parser (nil without
+// tools), the tokens received for it, and whether it ended (a stop string
+// matched).
 type choice struct {
 	text     *textStream
+	tools    *toolcall.Parser
 	received int64
 	ended    bool
 }
@@ -22,6 +25,9 @@ func (d *driver) newChoices() []*choice {
 	cs := make([]*choice, d.n)
 	for k := range cs {
 		cs[k] = &choice{text: newTextStream(d.tok.tok, d.stops)}
+		if d.tools != nil {
+			cs[k].tools = d.tools(k)
+		}
 	}
 	return cs
 }
@@ -96,7 +102,7 @@ func (d *driver) finishChoices(ctx context.Context, done *controlpb.Done, cs []*
 		if i == len(open)-1 {
 			usage = d.usage()
 		}
-		if err := d.emitLast(ctx, l.k, l.rest, nil, l.reason, usage); err != nil {
+		if err := d.emitLast(ctx, l.k, cs[l.k].tools, l.rest, nil, l.reason, usage); err != nil {
 			return err
 		}
 	}

@@ -43,6 +43,7 @@ type Gateway struct {
 
 	store       tenant.Store
 	domains     *cacheDomains // prefix-cache domains of requests
+	grammars    grammarCache  // compiled structured-output constraints
 	closeStore  func() error
 	auth        *authenticator
 	modelLimits *tenant.ModelLimitsCache
@@ -203,6 +204,10 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if err := g.promReg.Register(g.domains); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	g.grammars = newGrammarCache(cfg.Gateway.GrammarCache)
+	if err := g.promReg.Register(g.grammars); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if err := g.promReg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

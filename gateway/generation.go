@@ -75,8 +75,9 @@ type driver struct {
 	n           int    // choices (n), at least 1
 	sampling    *controlpb.SamplingParams
 	stops       []string
-	tools       *toolcall.Parser // the output's tool calls; nil without tools
-	pages       int64            // KV pages the request needs on its decode worker
+	// tools starts the tool-call parser of choice k; nil without tools.
+	tools func(k int) *toolcall.Parser
+	pages int64 // KV pages the request needs on its decode worker
 	// The prefix cache (prefixcache.go): the request's domain and whether
 	// it uses the cache.
 	domain  cachekey.Domain

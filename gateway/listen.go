@@ -52,6 +52,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 	var h http.Handler = api.NewHandler(api.Config{
 		MaxBodyBytes: int64(gw.MaxBodyBytes),
 		MaxChoices:   gw.MaxN,
+		Grammars:     g.grammars.Cache,
 		CORSOrigins:  gw.CORSOrigins,
 		Ready:        func(context.Context) error { return g.Ready() },
 		OnError:      g.metrics.rejected,

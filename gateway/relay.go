@@ -14,6 +14,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/toolcall"
 )
 
 // received is one Recv result of a Generate stream.
@@ -186,14 +187,14 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if stopped {
 			c.ended = true
 			if !allEnded(choices) {
-				return false, d.emitLast(ctx, k, delta, lps, "stop", nil)
+				return false, d.emitLast(ctx, k, c.tools, delta, lps, "stop", nil)
 			}
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emitLast(ctx, k, delta, lps, "stop", d.usage())
+			return true, d.emitLast(ctx, k, c.tools, delta, lps, "stop", d.usage())
 		}
-		return false, d.emitText(ctx, k, delta, lps)
+		return false, d.emitText(ctx, k, c.tools, delta, lps)
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
@@ -223,12 +224,11 @@ func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent, choices []*choi
 }
 
 // emitText hands output text of choice k to the HTTP layer, through the
-// tool-call parser when the request has tools (then n is 1: see
-// checkChoicesTools).
-func (d *driver) emitText(ctx context.Context, k int, text string, lps []api.TokenLogprob) error {
+// choice's tool-call parser when the request has tools.
+func (d *driver) emitText(ctx context.Context, k int, tools *toolcall.Parser, text string, lps []api.TokenLogprob) error {
 	ev := api.Event{TextDelta: text}
-	if d.tools != nil {
-		ev = toolEvent(d.tools.Add(text))
+	if tools != nil {
+		ev = toolEvent(tools.Add(text))
 	}
 	ev.Choice, ev.Logprobs = k, lps
 	if ev.TextDelta == "" && len(ev.ToolCalls) == 0 && len(ev.Logprobs) == 0 {
@@ -240,14 +240,14 @@ func (d *driver) emitText(ctx context.Context, k int, text string, lps []api.Tok
 // emitLast hands choice k's last text and its finish ("tool_calls"
 // instead of "stop" when the output made tool calls), with usage when it
 // is the request's last event.
-func (d *driver) emitLast(ctx context.Context, k int, text string, lps []api.TokenLogprob, reason string, usage *api.Usage) error {
+func (d *driver) emitLast(ctx context.Context, k int, tools *toolcall.Parser, text string, lps []api.TokenLogprob, reason string, usage *api.Usage) error {
 	ev := api.Event{TextDelta: text, Logprobs: lps}
-	if d.tools != nil {
-		if err := d.emitText(ctx, k, text, lps); err != nil {
+	if tools != nil {
+		if err := d.emitText(ctx, k, tools, text, lps); err != nil {
 			return err
 		}
-		ev = toolEvent(d.tools.End())
-		if reason == "stop" && d.tools.Calls() > 0 {
+		ev = toolEvent(tools.End())
+		if reason == "stop" && tools.Calls() > 0 {
 			reason = "tool_calls"
 		}
 	}

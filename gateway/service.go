@@ -193,7 +193,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		return nil, err
 	}
 	constraint := req.Constraint
-	if tc, err := toolConstraint(req, mt.tools); err != nil {
+	if tc, err := toolConstraint(req, mt.tools, g.grammars.Cache); err != nil {
 		return nil, err
 	} else if tc != "" {
 		constraint = tc
@@ -244,7 +244,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		n:           int(n),
 		sampling:    sampling(req, constraint, dec.MaxTokens),
 		stops:       req.Stop,
-		tools:       mt.toolParser(req),
+		tools:       mt.toolParsers(req),
 		gen:         &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)

@@ -28,7 +28,7 @@ import (
 // A strict function's parameters must be enforceable (else 400 naming the
 // keyword); a non-strict one's arguments are held to its schema when it can
 // be enforced, and to any JSON object otherwise.
-func toolConstraint(req *api.GenerateRequest, f toolcall.Format) (string, error) {
+func toolConstraint(req *api.GenerateRequest, f toolcall.Format, grammars *constrain.Cache) (string, error) {
 	if !usesTools(req) {
 		return "", nil
 	}
@@ -83,7 +83,7 @@ func toolConstraint(req *api.GenerateRequest, f toolcall.Format) (string, error)
 			spec.Regex = autoRegex(f) + "|" + re
 		}
 	}
-	if _, err := constrain.Compile(spec); err != nil {
+	if _, err := grammars.Compile(spec); err != nil {
 		return "", toolSchemaError(-1, err)
 	}
 	return spec.Encode()

@@ -83,7 +83,7 @@ func TestToolConstraint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := &api.GenerateRequest{Tools: weatherTools(tc.strict), ToolChoice: tc.choice, ParallelToolCalls: !tc.single}
-			wire, err := toolConstraint(req, tc.f)
+			wire, err := toolConstraint(req, tc.f, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,21 +116,21 @@ func TestToolConstraint(t *testing.T) {
 func TestToolConstraintRefusals(t *testing.T) {
 	bad := json.RawMessage(`{"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$"}}}`)
 	req := &api.GenerateRequest{Tools: []api.Tool{{Name: "f", Strict: true, Parameters: bad}}, ParallelToolCalls: true}
-	_, err := toolConstraint(req, toolcall.FormatHermes)
+	_, err := toolConstraint(req, toolcall.FormatHermes, nil)
 	var ae *api.Error
 	if !errors.As(err, &ae) || ae.Status != 400 || ae.Param != "tools[0].function.parameters" || !strings.Contains(ae.Message, "pattern") {
 		t.Fatalf("strict unsupported schema: %v", err)
 	}
 	req.Tools[0].Strict, req.ToolChoice = false, api.ToolChoice{Mode: api.ToolChoiceRequired}
-	if wire, err := toolConstraint(req, toolcall.FormatHermes); err != nil || wire == "" {
+	if wire, err := toolConstraint(req, toolcall.FormatHermes, nil); err != nil || wire == "" {
 		t.Fatalf("non-strict unsupported schema: %q %v", wire, err)
 	}
 	req.ToolChoice = api.ToolChoice{Mode: api.ToolChoiceAuto}
-	if wire, err := toolConstraint(req, toolcall.FormatHermes); err != nil || wire != "" {
+	if wire, err := toolConstraint(req, toolcall.FormatHermes, nil); err != nil || wire != "" {
 		t.Fatalf("auto without strict: %q %v", wire, err)
 	}
 	req.ToolChoice, req.Constraint = api.ToolChoice{Mode: api.ToolChoiceRequired}, `{"json_object":true}`
-	if _, err := toolConstraint(req, toolcall.FormatHermes); !errors.As(err, &ae) || ae.Param != "tool_choice" {
+	if _, err := toolConstraint(req, toolcall.FormatHermes, nil); !errors.As(err, &ae) || ae.Param != "tool_choice" {
 		t.Fatalf("response_format with required: %v", err)
 	}
 }

@@ -51,21 +51,29 @@ func usesTools(req *api.GenerateRequest) bool {
 	return len(req.Tools) > 0 && req.ToolChoice.Mode != api.ToolChoiceNone
 }
 
-// toolParser returns the parser of a request's output, or nil when it is
-// offered no tools. Forced calls (toolConstraint) come in the model's own
-// format too, so one parser reads every tool_choice. Call IDs derive from
-// the request ID, unique per call.
-func (mt *modelTokenizer) toolParser(req *api.GenerateRequest) *toolcall.Parser {
+// toolParsers returns what starts the parser of a request's choice k, or
+// nil when it is offered no tools. Each choice is parsed on its own.
+// Forced calls (toolConstraint) come in the model's own format too, so
+// one parser reads every tool_choice. Call IDs derive from the request
+// ID, unique per call: call_<id>_<i> in the first choice, call_<id>_<k>_<i>
+// in choice k > 0.
+func (mt *modelTokenizer) toolParsers(req *api.GenerateRequest) func(k int) *toolcall.Parser {
 	if !usesTools(req) {
 		return nil
 	}
-	o := toolcall.Options{Format: mt.tools, Single: !req.ParallelToolCalls}
-	for _, t := range req.Tools {
-		o.Names = append(o.Names, t.Name)
+	names := make([]string, len(req.Tools))
+	for i, t := range req.Tools {
+		names[i] = t.Name
 	}
 	id := strings.TrimPrefix(req.RequestID, "req_")
-	o.ID = func(i int) string { return fmt.Sprintf("call_%s_%d", id, i) }
-	return toolcall.NewParser(o)
+	return func(k int) *toolcall.Parser {
+		o := toolcall.Options{Format: mt.tools, Single: !req.ParallelToolCalls, Names: names}
+		o.ID = func(i int) string { return fmt.Sprintf("call_%s_%d", id, i) }
+		if k > 0 {
+			o.ID = func(i int) string { return fmt.Sprintf("call_%s_%d_%d", id, k, i) }
+		}
+		return toolcall.NewParser(o)
+	}
 }
 
 // toolEvent turns what the parser released into an event's text and tool

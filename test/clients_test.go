@@ -26,7 +26,8 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // must see exactly the text of the float64 reference model (greedy); then
 // tool calls round-tripped through each client, generateObject and
 // withStructuredOutput (test/clients/conformance.mjs), and openai-go with
-// tools; and n: 3 on the P/D `warden up` and on a second
+// tools (streamed calls reassembled equal to the non-streamed ones, and
+// n: 3 with tools); and n: 3 on the P/D `warden up` and on a second
 // `warden up --single` (one prefill shared by the choices). The prompts of the tool round
 // trips must have the token count of the Python jinja2 render of the same
 // conversation. Without node/npm it is skipped, except under CI.
@@ -95,4 +96,5 @@ func TestClientConformance(t *testing.T) {
 		t.Error("the client script printed no conversation to check against the reference render")
 	}
 	checkGoTools(t, info, model)
+	checkGoToolsStream(t, info, single)
 }

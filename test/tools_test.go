@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,8 +140,7 @@ func checkRender(t *testing.T, dir string, raw []byte) {
 // schema, and its result round-trips into the next prompt.
 func checkGoTools(t *testing.T, info upInfo, dir string) {
 	t.Helper()
-	client := openai.NewClient(option.WithBaseURL(info.baseURL), option.WithAPIKey(info.key),
-		option.WithHTTPClient(upClient(t, info)), option.WithMaxRetries(0))
+	client := goCallsClient(t, info)
 	params := shared.FunctionParameters{
 		"type":                 "object",
 		"properties":           map[string]any{"a": map[string]any{"type": "integer", "minimum": 0, "maximum": 99}, "op": map[string]any{"enum": []string{"add", "mul"}}},
@@ -189,4 +189,88 @@ func checkGoTools(t *testing.T, info upInfo, dir string) {
 	})
 	rc, _ := json.Marshal(renderCase{Name: "openai-go chat with tools", Messages: msgs, Tools: json.RawMessage("null"), PromptTokens: int(next.Usage.PromptTokens)})
 	checkRender(t, dir, rc)
+}
+
+// goCallsClient is an openai-go client of a `warden up`.
+func goCallsClient(t *testing.T, info upInfo) openai.Client {
+	t.Helper()
+	return openai.NewClient(option.WithBaseURL(info.baseURL), option.WithAPIKey(info.key),
+		option.WithHTTPClient(upClient(t, info)), option.WithMaxRetries(0))
+}
+
+// goCall is a tool call less its request-bound ID.
+type goCall struct{ Name, Arguments string }
+
+func goCalls(m openai.ChatCompletionMessage) []goCall {
+	var out []goCall
+	for _, c := range m.ToolCalls {
+		out = append(out, goCall{c.Function.Name, c.Function.Arguments})
+	}
+	return out
+}
+
+// checkGoToolsStream: openai-go streams a chat completion whose calls
+// (tool_choice "required", parallel calls allowed, temperature 0, fixed
+// seed) arrive as deltas, no content delta carries tool-call markup, and
+// the accumulated answer equals the non-streamed one; on the single
+// worker, n: 3 with tools gives three choices with those same calls, each
+// with its own IDs.
+func checkGoToolsStream(t *testing.T, pd, single upInfo) {
+	t.Helper()
+	tool := openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "calc", Description: openai.String("Compute."),
+		Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "integer", "minimum": 0, "maximum": 99}},
+			"required": []string{"a"}, "additionalProperties": false}, Strict: openai.Bool(true)})
+	req := openai.ChatCompletionNewParams{Model: toolsModelName, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Compute twice.")},
+		Tools: []openai.ChatCompletionToolUnionParam{tool}, ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
+		MaxTokens: openai.Int(96), Temperature: openai.Float(0), Seed: openai.Int(11)}
+	client := goCallsClient(t, pd)
+	resp, err := client.Chat.Completions.New(context.Background(), req)
+	if err != nil {
+		t.Fatalf("openai-go chat with tools: %v", err)
+	}
+	want := resp.Choices[0]
+	if len(want.Message.ToolCalls) == 0 || want.FinishReason != "tool_calls" {
+		t.Fatalf("non-streamed answer has no calls: %s", resp.RawJSON())
+	}
+	stream := client.Chat.Completions.NewStreaming(context.Background(), req)
+	var acc openai.ChatCompletionAccumulator
+	deltas := 0
+	for stream.Next() {
+		chunk := stream.Current()
+		acc.AddChunk(chunk)
+		for _, c := range chunk.Choices {
+			if strings.Contains(c.Delta.Content, "<tool_call") || strings.Contains(c.Delta.Content, "</tool_call") {
+				t.Errorf("content delta %q leaks tool-call markup", c.Delta.Content)
+			}
+			deltas += len(c.Delta.ToolCalls)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("openai-go streamed chat with tools: %v", err)
+	}
+	got := acc.Choices[0]
+	if !slices.Equal(goCalls(got.Message), goCalls(want.Message)) || got.Message.Content != want.Message.Content ||
+		got.FinishReason != want.FinishReason || deltas < 2*len(want.Message.ToolCalls) {
+		t.Fatalf("streamed %q %+v %s (%d deltas), non-streamed %q %+v %s", got.Message.Content, goCalls(got.Message), got.FinishReason, deltas,
+			want.Message.Content, goCalls(want.Message), want.FinishReason)
+	}
+
+	req.N = openai.Int(3)
+	singleClient := goCallsClient(t, single)
+	resp, err = singleClient.Chat.Completions.New(context.Background(), req)
+	if err != nil {
+		t.Fatalf("openai-go n: 3 with tools: %v", err)
+	}
+	ids := map[string]bool{}
+	for k, c := range resp.Choices {
+		for _, tc := range c.Message.ToolCalls {
+			ids[tc.ID] = true
+		}
+		if !slices.Equal(goCalls(c.Message), goCalls(want.Message)) || c.FinishReason != "tool_calls" {
+			t.Errorf("n: 3 choice %d: %+v %s, want %+v", k, goCalls(c.Message), c.FinishReason, goCalls(want.Message))
+		}
+	}
+	if len(resp.Choices) != 3 || len(ids) != 3*len(want.Message.ToolCalls) {
+		t.Errorf("n: 3 with tools: %d choices, %d distinct call IDs: %s", len(resp.Choices), len(ids), resp.RawJSON())
+	}
 }

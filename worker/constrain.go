@@ -12,9 +12,13 @@ import (
 	"github.com/warden-ai/warden/worker/model"
 )
 
-// grammarCacheSize bounds the compiled structured-output grammars a worker
-// keeps (each with its token masks, themselves bounded per grammar).
-const grammarCacheSize = 32
+// Bounds on the compiled structured-output grammars a worker keeps: their
+// number, and their memory together with their token masks (each
+// grammar's masks are bounded too, see internal/constrain).
+const (
+	grammarCacheSize  = 32
+	grammarCacheBytes = 256 << 20
+)
 
 var _ engine.Constraint = (*constrain.Matcher)(nil)
 
@@ -46,7 +50,7 @@ func (c *constraints) starter(m *model.Model, wire string) (func() engine.Constr
 			return
 		}
 		c.vocab = constrain.TokenizerVocab(tok, m.Config.VocabSize, m.EOSTokenIDs())
-		c.cache = constrain.NewCache(grammarCacheSize)
+		c.cache = constrain.NewCache(constrain.CacheLimits{Entries: grammarCacheSize, Bytes: grammarCacheBytes})
 	})
 	if c.err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "structured outputs: loading the vocabulary: %v", c.err)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/constrain/constraintest"
@@ -237,16 +238,45 @@ func TestSpecWireRoundTrip(t *testing.T) {
 	if err != nil || back.Hash() != s.Hash() {
 		t.Fatalf("%+v %v", back, err)
 	}
-	c := constrain.NewCache(2)
+}
+
+// TestCache: an equal spec is a hit, the least recently used grammar goes
+// first, and both bounds (entries, bytes) hold.
+func TestCache(t *testing.T) {
+	s := constrain.Spec{JSONSchema: json.RawMessage(`{"type":"integer"}`), Prefix: "a", Suffix: "b"}
+	w, _ := s.Encode()
+	back, _ := constrain.DecodeSpec(w)
+	x, y := constrain.Spec{Choice: []string{"x"}}, constrain.Spec{Choice: []string{"y"}}
+	c := constrain.NewCache(constrain.CacheLimits{Entries: 2})
 	g1, _ := c.Compile(s)
 	g2, _ := c.Compile(back)
-	if g1 != g2 || c.Len() != 1 {
-		t.Fatal("cache miss on an equal spec")
+	if st := c.Stats(); g1 != g2 || st.Entries != 1 || st.Hits != 1 || st.Misses != 1 || st.Bytes != g1.Size() || st.Bytes <= 0 {
+		t.Fatalf("an equal spec: same grammar %v, stats %+v", g1 == g2, st)
 	}
-	c.Compile(constrain.Spec{Choice: []string{"x"}})
-	c.Compile(constrain.Spec{Choice: []string{"y"}})
-	if c.Len() != 2 {
-		t.Fatalf("cache holds %d, bound 2", c.Len())
+	c.Compile(x)
+	c.Compile(s) // s is now the most recent: x goes next
+	c.Compile(y)
+	if g, _ := c.Compile(s); g != g1 {
+		t.Error("the most recently used grammar was evicted")
+	}
+	if st := c.Stats(); st.Entries != 2 || st.Hits != 3 || st.Misses != 3 {
+		t.Fatalf("stats %+v, want 2 entries, 3 hits, 3 misses", st)
+	}
+	if _, err := c.Compile(constrain.Spec{Regex: "("}); err == nil || c.Stats().Entries != 2 {
+		t.Errorf("a bad spec: %v, %d entries", err, c.Stats().Entries)
+	}
+
+	// A byte bound below two grammars keeps only the latest.
+	gx, _ := constrain.Compile(x)
+	b := constrain.NewCache(constrain.CacheLimits{Entries: 10, Bytes: 2*gx.Size() - 1})
+	b.Compile(x)
+	gy, _ := b.Compile(y)
+	if st := b.Stats(); st.Entries != 1 || st.Bytes != gy.Size() {
+		t.Fatalf("byte-bounded cache: %+v", st)
+	}
+	var nilCache *constrain.Cache
+	if g, err := nilCache.Compile(x); err != nil || g == nil {
+		t.Fatalf("a nil cache compiles: %v", err)
 	}
 }
 
@@ -298,6 +328,39 @@ func BenchmarkCompile(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(schemas)), "ns/schema")
 	})
+}
+
+// BenchmarkCompileCache compares compiling the test schemas with taking
+// them from a warm Cache; "uncached/cached" is the compile time a hit
+// saves, as a ratio in the same run.
+// Run with: go test -run '^$' -bench CompileCache ./internal/constrain/
+func BenchmarkCompileCache(b *testing.B) {
+	schemas := constraintest.Schemas(b)
+	c := constrain.NewCache(constrain.CacheLimits{Entries: len(schemas)})
+	for _, s := range schemas {
+		if _, err := c.Compile(constrain.Spec{JSONSchema: s}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var cold, warm time.Duration
+	for b.Loop() {
+		for _, s := range schemas {
+			spec := constrain.Spec{JSONSchema: s}
+			t0 := time.Now()
+			if _, err := constrain.Compile(spec); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if _, err := c.Compile(spec); err != nil {
+				b.Fatal(err)
+			}
+			cold, warm = cold+t1.Sub(t0), warm+time.Since(t1)
+		}
+	}
+	n := float64(b.N * len(schemas))
+	b.ReportMetric(float64(cold.Nanoseconds())/n, "uncached-ns/schema")
+	b.ReportMetric(float64(warm.Nanoseconds())/n, "cached-ns/schema")
+	b.ReportMetric(float64(cold)/float64(warm), "uncached/cached")
 }
 
 func FuzzCompileRegex(f *testing.F) {

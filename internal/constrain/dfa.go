@@ -8,7 +8,9 @@ import (
 	"regexp/syntax"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Grammar is a compiled Spec: a lazily determinized automaton over code
@@ -19,10 +21,17 @@ type Grammar struct {
 	// dist[pc]: the fewest bytes that lead from instruction pc to a match.
 	dist []int32
 
-	mu        sync.Mutex
-	states    map[string]*dstate
-	start     *dstate
-	maskBytes int
+	// baseBytes estimates the memory of prog and dist.
+	baseBytes int64
+
+	mu         sync.Mutex
+	states     map[string]*dstate
+	start      *dstate
+	maskBytes  int
+	stateBytes int64 // estimated memory of the states in the table
+	// grown is stateBytes + maskBytes, readable without mu (Size must not
+	// wait for a mask being computed).
+	grown atomic.Int64
 }
 
 // Bounds on a grammar's cached automaton.
@@ -75,6 +84,10 @@ func Compile(spec Spec) (*Grammar, error) {
 		}
 	}
 	g := &Grammar{prog: prog, dist: distances(prog), states: map[string]*dstate{}}
+	g.baseBytes = int64(len(prog.Inst)) * (int64(unsafe.Sizeof(syntax.Inst{})) + 4)
+	for _, in := range prog.Inst {
+		g.baseBytes += 4 * int64(len(in.Rune))
+	}
 	g.start = g.intern(g.closure(nil, []uint32{uint32(prog.Start)}))
 	if g.start.dist == unreachable {
 		return nil, fmt.Errorf("%w: the grammar matches no text", ErrInvalid)
@@ -206,6 +219,7 @@ func (g *Grammar) intern(set []uint32) *dstate {
 	if len(g.states) >= maxStates {
 		// Drop the table; states in use keep working (see dstate).
 		g.states = map[string]*dstate{}
+		g.stateBytes = 0
 	}
 	s := &dstate{pcs: set, dist: unreachable}
 	for _, pc := range set {
@@ -215,8 +229,14 @@ func (g *Grammar) intern(set []uint32) *dstate {
 		s.dist = min(s.dist, g.dist[pc])
 	}
 	g.states[string(key)] = s
+	g.stateBytes += int64(unsafe.Sizeof(dstate{})) + 8*int64(len(set)) // the state, its pcs and its key
+	g.grown.Store(g.stateBytes + int64(g.maskBytes))
 	return s
 }
+
+// Size estimates the memory the grammar holds now: its program, the
+// automaton states built so far and their token masks.
+func (g *Grammar) Size() int64 { return g.baseBytes + g.grown.Load() }
 
 // step is the state after rune r; g.mu must be held.
 func (g *Grammar) step(s *dstate, r rune) *dstate {

@@ -144,6 +144,7 @@ func (g *Grammar) mask(v *Vocab, p pos) *maskSet {
 	if g.maskBytes > maxMaskBytes {
 		g.reset()
 	}
+	g.grown.Store(g.stateBytes + int64(g.maskBytes))
 	if p.s.masks == nil {
 		p.s.masks = map[maskKey]*maskSet{}
 	}
@@ -154,7 +155,7 @@ func (g *Grammar) mask(v *Vocab, p pos) *maskSet {
 // reset drops the cached automaton and masks; states in use keep working.
 func (g *Grammar) reset() {
 	g.states = map[string]*dstate{}
-	g.maskBytes = 0
+	g.maskBytes, g.stateBytes = 0, 0
 	g.start = g.intern(g.start.pcs)
 }
 

@@ -41,32 +41,42 @@ type Options struct {
 type state int
 
 const (
-	stStart  state = iota // nothing decided yet (leading whitespace, <|python_tag|>)
-	stText                // content (Hermes: watching for <tool_call>)
-	stHermes              // inside <tool_call>, waiting for </tool_call>
-	stSeq                 // between the JSON objects of a Llama call sequence
-	stObj                 // inside one JSON object of a Llama call sequence
+	stStart       state = iota // nothing decided yet (leading whitespace, <|python_tag|>)
+	stText                     // content (Hermes: watching for <tool_call>)
+	stHermes                   // after <tool_call>: reading the call's head
+	stHermesWhole              // after <tool_call>, a call without a streamable head: waiting for </tool_call>
+	stSeq                      // between the JSON objects of a Llama call sequence
+	stObj                      // at one JSON object of a Llama call sequence: reading its head
+	stObjWhole                 // inside a Llama object without a streamable head: scanning to its end
+	stArgs                     // streaming the arguments of a recognised call
+	stTail                     // after a streamed call's arguments: the rest of its markup (dropped)
 )
 
 // Parser splits a model's output, fed as it is generated, into content and
-// tool-call deltas. Text that may still turn out to be a call is held back
-// until it is known; a call is released once complete and valid, as a
-// first delta and argument fragments cut where the text arrived.
+// tool-call deltas. Text that may still turn out to be markup is held
+// back until it is known.
+//
+// A call whose text starts with a streamable head, {"name": "<offered
+// name>", "arguments": { ("parameters" in Llama's words), is recognised
+// there: its first delta is released at once and its arguments stream as
+// they arrive, up to the object's matching brace, as OpenAI streams them
+// (so arguments cut short by the end of the output stay cut short). A
+// call written otherwise (keys in another order, arguments as a string)
+// is released once it is complete and valid.
 type Parser struct {
 	o     Options
 	names map[string]bool
 	st    state
 
-	buf   string // pending text; it starts at absolute offset base
-	base  int
-	marks []int // absolute offsets where fed chunks ended
+	buf string // pending text, not yet released or dropped
 
-	calls     int    // calls released
-	committed bool   // a call of the sequence was released: the output is calls
-	held      int    // stSeq/stObj/stHermes: offset in buf up to which the text was scanned
-	gap       string // stHermes: the whitespace before <tool_call>
-	obj       int    // stObj: offset in buf where the object starts
-	scan      scanner
+	calls     int     // calls released
+	committed bool    // Llama: a call of the sequence was released: the output is calls
+	drop      bool    // the streamed call is not released (Single, after the first)
+	held      int     // stHermesWhole/stSeq/stObjWhole/stArgs: offset in buf up to which the text was scanned
+	gap       string  // Hermes: the whitespace before <tool_call>
+	obj       int     // stObj/stObjWhole: offset in buf where the object starts
+	scan      scanner // stObjWhole/stArgs/stTail (Llama): the object being scanned
 }
 
 // NewParser returns a parser for one output.
@@ -81,21 +91,21 @@ func NewParser(o Options) *Parser {
 // Calls returns how many calls were released so far.
 func (p *Parser) Calls() int { return p.calls }
 
-// Add feeds the next piece of output text (valid UTF-8) and returns what
-// can be released.
+// Add feeds the next piece of output text and returns what can be
+// released. Pieces may split a UTF-8 sequence: released text always ends
+// on a character boundary.
 func (p *Parser) Add(text string) Output {
 	var out Output
 	if text == "" {
 		return out
 	}
 	p.buf += text
-	p.marks = append(p.marks, p.base+len(p.buf))
 	p.step(&out, false)
 	return out
 }
 
 // End releases the rest once the output is complete: held text that did
-// not become a call is content, a call cut short too.
+// not become a call is content.
 func (p *Parser) End() Output {
 	var out Output
 	p.step(&out, true)
@@ -109,12 +119,6 @@ func (p *Parser) consume(out *Output, n int, asContent bool) {
 		out.Content += p.buf[:n]
 	}
 	p.buf = p.buf[n:]
-	p.base += n
-	i := 0
-	for i < len(p.marks) && p.marks[i] <= p.base {
-		i++
-	}
-	p.marks = p.marks[i:]
 }
 
 // step advances through buf as far as the text allows.
@@ -127,11 +131,19 @@ func (p *Parser) step(out *Output, end bool) {
 		case stText:
 			more = p.text(out, end)
 		case stHermes:
-			more = p.hermes(out, end)
+			more = p.hermesHead(out, end)
+		case stHermesWhole:
+			more = p.hermesWhole(out, end)
 		case stSeq:
 			more = p.seq(out, end)
 		case stObj:
-			more = p.object(out, end)
+			more = p.objectHead(out, end)
+		case stObjWhole:
+			more = p.objectWhole(out, end)
+		case stArgs:
+			more = p.args(out, end)
+		case stTail:
+			more = p.tail(out, end)
 		}
 		if !more {
 			return
@@ -174,7 +186,7 @@ func (p *Parser) undecided(end bool) bool {
 // whitespace before a call, or between calls, is no content).
 func (p *Parser) text(out *Output, end bool) bool {
 	if p.o.Format != FormatHermes {
-		p.consume(out, len(p.buf), true)
+		p.consume(out, len(p.buf)-partialRune(p.buf), true)
 		return false
 	}
 	if i := strings.Index(p.buf, hermesOpen); i >= 0 {
@@ -193,17 +205,31 @@ func (p *Parser) text(out *Output, end bool) bool {
 		return false
 	}
 	keep := partialSuffix(p.buf, hermesOpen)
-	rest := p.buf[:len(p.buf)-keep]
-	n := len(strings.TrimRight(rest, space))
-	p.consume(out, n, true)
+	n := len(strings.TrimRight(p.buf[:len(p.buf)-keep], space))
+	p.consume(out, n-partialRune(p.buf[:n]), true)
 	return false
 }
 
-// hermes waits for </tool_call> and releases the call in between, or the
-// whole tagged text as content when it is not a valid call. At the end an
-// unclosed call counts if its JSON is complete (models may stop instead of
-// closing the tag).
-func (p *Parser) hermes(out *Output, end bool) bool {
+// hermesHead reads the start of a call after <tool_call>: a streamable
+// head starts the call's stream; anything else waits for </tool_call>.
+func (p *Parser) hermesHead(out *Output, end bool) bool {
+	name, argsAt, m := p.head(p.buf)
+	switch {
+	case m == headYes:
+		p.open(out, name, argsAt)
+	case m == headNo || end:
+		p.st, p.held = stHermesWhole, 0
+	default:
+		return false
+	}
+	return true
+}
+
+// hermesWhole waits for </tool_call> and releases the call in between, or
+// the whole tagged text as content when it is not a valid call. At the end
+// an unclosed call counts if its JSON is complete (models may stop instead
+// of closing the tag).
+func (p *Parser) hermesWhole(out *Output, end bool) bool {
 	from := max(p.held-len(hermesClose)+1, 0)
 	i := strings.Index(p.buf[from:], hermesClose)
 	switch {
@@ -217,7 +243,7 @@ func (p *Parser) hermes(out *Output, end bool) bool {
 	}
 	p.held = 0
 	body := p.buf[:i]
-	if !p.release(out, body, p.base) {
+	if !p.release(out, body) {
 		out.Content += p.gap + hermesOpen + body
 		if i < len(p.buf) {
 			out.Content += hermesClose
@@ -242,7 +268,7 @@ func (p *Parser) seq(out *Output, end bool) bool {
 	}
 	switch c := p.buf[i]; {
 	case c == '{':
-		p.obj, p.held, p.scan = i, i, scanner{}
+		p.obj, p.held = i, i
 		p.st = stObj
 		return true
 	case c == '<' && strings.HasPrefix(pythonTag, p.buf[i:]) && !end:
@@ -254,9 +280,28 @@ func (p *Parser) seq(out *Output, end bool) bool {
 	return p.giveUp(out, i)
 }
 
-// object scans one JSON object of a sequence; once it is complete it must
-// be a valid call.
-func (p *Parser) object(out *Output, end bool) bool {
+// objectHead reads the start of one JSON object of a Llama sequence: a
+// streamable head starts the call's stream (and commits the output to
+// calls); anything else is scanned whole.
+func (p *Parser) objectHead(out *Output, end bool) bool {
+	name, argsAt, m := p.head(p.buf[p.obj:])
+	switch {
+	case m == headYes:
+		p.consume(out, p.obj, false) // the separators and <|python_tag|> before it
+		p.committed = true
+		p.open(out, name, argsAt)
+	case m == headNo || end:
+		p.held, p.scan = p.obj, scanner{}
+		p.st = stObjWhole
+	default:
+		return false
+	}
+	return true
+}
+
+// objectWhole scans one JSON object of a sequence; once it is complete it
+// must be a valid call.
+func (p *Parser) objectWhole(out *Output, end bool) bool {
 	n := p.scan.feed(p.buf[p.held:])
 	if n < 0 {
 		p.held = len(p.buf)
@@ -266,7 +311,7 @@ func (p *Parser) object(out *Output, end bool) bool {
 		return false
 	}
 	stop := p.held + n
-	if !p.release(out, p.buf[p.obj:stop], p.base+p.obj) {
+	if !p.release(out, p.buf[p.obj:stop]) {
 		return p.giveUp(out, p.obj)
 	}
 	p.committed = true
@@ -288,11 +333,76 @@ func (p *Parser) giveUp(out *Output, at int) bool {
 	return true
 }
 
-// release parses one call's JSON text (at absolute offset abs) and, when
-// it is a valid call to an offered function, releases it. A call is
-// {"name": ..., "arguments": {...}} ("parameters" in Llama's words), keys
-// matched exactly.
-func (p *Parser) release(out *Output, text string, abs int) bool {
+// open starts the stream of a call recognised by its head: its first
+// delta, then its arguments from buf[argsAt] (their "{") on.
+func (p *Parser) open(out *Output, name string, argsAt int) {
+	p.drop = p.o.Single && p.calls > 0
+	if !p.drop {
+		out.Calls = append(out.Calls, Delta{Index: p.calls, ID: p.id(p.calls), Name: name})
+		p.calls++
+	}
+	p.consume(out, argsAt, false)
+	p.held, p.scan = 0, scanner{}
+	p.st = stArgs
+}
+
+// args releases the streamed call's arguments as far as they arrived, up
+// to the brace that closes them.
+func (p *Parser) args(out *Output, end bool) bool {
+	n := p.scan.feed(p.buf[p.held:])
+	stop := len(p.buf)
+	if n >= 0 {
+		stop = p.held + n
+	}
+	p.held = stop
+	if n < 0 && !end {
+		stop -= partialRune(p.buf[:stop])
+	}
+	if stop > 0 && !p.drop {
+		out.Calls = append(out.Calls, Delta{Index: p.calls - 1, Arguments: p.buf[:stop]})
+	}
+	p.consume(out, stop, false)
+	p.held -= stop
+	if n < 0 {
+		return false
+	}
+	p.held, p.scan = 0, scanner{depth: 1} // inside the call's object
+	p.st = stTail
+	return true
+}
+
+// tail drops the rest of a streamed call's markup: in the Hermes format
+// up to </tool_call> (or the end), in Llama's up to the brace that closes
+// the call's object.
+func (p *Parser) tail(out *Output, end bool) bool {
+	if p.o.Format == FormatHermes {
+		if i := strings.Index(p.buf, hermesClose); i >= 0 {
+			p.consume(out, i+len(hermesClose), false)
+			p.st = stText
+			return true
+		}
+		p.consume(out, len(p.buf)-partialSuffix(p.buf, hermesClose), false)
+		if end {
+			p.consume(out, len(p.buf), false)
+		}
+		return false
+	}
+	n := p.scan.feed(p.buf)
+	if n < 0 {
+		p.consume(out, len(p.buf), false)
+		return false
+	}
+	p.consume(out, n, false)
+	p.held = 0
+	p.st = stSeq
+	return true
+}
+
+// release parses one whole call's JSON text and, when it is a valid call
+// to an offered function, releases it. A call is {"name": ...,
+// "arguments": {...}} ("parameters" in Llama's words), keys matched
+// exactly.
+func (p *Parser) release(out *Output, text string) bool {
 	var c map[string]json.RawMessage
 	var name string
 	if json.Unmarshal([]byte(text), &c) != nil || json.Unmarshal(c["name"], &name) != nil || !p.names[name] {
@@ -302,12 +412,10 @@ func (p *Parser) release(out *Output, text string, abs int) bool {
 	if !ok {
 		args = c["parameters"]
 	}
-	argsAt := -1
 	switch {
 	case args == nil || string(args) == "null":
 		args = json.RawMessage("{}")
 	case args[0] == '{':
-		argsAt = abs + strings.Index(text, string(args))
 	case args[0] == '"':
 		// Some models write the arguments as a string holding JSON.
 		var s string
@@ -323,26 +431,8 @@ func (p *Parser) release(out *Output, text string, abs int) bool {
 	}
 	i := p.calls
 	p.calls++
-	out.Calls = append(out.Calls, Delta{Index: i, ID: p.id(i), Name: name})
-	p.fragments(out, i, string(args), argsAt)
+	out.Calls = append(out.Calls, Delta{Index: i, ID: p.id(i), Name: name}, Delta{Index: i, Arguments: string(args)})
 	return true
-}
-
-// fragments releases a call's arguments, cut where the fed chunks ended
-// (when argsAt, their absolute offset, is known).
-func (p *Parser) fragments(out *Output, index int, args string, argsAt int) {
-	from := 0
-	if argsAt >= 0 {
-		for _, m := range p.marks {
-			cut := m - argsAt
-			if cut <= from || cut >= len(args) || !utf8.RuneStart(args[cut]) {
-				continue
-			}
-			out.Calls = append(out.Calls, Delta{Index: index, Arguments: args[from:cut]})
-			from = cut
-		}
-	}
-	out.Calls = append(out.Calls, Delta{Index: index, Arguments: args[from:]})
 }
 
 func (p *Parser) id(i int) string {
@@ -357,12 +447,107 @@ func isObject(s string) bool {
 	return json.Unmarshal([]byte(s), &v) == nil
 }
 
+// headMatch is how far text matches a streamable call head.
+type headMatch int
+
+const (
+	headMore headMatch = iota // text is a proper prefix of a head
+	headYes                   // text starts with a head
+	headNo                    // text is no head
+)
+
+// maxHead bounds the text of a call head: one not complete within it is
+// no head (the call is then read whole). It keeps the parser linear in
+// the output however long the model writes whitespace inside a head.
+const maxHead = 256
+
+// head matches the start of text, after optional whitespace, against a
+// streamable call head: {"name": "<offered name>", "arguments": { (or
+// "parameters"), whitespace allowed between the tokens, at most maxHead
+// bytes. On headYes it returns the name and the offset of the arguments'
+// "{". The name must be written plainly (no escapes), as offered names
+// are [A-Za-z0-9_-].
+func (p *Parser) head(text string) (name string, argsAt int, m headMatch) {
+	text = text[:min(len(text), maxHead)]
+	name, argsAt, m = p.matchHead(text)
+	if m == headMore && len(text) == maxHead {
+		return "", 0, headNo
+	}
+	return name, argsAt, m
+}
+
+func (p *Parser) matchHead(text string) (name string, argsAt int, m headMatch) {
+	i := 0
+	ws := func() {
+		for i < len(text) && strings.IndexByte(space, text[i]) >= 0 {
+			i++
+		}
+	}
+	lit := func(alts ...string) headMatch {
+		m := headNo
+		for _, s := range alts {
+			n := min(len(s), len(text)-i)
+			switch {
+			case text[i:i+n] != s[:n]:
+			case n == len(s):
+				i += n
+				return headYes
+			default:
+				m = headMore
+			}
+		}
+		return m
+	}
+	for _, tok := range []string{"{", `"name"`, ":", `"`} {
+		ws()
+		if m := lit(tok); m != headYes {
+			return "", 0, m
+		}
+	}
+	from := i
+	for i < len(text) && isNameByte(text[i]) {
+		i++
+	}
+	name = text[from:i]
+	if m := lit(`"`); m != headYes {
+		return "", 0, m
+	}
+	if !p.names[name] {
+		return "", 0, headNo
+	}
+	for _, alts := range [][]string{{","}, {`"arguments"`, `"parameters"`}, {":"}, {"{"}} {
+		ws()
+		if m := lit(alts...); m != headYes {
+			return "", 0, m
+		}
+	}
+	return name, i - 1, headYes
+}
+
+func isNameByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
+}
+
 // partialSuffix returns the length of the longest suffix of text that is a
 // proper, non-empty prefix of tag.
 func partialSuffix(text, tag string) int {
 	for n := min(len(tag)-1, len(text)); n > 0; n-- {
 		if strings.HasPrefix(tag, text[len(text)-n:]) {
 			return n
+		}
+	}
+	return 0
+}
+
+// partialRune returns the length of an incomplete UTF-8 sequence at the
+// end of s (0 when s ends on a character boundary).
+func partialRune(s string) int {
+	for n := 1; n <= min(utf8.UTFMax-1, len(s)); n++ {
+		if c := s[len(s)-n]; utf8.RuneStart(c) {
+			if c >= utf8.RuneSelf && !utf8.FullRuneInString(s[len(s)-n:]) {
+				return n
+			}
+			return 0
 		}
 	}
 	return 0

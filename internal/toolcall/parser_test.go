@@ -30,12 +30,16 @@ func testOptions(f Format) Options {
 
 // run feeds chunks to a parser and checks the deltas follow OpenAI's
 // streaming rules: a call's first delta has its ID and name and no
-// arguments, later deltas only arguments, indices 0, 1, ... in order.
+// arguments, later deltas only arguments (non-empty, valid UTF-8),
+// indices 0, 1, ... in order; content is valid UTF-8 too.
 func run(t testing.TB, o Options, chunks []string) result {
 	t.Helper()
 	p := NewParser(o)
 	var r result
 	add := func(out Output) {
+		if !utf8.ValidString(out.Content) {
+			t.Fatalf("content %q is not valid UTF-8", out.Content)
+		}
 		r.Content += out.Content
 		for _, d := range out.Calls {
 			switch {
@@ -45,7 +49,7 @@ func run(t testing.TB, o Options, chunks []string) result {
 				}
 				r.Calls = append(r.Calls, call{ID: d.ID, Name: d.Name})
 			case d.Index == len(r.Calls)-1:
-				if d.ID != "" || d.Name != "" {
+				if d.ID != "" || d.Name != "" || d.Arguments == "" || !utf8.ValidString(d.Arguments) {
 					t.Fatalf("later delta of call %d names it again: %+v", d.Index, d)
 				}
 				r.Calls[d.Index].Arguments += d.Arguments
@@ -64,16 +68,24 @@ func run(t testing.TB, o Options, chunks []string) result {
 	return r
 }
 
-// splits returns text whole, by byte-sized runes, and in chunks of 3.
+// splits returns text whole, by runes, in chunks of 3 runes, by bytes
+// (cutting UTF-8 sequences), and cut in two at every byte boundary.
 func splits(text string) map[string][]string {
-	var runes, threes []string
+	var runes, threes, bytes []string
 	for _, r := range text {
 		runes = append(runes, string(r))
 	}
 	for i := 0; i < len(runes); i += 3 {
 		threes = append(threes, strings.Join(runes[i:min(i+3, len(runes))], ""))
 	}
-	return map[string][]string{"whole": {text}, "runes": runes, "threes": threes}
+	for i := range len(text) {
+		bytes = append(bytes, text[i:i+1])
+	}
+	s := map[string][]string{"whole": {text}, "runes": runes, "threes": threes, "bytes": bytes}
+	for i := 1; i < len(text); i++ {
+		s[fmt.Sprintf("at%d", i)] = []string{text[:i], text[i:]}
+	}
+	return s
 }
 
 func TestParser(t *testing.T) {
@@ -108,6 +120,18 @@ func TestParser(t *testing.T) {
 		{"hermes no arguments", FormatHermes, false,
 			"<tool_call>{\"name\": \"add\"}</tool_call>", result{Calls: []call{{"call_0", "add", `{}`}}}},
 		{"hermes partial tag at the end", FormatHermes, false, "Hi <tool_c", result{Content: "Hi <tool_c"}},
+		{"hermes head past its bound is read whole", FormatHermes, false,
+			"<tool_call>{\"name\":" + strings.Repeat(" ", maxHead) + "\"add\", \"arguments\": {\"a\": 1}}</tool_call>",
+			result{Calls: []call{{"call_0", "add", `{"a": 1}`}}}},
+		{"hermes arguments cut short", FormatHermes, false,
+			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zü", result{Calls: []call{{"call_0", "get_weather", `{"city": "Zü`}}}},
+		{"hermes escaped name is read whole", FormatHermes, false,
+			"<tool_call>{\"name\": \"\\u0061dd\", \"arguments\": {}}</tool_call>", result{Calls: []call{{"call_0", "add", `{}`}}}},
+		{"hermes text after the call's object is dropped", FormatHermes, false,
+			"<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": \"{\\\"\"}} junk</tool_call> Bye ", result{Content: " Bye", Calls: []call{{"call_0", "add", `{"a": "{\""}`}}}},
+		{"hermes single drops a streamed second call", FormatHermes, true,
+			"<tool_call>{\"name\": \"add\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}</tool_call>",
+			result{Calls: []call{{"call_0", "add", `{}`}}}},
 		{"llama plain text", FormatLlama3JSON, false, "Sure, {braces} later", result{Content: "Sure, {braces} later"}},
 		{"llama one call", FormatLlama3JSON, false,
 			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}}", result{Calls: []call{weather}}},
@@ -117,7 +141,9 @@ func TestParser(t *testing.T) {
 		{"llama JSON that is no call", FormatLlama3JSON, false,
 			"  {\"answer\": 42} and more", result{Content: "  {\"answer\": 42} and more"}},
 		{"llama unfinished object", FormatLlama3JSON, false,
-			"{\"name\": \"get_weather\", \"parameters\": {\"ci", result{Content: "{\"name\": \"get_weather\", \"parameters\": {\"ci"}},
+			"{\"name\": \"get_weather\", \"parameters\": {\"ci", result{Calls: []call{{"call_0", "get_weather", `{"ci`}}}},
+		{"llama unfinished head", FormatLlama3JSON, false,
+			"{\"name\": \"get_weather\", \"param", result{Content: "{\"name\": \"get_weather\", \"param"}},
 		{"llama text after a call", FormatLlama3JSON, false,
 			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}} Done.", result{Content: "Done.", Calls: []call{weather}}},
 		{"llama only whitespace", FormatLlama3JSON, false, " \n", result{Content: " \n"}},
@@ -138,20 +164,37 @@ func TestParser(t *testing.T) {
 	}
 }
 
-// TestParserStreamsFragments: arguments come in the fragments the text
-// arrived in, and content is held back only while a call is possible.
-func TestParserStreamsFragments(t *testing.T) {
-	p := NewParser(testOptions(FormatHermes))
-	if out := p.Add("Let me look. <tool"); out.Content != "Let me look." || len(out.Calls) != 0 {
-		t.Fatalf("first chunk: %+v", out)
-	}
-	if out := p.Add("_call>{\"name\": \"add\", \"arguments\": {\"a\":"); out.Content != "" || len(out.Calls) != 0 {
-		t.Fatalf("an unfinished call is held back: %+v", out)
-	}
-	out := p.Add(" 1, \"b\": 2}}</tool_call>")
-	want := []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a":`}, {Index: 0, Arguments: ` 1, "b": 2}`}}
-	if !reflect.DeepEqual(out.Calls, want) || out.Content != "" {
-		t.Fatalf("call: %+v, want %+v", out, want)
+// TestParserStreamsCalls: a call's first delta comes as soon as its head
+// names an offered function, its arguments as they arrive; content is
+// held back only while it may be the start of the markup.
+func TestParserStreamsCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		f      Format
+		chunks []string
+		want   []Output
+	}{
+		{"hermes", FormatHermes,
+			[]string{"Let me look. <tool", "_call>{\"name\": \"ad", "d\", \"arguments\": {\"a\":", " 1, \"b\": 2}}</tool_call>"},
+			[]Output{{Content: "Let me look."}, {}, {Calls: []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a":`}}},
+				{Calls: []Delta{{Index: 0, Arguments: ` 1, "b": 2}`}}}}},
+		{"llama parallel", FormatLlama3JSON,
+			[]string{"{\"name\": \"add\", \"parameters\": {\"a\"", ": 1}}; {\"name\": \"get_weather\", \"parameters\": {", "}}"},
+			[]Output{{Calls: []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a"`}}},
+				{Calls: []Delta{{Index: 0, Arguments: `: 1}`}, {Index: 1, ID: "call_1", Name: "get_weather"}, {Index: 1, Arguments: `{`}}},
+				{Calls: []Delta{{Index: 1, Arguments: `}`}}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewParser(testOptions(tc.f))
+			for i, c := range tc.chunks {
+				if out := p.Add(c); !reflect.DeepEqual(out, tc.want[i]) {
+					t.Fatalf("chunk %d %q: %+v, want %+v", i, c, out, tc.want[i])
+				}
+			}
+			if out := p.End(); !reflect.DeepEqual(out, Output{}) {
+				t.Fatalf("end: %+v", out)
+			}
+		})
 	}
 }
 
@@ -168,10 +211,10 @@ func TestDetect(t *testing.T) {
 	}
 }
 
-// FuzzParser: any output, cut anywhere, parses without panicking; content
-// and calls account for the text; every released call names an offered
-// function and has arguments that are a JSON object; and the result does
-// not depend on how the text was cut.
+// FuzzParser: any output, cut anywhere (even inside a UTF-8 sequence),
+// parses without panicking into valid UTF-8 deltas; every released call
+// names an offered function and has arguments that start a JSON object;
+// and the result does not depend on how the text was cut.
 func FuzzParser(f *testing.F) {
 	f.Add("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1}}</tool_call>", uint8(0), uint8(3))
 	f.Add("{\"name\": \"add\", \"parameters\": {}}; {\"name\": \"get_weather\"}", uint8(1), uint8(5))
@@ -184,8 +227,8 @@ func FuzzParser(f *testing.F) {
 		whole := run(t, o, []string{text})
 		var chunks []string
 		n := int(step%8) + 1
-		for rest := []rune(text); len(rest) > 0; rest = rest[min(n, len(rest)):] {
-			chunks = append(chunks, string(rest[:min(n, len(rest))]))
+		for rest := text; len(rest) > 0; rest = rest[min(n, len(rest)):] {
+			chunks = append(chunks, rest[:min(n, len(rest))])
 		}
 		cut := run(t, o, chunks)
 		if !reflect.DeepEqual(whole, cut) {
@@ -195,8 +238,12 @@ func FuzzParser(f *testing.F) {
 			t.Fatalf("content %q longer than the output %q", whole.Content, text)
 		}
 		for _, c := range whole.Calls {
+			// Streamed arguments are the model's text from "{" to its
+			// matching brace (or the end of the output); a call read
+			// whole has arguments that parse.
 			var args map[string]any
-			if c.Name != "get_weather" && c.Name != "add" || json.Unmarshal([]byte(c.Arguments), &args) != nil {
+			if c.Name != "get_weather" && c.Name != "add" || !strings.HasPrefix(c.Arguments, "{") ||
+				!strings.Contains(text, c.Arguments) && json.Unmarshal([]byte(c.Arguments), &args) != nil {
 				t.Fatalf("bad call released: %+v", c)
 			}
 		}

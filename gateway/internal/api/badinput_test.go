@@ -94,7 +94,6 @@ func TestBadInput(t *testing.T) {
 		{"unknown model", "POST", chat, nil, `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, 404, inv, CodeModelNotFound, "model"},
 		{"n=9", "POST", chat, nil, chatWith(`"n":9`), 400, inv, CodeIntegerTooLarge, "n"},
 		{"n=0", "POST", chat, nil, chatWith(`"n":0`), 400, inv, CodeIntegerTooSmall, "n"},
-		{"n=2 with tools", "POST", chat, nil, chatWith(`"n":2,"tools":[{"type":"function","function":{"name":"f"}}]`), 400, inv, CodeUnsupportedValue, "n"},
 		{"temperature 2.5", "POST", chat, nil, chatWith(`"temperature":2.5`), 400, inv, CodeDecimalTooLarge, "temperature"},
 		{"temperature negative", "POST", chat, nil, chatWith(`"temperature":-0.1`), 400, inv, CodeDecimalTooSmall, "temperature"},
 		{"temperature string", "POST", chat, nil, chatWith(`"temperature":"hot"`), 400, inv, CodeInvalidType, "temperature"},

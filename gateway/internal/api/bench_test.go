@@ -34,7 +34,7 @@ func BenchmarkDecodeChat(b *testing.B) {
 	body := []byte(benchChat(false))
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, e := decodeRequest(KindChat, body, DefaultMaxTokensLimit); e != nil {
+		if _, e := decodeRequest(KindChat, body, DefaultMaxTokensLimit, nil); e != nil {
 			b.Fatal(e)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
+	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -47,6 +48,7 @@ type decoder struct {
 	f         fields
 	r         *GenerateRequest
 	maxTokens int64
+	grammars  *constrain.Cache
 }
 
 // decodeRequest parses and validates the body of a generation request.
@@ -54,12 +56,12 @@ type decoder struct {
 // RequestID, ClientRequestID and ReceivedAt are left for the caller.
 //
 // Policy for fields it does not implement is in checkOtherField.
-func decodeRequest(kind Kind, body []byte, maxTokens int64) (*GenerateRequest, *Error) {
+func decodeRequest(kind Kind, body []byte, maxTokens int64, grammars *constrain.Cache) (*GenerateRequest, *Error) {
 	f, e := splitBody(body)
 	if e != nil {
 		return nil, e
 	}
-	d := &decoder{f: f, r: &GenerateRequest{Kind: kind}, maxTokens: maxTokens}
+	d := &decoder{f: f, r: &GenerateRequest{Kind: kind}, maxTokens: maxTokens, grammars: grammars}
 	content := func() *Error {
 		if e := d.messages(); e != nil {
 			return e
@@ -261,16 +263,11 @@ func (d *decoder) n() *Error {
 	return nil
 }
 
-// checkChoices refuses n above the configured maximum, and n > 1 for a
-// request whose output is read for tool calls (tools with a tool_choice
-// other than "none"): tool calls are parsed for one choice only.
+// checkChoices refuses n above the configured maximum. With tools, each
+// choice's output is read for tool calls on its own.
 func checkChoices(req *GenerateRequest, max int) *Error {
 	if req.N > max {
 		return InvalidRequest("n", CodeIntegerTooLarge, fmt.Sprintf("Invalid 'n': at most %d choices per request, got %d.", max, req.N))
-	}
-	if req.N > 1 && len(req.Tools) > 0 && req.ToolChoice.Mode != ToolChoiceNone {
-		return InvalidRequest("n", CodeUnsupportedValue, fmt.Sprintf(
-			"Invalid 'n': %d choices are not supported together with tools; send n = 1 or tool_choice \"none\".", req.N))
 	}
 	return nil
 }

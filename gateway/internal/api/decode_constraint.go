@@ -232,7 +232,7 @@ func (d *decoder) setConstraint(spec *constrain.Spec, param string) *Error {
 	if spec == nil {
 		return nil
 	}
-	if _, err := constrain.Compile(*spec); err != nil {
+	if _, err := d.grammars.Compile(*spec); err != nil {
 		return constraintError(param, err)
 	}
 	wire, err := spec.Encode()

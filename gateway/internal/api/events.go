@@ -19,11 +19,13 @@ type tracker struct {
 	// finish is every choice's finish reason ("" until it came).
 	finish []string
 	usage  *Usage
-	calls  []ToolCall // the tool calls so far, put together from their deltas
+	calls  [][]ToolCall // every choice's tool calls so far, put together from their deltas
 }
 
 // newTracker tracks a generation of n choices.
-func newTracker(n int) *tracker { return &tracker{finish: make([]string, max(n, 1))} }
+func newTracker(n int) *tracker {
+	return &tracker{finish: make([]string, max(n, 1)), calls: make([][]ToolCall, max(n, 1))}
+}
 
 func (t *tracker) observe(ev Event) error {
 	switch {
@@ -38,7 +40,7 @@ func (t *tracker) observe(ev Event) error {
 		return fmt.Errorf("%w: negative usage %+v", errBrokenContract, *ev.Usage)
 	}
 	for _, d := range ev.ToolCalls {
-		if err := t.addCall(d); err != nil {
+		if err := t.addCall(ev.Choice, d); err != nil {
 			return err
 		}
 	}
@@ -77,16 +79,17 @@ func (t *tracker) end() error {
 	return nil
 }
 
-// addCall puts one tool-call delta into t.calls: a new call (index
-// len(calls), with ID and name) or arguments of the last one.
-func (t *tracker) addCall(d ToolCallDelta) error {
-	switch n := len(t.calls); {
+// addCall puts one tool-call delta into choice k's calls: a new call
+// (index len(calls), with ID and name) or arguments of the last one.
+func (t *tracker) addCall(k int, d ToolCallDelta) error {
+	calls := t.calls[k]
+	switch n := len(calls); {
 	case !utf8.ValidString(d.Arguments) || !utf8.ValidString(d.Name) || !utf8.ValidString(d.ID):
 		return fmt.Errorf("%w: tool call delta is not valid UTF-8", errBrokenContract)
 	case d.Index == n && d.ID != "" && d.Name != "":
-		t.calls = append(t.calls, ToolCall{ID: d.ID, Name: d.Name, Arguments: d.Arguments})
+		t.calls[k] = append(calls, ToolCall{ID: d.ID, Name: d.Name, Arguments: d.Arguments})
 	case d.Index == n-1 && d.ID == "" && d.Name == "":
-		t.calls[n-1].Arguments += d.Arguments
+		calls[n-1].Arguments += d.Arguments
 	default:
 		return fmt.Errorf("%w: tool call delta %+v after %d calls", errBrokenContract, d, n)
 	}

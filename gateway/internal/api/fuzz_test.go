@@ -54,7 +54,7 @@ func fuzzSeeds() []string {
 
 // checkDecoded asserts the decoder's contract on one body.
 func checkDecoded(t *testing.T, kind Kind, body []byte) {
-	req, e := decodeRequest(kind, body, DefaultMaxTokensLimit)
+	req, e := decodeRequest(kind, body, DefaultMaxTokensLimit, nil)
 	checkDecodeResult(t, kind, req, e)
 	if req != nil && req.N < 1 {
 		t.Fatalf("n = %d", req.N)

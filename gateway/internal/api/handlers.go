@@ -103,38 +103,66 @@ func (s *server) setDeadline(rc *http.ResponseController) {
 // outlive the request on a kept-alive connection unless cleared.
 func (s *server) clearDeadline(rc *http.ResponseController) { _ = rc.SetWriteDeadline(time.Time{}) }
 
-// generate serves both generation endpoints.
+// reply is how an endpoint answers a started generation: stream writes
+// it as server-sent events, answer shapes the collected result into the
+// JSON body.
+type reply struct {
+	stream func(rc *http.ResponseController, gen Generation)
+	answer func(res result) any
+}
+
+// serveGeneration is the course every generation endpoint takes: read the
+// body, decode it, start the generation, and stream it or collect it into
+// one JSON answer (newReply builds the endpoint's reply once the request
+// has its ID). Failures before the first byte are answered here.
+func (s *server) serveGeneration(w http.ResponseWriter, r *http.Request, decode func(body []byte) (*GenerateRequest, *Error),
+	newReply func(req *GenerateRequest) reply) {
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	req, e := decode(body)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	gen, rc, ok := s.start(w, r, req)
+	if !ok {
+		return
+	}
+	defer gen.Close()
+	defer s.clearDeadline(rc)
+	rep := newReply(req)
+	if req.Stream {
+		rep.stream(rc, gen)
+		return
+	}
+	res, ok := s.collect(w, r, gen, req.N)
+	if !ok {
+		return
+	}
+	s.setDeadline(rc)
+	writeJSON(w, http.StatusOK, rep.answer(res))
+}
+
+// generate serves the chat and text completion endpoints.
 func (s *server) generate(kind Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, ok := s.readBody(w, r)
-		if !ok {
-			return
-		}
-		req, e := decodeRequest(kind, body, s.cfg.MaxTokensLimit)
-		if e == nil {
-			e = checkChoices(req, s.cfg.MaxChoices)
-		}
-		if e != nil {
-			writeError(w, e)
-			return
-		}
-		gen, rc, ok := s.start(w, r, req)
-		if !ok {
-			return
-		}
-		defer gen.Close()
-		defer s.clearDeadline(rc)
-		sh := newShape(req, infoFrom(r.Context()).start.Unix())
-		if req.Stream {
-			s.stream(w, r, rc, gen, sh, req.N, req.IncludeUsage)
-			return
-		}
-		res, ok := s.collect(w, r, gen, req.N)
-		if !ok {
-			return
-		}
-		s.setDeadline(rc)
-		writeJSON(w, http.StatusOK, sh.response(res))
+		s.serveGeneration(w, r, func(body []byte) (*GenerateRequest, *Error) {
+			req, e := decodeRequest(kind, body, s.cfg.MaxTokensLimit, s.cfg.Grammars)
+			if e == nil {
+				e = checkChoices(req, s.cfg.MaxChoices)
+			}
+			return req, e
+		}, func(req *GenerateRequest) reply {
+			sh := newShape(req, infoFrom(r.Context()).start.Unix())
+			return reply{
+				stream: func(rc *http.ResponseController, gen Generation) {
+					s.stream(w, r, rc, gen, sh, req.N, req.IncludeUsage)
+				},
+				answer: sh.response,
+			}
+		})
 	}
 }
 
@@ -153,10 +181,8 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation,
 		}
 		if done {
 			for k := range res.choices {
-				res.choices[k].text, res.choices[k].finish = texts[k].String(), t.finish[k]
+				res.choices[k].text, res.choices[k].finish, res.choices[k].calls = texts[k].String(), t.finish[k], t.calls[k]
 			}
-			// Tool calls come only with n = 1 (tools with n > 1 are refused).
-			res.choices[0].calls = t.calls
 			res.usage = *t.usage
 			return res, true
 		}

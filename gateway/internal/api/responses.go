@@ -303,32 +303,18 @@ func (r *respStream) closing(reason string, u Usage) []map[string]any {
 
 // responses serves POST /v1/responses.
 func (s *server) responses(w http.ResponseWriter, r *http.Request) {
-	body, ok := s.readBody(w, r)
-	if !ok {
-		return
-	}
-	req, params, e := decodeResponsesRequest(body, s.cfg.MaxTokensLimit)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	gen, rc, ok := s.start(w, r, req)
-	if !ok {
-		return
-	}
-	defer gen.Close()
-	defer s.clearDeadline(rc)
-	sh := newRespShape(req, params, infoFrom(r.Context()).start.Unix())
-	if req.Stream {
-		s.streamResponse(w, r, rc, gen, sh)
-		return
-	}
-	res, ok := s.collect(w, r, gen, 1)
-	if !ok {
-		return
-	}
-	s.setDeadline(rc)
-	writeJSON(w, http.StatusOK, sh.final(res))
+	var params *responseParams
+	s.serveGeneration(w, r, func(body []byte) (*GenerateRequest, *Error) {
+		req, p, e := decodeResponsesRequest(body, s.cfg.MaxTokensLimit, s.cfg.Grammars)
+		params = p
+		return req, e
+	}, func(req *GenerateRequest) reply {
+		sh := newRespShape(req, params, infoFrom(r.Context()).start.Unix())
+		return reply{
+			stream: func(rc *http.ResponseController, gen Generation) { s.streamResponse(w, r, rc, gen, sh) },
+			answer: func(res result) any { return sh.final(res) },
+		}
+	})
 }
 
 // streamResponse relays a generation as Responses API events.

@@ -3,6 +3,8 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/warden-ai/warden/internal/constrain"
 )
 
 // responseParams are the fields of a /v1/responses request that its
@@ -23,12 +25,12 @@ type responseParams struct {
 // requests, so previous_response_id and conversation are refused; store
 // is accepted and ignored (nothing is ever stored; the response says
 // "store": false).
-func decodeResponsesRequest(body []byte, maxTokens int64) (*GenerateRequest, *responseParams, *Error) {
+func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Cache) (*GenerateRequest, *responseParams, *Error) {
 	f, e := splitBody(body)
 	if e != nil {
 		return nil, nil, e
 	}
-	d := &decoder{f: f, r: &GenerateRequest{Kind: KindChat}, maxTokens: maxTokens}
+	d := &decoder{f: f, r: &GenerateRequest{Kind: KindChat}, maxTokens: maxTokens, grammars: grammars}
 	p := &responseParams{temperature: 1, topP: 1, tools: []json.RawMessage{}}
 	if raw := f.get("tools"); raw != nil {
 		_ = json.Unmarshal(raw, &p.tools) // checked by d.tools

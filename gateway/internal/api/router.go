@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/warden-ai/warden/internal/constrain"
 )
 
 // Defaults for zero Config fields.
@@ -28,6 +30,10 @@ type Config struct {
 	// MaxChoices is the largest n accepted (400 naming n above it); 0
 	// means DefaultMaxChoices.
 	MaxChoices int
+	// Grammars compiles the requests' structured-output constraints (so
+	// one warden cannot enforce is refused, naming the keyword) and keeps
+	// them; nil compiles every time.
+	Grammars *constrain.Cache
 	// WriteTimeout bounds each write to a client; a client that stops
 	// reading for longer is dropped and its request aborted. 0 means
 	// DefaultWriteTimeout. The http.Server's own WriteTimeout must be 0,

@@ -22,7 +22,7 @@ func TestToolsDecode(t *testing.T) {
 	"messages":[{"role":"user","content":"Weather?"},
 	{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Bern\"}"}}]},
 	{"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"sunny"}]}]}`
-	req, e := decodeRequest(KindChat, []byte(body), 1000)
+	req, e := decodeRequest(KindChat, []byte(body), 1000, nil)
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -46,7 +46,7 @@ func TestToolsDecode(t *testing.T) {
 	rbody := `{"model":"tiny","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}],"tool_choice":"required",
 	"input":[{"role":"user","content":"Weather?"},{"type":"function_call","call_id":"call_1","name":"get_weather","arguments":"{}"},
 	{"type":"function_call_output","call_id":"call_1","output":"sunny"}]}`
-	rreq, _, e := decodeResponsesRequest([]byte(rbody), 1000)
+	rreq, _, e := decodeResponsesRequest([]byte(rbody), 1000, nil)
 	if e != nil {
 		t.Fatal(e)
 	}
@@ -273,4 +273,59 @@ func TestResponsesToolCalls(t *testing.T) {
 	if text, got := calls(final.Output); text != "Checking." || !reflect.DeepEqual(got, wantCalls) {
 		t.Errorf("streamed final response: %q %+v", text, got)
 	}
+}
+
+// TestToolCallsPerChoice: with n > 1, each choice carries its own tool
+// calls (indices from 0 in each), in the answer and in the stream, even
+// when their deltas interleave.
+func TestToolCallsPerChoice(t *testing.T) {
+	u := fakeUsage
+	events := []Event{
+		{Choice: 1, ToolCalls: []ToolCallDelta{{Index: 0, ID: "call_x_1_0", Name: "get_weather"}, {Index: 0, Arguments: `{"city":`}}},
+		{Choice: 0, TextDelta: "Checking."},
+		{Choice: 0, ToolCalls: []ToolCallDelta{{Index: 0, ID: "call_a", Name: "get_weather"}, {Index: 0, Arguments: `{"city": "Bern"}`}}},
+		{Choice: 1, ToolCalls: []ToolCallDelta{{Index: 0, Arguments: ` "Uri"}`}}},
+		{Choice: 0, ToolCalls: []ToolCallDelta{{Index: 1, ID: "call_b", Name: "get_weather"}, {Index: 1, Arguments: `{"city": "Zug"}`}}},
+		{Choice: 1, FinishReason: "tool_calls"},
+		{Choice: 0, FinishReason: "tool_calls", Usage: &u},
+	}
+	svc := &fakeService{gen: func(*GenerateRequest) (Generation, error) { return newFakeGen(events...), nil }}
+	client := newClient(t, svc, goodKey)
+	params := openai.ChatCompletionNewParams{Model: "tiny", N: openai.Int(2),
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
+		Tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name: "get_weather", Parameters: shared.FunctionParameters{"type": "object"}})}}
+	want := [][]ToolCall{wantCalls, {{ID: "call_x_1_0", Name: "get_weather", Arguments: `{"city": "Uri"}`}}}
+	check := func(how string, choices []openai.ChatCompletionChoice) {
+		t.Helper()
+		if len(choices) != 2 {
+			t.Fatalf("%s: %d choices", how, len(choices))
+		}
+		for k, c := range choices {
+			var got []ToolCall
+			for _, tc := range c.Message.ToolCalls {
+				got = append(got, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			}
+			if int(c.Index) != k || !reflect.DeepEqual(got, want[k]) || c.FinishReason != "tool_calls" {
+				t.Errorf("%s: choice %d: calls %+v finish %q", how, k, got, c.FinishReason)
+			}
+		}
+	}
+	resp, err := client.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.lastRequest(t).N != 2 {
+		t.Fatalf("request n = %d", svc.lastRequest(t).N)
+	}
+	check("response", resp.Choices)
+	stream := client.Chat.Completions.NewStreaming(context.Background(), params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("stream", acc.Choices)
 }
