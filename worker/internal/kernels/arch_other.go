@@ -20,6 +20,10 @@ func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n
 }
 func q8Rows(c []float32, a, w []byte, rowBytes int) { q8RowsGo(c, a, w, rowBytes) }
 func softmaxExp(x []float32, mx float32)            { softmaxExpGo(x, mx) }
+func divide(x []float32, d float64)                 { divideGo(x, d) }
+func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
+	axpyTileGo(y, m, width, ldy, alpha, count, lda, rows, stride)
+}
 func siluMul(gate, up []float32)                    { siluMulGo(gate, up) }
 func fmaPeakLoop(iters int) float64                 { return fmaPeakGo(iters) }
 func streamRead(p []byte) uint64                    { return streamReadGo(p) }
