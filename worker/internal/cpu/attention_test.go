@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -214,5 +215,63 @@ func BenchmarkPrefillAttention(b *testing.B) {
 			b.ReportMetric(float64(rowByRow.Microseconds()), "row-by-row-µs")
 			b.ReportMetric(rowByRow.Seconds()/tiled.Seconds(), "x-row-by-row")
 		})
+	}
+}
+
+// BenchmarkPrefillSmallLayers is a 512-token prefill through two layers
+// of the small preset's geometry (random f32 weights), for profiles of
+// where prefill time goes (-cpuprofile).
+func BenchmarkPrefillSmallLayers(b *testing.B) {
+	s := smallAttnSpec()
+	s.Layers, s.Intermediate, s.Vocab = 2, 2048, 32000
+	const pt, n = 16, 512
+	w := randWeights(s, 5)
+	be, err := New(s, w, newTestPages(n/pt, s.PageBytes(pt)), Options{Threads: 1, MaxBatchTokens: n, PageTokens: pt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	tokens := randTokens(rand.New(rand.NewPCG(3, 4)), n, s.Vocab)
+	c := []engine.Chunk{{Tokens: tokens, Pages: pageIDs(0, n/pt), Logits: make([]float32, s.Vocab)}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := be.Forward(context.Background(), c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeSmallLayersQ8 is batch-1 decode steps through two
+// layers of the small preset's geometry with q8 weights (and the LM
+// head), for profiles of where decode time goes (-cpuprofile).
+func BenchmarkDecodeSmallLayersQ8(b *testing.B) {
+	s := smallAttnSpec()
+	s.Layers, s.Intermediate, s.Vocab = 2, 2048, 32000
+	const pt = 16
+	w := randWeights(s, 5)
+	q := func(m **kernels.Matrix) {
+		var err error
+		if *m, err = (*m).QuantizeQ8(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range w.Layers {
+		l := &w.Layers[i]
+		for _, m := range []**kernels.Matrix{&l.Wq, &l.Wk, &l.Wv, &l.Wo, &l.WGate, &l.WUp, &l.WDown} {
+			q(m)
+		}
+	}
+	q(&w.LMHead)
+	be, err := New(s, w, newTestPages(4, s.PageBytes(pt)), Options{Threads: 1, MaxBatchTokens: 1, PageTokens: pt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	c := []engine.Chunk{{Tokens: []int32{7}, Start: 16, Pages: pageIDs(0, 2), Logits: make([]float32, s.Vocab)}}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := be.Forward(context.Background(), c); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
