@@ -605,7 +605,10 @@ func TestPreemptionForTenantRunningNothing(t *testing.T) {
 		want = append(want, ref.run(t, owner(fmt.Sprint("ref", i)), p, greedy(lengths[i])).tokens)
 	}
 
-	rec := &recordingBackend{}
+	// The flooders' first step side by side waits until the light request
+	// is in: otherwise a descheduled test goroutine could let them finish
+	// all their tokens first.
+	rec := &recordingBackend{hold: make(chan struct{})}
 	r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: 2, wrap: func(b engine.Backend) engine.Backend {
 		rec.Backend = b
 		return rec
@@ -626,7 +629,9 @@ func TestPreemptionForTenantRunningNothing(t *testing.T) {
 		}
 		first[i] = ev.Token
 	}
-	light := collect(t, r.submit(t, kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, prompts[2], greedy(short)))
+	lightStream := r.submit(t, kvpool.Owner{Tenant: "light", Request: "l", Epoch: 1}, prompts[2], greedy(short))
+	close(rec.hold)
+	light := collect(t, lightStream)
 	st := r.eng.Stats()
 	if st.Preemptions != 1 {
 		t.Fatalf("preemptions %d, want 1", st.Preemptions)
@@ -684,6 +689,9 @@ type recordingBackend struct {
 	engine.Backend
 	mu    sync.Mutex
 	steps [][]string
+	// hold, if not nil, stops a step of two flooder decodes until it is
+	// closed.
+	hold chan struct{}
 }
 
 func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) error {
@@ -695,6 +703,10 @@ func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) er
 	b.mu.Lock()
 	b.steps = append(b.steps, ts)
 	b.mu.Unlock()
+	if b.hold != nil && len(batch) == 2 && slices.Equal(ts, []string{"flooder", "flooder"}) &&
+		len(batch[0].Tokens) == 1 && len(batch[1].Tokens) == 1 {
+		<-b.hold
+	}
 	return b.Backend.Forward(ctx, batch)
 }
 
