@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -241,37 +242,59 @@ func BenchmarkPrefillSmallLayers(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeSmallLayersQ8 is batch-1 decode steps through two
-// layers of the small preset's geometry with q8 weights (and the LM
-// head), for profiles of where decode time goes (-cpuprofile).
-func BenchmarkDecodeSmallLayersQ8(b *testing.B) {
+// BenchmarkDecodeSmallLayers is batch-1 decode steps through two layers
+// of the small preset's geometry with f16 or q8 weights (and LM head),
+// for profiles of where decode time goes (-cpuprofile).
+func BenchmarkDecodeSmallLayers(b *testing.B) {
 	s := smallAttnSpec()
 	s.Layers, s.Intermediate, s.Vocab = 2, 2048, 32000
 	const pt = 16
-	w := randWeights(s, 5)
-	q := func(m **kernels.Matrix) {
-		var err error
-		if *m, err = (*m).QuantizeQ8(); err != nil {
-			b.Fatal(err)
+	base := randWeights(s, 5)
+	for _, f := range []kernels.Format{kernels.F16, kernels.Q8} {
+		b.Run(f.String(), func(b *testing.B) {
+			w := base
+			w.Layers = slices.Clone(base.Layers)
+			for i := range w.Layers {
+				l := &w.Layers[i]
+				for _, m := range []**kernels.Matrix{&l.Wq, &l.Wk, &l.Wv, &l.Wo, &l.WGate, &l.WUp, &l.WDown} {
+					*m = reformat(b, *m, f)
+				}
+			}
+			w.LMHead = reformat(b, w.LMHead, f)
+			be, err := New(s, w, newTestPages(4, s.PageBytes(pt)), Options{Threads: 1, MaxBatchTokens: 1, PageTokens: pt})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			c := []engine.Chunk{{Tokens: []int32{7}, Start: 16, Pages: pageIDs(0, 2), Logits: make([]float32, s.Vocab)}}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := be.Forward(context.Background(), c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// reformat converts a float32 matrix to F16 or Q8.
+func reformat(tb testing.TB, m *kernels.Matrix, f kernels.Format) *kernels.Matrix {
+	if f == kernels.Q8 {
+		q, err := m.QuantizeQ8()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return q
+	}
+	row := make([]float32, m.Cols())
+	half := make([]uint16, m.Cols())
+	raw := make([]byte, 0, 2*m.Rows()*m.Cols())
+	for i := 0; i < m.Rows(); i++ {
+		m.Row(i, row)
+		kernels.F32ToF16(half, row)
+		for _, h := range half {
+			raw = append(raw, byte(h), byte(h>>8))
 		}
 	}
-	for i := range w.Layers {
-		l := &w.Layers[i]
-		for _, m := range []**kernels.Matrix{&l.Wq, &l.Wk, &l.Wv, &l.Wo, &l.WGate, &l.WUp, &l.WDown} {
-			q(m)
-		}
-	}
-	q(&w.LMHead)
-	be, err := New(s, w, newTestPages(4, s.PageBytes(pt)), Options{Threads: 1, MaxBatchTokens: 1, PageTokens: pt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
-	c := []engine.Chunk{{Tokens: []int32{7}, Start: 16, Pages: pageIDs(0, 2), Logits: make([]float32, s.Vocab)}}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := be.Forward(context.Background(), c); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return kernels.New16(f, m.Rows(), m.Cols(), raw)
 }
