@@ -292,10 +292,6 @@ var gemm512Kernels = [3][5]gemmKernel{
 	BF16: {2: {4, gemm2x4zb, gemm2x1b}, 3: {4, gemm3x4zb, gemm3x1b}, 4: {4, gemm4x4zb, gemm4x1b}},
 }
 
-// l2Panel is the byte budget for the panel of W rows kept hot in L2 while
-// every 4-row block of A sweeps over it.
-const l2Panel = 256 << 10
-
 // matMulT computes c[i*ldc+j] = Dot(a[i*k:][:k], w[j*ldw:][:k]) for
 // i < m, j < n. Lengths are checked by the caller; m, n, k > 0.
 func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
