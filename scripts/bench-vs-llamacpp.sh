@@ -1,98 +1,103 @@
 #!/usr/bin/env bash
-# Runs warden's CPU engine and llama.cpp side by side on the same weights
-# (by hand, not in CI; minutes of CPU):
+# Runs warden's CPU engine and llama.cpp side by side on the same GGUF
+# files (by hand, not in CI; many minutes of CPU):
 #
-#   scripts/bench-vs-llamacpp.sh LLAMA_CPP_SOURCE_DIR [MODEL_DIR]
+#   scripts/bench-vs-llamacpp.sh [WORK_DIR]
 #
-# 1. builds llama.cpp from the given source checkout with its native CPU
-#    flags (cmake -DGGML_NATIVE=ON) into LLAMA_CPP_SOURCE_DIR/build-warden;
-# 2. writes MODEL_DIR (a safetensors Llama directory; default: warden's
-#    `small` preset, generated into a temporary directory in f32, f16 and
-#    bf16) as GGUF with warden's own writer (`warden model export-gguf`,
-#    the writer the GGUF tests use): one file per element type, plus a
-#    Q8_0 file from the f32 weights;
-# 3. for 1 and 2 threads, runs llama-bench (flash attention off, f32 KV
-#    cache: warden's attention is f32) and `warden bench engine` on the
-#    very same GGUF file, interleaved, REPS times each, and prints the
-#    median prefill (512 tokens) and batch-1 decode rates and
-#    warden/llama.cpp ratios, per format (warden loads the Q8_0 file
-#    dequantized and runs it with --quantize q8, against llama.cpp's Q8_0).
+# 1. writes warden's `small` preset (seed 1) in f32, f16 and bf16 as GGUF
+#    with warden's own writer (`warden model export-gguf`, the writer the
+#    GGUF tests use), plus a Q8_0 file from the f32 weights, into WORK_DIR
+#    (default: a temporary directory);
+# 2. installs node-llama-cpp (NODE_LLAMA_CPP_VERSION, default 3.22.1) from
+#    the npm registry into WORK_DIR/llama: its prebuilt llama.cpp CPU
+#    backend picks the variant for the machine's instruction set at load
+#    (on an AVX-512 machine an AVX-512 build), and scripts/llamacpp-bench.mjs
+#    drives it with warden's benchmark prompt (flash attention off, f32 KV
+#    cache: warden's attention is f32);
+# 3. for 1 and 2 threads, runs `warden bench engine` and llamacpp-bench.mjs
+#    on the very same file, interleaved, REPS times each, and prints the
+#    median prefill (PROMPT tokens, one batch) and batch-1 decode rates,
+#    the warden/llama.cpp ratios, and whether the greedy ids of the decode
+#    agree (warden loads the Q8_0 file dequantized and runs it with
+#    --quantize q8, against llama.cpp's Q8_0).
 #
-# Environment: REPS (default 3), PROMPT (512), DECODE (32).
+# Environment: REPS (default 3), PROMPT (512), DECODE (32), THREADS ("1 2"),
+# FORMATS ("f32 f16 bf16 q8_0").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-src=${1:?usage: $0 LLAMA_CPP_SOURCE_DIR [MODEL_DIR]}
-src=$(cd "$src" && pwd)
 reps=${REPS:-3}
 prompt=${PROMPT:-512}
 decode=${DECODE:-32}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+threads_list=${THREADS:-1 2}
+formats=${FORMATS:-f32 f16 bf16 q8_0}
+work=${1:-$(mktemp -d)}
+mkdir -p "$work"
 
 log() { printf '== %s\n' "$*" >&2; }
-
-log "building llama.cpp in $src/build-warden"
-cmake -S "$src" -B "$src/build-warden" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF >/dev/null
-cmake --build "$src/build-warden" -j "$(nproc)" --target llama-bench >/dev/null
-bin=$src/build-warden/bin
 
 log "building warden"
 go build -o "$work/warden" ./cmd/warden
 
-declare -A dirs
-if [[ $# -ge 2 ]]; then
-	dirs[file]=$2
-else
-	for dt in f32 f16 bf16; do
-		log "generating the small preset in $dt"
-		"$work/warden" model init --out "$work/small-$dt" --preset small --dtype "$dt" --seed 1 >/dev/null
-		dirs[$dt]=$work/small-$dt
-	done
+if [[ ! -d $work/llama/node_modules/node-llama-cpp ]]; then
+	log "installing node-llama-cpp into $work/llama"
+	mkdir -p "$work/llama"
+	(cd "$work/llama" && npm install --no-audit --no-fund --ignore-scripts \
+		"node-llama-cpp@${NODE_LLAMA_CPP_VERSION:-3.22.1}" >/dev/null)
 fi
+cp scripts/llamacpp-bench.mjs "$work/llama/"
+
+for f in $formats; do
+	src=$f
+	[[ $f == q8_0 ]] && src=f32
+	if [[ ! -f $work/small-$src/config.json ]]; then
+		log "generating the small preset in $src"
+		"$work/warden" model init --out "$work/small-$src" --preset small --dtype "$src" --seed 1 >/dev/null
+	fi
+	if [[ ! -f $work/small-$f.gguf ]]; then
+		log "writing small-$f.gguf with warden model export-gguf"
+		"$work/warden" model export-gguf --model-dir "$work/small-$src" --dtype "$f" --out "$work/small-$f.gguf" >/dev/null
+	fi
+done
 
 # median prints the median of its arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-# warden_rates MODEL THREADS [QUANTIZE] (MODEL: a directory or .gguf file): "prefill_tps decode_tps".
-warden_rates() {
+# warden_run GGUF THREADS QUANTIZE: "prefill_tps decode_tps ids" (ids comma-separated).
+warden_run() {
 	"$work/warden" bench engine --model-dir "$1" --threads "$2" --prompt "$prompt" --decode "$decode" \
-		--batch 1 --quantize "${3:-file}" --bandwidth-bytes $((64 << 20)) |
-		awk -F'|' '/^\| prefill /{split($3,a," "); p=a[1]} /^\| decode, batch 1 /{split($3,a," "); d=a[1]} END {print p, d}'
+		--batch 2 --quantize "$3" --bandwidth-bytes $((64 << 20)) |
+		awk -F'|' '/^\| prefill /{split($3,a," "); p=a[1]}
+			/^\| decode, batch 1 /{split($3,a," "); d=a[1]}
+			/^\| greedy ids/{ids=$3; gsub(/^ +| +$/,"",ids); gsub(/ +/,",",ids)}
+			END {print p, d, ids}'
 }
 
-# llama_rates GGUF THREADS: "prefill_tps decode_tps".
-llama_rates() {
-	"$bin/llama-bench" -m "$1" -t "$2" -p "$prompt" -n "$decode" -fa 0 -ctk f32 -ctv f32 -r 1 -o csv 2>/dev/null |
-		awk -F, 'NR==1 {for (i=1;i<=NF;i++) {gsub(/"/,"",$i); col[$i]=i}; next}
-			{gsub(/"/,""); if ($col["n_prompt"]>0) p=$col["avg_ts"]; else d=$col["avg_ts"]} END {print p, d}'
+# llama_run GGUF THREADS: "prefill_tps decode_tps ids".
+llama_run() {
+	(cd "$work/llama" && node llamacpp-bench.mjs "$1" "$2" "$prompt" "$decode") |
+		node -e 'const r=JSON.parse(require("fs").readFileSync(0,"utf8")); console.log(r.prefill_tps, r.decode_tps, r.ids.join(","))'
 }
 
-printf '| model | threads | warden prefill t/s | llama.cpp prefill t/s | ratio | warden decode t/s | llama.cpp decode t/s | ratio |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
-for name in "${!dirs[@]}"; do
-	dir=${dirs[$name]}
-	log "writing $name as GGUF with warden model export-gguf"
-	"$work/warden" model export-gguf --model-dir "$dir" --dtype "$([[ $name == file ]] && echo f16 || echo "$name")" \
-		--out "$work/$name.gguf" >/dev/null
-	variants=("$name:file:$work/$name.gguf")
-	if [[ $name == f32 || $name == file ]]; then
-		"$work/warden" model export-gguf --model-dir "$dir" --dtype q8_0 --out "$work/$name-q8_0.gguf" >/dev/null
-		variants+=("$name→q8_0:q8:$work/$name-q8_0.gguf")
-	fi
-	for v in "${variants[@]}"; do
-		IFS=: read -r label quant gguf <<<"$v"
-		for threads in 1 2; do
-			wp=() wd=() lp=() ld=()
-			for ((r = 0; r < reps; r++)); do
-				read -r p d < <(warden_rates "$gguf" "$threads" "$quant")
-				wp+=("$p") wd+=("$d")
-				read -r p d < <(llama_rates "$gguf" "$threads")
-				lp+=("$p") ld+=("$d")
-			done
-			mwp=$(median "${wp[@]}") mwd=$(median "${wd[@]}") mlp=$(median "${lp[@]}") mld=$(median "${ld[@]}")
-			awk -v n="$label" -v t="$threads" -v a="$mwp" -v b="$mlp" -v c="$mwd" -v d="$mld" \
-				'BEGIN {printf "| %s | %d | %.1f | %.1f | %.2f× | %.2f | %.2f | %.2f× |\n", n, t, a, b, a/b, c, d, c/d}'
+printf '| file | threads | warden prefill t/s | llama.cpp prefill t/s | ratio | warden decode t/s | llama.cpp decode t/s | ratio | greedy ids equal |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
+for f in $formats; do
+	quant=file
+	[[ $f == q8_0 ]] && quant=q8
+	gguf=$work/small-$f.gguf
+	for threads in $threads_list; do
+		wp=() wd=() lp=() ld=()
+		same=yes
+		for ((r = 0; r < reps; r++)); do
+			read -r p d wids < <(warden_run "$gguf" "$threads" "$quant")
+			wp+=("$p") wd+=("$d")
+			read -r p d lids < <(llama_run "$gguf" "$threads")
+			lp+=("$p") ld+=("$d")
+			log "$f t$threads rep $r: warden ids $wids; llama.cpp ids $lids"
+			[[ $wids == "$lids" ]] || same=no
 		done
+		mwp=$(median "${wp[@]}") mwd=$(median "${wd[@]}") mlp=$(median "${lp[@]}") mld=$(median "${ld[@]}")
+		awk -v n="$f" -v t="$threads" -v a="$mwp" -v b="$mlp" -v c="$mwd" -v d="$mld" -v s="$same" \
+			'BEGIN {printf "| %s | %d | %.1f | %.1f | %.2f× | %.2f | %.2f | %.2f× | %s |\n", n, t, a, b, a/b, c, d, c/d, s}'
 	done
 done

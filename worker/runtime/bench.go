@@ -46,6 +46,10 @@ type BenchReport struct {
 
 	Decode1TokensPerSec float64
 	Decode1OfRoofline   float64 // roofline seconds per token / measured
+	// GreedyIDs are the tokens the batch-1 decode generated (greedy) after
+	// its prompt, the first BenchPromptIDs(16): what another engine
+	// running the same weights must reproduce.
+	GreedyIDs           []int32
 	DecodeNTokensPerSec float64
 	Batch               int
 }
@@ -72,13 +76,10 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	rep.CopyBandwidth = kernels.MeasureCopyBandwidth(opt.BandwidthBytes, threads)
 	rep.FMAPeak = kernels.MeasureFMAPeak(threads)
 
-	prompt := make([]int32, opt.PromptTokens)
-	for i := range prompt {
-		prompt[i] = int32((i*7919 + 13) % c.VocabSize)
-	}
+	prompt := BenchPromptIDs(opt.PromptTokens, c.VocabSize)
 	// Prefill: one prompt, timed to its first token.
 	start := time.Now()
-	if _, err := r.generate(ctx, "prefill", prompt, 1, true); err != nil {
+	if _, _, err := r.generate(ctx, "prefill", prompt, 1, true); err != nil {
 		return rep, err
 	}
 	el := time.Since(start).Seconds()
@@ -89,17 +90,27 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	rep.PrefillOfPeak = rep.PrefillFLOPs / rep.FMAPeak
 
 	short := prompt[:16]
-	tps, err := r.decodeRate(ctx, short, 1, opt.DecodeTokens)
+	tps, ids, err := r.decodeRate(ctx, short, 1, opt.DecodeTokens)
 	if err != nil {
 		return rep, err
 	}
-	rep.Decode1TokensPerSec = tps
+	rep.Decode1TokensPerSec, rep.GreedyIDs = tps, ids
 	roofline := float64(rep.WeightBytesPerToken) / rep.CopyBandwidth
 	rep.Decode1OfRoofline = roofline * tps
-	if rep.DecodeNTokensPerSec, err = r.decodeRate(ctx, short, opt.Batch, opt.DecodeTokens); err != nil {
+	if rep.DecodeNTokensPerSec, _, err = r.decodeRate(ctx, short, opt.Batch, opt.DecodeTokens); err != nil {
 		return rep, err
 	}
 	return rep, nil
+}
+
+// BenchPromptIDs is the benchmarks' prompt of n tokens: token i is
+// (7919·i + 13) mod vocab.
+func BenchPromptIDs(n, vocab int) []int32 {
+	prompt := make([]int32, n)
+	for i := range prompt {
+		prompt[i] = int32((i*7919 + 13) % vocab)
+	}
+	return prompt
 }
 
 // streamingBackend reports the weights a decode step streams (the cpu
@@ -112,67 +123,73 @@ type streamingBackend interface {
 var _ streamingBackend = (*cpu.Backend)(nil)
 
 // decodeRate runs batch sequences of tokens each and returns generated
-// tokens per second, excluding their prefill.
-func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens int) (float64, error) {
+// tokens per second, excluding their prefill, and the tokens of one
+// sequence (all sequences run the same greedy request).
+func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens int) (float64, []int32, error) {
 	type result struct {
 		d   time.Duration
+		ids []int32
 		err error
 	}
 	results := make(chan result, batch)
 	for i := range batch {
 		go func() {
-			d, err := r.generate(ctx, fmt.Sprint("decode-", batch, "-", i), prompt, tokens, false)
-			results <- result{d, err}
+			d, ids, err := r.generate(ctx, fmt.Sprint("decode-", batch, "-", i), prompt, tokens, false)
+			results <- result{d, ids, err}
 		}()
 	}
 	var longest time.Duration
+	var ids []int32
 	for range batch {
 		res := <-results
 		if res.err != nil {
-			return 0, res.err
+			return 0, nil, res.err
 		}
-		longest = max(longest, res.d)
+		longest, ids = max(longest, res.d), res.ids
 	}
-	return float64(batch*(tokens-1)) / longest.Seconds(), nil
+	return float64(batch*(tokens-1)) / longest.Seconds(), ids, nil
 }
 
-// generate runs one sequence and returns the time from its first token to
-// its last (or to the first token, when fromSubmit).
-func (r *Runtime) generate(ctx context.Context, name string, prompt []int32, tokens int, fromSubmit bool) (time.Duration, error) {
+// generate runs one greedy sequence and returns the time from its first
+// token to its last (or to the first token, when fromSubmit) and the
+// tokens it generated.
+func (r *Runtime) generate(ctx context.Context, name string, prompt []int32, tokens int, fromSubmit bool) (time.Duration, []int32, error) {
 	o := kvpool.Owner{Tenant: "bench", Request: name, Epoch: 1}
 	pages, err := r.Pool.Reserve(o, len(prompt)+tokens)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer r.Pool.Release(o)
 	submitted := time.Now()
 	st, err := r.Engine.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: prompt,
 		Sampling: engine.Sampling{MaxTokens: tokens, IgnoreEOS: true}})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var first time.Time
+	var ids []int32
 	for {
 		ev, err := st.Next(ctx)
 		if err == io.EOF {
-			return 0, fmt.Errorf("runtime: bench stream ended early")
+			return 0, nil, fmt.Errorf("runtime: bench stream ended early")
 		}
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		switch ev.Kind {
 		case engine.EventToken:
 			if first.IsZero() {
 				first = time.Now()
 			}
+			ids = append(ids, ev.Token)
 		case engine.EventDone:
 			if ev.Result.Err != nil {
-				return 0, ev.Result.Err
+				return 0, nil, ev.Result.Err
 			}
 			if fromSubmit {
-				return first.Sub(submitted), nil
+				return first.Sub(submitted), ids, nil
 			}
-			return time.Since(first), nil
+			return time.Since(first), ids, nil
 		}
 	}
 }
@@ -192,4 +209,9 @@ func (rep BenchReport) WriteTable(w io.Writer) {
 		rep.Decode1TokensPerSec, 100*rep.Decode1OfRoofline, rep.CopyBandwidth/float64(rep.WeightBytesPerToken))
 	fmt.Fprintf(w, "| decode, batch %d | %.2f tokens/s (%.1fx batch 1) |\n",
 		rep.Batch, rep.DecodeNTokensPerSec, rep.DecodeNTokensPerSec/rep.Decode1TokensPerSec)
+	ids := make([]string, len(rep.GreedyIDs))
+	for i, id := range rep.GreedyIDs {
+		ids[i] = fmt.Sprint(id)
+	}
+	fmt.Fprintf(w, "| greedy ids, batch-1 decode | %s |\n", strings.Join(ids, " "))
 }

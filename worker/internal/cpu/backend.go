@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/warden-ai/warden/worker/engine"
@@ -125,21 +126,17 @@ type Backend struct {
 	// Scratch, sized for MaxBatchTokens rows.
 	x, h, q, k, v, att, gate, up []float32
 	logits                       []float32
-	scores                       [][]float32 // per attention worker
-	items                        []attnItem
+	scratch                      []attnScratch // per attention worker
+	tiles                        []attnTile
 
 	// Per-call state read by the attention workers.
 	batch    []engine.Chunk
 	layer    int
+	nextTile atomic.Int64
 	attnFunc func(lo, hi int)
 }
 
 var _ engine.Backend = (*Backend)(nil)
-
-// attnItem is one (chunk, token, head) attention job.
-type attnItem struct {
-	chunk, row, pos, head int32
-}
 
 // ErrShape reports weights that do not match the Spec.
 var ErrShape = errors.New("cpu: weight shape mismatch")
@@ -174,11 +171,11 @@ func New(spec Spec, w Weights, pages Pages, opt Options) (*Backend, error) {
 	b.att = make([]float32, t*qDim)
 	b.gate = make([]float32, t*spec.Intermediate)
 	b.up = make([]float32, t*spec.Intermediate)
-	b.scores = make([][]float32, opt.Threads)
-	for i := range b.scores {
-		b.scores[i] = make([]float32, spec.MaxPositions)
+	b.scratch = make([]attnScratch, opt.Threads)
+	for i := range b.scratch {
+		b.scratch[i] = newAttnScratch(spec)
 	}
-	b.items = make([]attnItem, 0, t*spec.Heads)
+	b.tiles = make([]attnTile, 0, t*spec.KVHeads)
 	b.attnFunc = b.attendRange
 	return b, nil
 }
@@ -304,7 +301,7 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 			r++
 		}
 	}
-	b.buildItems()
+	b.buildTiles()
 	for l := range b.w.Layers {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -406,64 +403,6 @@ func rotate(x, cos, sin []float32) {
 		// GOARCH/GOAMD64 settings would do and change the bits.
 		x[i] = float32(x1*cos[i]) - float32(x2*sin[i])
 		x[i+half] = float32(x2*cos[i]) + float32(x1*sin[i])
-	}
-}
-
-// buildItems lists the (chunk, token, head) attention jobs of the batch.
-func (b *Backend) buildItems() {
-	b.items = b.items[:0]
-	r := 0
-	for ci, c := range b.batch {
-		for i := range c.Tokens {
-			for hh := 0; hh < b.spec.Heads; hh++ {
-				b.items = append(b.items, attnItem{chunk: int32(ci), row: int32(r), pos: int32(c.Start + i), head: int32(hh)})
-			}
-			r++
-		}
-	}
-}
-
-// attend runs every attention job, split into one contiguous range per
-// thread so each thread owns one scores buffer.
-func (b *Backend) attend() {
-	b.pool.For(len(b.scores), b.attnFunc)
-}
-
-func (b *Backend) attendRange(lo, hi int) {
-	n := len(b.items)
-	per := (n + len(b.scores) - 1) / len(b.scores)
-	for w := lo; w < hi; w++ {
-		for j := w * per; j < min((w+1)*per, n); j++ {
-			b.attendOne(b.items[j], b.scores[w])
-		}
-	}
-}
-
-// attendOne computes softmax(q·Kᵀ·scale)·V for one query head over
-// positions [0, pos], reading K and V from the sequence's pages in
-// position order.
-func (b *Backend) attendOne(it attnItem, scratch []float32) {
-	s := &b.spec
-	hd, kvDim, pt := s.HeadDim, s.KVDim(), b.opt.PageTokens
-	g := int(it.head) / (s.Heads / s.KVHeads)
-	row, head := int(it.row), int(it.head)
-	q := b.q[(row*s.Heads+head)*hd : (row*s.Heads+head+1)*hd]
-	pages := b.batch[it.chunk].Pages
-	n := int(it.pos) + 1
-	scores := scratch[:n]
-	kBase := (b.layer*2+0)*pt*kvDim + g*hd
-	vBase := (b.layer*2+1)*pt*kvDim + g*hd
-	for p := 0; p*pt < n; p++ {
-		cnt := min(pt, n-p*pt)
-		kernels.DotStrided(scores[p*pt:p*pt+cnt], q, asFloats(b.pages.Data(pages[p]))[kBase:], kvDim)
-	}
-	kernels.Scale(scores, b.scale)
-	kernels.Softmax(scores)
-	out := b.att[(row*s.Heads+head)*hd : (row*s.Heads+head+1)*hd]
-	clear(out)
-	for p := 0; p*pt < n; p++ {
-		cnt := min(pt, n-p*pt)
-		kernels.AxpyStrided(out, scores[p*pt:p*pt+cnt], asFloats(b.pages.Data(pages[p]))[vBase:], kvDim)
 	}
 }
 

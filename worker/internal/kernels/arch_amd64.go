@@ -209,6 +209,18 @@ func siluMulAVX2(gate *float32, up *float32, n int) int
 func fmaPeakAVX2(iters int)
 
 //go:noescape
+func axpyTile2z(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int)
+
+//go:noescape
+func axpyTile3z(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int)
+
+//go:noescape
+func axpyTile4z(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int)
+
+//go:noescape
+func divideAVX2(x *float32, n int, d float64)
+
+//go:noescape
 func streamReadAVX2(p *byte, n int) uint64
 
 func dot(a, b []float32) float32 {
@@ -234,6 +246,55 @@ func axpyRows(y, alpha, rows []float32, stride int) {
 		return
 	}
 	axpyRowsAVX2(&y[0], len(y), &alpha[0], len(alpha), &rows[0], stride)
+}
+
+// axpyTileKernels[m] serves m = 2..4 outputs of axpyTile when use512
+// holds.
+var axpyTileKernels = [5]func(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int){
+	2: axpyTile2z, 3: axpyTile3z, 4: axpyTile4z,
+}
+
+// axpyTile runs AxpyTile's outputs in blocks of up to 4 through the
+// AVX-512 kernels (the width's multiple of 16; axpyRows does the rest of
+// each output), else one axpyRows per output.
+func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
+	if !useAsm {
+		axpyTileGo(y, m, width, ldy, alpha, count, lda, rows, stride)
+		return
+	}
+	wide := 0
+	if use512 {
+		wide = width &^ 15
+	}
+	for i := 0; i < m; {
+		r := min(4, m-i)
+		done := 0
+		if r >= 2 && wide > 0 {
+			axpyTileKernels[r](&y[i*ldy], ldy, &alpha[i*lda], lda, count, &rows[0], stride, wide)
+			done = wide
+		} else {
+			r = 1
+		}
+		if done < width {
+			for j := i; j < i+r; j++ {
+				axpyRows(y[j*ldy+done:j*ldy+width], alpha[j*lda:j*lda+count], rows[done:], stride)
+			}
+		}
+		i += r
+	}
+}
+
+// divide sets x[i] = float32(float64(x[i]) / d), 4 lanes at a time in
+// assembly.
+func divide(x []float32, d float64) {
+	i := 0
+	if useAsm {
+		i = len(x) &^ 3
+		if i > 0 {
+			divideAVX2(&x[0], i, d)
+		}
+	}
+	divideGo(x[i:], d)
 }
 
 func scale(x []float32, s float32) {
@@ -287,10 +348,6 @@ var gemm512Kernels = [3][5]gemmKernel{
 	F16:  {2: {4, gemm2x4zh, gemm2x1h}, 3: {4, gemm3x4zh, gemm3x1h}, 4: {4, gemm4x4zh, gemm4x1h}},
 	BF16: {2: {4, gemm2x4zb, gemm2x1b}, 3: {4, gemm3x4zb, gemm3x1b}, 4: {4, gemm4x4zb, gemm4x1b}},
 }
-
-// l2Panel is the byte budget for the panel of W rows kept hot in L2 while
-// every 4-row block of A sweeps over it.
-const l2Panel = 256 << 10
 
 // matMulT computes c[i*ldc+j] = Dot(a[i*k:][:k], w[j*ldw:][:k]) for
 // i < m, j < n. Lengths are checked by the caller; m, n, k > 0.

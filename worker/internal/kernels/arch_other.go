@@ -6,6 +6,9 @@ package kernels
 // pure-Go implementations always run.
 var useAsm = false
 
+// use512 is false: no AVX-512 kernels here either.
+var use512 = false
+
 func dot(a, b []float32) float32                    { return dotGo(a, b) }
 func axpy(alpha float32, x, y []float32)            { axpyGo(alpha, x, y) }
 func axpyRows(y, alpha, rows []float32, stride int) { axpyRowsGo(y, alpha, rows, stride) }
@@ -20,6 +23,10 @@ func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n
 }
 func q8Rows(c []float32, a, w []byte, rowBytes int) { q8RowsGo(c, a, w, rowBytes) }
 func softmaxExp(x []float32, mx float32)            { softmaxExpGo(x, mx) }
-func siluMul(gate, up []float32)                    { siluMulGo(gate, up) }
-func fmaPeakLoop(iters int) float64                 { return fmaPeakGo(iters) }
-func streamRead(p []byte) uint64                    { return streamReadGo(p) }
+func divide(x []float32, d float64)                 { divideGo(x, d) }
+func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
+	axpyTileGo(y, m, width, ldy, alpha, count, lda, rows, stride)
+}
+func siluMul(gate, up []float32)    { siluMulGo(gate, up) }
+func fmaPeakLoop(iters int) float64 { return fmaPeakGo(iters) }
+func streamRead(p []byte) uint64    { return streamReadGo(p) }

@@ -113,6 +113,20 @@ func q8RowsGo(c []float32, a, w []byte, rowBytes int) {
 	}
 }
 
+// axpyTileGo is m axpyRowsGo calls (see AxpyTile).
+func axpyTileGo(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
+	for i := 0; i < m; i++ {
+		axpyRowsGo(y[i*ldy:i*ldy+width], alpha[i*lda:i*lda+count], rows, stride)
+	}
+}
+
+// divideGo sets x[i] = float32(float64(x[i]) / d).
+func divideGo(x []float32, d float64) {
+	for i, e := range x {
+		x[i] = float32(float64(e) / d)
+	}
+}
+
 // softmaxExpGo sets x[i] = float32(exp(float64(x[i] - mx))).
 func softmaxExpGo(x []float32, mx float32) {
 	for i, v := range x {

@@ -60,6 +60,30 @@ func DotStrided(dst, x, rows []float32, stride int) {
 	matMulT(dst, 0, x, rows, stride, 1, len(dst), len(x))
 }
 
+// MatMulTStrided computes C = A·Wᵀ for an m×k A (contiguous) and n rows
+// of W that lie ldw elements apart, writing row i of C at c[i*ldc:][:n]:
+// each C[i][j] equals Dot(A[i,:], W[j,:]) bit for bit — such as the
+// scores of a tile of attention queries against the keys of one head in a
+// KV page. c must not overlap a or w. It panics if a slice is too short
+// for its shape.
+func MatMulTStrided(c []float32, ldc int, a []float32, m, k int, w []float32, n, ldw int) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if ldc < n || !fits(m-1, ldc, len(c)-n) || !fits(m, k, len(a)) {
+		panic(fmt.Sprintf("kernels: MatMulTStrided m=%d n=%d k=%d ldc=%d with len(c)=%d len(a)=%d",
+			m, n, k, ldc, len(c), len(a)))
+	}
+	checkStrided("MatMulTStrided", n, k, len(w), ldw)
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	matMulT(c, ldc, a, w, ldw, m, n, k)
+}
+
 // AxpyStrided is len(alpha) successive Axpy calls, in order:
 // Axpy(alpha[t], rows[t*stride:][:len(y)], y) for t = 0, 1, … — such as
 // the weighted sum of the values of one attention head in a KV page. The
@@ -71,6 +95,24 @@ func AxpyStrided(y, alpha, rows []float32, stride int) {
 	}
 	checkStrided("AxpyStrided", len(alpha), len(y), len(rows), stride)
 	axpyRows(y, alpha, rows, stride)
+}
+
+// AxpyTile is m AxpyStrided calls over the same rows: for i < m,
+// AxpyStrided(y[i*ldy:][:width], alpha[i*lda:][:count], rows, stride),
+// each output bit-identical to that call, but each row is read once for
+// all m outputs — such as the probabilities·V product of a tile of
+// attention queries over one KV page. y must not overlap rows or alpha.
+// It panics if a slice is too short for its shape.
+func AxpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
+	if m <= 0 || width <= 0 || count <= 0 {
+		return
+	}
+	if ldy < width || lda < count || !fits(m-1, ldy, len(y)-width) || !fits(m-1, lda, len(alpha)-count) {
+		panic(fmt.Sprintf("kernels: AxpyTile m=%d width=%d count=%d ldy=%d lda=%d with len(y)=%d len(alpha)=%d",
+			m, width, count, ldy, lda, len(y), len(alpha)))
+	}
+	checkStrided("AxpyTile", count, width, len(rows), stride)
+	axpyTile(y, m, width, ldy, alpha, count, lda, rows, stride)
 }
 
 // fits reports whether count×width (both >= 0) is at most length, without
@@ -167,23 +209,67 @@ func SiLUMul(gate, up []float32) {
 // +Inf, or every element is -Inf, the result is all NaN. An empty x is
 // left alone.
 func Softmax(x []float32) {
-	if len(x) == 0 {
-		return
+	rows := [1][]float32{x}
+	SoftmaxRows(rows[:])
+}
+
+// SoftmaxRows applies Softmax to every row, each bit-identical to
+// Softmax alone; the rows' float64 sums, each still in index order, run
+// side by side, so their additions overlap instead of waiting on one
+// another. Rows may have different lengths; they must not overlap.
+func SoftmaxRows(rows [][]float32) {
+	for _, x := range rows {
+		if len(x) > 0 {
+			softmaxExp(x, maxOf(x))
+		}
 	}
+	for g := 0; g < len(rows); g += 4 {
+		group := rows[g:min(g+4, len(rows))]
+		sums := sumRows(group)
+		for i, x := range group {
+			if len(x) > 0 {
+				divide(x, sums[i])
+			}
+		}
+	}
+}
+
+// maxOf is Softmax's mx: the largest element, or the first NaN.
+func maxOf(x []float32) float32 {
 	mx := x[0]
 	for _, v := range x[1:] {
 		if v > mx || v != v {
 			mx = v
 		}
 	}
-	softmaxExp(x, mx)
-	var sum float64
-	for _, e := range x {
-		sum += float64(e)
+	return mx
+}
+
+// sumRows returns the float64 sum of each of up to 4 rows, each in index
+// order: four independent chains over the rows' common length, then each
+// row's tail.
+func sumRows(rows [][]float32) (sums [4]float64) {
+	common := 0
+	if len(rows) == 4 {
+		common = min(len(rows[0]), len(rows[1]), len(rows[2]), len(rows[3]))
+		a, b, c, d := rows[0][:common], rows[1][:common], rows[2][:common], rows[3][:common]
+		var s0, s1, s2, s3 float64
+		for i := range a {
+			s0 += float64(a[i])
+			s1 += float64(b[i])
+			s2 += float64(c[i])
+			s3 += float64(d[i])
+		}
+		sums = [4]float64{s0, s1, s2, s3}
 	}
-	for i, e := range x {
-		x[i] = float32(float64(e) / sum)
+	for i, x := range rows {
+		s := sums[i]
+		for _, e := range x[common:] {
+			s += float64(e)
+		}
+		sums[i] = s
 	}
+	return sums
 }
 
 // ArgMax returns the index of the largest element of x; the lowest index

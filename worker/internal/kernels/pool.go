@@ -147,6 +147,10 @@ func (j *matMulJob) Range(lo, hi int) {
 	}
 }
 
+// l2Panel is the byte budget for the panel of W rows kept hot in L2 while
+// every 4-row block of A sweeps over it.
+const l2Panel = 256 << 10
+
 // matMulQ8 computes c[i*ldc+j] for i < m, j < n from the quantized rows
 // of A (qa) and W (wq), rowBytes each, a panel of W rows at a time so the
 // panel stays in L2 while every row of A passes over it.

@@ -85,6 +85,10 @@ func main() {
 	g.expKernels()
 	g.axpy()
 	g.axpyRows()
+	for _, m := range axpyTileRows {
+		g.axpyTile512(m)
+	}
+	g.divide()
 	g.scale()
 	g.add()
 	g.mulScale()
@@ -494,6 +498,116 @@ func (g *gen) axpyRows() {
 	g.p("\tJZ %s_done", name)
 	g.loadMask("CX", "R9", "BX", "Y14")
 	chunk(name+"_t", 1, true)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// axpyTileRows are the output counts of the axpyTile512 kernels.
+var axpyTileRows = []int{2, 3, 4}
+
+// axpyTile512 emits axpyTileMz(y *float32, ldy int, alpha *float32,
+// lda int, count int, rows *float32, stride int, width int): M axpyRows
+// passes that share each row's loads: for i < M, t < count, in order:
+// y[i*ldy+j] = fma(alpha[i*lda+t], rows[t*stride+j], y[i*ldy+j]) for
+// j < width, with every y held in zmm registers, 64 floats at a time,
+// then 16. width must be a positive multiple of 16 and count > 0.
+func (g *gen) axpyTile512(m int) {
+	name := fmt.Sprintf("axpyTile%dz", m)
+	aRegs := []string{"R12", "R13", "R14", "R15"}[:m]
+	yAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(DX*1)"}
+	const rowZ, bcast = 16, 20
+	g.p("// func %s(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	g.p("\tMOVQ y+0(FP), DI")
+	g.p("\tMOVQ ldy+8(FP), SI")
+	g.p("\tSHLQ $2, SI")
+	g.p("\tLEAQ (SI)(SI*2), DX")
+	g.p("\tMOVQ alpha+16(FP), %s", aRegs[0])
+	g.p("\tMOVQ lda+24(FP), BX")
+	g.p("\tSHLQ $2, BX")
+	for i := 1; i < m; i++ {
+		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
+	}
+	g.p("\tMOVQ rows+40(FP), R9")
+	g.p("\tMOVQ stride+48(FP), R8")
+	g.p("\tSHLQ $2, R8")
+	g.p("\tMOVQ width+56(FP), CX")
+	// chunk emits one pass over the rows for vecs zmm per output.
+	chunk := func(label string, vecs int) {
+		for i := 0; i < m; i++ {
+			for v := 0; v < vecs; v++ {
+				g.p("\tVMOVUPS %d%s, %s", 64*v, yAddr[i], z(4*i+v))
+			}
+		}
+		g.p("\tMOVQ R9, R10")
+		g.p("\tXORQ AX, AX")
+		g.p("\tMOVQ count+32(FP), R11")
+		g.p("%s_rows:", label)
+		for v := 0; v < vecs; v++ {
+			g.p("\tVMOVUPS %d(R10), %s", 64*v, z(rowZ+v))
+		}
+		for i := 0; i < m; i++ {
+			b := z(bcast + i%2)
+			g.p("\tVBROADCASTSS (%s)(AX*1), %s", aRegs[i], b)
+			for v := 0; v < vecs; v++ {
+				g.p("\tVFMADD231PS %s, %s, %s", z(rowZ+v), b, z(4*i+v))
+			}
+		}
+		g.p("\tADDQ $4, AX")
+		g.p("\tADDQ R8, R10")
+		g.p("\tDECQ R11")
+		g.p("\tJNZ %s_rows", label)
+		for i := 0; i < m; i++ {
+			for v := 0; v < vecs; v++ {
+				g.p("\tVMOVUPS %s, %d%s", z(4*i+v), 64*v, yAddr[i])
+			}
+		}
+	}
+	g.p("%s_big:", name)
+	g.p("\tCMPQ CX, $64")
+	g.p("\tJLT %s_one", name)
+	chunk(name+"_b", 4)
+	g.p("\tADDQ $256, DI")
+	g.p("\tADDQ $256, R9")
+	g.p("\tSUBQ $64, CX")
+	g.p("\tJMP %s_big", name)
+	g.p("%s_one:", name)
+	g.p("\tCMPQ CX, $16")
+	g.p("\tJLT %s_done", name)
+	chunk(name+"_o", 1)
+	g.p("\tADDQ $64, DI")
+	g.p("\tADDQ $64, R9")
+	g.p("\tSUBQ $16, CX")
+	g.p("\tJMP %s_one", name)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
+
+// divide emits divideAVX2(x *float32, n int, d float64): x[i] =
+// float32(float64(x[i]) / d) for i < n&^3, 4 lanes of VDIVPD at a time
+// (each lane the scalar division's correctly rounded quotient, then the
+// same rounding to float32). The Go side does the last n&3.
+func (g *gen) divide() {
+	name := "divideAVX2"
+	g.p("// func %s(x *float32, n int, d float64)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-24", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	g.p("\tVBROADCASTSD d+16(FP), Y15")
+	g.p("\tSHRQ $2, CX")
+	g.p("\tJZ %s_done", name)
+	g.p("%s_loop:", name)
+	g.p("\tVCVTPS2PD (SI), Y0")
+	g.p("\tVDIVPD Y15, Y0, Y0")
+	g.p("\tVCVTPD2PSY Y0, X0")
+	g.p("\tVMOVUPS X0, (SI)")
+	g.p("\tADDQ $16, SI")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %s_loop", name)
 	g.p("%s_done:", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
