@@ -48,7 +48,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 			}
 		}
 	}
-	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
+	return d.relay(ctx, w, newReceiver(sctx, stream), true)
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on
@@ -71,9 +71,13 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
 	runHook(ctx, &d.g.hooks.beforePrefill)
-	prefilled := make(chan error, 1)
-	go func() { prefilled <- d.prefill(sctx, rt, ticket) }()
-	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
+	prefilled := make(chan prefillResult, 1)
+	go func() {
+		resp, err := d.prefill(sctx, rt, ticket)
+		prefilled <- prefillResult{resp, err}
+	}()
+	d.prefillDue = prefilled
+	return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), false)
 }
 
 // prefill sends the prompt and the ticket to rt's prefill worker. When
@@ -83,7 +87,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 // push to the same decode worker: decode's reservation, the owner and the
 // epoch stay, and the one writer of the transfer is still the only one
 // that ever received its ticket (bounded by maxFailovers).
-func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
+func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) (*controlpb.PrefillResponse, error) {
 	w := rt.Prefill
 	ctx = d.withDomain(ctx) // prefill reuses its own cache too
 	for {
@@ -92,11 +96,10 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 		})
 		switch {
 		case err == nil && resp.GetPromptTokens() != int64(len(d.prompt)):
-			return failed(causeCountMismatch, api.Internal(), fmt.Errorf(
+			return nil, failed(causeCountMismatch, api.Internal(), fmt.Errorf(
 				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", w.ID(), resp.GetPromptTokens(), len(d.prompt)))
 		case err == nil:
-			d.firstLogprobs = resp.GetFirstTokenLogprobs()
-			return nil
+			return resp, nil
 		case d.failover(w, err):
 			if next := d.g.reg.PrefillFor(rt.Decode); next != nil {
 				d.req.Involve(participant{next}, registry.RolePrefill)
@@ -105,7 +108,7 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 				continue
 			}
 		}
-		return d.workerError("prefill", w, err)
+		return nil, d.workerError("prefill", w, err)
 	}
 }
 

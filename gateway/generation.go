@@ -81,8 +81,11 @@ type driver struct {
 	// it uses the cache.
 	domain  cachekey.Domain
 	cacheOn bool
+	// prefillDue delivers the P/D Prefill call's result until the relay
+	// took it (nil then, and for a both worker).
+	prefillDue <-chan prefillResult
 	// firstLogprobs is the P/D first token's logprobs, from the Prefill
-	// response (set before the prefill result is delivered).
+	// response.
 	firstLogprobs *controlpb.LogprobsToken
 
 	// results
