@@ -94,15 +94,19 @@ func (d *driver) finishChoices(ctx context.Context, done *controlpb.Done, cs []*
 		}
 		open = append(open, last{k, rest, reason})
 	}
+	usage, err := d.finalUsage(ctx)
+	if err != nil {
+		return err
+	}
 	if len(open) == 0 {
-		return d.emit(ctx, api.Event{Usage: d.usage()})
+		return d.emit(ctx, api.Event{Usage: usage})
 	}
 	for i, l := range open {
-		var usage *api.Usage
+		var u *api.Usage
 		if i == len(open)-1 {
-			usage = d.usage()
+			u = usage
 		}
-		if err := d.emitLast(ctx, l.k, cs[l.k].tools, l.rest, nil, l.reason, usage); err != nil {
+		if err := d.emitLast(ctx, l.k, cs[l.k].tools, l.rest, nil, l.reason, u); err != nil {
 			return err
 		}
 	}

@@ -48,7 +48,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 			}
 		}
 	}
-	return d.relay(ctx, w, newReceiver(sctx, stream), nil, true)
+	return d.relay(ctx, w, newReceiver(sctx, stream), true)
 }
 
 // runPD runs the request on a prefill and a decode worker: Generate on
@@ -65,11 +65,12 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 		if err := d.startPrefill(ctx, rt); err != nil {
 			return err
 		}
-		if err := d.prefill(sctx, rt, ticket); err != nil {
+		resp, err := d.prefill(sctx, rt, ticket)
+		if err != nil {
 			return err
 		}
-		if err := d.req.Advance(lifecycle.Transferring); err != nil {
-			return failed(lifecycle.CauseInternal, api.Internal(), err)
+		if err := d.onPrefilled(ctx, prefillResult{resp, nil}); err != nil {
+			return err
 		}
 	}
 	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{
@@ -80,26 +81,26 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 		return d.workerError("generate", rt.Decode, err)
 	}
 	if d.n > 1 { // the Prefill call has returned
-		return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), nil, false)
+		return d.relay(ctx, rt.Decode, newReceiver(sctx, stream), false)
 	}
 	if err := d.startPrefill(ctx, rt); err != nil {
 		return err
 	}
-	prefilled := make(chan error, 1)
-	returned := make(chan struct{})
+	prefilled := make(chan prefillResult, 1)
 	go func() {
-		defer close(returned)
-		prefilled <- d.prefill(sctx, rt, ticket)
+		resp, err := d.prefill(sctx, rt, ticket)
+		prefilled <- prefillResult{resp, err}
 	}()
-	err = d.relay(ctx, rt.Decode, newReceiver(sctx, stream), prefilled, false)
-	if err == nil {
+	d.prefillDue = prefilled
+	err = d.relay(ctx, rt.Decode, newReceiver(sctx, stream), false)
+	if err == nil && d.prefillDue != nil {
 		// Decode verified the transfer, so its verdict is on the way to
 		// prefill, whose call ends by itself. Cancelling the call first
 		// would abort prefill's transfer stream while it waits for that
 		// verdict: prefill would record the transfer decode verified as
 		// aborted (its send span, transfer metrics and drain).
 		select {
-		case <-returned:
+		case <-d.prefillDue:
 		case <-ctx.Done():
 		}
 	}
@@ -123,7 +124,7 @@ func (d *driver) startPrefill(ctx context.Context, rt registry.Route) error {
 // push to the same decode worker: decode's reservation, the owner and the
 // epoch stay, and the one writer of the transfer is still the only one
 // that ever received its ticket (bounded by maxFailovers).
-func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
+func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) (*controlpb.PrefillResponse, error) {
 	w := rt.Prefill
 	ctx = d.withDomain(ctx) // prefill reuses its own cache too
 	for {
@@ -132,10 +133,13 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 		})
 		switch {
 		case err == nil && resp.GetPromptTokens() != int64(len(d.prompt)):
-			return failed(causeCountMismatch, api.Internal(), fmt.Errorf(
+			return nil, failed(causeCountMismatch, api.Internal(), fmt.Errorf(
 				"prefill worker %s reports %d prompt tokens pushed, the prompt has %d", w.ID(), resp.GetPromptTokens(), len(d.prompt)))
 		case err == nil:
-			return d.firstChoices(w, resp)
+			if err := d.checkFirstChoices(w, resp); err != nil {
+				return nil, err
+			}
+			return resp, nil
 		case d.failover(w, err):
 			if next := d.g.reg.PrefillFor(rt.Decode); next != nil {
 				d.req.Involve(participant{next}, registry.RolePrefill)
@@ -144,28 +148,31 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 				continue
 			}
 		}
-		return d.workerError("prefill", w, err)
+		return nil, d.workerError("prefill", w, err)
 	}
 }
 
-// firstChoices records each choice's first token and its logprobs from a
-// Prefill response, which must hold one entry per choice for n > 1 (the
-// first one the token the transfer carries).
-func (d *driver) firstChoices(w *registry.Worker, resp *controlpb.PrefillResponse) error {
-	if d.n == 1 {
-		d.firstLogprobs = []*controlpb.LogprobsToken{resp.GetFirstTokenLogprobs()}
-		return nil
-	}
-	cs := resp.GetChoices()
-	if len(cs) != d.n || cs[0].GetToken() != resp.GetFirstToken() {
+// checkFirstChoices checks that a Prefill response for n > 1 holds one
+// first token per choice, the first one the token the transfer carries.
+func (d *driver) checkFirstChoices(w *registry.Worker, resp *controlpb.PrefillResponse) error {
+	if cs := resp.GetChoices(); d.n > 1 && (len(cs) != d.n || cs[0].GetToken() != resp.GetFirstToken()) {
 		return failed(causeProtocol, api.Internal(), fmt.Errorf(
 			"prefill worker %s returned %d first tokens for %d choices", w.ID(), len(cs), d.n))
 	}
-	for _, c := range cs {
+	return nil
+}
+
+// takeFirstChoices records each choice's first token's logprobs from a
+// Prefill response and, for n > 1, its first token (checkFirstChoices).
+func (d *driver) takeFirstChoices(resp *controlpb.PrefillResponse) {
+	if d.n == 1 {
+		d.firstLogprobs = []*controlpb.LogprobsToken{resp.GetFirstTokenLogprobs()}
+		return
+	}
+	for _, c := range resp.GetChoices() {
 		d.firstTokens = append(d.firstTokens, c.GetToken())
 		d.firstLogprobs = append(d.firstLogprobs, c.GetLogprobs())
 	}
-	return nil
 }
 
 // participant adapts a registry worker to the lifecycle's abort fan-out.

@@ -82,10 +82,13 @@ type driver struct {
 	// it uses the cache.
 	domain  cachekey.Domain
 	cacheOn bool
+	// prefillDue delivers the P/D Prefill call's result until the relay
+	// took it (nil then, for a both worker, and for n > 1, whose Prefill
+	// call returns before decode's Generate is sent).
+	prefillDue <-chan prefillResult
 	// firstLogprobs is the P/D first token's logprobs of each choice, from
-	// the Prefill response (set before the prefill result is delivered);
-	// firstTokens, for n > 1, every choice's first token, which decode's
-	// Generate carries.
+	// the Prefill response; firstTokens, for n > 1, every choice's first
+	// token, which decode's Generate carries.
 	firstLogprobs []*controlpb.LogprobsToken
 	firstTokens   []int32
 

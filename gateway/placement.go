@@ -151,25 +151,37 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 			d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages), d.g.beginInFlight(tenant))
 			return rt, nil, true, nil
 		}
+		// The request counts on its workers from the moment it is routed,
+		// not once Reserve answered: concurrent placements (a burst of
+		// new conversations) would otherwise all see the same loads and
+		// pick the same workers while their Reserve calls run.
+		counted := []func(){rt.Decode.BeginFor(tenant, rt.Pages), rt.Prefill.Begin(0), d.g.beginInFlight(tenant)}
+		uncount := func() {
+			for _, done := range counted {
+				done()
+			}
+		}
 		resp, err := d.reserve(ctx, rt)
 		switch status.Code(err) {
 		case codes.OK:
 		case codes.ResourceExhausted:
+			uncount()
 			rt.Decode.Exhausted(rt.Pages)
 			return rt, nil, false, nil
 		default:
+			uncount()
 			if d.failover(rt.Decode, err) {
 				continue // nothing was reserved: another decode worker
 			}
 			return rt, nil, false, d.workerError("reserve", rt.Decode, err)
 		}
+		d.done = append(d.done, counted...)
 		t := resp.GetTicket()
 		if o := t.GetOwner(); o.GetTenant() != d.req.Info().Tenant || o.GetRequestId() != d.req.ID() ||
 			o.GetEpoch() != lifecycle.Epoch || t.GetPromptTokens() != int64(len(d.prompt)) || t.GetDecodeWorkerId() != rt.Decode.ID() {
 			return rt, nil, false, failed(causeProtocol, api.Internal(),
 				fmt.Errorf("decode worker %s returned a ticket for another request or prompt", rt.Decode.ID()))
 		}
-		d.done = append(d.done, rt.Decode.BeginFor(tenant, rt.Pages), rt.Prefill.Begin(0), d.g.beginInFlight(tenant))
 		return rt, t, true, nil
 	}
 }

@@ -110,17 +110,23 @@ func (d *driver) cachePrompt() []int32 {
 }
 
 // pick routes the request: with a cache domain, the workers are scored by
-// routing.Default (expected prefix hit, load, free pages) and the
+// routing.Default (saturated workers aside unless they hold the prefix
+// with a short queue; expected prefix hit, load, free pages) and the
 // registry's order decides between equals; without, the registry's order
 // alone. Under gateway.routing round_robin every request takes the
-// workers in turn.
+// workers in turn. A decode worker whose budget is used up but that the
+// router admits (a holder, routing.HolderQueue) takes the request now.
 func (d *driver) pick(model string, total int64) (registry.Route, error) {
 	c := d.g.domains
 	if c == nil || (!d.cacheOn && !c.roundRobin) {
 		return d.g.reg.Pick(model, total)
 	}
 	req := &routing.Request{Model: model, Domain: d.domain, Cached: d.cacheOn, Prompt: d.prompt}
-	return d.g.reg.PickScored(model, total, func(cand registry.Candidate) float64 { return c.router.Score(req, cand) })
+	rt, err := d.g.reg.PickScored(model, total, func(cand registry.Candidate) float64 { return c.router.Score(req, cand) })
+	if err == nil && rt.Busy && c.router.Admits(req, rt.Decode.Candidate()) {
+		rt.Busy = false
+	}
+	return rt, err
 }
 
 // Describe implements prometheus.Collector.

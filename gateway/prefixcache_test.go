@@ -2,14 +2,19 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/tenant"
 )
@@ -236,4 +241,148 @@ func (tg *testGateway) greedyChat(key string, msgs []openai.ChatCompletionMessag
 		tg.t.Fatal(err)
 	}
 	return resp
+}
+
+// TestPrefixCacheOnPD: through a prefill and a decode worker (tcp), a
+// repeated prompt reuses the prefill worker's sealed pages; usage
+// cached_tokens, non-streamed and in the streamed final usage chunk, is
+// what prefill reused (every full page but the last token's), the text is
+// the reference's, and the usage records bill the cached tokens at the
+// tenant's cached_token_rate.
+func TestPrefixCacheOnPD(t *testing.T) {
+	const maxTokens = 8
+	content := strings.Repeat("Sphinx of black quartz, judge my vow. ", 6)
+	ref := runReference(t, chatTokens(t, content), maxTokens)
+	tg := startGateway(t, testConfig())
+	reg := tg.RegistryAddr().String()
+	d := startReal(t, workerConfig(t, "decode-1", config.RoleDecode, config.TransferTCP, reg)).attach(tg)
+	startReal(t, workerConfig(t, "prefill-1", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
+	ctx := context.Background()
+	rate := 0.25
+	if _, err := tg.Store().CreateTenant(ctx, tenant.Tenant{ID: "cachy", CachedTokenRate: &rate}); err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := tg.Store().IssueKey(ctx, "cachy", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageTokens = 16 // the default worker.kv.page_tokens
+	hit := (ref.prompt - 1) / pageTokens * pageTokens
+	if hit == 0 {
+		t.Fatalf("the prompt (%d tokens) fills no page", ref.prompt)
+	}
+	c := tg.openaiAs(key)
+	params := openai.ChatCompletionNewParams{
+		Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
+		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+	}
+	check := func(what, text string, u openai.CompletionUsage, wantCached int64) {
+		t.Helper()
+		if text != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
+			t.Fatalf("%s: answer %q usage %d+%d, reference %q %d+%d", what, text, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
+		}
+		if u.PromptTokensDetails.CachedTokens != wantCached {
+			t.Fatalf("%s: cached_tokens %d, want %d", what, u.PromptTokensDetails.CachedTokens, wantCached)
+		}
+	}
+	for i, want := range []int64{0, hit} {
+		resp, err := c.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("request %d", i+1), resp.Choices[0].Message.Content, resp.Usage, want)
+	}
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	stream := c.Chat.Completions.NewStreaming(ctx, params)
+	var text string
+	var usage openai.CompletionUsage
+	for stream.Next() {
+		ch := stream.Current()
+		for _, c := range ch.Choices {
+			text += c.Delta.Content
+		}
+		if ch.Usage.PromptTokens > 0 {
+			usage = ch.Usage
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("streamed request", text, usage, hit)
+	for _, s := range tg.table.List() {
+		if v := requestView(s); v.PrefillWorker != "prefill-1" || v.DecodeWorker != d.id {
+			t.Fatalf("request %+v did not go through P/D", v)
+		}
+	}
+	// Billing: the cached prompt tokens at the tenant's rate.
+	var got []tenant.Usage
+	waitFor(t, "the usage of the 3 requests", func() bool {
+		got, err = tg.Store().Usage(ctx, "cachy", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		return err == nil && len(got) == 1 && got[0].Requests == 3
+	})
+	total := 3 * (ref.prompt + ref.completion)
+	if u := got[0]; u.CachedTokens != 2*hit || u.BilledTokens != total-2*hit+int64(math.Round(float64(2*hit)*rate)) {
+		t.Fatalf("usage record %+v; want %d cached of %d tokens, billed at %v", u, 2*hit, total, rate)
+	}
+	d.poolQuiet()
+}
+
+// TestPrefixIndexOnEveryGateway: a worker reporting to two gateways gives
+// each its own cursor in the pool's events, so both routing indexes learn
+// every page the worker sealed, whichever gateway's request sealed it.
+func TestPrefixIndexOnEveryGateway(t *testing.T) {
+	const maxTokens = 4
+	content := strings.Repeat("The five boxing wizards jump quickly. ", 6)
+	ref := runReference(t, chatTokens(t, content), maxTokens)
+	tg1, tg2 := startGateway(t, testConfig()), startGateway(t, testConfig())
+	cfg := workerConfig(t, "both-1", config.RoleBoth, config.TransferTCP, tg1.RegistryAddr().String())
+	cfg.Worker.Gateways = append(cfg.Worker.Gateways, tg2.RegistryAddr().String())
+	w := startReal(t, cfg).attach(tg1)
+	waitFor(t, "the worker to register with the second gateway", func() bool {
+		rw, ok := tg2.reg.Get(w.id)
+		return ok && rw.Snapshot().Healthy
+	})
+	ctx := context.Background()
+	for i, tg := range []*testGateway{tg1, tg2} {
+		resp, err := tg.openai().Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
+			MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Choices[0].Message.Content; got != ref.text {
+			t.Fatalf("gateway %d: answer %q, reference %q", i+1, got, ref.text)
+		}
+	}
+	// Each gateway derives its own domain: the worker sealed the prompt's
+	// pages twice, once per domain, and both indexes hold both sets.
+	prompt := chatTokens(t, content)
+	rw, _ := tg1.reg.Get(w.id)
+	c := rw.Candidate()
+	var sets [][]cachekey.Hash
+	for _, tg := range []*testGateway{tg1, tg2} {
+		d, ok := tg.domains.of(api.Principal{Tenant: "acme"}, cachekey.ModeTenant)
+		if !ok {
+			t.Fatal("no cache domain")
+		}
+		req := &routing.Request{Model: "tiny", Domain: d, Cached: true, Prompt: prompt}
+		if h := req.Hashes(c.PageTokens, c.CacheVersion); len(h) > 0 {
+			sets = append(sets, h)
+		}
+	}
+	if len(sets) != 2 {
+		t.Fatalf("the prompt (%d tokens) fills no page", len(prompt))
+	}
+	for i, tg := range []*testGateway{tg1, tg2} {
+		waitFor(t, fmt.Sprintf("gateway %d's index to hold the pages sealed through both gateways", i+1), func() bool {
+			for _, h := range sets {
+				if tg.domains.index.Match("tiny", w.id, h) != len(h) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	w.poolQuiet()
 }

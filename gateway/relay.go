@@ -47,49 +47,36 @@ func newReceiver(ctx context.Context, stream interface {
 	return ch
 }
 
+// prefillResult is the Prefill call's answer.
+type prefillResult struct {
+	resp *controlpb.PrefillResponse
+	err  error
+}
+
 // relay forwards the decode worker's events until Done, a stop string or a
-// failure. prefilled, when set, delivers the Prefill call's result: a
+// failure. d.prefillDue, when set, delivers the Prefill call's result: a
 // failure before decode is ready fails the request; after, decode has
 // verified the KV already and the failure is only logged. With retryable
 // (a both worker), ResourceExhausted before Ready is errRetry.
-func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan received, prefilled <-chan error, retryable bool) error {
+func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan received, retryable bool) error {
 	choices := d.newChoices()
-	onPrefilled := func(err error) error {
-		prefilled = nil
-		switch state := d.req.State(); {
-		case err == nil && state == lifecycle.Prefilling:
-			if err := d.req.Advance(lifecycle.Transferring); err != nil {
-				return failed(lifecycle.CauseInternal, api.Internal(), err)
-			}
-		case err != nil && state != lifecycle.Decoding:
-			return err
-		case err != nil:
-			d.log.WarnContext(ctx, "prefill reported an error after decode verified the KV", "err", err)
-		}
-		return nil
-	}
 	for {
 		var r received
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
-		case err := <-prefilled:
-			if err := onPrefilled(err); err != nil {
+		case p := <-d.prefillDue:
+			if err := d.onPrefilled(ctx, p); err != nil {
 				return err
 			}
 			continue
 		case r = <-events:
 		}
-		if prefilled != nil && d.needsFirstLogprobs(r.ev, choices) {
+		if d.needsFirstLogprobs(r.ev, choices) {
 			// Decode sent the first token before the Prefill call
 			// returned its logprobs: wait for them.
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case err := <-prefilled:
-				if err := onPrefilled(err); err != nil {
-					return err
-				}
+			if err := d.awaitPrefill(ctx); err != nil {
+				return err
 			}
 		}
 		if r.err != nil {
@@ -192,7 +179,11 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
 			d.stopped, d.generated = true, d.received
-			return true, d.emitLast(ctx, k, c.tools, delta, lps, "stop", d.usage())
+			usage, err := d.finalUsage(ctx)
+			if err != nil {
+				return false, err
+			}
+			return true, d.emitLast(ctx, k, c.tools, delta, lps, "stop", usage)
 		}
 		return false, d.emitText(ctx, k, c.tools, delta, lps)
 
@@ -208,6 +199,53 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		return true, d.finishChoices(ctx, done, choices)
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
+}
+
+// onPrefilled takes the Prefill call's result: the first token's logprobs
+// and the prompt positions prefill reused from its prefix cache (usage
+// cached_tokens).
+func (d *driver) onPrefilled(ctx context.Context, p prefillResult) error {
+	d.prefillDue = nil
+	switch state := d.req.State(); {
+	case p.err == nil:
+		d.takeFirstChoices(p.resp)
+		d.cached = min(max(p.resp.GetCachedTokens(), 0), int64(len(d.prompt)))
+		if state == lifecycle.Prefilling {
+			if err := d.req.Advance(lifecycle.Transferring); err != nil {
+				return failed(lifecycle.CauseInternal, api.Internal(), err)
+			}
+		}
+	case state != lifecycle.Decoding:
+		return p.err
+	default:
+		d.log.WarnContext(ctx, "prefill reported an error after decode verified the KV", "err", p.err)
+	}
+	return nil
+}
+
+// awaitPrefill waits for the Prefill call's result when it is still due:
+// decode may send tokens, even finish, before the Prefill answer arrives,
+// and the first token's logprobs and the cached prompt count (the final
+// usage) come with it.
+func (d *driver) awaitPrefill(ctx context.Context) error {
+	if d.prefillDue == nil {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case p := <-d.prefillDue:
+		return d.onPrefilled(ctx, p)
+	}
+}
+
+// finalUsage is the usage of the request's last event, once the Prefill
+// answer (and its cached count) arrived.
+func (d *driver) finalUsage(ctx context.Context) (*api.Usage, error) {
+	if err := d.awaitPrefill(ctx); err != nil {
+		return nil, err
+	}
+	return d.usage(), nil
 }
 
 // needsFirstLogprobs says whether ev is a decode worker's first Tokens

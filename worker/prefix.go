@@ -57,16 +57,18 @@ func (w *Worker) reportedCacheVersion() uint64 {
 	return w.version
 }
 
-// prefixReport takes the pool's prefix-cache events (a snapshot when
-// registering, the events since the last heartbeat otherwise) for the
-// gateway's routing index; nil without a cache. Events of a heartbeat
-// that fails are lost with it, and the registration that follows sends a
-// snapshot that replaces everything the gateway knew.
-func (w *Worker) prefixReport(take func() kvpool.CacheEvents) *controlpb.PrefixCacheReport {
+// prefixReport reads the pool's prefix-cache events after cursor c (a
+// snapshot for the zero cursor: a registration) for the routing index of
+// one gateway, and returns the cursor after them; nil and c without a
+// cache. Each gateway has its own cursor, so every gateway's index sees
+// every event. The caller keeps the new cursor only once the gateway took
+// the report: a heartbeat that fails leads to a registration, whose
+// snapshot replaces everything that gateway knew.
+func (w *Worker) prefixReport(c kvpool.CacheCursor) (*controlpb.PrefixCacheReport, kvpool.CacheCursor) {
 	if !w.prefixCacheEnabled() {
-		return nil
+		return nil, c
 	}
-	ev := take()
+	ev, next := w.rt.Pool.CacheEventsSince(c)
 	r := &controlpb.PrefixCacheReport{Snapshot: ev.Reset}
 	for _, h := range ev.Sealed {
 		r.Sealed = append(r.Sealed, h[:])
@@ -74,7 +76,7 @@ func (w *Worker) prefixReport(take func() kvpool.CacheEvents) *controlpb.PrefixC
 	for _, h := range ev.Evicted {
 		r.Evicted = append(r.Evicted, h[:])
 	}
-	return r
+	return r, next
 }
 
 // prefixFor returns the engine's prefix settings for a Generate on ctx,

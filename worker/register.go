@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/worker/kvpool"
 )
 
 // Registration backoff after a failed Register or Heartbeat.
@@ -46,12 +47,12 @@ func (w *Worker) registerLoop(ctx context.Context, addr string) error {
 	wait := backoffMin
 	failing := false
 	for ctx.Err() == nil {
-		interval, err := w.register(ctx, client, addr)
+		interval, cursor, err := w.register(ctx, client, addr)
 		isRefusal := err != nil && refused(err)
 		if err == nil {
 			log.Info("registered with gateway", "heartbeat_interval", interval)
 			failing, wait = false, backoffMin
-			err = w.heartbeat(ctx, client, addr, interval)
+			err = w.heartbeat(ctx, client, addr, interval, cursor)
 		} else if isRefusal {
 			log.Error("gateway refused the registration", "code", status.Code(err).String(), "cause", status.Convert(err).Message())
 			if w.exitOnRefusal {
@@ -103,39 +104,42 @@ const prefixReportDelay = 20 * time.Millisecond
 // rpcTimeout bounds one Heartbeat call.
 func rpcTimeout(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
-// register announces the worker and returns the heartbeat interval: the
-// gateway's when it names one, else worker.heartbeat_interval.
-func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient, addr string) (time.Duration, error) {
+// register announces the worker and returns the heartbeat interval (the
+// gateway's when it names one, else worker.heartbeat_interval) and this
+// gateway's cursor in the prefix-cache events after the snapshot it sent.
+func (w *Worker) register(ctx context.Context, client controlpb.RegistryClient, addr string) (time.Duration, kvpool.CacheCursor, error) {
 	interval := w.cfg.Worker.HeartbeatInterval
 	cctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	draining := w.isDraining()
+	report, cursor := w.prefixReport(0)
 	resp, err := client.Register(cctx, &controlpb.RegisterRequest{
-		Worker: w.info, Pool: w.poolStats(), Draining: draining, PrefixCache: w.prefixReport(w.rt.Pool.CacheSnapshot),
+		Worker: w.info, Pool: w.poolStats(), Draining: draining, PrefixCache: report,
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	w.heard(addr, true, draining)
 	if ms := resp.GetHeartbeatIntervalMs(); ms > 0 {
 		interval = time.Duration(ms) * time.Millisecond
 	}
-	return interval, nil
+	return interval, cursor, nil
 }
 
 // heartbeat sends heartbeats, every interval and soon after the prefix
 // cache sealed or evicted pages, until ctx ends (nil), the gateway asks for
 // a new registration (nil) or a heartbeat fails (the error). When the
-// worker's drain begins it heartbeats at once, with draining set.
-func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, addr string, interval time.Duration) error {
+// worker's drain begins it heartbeats at once, with draining set. cursor
+// is this gateway's place in the prefix-cache events.
+func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient, addr string, interval time.Duration, cursor kvpool.CacheCursor) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	drainStarts := w.drain.started
-	var events <-chan struct{} // nil (never ready) without a prefix cache
-	if w.prefixCacheEnabled() {
-		events = w.rt.Pool.CacheEventsReady()
-	}
 	for {
+		var events <-chan struct{} // nil (never ready) without a prefix cache
+		if w.prefixCacheEnabled() {
+			events = w.rt.Pool.CacheChanged(cursor)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -151,15 +155,17 @@ func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient,
 		}
 		es := w.rt.Engine.Stats()
 		draining := w.isDraining()
+		report, next := w.prefixReport(cursor)
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
 		resp, err := client.Heartbeat(cctx, &controlpb.HeartbeatRequest{
 			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting), Draining: draining,
-			PrefixCache: w.prefixReport(w.rt.Pool.DrainCacheEvents),
+			PrefixCache: report,
 		})
 		cancel()
 		if err != nil {
 			return err
 		}
+		cursor = next
 		if resp.GetReregister() {
 			return nil
 		}

@@ -39,9 +39,9 @@ func (r *Registry) Pick(model string, totalTokens int64) (Route, error) {
 // pick is Pick with the workers ranked by score first when score is not
 // nil.
 func (r *Registry) pick(model string, totalTokens int64, score func(Candidate) float64) (Route, error) {
-	less := decodeLess
+	better := func(a, b *Worker) bool { return decodeBetter(a, b, decodeLess) }
 	if score != nil {
-		less = scoredLess(score, decodeLess)
+		better = scoredLess(score, better)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -60,7 +60,7 @@ func (r *Registry) pick(model string, totalTokens int64, score func(Candidate) f
 		default:
 			continue
 		}
-		if best == nil || decodeBetter(w, best, less) {
+		if best == nil || better(w, best) {
 			best, bestPrefill = w, prefill
 		}
 	}

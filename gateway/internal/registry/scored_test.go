@@ -92,3 +92,38 @@ func TestPrefixCacheReportsArePassedOn(t *testing.T) {
 		t.Fatalf("reports %+v", reports)
 	}
 }
+
+// TestPickScoredWeighsRoom: with a score, a worker whose in-flight budget
+// is used up still wins when it scores higher (the router decided to wait
+// for it: the route says Busy, and the candidate shows the budget); room
+// only breaks ties between equal scores.
+func TestPickScoredWeighsRoom(t *testing.T) {
+	h := newHarness(t, nil)
+	h.register(t, info("full", controlpb.Role_ROLE_BOTH, "h", "tcp"), pool(100, 100))
+	h.register(t, info("free", controlpb.Role_ROLE_BOTH, "h", "tcp"), pool(100, 50))
+	if _, err := h.Heartbeat(context.Background(), &controlpb.HeartbeatRequest{
+		WorkerId: "full", Pool: pool(100, 100), Running: 4, Waiting: 2}); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := h.Get("full")
+	for range 4 { // the budget of 4 slots (no slack below 8) is used up
+		defer full.Begin(0)()
+	}
+	if c := full.Candidate(); c.Room() || c.Slots != 4 || c.Budget != 4 || c.InFlight != 4 {
+		t.Fatalf("saturated candidate %+v", c)
+	}
+	prefer := func(id string) func(Candidate) float64 {
+		return func(c Candidate) float64 {
+			if c.ID == id {
+				return 1
+			}
+			return 0
+		}
+	}
+	if rt, err := h.PickScored("tiny", 10, prefer("full")); err != nil || rt.Decode.ID() != "full" || !rt.Busy {
+		t.Fatalf("PickScored = %s busy %v, %v; want the saturated, higher-scored worker, busy", rt.Decode.ID(), rt.Busy, err)
+	}
+	if rt, err := h.PickScored("tiny", 10, func(Candidate) float64 { return 0 }); err != nil || rt.Decode.ID() != "free" || rt.Busy {
+		t.Fatalf("equal scores chose %s busy %v, %v; want the worker with room", rt.Decode.ID(), rt.Busy, err)
+	}
+}

@@ -48,7 +48,9 @@ func (rr *RoundRobin) Score(req *Request, c registry.Candidate) float64 {
 	return 1 - float64(((idx-turn)%n+n)%n)/float64(n)
 }
 
-// RoundRobinRouter is the router of gateway.routing: round_robin.
+// RoundRobinRouter is the router of gateway.routing: round_robin: the
+// workers with room in their in-flight budget first (HolderQueue without
+// an index), then in turn.
 func RoundRobinRouter() *Router {
-	return &Router{Scorers: []Weighted{{Scorer: &RoundRobin{}, Weight: 1}}}
+	return &Router{Filters: []Filter{HolderQueue{}}, Scorers: []Weighted{{Scorer: &RoundRobin{}, Weight: 1}}}
 }

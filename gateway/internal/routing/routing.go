@@ -67,40 +67,66 @@ type Scorer interface {
 	Score(req *Request, c registry.Candidate) float64
 }
 
+// Filter admits or refuses a candidate for a request. A refused candidate
+// ranks below every admitted one, whatever the scores; it is still chosen
+// when every candidate is refused (the request then waits for capacity).
+type Filter interface {
+	Admits(req *Request, c registry.Candidate) bool
+}
+
 // Weighted is a scorer with its weight.
 type Weighted struct {
 	Scorer Scorer
 	Weight float64
 }
 
-// Router combines weighted scorers.
+// Router combines filters and weighted scorers.
 type Router struct {
+	Filters []Filter
 	Scorers []Weighted
 }
 
-// Score is the weighted sum of every scorer's score.
+// Score is the weighted sum of every scorer's score, raised above any
+// refused candidate's when every filter admits c.
 func (r *Router) Score(req *Request, c registry.Candidate) float64 {
-	var s float64
+	var s, top float64
 	for _, w := range r.Scorers {
 		s += w.Weight * w.Scorer.Score(req, c)
+		top += w.Weight
+	}
+	if r.Admits(req, c) {
+		s += top + 1
 	}
 	return s
+}
+
+// Admits reports whether every filter admits c: a request routed there
+// may be placed even when c's in-flight budget is used up.
+func (r *Router) Admits(req *Request, c registry.Candidate) bool {
+	for _, f := range r.Filters {
+		if !f.Admits(req, c) {
+			return false
+		}
+	}
+	return true
 }
 
 // Default weights: a full expected hit outweighs any load, so the pages
 // of a conversation go back to the worker holding them; between workers
 // with equal hits (none, typically a conversation's first turn) the load
-// and the free pages decide, which spreads new conversations.
+// and the free pages decide, which spreads new conversations. Before any
+// score, HolderQueue sets saturated workers aside unless they hold the
+// prefix and their queue is short.
 const (
 	DefaultPrefixWeight    = 2
 	DefaultLoadWeight      = 1
 	DefaultFreePagesWeight = 1
 )
 
-// Default is the router the gateway uses: expected prefix hit, load and
-// free pages with the default weights.
+// Default is the router the gateway uses: HolderQueue, then expected
+// prefix hit, load and free pages with the default weights.
 func Default(ix *Index) *Router {
-	return &Router{Scorers: []Weighted{
+	return &Router{Filters: []Filter{HolderQueue{Index: ix, Share: DefaultHolderQueueShare}}, Scorers: []Weighted{
 		{Scorer: PrefixScorer{Index: ix}, Weight: DefaultPrefixWeight},
 		{Scorer: LoadScorer{}, Weight: DefaultLoadWeight},
 		{Scorer: FreePagesScorer{}, Weight: DefaultFreePagesWeight},

@@ -149,7 +149,9 @@ func TestRouterWeighsScorers(t *testing.T) {
 	if rt.Score(other, hot) >= rt.Score(other, cold) {
 		t.Fatalf("without a hit the busy worker (%v) should lose to the idle one (%v)", rt.Score(other, hot), rt.Score(other, cold))
 	}
-	want := DefaultPrefixWeight*1 + DefaultLoadWeight*0.25 + DefaultFreePagesWeight*0.1
+	// Both have room: each is raised by the sum of the weights, plus 1.
+	want := DefaultPrefixWeight*1 + DefaultLoadWeight*0.25 + DefaultFreePagesWeight*0.1 +
+		(DefaultPrefixWeight + DefaultLoadWeight + DefaultFreePagesWeight + 1)
 	if got := rt.Score(r, hot); got != want {
 		t.Fatalf("weighted score %v, want %v", got, want)
 	}
