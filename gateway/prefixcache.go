@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
 	"sync/atomic"
@@ -23,10 +25,13 @@ import (
 const indexEntries = 1 << 16
 
 // cacheDomains derives each request's prefix-cache domain (DESIGN I3, I8):
-// HMAC of a secret only this gateway process holds and the tenant (or, if
-// the tenant narrowed it, the API key). Nothing a client sends enters it,
-// so no client can choose or widen the set of requests it shares KV
-// pages with. The secret is drawn at start-up: a restart or a second
+// HMAC of a server-side secret and the tenant (or, if the tenant narrowed
+// it, the API key). Nothing a client sends enters it, so no client can
+// choose or widen the set of requests it shares KV pages with. The secret
+// is derived from tenants.key_secret_file when one is set, so that the
+// gateway replicas of one fleet (which share that file) and a restarted
+// gateway derive the same domains and share the workers' cached pages;
+// without the file it is drawn at start-up, and a restart or a second
 // gateway only shares less, never more. It also keeps the routing index
 // of which prompt pages each worker reports holding, and the router that
 // scores workers by it.
@@ -42,16 +47,28 @@ type cacheDomains struct {
 	sealed, evicted, snapshots, invalid atomic.Uint64
 }
 
-func newCacheDomains(log *slog.Logger, policy config.Routing) *cacheDomains {
-	secret := make([]byte, 32)
-	rand.Read(secret) // never fails (crypto/rand)
-	c := &cacheDomains{secret: secret, index: routing.NewIndex(indexEntries), log: log}
+func newCacheDomains(log *slog.Logger, policy config.Routing, keySecret []byte) *cacheDomains {
+	c := &cacheDomains{secret: domainSecret(keySecret), index: routing.NewIndex(indexEntries), log: log}
 	if policy == config.RoutingRoundRobin {
 		c.router, c.roundRobin = routing.RoundRobinRouter(), true
 	} else {
 		c.router = routing.Default(c.index)
 	}
 	return c
+}
+
+// domainSecret is the secret cache domains are derived under: an HMAC of
+// the API-key secret under a label of its own (so neither secret reveals
+// the other), or random bytes when there is no key secret.
+func domainSecret(keySecret []byte) []byte {
+	if len(keySecret) == 0 {
+		secret := make([]byte, 32)
+		rand.Read(secret) // never fails (crypto/rand)
+		return secret
+	}
+	m := hmac.New(sha256.New, keySecret)
+	m.Write([]byte("warden prefix-cache domain secret v1"))
+	return m.Sum(nil)
 }
 
 // of returns the domain of a request of p under the tenant's mode, and

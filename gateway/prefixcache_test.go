@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -385,4 +387,31 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 		})
 	}
 	w.poolQuiet()
+}
+
+// TestDomainsFollowTheKeySecret: gateways sharing tenants.key_secret_file
+// (the replicas of one fleet, or one gateway restarted) derive the same
+// cache domain for a tenant, so they share the workers' cached pages;
+// another key secret, or none (a secret drawn at start-up), shares none.
+func TestDomainsFollowTheKeySecret(t *testing.T) {
+	domain := func(keySecret []byte) cachekey.Domain {
+		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme"}, cachekey.ModeTenant)
+		if !ok {
+			t.Fatal("no cache domain")
+		}
+		return d
+	}
+	a := []byte("fleet key secret")
+	if domain(a) != domain([]byte("fleet key secret")) {
+		t.Error("two gateways with one key secret derive different domains")
+	}
+	if domain(a) == domain([]byte("another key secret")) {
+		t.Error("two key secrets derive the same domain")
+	}
+	if domain(nil) == domain(nil) {
+		t.Error("two gateways without a key secret derive the same domain")
+	}
+	if !bytes.Equal(domainSecret(a), domainSecret(a)) || bytes.Equal(domainSecret(a), a) {
+		t.Error("the domain secret is not a fixed function of the key secret distinct from it")
+	}
 }

@@ -19,24 +19,26 @@ import (
 // openStore opens the tenant store tenants.store names, unless given one.
 func (g *Gateway) openStore(given tenant.Store) error {
 	t := &g.cfg.Tenants
+	var secret []byte // the API-key secret of the file, if one is set
 	if given != nil {
 		g.store = given
 	} else {
-		var secret []byte
 		if t.KeySecretFile != "" {
 			b, err := os.ReadFile(t.KeySecretFile)
 			if err != nil {
 				return fmt.Errorf("gateway: tenants.key_secret_file: %w", err)
 			}
 			secret = bytes.TrimSpace(b)
-		} else if t.Store == config.StoreMemory {
-			// Keys live only as long as the process: a random secret will do.
-			secret = make([]byte, 32)
-			_, _ = rand.Read(secret)
 		}
 		switch t.Store {
 		case config.StoreMemory:
-			s, err := memstore.New(secret)
+			keySecret := secret
+			if keySecret == nil {
+				// Keys live only as long as the process: a random secret will do.
+				keySecret = make([]byte, 32)
+				_, _ = rand.Read(keySecret)
+			}
+			s, err := memstore.New(keySecret)
 			if err != nil {
 				return fmt.Errorf("gateway: memory tenant store: %w", err)
 			}
@@ -62,7 +64,7 @@ func (g *Gateway) openStore(given tenant.Store) error {
 		authn = tenant.NewAuthCache(g.store, tenant.AuthCacheConfig{TTL: t.AuthCacheTTL, Grace: t.OutageGrace, Logger: g.logger})
 	}
 	g.auth = &authenticator{next: authn, tenants: make(map[string]tenantInfo)}
-	g.domains = newCacheDomains(g.logger, g.cfg.Gateway.Routing)
+	g.domains = newCacheDomains(g.logger, g.cfg.Gateway.Routing, secret)
 	return nil
 }
 
