@@ -379,6 +379,7 @@ func TestRealWorkerKilledAndBack(t *testing.T) {
 	tg := startGateway(t, cfg)
 	reg := tg.RegistryAddr().String()
 	dcfg := workerConfig(t, "decode-k", config.RoleDecode, config.TransferTCP, reg)
+	dcfg.Worker.DrainTimeout = 0 // killed: no drain
 	d := startReal(t, dcfg).attach(tg)
 	p := startReal(t, workerConfig(t, "prefill-k", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
 
