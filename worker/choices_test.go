@@ -164,4 +164,8 @@ func TestChoicesNeedAReservationForThem(t *testing.T) {
 	if code(got.err) != codes.InvalidArgument {
 		t.Fatalf("n = 2 on a reservation for one choice: %v", got.err)
 	}
+	// Give the reservation back: a stopping worker drains what it holds.
+	if _, err := w.client.Abort(context.Background(), &controlpb.AbortRequest{Owner: owner("acme", "one", 1), Cause: "client"}); err != nil {
+		t.Fatal(err)
+	}
 }
