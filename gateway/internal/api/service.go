@@ -69,7 +69,7 @@ type Event struct {
 	// logprobs, tool calls and finish reason belong to.
 	Choice int
 	// ToolCalls are the next steps of the tool calls parsed from the
-	// output (chat requests with tools only, which have n = 1); they come
+	// output of choice Choice (chat requests with tools only); they come
 	// after TextDelta. A call's first delta has its ID and name, indices
 	// run 0, 1, ...
 	ToolCalls []ToolCallDelta
