@@ -220,6 +220,7 @@ func TestClusterAuth(t *testing.T) {
 func TestMetricsAndShutdown(t *testing.T) {
 	cfg := testConfig(t, config.RoleBoth, config.TransferSHM, testPages)
 	cfg.Observability.Metrics.Listen = "127.0.0.1:0"
+	cfg.Worker.DrainTimeout = 0 // stopping aborts at once (TestDrainOnStop drains)
 	w := newTestWorker(t, cfg)
 	stop := w.start()
 	client := w.client
