@@ -4,18 +4,15 @@ package cuda
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
-
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/constrain"
+	"github.com/warden-ai/warden/internal/constrain/constraintest"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -44,15 +41,7 @@ func TestMaskedRequestsOnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	vocab := constrain.TokenizerVocab(tok, m.Config.VocabSize, m.EOSTokenIDs())
-	data, err := os.ReadFile("../../internal/constrain/testdata/schemas.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var schemas []json.RawMessage
-	if err := json.Unmarshal(data, &schemas); err != nil {
-		t.Fatal(err)
-	}
-	schemas = schemas[:maskedSchemas]
+	schemas := constraintest.Schemas(t)[:maskedSchemas]
 	sampling := make([]engine.Sampling, len(schemas))
 	for i, s := range schemas {
 		g, err := constrain.Compile(constrain.Spec{JSONSchema: s})
@@ -95,7 +84,7 @@ func TestMaskedRequestsOnDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		validate(t, s, string(text))
+		constraintest.Validate(t, string(s), string(text))
 		if !slices.Equal(batched.tokens, a.tokens) || !sameLogprobs(batched.lps, a.lps, 0) {
 			t.Fatalf("schema %d: batched %v, alone %v", i, batched.tokens, a.tokens)
 		}
@@ -238,29 +227,4 @@ func mustDecode(t *testing.T, tok *tokenizer.Tokenizer, toks []int32) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// validate checks out against schema with santhosh-tekuri/jsonschema.
-func validate(t *testing.T, schema json.RawMessage, out string) {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(schema)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(out))
-	if err != nil {
-		t.Fatalf("output %q is not JSON: %v", out, err)
-	}
-	if err := sch.Validate(inst); err != nil {
-		t.Fatalf("output %q does not validate against %s: %v", out, schema, err)
-	}
 }
