@@ -255,33 +255,59 @@ func (r *run) setup(ctx context.Context) error {
 }
 
 // calibrate measures the prompt tokens of two prompts of known word counts.
+// The longer one is halved while the endpoint refuses it as past its
+// context: random filler words can take more tokens than a small model's
+// context holds.
 func (r *run) calibrate(ctx context.Context) error {
-	const w1, w2 = 20, 200
-	var p [2]int
-	for i, w := range []int{w1, w2} {
-		mp := r.gen.markedPrompt(w)
-		res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1})
-		if err != nil {
-			return err
-		}
-		if res.Status != http.StatusOK {
-			return fmt.Errorf("a %d-word prompt with key A: %d %s %s", w, res.Status, res.ErrCode, res.ErrMsg)
-		}
-		p[i] = res.PromptTokens
-		if r.tok != nil {
-			p[i] = r.exactTokens(mp.Text)
-		}
+	const w1 = 20
+	p1, err := r.promptTokens(ctx, w1)
+	if err != nil {
+		return err
 	}
-	if p[0] <= 0 || p[1] <= p[0] {
+	w2 := 200
+	p2, err := r.promptTokens(ctx, w2)
+	for errors.Is(err, errPastContext) && w2/2 > w1 {
+		w2 /= 2
+		p2, err = r.promptTokens(ctx, w2)
+	}
+	if err != nil {
+		return err
+	}
+	if p1 <= 0 || p2 <= p1 {
 		// No usage reported: assume three tokens per word, an
 		// overestimate for these syllables in every BPE vocabulary tried.
 		r.perWord, r.overhead = 3, 40
 		r.report.Notes = append(r.report.Notes, "the endpoint reports no usage: prompt lengths are estimated")
 		return nil
 	}
-	r.perWord = float64(p[1]-p[0]) / (w2 - w1)
-	r.overhead = float64(p[0]) - r.perWord*w1
+	r.perWord = float64(p2-p1) / float64(w2-w1)
+	r.overhead = float64(p1) - r.perWord*w1
 	return nil
+}
+
+// errPastContext: the endpoint refused a prompt as longer than its context.
+var errPastContext = errors.New("prompt past the context")
+
+// promptTokens sends a prompt of w filler words with key A and returns
+// its prompt tokens (counted with the endpoint's tokenizer when the probe
+// has it).
+func (r *run) promptTokens(ctx context.Context, w int) (int, error) {
+	mp := r.gen.markedPrompt(w)
+	res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1})
+	if err != nil {
+		return 0, err
+	}
+	if res.Status != http.StatusOK {
+		err := fmt.Errorf("a %d-word prompt with key A: %d %s %s", w, res.Status, res.ErrCode, res.ErrMsg)
+		if res.Status == http.StatusBadRequest && res.ErrCode == "context_length_exceeded" {
+			err = fmt.Errorf("%w: %w", errPastContext, err)
+		}
+		return 0, err
+	}
+	if r.tok != nil {
+		return r.exactTokens(mp.Text), nil
+	}
+	return res.PromptTokens, nil
 }
 
 // wordsFor returns the filler words that make a prompt of about n tokens.
