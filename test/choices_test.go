@@ -47,21 +47,7 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 		seed        int64
 	}{{"greedy", 0, 0}, {"seeded", 1, 11}} {
 		t.Run(tc.name, func(t *testing.T) {
-			want, wantFinish := make([]string, 3), make([]string, 3)
-			var completion int64
-			for k := range want {
-				s := engine.Sampling{Temperature: float32(tc.temperature), TopP: 1, MaxTokens: choiceTokens,
-					Seed: engine.ChoiceSeed(uint64(tc.seed), k)}
-				out, err := ref.Run(ctx, p, s)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want[k], wantFinish[k] = out.Text, out.Finish
-				completion += int64(out.CompletionTokens)
-			}
-			if tc.temperature > 0 && want[0] == want[1] && want[1] == want[2] {
-				t.Fatalf("the reference's three seeded choices are equal: %q", want[0])
-			}
+			want, wantFinish, completion := referenceChoices(t, ref, p, tc.temperature, tc.seed)
 			params := openai.ChatCompletionNewParams{
 				Model: modelSingle, Messages: openAIMessages(msgs), MaxTokens: openai.Int(choiceTokens),
 				Temperature: openai.Float(tc.temperature), Seed: openai.Int(tc.seed), N: openai.Int(3),
@@ -198,4 +184,27 @@ func testChoices(t *testing.T, c *harness.Cluster) {
 			t.Fatalf("%s n = 9: %v, want 400 naming n", model, fmt.Sprint(err))
 		}
 	}
+}
+
+// referenceChoices runs the reference model for each of three choices of
+// prompt p at temperature with seed (choice k with its derived seed) and
+// returns their texts, finish reasons and completion tokens in all; it
+// fails t when seeded choices come out equal (they could not tell the
+// choices apart).
+func referenceChoices(t *testing.T, ref *harness.Reference, p []int32, temperature float64, seed int64) (texts, finishes []string, completion int64) {
+	t.Helper()
+	texts, finishes = make([]string, 3), make([]string, 3)
+	for k := range texts {
+		out, err := ref.Run(context.Background(), p, engine.Sampling{Temperature: float32(temperature), TopP: 1, MaxTokens: choiceTokens,
+			Seed: engine.ChoiceSeed(uint64(seed), k)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[k], finishes[k] = out.Text, out.Finish
+		completion += int64(out.CompletionTokens)
+	}
+	if temperature > 0 && texts[0] == texts[1] && texts[1] == texts[2] {
+		t.Fatalf("the reference's three seeded choices are equal: %q", texts[0])
+	}
+	return texts, finishes, completion
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
-	"github.com/warden-ai/warden/worker/engine"
 )
 
 // modelEndlessShm is the endless model served by a prefill and a decode
@@ -55,20 +54,7 @@ func TestPrefillDecodeChoices(t *testing.T) {
 				temperature float64
 				seed        int64
 			}{{"greedy", 0, 0}, {"seeded", 1, 11}} {
-				want := make([]string, 3)
-				var completion int64
-				for k := range want {
-					out, err := ref.Run(ctx, p, engine.Sampling{Temperature: float32(tc.temperature), TopP: 1, MaxTokens: choiceTokens,
-						Seed: engine.ChoiceSeed(uint64(tc.seed), k)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					want[k] = out.Text
-					completion += int64(out.CompletionTokens)
-				}
-				if tc.temperature > 0 && want[0] == want[1] && want[1] == want[2] {
-					t.Fatalf("the reference's three seeded choices are equal: %q", want[0])
-				}
+				want, _, completion := referenceChoices(t, ref, p, tc.temperature, tc.seed)
 				params := openai.ChatCompletionNewParams{
 					Model: model, Messages: openAIMessages(msgs), MaxTokens: openai.Int(choiceTokens),
 					Temperature: openai.Float(tc.temperature), Seed: openai.Int(tc.seed), N: openai.Int(3),
