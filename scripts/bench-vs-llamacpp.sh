@@ -14,15 +14,23 @@
 #    (on an AVX-512 machine an AVX-512 build), and scripts/llamacpp-bench.mjs
 #    drives it with warden's benchmark prompt (flash attention off, f32 KV
 #    cache: warden's attention is f32);
-# 3. for 1 and 2 threads, runs `warden bench engine` and llamacpp-bench.mjs
-#    on the very same file, interleaved, REPS times each, and prints the
-#    median prefill (PROMPT tokens, one batch) and batch-1 decode rates,
-#    the warden/llama.cpp ratios, and whether the greedy ids of the decode
-#    agree (warden loads the Q8_0 file dequantized and runs it with
-#    --quantize q8, against llama.cpp's Q8_0).
+# 3. with LLAMA_CPP_SRC set to a llama.cpp source checkout (for example
+#    the release node-llama-cpp ships as a git bundle:
+#    `git clone WORK_DIR/llama/node_modules/node-llama-cpp/llama/gitRelease.bundle SRC`),
+#    builds its llama-bench there with the machine's native flags
+#    (GGML_NATIVE, -march=native) into SRC/build-native, and times
+#    llama.cpp with llama-bench (flash attention off, f32 KV cache);
+#    without it, times the prebuilt build through llamacpp-bench.mjs;
+# 4. for 1 and 2 threads, runs `warden bench engine` and llama.cpp on the
+#    very same file, interleaved, REPS times each, and prints the median
+#    prefill (PROMPT tokens, one batch) and batch-1 decode rates, the
+#    warden/llama.cpp ratios, and whether the greedy ids of the decode
+#    agree (llama.cpp's ids always come from llamacpp-bench.mjs; warden
+#    loads the Q8_0 file dequantized and runs it with --quantize q8,
+#    against llama.cpp's Q8_0).
 #
 # Environment: REPS (default 3), PROMPT (512), DECODE (32), THREADS ("1 2"),
-# FORMATS ("f32 f16 bf16 q8_0").
+# FORMATS ("f32 f16 bf16 q8_0"), LLAMA_CPP_SRC (unset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,6 +54,18 @@ if [[ ! -d $work/llama/node_modules/node-llama-cpp ]]; then
 		"node-llama-cpp@${NODE_LLAMA_CPP_VERSION:-3.22.1}" >/dev/null)
 fi
 cp scripts/llamacpp-bench.mjs "$work/llama/"
+
+llama_bench=
+if [[ -n ${LLAMA_CPP_SRC:-} ]]; then
+	llama_bench=$LLAMA_CPP_SRC/build-native/bin/llama-bench
+	if [[ ! -x $llama_bench ]]; then
+		log "building llama-bench in $LLAMA_CPP_SRC/build-native (native flags; many minutes)"
+		cmake -S "$LLAMA_CPP_SRC" -B "$LLAMA_CPP_SRC/build-native" -DCMAKE_BUILD_TYPE=Release \
+			-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
+		cmake --build "$LLAMA_CPP_SRC/build-native" -j "$(nproc)" --target llama-bench >/dev/null
+	fi
+	log "llama.cpp: $llama_bench ($(git -C "$LLAMA_CPP_SRC" describe --tags --always 2>/dev/null || echo unknown))"
+fi
 
 for f in $formats; do
 	src=$f
@@ -73,10 +93,20 @@ warden_run() {
 			END {print p, d, ids}'
 }
 
-# llama_run GGUF THREADS: "prefill_tps decode_tps ids".
+# llama_run GGUF THREADS: "prefill_tps decode_tps ids" from the prebuilt
+# llama.cpp.
 llama_run() {
 	(cd "$work/llama" && node llamacpp-bench.mjs "$1" "$2" "$prompt" "$decode") |
 		node -e 'const r=JSON.parse(require("fs").readFileSync(0,"utf8")); console.log(r.prefill_tps, r.decode_tps, r.ids.join(","))'
+}
+
+# llama_bench_run GGUF THREADS: "prefill_tps decode_tps" from the native
+# llama-bench (one repetition: the script interleaves its own).
+llama_bench_run() {
+	"$llama_bench" -m "$1" -t "$2" -p "$prompt" -n "$decode" -r 1 -fa 0 -ctk f32 -ctv f32 -o json 2>/dev/null |
+		node -e 'const r=JSON.parse(require("fs").readFileSync(0,"utf8"));
+			const ts=(f)=>r.find(f).avg_ts;
+			console.log(ts(t=>t.n_prompt>0&&t.n_gen===0), ts(t=>t.n_gen>0&&t.n_prompt===0))'
 }
 
 printf '| file | threads | warden prefill t/s | llama.cpp prefill t/s | ratio | warden decode t/s | llama.cpp decode t/s | ratio | greedy ids equal |\n'
@@ -91,7 +121,13 @@ for f in $formats; do
 		for ((r = 0; r < reps; r++)); do
 			read -r p d wids < <(warden_run "$gguf" "$threads" "$quant")
 			wp+=("$p") wd+=("$d")
-			read -r p d lids < <(llama_run "$gguf" "$threads")
+			if [[ -n $llama_bench ]]; then
+				# The ids once per row, from the same llama.cpp release.
+				((r == 0)) && read -r _ _ lids < <(llama_run "$gguf" "$threads")
+				read -r p d < <(llama_bench_run "$gguf" "$threads")
+			else
+				read -r p d lids < <(llama_run "$gguf" "$threads")
+			fi
 			lp+=("$p") ld+=("$d")
 			log "$f t$threads rep $r: warden ids $wids; llama.cpp ids $lids"
 			[[ $wids == "$lids" ]] || same=no

@@ -151,7 +151,7 @@ func (m *minTime) Seconds() float64 { return m.d.Seconds() }
 // for a matrix larger than the last-level cache it is the decode roofline
 // fraction.
 func BenchmarkDecodeRatio(b *testing.B) {
-	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {32000, 768}} {
+	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {8192, 2048}, {32000, 768}} {
 		n, k := s[0], s[1]
 		r := rand.New(rand.NewPCG(5, 5))
 		a, w := randVec(r, k, false), randVec(r, n*k, false)
@@ -287,7 +287,7 @@ func matrixBytes(m *Matrix) []byte {
 // the format really holds (the decode roofline fraction, for matrices
 // larger than the last-level cache). Fastest runs of each.
 func BenchmarkFormatRatio(b *testing.B) {
-	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {32000, 768}} {
+	for _, s := range [][2]int{{2048, 768}, {4096, 4096}, {8192, 2048}, {32000, 768}} {
 		n, k := s[0], s[1]
 		r := rand.New(rand.NewPCG(7, 7))
 		a := randVec(r, k, false)

@@ -47,6 +47,45 @@ const (
 	frameSize  = 80
 )
 
+// prefetchTileMax is the largest tile (its W rows' bytes) whose successor
+// the one-row kernels prefetch. Batch-1 decode is memory-bound, and a tile
+// of short rows (a 768-column matrix: 12 KiB in f16, 7 KiB in q8) is eight
+// streams of a few dozen cache lines each, too short for the hardware
+// prefetcher to follow: reading the next tile ahead took f16 from 45% to
+// 60-70% and q8 from 30% to 40-55% of the streaming read bandwidth. With
+// long rows (4096 columns: 64 KiB in f16) the hardware prefetcher keeps
+// up and the extra stream cost f16 10 points, hence the limit.
+const prefetchTileMax = 32 << 10
+
+// prefetchedLoop emits a loop of BX iterations of body twice: when
+// tileBytes (an operand) is at most prefetchTileMax, each iteration also
+// prefetches the next perIter bytes at register pf and advances it, so pf
+// walks the W rows of the next tile (they follow this tile's) at the pace
+// this tile is read; otherwise the copy without prefetches runs.
+// Prefetches are hints: one past the matrix's end cannot fault.
+func (g *gen) prefetchedLoop(label, tileBytes, pf string, perIter int, body func()) {
+	g.p("\tCMPQ %s, $%d", tileBytes, prefetchTileMax)
+	g.p("\tJA %s_far", label)
+	g.p("%s:", label)
+	body()
+	for off := 0; off < perIter; off += 64 {
+		g.p("\tPREFETCHT0 %d(%s)", off, pf)
+	}
+	g.p("\tADDQ $%d, %s", perIter, pf)
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s", label)
+	g.p("\tJMP %s_end", label)
+	g.p("%s_far:", label)
+	body()
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_far", label)
+	g.p("%s_end:", label)
+}
+
+// q8BlockBytes is the size of one Q8 block: 32 int8 weights and a
+// float32 scale (kernels.Q8BlockBytes).
+const q8BlockBytes = 36
+
 type gen struct{ b bytes.Buffer }
 
 func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, format+"\n", args...) }
@@ -193,7 +232,17 @@ func (g *gen) gemm(m, n int, f wFormat) {
 	g.loadMask("k+48(FP)", "AX", "BX", "Y0")
 	g.p("\tVMOVUPS Y0, %d(SP)", frameMask)
 
+	// pf: with one A row (batch-1 decode) a spare register walks the next
+	// tile's W rows (see prefetchedLoop).
+	pf := ""
+	if m == 1 && n < len(wPool) {
+		pf = wPool[n]
+	}
 	g.p("%s_tile:", name)
+	if pf != "" {
+		g.p("\tMOVQ %d(SP), %s", frameWStep, pf)
+		g.p("\tADDQ %s, %s", wRegs[0], pf)
+	}
 	for i := 0; i < nacc; i++ {
 		g.p("\tVXORPS %s, %s, %s", y(i), y(i), y(i))
 	}
@@ -203,12 +252,19 @@ func (g *gen) gemm(m, n int, f wFormat) {
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tSHRQ $4, BX")
 	g.p("\tJZ %s_single", name)
-	g.p("%s_loop:", name)
-	k.step(-1, -1, 0)
-	k.step(-1, -1, 8)
-	g.p("\tADDQ $16, AX")
-	g.p("\tDECQ BX")
-	g.p("\tJNZ %s_loop", name)
+	body := func() {
+		k.step(-1, -1, 0)
+		k.step(-1, -1, 8)
+		g.p("\tADDQ $16, AX")
+	}
+	if pf != "" {
+		g.prefetchedLoop(name+"_loop", fmt.Sprintf("%d(SP)", frameWStep), pf, 16*f.size*n, body)
+	} else {
+		g.p("%s_loop:", name)
+		body()
+		g.p("\tDECQ BX")
+		g.p("\tJNZ %s_loop", name)
+	}
 	g.p("%s_single:", name)
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tTESTQ $8, BX")
@@ -786,27 +842,27 @@ func (g *gen) q8(v q8Sums) {
 		for j := 0; j < n; j++ {
 			g.p("\tVXORPS %s, %s, %s", y(j), y(j), y(j))
 		}
+		g.p("\tLEAQ (SI)(DX*1), R12") // the next tile (see prefetchedLoop)
 		g.p("\tXORQ AX, AX")
 		g.p("\tMOVQ blocks+32(FP), BX")
 		g.p("\tTESTQ BX, BX")
 		g.p("\tJZ %s_reduce", name)
-		g.p("%s_block:", name)
-		g.p("\tVMOVDQU (R8)(AX*1), Y9")
-		g.p("\tVPABSB Y9, Y10")
-		g.p("\tVBROADCASTSS 32(R8)(AX*1), Y11")
-		for j := 0; j < n; j++ {
-			t, d := 12+j%2, 14+j%2
-			g.p("\tVMOVDQU (%s)(AX*1), %s", wRegs[j], y(t))
-			g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
-			sums := v.emit(g, t, 4+j%2)
-			g.p("\tVCVTDQ2PS %s, %s", y(sums), y(sums))
-			g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", wRegs[j], y(d))
-			g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
-			g.p("\tVFMADD231PS %s, %s, %s", y(d), y(sums), y(j))
-		}
-		g.p("\tADDQ $36, AX")
-		g.p("\tDECQ BX")
-		g.p("\tJNZ %s_block", name)
+		g.prefetchedLoop(name+"_block", "DX", "R12", n*q8BlockBytes, func() {
+			g.p("\tVMOVDQU (R8)(AX*1), Y9")
+			g.p("\tVPABSB Y9, Y10")
+			g.p("\tVBROADCASTSS 32(R8)(AX*1), Y11")
+			for j := 0; j < n; j++ {
+				t, d := 12+j%2, 14+j%2
+				g.p("\tVMOVDQU (%s)(AX*1), %s", wRegs[j], y(t))
+				g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
+				sums := v.emit(g, t, 4+j%2)
+				g.p("\tVCVTDQ2PS %s, %s", y(sums), y(sums))
+				g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", wRegs[j], y(d))
+				g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
+				g.p("\tVFMADD231PS %s, %s, %s", y(d), y(sums), y(j))
+			}
+			g.p("\tADDQ $36, AX")
+		})
 		g.p("%s_reduce:", name)
 		for j := 0; j < n; j++ {
 			g.reduce(j, 15)
@@ -865,34 +921,35 @@ func (g *gen) q8z(n int) {
 	for q := range pairs {
 		g.p("\tVPXORD %s, %s, %s", z(q), z(q), z(q))
 	}
+	// AX walks the next tile's rows (see prefetchedLoop).
+	g.p("\tLEAQ (R13)(R14*1), AX")
 	g.p("\tMOVQ R13, SI")
 	g.p("\tMOVQ a+8(FP), R8")
 	g.p("\tMOVQ blocks+32(FP), BX")
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJZ %s_reduce", name)
-	g.p("%s_block:", name)
-	g.p("\tVBROADCASTI64X4 (R8), Z9")
-	g.p("\tVPMOVB2M Z9, K1")
-	g.p("\tVPABSB Z9, Z10")
-	g.p("\tVBROADCASTSS 32(R8), Z11")
-	for q := range pairs {
-		t, s, d := 12+3*q, 13+3*q, 14+3*q
-		lo, hi := q8zRow[2*q], q8zRow[2*q+1]
-		g.p("\tVMOVDQU32 %s, %s", lo, y(t))
-		g.p("\tVINSERTI64X4 $1, %s, %s, %s", hi, z(t), z(t))
-		g.p("\tVPSUBB %s, Z31, K1, %s", z(t), z(t))
-		g.p("\tVPXORD %s, %s, %s", z(s), z(s), z(s))
-		g.p("\tVPDPBUSD %s, Z10, %s", z(t), z(s))
-		g.p("\tVCVTDQ2PS %s, %s", z(s), z(s))
-		g.p("\tVBROADCASTSS 32%s, %s", lo, z(d))
-		g.p("\tVBROADCASTSS 32%s, K2, %s", hi, z(d)) // upper half only
-		g.p("\tVMULPS Z11, %s, %s", z(d), z(d))
-		g.p("\tVFMADD231PS %s, %s, %s", z(d), z(s), z(q))
-	}
-	g.p("\tADDQ $36, SI")
-	g.p("\tADDQ $36, R8")
-	g.p("\tDECQ BX")
-	g.p("\tJNZ %s_block", name)
+	g.prefetchedLoop(name+"_block", "R14", "AX", n*q8BlockBytes, func() {
+		g.p("\tVBROADCASTI64X4 (R8), Z9")
+		g.p("\tVPMOVB2M Z9, K1")
+		g.p("\tVPABSB Z9, Z10")
+		g.p("\tVBROADCASTSS 32(R8), Z11")
+		for q := range pairs {
+			t, s, d := 12+3*q, 13+3*q, 14+3*q
+			lo, hi := q8zRow[2*q], q8zRow[2*q+1]
+			g.p("\tVMOVDQU32 %s, %s", lo, y(t))
+			g.p("\tVINSERTI64X4 $1, %s, %s, %s", hi, z(t), z(t))
+			g.p("\tVPSUBB %s, Z31, K1, %s", z(t), z(t))
+			g.p("\tVPXORD %s, %s, %s", z(s), z(s), z(s))
+			g.p("\tVPDPBUSD %s, Z10, %s", z(t), z(s))
+			g.p("\tVCVTDQ2PS %s, %s", z(s), z(s))
+			g.p("\tVBROADCASTSS 32%s, %s", lo, z(d))
+			g.p("\tVBROADCASTSS 32%s, K2, %s", hi, z(d)) // upper half only
+			g.p("\tVMULPS Z11, %s, %s", z(d), z(d))
+			g.p("\tVFMADD231PS %s, %s, %s", z(d), z(s), z(q))
+		}
+		g.p("\tADDQ $36, SI")
+		g.p("\tADDQ $36, R8")
+	})
 	g.p("%s_reduce:", name)
 	// Row 2q+1 is the upper half of Zq: move it to Y(pairs+q).
 	for q := range pairs {
