@@ -19,7 +19,9 @@
 #    `git clone WORK_DIR/llama/node_modules/node-llama-cpp/llama/gitRelease.bundle SRC`),
 #    builds its llama-bench there with the machine's native flags
 #    (GGML_NATIVE, -march=native) into SRC/build-native, and times
-#    llama.cpp with llama-bench (flash attention off, f32 KV cache);
+#    llama.cpp with llama-bench (flash attention off; its KV cache stays
+#    f16, as llama-bench takes no f32 cache: half the attention bytes
+#    warden's f32 cache reads, an advantage to llama.cpp);
 #    without it, times the prebuilt build through llamacpp-bench.mjs;
 # 4. for 1 and 2 threads, runs `warden bench engine` and llama.cpp on the
 #    very same file, interleaved, REPS times each, and prints the median
@@ -103,7 +105,7 @@ llama_run() {
 # llama_bench_run GGUF THREADS: "prefill_tps decode_tps" from the native
 # llama-bench (one repetition: the script interleaves its own).
 llama_bench_run() {
-	"$llama_bench" -m "$1" -t "$2" -p "$prompt" -n "$decode" -r 1 -fa 0 -ctk f32 -ctv f32 -o json 2>/dev/null |
+	"$llama_bench" -m "$1" -t "$2" -p "$prompt" -n "$decode" -r 1 -fa 0 -o json 2>/dev/null |
 		node -e 'const r=JSON.parse(require("fs").readFileSync(0,"utf8"));
 			const ts=(f)=>r.find(f).avg_ts;
 			console.log(ts(t=>t.n_prompt>0&&t.n_gen===0), ts(t=>t.n_gen>0&&t.n_prompt===0))'

@@ -21,31 +21,24 @@ var use512 = useAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasA
 	os.Getenv("WARDEN_KERNELS_AVX2") == ""
 
 // q8Func is the signature of the q8 dot kernels: one quantized A row
-// against tiles of W rows ldw bytes apart.
-type q8Func func(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+// (blocks Q8 blocks) against groups whole groups of W rows in the group
+// layout, q8GroupRows results per group.
+type q8Func func(c *float32, a *byte, w *byte, blocks int, groups int)
 
-// q8Tile is a q8 dot kernel that takes tiles of rows W rows.
-type q8Tile struct {
-	rows int
+// q8Kernels is one instruction set's q8 dot kernel. Every set gives the
+// same bits (the integer sums are exact; the float operations and their
+// order are the same).
+type q8Kernels struct {
+	name string
 	fn   q8Func
 }
 
-// q8Kernels is one instruction set's q8 dot kernels, widest tile first,
-// the last taking single rows. Every set gives the same bits (the
-// integer sums are exact; the float operations and their order are the
-// same).
-type q8Kernels struct {
-	name  string
-	tiles []q8Tile
-}
-
 // The q8 kernel sets: AVX2 (VPMADDUBSW/VPMADDWD), AVX-VNNI (VPDPBUSD on
-// ymm) and AVX512-VNNI (VPDPBUSD on zmm, two W rows per register; single
-// rows take the AVX2 kernel).
+// ymm) and AVX512-VNNI (VPDPBUSD on zmm, two W rows per register).
 var (
-	q8AVX2       = q8Kernels{"avx2", []q8Tile{{4, q8dot1x4}, {1, q8dot1x1}}}
-	q8AVXVNNI    = q8Kernels{"avx-vnni", []q8Tile{{4, q8dot1x4v}, {1, q8dot1x1v}}}
-	q8AVX512VNNI = q8Kernels{"avx512-vnni", []q8Tile{{8, q8dot1x8z}, {4, q8dot1x4z}, {1, q8dot1x1}}}
+	q8AVX2       = q8Kernels{"avx2", q8group}
+	q8AVXVNNI    = q8Kernels{"avx-vnni", q8groupv}
+	q8AVX512VNNI = q8Kernels{"avx512-vnni", q8groupz}
 )
 
 // q8Available lists the q8 kernel sets this CPU runs, fastest first;
@@ -168,22 +161,13 @@ func gemm3x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw i
 func gemm2x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func q8dot1x4(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+func q8group(c *float32, a *byte, w *byte, blocks int, groups int)
 
 //go:noescape
-func q8dot1x1(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+func q8groupv(c *float32, a *byte, w *byte, blocks int, groups int)
 
 //go:noescape
-func q8dot1x4v(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
-
-//go:noescape
-func q8dot1x1v(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
-
-//go:noescape
-func q8dot1x8z(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
-
-//go:noescape
-func q8dot1x4z(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)
+func q8groupz(c *float32, a *byte, w *byte, blocks int, groups int)
 
 //go:noescape
 func axpyAVX2(alpha float32, x *float32, y *float32, n int)
@@ -402,20 +386,24 @@ func gemm(c []float32, ldc int, a []float32, w unsafe.Pointer, f Format, ldw, m,
 	}
 }
 
-// q8Rows computes c[j] = the Q8 dot product of the quantized row a with
-// row j of w (rows rowBytes apart) for j < len(c).
-func q8Rows(c []float32, a, w []byte, rowBytes int) {
+// q8Groups computes c[j] = the Q8 dot product of the quantized row a with
+// row j of w (the Q8 group layout, starting at a group) for j < len(c). w
+// holds whole groups, so the rows past len(c) in the last one are
+// computed into a scratch array.
+func q8Groups(c []float32, a, w []byte) {
 	if !useAsm {
-		q8RowsGo(c, a, w, rowBytes)
+		q8GroupsGo(c, a, w)
 		return
 	}
-	blocks := rowBytes / Q8BlockBytes
-	j := 0
-	for _, t := range q8Active.tiles {
-		if full := (len(c) - j) / t.rows; full > 0 {
-			t.fn(&c[j], &a[0], &w[j*rowBytes], rowBytes, blocks, full)
-			j += full * t.rows
-		}
+	blocks := len(a) / Q8BlockBytes
+	full := len(c) / q8GroupRows
+	if full > 0 {
+		q8Active.fn(&c[0], &a[0], &w[0], blocks, full)
+	}
+	if rest := len(c) - full*q8GroupRows; rest > 0 {
+		var last [q8GroupRows]float32
+		q8Active.fn(&last[0], &a[0], &w[full*q8GroupRows*len(a)], blocks, 1)
+		copy(c[full*q8GroupRows:], last[:rest])
 	}
 }
 

@@ -21,9 +21,9 @@ func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
 func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
 	matMul16Go(c, ldc, a, w, f, ldw, m, n, k)
 }
-func q8Rows(c []float32, a, w []byte, rowBytes int) { q8RowsGo(c, a, w, rowBytes) }
-func softmaxExp(x []float32, mx float32)            { softmaxExpGo(x, mx) }
-func divide(x []float32, d float64)                 { divideGo(x, d) }
+func q8Groups(c []float32, a, w []byte)  { q8GroupsGo(c, a, w) }
+func softmaxExp(x []float32, mx float32) { softmaxExpGo(x, mx) }
+func divide(x []float32, d float64)      { divideGo(x, d) }
 func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
 	axpyTileGo(y, m, width, ldy, alpha, count, lda, rows, stride)
 }

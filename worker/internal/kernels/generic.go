@@ -1,5 +1,10 @@
 package kernels
 
+import (
+	"encoding/binary"
+	"math"
+)
+
 // Pure-Go reference implementations. They define the results: the
 // assembly must match them bit for bit, and they run wherever it cannot.
 
@@ -86,19 +91,21 @@ func matMul16Go(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m,
 	}
 }
 
-// q8DotGo is the canonical Q8 dot product of two quantized rows of equal
-// length: per block, d = wd·ad (float32) and for lane l the exact integer
-// sum p of the four products of elements 4l..4l+3, accumulated as
+// q8DotGo is the canonical Q8 dot product of the quantized row a (Q8
+// blocks one after another) with a W row whose block b holds its weights
+// at w[b·stride:] and its float32 scale at w[b·stride+scaleAt:]: per
+// block, d = wd·ad (float32) and for lane l the exact integer sum p of the
+// four products of elements 4l..4l+3, accumulated as
 // acc[l] = fma(float32(p), d, acc[l]); then the canonical tree.
-func q8DotGo(a, w []byte) float32 {
-	w = w[:len(a)]
+func q8DotGo(a, w []byte, stride, scaleAt int) float32 {
 	var acc [8]float32
-	for o := 0; o < len(a); o += Q8BlockBytes {
-		d := q8Scale(w[o:]) * q8Scale(a[o:])
+	for b := range len(a) / Q8BlockBytes {
+		ab, wb := a[b*Q8BlockBytes:], w[b*stride:]
+		d := math.Float32frombits(binary.LittleEndian.Uint32(wb[scaleAt:])) * q8Scale(ab)
 		for l := range 8 {
 			var p int32
 			for t := 4 * l; t < 4*l+4; t++ {
-				p += int32(int8(a[o+t])) * int32(int8(w[o+t]))
+				p += int32(int8(ab[t])) * int32(int8(wb[t]))
 			}
 			acc[l] = fma32(float32(p), d, acc[l])
 		}
@@ -106,10 +113,13 @@ func q8DotGo(a, w []byte) float32 {
 	return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 
-// q8RowsGo computes c[j] = q8DotGo(a, row j of w) for j < len(c).
-func q8RowsGo(c []float32, a, w []byte, rowBytes int) {
+// q8GroupsGo computes c[j] = q8DotGo(a, row j of w) for j < len(c), w in
+// the Q8 group layout (see q8GroupRows).
+func q8GroupsGo(c []float32, a, w []byte) {
+	groupBytes := q8GroupRows * len(a)
 	for j := range c {
-		c[j] = q8DotGo(a[:rowBytes], w[j*rowBytes:(j+1)*rowBytes])
+		r := j % q8GroupRows
+		c[j] = q8DotGo(a, w[j/q8GroupRows*groupBytes+r*Q8Block:], q8GroupBlockBytes, (q8GroupRows-r)*Q8Block+4*r)
 	}
 }
 

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -80,6 +81,42 @@ func q8Ref(a, w []byte) float64 {
 	return s
 }
 
+// TestQ8GroupLayout: a Q8 matrix's rows, however many (partial last
+// group), read back as each row quantized on its own: Q8Data row after
+// row, and Row as q·d.
+func TestQ8GroupLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, n := range []int{1, 7, 8, 9, 16, 23} {
+		k := 96
+		wf := randVec(r, n*k, false)
+		w, err := NewF32(n, k, wf).QuantizeQ8()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if groups := (n + q8GroupRows - 1) / q8GroupRows; len(w.q8) != groups*q8GroupRows*k/Q8Block*Q8BlockBytes {
+			t.Fatalf("n=%d: %d bytes for %d groups", n, len(w.q8), groups)
+		}
+		rb := k / Q8Block * Q8BlockBytes
+		rows, want := w.Q8Data(), make([]byte, rb)
+		got := make([]float32, k)
+		for i := range n {
+			quantizeQ8Row(want, wf[i*k:(i+1)*k])
+			if !bytes.Equal(rows[i*rb:(i+1)*rb], want) {
+				t.Fatalf("n=%d row %d: Q8Data differs from the row quantized alone", n, i)
+			}
+			w.Row(i, got)
+			for b := range k / Q8Block {
+				d := q8Scale(want[b*Q8BlockBytes:])
+				for e := range Q8Block {
+					if v := float32(int8(want[b*Q8BlockBytes+e])) * d; got[b*Q8Block+e] != v {
+						t.Fatalf("n=%d row %d element %d: Row %v, want %v", n, i, b*Q8Block+e, got[b*Q8Block+e], v)
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestQ8Paths: the assembly and Go Q8 kernels agree bit for bit, a row's
 // result does not depend on the batch or thread count, the result is
 // close to its float64 reference and to the float32 product.
@@ -112,13 +149,13 @@ func TestQ8Paths(t *testing.T) {
 			continue
 		}
 		rb := k / Q8Block * Q8BlockBytes
-		qa := make([]byte, rb)
+		qa, rows := make([]byte, rb), w.Q8Data()
 		f32 := make([]float32, m*n)
 		MatMulT(f32, a, wf, m, n, k)
 		for i := range m {
 			quantizeQ8Row(qa, a[i*k:(i+1)*k])
 			for j := range n {
-				ref := q8Ref(qa, w.q8[j*rb:(j+1)*rb])
+				ref := q8Ref(qa, rows[j*rb:(j+1)*rb])
 				got := float64(asm[i*n+j])
 				if d := math.Abs(got - ref); d > 1e-5*(math.Abs(ref)+1) {
 					t.Fatalf("%s: C[%d][%d] = %v, float64 reference %v", what, i, j, got, ref)
@@ -199,8 +236,9 @@ func FuzzMatrix16(f *testing.F) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				for o := 0; o < len(q.q8); o += Q8BlockBytes {
-					for _, b := range q.q8[o : o+Q8Block] {
+				rows := q.Q8Data()
+				for o := 0; o < len(rows); o += Q8BlockBytes {
+					for _, b := range rows[o : o+Q8Block] {
 						if int8(b) == -128 {
 							t.Fatalf("q = -128 in block at %d", o)
 						}

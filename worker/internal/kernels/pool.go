@@ -152,14 +152,15 @@ func (j *matMulJob) Range(lo, hi int) {
 const l2Panel = 256 << 10
 
 // matMulQ8 computes c[i*ldc+j] for i < m, j < n from the quantized rows
-// of A (qa) and W (wq), rowBytes each, a panel of W rows at a time so the
-// panel stays in L2 while every row of A passes over it.
+// of A (qa, rowBytes each) and the rows of W (wq, in the Q8 group layout,
+// starting at a group), a panel of W groups at a time so the panel stays
+// in L2 while every row of A passes over it.
 func matMulQ8(c []float32, ldc int, qa, wq []byte, rowBytes, m, n int) {
-	panel := max(4, l2Panel/rowBytes/4*4)
+	panel := max(q8GroupRows, l2Panel/rowBytes/q8GroupRows*q8GroupRows)
 	for j0 := 0; j0 < n; j0 += panel {
 		nj := min(panel, n-j0)
 		for i := 0; i < m; i++ {
-			q8Rows(c[i*ldc+j0:i*ldc+j0+nj], qa[i*rowBytes:(i+1)*rowBytes], wq[j0*rowBytes:], rowBytes)
+			q8Groups(c[i*ldc+j0:i*ldc+j0+nj], qa[i*rowBytes:(i+1)*rowBytes], wq[j0*rowBytes:])
 		}
 	}
 }

@@ -35,8 +35,8 @@ func randQ8Rows(r *rand.Rand, rows, blocks int, special bool) []byte {
 
 // TestQ8KernelSets: every q8 kernel set this CPU runs (AVX512-VNNI,
 // AVX-VNNI, AVX2) gives the generic Go kernel's results bit for bit, for
-// tiles of 4 rows and the rows left over, special scales included, and
-// within rounding of the float64 reference.
+// whole groups of rows and a partial last group, special scales
+// included, and within rounding of the float64 reference.
 func TestQ8KernelSets(t *testing.T) {
 	sets := q8Available()
 	if !useAsm {
@@ -49,12 +49,16 @@ func TestQ8KernelSets(t *testing.T) {
 		special := trial%4 == 0
 		rb := blocks * Q8BlockBytes
 		a, w := randQ8Rows(r, 1, blocks, special), randQ8Rows(r, n, blocks, special)
+		m := newQ8(n, blocks*Q8Block)
+		for j := range n {
+			m.setQ8Row(j, w[j*rb:(j+1)*rb])
+		}
 		want := make([]float32, n)
-		q8RowsGo(want, a, w, rb)
+		q8GroupsGo(want, a, m.q8)
 		for _, s := range sets {
 			q8Active = s
 			got := make([]float32, n)
-			q8Rows(got, a, w, rb)
+			q8Groups(got, a, m.q8)
 			what := fmt.Sprintf("%s n=%d blocks=%d", s.name, n, blocks)
 			sameSlices(t, what, got, want)
 			if special {

@@ -69,7 +69,7 @@ func (g *gen) prefetchedLoop(label, tileBytes, pf string, perIter int, body func
 	g.p("%s:", label)
 	body()
 	for off := 0; off < perIter; off += 64 {
-		g.p("\tPREFETCHT0 %d(%s)", off, pf)
+		g.p("\tPREFETCHT1 %d(%s)", off, pf)
 	}
 	g.p("\tADDQ $%d, %s", perIter, pf)
 	g.p("\tDECQ BX")
@@ -117,9 +117,8 @@ func main() {
 	for _, v := range q8SumVariants {
 		g.q8(v)
 	}
-	for _, n := range q8zRows {
-		g.q8z(n)
-	}
+	g.q8PermTable()
+	g.q8z()
 	g.expTables()
 	g.expKernels()
 	g.axpy()
@@ -770,9 +769,6 @@ func (g *gen) streamRead() {
 	g.p("")
 }
 
-// q8Rows are the W rows per tile of the q8 kernels.
-var q8Rows = []int{4, 1}
-
 // q8Sums is how a ymm q8 kernel forms a block's per-lane integer sums
 // from |a| (Y10) and w carrying a's sign (register t), leaving them as
 // int32 in register p: AVX2 VPMADDUBSW then VPMADDWD against int16 ones
@@ -809,153 +805,160 @@ func (g *gen) vexDPBUSD(dst, unsigned, signed int) {
 		b1, b2, modrm, y(signed), y(unsigned), y(dst))
 }
 
-// q8 emits q8dot1xN<suffix>(c *float32, a *byte, w *byte, ldw int,
-// blocks int, tiles int) for every N in q8Rows and every way of forming
-// the sums: one quantized A row against tiles of N quantized W rows, in
-// the Q8 block layout (32 int8 then a float32 scale, 36 bytes). For each
-// block, lane l of the integer products holds the exact sum of the four
+// Q8 matrices are stored in groups of q8GroupRows rows interleaved block
+// by block (kernels.Matrix): block b of a group is q8GroupBlockBytes
+// bytes, the 32 int8 weights of each of its rows in turn, then their 8
+// float32 scales. A group is one contiguous stream of aligned 32-byte
+// runs, read front to back.
+const (
+	q8GroupRows       = 8
+	q8GroupBlockBytes = q8GroupRows * q8BlockBytes
+	q8GroupScales     = q8GroupRows * 32 // offset of the scales in a group block
+)
+
+// q8 emits q8group<suffix>(c *float32, a *byte, w *byte, blocks int,
+// groups int) for every way of forming the sums: one quantized A row (Q8
+// blocks, 36 bytes each) against groups of 8 W rows in the group layout,
+// writing 8 results per group. Each group is read in two passes of 4 rows
+// (4 accumulators, registers for two temporaries each). For each block,
+// lane l of the integer products holds the exact sum of the four
 // products of bytes 4l..4l+3 (VPSIGNB moves a's sign onto w so the
 // unsigned side can take |a|; no int16 sum can saturate because both
 // sides lie in [-127, 127]); it is converted to float32 (exactly) and
 // accumulated as fma(p, wd*ad, acc) into the lane's accumulator, then the
 // lanes are folded by the canonical tree.
 func (g *gen) q8(v q8Sums) {
-	for _, n := range q8Rows {
-		name := fmt.Sprintf("q8dot1x%d%s", n, v.suffix)
-		wRegs := []string{"SI", "R9", "R10", "R11"}[:n]
-		g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
-		g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
-		g.p("\tMOVQ c+0(FP), DI")
-		g.p("\tMOVQ a+8(FP), R8")
-		g.p("\tMOVQ w+16(FP), %s", wRegs[0])
-		g.p("\tMOVQ ldw+24(FP), DX")
-		for j := 1; j < n; j++ {
-			g.p("\tLEAQ (%s)(DX*1), %s", wRegs[j-1], wRegs[j])
-		}
-		g.p("\tIMULQ $%d, DX", n)
-		g.p("\tMOVQ tiles+40(FP), CX")
-		g.p("\tTESTQ CX, CX")
-		g.p("\tJZ %s_done", name)
-		g.p("\tVPCMPEQW Y8, Y8, Y8")
-		g.p("\tVPSRLW $15, Y8, Y8") // int16 ones
-		g.p("%s_tile:", name)
-		for j := 0; j < n; j++ {
+	const half = q8GroupRows / 2
+	name := "q8group" + v.suffix
+	g.p("// func %s(c *float32, a *byte, w *byte, blocks int, groups int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	g.p("\tMOVQ c+0(FP), DI")
+	g.p("\tMOVQ w+16(FP), SI")
+	g.p("\tMOVQ blocks+24(FP), R13")
+	g.p("\tIMULQ $%d, R13", q8GroupBlockBytes) // bytes per group
+	g.p("\tMOVQ groups+32(FP), CX")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %s_done", name)
+	g.p("\tVPCMPEQW Y8, Y8, Y8")
+	g.p("\tVPSRLW $15, Y8, Y8") // int16 ones
+	g.p("%s_group:", name)
+	for h := range 2 {
+		label := fmt.Sprintf("%s_half%d", name, h)
+		for j := range half {
 			g.p("\tVXORPS %s, %s, %s", y(j), y(j), y(j))
 		}
-		g.p("\tLEAQ (SI)(DX*1), R12") // the next tile (see prefetchedLoop)
-		g.p("\tXORQ AX, AX")
-		g.p("\tMOVQ blocks+32(FP), BX")
+		g.p("\tMOVQ a+8(FP), R8")
+		g.p("\tXORQ AX, AX") // offset into the group
+		g.p("\tMOVQ blocks+24(FP), BX")
 		g.p("\tTESTQ BX, BX")
-		g.p("\tJZ %s_reduce", name)
-		g.prefetchedLoop(name+"_block", "DX", "R12", n*q8BlockBytes, func() {
-			g.p("\tVMOVDQU (R8)(AX*1), Y9")
-			g.p("\tVPABSB Y9, Y10")
-			g.p("\tVBROADCASTSS 32(R8)(AX*1), Y11")
-			for j := 0; j < n; j++ {
-				t, d := 12+j%2, 14+j%2
-				g.p("\tVMOVDQU (%s)(AX*1), %s", wRegs[j], y(t))
-				g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
-				sums := v.emit(g, t, 4+j%2)
-				g.p("\tVCVTDQ2PS %s, %s", y(sums), y(sums))
-				g.p("\tVBROADCASTSS 32(%s)(AX*1), %s", wRegs[j], y(d))
-				g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
-				g.p("\tVFMADD231PS %s, %s, %s", y(d), y(sums), y(j))
-			}
-			g.p("\tADDQ $36, AX")
-		})
-		g.p("%s_reduce:", name)
-		for j := 0; j < n; j++ {
+		g.p("\tJZ %s_reduce", label)
+		g.p("%s_block:", label)
+		g.p("\tVMOVDQU (R8), Y9")
+		g.p("\tVPABSB Y9, Y10")
+		g.p("\tVBROADCASTSS 32(R8), Y11")
+		for j := range half {
+			r := h*half + j
+			t, d := 12+j%2, 14+j%2
+			g.p("\tVMOVDQU %d(SI)(AX*1), %s", 32*r, y(t))
+			g.p("\tVPSIGNB Y9, %s, %s", y(t), y(t))
+			sums := v.emit(g, t, 4+j%2)
+			g.p("\tVCVTDQ2PS %s, %s", y(sums), y(sums))
+			g.p("\tVBROADCASTSS %d(SI)(AX*1), %s", q8GroupScales+4*r, y(d))
+			g.p("\tVMULPS Y11, %s, %s", y(d), y(d))
+			g.p("\tVFMADD231PS %s, %s, %s", y(d), y(sums), y(j))
+		}
+		g.p("\tADDQ $%d, AX", q8GroupBlockBytes)
+		g.p("\tADDQ $%d, R8", q8BlockBytes)
+		g.p("\tDECQ BX")
+		g.p("\tJNZ %s_block", label)
+		g.p("%s_reduce:", label)
+		for j := range half {
 			g.reduce(j, 15)
-			g.p("\tVMOVSS %s, %d(DI)", x(j), 4*j)
+			g.p("\tVMOVSS %s, %d(DI)", x(j), 4*(h*half+j))
 		}
-		g.p("\tADDQ $%d, DI", 4*n)
-		for _, r := range wRegs {
-			g.p("\tADDQ DX, %s", r)
-		}
-		g.p("\tDECQ CX")
-		g.p("\tJNZ %s_tile", name)
-		g.p("%s_done:", name)
-		g.p("\tVZEROUPPER")
-		g.p("\tRET")
-		g.p("")
 	}
+	g.p("\tADDQ $%d, DI", 4*q8GroupRows)
+	g.p("\tADDQ R13, SI")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %s_group", name)
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
 }
 
-// q8zRows are the W rows per tile of the AVX512-VNNI q8 kernels.
-var q8zRows = []int{8, 4}
+// q8PermTable holds, for each pair q of a group's rows, the VPERMPS
+// indices that spread the scale products of rows 2q and 2q+1 over lanes
+// 0-7 and 8-15.
+func (g *gen) q8PermTable() {
+	for q := range q8GroupRows / 2 {
+		for l := range 16 {
+			g.p("DATA ·q8Perm+%d(SB)/4, $%d", 64*q+4*l, 2*q+l/8)
+		}
+	}
+	g.p("GLOBL ·q8Perm(SB), RODATA|NOPTR, $%d", 64*q8GroupRows/2)
+	g.p("")
+}
 
-// q8zRow addresses W row j of the tile at SI: SI + j·ldw with DX = ldw,
-// R9 = 3·ldw, R10 = 5·ldw, R11 = 6·ldw, R12 = 7·ldw.
-var q8zRow = []string{"(SI)", "(SI)(DX*1)", "(SI)(DX*2)", "(SI)(R9*1)", "(SI)(DX*4)", "(SI)(R10*1)", "(SI)(R11*1)", "(SI)(R12*1)"}
-
-// q8z emits q8dot1xNz(c *float32, a *byte, w *byte, ldw int, blocks int,
-// tiles int) for every N in q8zRows: q8dot1xN with AVX512-VNNI and BW on
-// zmm registers, with the same results. Each zmm accumulator holds two
-// 8-lane accumulators of the canonical order side by side (lanes 0-7: W
-// row 2q, lanes 8-15: row 2q+1, both against the A block broadcast to
-// both halves), so every output element sees the same sums, scale
-// products, fma sequence and tree. a's sign moves onto w by a masked
-// byte negation (VPSIGNB has no EVEX form), and VPDPBUSD forms each
-// lane's exact sum of four products.
-func (g *gen) q8z(n int) {
-	pairs := n / 2
-	name := fmt.Sprintf("q8dot1x%dz", n)
-	g.p("// func %s(c *float32, a *byte, w *byte, ldw int, blocks int, tiles int)", name)
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+// q8z emits q8groupz(c *float32, a *byte, w *byte, blocks int, groups
+// int): q8group with AVX512-VNNI and BW on zmm registers, with the same
+// results. A block of a group's row pair is one 64-byte load; each zmm
+// accumulator holds two 8-lane accumulators of the canonical order side
+// by side (lanes 0-7: row 2q, lanes 8-15: row 2q+1, both against the A
+// block broadcast to both halves), so every output element sees the same
+// sums, scale products, fma sequence and tree. The 8 rows' scale
+// products wd·ad come from one multiplication and are spread over the
+// pairs by VPERMPS. a's sign moves onto w by a masked byte negation
+// (VPSIGNB has no EVEX form), and VPDPBUSD forms each lane's exact sum
+// of four products. The whole matrix is one stream, front to back.
+func (g *gen) q8z() {
+	const pairs = q8GroupRows / 2
+	name := "q8groupz"
+	g.p("// func %s(c *float32, a *byte, w *byte, blocks int, groups int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	g.p("\tMOVQ c+0(FP), DI")
-	g.p("\tMOVQ w+16(FP), R13") // the tile's first W row
-	g.p("\tMOVQ ldw+24(FP), DX")
-	g.p("\tLEAQ (DX)(DX*2), R9")
-	g.p("\tLEAQ (DX)(DX*4), R10")
-	g.p("\tLEAQ (R9)(R9*1), R11")
-	g.p("\tLEAQ (R11)(DX*1), R12")
-	g.p("\tMOVQ DX, R14")
-	g.p("\tIMULQ $%d, R14", n)
-	g.p("\tMOVQ tiles+40(FP), CX")
+	g.p("\tMOVQ w+16(FP), SI")
+	g.p("\tMOVQ groups+32(FP), CX")
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %s_done", name)
 	g.p("\tVPXORD Z31, Z31, Z31")
-	g.p("\tMOVL $0xff00, BX")
-	g.p("\tKMOVW BX, K2")
-	g.p("%s_tile:", name)
+	for q := range pairs {
+		g.p("\tVMOVDQU32 ·q8Perm+%d(SB), %s", 64*q, z(24+q))
+	}
+	g.p("%s_group:", name)
 	for q := range pairs {
 		g.p("\tVPXORD %s, %s, %s", z(q), z(q), z(q))
 	}
-	// AX walks the next tile's rows (see prefetchedLoop).
-	g.p("\tLEAQ (R13)(R14*1), AX")
-	g.p("\tMOVQ R13, SI")
 	g.p("\tMOVQ a+8(FP), R8")
-	g.p("\tMOVQ blocks+32(FP), BX")
+	g.p("\tMOVQ blocks+24(FP), BX")
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJZ %s_reduce", name)
-	g.prefetchedLoop(name+"_block", "R14", "AX", n*q8BlockBytes, func() {
-		g.p("\tVBROADCASTI64X4 (R8), Z9")
-		g.p("\tVPMOVB2M Z9, K1")
-		g.p("\tVPABSB Z9, Z10")
-		g.p("\tVBROADCASTSS 32(R8), Z11")
-		for q := range pairs {
-			t, s, d := 12+3*q, 13+3*q, 14+3*q
-			lo, hi := q8zRow[2*q], q8zRow[2*q+1]
-			g.p("\tVMOVDQU32 %s, %s", lo, y(t))
-			g.p("\tVINSERTI64X4 $1, %s, %s, %s", hi, z(t), z(t))
-			g.p("\tVPSUBB %s, Z31, K1, %s", z(t), z(t))
-			g.p("\tVPXORD %s, %s, %s", z(s), z(s), z(s))
-			g.p("\tVPDPBUSD %s, Z10, %s", z(t), z(s))
-			g.p("\tVCVTDQ2PS %s, %s", z(s), z(s))
-			g.p("\tVBROADCASTSS 32%s, %s", lo, z(d))
-			g.p("\tVBROADCASTSS 32%s, K2, %s", hi, z(d)) // upper half only
-			g.p("\tVMULPS Z11, %s, %s", z(d), z(d))
-			g.p("\tVFMADD231PS %s, %s, %s", z(d), z(s), z(q))
-		}
-		g.p("\tADDQ $36, SI")
-		g.p("\tADDQ $36, R8")
-	})
+	g.p("%s_block:", name)
+	g.p("\tVBROADCASTI64X4 (R8), Z9")
+	g.p("\tVPMOVB2M Z9, K1")
+	g.p("\tVPABSB Z9, Z10")
+	g.p("\tVBROADCASTSS 32(R8), Y11")
+	g.p("\tVMULPS %d(SI), Y11, Y11", q8GroupScales) // wd·ad of the 8 rows
+	for q := range pairs {
+		t, s, d := 12+3*q, 13+3*q, 14+3*q
+		g.p("\tVMOVDQU64 %d(SI), %s", 64*q, z(t))
+		g.p("\tVPSUBB %s, Z31, K1, %s", z(t), z(t))
+		g.p("\tVPXORD %s, %s, %s", z(s), z(s), z(s))
+		g.p("\tVPDPBUSD %s, Z10, %s", z(t), z(s))
+		g.p("\tVCVTDQ2PS %s, %s", z(s), z(s))
+		g.p("\tVPERMPS Z11, %s, %s", z(24+q), z(d))
+		g.p("\tVFMADD231PS %s, %s, %s", z(d), z(s), z(q))
+	}
+	g.p("\tADDQ $%d, SI", q8GroupBlockBytes)
+	g.p("\tADDQ $%d, R8", q8BlockBytes)
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_block", name)
 	g.p("%s_reduce:", name)
 	// Row 2q+1 is the upper half of Zq: move it to Y(pairs+q).
 	for q := range pairs {
 		g.p("\tVEXTRACTF64X4 $1, %s, %s", z(q), y(pairs+q))
 	}
-	for j := range n {
+	for j := range q8GroupRows {
 		r := j / 2
 		if j%2 == 1 {
 			r += pairs
@@ -963,10 +966,9 @@ func (g *gen) q8z(n int) {
 		g.reduce(r, 15)
 		g.p("\tVMOVSS %s, %d(DI)", x(r), 4*j)
 	}
-	g.p("\tADDQ $%d, DI", 4*n)
-	g.p("\tADDQ R14, R13")
+	g.p("\tADDQ $%d, DI", 4*q8GroupRows)
 	g.p("\tDECQ CX")
-	g.p("\tJNZ %s_tile", name)
+	g.p("\tJNZ %s_group", name)
 	g.p("%s_done:", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
