@@ -320,9 +320,7 @@ func (b *Backend) layerForward(l, rows int) {
 		kernels.RMSNorm(h[r*hid:(r+1)*hid], x[r*hid:(r+1)*hid], w.AttnNorm, s.RMSNormEps)
 	}
 	q, k, v := b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]
-	b.pool.MatMulTW(q, h, w.Wq, rows)
-	b.pool.MatMulTW(k, h, w.Wk, rows)
-	b.pool.MatMulTW(v, h, w.Wv, rows)
+	b.pool.MatMulTWShared(h, rows, [][]float32{q, k, v}, []*kernels.Matrix{w.Wq, w.Wk, w.Wv})
 	if s.QKVBias {
 		addRows(q, w.Bq)
 		addRows(k, w.Bk)
@@ -344,8 +342,7 @@ func (b *Backend) layerForward(l, rows int) {
 	}
 	inter := s.Intermediate
 	gate, up := b.gate[:rows*inter], b.up[:rows*inter]
-	b.pool.MatMulTW(gate, h, w.WGate, rows)
-	b.pool.MatMulTW(up, h, w.WUp, rows)
+	b.pool.MatMulTWShared(h, rows, [][]float32{gate, up}, []*kernels.Matrix{w.WGate, w.WUp})
 	kernels.SiLUMul(gate, up)
 	b.pool.MatMulTW(h, gate, w.WDown, rows)
 	kernels.Add(x, x, h)

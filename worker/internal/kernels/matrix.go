@@ -232,36 +232,60 @@ func (m *Matrix) QuantizeQ8() (*Matrix, error) {
 
 // quantizeQ8Row writes x (a multiple of Q8Block long) as Q8 blocks into
 // dst. Per block: amax = max |x|; d = amax/127; q = RoundToEven(x·id)
-// with id = 127/amax (0 when amax is 0), each a float32 operation. A
-// block with a NaN or infinity gets d = NaN and q = 0.
+// with id = 127/amax (0 when amax is 0), each a float32 operation,
+// clamped to ±127 (only a block whose amax is so small that id overflows
+// reaches it; there 0·id counts as 0). A block with a NaN or infinity
+// gets d = NaN and q = 0.
 func quantizeQ8Row(dst []byte, x []float32) {
 	for b := 0; b*Q8Block < len(x); b++ {
 		blk := x[b*Q8Block : (b+1)*Q8Block]
 		out := dst[b*Q8BlockBytes : (b+1)*Q8BlockBytes]
-		var amax float32
-		finite := true
+		// amax on the bits of |x|: their order is the order of the
+		// magnitudes, and anything from the infinity's bits up is not
+		// finite.
+		var bits uint32
 		for _, v := range blk {
-			a := float32(math.Abs(float64(v)))
-			if !(a <= math.MaxFloat32) {
-				finite = false
-			}
-			amax = max(amax, a)
+			bits = max(bits, math.Float32bits(v)&0x7fffffff)
 		}
-		if !finite {
+		if bits >= 0x7f800000 {
 			clear(out[:Q8Block])
 			binary.LittleEndian.PutUint32(out[Q8Block:], math.Float32bits(float32(math.NaN())))
 			continue
 		}
+		amax := math.Float32frombits(bits)
 		var id float32
 		if amax != 0 {
 			id = 127 / amax
 		}
-		for t, v := range blk {
-			q := math.RoundToEven(float64(v * id))
-			out[t] = byte(int8(max(-127, min(127, q))))
+		if id > math.MaxFloat32 {
+			// amax below 127/MaxFloat32: x·id is ±Inf for every x but
+			// 0, which saturates to ±127 (and 0·Inf counts as 0).
+			for t, v := range blk {
+				var q int8
+				switch {
+				case v > 0:
+					q = 127
+				case v < 0:
+					q = -127
+				}
+				out[t] = byte(q)
+			}
+		} else {
+			for t, v := range blk {
+				out[t] = byte(int8(roundQ8(float32(v * id))))
+			}
 		}
 		binary.LittleEndian.PutUint32(out[Q8Block:], math.Float32bits(amax/127))
 	}
+}
+
+// roundQ8 is RoundToEven(p) for |p| < 2^22, in float32: adding 1.5·2^23
+// leaves no fraction bits, so the sum rounds p to an integer, ties to
+// even. Here |p| = |x·(127/amax)| ≤ 127·(1+2⁻²⁴)², so the result lies in
+// [-127, 127] and needs no clamp.
+func roundQ8(p float32) int32 {
+	const magic = 0x1.8p23
+	return int32(float32(p+magic) - magic)
 }
 
 // q8Scale reads the float32 scale of the block starting at blk[0].

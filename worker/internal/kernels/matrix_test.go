@@ -198,6 +198,66 @@ func TestQuantizeQ8(t *testing.T) {
 	}
 }
 
+// TestQuantizeQ8RowReference: quantizeQ8Row's bytes equal a float64
+// statement of its rule (amax over |x|, d = amax/127, q =
+// RoundToEven(x·(127/amax)) clamped to ±127) on random blocks, blocks
+// of halfway cases, subnormals, huge values and non-finite values.
+func TestQuantizeQ8RowReference(t *testing.T) {
+	ref := func(dst []byte, x []float32) {
+		var amax float32
+		finite := true
+		for _, v := range x {
+			a := float32(math.Abs(float64(v)))
+			finite = finite && a <= math.MaxFloat32
+			amax = max(amax, a)
+		}
+		if !finite {
+			clear(dst[:Q8Block])
+			binary.LittleEndian.PutUint32(dst[Q8Block:], math.Float32bits(float32(math.NaN())))
+			return
+		}
+		var id float32
+		if amax != 0 {
+			id = 127 / amax
+		}
+		for i, v := range x {
+			q := math.RoundToEven(float64(float32(v * id)))
+			if q != q { // 0·Inf
+				q = 0
+			}
+			dst[i] = byte(int8(max(-127, min(127, q))))
+		}
+		binary.LittleEndian.PutUint32(dst[Q8Block:], math.Float32bits(amax/127))
+	}
+	r := rand.New(rand.NewPCG(49, 50))
+	got, want := make([]byte, Q8BlockBytes), make([]byte, Q8BlockBytes)
+	x := make([]float32, Q8Block)
+	for trial := range 20000 {
+		for i := range x {
+			switch trial % 5 {
+			case 0:
+				x[i] = float32(r.NormFloat64())
+			case 1: // amax 127: every x·id near a half
+				x[i] = float32(r.IntN(255)-127) + 0.5*float32(r.IntN(2))
+			case 2: // id overflows for some of these
+				x[i] = float32(r.NormFloat64()) * []float32{1e-40, 1e-37, 1e-36}[trial/5%3] * float32(r.IntN(2))
+			case 3:
+				x[i] = float32(r.NormFloat64()) * 3e38
+			case 4:
+				x[i] = []float32{0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1}[r.IntN(5)]
+			}
+		}
+		if trial%5 == 1 {
+			x[0] = 127
+		}
+		quantizeQ8Row(got, x)
+		ref(want, x)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("trial %d: %v\nquantized %v\nreference %v", trial, x, got, want)
+		}
+	}
+}
+
 // FuzzMatrix16 reads arbitrary bytes as an F16 or BF16 weight file and
 // checks the kernels against the widened float32 product, and that
 // quantizing them neither panics nor yields out-of-range values.

@@ -187,22 +187,35 @@ func (p *Pool) MatMulT(c, a, w []float32, m, n, k int) {
 // and the canonical tree). It panics if a slice is shorter than its
 // shape or m is negative.
 func (p *Pool) MatMulTW(c, a []float32, w *Matrix, m int) {
-	n, k := w.rows, w.cols
-	if m < 0 || !fits(m, n, len(c)) || !fits(m, k, len(a)) {
-		panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d with len(c)=%d len(a)=%d", m, n, k, len(c), len(a)))
-	}
-	j := matMulJob{format: w.format, c: c, a: a, w32: w.f32, w16: w.u16, wq: w.q8, m: m, n: n, k: k}
-	if w.format == Q8 && m > 0 && k > 0 {
-		rb := k / Q8Block * Q8BlockBytes
-		if need := m * rb; len(p.qa) < need {
-			p.qa = make([]byte, need)
+	p.MatMulTWShared(a, m, [][]float32{c}, []*Matrix{w})
+}
+
+// MatMulTWShared computes cs[i] = A·ws[i]ᵀ for every i, each exactly as
+// MatMulTW: the products of one input (the q, k and v projections, gate
+// and up), which quantizes A once for all the Q8 matrices among ws.
+func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) {
+	quantizedK := -1 // p.qa holds A's m rows quantized for this k
+	for i, w := range ws {
+		c, n, k := cs[i], w.rows, w.cols
+		if m < 0 || !fits(m, n, len(c)) || !fits(m, k, len(a)) {
+			panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d with len(c)=%d len(a)=%d", m, n, k, len(c), len(a)))
 		}
-		for i := range m {
-			quantizeQ8Row(p.qa[i*rb:(i+1)*rb], a[i*k:(i+1)*k])
+		j := matMulJob{format: w.format, c: c, a: a, w32: w.f32, w16: w.u16, wq: w.q8, m: m, n: n, k: k}
+		if w.format == Q8 && m > 0 && k > 0 {
+			rb := k / Q8Block * Q8BlockBytes
+			if quantizedK != k {
+				if need := m * rb; len(p.qa) < need {
+					p.qa = make([]byte, need)
+				}
+				for i := range m {
+					quantizeQ8Row(p.qa[i*rb:(i+1)*rb], a[i*k:(i+1)*k])
+				}
+				quantizedK = k
+			}
+			j.qa = p.qa
 		}
-		j.qa = p.qa
+		p.run(j)
 	}
-	p.run(j)
 }
 
 // run spreads the columns of j over the threads: chunks of about an equal
