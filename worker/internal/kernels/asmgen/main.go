@@ -48,20 +48,21 @@ const (
 )
 
 // prefetchTileMax is the largest tile (its W rows' bytes) whose successor
-// the one-row kernels prefetch. Batch-1 decode is memory-bound, and a tile
-// of short rows (a 768-column matrix: 12 KiB in f16, 7 KiB in q8) is eight
-// streams of a few dozen cache lines each, too short for the hardware
-// prefetcher to follow: reading the next tile ahead took f16 from 45% to
-// 60-70% and q8 from 30% to 40-55% of the streaming read bandwidth. With
-// long rows (4096 columns: 64 KiB in f16) the hardware prefetcher keeps
-// up and the extra stream cost f16 10 points, hence the limit.
+// the one-row gemm kernels prefetch. Batch-1 decode is memory-bound, and a
+// tile of short rows (a 768-column matrix: 12 KiB in f16) is eight streams
+// of a few dozen cache lines each, too short for the hardware prefetcher
+// to follow: reading the next tile ahead took f16 from about 45% to 60-70%
+// of the streaming read bandwidth. With long rows (4096 columns: 64 KiB in
+// f16) the hardware prefetcher keeps up and the extra stream cost f16 10
+// points, hence the limit. (Q8 matrices are stored so that the kernels
+// read them as one stream; see q8GroupRows.)
 const prefetchTileMax = 32 << 10
 
 // prefetchedLoop emits a loop of BX iterations of body twice: when
 // tileBytes (an operand) is at most prefetchTileMax, each iteration also
-// prefetches the next perIter bytes at register pf and advances it, so pf
-// walks the W rows of the next tile (they follow this tile's) at the pace
-// this tile is read; otherwise the copy without prefetches runs.
+// prefetches (into L2) the next perIter bytes at register pf and advances
+// it, so pf walks the W rows of the next tile (they follow this tile's) at
+// the pace this tile is read; otherwise the copy without prefetches runs.
 // Prefetches are hints: one past the matrix's end cannot fault.
 func (g *gen) prefetchedLoop(label, tileBytes, pf string, perIter int, body func()) {
 	g.p("\tCMPQ %s, $%d", tileBytes, prefetchTileMax)
@@ -113,6 +114,7 @@ func main() {
 		for _, m := range gemm512Rows {
 			g.gemm512(m, f)
 		}
+		g.gemm512Wide(f)
 	}
 	for _, v := range q8SumVariants {
 		g.q8(v)
@@ -990,13 +992,39 @@ func z(i int) string { return fmt.Sprintf("Z%d", i) }
 // element sees the same fma sequence and the same tree as on 8 lanes,
 // at twice the FMA width. k must be a positive multiple of 8 (no tail).
 func (g *gen) gemm512(m int, f wFormat) {
-	const pairs = 2
-	name := fmt.Sprintf("gemm%dx4z%s", m, f.suffix)
+	g.gemm512Pairs(m, 2, f)
+}
+
+// gemm512Wide emits gemm4x8z<f>: gemm4x4z over tiles of 8 W rows (4
+// pairs, 16 accumulators), which keeps twice the FMAs in flight per A
+// broadcast. There are not enough general registers for 8 W row
+// pointers, so one base register walks k and the rows are addressed as
+// base + j·ldw through stride registers.
+func (g *gen) gemm512Wide(f wFormat) { g.gemm512Pairs(4, 4, f) }
+
+// gemm512Pairs emits gemm<m>x<2·pairs>z<f> (see gemm512).
+func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
+	name := fmt.Sprintf("gemm%dx%dz%s", m, 2*pairs, f.suffix)
 	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
-	wRegs := []string{"R12", "R13", "R14", "DX"}
 	acc := func(i, q int) int { return i*pairs + q }
-	wZ := []int{24, 25}
+	var wZ, hiZ []int
+	for q := range pairs {
+		wZ = append(wZ, 16+q)
+		hiZ = append(hiZ, 20+q)
+	}
 	const za, tmp, scratch = 26, 30, 31
+	// wMem addresses 8 elements of W row j at element disp along k.
+	var wMem func(j, disp int) string
+	wide := pairs > 2
+	if wide {
+		// R12 walks k; R13 = ldw, R14 = 3·ldw, DX = 5·ldw, CX = 7·ldw
+		// (bytes).
+		rows := []string{"(R12)", "(R12)(R13*1)", "(R12)(R13*2)", "(R12)(R14*1)", "(R12)(R13*4)", "(R12)(DX*1)", "(R12)(R14*2)", "(R12)(CX*1)"}
+		wMem = func(j, disp int) string { return fmt.Sprintf("%d%s", f.size*disp, rows[j]) }
+	} else {
+		wRegs := []string{"R12", "R13", "R14", "DX"}
+		wMem = func(j, disp int) string { return fmt.Sprintf("%d(%s)(AX*%d)", f.size*disp, wRegs[j], f.size) }
+	}
 	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
 	g.p("\tMOVQ c+0(FP), DI")
@@ -1008,33 +1036,43 @@ func (g *gen) gemm512(m int, f wFormat) {
 	for i := 1; i < m; i++ {
 		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
 	}
-	g.p("\tMOVQ w+32(FP), %s", wRegs[0])
+	g.p("\tMOVQ w+32(FP), R12")
 	g.p("\tMOVQ ldw+40(FP), BX")
 	g.p("\tIMULQ $%d, BX", f.size)
-	for j := 1; j < 4; j++ {
-		g.p("\tLEAQ (%s)(BX*1), %s", wRegs[j-1], wRegs[j])
+	if wide {
+		g.p("\tMOVQ BX, R13")
+		g.p("\tLEAQ (BX)(BX*2), R14")
+		g.p("\tLEAQ (BX)(BX*4), DX")
+		g.p("\tLEAQ (R14)(BX*4), CX")
+		g.p("\tMOVQ R12, %d(SP)", frameMask) // the tile's first W row
+	} else {
+		g.p("\tLEAQ (R12)(BX*1), R13")
+		g.p("\tLEAQ (R13)(BX*1), R14")
+		g.p("\tLEAQ (R14)(BX*1), DX")
 	}
-	g.p("\tSHLQ $2, BX")
+	g.p("\tSHLQ $%d, BX", map[int]int{2: 2, 4: 3}[pairs]) // 2·pairs rows
 	g.p("\tMOVQ BX, %d(SP)", frameWStep)
 	g.p("\tMOVQ tiles+56(FP), BX")
 	g.p("\tMOVQ BX, %d(SP)", frameTiles)
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJZ %s_done", name)
 	g.p("%s_tile:", name)
+	if wide {
+		g.p("\tMOVQ %d(SP), R12", frameMask)
+	}
 	for i := 0; i < m*pairs; i++ {
 		g.p("\tVPXORD %s, %s, %s", z(i), z(i), z(i))
 	}
 	step := func(disp int) {
 		for q := 0; q < pairs; q++ {
-			mem := func(r string) string { return fmt.Sprintf("%d(%s)(AX*%d)", f.size*disp, r, f.size) }
 			if f.widen == nil {
-				g.p("\tVMOVUPS %s, %s", mem(wRegs[2*q]), y(wZ[q]))
-				g.p("\tVINSERTF32X8 $1, %s, %s, %s", mem(wRegs[2*q+1]), z(wZ[q]), z(wZ[q]))
+				g.p("\tVMOVUPS %s, %s", wMem(2*q, disp), y(wZ[q]))
+				g.p("\tVINSERTF32X8 $1, %s, %s, %s", wMem(2*q+1, disp), z(wZ[q]), z(wZ[q]))
 				continue
 			}
-			f.widen(g, mem(wRegs[2*q]), y(wZ[q]))
-			f.widen(g, mem(wRegs[2*q+1]), y(28+q))
-			g.p("\tVINSERTF32X8 $1, %s, %s, %s", y(28+q), z(wZ[q]), z(wZ[q]))
+			f.widen(g, wMem(2*q, disp), y(wZ[q]))
+			f.widen(g, wMem(2*q+1, disp), y(hiZ[q]))
+			g.p("\tVINSERTF32X8 $1, %s, %s, %s", y(hiZ[q]), z(wZ[q]), z(wZ[q]))
 		}
 		for i := 0; i < m; i++ {
 			g.p("\tVBROADCASTF32X8 %d(%s)(AX*4), %s", 4*disp, aRegs[i], z(za+i%2))
@@ -1051,6 +1089,9 @@ func (g *gen) gemm512(m int, f wFormat) {
 	step(0)
 	step(8)
 	g.p("\tADDQ $16, AX")
+	if wide {
+		g.p("\tADDQ $%d, R12", 16*f.size)
+	}
 	g.p("\tDECQ BX")
 	g.p("\tJNZ %s_loop", name)
 	g.p("%s_single:", name)
@@ -1073,9 +1114,14 @@ func (g *gen) gemm512(m int, f wFormat) {
 			g.p("\tVMOVSS %s, %d%s", x(tmp), 8*q+4, rowAddr[i])
 		}
 	}
-	g.p("\tADDQ $16, DI")
-	for _, r := range wRegs {
-		g.p("\tADDQ %d(SP), %s", frameWStep, r)
+	g.p("\tADDQ $%d, DI", 8*pairs)
+	if wide {
+		g.p("\tMOVQ %d(SP), R12", frameWStep)
+		g.p("\tADDQ R12, %d(SP)", frameMask)
+	} else {
+		for _, r := range []string{"R12", "R13", "R14", "DX"} {
+			g.p("\tADDQ %d(SP), %s", frameWStep, r)
+		}
 	}
 	g.p("\tDECQ %d(SP)", frameTiles)
 	g.p("\tJNZ %s_tile", name)
