@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A Ranger processes the index range [lo, hi) of a parallel loop.
@@ -25,14 +26,24 @@ func (f RangeFunc) Range(lo, hi int) { f(lo, hi) }
 //
 // Work is split by index, so kernels that compute each output element
 // independently give the same bits for every thread count.
+//
+// A worker that finishes a loop spins for up to spinFor for the next one,
+// and a caller spins as long for its workers, before blocking: a decode
+// step runs about ten loops per layer, tens of microseconds apart, and
+// waking a blocked goroutine costs about as much as one such loop (with
+// blocking alone, 2-thread decode ran no faster than 1-thread). Between
+// steps the workers block, so an idle pool takes no CPU.
 type Pool struct {
 	threads int
-	start   []chan struct{} // one per worker goroutine
-	wg      sync.WaitGroup  // the workers of the loop in progress
-	exited  sync.WaitGroup  // the worker goroutines, for Close
+	workers []waiter      // one per worker goroutine
+	loop    atomic.Uint64 // loops started << 16 | workers taking part
+	pending atomic.Int64  // workers of the loop in progress not yet done
+	caller  waiter        // the caller, blocked on the last of them
+	exited  sync.WaitGroup
+	quit    atomic.Bool
 	closed  bool
 
-	// The loop in progress, written before the workers are started.
+	// The loop in progress, written before loop is advanced.
 	n, grain int
 	r        Ranger
 	next     atomic.Int64 // first index not yet claimed
@@ -40,14 +51,49 @@ type Pool struct {
 	qa       []byte // A quantized for a Q8 MatMulTW, reused
 }
 
+// A waiter is a goroutine that may block on wake: it sets parked before
+// it blocks, and whoever clears parked owes it one send on wake.
+type waiter struct {
+	parked atomic.Bool
+	wake   chan struct{}
+}
+
+// notify unblocks w if it is blocked, or about to block.
+func (w *waiter) notify() {
+	if w.parked.CompareAndSwap(true, false) {
+		w.wake <- struct{}{}
+	}
+}
+
+// await returns once done() holds: it spins for spinFor, then blocks
+// until notified (the notifier makes done() true first).
+func (w *waiter) await(done func() bool) {
+	t0 := time.Now()
+	for i := 1; !done(); i++ {
+		if i%64 == 0 && time.Since(t0) > spinFor {
+			w.parked.Store(true)
+			if done() && w.parked.CompareAndSwap(true, false) {
+				return
+			}
+			<-w.wake // parked was cleared by a notify, which sends once
+			return
+		}
+	}
+}
+
+// spinFor is how long a worker spins for the next loop, and a caller for
+// its workers, before blocking.
+const spinFor = 50 * time.Microsecond
+
 // NewPool starts a pool of threads threads (at least 1).
 func NewPool(threads int) *Pool {
 	threads = max(1, threads)
-	p := &Pool{threads: threads, start: make([]chan struct{}, threads-1)}
+	p := &Pool{threads: threads, workers: make([]waiter, threads-1)}
+	p.caller.wake = make(chan struct{}, 1)
 	p.exited.Add(threads - 1)
-	for i := range p.start {
-		p.start[i] = make(chan struct{}, 1)
-		go p.worker(p.start[i])
+	for i := range p.workers {
+		p.workers[i].wake = make(chan struct{}, 1)
+		go p.worker(i)
 	}
 	return p
 }
@@ -62,17 +108,33 @@ func (p *Pool) Close() {
 		return
 	}
 	p.closed = true
-	for _, c := range p.start {
-		close(c)
+	p.quit.Store(true)
+	p.loop.Add(1 << 16)
+	for i := range p.workers {
+		p.workers[i].notify()
 	}
 	p.exited.Wait()
 }
 
-func (p *Pool) worker(start chan struct{}) {
+// worker runs worker i: it takes part in every loop that asks for more
+// than i workers. A loop's value is read once, so a worker handles each
+// loop at most once (one that sat out a loop may skip it unseen).
+func (p *Pool) worker(i int) {
 	defer p.exited.Done()
-	for range start {
-		p.claim()
-		p.wg.Done()
+	w := &p.workers[i]
+	var seen uint64 // the pool's start: no loop can have begun before it
+	for {
+		w.await(func() bool { return p.loop.Load()>>16 != seen>>16 })
+		seen = p.loop.Load()
+		if p.quit.Load() {
+			return
+		}
+		if i < int(seen&0xffff) {
+			p.claim()
+			if p.pending.Add(-1) == 0 {
+				p.caller.notify()
+			}
+		}
 	}
 }
 
@@ -104,15 +166,19 @@ func (p *Pool) Do(n, grain int, r Ranger) {
 	}
 	p.n, p.grain, p.r = n, grain, r
 	p.next.Store(0)
-	workers := min(len(p.start), (n+grain-1)/grain-1)
-	p.wg.Add(workers)
-	for _, c := range p.start[:workers] {
-		c <- struct{}{}
+	workers := min(len(p.workers), (n+grain-1)/grain-1)
+	p.pending.Store(int64(workers))
+	p.loop.Store((p.loop.Load()>>16+1)<<16 | uint64(workers))
+	for i := range p.workers[:workers] {
+		p.workers[i].notify()
 	}
 	p.claim()
-	p.wg.Wait()
+	p.caller.await(p.loopDone)
 	p.r = nil
 }
+
+// loopDone reports whether every worker of the loop in progress is done.
+func (p *Pool) loopDone() bool { return p.pending.Load() == 0 }
 
 // For calls fn over [0, n) split evenly into one contiguous chunk per
 // thread. It does not allocate if fn is a func value made once and reused
