@@ -131,6 +131,7 @@ for f in $formats; do
 				read -r p d lids < <(llama_run "$gguf" "$threads")
 			fi
 			lp+=("$p") ld+=("$d")
+			log "$f t$threads rep $r: prefill warden ${wp[-1]} llama.cpp ${lp[-1]}; decode warden ${wd[-1]} llama.cpp ${ld[-1]}"
 			log "$f t$threads rep $r: warden ids $wids; llama.cpp ids $lids"
 			[[ $wids == "$lids" ]] || same=no
 		done
