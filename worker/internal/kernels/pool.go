@@ -66,17 +66,24 @@ func (w *waiter) notify() {
 }
 
 // await returns once done() holds: it spins for spinFor, then blocks
-// until notified (the notifier makes done() true first).
+// until notified. A notify can come late (from a loop this waiter already
+// saw done, its notifier delayed past the end of that loop), so done() is
+// checked again after every wake-up.
 func (w *waiter) await(done func() bool) {
 	t0 := time.Now()
 	for i := 1; !done(); i++ {
-		if i%64 == 0 && time.Since(t0) > spinFor {
+		if i%64 != 0 || time.Since(t0) <= spinFor {
+			continue
+		}
+		for {
 			w.parked.Store(true)
 			if done() && w.parked.CompareAndSwap(true, false) {
 				return
 			}
 			<-w.wake // parked was cleared by a notify, which sends once
-			return
+			if done() {
+				return
+			}
 		}
 	}
 }

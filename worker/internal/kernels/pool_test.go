@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 )
@@ -62,6 +63,65 @@ func TestPoolDoCoversEachIndexOnce(t *testing.T) {
 	})
 	if sum.Load() != 4950 {
 		t.Fatalf("For summed %d, want 4950", sum.Load())
+	}
+}
+
+// TestPoolLoopsBackToBack runs thousands of short loops in a row on 2, 3
+// and 4 threads, so workers finish, spin, block and are woken in every
+// interleaving: each index runs once per loop, and under -race the loops'
+// state is never touched by a worker still on an earlier loop.
+func TestPoolLoopsBackToBack(t *testing.T) {
+	for _, threads := range []int{2, 3, 4} {
+		p := NewPool(threads)
+		c := &countRanger{hits: make([]atomic.Int32, 64)}
+		for it := range 3000 {
+			n := 1 + it%64
+			for i := range c.hits[:n] {
+				c.hits[i].Store(0)
+			}
+			p.Do(n, 1+it%5, c)
+			for i := range c.hits[:n] {
+				if h := c.hits[i].Load(); h != 1 {
+					t.Fatalf("threads=%d loop %d: index %d ran %d times", threads, it, i, h)
+				}
+			}
+		}
+		p.Close()
+	}
+}
+
+// TestWaiterIgnoresLateNotify: a notify that arrives while done() is
+// still false (one delayed from an earlier loop) wakes the waiter but
+// does not end its wait. The race detector once caught a caller that
+// returned on such a notify while a worker still ran the loop.
+func TestWaiterIgnoresLateNotify(t *testing.T) {
+	w := waiter{wake: make(chan struct{}, 1)}
+	var done, returned atomic.Bool
+	go func() {
+		// awaitParked waits for the waiter to block, false if it returned.
+		awaitParked := func() bool {
+			for !w.parked.Load() {
+				if returned.Load() {
+					return false
+				}
+				runtime.Gosched()
+			}
+			return true
+		}
+		if !awaitParked() {
+			return
+		}
+		w.notify() // late: done() is false
+		if !awaitParked() {
+			return
+		}
+		done.Store(true)
+		w.notify()
+	}()
+	w.await(done.Load)
+	returned.Store(true)
+	if !done.Load() {
+		t.Fatal("await returned on a notify while done() was false")
 	}
 }
 
