@@ -41,6 +41,7 @@ var wFormats = []wFormat{
 // Frame layout shared by the gemm kernels (offsets from the hardware SP).
 const (
 	frameMask  = 0  // 32 bytes: the tail load mask
+	frameWBase = 0  // 8 bytes, gemm512Wide (no tail, no mask): the tile's first W row
 	frameSpill = 32 // 32 bytes: one accumulator spilled during the tail
 	frameWStep = 64 // 8 bytes: bytes to advance each W row pointer per tile
 	frameTiles = 72 // 8 bytes: tiles left
@@ -90,6 +91,16 @@ const q8BlockBytes = 36
 type gen struct{ b bytes.Buffer }
 
 func (g *gen) p(format string, args ...any) { fmt.Fprintf(&g.b, format+"\n", args...) }
+
+// done emits a kernel's exit: the label name_done, then VZEROUPPER (the
+// kernels use ymm/zmm registers; SSE code after them must not pay the
+// transition) and RET.
+func (g *gen) done(name string) {
+	g.p("%s_done:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+	g.p("")
+}
 
 func y(i int) string { return fmt.Sprintf("Y%d", i) }
 func x(i int) string { return fmt.Sprintf("X%d", i) }
@@ -314,10 +325,7 @@ func (g *gen) gemm(m, n int, f wFormat) {
 	}
 	g.p("\tDECQ %d(SP)", frameTiles)
 	g.p("\tJNZ %s_tile", name)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // kernel is the register plan of one gemm micro-kernel.
@@ -444,10 +452,7 @@ func (g *gen) elementwise(name, sig string, argBytes int, prologue []string, bod
 	g.p("\tJZ %s_done", name)
 	g.loadMask("CX", "DX", "BX", "Y14")
 	body(0, "0", true)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // ld emits a (possibly masked) load of base+AX+off into ymm v.
@@ -555,10 +560,7 @@ func (g *gen) axpyRows() {
 	g.p("\tJZ %s_done", name)
 	g.loadMask("CX", "R9", "BX", "Y14")
 	chunk(name+"_t", 1, true)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // axpyTileRows are the output counts of the axpyTile512 kernels.
@@ -638,10 +640,7 @@ func (g *gen) axpyTile512(m int) {
 	g.p("\tADDQ $64, R9")
 	g.p("\tSUBQ $16, CX")
 	g.p("\tJMP %s_one", name)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // divide emits divideAVX2(x *float32, n int, d float64): x[i] =
@@ -665,10 +664,7 @@ func (g *gen) divide() {
 	g.p("\tADDQ $16, SI")
 	g.p("\tDECQ CX")
 	g.p("\tJNZ %s_loop", name)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // scale: x[i] = x[i] * s.
@@ -883,10 +879,7 @@ func (g *gen) q8(v q8Sums) {
 	g.p("\tADDQ R13, SI")
 	g.p("\tDECQ CX")
 	g.p("\tJNZ %s_group", name)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // q8PermTable holds, for each pair q of a group's rows, the VPERMPS
@@ -971,10 +964,7 @@ func (g *gen) q8z() {
 	g.p("\tADDQ $%d, DI", 4*q8GroupRows)
 	g.p("\tDECQ CX")
 	g.p("\tJNZ %s_group", name)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // gemm512Rows are the A-row counts of the AVX-512 kernels; each takes
@@ -1044,7 +1034,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 		g.p("\tLEAQ (BX)(BX*2), R14")
 		g.p("\tLEAQ (BX)(BX*4), DX")
 		g.p("\tLEAQ (R14)(BX*4), CX")
-		g.p("\tMOVQ R12, %d(SP)", frameMask) // the tile's first W row
+		g.p("\tMOVQ R12, %d(SP)", frameWBase)
 	} else {
 		g.p("\tLEAQ (R12)(BX*1), R13")
 		g.p("\tLEAQ (R13)(BX*1), R14")
@@ -1058,7 +1048,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	g.p("\tJZ %s_done", name)
 	g.p("%s_tile:", name)
 	if wide {
-		g.p("\tMOVQ %d(SP), R12", frameMask)
+		g.p("\tMOVQ %d(SP), R12", frameWBase)
 	}
 	for i := 0; i < m*pairs; i++ {
 		g.p("\tVPXORD %s, %s, %s", z(i), z(i), z(i))
@@ -1117,7 +1107,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	g.p("\tADDQ $%d, DI", 8*pairs)
 	if wide {
 		g.p("\tMOVQ %d(SP), R12", frameWStep)
-		g.p("\tADDQ R12, %d(SP)", frameMask)
+		g.p("\tADDQ R12, %d(SP)", frameWBase)
 	} else {
 		for _, r := range []string{"R12", "R13", "R14", "DX"} {
 			g.p("\tADDQ %d(SP), %s", frameWStep, r)
@@ -1125,10 +1115,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	}
 	g.p("\tDECQ %d(SP)", frameTiles)
 	g.p("\tJNZ %s_tile", name)
-	g.p("%s_done:", name)
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
+	g.done(name)
 }
 
 // reduceEVEX is reduce for any of the 32 registers (EVEX encodings): the
