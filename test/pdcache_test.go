@@ -78,14 +78,7 @@ func cacheRequests(t *testing.T, ref *harness.Reference, ask func(cacheRequest) 
 // pool then holds two copies of every cached page.
 func TestPrefillDecodePrefixCache(t *testing.T) {
 	tiny := env.Models[harness.ModelTiny]
-	models := []config.Model{
-		{Name: harness.ModelTiny, ContextLength: harness.DefaultContext, ContextPolicy: config.ContextClamp},
-		{Name: modelShm, ContextLength: harness.DefaultContext, ContextPolicy: config.ContextClamp},
-	}
-	workers := append(harness.PD(harness.ModelTiny),
-		harness.WorkerSpec{Role: config.RolePrefill, Model: modelShm, ModelDir: tiny, Transfer: config.TransferSHM},
-		harness.WorkerSpec{Role: config.RoleDecode, Model: modelShm, ModelDir: tiny, Transfer: config.TransferSHM},
-	)
+	models, workers := harness.PDOverTCPAndSHM(harness.ModelTiny, modelShm, tiny)
 	c := harness.Start(t, env, harness.Options{Workers: workers, Models: models})
 	ref := reference(t, harness.ModelTiny)
 	ctx, cancel := context.WithTimeout(context.Background(), harness.WaitTimeout)

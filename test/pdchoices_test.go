@@ -29,14 +29,7 @@ const modelEndlessShm = "endless-shm"
 // choices and every page ends free on both workers.
 func TestPrefillDecodeChoices(t *testing.T) {
 	endless := env.Models[harness.ModelEndless]
-	models := []config.Model{
-		{Name: harness.ModelEndless, ContextLength: harness.DefaultContext, ContextPolicy: config.ContextClamp},
-		{Name: modelEndlessShm, ContextLength: harness.DefaultContext, ContextPolicy: config.ContextClamp},
-	}
-	workers := append(harness.PD(harness.ModelEndless),
-		harness.WorkerSpec{Role: config.RolePrefill, Model: modelEndlessShm, ModelDir: endless, Transfer: config.TransferSHM},
-		harness.WorkerSpec{Role: config.RoleDecode, Model: modelEndlessShm, ModelDir: endless, Transfer: config.TransferSHM},
-	)
+	models, workers := harness.PDOverTCPAndSHM(harness.ModelEndless, modelEndlessShm, endless)
 	c := harness.Start(t, env, harness.Options{Workers: workers, Models: models})
 	ref := reference(t, harness.ModelEndless)
 	msgs := chats[1]

@@ -27,6 +27,22 @@ func PD(model string) []WorkerSpec {
 	return []WorkerSpec{{Role: config.RolePrefill, Model: model}, {Role: config.RoleDecode, Model: model}}
 }
 
+// PDOverTCPAndSHM is a cluster's models and workers for the same
+// checkpoint (modelDir, the env's files of model) served twice over
+// prefill/decode: as model over tcp and as shmModel over shm, both
+// clamped to DefaultContext.
+func PDOverTCPAndSHM(model, shmModel, modelDir string) ([]config.Model, []WorkerSpec) {
+	models := []config.Model{
+		{Name: model, ContextLength: DefaultContext, ContextPolicy: config.ContextClamp},
+		{Name: shmModel, ContextLength: DefaultContext, ContextPolicy: config.ContextClamp},
+	}
+	workers := append(PD(model),
+		WorkerSpec{Role: config.RolePrefill, Model: shmModel, ModelDir: modelDir, Transfer: config.TransferSHM},
+		WorkerSpec{Role: config.RoleDecode, Model: shmModel, ModelDir: modelDir, Transfer: config.TransferSHM},
+	)
+	return models, workers
+}
+
 // Single is one worker of role both serving model.
 func Single(model string) []WorkerSpec {
 	return []WorkerSpec{{Role: config.RoleBoth, Model: model}}
