@@ -129,11 +129,13 @@ type Backend struct {
 	scratch                      []attnScratch // per attention worker
 	tiles                        []attnTile
 
-	// Per-call state read by the attention workers.
-	batch    []engine.Chunk
-	layer    int
-	nextTile atomic.Int64
-	attnFunc func(lo, hi int)
+	// Per-call state read by the pool's workers.
+	batch            []engine.Chunk
+	rowChunk, rowPos []int32 // each batch row's chunk and position
+	rowJob           rowJob
+	layer            int
+	nextTile         atomic.Int64
+	attnFunc         func(lo, hi int)
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -176,6 +178,8 @@ func New(spec Spec, w Weights, pages Pages, opt Options) (*Backend, error) {
 		b.scratch[i] = newAttnScratch(spec)
 	}
 	b.tiles = make([]attnTile, 0, t*spec.KVHeads)
+	b.rowChunk = make([]int32, t)
+	b.rowPos = make([]int32, t)
 	b.attnFunc = b.attendRange
 	return b, nil
 }
@@ -292,12 +296,13 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 
 	hid := s.Hidden
 	r := 0
-	for _, c := range batch {
-		for _, t := range c.Tokens {
+	for ci, c := range batch {
+		for i, t := range c.Tokens {
 			if t < 0 || int(t) >= s.Vocab {
 				return fmt.Errorf("cpu: token %d outside the vocabulary", t)
 			}
 			b.w.Embed.Row(int(t), b.x[r*hid:(r+1)*hid])
+			b.rowChunk[r], b.rowPos[r] = int32(ci), int32(c.Start+i)
 			r++
 		}
 	}
@@ -308,99 +313,29 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 		}
 		b.layerForward(l, rows)
 	}
+	if n := len(b.w.Layers); n > 0 {
+		b.runStage(stageResidual, n-1, rows)
+	}
 	return b.computeLogits(batch)
 }
 
 func (b *Backend) layerForward(l, rows int) {
 	s := &b.spec
 	w := &b.w.Layers[l]
-	hid, qDim, kvDim := s.Hidden, s.Heads*s.HeadDim, s.KVDim()
-	x, h := b.x[:rows*hid], b.h[:rows*hid]
-	for r := 0; r < rows; r++ {
-		kernels.RMSNorm(h[r*hid:(r+1)*hid], x[r*hid:(r+1)*hid], w.AttnNorm, s.RMSNormEps)
-	}
-	q, k, v := b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]
-	b.pool.MatMulTWShared(h, rows, [][]float32{q, k, v}, []*kernels.Matrix{w.Wq, w.Wk, w.Wv})
-	if s.QKVBias {
-		addRows(q, w.Bq)
-		addRows(k, w.Bk)
-		addRows(v, w.Bv)
-	}
-	if s.QKNorm {
-		normHeads(q, w.QNorm, s.RMSNormEps)
-		normHeads(k, w.KNorm, s.RMSNormEps)
-	}
-	b.ropeAndStore(l, q, k, v)
+	hid, qDim, kvDim, inter := s.Hidden, s.Heads*s.HeadDim, s.KVDim(), s.Intermediate
+	h := b.h[:rows*hid]
+	b.runStage(stageAttnIn, l, rows)
+	b.pool.MatMulTWShared(h, rows, [][]float32{b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]},
+		[]*kernels.Matrix{w.Wq, w.Wk, w.Wv})
+	b.runStage(stageQKV, l, rows)
 	b.layer = l
 	b.attend()
-	att := b.att[:rows*qDim]
-	b.pool.MatMulTW(h, att, w.Wo, rows)
-	kernels.Add(x, x, h)
-
-	for r := 0; r < rows; r++ {
-		kernels.RMSNorm(h[r*hid:(r+1)*hid], x[r*hid:(r+1)*hid], w.MLPNorm, s.RMSNormEps)
-	}
-	inter := s.Intermediate
-	gate, up := b.gate[:rows*inter], b.up[:rows*inter]
-	b.pool.MatMulTWShared(h, rows, [][]float32{gate, up}, []*kernels.Matrix{w.WGate, w.WUp})
-	kernels.SiLUMul(gate, up)
+	b.pool.MatMulTW(h, b.att[:rows*qDim], w.Wo, rows)
+	b.runStage(stageMLPIn, l, rows)
+	gate := b.gate[:rows*inter]
+	b.pool.MatMulTWShared(h, rows, [][]float32{gate, b.up[:rows*inter]}, []*kernels.Matrix{w.WGate, w.WUp})
+	b.runStage(stageSiLU, l, rows)
 	b.pool.MatMulTW(h, gate, w.WDown, rows)
-	kernels.Add(x, x, h)
-}
-
-// addRows adds bias to every row of x (rows of len(bias) elements), as
-// a Linear layer's bias: the product first, then one float32 addition.
-func addRows(x, bias []float32) {
-	for r := 0; r < len(x); r += len(bias) {
-		kernels.Add(x[r:r+len(bias)], x[r:r+len(bias)], bias)
-	}
-}
-
-// normHeads RMS-normalises every head (len(w) elements) of x in place with
-// weight w.
-func normHeads(x, w []float32, eps float32) {
-	for o := 0; o < len(x); o += len(w) {
-		kernels.RMSNorm(x[o:o+len(w)], x[o:o+len(w)], w, eps)
-	}
-}
-
-// ropeAndStore rotates q and k in place (Hugging Face rotate_half
-// convention) and writes k and v into each token's page slot.
-func (b *Backend) ropeAndStore(layer int, q, k, v []float32) {
-	s := &b.spec
-	hd, half, kvDim, pt := s.HeadDim, s.HeadDim/2, s.KVDim(), b.opt.PageTokens
-	r := 0
-	for _, c := range b.batch {
-		for i := range c.Tokens {
-			pos := c.Start + i
-			cos := b.ropeCos[pos*half : (pos+1)*half]
-			sin := b.ropeSin[pos*half : (pos+1)*half]
-			for hh := 0; hh < s.Heads; hh++ {
-				rotate(q[(r*s.Heads+hh)*hd:(r*s.Heads+hh+1)*hd], cos, sin)
-			}
-			for g := 0; g < s.KVHeads; g++ {
-				rotate(k[(r*s.KVHeads+g)*hd:(r*s.KVHeads+g+1)*hd], cos, sin)
-			}
-			page := asFloats(b.pages.Data(c.Pages[pos/pt]))
-			slot := pos % pt
-			kOff := ((layer*2+0)*pt + slot) * kvDim
-			vOff := ((layer*2+1)*pt + slot) * kvDim
-			copy(page[kOff:kOff+kvDim], k[r*kvDim:(r+1)*kvDim])
-			copy(page[vOff:vOff+kvDim], v[r*kvDim:(r+1)*kvDim])
-			r++
-		}
-	}
-}
-
-func rotate(x, cos, sin []float32) {
-	half := len(cos)
-	for i := 0; i < half; i++ {
-		x1, x2 := x[i], x[i+half]
-		// The explicit conversions forbid fusing into an FMA, which some
-		// GOARCH/GOAMD64 settings would do and change the bits.
-		x[i] = float32(x1*cos[i]) - float32(x2*sin[i])
-		x[i+half] = float32(x2*cos[i]) + float32(x1*sin[i])
-	}
 }
 
 // computeLogits normalises the last row of every chunk that wants logits

@@ -48,6 +48,7 @@ type Pool struct {
 	r        Ranger
 	next     atomic.Int64 // first index not yet claimed
 	mm       matMulJob
+	quant    quantizeJob
 	qa       []byte // A quantized for a Q8 MatMulTW, reused
 }
 
@@ -280,15 +281,41 @@ func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) 
 				if need := m * rb; len(p.qa) < need {
 					p.qa = make([]byte, need)
 				}
-				for i := range m {
-					quantizeQ8Row(p.qa[i*rb:(i+1)*rb], a[i*k:(i+1)*k])
-				}
+				p.quantize(p.qa, a, m, k)
 				quantizedK = k
 			}
 			j.qa = p.qa
 		}
 		p.run(j)
 	}
+}
+
+// quantizeJob is the loop body of Pool.quantize, kept in the Pool so
+// that the interface conversion in Do does not allocate.
+type quantizeJob struct {
+	qa []byte
+	a  []float32
+	k  int
+}
+
+func (j *quantizeJob) Range(lo, hi int) {
+	rb := j.k / Q8Block * Q8BlockBytes
+	for i := lo; i < hi; i++ {
+		quantizeQ8Row(j.qa[i*rb:(i+1)*rb], j.a[i*j.k:(i+1)*j.k])
+	}
+}
+
+// quantRowGrain is the fewest rows of A a thread quantizes: fewer (a
+// decode step's) cost less than waking the pool.
+const quantRowGrain = 8
+
+// quantize fills qa with the m rows of A (k columns) quantized for Q8,
+// spread by rows over the threads; every row is quantized alone, so the
+// bytes do not depend on the thread count.
+func (p *Pool) quantize(qa []byte, a []float32, m, k int) {
+	p.quant = quantizeJob{qa: qa, a: a, k: k}
+	p.Do(m, max(quantRowGrain, (m+p.threads-1)/p.threads), &p.quant)
+	p.quant = quantizeJob{}
 }
 
 // run spreads the columns of j over the threads: chunks of about an equal
