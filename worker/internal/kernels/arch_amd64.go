@@ -199,6 +199,15 @@ func softmaxExpAVX2(x *float32, n int, mx float32) int
 //go:noescape
 func siluMulAVX2(gate *float32, up *float32, n int) int
 
+// softmaxExp512 and siluMul512 are softmaxExpAVX2 and siluMulAVX2 on
+// AVX-512, 16 elements at a time (two interleaved 8-lane exponentials).
+//
+//go:noescape
+func softmaxExp512(x *float32, n int, mx float32) int
+
+//go:noescape
+func siluMul512(gate *float32, up *float32, n int) int
+
 func fmaPeakAVX2(iters int)
 
 //go:noescape
@@ -433,12 +442,18 @@ func q8Groups(c []float32, a, w []byte) {
 	}
 }
 
-// softmaxExp sets x[i] = float32(exp(float64(x[i] - mx))), 4 at a time
-// in assembly where every lane allows it (the same operations as exp),
-// else with the scalar code.
+// softmaxExp sets x[i] = float32(exp(float64(x[i] - mx))), 16 (AVX-512)
+// or 4 at a time in assembly where every lane allows it (the same
+// operations as exp), else with the scalar code.
 func softmaxExp(x []float32, mx float32) {
 	i := 0
 	for useAsm && len(x)-i >= 4 {
+		if use512 && len(x)-i >= 16 {
+			i += softmaxExp512(&x[i], len(x)-i, mx)
+			if len(x)-i < 4 {
+				break
+			}
+		}
 		i += softmaxExpAVX2(&x[i], len(x)-i, mx)
 		if len(x)-i < 4 {
 			break
@@ -449,11 +464,17 @@ func softmaxExp(x []float32, mx float32) {
 	softmaxExpGo(x[i:], mx)
 }
 
-// siluMul is SiLUMul's loop, 4 elements at a time in assembly where every
-// lane allows it, else with the scalar code.
+// siluMul is SiLUMul's loop, 16 (AVX-512) or 4 elements at a time in
+// assembly where every lane allows it, else with the scalar code.
 func siluMul(gate, up []float32) {
 	i := 0
 	for useAsm && len(gate)-i >= 4 {
+		if use512 && len(gate)-i >= 16 {
+			i += siluMul512(&gate[i], &up[i], len(gate)-i)
+			if len(gate)-i < 4 {
+				break
+			}
+		}
 		i += siluMulAVX2(&gate[i], &up[i], len(gate)-i)
 		if len(gate)-i < 4 {
 			break

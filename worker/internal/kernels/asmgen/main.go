@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log"
 	"math"
+	"math/bits"
 	"os"
 )
 
@@ -134,6 +135,7 @@ func main() {
 	g.q8z()
 	g.expTables()
 	g.expKernels()
+	g.expKernels512()
 	g.axpy()
 	g.axpyRows()
 	for _, m := range axpyTileRows {
@@ -1274,4 +1276,172 @@ func (g *gen) expKernels() {
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 	g.p("")
+}
+
+// expChains is how many independent 8-lane exponentials the AVX-512
+// kernels interleave: one alone is a chain of ~30 dependent float64
+// operations, too long for the out-of-order window to overlap iterations.
+const expChains = 2
+
+// expChain is the registers of one exponential chain of the AVX-512
+// kernels: in holds the input lanes (and is clobbered), out the result;
+// k, r and t are scratch, d holds SiLU's input, low is the mask register
+// of lanes below -700 and ok that of lanes the kernel may take.
+type expChain struct{ in, k, r, out, t, d, low, ok int }
+
+// expChainRegs are the chains' registers: zmm 0-11 and mask registers
+// 1-4; Z16-Z21 hold expK's first six constants and Z22 the 1 of SiLU.
+var expChainRegs = [expChains]expChain{
+	{in: 0, k: 1, r: 2, out: 3, t: 4, d: 5, low: 1, ok: 2},
+	{in: 6, k: 7, r: 8, out: 9, t: 10, d: 11, low: 3, ok: 4},
+}
+
+// expVec512 returns the instructions that compute, in c.out, exp of the 8
+// float64 lanes of c.in exactly as expVec does on 4 (same operations and
+// roundings, embedded-broadcast coefficients, lanes below -700 give +0).
+func expVec512(c expChain) []string {
+	in, k, r, out, t := z(c.in), z(c.k), z(c.r), z(c.out), z(c.t)
+	low := fmt.Sprintf("K%d", c.low)
+	ins := []string{
+		fmt.Sprintf("VCMPPD $1, Z21, %s, %s", in, low), // x < -700
+		fmt.Sprintf("VMAXPD Z21, %s, %s", in, in),
+		fmt.Sprintf("VMULPD Z16, %s, %s", in, k),
+		fmt.Sprintf("VADDPD Z17, %s, %s", k, k),
+		fmt.Sprintf("VRNDSCALEPD $1, %s, %s", k, k), // k = floor(x*log2e + 0.5)
+		fmt.Sprintf("VMULPD Z18, %s, %s", k, t),
+		fmt.Sprintf("VSUBPD %s, %s, %s", t, in, r),
+		fmt.Sprintf("VMULPD Z19, %s, %s", k, t),
+		fmt.Sprintf("VSUBPD %s, %s, %s", t, r, r), // r
+		fmt.Sprintf("VBROADCASTSD ·expC+0(SB), %s", out),
+	}
+	for i := 1; i < len(expCoeffs); i++ {
+		ins = append(ins,
+			fmt.Sprintf("VMULPD %s, %s, %s", r, out, out),
+			fmt.Sprintf("VADDPD.BCST ·expC+%d(SB), %s, %s", 32*i, out, out))
+	}
+	yk := y(c.k)
+	return append(ins,
+		fmt.Sprintf("VCVTPD2DQ %s, %s", k, yk),
+		fmt.Sprintf("VPMOVSXDQ %s, %s", yk, k),
+		fmt.Sprintf("VPADDQ.BCST ·expBias(SB), %s, %s", k, k),
+		fmt.Sprintf("VPSLLQ $52, %s, %s", k, k), // 2^k
+		fmt.Sprintf("VMULPD %s, %s, %s", k, out, out),
+		fmt.Sprintf("VXORPD %s, %s, %s, %s", out, out, low, out)) // lanes below -700: +0
+}
+
+// interleave emits the chains' instruction lists one instruction of each
+// in turn, so the out-of-order core sees independent work side by side.
+func (g *gen) interleave(lists [][]string) {
+	for i := 0; ; i++ {
+		more := false
+		for _, l := range lists {
+			if i < len(l) {
+				g.p("\t%s", l[i])
+				more = true
+			}
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// expKernels512 emits softmaxExp512 and siluMul512, the AVX-512 forms of
+// softmaxExpAVX2 and siluMulAVX2 (same signatures, same results): they
+// run expChains·8 elements at a time and stop before the first group with
+// a lane the vector exponential cannot take.
+func (g *gen) expKernels512() {
+	loadK := func() {
+		for i := 0; i < 6; i++ {
+			g.p("\tVBROADCASTSD ·expK+%d(SB), %s", 32*i, z(16+i))
+		}
+	}
+	// check jumps to label unless every lane of every chain's input is at
+	// most 700 (false for NaN).
+	check := func(label string) {
+		for _, c := range expChainRegs {
+			g.p("\tVCMPPD $0x12, Z20, %s, K%d", z(c.in), c.ok)
+		}
+		g.p("\tKANDB K%d, K%d, K%d", expChainRegs[1].ok, expChainRegs[0].ok, expChainRegs[0].ok)
+		g.p("\tKMOVB K%d, DX", expChainRegs[0].ok)
+		g.p("\tCMPQ DX, $0xff")
+		g.p("\tJNE %s", label)
+	}
+	chains := func(f func(c expChain, i int) []string) [][]string {
+		var out [][]string
+		for i, c := range expChainRegs {
+			out = append(out, f(c, i))
+		}
+		return out
+	}
+	group := 8 * expChains
+
+	g.p("// func softmaxExp512(x *float32, n int, mx float32) int")
+	g.p("TEXT ·softmaxExp512(SB), NOSPLIT, $0-32")
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	g.p("\tVBROADCASTSS mx+16(FP), Y14")
+	loadK()
+	g.p("\tXORQ AX, AX")
+	g.p("\tSHRQ $%d, CX", bits.TrailingZeros(uint(group)))
+	g.p("\tJZ sme512_ret")
+	g.p("sme512_loop:")
+	g.interleave(chains(func(c expChain, i int) []string {
+		return []string{
+			fmt.Sprintf("VMOVUPS %d(SI)(AX*4), %s", 32*i, y(c.in)),
+			fmt.Sprintf("VSUBPS Y14, %s, %s", y(c.in), y(c.in)),
+			fmt.Sprintf("VCVTPS2PD %s, %s", y(c.in), z(c.in)),
+		}
+	}))
+	check("sme512_ret")
+	g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
+	g.interleave(chains(func(c expChain, i int) []string {
+		return []string{
+			fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
+			fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
+		}
+	}))
+	g.p("\tADDQ $%d, AX", group)
+	g.p("\tDECQ CX")
+	g.p("\tJNZ sme512_loop")
+	g.p("sme512_ret:")
+	g.p("\tMOVQ AX, ret+24(FP)")
+	g.done("sme512")
+
+	g.p("// func siluMul512(gate *float32, up *float32, n int) int")
+	g.p("TEXT ·siluMul512(SB), NOSPLIT, $0-32")
+	g.p("\tMOVQ gate+0(FP), SI")
+	g.p("\tMOVQ up+8(FP), DI")
+	g.p("\tMOVQ n+16(FP), CX")
+	loadK()
+	g.p("\tVBROADCASTSD ·expK+%d(SB), Z22", 32*6) // 1
+	g.p("\tXORQ AX, AX")
+	g.p("\tSHRQ $%d, CX", bits.TrailingZeros(uint(group)))
+	g.p("\tJZ silu512_ret")
+	g.p("silu512_loop:")
+	g.interleave(chains(func(c expChain, i int) []string {
+		return []string{
+			fmt.Sprintf("VCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(c.d)), // d
+			fmt.Sprintf("VXORPD %s, %s, %s", z(c.in), z(c.in), z(c.in)),
+			// 0 - d: -d exactly, except 0 - (+0) = +0
+			fmt.Sprintf("VSUBPD %s, %s, %s", z(c.d), z(c.in), z(c.in)),
+		}
+	}))
+	check("silu512_ret")
+	g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
+	g.interleave(chains(func(c expChain, i int) []string {
+		return []string{
+			fmt.Sprintf("VADDPD Z22, %s, %s", z(c.out), z(c.out)),        // 1 + e
+			fmt.Sprintf("VDIVPD %s, %s, %s", z(c.out), z(c.d), z(c.out)), // d / (1 + e)
+			fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
+			fmt.Sprintf("VMULPS %d(DI)(AX*4), %s, %s", 32*i, y(c.out), y(c.out)),
+			fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
+		}
+	}))
+	g.p("\tADDQ $%d, AX", group)
+	g.p("\tDECQ CX")
+	g.p("\tJNZ silu512_loop")
+	g.p("silu512_ret:")
+	g.p("\tMOVQ AX, ret+24(FP)")
+	g.done("silu512")
 }
