@@ -352,42 +352,53 @@ var gemm512Kernels = [3][5]gemmKernel{
 }
 
 // gemm512Wide[f] serves blocks of 4 rows of A against tiles of 8 W rows
-// (16 accumulators: more FMAs in flight per A broadcast) when k is at most
-// wideMaxK: 10-18% faster than gemm4x4z at k = 768, but at k = 2048 the 4
-// A rows and 8 W rows (32 KiB + 64 KiB in f32) no longer share L1 and it
-// was 5-8% slower (BenchmarkPrefill512, 2026-12-02).
+// (16 accumulators: more FMAs in flight per A broadcast than gemm4x4z).
+// With A's rows laid out by paddedStride it was faster than gemm4x4z at
+// every k measured (m = 128, n = 768, 2026-12-02): 768 (+12%), 2048
+// (+9%), 8192 (+33%).
 var gemm512Wide = [3]gemmKernel{
 	F32:  {8, gemm4x8z, gemm4x1},
 	F16:  {8, gemm4x8zh, gemm4x1h},
 	BF16: {8, gemm4x8zb, gemm4x1b},
 }
 
-// wideMaxK is the longest row gemm512Wide takes.
-const wideMaxK = 1024
+// paddedStride returns the row stride for an m×k A that gemm reads
+// fastest: k+16 when the AVX-512 kernels take 4 rows of A at a time and
+// rows of k floats are a multiple of 4 KiB. Then the 4 rows fall into the
+// same L1 sets as one another and as the tile's 8 W rows (12 streams in
+// one set of a 12-way L1); 64 bytes more per row spread them over 4 sets.
+// BenchmarkPaddedStride: +13-17% at k = 2048, +9-11% at k = 8192; at
+// k = 768 (rows 3 KiB apart) padding gained nothing.
+func paddedStride(m, k int) int {
+	if use512 && m >= 4 && k%1024 == 0 {
+		return k + 16
+	}
+	return k
+}
 
-// matMulT computes c[i*ldc+j] = Dot(a[i*k:][:k], w[j*ldw:][:k]) for
+// matMulT computes c[i*ldc+j] = Dot(a[i*lda:][:k], w[j*ldw:][:k]) for
 // i < m, j < n. Lengths are checked by the caller; m, n, k > 0.
-func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
+func matMulT(c []float32, ldc int, a []float32, lda int, w []float32, ldw, m, n, k int) {
 	if !useAsm {
-		matMulTGo(c, ldc, a, w, ldw, m, n, k)
+		matMulTGo(c, ldc, a, lda, w, ldw, m, n, k)
 		return
 	}
-	gemm(c, ldc, a, unsafe.Pointer(&w[0]), F32, ldw, m, n, k)
+	gemm(c, ldc, a, lda, unsafe.Pointer(&w[0]), F32, ldw, m, n, k)
 }
 
 // matMul16 is matMulT with W in F16 or BF16 (f), each row widened
 // exactly. w must extend pad16 elements past its last row.
-func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
+func matMul16(c []float32, ldc int, a []float32, lda int, w []uint16, f Format, ldw, m, n, k int) {
 	if !useAsm {
-		matMul16Go(c, ldc, a, w, f, ldw, m, n, k)
+		matMul16Go(c, ldc, a, lda, w, f, ldw, m, n, k)
 		return
 	}
-	gemm(c, ldc, a, unsafe.Pointer(&w[0]), f, ldw, m, n, k)
+	gemm(c, ldc, a, lda, unsafe.Pointer(&w[0]), f, ldw, m, n, k)
 }
 
 // gemm drives the micro-kernels of format f over W at w (elements of
 // f's size, rows ldw elements apart).
-func gemm(c []float32, ldc int, a []float32, w unsafe.Pointer, f Format, ldw, m, n, k int) {
+func gemm(c []float32, ldc int, a []float32, lda int, w unsafe.Pointer, f Format, ldw, m, n, k int) {
 	size := int(f.BytesPerWeight())
 	// Panel height: a multiple of every kernel's cols, so only the last
 	// panel has leftover columns.
@@ -403,19 +414,19 @@ func gemm(c []float32, ldc int, a []float32, w unsafe.Pointer, f Format, ldw, m,
 			kr := &kernels[min(4, m-i)]
 			if wide && m-i > 1 {
 				kr = &gemm512Kernels[f][min(4, m-i)]
-				if m-i >= 4 && k <= wideMaxK {
+				if m-i >= 4 {
 					kr = &gemm512Wide[f]
 				}
 			}
 			ci := &c[i*ldc+j0]
-			ai := &a[i*k]
+			ai := &a[i*lda]
 			full := nj / kr.cols
 			if full > 0 {
-				kr.fn(ci, ldc, ai, k, unsafe.Add(w, j0*ldw*size), ldw, k, full)
+				kr.fn(ci, ldc, ai, lda, unsafe.Add(w, j0*ldw*size), ldw, k, full)
 			}
 			if left := nj - full*kr.cols; left > 0 {
 				j := j0 + full*kr.cols
-				kr.one(&c[i*ldc+j], ldc, ai, k, unsafe.Add(w, j*ldw*size), ldw, k, left)
+				kr.one(&c[i*ldc+j], ldc, ai, lda, unsafe.Add(w, j*ldw*size), ldw, k, left)
 			}
 		}
 	}

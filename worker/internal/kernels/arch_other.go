@@ -15,12 +15,13 @@ func axpyRows(y, alpha, rows []float32, stride int) { axpyRowsGo(y, alpha, rows,
 func scale(x []float32, s float32)                  { scaleGo(x, s) }
 func add(dst, a, b []float32)                       { addGo(dst, a, b) }
 func mulScale(out, x, w []float32, s float32)       { mulScaleGo(out, x, w, s) }
-func matMulT(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
-	matMulTGo(c, ldc, a, w, ldw, m, n, k)
+func matMulT(c []float32, ldc int, a []float32, lda int, w []float32, ldw, m, n, k int) {
+	matMulTGo(c, ldc, a, lda, w, ldw, m, n, k)
 }
-func matMul16(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
-	matMul16Go(c, ldc, a, w, f, ldw, m, n, k)
+func matMul16(c []float32, ldc int, a []float32, lda int, w []uint16, f Format, ldw, m, n, k int) {
+	matMul16Go(c, ldc, a, lda, w, f, ldw, m, n, k)
 }
+func paddedStride(m, k int) int          { return k }
 func q8Groups(c []float32, a, w []byte)  { q8GroupsGo(c, a, w) }
 func softmaxExp(x []float32, mx float32) { softmaxExpGo(x, mx) }
 func divide(x []float32, d float64)      { divideGo(x, d) }

@@ -415,3 +415,37 @@ func BenchmarkVectorExp(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPaddedStride interleaves the float32 product of an m×k A at
+// its own stride k and at paddedStride (as Pool.MatMulTW lays it out):
+// "x-unpadded" is the speed-up of the padding.
+func BenchmarkPaddedStride(b *testing.B) {
+	const m, n = 128, 768
+	for _, k := range []int{2048, 8192} {
+		lda := paddedStride(m, k)
+		if lda == k {
+			b.Skip("no padding on this machine")
+		}
+		r := rand.New(rand.NewPCG(12, 12))
+		a, w := randVec(r, m*k, false), randVec(r, n*k, false)
+		apad := make([]float32, m*lda)
+		for i := range m {
+			copy(apad[i*lda:], a[i*k:(i+1)*k])
+		}
+		c := make([]float32, m*n)
+		b.Run(fmt.Sprintf("m%d_%dx%d", m, n, k), func(b *testing.B) {
+			var tPlain, tPad minTime
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				matMulT(c, n, a, k, w, k, m, n, k)
+				t1 := time.Now()
+				matMulT(c, n, apad, lda, w, k, m, n, k)
+				tPlain.add(t1.Sub(t0))
+				tPad.add(time.Since(t1))
+			}
+			flops := 2 * float64(m*n*k)
+			b.ReportMetric(tPlain.Seconds()/tPad.Seconds(), "x-unpadded")
+			b.ReportMetric(flops/tPad.Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}

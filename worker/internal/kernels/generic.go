@@ -29,10 +29,10 @@ func dotGo(a, b []float32) float32 {
 	return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 
-// matMulTGo computes c[i*ldc+j] = dotGo(a[i*k:][:k], w[j*ldw:][:k]).
-func matMulTGo(c []float32, ldc int, a, w []float32, ldw, m, n, k int) {
+// matMulTGo computes c[i*ldc+j] = dotGo(a[i*lda:][:k], w[j*ldw:][:k]).
+func matMulTGo(c []float32, ldc int, a []float32, lda int, w []float32, ldw, m, n, k int) {
 	for i := 0; i < m; i++ {
-		ai := a[i*k : i*k+k]
+		ai := a[i*lda : i*lda+k]
 		ci := c[i*ldc : i*ldc+n]
 		for j := range ci {
 			ci[j] = dotGo(ai, w[j*ldw:j*ldw+k])
@@ -77,7 +77,7 @@ func mulScaleGo(out, x, w []float32, s float32) {
 
 // matMul16Go is matMulTGo with W in F16 or BF16 (f), each row widened
 // exactly first.
-func matMul16Go(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m, n, k int) {
+func matMul16Go(c []float32, ldc int, a []float32, lda int, w []uint16, f Format, ldw, m, n, k int) {
 	row := make([]float32, k)
 	widen := F16ToF32
 	if f == BF16 {
@@ -86,7 +86,7 @@ func matMul16Go(c []float32, ldc int, a []float32, w []uint16, f Format, ldw, m,
 	for j := 0; j < n; j++ {
 		widen(row, w[j*ldw:j*ldw+k])
 		for i := 0; i < m; i++ {
-			c[i*ldc+j] = dotGo(a[i*k:i*k+k], row)
+			c[i*ldc+j] = dotGo(a[i*lda:i*lda+k], row)
 		}
 	}
 }

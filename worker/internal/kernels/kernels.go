@@ -32,7 +32,7 @@ func MatMulT(c, a, w []float32, m, n, k int) {
 		clear(c[:m*n])
 		return
 	}
-	matMulT(c, n, a, w, k, m, n, k)
+	matMulT(c, n, a, k, w, k, m, n, k)
 }
 
 func checkMatMulT(c, a, w []float32, m, n, k int) {
@@ -57,7 +57,7 @@ func DotStrided(dst, x, rows []float32, stride int) {
 		clear(dst)
 		return
 	}
-	matMulT(dst, 0, x, rows, stride, 1, len(dst), len(x))
+	matMulT(dst, 0, x, len(x), rows, stride, 1, len(dst), len(x))
 }
 
 // MatMulTStrided computes C = A·Wᵀ for an m×k A (contiguous) and n rows
@@ -81,7 +81,7 @@ func MatMulTStrided(c []float32, ldc int, a []float32, m, k int, w []float32, n,
 		}
 		return
 	}
-	matMulT(c, ldc, a, w, ldw, m, n, k)
+	matMulT(c, ldc, a, k, w, ldw, m, n, k)
 }
 
 // AxpyStrided is len(alpha) successive Axpy calls, in order:

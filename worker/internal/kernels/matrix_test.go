@@ -342,3 +342,44 @@ func TestGemm512MatchesAVX2(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulTWPaddedStride: where MatMulTW copies A to a padded row
+// stride (k a multiple of 1024, 4 rows or more, AVX-512), every element
+// still equals Dot of its A row and widened W row bit for bit, for each
+// format and thread count, and MatMulTWShared's one copy serves every
+// matrix of the same k.
+func TestMatMulTWPaddedStride(t *testing.T) {
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, k := range []int{768, 1024, 2048} {
+		for _, m := range []int{4, 9} {
+			n := 21 + r.IntN(30)
+			a := randVec(r, m*k, false)
+			wf := randVec(r, n*k, false)
+			ms := map[Format]*Matrix{F32: NewF32(n, k, wf)}
+			wides := map[Format][]float32{F32: wf}
+			for _, f := range []Format{F16, BF16} {
+				raw, wide := as16(f, wf)
+				ms[f], wides[f] = New16(f, n, k, raw), wide
+			}
+			for threads := 1; threads <= 3; threads++ {
+				p := NewPool(threads)
+				for _, f := range []Format{F32, F16, BF16} {
+					c, c2 := make([]float32, m*n), make([]float32, m*n)
+					p.MatMulTWShared(a, m, [][]float32{c, c2}, []*Matrix{ms[f], ms[F32]})
+					for i := range m {
+						for j := range n {
+							what := fmt.Sprintf("%v k=%d m=%d threads=%d C[%d][%d]", f, k, m, threads, i, j)
+							if d := Dot(a[i*k:(i+1)*k], wides[f][j*k:(j+1)*k]); !same(c[i*n+j], d) {
+								t.Fatalf("%s = %v, Dot = %v", what, c[i*n+j], d)
+							}
+							if d := Dot(a[i*k:(i+1)*k], wf[j*k:(j+1)*k]); !same(c2[i*n+j], d) {
+								t.Fatalf("%s (second matrix) = %v, Dot = %v", what, c2[i*n+j], d)
+							}
+						}
+					}
+				}
+				p.Close()
+			}
+		}
+	}
+}

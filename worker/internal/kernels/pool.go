@@ -49,7 +49,8 @@ type Pool struct {
 	next     atomic.Int64 // first index not yet claimed
 	mm       matMulJob
 	quant    quantizeJob
-	qa       []byte // A quantized for a Q8 MatMulTW, reused
+	qa       []byte    // A quantized for a Q8 MatMulTW, reused
+	apad     []float32 // A at a padded row stride for MatMulTW, reused
 }
 
 // A waiter is a goroutine that may block on wake: it sets parked before
@@ -203,6 +204,7 @@ func (p *Pool) For(n int, fn func(lo, hi int)) {
 type matMulJob struct {
 	format  Format
 	c, a    []float32
+	lda     int // A's row stride (F32, F16, BF16)
 	w32     []float32
 	w16     []uint16
 	wq, qa  []byte
@@ -212,9 +214,9 @@ type matMulJob struct {
 func (j *matMulJob) Range(lo, hi int) {
 	switch j.format {
 	case F32:
-		matMulT(j.c[lo:], j.n, j.a, j.w32[lo*j.k:], j.k, j.m, hi-lo, j.k)
+		matMulT(j.c[lo:], j.n, j.a, j.lda, j.w32[lo*j.k:], j.k, j.m, hi-lo, j.k)
 	case F16, BF16:
-		matMul16(j.c[lo:], j.n, j.a, j.w16[lo*j.k:], j.format, j.k, j.m, hi-lo, j.k)
+		matMul16(j.c[lo:], j.n, j.a, j.lda, j.w16[lo*j.k:], j.format, j.k, j.m, hi-lo, j.k)
 	case Q8:
 		rb := j.k / Q8Block * Q8BlockBytes
 		matMulQ8(j.c[lo:], j.n, j.qa, j.wq[lo*rb:], rb, j.m, hi-lo)
@@ -249,7 +251,7 @@ const mmGrain = 48
 // exactly as by MatMulT. It panics under the same conditions.
 func (p *Pool) MatMulT(c, a, w []float32, m, n, k int) {
 	checkMatMulT(c, a, w, m, n, k)
-	p.run(matMulJob{format: F32, c: c, a: a, w32: w, m: m, n: n, k: k})
+	p.run(matMulJob{format: F32, c: c, a: a, lda: k, w32: w, m: m, n: n, k: k})
 }
 
 // MatMulTW computes C = A·Wᵀ for a weight Matrix W (n = w.Rows(), k =
@@ -266,15 +268,30 @@ func (p *Pool) MatMulTW(c, a []float32, w *Matrix, m int) {
 
 // MatMulTWShared computes cs[i] = A·ws[i]ᵀ for every i, each exactly as
 // MatMulTW: the products of one input (the q, k and v projections, gate
-// and up), which quantizes A once for all the Q8 matrices among ws.
+// and up), which quantizes A once for all the Q8 matrices among ws, and
+// copies it once to the row stride the float kernels read fastest
+// (paddedStride) where that differs from k.
 func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) {
 	quantizedK := -1 // p.qa holds A's m rows quantized for this k
+	paddedK := -1    // p.apad holds A's m rows at stride paddedStride(m, k) for this k
 	for i, w := range ws {
 		c, n, k := cs[i], w.rows, w.cols
 		if m < 0 || !fits(m, n, len(c)) || !fits(m, k, len(a)) {
 			panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d with len(c)=%d len(a)=%d", m, n, k, len(c), len(a)))
 		}
-		j := matMulJob{format: w.format, c: c, a: a, w32: w.f32, w16: w.u16, wq: w.q8, m: m, n: n, k: k}
+		j := matMulJob{format: w.format, c: c, a: a, lda: k, w32: w.f32, w16: w.u16, wq: w.q8, m: m, n: n, k: k}
+		if lda := paddedStride(m, k); w.format != Q8 && lda != k {
+			if paddedK != k {
+				if need := m * lda; len(p.apad) < need {
+					p.apad = make([]float32, need)
+				}
+				for r := range m {
+					copy(p.apad[r*lda:r*lda+k], a[r*k:(r+1)*k])
+				}
+				paddedK = k
+			}
+			j.a, j.lda = p.apad, lda
+		}
 		if w.format == Q8 && m > 0 && k > 0 {
 			rb := k / Q8Block * Q8BlockBytes
 			if quantizedK != k {
