@@ -301,7 +301,11 @@ func expectViolation(t *testing.T, r *rig, req engine.Request) {
 }
 
 func TestOwnershipViolationsProduceNoTokens(t *testing.T) {
-	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
+	rec := &recordingBackend{}
+	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
+		rec.Backend = b
+		return rec
+	}})
 	p := prompt(5, 40, r.m.Config.VocabSize)
 
 	// A victim whose prompt is in the cache.
@@ -374,24 +378,23 @@ func TestOwnershipViolationsProduceNoTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Hold the sequence's first decode step (its first token is out),
+		// so that it cannot run to its end before the retagging.
+		decoding := newHold(func(batch []engine.Chunk) bool {
+			return slices.ContainsFunc(batch, func(c engine.Chunk) bool { return c.Owner == o && len(c.Tokens) == 1 })
+		})
+		rec.mu.Lock()
+		rec.holds = append(rec.holds, decoding)
+		rec.mu.Unlock()
 		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(200)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		for {
-			ev, err := st.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ev.Kind == engine.EventToken {
-				break
-			}
-		}
+		<-decoding.reached
 		// Retag the pages underneath the running sequence: its next step
 		// must refuse to read them.
 		next, err := r.pool.BumpEpoch(o)
+		close(decoding.release)
 		if err != nil {
 			t.Fatal(err)
 		}
