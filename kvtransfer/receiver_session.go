@@ -272,10 +272,12 @@ func (s *session) complete(c wire.CompletePayload) {
 		Tokens: c.Tokens, FirstToken: c.FirstToken,
 		Pages: sent, Bytes: int64(sent) * s.t.PageBytes,
 	}
-	s.r.sink.Complete(s.t, done)
+	// The hook first: what it records (the span, a failure's log record)
+	// then precedes anything the request does once the sink wakes it.
 	if s.observed != nil {
 		s.observed(done, nil)
 	}
+	s.r.sink.Complete(s.t, done)
 	s.ok = s.sendResult(nil)
 }
 
@@ -291,10 +293,10 @@ func (s *session) fail(err error) {
 	} else {
 		s.logger().Warn("kvtransfer: transfer failed", "err", err)
 	}
-	s.r.sink.Fail(s.t, err)
-	if s.observed != nil {
+	if s.observed != nil { // first, as in complete
 		s.observed(Completion{}, err)
 	}
+	s.r.sink.Fail(s.t, err)
 	s.sendResult(err)
 }
 
