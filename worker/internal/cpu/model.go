@@ -71,7 +71,7 @@ func WeightsOf(m *model.Model) (Weights, error) {
 		case model.BF16:
 			return kernels.New16(kernels.BF16, rows, cols, t.Data)
 		}
-		return kernels.NewF32(rows, cols, f32(t))
+		return kernels.CopyF32(rows, cols, f32(t))
 	}
 	w := Weights{Embed: mat(mw.Embed), Norm: f32(mw.Norm)}
 	if mw.LMHead == mw.Embed {

@@ -449,3 +449,37 @@ func BenchmarkPaddedStride(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHugePages interleaves batch-1 products with the same f32
+// weights in memory from newWeights (huge pages where the system has
+// them) and in small pages (a plain allocation advised MADV_NOHUGEPAGE,
+// as a mapped model file is): "x-small-pages" is the speed-up.
+func BenchmarkHugePages(b *testing.B) {
+	for _, s := range [][2]int{{32000, 768}, {8192, 2048}} {
+		n, k := s[0], s[1]
+		r := rand.New(rand.NewPCG(13, 13))
+		a, w := randVec(r, k, false), randVec(r, n*k, false)
+		huge := NewF32(n, k, newWeights[float32](n*k))
+		copy(huge.f32, w)
+		small := NewF32(n, k, smallPages(n*k))
+		copy(small.f32, w)
+		c := make([]float32, n)
+		for _, threads := range benchThreads {
+			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
+				p := NewPool(threads)
+				defer p.Close()
+				var tSmall, tHuge minTime
+				for i := 0; i < b.N; i++ {
+					t0 := time.Now()
+					p.MatMulTW(c, a, small, 1)
+					t1 := time.Now()
+					p.MatMulTW(c, a, huge, 1)
+					tSmall.add(t1.Sub(t0))
+					tHuge.add(time.Since(t1))
+				}
+				b.ReportMetric(tSmall.Seconds()/tHuge.Seconds(), "x-small-pages")
+				b.ReportMetric(float64(4*n*k)/tHuge.Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}

@@ -95,6 +95,17 @@ func NewF32(rows, cols int, data []float32) *Matrix {
 	return &Matrix{format: F32, rows: rows, cols: cols, f32: data[:rows*cols]}
 }
 
+// CopyF32 is NewF32 on a copy of data in memory of the matrix's own,
+// backed by huge pages where the system has them (see newWeights): for
+// weights in a mapped model file, whose 4 KiB pages cost decode a TLB
+// miss every few rows.
+func CopyF32(rows, cols int, data []float32) *Matrix {
+	checkDims("CopyF32", rows, cols, len(data))
+	own := newWeights[float32](rows * cols)
+	copy(own, data)
+	return NewF32(rows, cols, own)
+}
+
 // New16 copies rows×cols little-endian 16-bit elements of format f (F16
 // or BF16) from data, as a model file holds them. It panics for another
 // format, or if data is too short.
@@ -103,7 +114,7 @@ func New16(f Format, rows, cols int, data []byte) *Matrix {
 		panic(fmt.Sprintf("kernels: New16 of format %v", f))
 	}
 	checkDims("New16", rows, cols, len(data)/2)
-	u := make([]uint16, rows*cols+pad16)
+	u := newWeights[uint16](rows*cols + pad16)
 	for i := range rows * cols {
 		u[i] = binary.LittleEndian.Uint16(data[2*i:])
 	}
@@ -177,7 +188,7 @@ func (m *Matrix) setQ8Row(i int, src []byte) {
 // newQ8 returns an all-zero Q8 matrix, its last group padded.
 func newQ8(rows, cols int) *Matrix {
 	groups := (rows + q8GroupRows - 1) / q8GroupRows
-	return &Matrix{format: Q8, rows: rows, cols: cols, q8: make([]byte, groups*q8GroupRows*(cols/Q8Block*Q8BlockBytes))}
+	return &Matrix{format: Q8, rows: rows, cols: cols, q8: newWeights[byte](groups * q8GroupRows * (cols / Q8Block * Q8BlockBytes))}
 }
 
 // Row writes row i as float32 into dst (len Cols): exactly for F32, F16

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package kernels
+
+func smallPages(n int) []float32 { return make([]float32, n) }
