@@ -1375,73 +1375,67 @@ func (g *gen) expKernels512() {
 		return out
 	}
 	group := 8 * expChains
+	// kernel emits one of them: the prologue, then a loop over groups that
+	// runs load for every chain, stops before a group the vector
+	// exponential cannot take, computes exp of every chain's input and
+	// runs store; it returns how many elements it did.
+	kernel := func(sig, name, label string, prologue []string, load, store func(c expChain, i int) []string) {
+		g.p("// func %s", sig)
+		g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+		for _, l := range prologue {
+			g.p("\t%s", l)
+		}
+		loadK()
+		g.p("\tXORQ AX, AX")
+		g.p("\tSHRQ $%d, CX", bits.TrailingZeros(uint(group)))
+		g.p("\tJZ %s_ret", label)
+		g.p("%s_loop:", label)
+		g.interleave(chains(load))
+		check(label + "_ret")
+		g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
+		g.interleave(chains(store))
+		g.p("\tADDQ $%d, AX", group)
+		g.p("\tDECQ CX")
+		g.p("\tJNZ %s_loop", label)
+		g.p("%s_ret:", label)
+		g.p("\tMOVQ AX, ret+24(FP)")
+		g.done(label)
+	}
 
-	g.p("// func softmaxExp512(x *float32, n int, mx float32) int")
-	g.p("TEXT ·softmaxExp512(SB), NOSPLIT, $0-32")
-	g.p("\tMOVQ x+0(FP), SI")
-	g.p("\tMOVQ n+8(FP), CX")
-	g.p("\tVBROADCASTSS mx+16(FP), Y14")
-	loadK()
-	g.p("\tXORQ AX, AX")
-	g.p("\tSHRQ $%d, CX", bits.TrailingZeros(uint(group)))
-	g.p("\tJZ sme512_ret")
-	g.p("sme512_loop:")
-	g.interleave(chains(func(c expChain, i int) []string {
-		return []string{
-			fmt.Sprintf("VMOVUPS %d(SI)(AX*4), %s", 32*i, y(c.in)),
-			fmt.Sprintf("VSUBPS Y14, %s, %s", y(c.in), y(c.in)),
-			fmt.Sprintf("VCVTPS2PD %s, %s", y(c.in), z(c.in)),
-		}
-	}))
-	check("sme512_ret")
-	g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
-	g.interleave(chains(func(c expChain, i int) []string {
-		return []string{
-			fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
-			fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
-		}
-	}))
-	g.p("\tADDQ $%d, AX", group)
-	g.p("\tDECQ CX")
-	g.p("\tJNZ sme512_loop")
-	g.p("sme512_ret:")
-	g.p("\tMOVQ AX, ret+24(FP)")
-	g.done("sme512")
+	kernel("softmaxExp512(x *float32, n int, mx float32) int", "softmaxExp512", "sme512",
+		[]string{"MOVQ x+0(FP), SI", "MOVQ n+8(FP), CX", "VBROADCASTSS mx+16(FP), Y14"},
+		func(c expChain, i int) []string {
+			return []string{
+				fmt.Sprintf("VMOVUPS %d(SI)(AX*4), %s", 32*i, y(c.in)),
+				fmt.Sprintf("VSUBPS Y14, %s, %s", y(c.in), y(c.in)),
+				fmt.Sprintf("VCVTPS2PD %s, %s", y(c.in), z(c.in)),
+			}
+		},
+		func(c expChain, i int) []string {
+			return []string{
+				fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
+				fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
+			}
+		})
 
-	g.p("// func siluMul512(gate *float32, up *float32, n int) int")
-	g.p("TEXT ·siluMul512(SB), NOSPLIT, $0-32")
-	g.p("\tMOVQ gate+0(FP), SI")
-	g.p("\tMOVQ up+8(FP), DI")
-	g.p("\tMOVQ n+16(FP), CX")
-	loadK()
-	g.p("\tVBROADCASTSD ·expK+%d(SB), Z22", 32*6) // 1
-	g.p("\tXORQ AX, AX")
-	g.p("\tSHRQ $%d, CX", bits.TrailingZeros(uint(group)))
-	g.p("\tJZ silu512_ret")
-	g.p("silu512_loop:")
-	g.interleave(chains(func(c expChain, i int) []string {
-		return []string{
-			fmt.Sprintf("VCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(c.d)), // d
-			fmt.Sprintf("VXORPD %s, %s, %s", z(c.in), z(c.in), z(c.in)),
-			// 0 - d: -d exactly, except 0 - (+0) = +0
-			fmt.Sprintf("VSUBPD %s, %s, %s", z(c.d), z(c.in), z(c.in)),
-		}
-	}))
-	check("silu512_ret")
-	g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
-	g.interleave(chains(func(c expChain, i int) []string {
-		return []string{
-			fmt.Sprintf("VADDPD Z22, %s, %s", z(c.out), z(c.out)),        // 1 + e
-			fmt.Sprintf("VDIVPD %s, %s, %s", z(c.out), z(c.d), z(c.out)), // d / (1 + e)
-			fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
-			fmt.Sprintf("VMULPS %d(DI)(AX*4), %s, %s", 32*i, y(c.out), y(c.out)),
-			fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
-		}
-	}))
-	g.p("\tADDQ $%d, AX", group)
-	g.p("\tDECQ CX")
-	g.p("\tJNZ silu512_loop")
-	g.p("silu512_ret:")
-	g.p("\tMOVQ AX, ret+24(FP)")
-	g.done("silu512")
+	kernel("siluMul512(gate *float32, up *float32, n int) int", "siluMul512", "silu512",
+		[]string{"MOVQ gate+0(FP), SI", "MOVQ up+8(FP), DI", "MOVQ n+16(FP), CX",
+			fmt.Sprintf("VBROADCASTSD ·expK+%d(SB), Z22", 32*6)}, // 1
+		func(c expChain, i int) []string {
+			return []string{
+				fmt.Sprintf("VCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(c.d)), // d
+				fmt.Sprintf("VXORPD %s, %s, %s", z(c.in), z(c.in), z(c.in)),
+				// 0 - d: -d exactly, except 0 - (+0) = +0
+				fmt.Sprintf("VSUBPD %s, %s, %s", z(c.d), z(c.in), z(c.in)),
+			}
+		},
+		func(c expChain, i int) []string {
+			return []string{
+				fmt.Sprintf("VADDPD Z22, %s, %s", z(c.out), z(c.out)),        // 1 + e
+				fmt.Sprintf("VDIVPD %s, %s, %s", z(c.out), z(c.d), z(c.out)), // d / (1 + e)
+				fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
+				fmt.Sprintf("VMULPS %d(DI)(AX*4), %s, %s", 32*i, y(c.out), y(c.out)),
+				fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
+			}
+		})
 }
