@@ -71,7 +71,11 @@ func WeightsOf(m *model.Model) (Weights, error) {
 		case model.BF16:
 			return kernels.New16(kernels.BF16, rows, cols, t.Data)
 		}
-		return kernels.CopyF32(rows, cols, f32(t))
+		v := f32(t)
+		if v == nil { // f32 recorded why
+			return nil
+		}
+		return kernels.CopyF32(rows, cols, v)
 	}
 	w := Weights{Embed: mat(mw.Embed), Norm: f32(mw.Norm)}
 	if mw.LMHead == mw.Embed {
