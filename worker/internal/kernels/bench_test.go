@@ -144,6 +144,20 @@ func (m *minTime) add(d time.Duration) {
 
 func (m *minTime) Seconds() float64 { return m.d.Seconds() }
 
+// alternate runs each of runs in turn, n rounds, and returns the fastest
+// time of each: alternation makes their ratios robust on a shared machine.
+func alternate(n int, runs ...func()) []minTime {
+	ts := make([]minTime, len(runs))
+	for range n {
+		for i, run := range runs {
+			t0 := time.Now()
+			run()
+			ts[i].add(time.Since(t0))
+		}
+	}
+	return ts
+}
+
 // BenchmarkDecodeRatio alternates a streaming read of the weight matrix
 // with a matvec over it, on the same threads, and reports the matvec's
 // share of that read bandwidth ("pct-of-read"), both from their fastest
@@ -161,15 +175,10 @@ func BenchmarkDecodeRatio(b *testing.B) {
 			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
 				p := NewPool(threads)
 				defer p.Close()
-				var tRead, tMV minTime
-				for i := 0; i < b.N; i++ {
-					start := time.Now()
-					p.Do(len(rr.buf), len(rr.buf)/threads, rr)
-					mid := time.Now()
-					p.MatMulT(c, a, w, 1, n, k)
-					tRead.add(mid.Sub(start))
-					tMV.add(time.Since(mid))
-				}
+				ts := alternate(b.N,
+					func() { p.Do(len(rr.buf), len(rr.buf)/threads, rr) },
+					func() { p.MatMulT(c, a, w, 1, n, k) })
+				tRead, tMV := ts[0], ts[1]
 				bytes := float64(len(rr.buf))
 				b.ReportMetric(bytes/tRead.Seconds()/1e9, "read-GB/s")
 				b.ReportMetric(bytes/tMV.Seconds()/1e9, "matvec-GB/s")
@@ -196,15 +205,8 @@ func BenchmarkPrefillRatio(b *testing.B) {
 				// As many FMA probe iterations per thread as the GEMM's
 				// FLOPs would take at peak.
 				fr := &fmaRanger{iters: int(flops / float64(threads) / (12 * 8 * 2))}
-				var tPeak, tMM minTime
-				for i := 0; i < b.N; i++ {
-					start := time.Now()
-					p.Do(threads, 1, fr)
-					mid := time.Now()
-					p.MatMulT(c, a, w, m, n, k)
-					tPeak.add(mid.Sub(start))
-					tMM.add(time.Since(mid))
-				}
+				ts := alternate(b.N, func() { p.Do(threads, 1, fr) }, func() { p.MatMulT(c, a, w, m, n, k) })
+				tPeak, tMM := ts[0], ts[1]
 				b.ReportMetric(flops/tPeak.Seconds()/1e9, "peak-GFLOP/s")
 				b.ReportMetric(flops/tMM.Seconds()/1e9, "GFLOP/s")
 				b.ReportMetric(100*tPeak.Seconds()/tMM.Seconds(), "pct-of-peak")
@@ -300,18 +302,11 @@ func BenchmarkFormatRatio(b *testing.B) {
 				b.Run(fmt.Sprintf("%v/%dx%d/t%d", f, n, k, threads), func(b *testing.B) {
 					p := NewPool(threads)
 					defer p.Close()
-					var tRead, tF32, tFmt minTime
-					for i := 0; i < b.N; i++ {
-						t0 := time.Now()
-						p.Do(len(rr.buf), len(rr.buf)/threads/256*256, rr)
-						t1 := time.Now()
-						p.MatMulTW(c, a, ms[F32], 1)
-						t2 := time.Now()
-						p.MatMulTW(c, a, ms[f], 1)
-						tRead.add(t1.Sub(t0))
-						tF32.add(t2.Sub(t1))
-						tFmt.add(time.Since(t2))
-					}
+					ts := alternate(b.N,
+						func() { p.Do(len(rr.buf), len(rr.buf)/threads/256*256, rr) },
+						func() { p.MatMulTW(c, a, ms[F32], 1) },
+						func() { p.MatMulTW(c, a, ms[f], 1) })
+					tRead, tF32, tFmt := ts[0], ts[1], ts[2]
 					b.ReportMetric(tF32.Seconds()/tFmt.Seconds(), "x-f32")
 					b.ReportMetric(100*tRead.Seconds()/tFmt.Seconds(), "pct-of-read")
 					b.ReportMetric(float64(len(rr.buf))/tFmt.Seconds()/1e9, "GB/s")
@@ -333,15 +328,8 @@ func BenchmarkFormatPrefill(b *testing.B) {
 		b.Run(fmt.Sprintf("%v/m%d_%dx%d", f, m, n, k), func(b *testing.B) {
 			p := NewPool(1)
 			defer p.Close()
-			var tF32, tFmt minTime
-			for i := 0; i < b.N; i++ {
-				t1 := time.Now()
-				p.MatMulTW(c, a, ms[F32], m)
-				t2 := time.Now()
-				p.MatMulTW(c, a, ms[f], m)
-				tF32.add(t2.Sub(t1))
-				tFmt.add(time.Since(t2))
-			}
+			ts := alternate(b.N, func() { p.MatMulTW(c, a, ms[F32], m) }, func() { p.MatMulTW(c, a, ms[f], m) })
+			tF32, tFmt := ts[0], ts[1]
 			b.ReportMetric(tF32.Seconds()/tFmt.Seconds(), "x-f32")
 			b.ReportMetric(2*float64(m*n*k)/tFmt.Seconds()/1e9, "GFLOP/s")
 		})
@@ -365,20 +353,11 @@ func BenchmarkPrefill512(b *testing.B) {
 			defer p.Close()
 			flops := 2 * float64(m*n*k)
 			fr := &fmaRanger{iters: int(flops / (12 * 8 * 2))}
-			var tPeak, t2, t5 minTime
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				p.Do(1, 1, fr)
-				t1 := time.Now()
-				use512 = false
-				p.MatMulT(c, a, w, m, n, k)
-				use512 = true
-				tm := time.Now()
-				p.MatMulT(c, a, w, m, n, k)
-				tPeak.add(t1.Sub(t0))
-				t2.add(tm.Sub(t1))
-				t5.add(time.Since(tm))
-			}
+			ts := alternate(b.N,
+				func() { p.Do(1, 1, fr) },
+				func() { use512 = false; p.MatMulT(c, a, w, m, n, k); use512 = true },
+				func() { p.MatMulT(c, a, w, m, n, k) })
+			tPeak, t2, t5 := ts[0], ts[1], ts[2]
 			b.ReportMetric(t2.Seconds()/t5.Seconds(), "x-avx2")
 			b.ReportMetric(flops/t5.Seconds()/1e9, "GFLOP/s")
 			b.ReportMetric(100*tPeak.Seconds()/t5.Seconds(), "pct-of-avx2-peak")
@@ -401,15 +380,8 @@ func BenchmarkVectorExp(b *testing.B) {
 		{"SiLUMul", func() { copy(buf, x); SiLUMul(buf, up) }},
 	} {
 		b.Run(k.name, func(b *testing.B) {
-			var tv, ts minTime
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				k.run()
-				t1 := time.Now()
-				withPureGo(k.run)
-				tv.add(t1.Sub(t0))
-				ts.add(time.Since(t1))
-			}
+			t := alternate(b.N, k.run, func() { withPureGo(k.run) })
+			tv, ts := t[0], t[1]
 			b.ReportMetric(ts.Seconds()/tv.Seconds(), "x-scalar")
 			b.ReportMetric(tv.Seconds()/n*1e9, "ns/elem")
 		})
@@ -434,15 +406,10 @@ func BenchmarkPaddedStride(b *testing.B) {
 		}
 		c := make([]float32, m*n)
 		b.Run(fmt.Sprintf("m%d_%dx%d", m, n, k), func(b *testing.B) {
-			var tPlain, tPad minTime
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				matMulT(c, n, a, k, w, k, m, n, k)
-				t1 := time.Now()
-				matMulT(c, n, apad, lda, w, k, m, n, k)
-				tPlain.add(t1.Sub(t0))
-				tPad.add(time.Since(t1))
-			}
+			ts := alternate(b.N,
+				func() { matMulT(c, n, a, k, w, k, m, n, k) },
+				func() { matMulT(c, n, apad, lda, w, k, m, n, k) })
+			tPlain, tPad := ts[0], ts[1]
 			flops := 2 * float64(m*n*k)
 			b.ReportMetric(tPlain.Seconds()/tPad.Seconds(), "x-unpadded")
 			b.ReportMetric(flops/tPad.Seconds()/1e9, "GFLOP/s")
@@ -459,8 +426,7 @@ func BenchmarkHugePages(b *testing.B) {
 		n, k := s[0], s[1]
 		r := rand.New(rand.NewPCG(13, 13))
 		a, w := randVec(r, k, false), randVec(r, n*k, false)
-		huge := NewF32(n, k, newWeights[float32](n*k))
-		copy(huge.f32, w)
+		huge := CopyF32(n, k, w)
 		small := NewF32(n, k, smallPages(n*k))
 		copy(small.f32, w)
 		c := make([]float32, n)
@@ -468,15 +434,8 @@ func BenchmarkHugePages(b *testing.B) {
 			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
 				p := NewPool(threads)
 				defer p.Close()
-				var tSmall, tHuge minTime
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					p.MatMulTW(c, a, small, 1)
-					t1 := time.Now()
-					p.MatMulTW(c, a, huge, 1)
-					tSmall.add(t1.Sub(t0))
-					tHuge.add(time.Since(t1))
-				}
+				ts := alternate(b.N, func() { p.MatMulTW(c, a, small, 1) }, func() { p.MatMulTW(c, a, huge, 1) })
+				tSmall, tHuge := ts[0], ts[1]
 				b.ReportMetric(tSmall.Seconds()/tHuge.Seconds(), "x-small-pages")
 				b.ReportMetric(float64(4*n*k)/tHuge.Seconds()/1e9, "GB/s")
 			})

@@ -8,7 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 )
 
 // randQ8Rows returns rows Q8 rows of blocks blocks: int8 values over the
@@ -96,17 +95,10 @@ func BenchmarkQ8MatVec(b *testing.B) {
 			b.Run(fmt.Sprintf("%dx%d/%s", n, k, set.name), func(b *testing.B) {
 				p := NewPool(1)
 				defer p.Close()
-				var tBase, tSet minTime
-				for i := 0; i < b.N; i++ {
-					q8Active = &q8AVX2
-					t0 := time.Now()
-					p.MatMulTW(c, a, w, 1)
-					q8Active = set
-					t1 := time.Now()
-					p.MatMulTW(c, a, w, 1)
-					tBase.add(t1.Sub(t0))
-					tSet.add(time.Since(t1))
-				}
+				ts := alternate(b.N,
+					func() { q8Active = &q8AVX2; p.MatMulTW(c, a, w, 1) },
+					func() { q8Active = set; p.MatMulTW(c, a, w, 1) })
+				tBase, tSet := ts[0], ts[1]
 				b.ReportMetric(tBase.Seconds()/tSet.Seconds(), "x-avx2")
 				b.ReportMetric(float64(len(w.q8))/tSet.Seconds()/1e9, "GB/s")
 			})
