@@ -453,47 +453,46 @@ func q8Groups(c []float32, a, w []byte) {
 	}
 }
 
-// softmaxExp sets x[i] = float32(exp(float64(x[i] - mx))), 16 (AVX-512)
-// or 4 at a time in assembly where every lane allows it (the same
-// operations as exp), else with the scalar code.
+// softmaxExp sets x[i] = float32(exp(float64(x[i] - mx))) (see
+// vectorExp).
 func softmaxExp(x []float32, mx float32) {
-	i := 0
-	for useAsm && len(x)-i >= 4 {
-		if use512 && len(x)-i >= 16 {
-			i += softmaxExp512(&x[i], len(x)-i, mx)
-			if len(x)-i < 4 {
-				break
-			}
-		}
-		i += softmaxExpAVX2(&x[i], len(x)-i, mx)
-		if len(x)-i < 4 {
-			break
-		}
-		softmaxExpGo(x[i:i+4], mx)
-		i += 4
-	}
-	softmaxExpGo(x[i:], mx)
+	vectorExp(len(x),
+		func(i int) int { return softmaxExp512(&x[i], len(x)-i, mx) },
+		func(i int) int { return softmaxExpAVX2(&x[i], len(x)-i, mx) },
+		func(lo, hi int) { softmaxExpGo(x[lo:hi], mx) })
 }
 
-// siluMul is SiLUMul's loop, 16 (AVX-512) or 4 elements at a time in
-// assembly where every lane allows it, else with the scalar code.
+// siluMul is SiLUMul's loop (see vectorExp).
 func siluMul(gate, up []float32) {
+	vectorExp(len(gate),
+		func(i int) int { return siluMul512(&gate[i], &up[i], len(gate)-i) },
+		func(i int) int { return siluMulAVX2(&gate[i], &up[i], len(gate)-i) },
+		func(lo, hi int) { siluMulGo(gate[lo:hi], up[lo:hi]) })
+}
+
+// vectorExp runs an elementwise loop built on the vector exponential over
+// n elements: from index i, k512 (AVX-512, 16 at a time) and k4 (4 at a
+// time) each do as many as they can and return the count, stopping before
+// a group with a lane they cannot take (NaN, or an argument above 700);
+// scalar computes [lo, hi) with the scalar exp: that group, and the tail.
+// All three give the same bits.
+func vectorExp(n int, k512, k4 func(i int) int, scalar func(lo, hi int)) {
 	i := 0
-	for useAsm && len(gate)-i >= 4 {
-		if use512 && len(gate)-i >= 16 {
-			i += siluMul512(&gate[i], &up[i], len(gate)-i)
-			if len(gate)-i < 4 {
+	for useAsm && n-i >= 4 {
+		if use512 && n-i >= 16 {
+			i += k512(i)
+			if n-i < 4 {
 				break
 			}
 		}
-		i += siluMulAVX2(&gate[i], &up[i], len(gate)-i)
-		if len(gate)-i < 4 {
+		i += k4(i)
+		if n-i < 4 {
 			break
 		}
-		siluMulGo(gate[i:i+4], up[i:i+4])
+		scalar(i, i+4)
 		i += 4
 	}
-	siluMulGo(gate[i:], up[i:])
+	scalar(i, n)
 }
 
 func fmaPeakLoop(iters int) (flops float64) {
