@@ -268,42 +268,45 @@ func (p *Pool) MatMulTW(c, a []float32, w *Matrix, m int) {
 
 // MatMulTWShared computes cs[i] = A·ws[i]ᵀ for every i, each exactly as
 // MatMulTW: the products of one input (the q, k and v projections, gate
-// and up), which quantizes A once for all the Q8 matrices among ws, and
-// copies it once to the row stride the float kernels read fastest
-// (paddedStride) where that differs from k.
+// and up), so every matrix has A's k columns. A is prepared once for all
+// of them: quantized for the Q8 matrices among ws, and copied to the row
+// stride the float kernels read fastest (paddedStride) where that differs
+// from k.
 func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) {
-	quantizedK := -1 // p.qa holds A's m rows quantized for this k
-	paddedK := -1    // p.apad holds A's m rows at stride paddedStride(m, k) for this k
+	if len(ws) == 0 {
+		return
+	}
+	k := ws[0].cols
+	var floats, q8 bool
 	for i, w := range ws {
-		c, n, k := cs[i], w.rows, w.cols
-		if m < 0 || !fits(m, n, len(c)) || !fits(m, k, len(a)) {
-			panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d with len(c)=%d len(a)=%d", m, n, k, len(c), len(a)))
+		if m < 0 || w.cols != k || !fits(m, w.rows, len(cs[i])) || !fits(m, k, len(a)) {
+			panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d (first matrix k=%d) with len(c)=%d len(a)=%d",
+				m, w.rows, w.cols, k, len(cs[i]), len(a)))
 		}
-		j := matMulJob{format: w.format, c: c, a: a, lda: k, w32: w.f32, w16: w.u16, wq: w.q8, m: m, n: n, k: k}
-		if lda := paddedStride(m, k); w.format != Q8 && lda != k {
-			if paddedK != k {
-				if need := m * lda; len(p.apad) < need {
-					p.apad = make([]float32, need)
-				}
-				for r := range m {
-					copy(p.apad[r*lda:r*lda+k], a[r*k:(r+1)*k])
-				}
-				paddedK = k
-			}
-			j.a, j.lda = p.apad, lda
+		floats = floats || w.format != Q8
+		q8 = q8 || w.format == Q8
+	}
+	aFloat, lda := a, k
+	if s := paddedStride(m, k); floats && s != k {
+		if need := m * s; len(p.apad) < need {
+			p.apad = make([]float32, need)
 		}
-		if w.format == Q8 && m > 0 && k > 0 {
-			rb := k / Q8Block * Q8BlockBytes
-			if quantizedK != k {
-				if need := m * rb; len(p.qa) < need {
-					p.qa = make([]byte, need)
-				}
-				p.quantize(p.qa, a, m, k)
-				quantizedK = k
-			}
-			j.qa = p.qa
+		for r := range m {
+			copy(p.apad[r*s:r*s+k], a[r*k:(r+1)*k])
 		}
-		p.run(j)
+		aFloat, lda = p.apad, s
+	}
+	var qa []byte
+	if q8 && m > 0 && k > 0 {
+		if need := m * (k / Q8Block * Q8BlockBytes); len(p.qa) < need {
+			p.qa = make([]byte, need)
+		}
+		p.quantize(p.qa, a, m, k)
+		qa = p.qa
+	}
+	for i, w := range ws {
+		p.run(matMulJob{format: w.format, c: cs[i], a: aFloat, lda: lda, w32: w.f32, w16: w.u16, wq: w.q8, qa: qa,
+			m: m, n: w.rows, k: k})
 	}
 }
 
