@@ -347,7 +347,8 @@ func TestGemm512MatchesAVX2(t *testing.T) {
 // stride (k a multiple of 1024, 4 rows or more, AVX-512), every element
 // still equals Dot of its A row and widened W row bit for bit, for each
 // format and thread count, and MatMulTWShared's one copy serves every
-// matrix of the same k.
+// matrix of the same k, beside a Q8 matrix that reads A quantized (its
+// product equals MatMulTW's alone).
 func TestMatMulTWPaddedStride(t *testing.T) {
 	r := rand.New(rand.NewPCG(45, 46))
 	for _, k := range []int{768, 1024, 2048} {
@@ -361,11 +362,20 @@ func TestMatMulTWPaddedStride(t *testing.T) {
 				raw, wide := as16(f, wf)
 				ms[f], wides[f] = New16(f, n, k, raw), wide
 			}
+			q8, err := ms[F32].QuantizeQ8()
+			if err != nil {
+				t.Fatal(err)
+			}
+			q8Alone := make([]float32, m*n)
+			p1 := NewPool(1)
+			p1.MatMulTW(q8Alone, a, q8, m)
+			p1.Close()
 			for threads := 1; threads <= 3; threads++ {
 				p := NewPool(threads)
 				for _, f := range []Format{F32, F16, BF16} {
-					c, c2 := make([]float32, m*n), make([]float32, m*n)
-					p.MatMulTWShared(a, m, [][]float32{c, c2}, []*Matrix{ms[f], ms[F32]})
+					c, c2, c3 := make([]float32, m*n), make([]float32, m*n), make([]float32, m*n)
+					p.MatMulTWShared(a, m, [][]float32{c, c3, c2}, []*Matrix{ms[f], q8, ms[F32]})
+					sameSlices(t, fmt.Sprintf("%v k=%d m=%d threads=%d: the Q8 product beside it", f, k, m, threads), c3, q8Alone)
 					for i := range m {
 						for j := range n {
 							what := fmt.Sprintf("%v k=%d m=%d threads=%d C[%d][%d]", f, k, m, threads, i, j)
