@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // upInfo is what `warden up` printed.
@@ -40,17 +42,23 @@ var (
 // TestUp: `warden up` in both shapes starts a working cluster of separate
 // processes, prints a key, URL and CA that work with a plain HTTPS client,
 // and leaves no process behind when stopped with Ctrl-C (exit 0) or when
-// it is killed itself.
+// it is killed itself. On the way, a worker stopped with SIGTERM is
+// started again and serves (P/D tcp), and a second `warden up` on the same
+// state directory is refused without touching it (single).
 func TestUp(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		args     []string
 		children int
 		kill     bool
+		// restart stops this worker while up runs and expects it back.
+		restart string
+		// second runs another `warden up` on the same state directory.
+		second bool
 	}{
-		{"P/D tcp, Ctrl-C", nil, 3, false},
-		{"single, Ctrl-C", []string{"--single"}, 2, false},
-		{"P/D shm, killed", []string{"--transfer", "shm"}, 3, true},
+		{"P/D tcp, Ctrl-C", nil, 3, false, "decode", false},
+		{"single, Ctrl-C", []string{"--single"}, 2, false, "", true},
+		{"P/D shm, killed", []string{"--transfer", "shm"}, 3, true, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
@@ -68,6 +76,13 @@ func TestUp(t *testing.T) {
 				t.Errorf("printed CA %q and curl line %q do not match the URL %s and state dir", info.ca, info.curl, info.baseURL)
 			}
 			checkUpServes(t, info)
+			if tc.restart != "" {
+				info.children = append(info.children, restartUpWorker(t, up, state, tc.restart))
+				checkUpServes(t, info)
+			}
+			if tc.second {
+				checkUpStateDirLocked(t, up, state)
+			}
 
 			if tc.kill {
 				if err := up.Kill(); err != nil {
@@ -84,6 +99,91 @@ func TestUp(t *testing.T) {
 				t.Errorf("processes of warden still run: %v", pids)
 			}
 		})
+	}
+}
+
+// restartUpWorker stops up's worker of role with SIGTERM, as an operator
+// or the OOM killer might, waits until up has started it again and the new
+// process has registered with the gateway, and returns the new pid.
+func restartUpWorker(t *testing.T, up *harness.Process, state, role string) int {
+	t.Helper()
+	started := regexp.MustCompile(`started the ` + role + ` worker \S+ \(pid (\d+)\)`).FindStringSubmatch(up.Log())
+	if started == nil {
+		t.Fatalf("up did not print the %s worker's pid:\n%s", role, up.Log())
+	}
+	pid, _ := strconv.Atoi(started[1])
+	workerLog := filepath.Join(state, "logs", "worker-"+role+".log")
+	registrations := func() int {
+		b, _ := os.ReadFile(workerLog)
+		return strings.Count(string(b), "registered with gateway")
+	}
+	before := registrations()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	restarted := regexp.MustCompile(`restarted the ` + role + ` worker \(pid (\d+)\)`)
+	deadline := time.Now().Add(harness.WaitTimeout)
+	var m []string
+	for m = restarted.FindStringSubmatch(up.Log()); m == nil || registrations() <= before; m = restarted.FindStringSubmatch(up.Log()) {
+		select {
+		case <-up.Done():
+			t.Fatalf("warden up exited (%v) after its %s worker stopped:\n%s", up.ExitErr(), role, up.Log())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the %s worker was not restarted and registered within %v:\n%s", role, harness.WaitTimeout, up.Log())
+		}
+	}
+	if !strings.Contains(up.Log(), "the "+role+" worker stopped unexpectedly") {
+		t.Errorf("up did not say that the %s worker stopped:\n%s", role, up.Log())
+	}
+	newPid, _ := strconv.Atoi(m[1])
+	if newPid == pid || parentOf(newPid) != up.Pid() {
+		t.Errorf("restarted worker pid %d (old %d), parent %d, want a new child of warden up (%d)", newPid, pid, parentOf(newPid), up.Pid())
+	}
+	return newPid
+}
+
+// checkUpStateDirLocked runs a second `warden up` on the state directory
+// of the running one: it must exit 1 naming the running one's pid, and
+// leave the running one's configs and logs as they were.
+func checkUpStateDirLocked(t *testing.T, up *harness.Process, state string) {
+	t.Helper()
+	gatewayConfig := filepath.Join(state, "gateway.yaml")
+	gatewayLog := filepath.Join(state, "logs", "gateway.log")
+	configBefore, err := os.ReadFile(gatewayConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logBefore, err := os.Stat(gatewayLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := env.NewProcess("second warden up", filepath.Join(t.TempDir(), "up2.log"),
+		"up", "--state-dir", state, "--listen", "127.0.0.1:0", "--single")
+	if err := second.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Kill() })
+	select {
+	case <-second.Done():
+	case <-time.After(harness.WaitTimeout):
+		t.Fatalf("a second warden up on a state directory in use still runs:\n%s", second.Log())
+	}
+	if code := exitCode(second.ExitErr()); code != 1 {
+		t.Errorf("second warden up: exit status %d, want 1:\n%s", code, second.Log())
+	}
+	if want := fmt.Sprintf("another warden up (pid %d) uses %s", up.Pid(), state); !strings.Contains(second.Log(), want) {
+		t.Errorf("second warden up does not say %q:\n%s", want, second.Log())
+	}
+	if strings.Contains(second.Log(), "started the") {
+		t.Errorf("second warden up started processes:\n%s", second.Log())
+	}
+	if configAfter, _ := os.ReadFile(gatewayConfig); !bytes.Equal(configAfter, configBefore) {
+		t.Errorf("second warden up rewrote %s", gatewayConfig)
+	}
+	if logAfter, err := os.Stat(gatewayLog); err != nil || logAfter.Size() < logBefore.Size() {
+		t.Errorf("second warden up truncated %s (%d bytes before, %v after)", gatewayLog, logBefore.Size(), logAfter)
 	}
 }
 
@@ -231,19 +331,74 @@ func exitCode(err error) int {
 
 // TestUpChildFails: when a child dies during start-up, `warden up` says
 // which one, shows its log and where it is, stops the others and exits 1.
+// The child here is the prefill worker, given a model directory whose
+// weights file is missing.
 func TestUpChildFails(t *testing.T) {
+	state := t.TempDir()
+	modelDir := filepath.Join(t.TempDir(), "broken")
+	if err := model.Init(modelDir, model.PresetTiny, 1, model.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(modelDir, "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	out, code, children := runUpToExit(t, "--state-dir", state, "--listen", "127.0.0.1:0", "--model-dir", modelDir)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	workerLog := filepath.Join(state, "logs", "worker-prefill.log")
+	if !strings.Contains(out, "the prefill worker stopped unexpectedly") || !strings.Contains(out, workerLog) {
+		t.Errorf("the error does not name the prefill worker and its log %s:\n%s", workerLog, out)
+	}
+	if strings.Contains(out, "API key") {
+		t.Errorf("a key was printed although start-up failed:\n%s", out)
+	}
+	waitGone(t, children)
+}
+
+// TestUpPortInUse: an address `warden up` needs and cannot bind is
+// reported before any process starts, with what to change: --listen for
+// the API, the config setting for a port the config pins.
+func TestUpPortInUse(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	busy := ln.Addr().String()
 	state := t.TempDir()
 	cfg := filepath.Join(state, "busy.yaml")
-	if err := os.WriteFile(cfg, []byte("gateway:\n  admin_listen: \""+ln.Addr().String()+"\"\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("gateway:\n  admin_listen: \""+busy+"\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"),
-		"up", "--state-dir", state, "--listen", "127.0.0.1:0", "--config", cfg)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"API", []string{"--listen", busy}, "--listen HOST:PORT"},
+		{"pinned admin", []string{"--listen", "127.0.0.1:0", "--config", cfg}, "change gateway.admin_listen in the config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code, children := runUpToExit(t, append([]string{"--state-dir", state}, tc.args...)...)
+			if code != 1 {
+				t.Errorf("exit status %d, want 1", code)
+			}
+			if !strings.Contains(out, busy+" is not free") || !strings.Contains(out, tc.want) {
+				t.Errorf("the error does not name %s as taken and say %q:\n%s", busy, tc.want, out)
+			}
+			if len(children) > 0 || strings.Contains(out, "started the") {
+				t.Errorf("processes were started before the port was checked:\n%s", out)
+			}
+		})
+	}
+}
+
+// runUpToExit runs `warden up` with args until it exits by itself, and
+// returns its output, exit status and the pids it printed.
+func runUpToExit(t *testing.T, args ...string) (out string, code int, children []int) {
+	t.Helper()
+	up := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), append([]string{"up"}, args...)...)
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -251,23 +406,12 @@ func TestUpChildFails(t *testing.T) {
 	select {
 	case <-up.Done():
 	case <-time.After(harness.WaitTimeout):
-		t.Fatalf("warden up still runs with its gateway's port taken:\n%s", up.Log())
+		t.Fatalf("warden up still runs:\n%s", up.Log())
 	}
-	out := up.Log()
-	if code := exitCode(up.ExitErr()); code != 1 {
-		t.Errorf("exit status %d, want 1", code)
-	}
-	gatewayLog := filepath.Join(state, "logs", "gateway.log")
-	if !strings.Contains(out, "the gateway stopped unexpectedly") || !strings.Contains(out, gatewayLog) {
-		t.Errorf("the error does not name the gateway and its log %s:\n%s", gatewayLog, out)
-	}
-	if strings.Contains(out, "API key") {
-		t.Errorf("a key was printed although start-up failed:\n%s", out)
-	}
-	var children []int
+	out = up.Log()
 	for _, m := range upPid.FindAllStringSubmatch(out, -1) {
 		pid, _ := strconv.Atoi(m[1])
 		children = append(children, pid)
 	}
-	waitGone(t, children)
+	return out, exitCode(up.ExitErr()), children
 }

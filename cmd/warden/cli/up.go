@@ -53,6 +53,11 @@ func runUp(ctx context.Context, e *env, args []string) error {
 	}
 	say := func(format string, a ...any) { fmt.Fprintf(e.stderr, "warden up: "+format+"\n", a...) }
 
+	unlock, err := lockStateDir(o.stateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if name, value, err := keySecretFor(o, os.LookupEnv); err != nil {
 		return err
 	} else if name != "" {
@@ -91,7 +96,7 @@ func runUp(ctx context.Context, e *env, args []string) error {
 		err = u.wait(ctx)
 	}
 	if ctx.Err() != nil && err == nil {
-		say("stopping")
+		u.sayStopping()
 	}
 	if stopErr := u.stopAll(); err == nil {
 		err = stopErr
@@ -273,24 +278,83 @@ func (u *upRun) issueKey(ctx context.Context) (string, error) {
 	return k.Key, nil
 }
 
-// wait returns nil when ctx ends (Ctrl-C), or an error when a child stops
-// by itself.
+// Restarts of a worker that stopped by itself: the delay doubles from
+// upRestartMin up to upRestartMax, and starts over once a worker ran for
+// upRestartReset.
+const (
+	upRestartMin   = time.Second
+	upRestartMax   = 30 * time.Second
+	upRestartReset = time.Minute
+)
+
+// wait runs until ctx ends (Ctrl-C), and then returns nil. A worker that
+// stops by itself meanwhile is started again, after a back-off, and
+// registers with the gateway as any restarted worker does; a gateway that
+// stops ends the wait with its crash report, since the tenant and the key
+// printed may have gone with it (the in-memory store).
 func (u *upRun) wait(ctx context.Context) error {
-	exited := make(chan *child, len(u.all()))
-	for _, c := range u.all() {
+	const gateway = -1
+	exited := make(chan int, len(u.workers)+1)
+	watch := func(i int, c *child) {
 		go func() {
 			select {
 			case <-c.done:
-				exited <- c
+				exited <- i
 			case <-ctx.Done():
 			}
 		}()
 	}
-	select {
-	case <-ctx.Done():
-		return nil
-	case c := <-exited:
-		return errors.New(c.crashReport())
+	watch(gateway, u.gateway)
+	for i, c := range u.workers {
+		watch(i, c)
+	}
+	delays := make([]time.Duration, len(u.workers))
+	for {
+		var i int
+		select {
+		case <-ctx.Done():
+			return nil
+		case i = <-exited:
+		}
+		if i == gateway {
+			return errors.New(u.gateway.crashReport())
+		}
+		old := u.workers[i]
+		if time.Since(old.started) >= upRestartReset || delays[i] == 0 {
+			delays[i] = upRestartMin
+		} else {
+			delays[i] = min(2*delays[i], upRestartMax)
+		}
+		u.say("%s; starting it again in %v", old.exitSummary(crashExcerpt(old.logPath, 20)), delays[i])
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delays[i]):
+		}
+		c, err := old.restart()
+		if err != nil {
+			return err
+		}
+		u.workers[i] = c
+		u.say("restarted the %s (pid %d)", c.name, c.cmd.Process.Pid)
+		watch(i, c)
+	}
+}
+
+// sayStopping tells what stopping waits for: the requests in flight, which
+// the gateway lets finish for up to its drain timeout.
+func (u *upRun) sayStopping() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	reqs, err := u.admin.Requests(ctx, adminclient.RequestFilter{})
+	switch {
+	case err != nil:
+		u.say("stopping")
+	case len(reqs) == 0:
+		u.say("stopping: no request in flight")
+	default:
+		u.say("stopping: draining %d request(s) in flight, for up to %v; Ctrl-C again to stop now",
+			len(reqs), u.plan.gateway.cfg.Gateway.DrainTimeout)
 	}
 }
 

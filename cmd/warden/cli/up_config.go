@@ -127,18 +127,19 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	} else if !pn.set("gateway", "listen") {
 		gw.Listen = upDefaultListen
 	}
-	if _, port, err := net.SplitHostPort(gw.Listen); err != nil {
+	if host, port, err := net.SplitHostPort(gw.Listen); err != nil {
 		return nil, fmt.Errorf("--listen %q: %w", gw.Listen, err)
 	} else if port == "0" {
-		host, _, _ := net.SplitHostPort(gw.Listen)
 		if gw.Listen, err = pp.pick(host); err != nil {
 			return nil, err
 		}
+	} else if err := checkFree(gw.Listen, "choose another address for the API with --listen HOST:PORT (port 0 picks a free one)"); err != nil {
+		return nil, fmt.Errorf("the API address %w", err)
 	}
-	if gw.AdminListen, err = pp.resolve(gw.AdminListen, pn.set("gateway", "admin_listen")); err != nil {
+	if gw.AdminListen, err = pp.resolve(gw.AdminListen, pn.set("gateway", "admin_listen"), "gateway.admin_listen"); err != nil {
 		return nil, err
 	}
-	if gw.RegistryListen, err = pp.resolve(gw.RegistryListen, pn.set("gateway", "registry_listen")); err != nil {
+	if gw.RegistryListen, err = pp.resolve(gw.RegistryListen, pn.set("gateway", "registry_listen"), "gateway.registry_listen"); err != nil {
 		return nil, err
 	}
 
@@ -265,10 +266,10 @@ func workerConfig(shared *config.Config, role config.Role, pn pins, pp *portPick
 	w.Role = role
 	keep := role != config.RolePrefill
 	var err error
-	if w.Listen, err = pp.resolve(w.Listen, keep && pn.set("worker", "listen")); err != nil {
+	if w.Listen, err = pp.resolve(w.Listen, keep && pn.set("worker", "listen"), "worker.listen"); err != nil {
 		return nil, err
 	}
-	if w.Transfer.Listen, err = pp.resolve(w.Transfer.Listen, keep && pn.set("worker", "transfer", "listen")); err != nil {
+	if w.Transfer.Listen, err = pp.resolve(w.Transfer.Listen, keep && pn.set("worker", "transfer", "listen"), "worker.transfer.listen"); err != nil {
 		return nil, err
 	}
 	if !keep || !pn.set("worker", "advertise_addr") {

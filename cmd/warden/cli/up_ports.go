@@ -22,17 +22,29 @@ func (pp *portPicker) pick(host string) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// resolve returns addr when it is pinned with a port, and otherwise a free
-// port: on addr's host when addr names one, else on loopback.
-func (pp *portPicker) resolve(addr string, pinned bool) (string, error) {
+// resolve returns addr when it is pinned with a port (after checking that
+// the port is free, field naming the config setting that pins it), and
+// otherwise a free port: on addr's host when addr names one, else on
+// loopback.
+func (pp *portPicker) resolve(addr string, pinned bool, field string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if pinned && err == nil && port != "0" {
-		return addr, nil
+		return addr, checkFree(addr, fmt.Sprintf("change %s in the config, or remove it to have a free port picked", field))
 	}
 	if !pinned || err != nil || host == "" {
 		host = "127.0.0.1"
 	}
 	return pp.pick(host)
+}
+
+// checkFree reports an error naming addr and hint when addr cannot be
+// bound now, so that `warden up` says so before it starts any process.
+func checkFree(addr, hint string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s is not free (%w): %s", addr, err, hint)
+	}
+	return ln.Close()
 }
 
 // release unbinds every picked port.

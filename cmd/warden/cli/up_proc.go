@@ -15,14 +15,29 @@ type child struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
+	args    []string
+	env     []string
+	started time.Time
 	done    chan struct{} // closed once the process was reaped
 	err     error         // Wait's result, set before done is closed
 }
 
-// startChild runs exe with args, its output appended to logPath, in its
-// own process group and tied to this process's life (childAttr).
+// startChild runs exe with args, its output written to logPath (a new
+// log), in its own process group and tied to this process's life
+// (childAttr).
 func startChild(name, exe string, args, env []string, logPath string) (*child, error) {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	return runChild(name, exe, args, env, logPath, os.O_TRUNC)
+}
+
+// restart runs c's command again as a new child whose output is appended
+// to c's log, after the lines that tell why c ended.
+func (c *child) restart() (*child, error) {
+	return runChild(c.name, c.cmd.Path, c.args, c.env, c.logPath, os.O_APPEND)
+}
+
+// runChild starts a child; logMode is os.O_TRUNC or os.O_APPEND.
+func runChild(name, exe string, args, env []string, logPath string, logMode int) (*child, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|logMode, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s log: %w", name, err)
 	}
@@ -34,7 +49,7 @@ func startChild(name, exe string, args, env []string, logPath string) (*child, e
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting the %s: %w", name, err)
 	}
-	c := &child{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	c := &child{name: name, logPath: logPath, cmd: cmd, args: args, env: env, started: time.Now(), done: make(chan struct{})}
 	go func() {
 		c.err = cmd.Wait()
 		close(c.done)
@@ -82,20 +97,9 @@ func (c *child) stop(grace time.Duration, force <-chan struct{}) error {
 // refused registration's cause) and the first lines of its crash (a Go
 // panic or fatal error) or else the last lines of its log.
 func (c *child) crashReport() string {
-	status := "exited"
-	if c.err != nil {
-		status = c.err.Error()
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "the %s stopped unexpectedly (%s)", c.name, status)
 	lines := crashExcerpt(c.logPath, 20)
-	for i := len(lines) - 1; i >= 0; i-- {
-		if strings.HasPrefix(lines[i], "warden ") {
-			fmt.Fprintf(&b, ": %s", lines[i])
-			break
-		}
-	}
-	fmt.Fprintf(&b, "; its log is %s", c.logPath)
+	var b strings.Builder
+	b.WriteString(c.exitSummary(lines))
 	if len(lines) > 0 {
 		b.WriteString(":\n")
 		for _, l := range lines {
@@ -103,6 +107,26 @@ func (c *child) crashReport() string {
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// exitSummary says in one line how c ended: its exit status, the error it
+// exited with (the CLI's last "warden ...: " line of lines, its log's
+// excerpt) and where its log is.
+func (c *child) exitSummary(lines []string) string {
+	status := "exited"
+	if c.err != nil {
+		status = c.err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the %s stopped unexpectedly (%s)", c.name, status)
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "warden ") {
+			fmt.Fprintf(&b, ": %s", lines[i])
+			break
+		}
+	}
+	fmt.Fprintf(&b, "; its log is %s", c.logPath)
+	return b.String()
 }
 
 // crashExcerpt returns up to n lines of the log at path: from the start of

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -207,4 +210,33 @@ func TestShellQuote(t *testing.T) {
 			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// TestLockStateDir: the state directory has one owner at a time; a second
+// lock names the holder's pid and writes nothing, and the lock is free
+// again once released.
+func TestLockStateDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	unlock, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockPath := filepath.Join(dir, upLockFile)
+	held, err := os.ReadFile(lockPath)
+	if err != nil || strings.TrimSpace(string(held)) != strconv.Itoa(os.Getpid()) {
+		t.Fatalf("lock file holds %q (%v), want this pid %d", held, err, os.Getpid())
+	}
+	_, err = lockStateDir(dir)
+	if !errors.Is(err, errStateDirBusy) || !strings.Contains(err.Error(), fmt.Sprintf("another warden up (pid %d) uses %s", os.Getpid(), dir)) {
+		t.Fatalf("second lock: %v, want %v naming pid %d and %s", err, errStateDirBusy, os.Getpid(), dir)
+	}
+	if again, _ := os.ReadFile(lockPath); string(again) != string(held) {
+		t.Errorf("the refused lock rewrote the lock file: %q, was %q", again, held)
+	}
+	unlock()
+	unlock2, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	unlock2()
 }

@@ -5,9 +5,10 @@
 //	warden_gpu_utilization_ratio{device}      0..1, over NVML's last sample period
 //	warden_gpu_info{device,uuid,name}         1
 //
-// device is the NVML device index. Where NVML cannot be used — no NVIDIA
-// driver (libnvidia-ml.so.1 missing), no GPU, or a binary built without
-// cgo — New logs that once at INFO and the collector exports nothing; it
+// device is the NVML device index. The collector reads NVML only in a
+// binary built with cgo and the build tag cuda or nvml. Where NVML cannot
+// be used — no NVIDIA driver (libnvidia-ml.so.1 missing), no GPU, or a
+// binary built without those — New logs that once at INFO and the collector exports nothing; it
 // never fails or panics.
 package gpu
 
@@ -19,8 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// errNoCgo is why NVML is unavailable in a binary built without cgo.
-var errNoCgo = errors.New("built without cgo")
+// errNoNVML is why NVML is unavailable in a binary built without cgo or
+// without the build tag cuda or nvml.
+var errNoNVML = errors.New("built without NVML (cgo and -tags cuda or nvml)")
 
 // reading is one device's state at scrape time. A field group whose
 // query failed is left out (memOK, utilOK false).
