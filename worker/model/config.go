@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // File names inside a model directory.
@@ -60,7 +61,8 @@ const (
 // defaults are applied: every size field is set and valid once ParseConfig
 // or LoadConfig returns it.
 // Marshalling a Config writes a config.json that Hugging Face transformers
-// and ParseConfig both read back unchanged.
+// and ParseConfig both read back unchanged (except RopeFactors, which only
+// a GGUF file sets).
 type Config struct {
 	Architectures     []string `json:"architectures"`
 	ModelType         string   `json:"model_type,omitempty"`
@@ -74,10 +76,16 @@ type Config struct {
 	RMSNormEps        float64  `json:"rms_norm_eps"` // default 1e-6
 	RopeTheta         float64  `json:"rope_theta"`   // default 10000
 	// RopeScaling is nil for plain RoPE.
-	RopeScaling           *RopeScaling `json:"rope_scaling"`
-	VocabSize             int          `json:"vocab_size"`
-	MaxPositionEmbeddings int          `json:"max_position_embeddings"`
-	TieWordEmbeddings     bool         `json:"tie_word_embeddings"`
+	RopeScaling *RopeScaling `json:"rope_scaling"`
+	// RopeFactors, when set, are the HeadDim/2 divisors of the rotary
+	// base frequencies given explicitly, as a GGUF file's
+	// rope_freqs.weight gives them (see RopeFreqFactors); RopeScaling is
+	// then nil. config.json cannot express them, so they are not
+	// marshalled.
+	RopeFactors           []float64 `json:"-"`
+	VocabSize             int       `json:"vocab_size"`
+	MaxPositionEmbeddings int       `json:"max_position_embeddings"`
+	TieWordEmbeddings     bool      `json:"tie_word_embeddings"`
 	// BOSTokenID is nil when config.json has none.
 	BOSTokenID  *int32   `json:"bos_token_id"`
 	EOSTokenIDs TokenIDs `json:"eos_token_id"`
@@ -328,6 +336,9 @@ func (c *Config) Validate() error {
 	if err := c.RopeScaling.validate(); err != nil {
 		return err
 	}
+	if err := c.validateRopeFactors(); err != nil {
+		return err
+	}
 	if c.BOSTokenID != nil {
 		if err := c.checkTokenID("bos_token_id", *c.BOSTokenID); err != nil {
 			return err
@@ -369,45 +380,80 @@ func (s *RopeScaling) validate() error {
 	return nil
 }
 
+func (c *Config) validateRopeFactors() error {
+	if c.RopeFactors == nil {
+		return nil
+	}
+	if c.RopeScaling != nil {
+		return fmt.Errorf("%w: both rope_scaling and explicit rope frequency factors", ErrInvalidConfig)
+	}
+	if len(c.RopeFactors) != c.HeadDim/2 {
+		return fmt.Errorf("%w: %d rope frequency factors for head_dim %d, want %d", ErrInvalidConfig, len(c.RopeFactors), c.HeadDim, c.HeadDim/2)
+	}
+	for i, f := range c.RopeFactors {
+		if !(f > 0) || math.IsInf(f, 0) {
+			return fmt.Errorf("%w: rope frequency factor %d is %v, want a finite number above 0", ErrInvalidConfig, i, f)
+		}
+	}
+	return nil
+}
+
+// RopeFreqFactors returns, for each dimension pair i = 0 … head_dim/2-1,
+// the divisor of its base frequency rope_theta ^ (-2i / head_dim) (the
+// form of llama.cpp's rope_freqs.weight): RopeFactors when set, all 1 for
+// plain RoPE, and with llama3 scaling (factor s, low_freq_factor a,
+// high_freq_factor b, original_max_position_embeddings L) by the
+// frequency's wavelength λ = 2π / frequency:
+//
+//	λ < L/b           (high frequency)  1
+//	λ > L/a           (low frequency)   s
+//	otherwise         (in between)      1 / ((1-t)/s + t),  t = (L/λ - a) / (b - a)
+//
+// This is transformers' _compute_llama3_parameters (which blends the
+// frequencies f/s and f with weights 1-t and t) written as divisors, as
+// llama.cpp's convert_hf_to_gguf.py writes them.
+func (c *Config) RopeFreqFactors() []float64 {
+	if c.RopeFactors != nil {
+		return slices.Clone(c.RopeFactors)
+	}
+	factors := make([]float64, c.HeadDim/2)
+	s := c.RopeScaling
+	for i := range factors {
+		factors[i] = 1
+		if s == nil {
+			continue
+		}
+		old := float64(s.OriginalMaxPositionEmbeddings)
+		wavelen := 2 * math.Pi / c.ropeBaseFreq(i)
+		switch {
+		case wavelen < old/s.HighFreqFactor:
+		case wavelen > old/s.LowFreqFactor:
+			factors[i] = s.Factor
+		default:
+			t := min(max((old/wavelen-s.LowFreqFactor)/(s.HighFreqFactor-s.LowFreqFactor), 0), 1)
+			factors[i] = 1 / ((1-t)/s.Factor + t)
+		}
+	}
+	return factors
+}
+
+// ropeBaseFreq is the unscaled frequency of dimension pair i.
+func (c *Config) ropeBaseFreq(i int) float64 {
+	return 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))
+}
+
 // RopeInvFreq returns the rotary inverse frequency of each dimension pair
 // i = 0 … head_dim/2-1 (dimension pair i rotates by position × result[i]):
 //
-//	f[i] = rope_theta ^ (-2i / head_dim)
+//	f[i] = rope_theta ^ (-2i / head_dim) / RopeFreqFactors()[i]
 //
-// With llama3 scaling (factor s, low_freq_factor a, high_freq_factor b,
-// original_max_position_embeddings L), each frequency is adjusted by its
-// wavelength λ = 2π / f[i]:
-//
-//	λ < L/b           (high frequency)  f[i] unchanged
-//	λ > L/a           (low frequency)   f[i] / s
-//	otherwise         (in between)      (1-t)·f[i]/s + t·f[i],  t = (L/λ - a) / (b - a)
-//
-// This matches transformers' _compute_llama3_parameters. Values are float64;
-// transformers computes them in float32, so an engine that wants its exact
-// numbers rounds each value to float32.
+// With llama3 scaling this matches transformers' _compute_llama3_parameters.
+// Values are float64; transformers computes them in float32, so an engine
+// that wants its exact numbers rounds each value to float32.
 func (c *Config) RopeInvFreq() []float64 {
-	half := c.HeadDim / 2
-	freq := make([]float64, half)
-	for i := range freq {
-		freq[i] = 1 / math.Pow(c.RopeTheta, float64(2*i)/float64(c.HeadDim))
-	}
-	s := c.RopeScaling
-	if s == nil {
-		return freq
-	}
-	old := float64(s.OriginalMaxPositionEmbeddings)
-	lowFreqWavelen := old / s.LowFreqFactor
-	highFreqWavelen := old / s.HighFreqFactor
+	freq := c.RopeFreqFactors()
 	for i, f := range freq {
-		wavelen := 2 * math.Pi / f
-		switch {
-		case wavelen < highFreqWavelen:
-		case wavelen > lowFreqWavelen:
-			freq[i] = f / s.Factor
-		default:
-			t := (old/wavelen - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
-			freq[i] = (1-t)*f/s.Factor + t*f
-		}
+		freq[i] = c.ropeBaseFreq(i) / f
 	}
 	return freq
 }

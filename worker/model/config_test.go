@@ -280,6 +280,80 @@ func TestRopeInvFreq(t *testing.T) {
 	}
 }
 
+// TestRopeFreqFactorsLlama31: the frequency divisors of Llama 3.1 8B's
+// config (head_dim 128, rope_theta 500000, llama3 factor 8, low 1,
+// high 4, original context 8192) equal llama.cpp's convert_hf_to_gguf.py
+// formula for rope_freqs.weight, computed here independently in float64:
+// 29 high-frequency pairs at 1 (wavelength under 2048), 29 low-frequency
+// ones at 8 (over 8192) and 6 smoothed in between; and RopeInvFreq is
+// each base frequency divided by its factor.
+func TestRopeFreqFactorsLlama31(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":14336,
+		"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"vocab_size":128256,
+		"max_position_embeddings":131072,"rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,
+		"high_freq_factor":4.0,"original_max_position_embeddings":8192,"rope_type":"llama3"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dim, base, factor, low, high, oldCtx = 128, 500000.0, 8.0, 1.0, 4.0, 8192.0
+	var want, inv []float64
+	ones, eights := 0, 0
+	for i := 0; i < dim; i += 2 {
+		freq := 1 / math.Pow(base, float64(i)/dim)
+		wavelen := 2 * math.Pi / freq
+		var f float64
+		switch {
+		case wavelen < oldCtx/high:
+			f = 1
+			ones++
+		case wavelen > oldCtx/low:
+			f = factor
+			eights++
+		default:
+			smooth := (oldCtx/wavelen - low) / (high - low)
+			f = 1 / ((1-smooth)/factor + smooth)
+		}
+		want = append(want, f)
+		inv = append(inv, freq/f)
+	}
+	if ones != 29 || eights != 29 {
+		t.Fatalf("reference: %d ones and %d eights, want 29 and 29", ones, eights)
+	}
+	checkClose(t, c.RopeFreqFactors(), want)
+	checkClose(t, c.RopeInvFreq(), inv)
+	if f := c.RopeFreqFactors(); f[28] != 1 || !(f[29] > 1) || !(f[34] < 8) || f[35] != 8 { // the smoothed band's edges
+		t.Errorf("factors 28..35: %v", f[28:36])
+	}
+}
+
+// TestRopeFactorsValidate: explicit factors (a GGUF file's) must be
+// head_dim/2 finite positive numbers, without rope_scaling beside them.
+func TestRopeFactorsValidate(t *testing.T) {
+	tiny, err := PresetConfig(PresetTiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiny.EOSTokenIDs = TokenIDs{1}
+	want := tiny.RopeInvFreq()
+	tiny.RopeFactors, tiny.RopeScaling = tiny.RopeFreqFactors(), nil
+	if err := tiny.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, tiny.RopeInvFreq(), want)
+	for _, bad := range [][]float64{{1, 2}, {1, 1, 1, 1, 1, 1, 1, math.NaN()}, {1, 1, 1, 1, 0, 1, 1, 1}, {1, 1, 1, 1, -2, 1, 1, 1}, {1, 1, 1, 1, 1, 1, 1, math.Inf(1)}} {
+		c := tiny
+		c.RopeFactors = bad
+		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("factors %v: %v", bad, err)
+		}
+	}
+	c := tiny
+	c.RopeScaling = &RopeScaling{RopeTypeLlama3, 8, 1, 4, 2048}
+	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("factors and rope_scaling: %v", err)
+	}
+}
+
 func checkClose(t *testing.T, got, want []float64) {
 	t.Helper()
 	if len(got) != len(want) {

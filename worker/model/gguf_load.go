@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -193,12 +194,8 @@ func ggufConfig(f *GGUFFile) (Config, error) {
 		return c, fmt.Errorf("GGUF rope.dimension_count %d is not the head size %d (partial rotary): %w", v, c.HeadDim, ErrUnsupportedArchitecture)
 	}
 	c.RopeTheta = f.float("llama.rope.freq_base", defaultRopeTheta)
-	if v, ok := f.uint(ggufLlama3OrigCtx); ok && v <= maxConfigPositions {
-		c.RopeScaling = &RopeScaling{RopeType: RopeTypeLlama3, Factor: f.float(ggufLlama3Factor, 0),
-			LowFreqFactor: f.float(ggufLlama3LowFreq, 0), HighFreqFactor: f.float(ggufLlama3HighFreq, 0),
-			OriginalMaxPositionEmbeddings: int(v)}
-	} else if f.Tensor(ggufRopeFreqs) != nil {
-		return c, fmt.Errorf("GGUF rope_freqs.weight without warden's Llama 3 RoPE parameters: %w", ErrUnsupportedArchitecture)
+	if err := ggufRope(f, &c); err != nil {
+		return c, err
 	}
 	c.RMSNormEps = f.float("llama.attention.layer_norm_rms_epsilon", defaultRMSNormEps)
 	embd := f.Tensor("token_embd.weight")
@@ -221,6 +218,67 @@ func ggufConfig(f *GGUFFile) (Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// ggufRopeTolerance bounds the relative difference between a
+// rope_freqs.weight factor and the one warden's Llama 3 keys give:
+// llama.cpp computes the factors in float32 and stores them as float32,
+// a few ulps (about 1e-7 each) from the float64 formula.
+const ggufRopeTolerance = 1e-5
+
+// ggufRope sets c's RoPE frequency scaling (c.HeadDim and c.RopeTheta
+// set) from llama.cpp's rope_freqs.weight and warden's
+// warden.rope.llama3.* keys. The tensor holds the divisor of each
+// dimension pair's frequency, whatever scaling made it, and llama.cpp
+// applies it as it is, so without warden's keys it becomes c.RopeFactors.
+// With the keys (ExportGGUF writes both), c.RopeScaling comes from them,
+// so the file runs bit for bit as the safetensors model it was exported
+// from, and a rope_freqs.weight that disagrees with them beyond float32
+// rounding is refused.
+func ggufRope(f *GGUFFile, c *Config) error {
+	factors, err := ggufRopeFactors(f, c.HeadDim)
+	if err != nil {
+		return err
+	}
+	orig, ok := f.uint(ggufLlama3OrigCtx)
+	if !ok {
+		c.RopeFactors = factors
+		return nil
+	}
+	c.RopeScaling = &RopeScaling{RopeType: RopeTypeLlama3, Factor: f.float(ggufLlama3Factor, 0),
+		LowFreqFactor: f.float(ggufLlama3LowFreq, 0), HighFreqFactor: f.float(ggufLlama3HighFreq, 0),
+		OriginalMaxPositionEmbeddings: int(min(orig, maxConfigPositions+1))}
+	if factors == nil {
+		return nil
+	}
+	if err := c.RopeScaling.validate(); err != nil {
+		return err
+	}
+	for i, want := range c.RopeFreqFactors() {
+		if !(math.Abs(factors[i]-want) <= ggufRopeTolerance*want) {
+			return ggufInvalidf("%s[%d] is %v, but the warden.rope.llama3.* keys give %v", ggufRopeFreqs, i, factors[i], want)
+		}
+	}
+	return nil
+}
+
+// ggufRopeFactors reads rope_freqs.weight (nil when absent): F32, one
+// factor per rotary dimension pair, as llama.cpp requires.
+func ggufRopeFactors(f *GGUFFile, headDim int) ([]float64, error) {
+	g := f.Tensor(ggufRopeFreqs)
+	if g == nil {
+		return nil, nil
+	}
+	if g.Type != GGMLF32 || len(g.Dims) != 1 || g.Dims[0] != uint64(headDim/2) {
+		return nil, ggufInvalidf("%s is %s %v, want F32 [%d] (one factor per rotary dimension pair)", ggufRopeFreqs, g.Type, g.Dims, headDim/2)
+	}
+	vals := make([]float32, headDim/2)
+	decodeFloats(vals, g.Data, F32)
+	factors := make([]float64, len(vals))
+	for i, v := range vals {
+		factors[i] = float64(v)
+	}
+	return factors, nil
 }
 
 // ggufNames maps a Hugging Face tensor name to llama.cpp's.

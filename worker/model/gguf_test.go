@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -150,23 +151,12 @@ func TestGGUFRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	rewrite := func(key string, v any) string {
-		var kv []GGUFKV
-		for _, e := range f.KV {
+		return rewriteGGUF(t, f, func(e *GGUFKV) bool {
 			if e.Key == key {
 				e.Value = v
 			}
-			kv = append(kv, e)
-		}
-		var ts []GGUFOutTensor
-		for _, x := range f.Tensors {
-			ts = append(ts, GGUFOutTensor{Name: x.Name, Dims: x.Dims, Type: x.Type, Size: uint64(len(x.Data)),
-				Fill: func(dst []byte) error { copy(dst, x.Data); return nil }})
-		}
-		out := filepath.Join(t.TempDir(), "x.gguf")
-		if err := WriteGGUF(out, kv, ts); err != nil {
-			t.Fatal(err)
-		}
-		return out
+			return true
+		}, nil)
 	}
 	if _, err := Load(rewrite("general.architecture", "qwen2")); !errors.Is(err, ErrUnsupportedArchitecture) {
 		t.Errorf("qwen2 GGUF: %v", err)
@@ -185,6 +175,131 @@ func TestGGUFRefuses(t *testing.T) {
 	}
 }
 
+// rewriteGGUF writes f again to a new file and returns its path: the
+// metadata entries keepKV keeps (after any change it makes), and the
+// tensors, each through editTensor when it is not nil.
+func rewriteGGUF(t testing.TB, f *GGUFFile, keepKV func(*GGUFKV) bool, editTensor func(*GGUFOutTensor)) string {
+	t.Helper()
+	var kv []GGUFKV
+	for _, e := range f.KV {
+		if keepKV(&e) {
+			kv = append(kv, e)
+		}
+	}
+	var ts []GGUFOutTensor
+	for _, x := range f.Tensors {
+		o := GGUFOutTensor{Name: x.Name, Dims: x.Dims, Type: x.Type, Size: uint64(len(x.Data)),
+			Fill: func(dst []byte) error { copy(dst, x.Data); return nil }}
+		if editTensor != nil {
+			editTensor(&o)
+		}
+		ts = append(ts, o)
+	}
+	out := filepath.Join(t.TempDir(), "x.gguf")
+	if err := WriteGGUF(out, kv, ts); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// withoutWardenKeys drops warden's own warden.* metadata, leaving the
+// layout llama.cpp's convert_hf_to_gguf.py writes for a Llama 3.1 model:
+// the llama3 RoPE scaling only in rope_freqs.weight.
+func withoutWardenKeys(e *GGUFKV) bool { return !strings.HasPrefix(e.Key, "warden.") }
+
+// f32Tensor makes o an F32 tensor of vals.
+func f32Tensor(o *GGUFOutTensor, vals ...float32) {
+	o.Type, o.Dims, o.Size = GGMLF32, []uint64{uint64(len(vals))}, 4*uint64(len(vals))
+	o.Fill = func(dst []byte) error { encodeFloats(dst, vals, F32); return nil }
+}
+
+// TestGGUFLlamaCppRopeFreqs: a Llama 3 file as llama.cpp writes it —
+// rope_freqs.weight and no warden.* keys — loads (it was refused): its
+// factors, exactly as stored, divide the base frequencies, within float32
+// rounding of the safetensors model's llama3 frequencies. A file with both
+// uses warden's keys (the exact Config), but is refused when the tensor
+// disagrees with them; malformed factors are refused naming the tensor.
+func TestGGUFLlamaCppRopeFreqs(t *testing.T) {
+	dir, path := ggufFixture(t, F32, GGMLF32)
+	src, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenGGUF(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stored := make([]float32, src.HeadDim/2)
+	decodeFloats(stored, f.Tensor(ggufRopeFreqs).Data, F32)
+
+	g, err := Load(rewriteGGUF(t, f, withoutWardenKeys, nil))
+	if err != nil {
+		t.Fatalf("llama.cpp layout refused: %v", err)
+	}
+	defer g.Close()
+	if g.Config.RopeScaling != nil || len(g.Config.RopeFactors) != len(stored) {
+		t.Fatalf("rope scaling %+v, factors %v", g.Config.RopeScaling, g.Config.RopeFactors)
+	}
+	want := src.RopeInvFreq()
+	for i, v := range g.Config.RopeInvFreq() {
+		if g.Config.RopeFactors[i] != float64(stored[i]) || math.Abs(v-want[i]) > 1e-7*want[i] {
+			t.Errorf("pair %d: factor %v (file %v), inv freq %v, safetensors %v", i, g.Config.RopeFactors[i], stored[i], v, want[i])
+		}
+	}
+	if stored[0] != 1 || stored[len(stored)-1] != 8 || slices.IndexFunc(stored, func(v float32) bool { return v > 1 && v < 8 }) < 0 {
+		t.Errorf("fixture's factors %v do not use all three llama3 branches", stored)
+	}
+
+	both, err := LoadModelConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if both.RopeFactors != nil || *both.RopeScaling != *src.RopeScaling || !slices.Equal(both.RopeInvFreq(), want) {
+		t.Errorf("with warden's keys: scaling %+v factors %v", both.RopeScaling, both.RopeFactors)
+	}
+	for name, edit := range map[string]func(*GGUFOutTensor){
+		"a factor 1% off": func(o *GGUFOutTensor) {
+			v := slices.Clone(stored)
+			v[3] *= 1.01
+			f32Tensor(o, v...)
+		},
+		"a NaN factor": func(o *GGUFOutTensor) { f32Tensor(o, 1, 1, 1, float32(math.NaN()), 8, 8, 8, 8) },
+	} {
+		_, err := Load(rewriteGGUF(t, f, func(*GGUFKV) bool { return true }, ropeFreqsEdit(edit)))
+		if !errors.Is(err, ErrInvalidGGUF) || !strings.Contains(err.Error(), "warden.rope.llama3") {
+			t.Errorf("keys and %s: %v", name, err)
+		}
+	}
+	for name, c := range map[string]struct {
+		edit    func(*GGUFOutTensor)
+		wantErr error
+	}{
+		"7 factors":     {func(o *GGUFOutTensor) { f32Tensor(o, 1, 1, 1, 2, 8, 8, 8) }, ErrInvalidGGUF},
+		"F16 factors":   {func(o *GGUFOutTensor) { o.Type, o.Size = GGMLF16, 16 }, ErrInvalidGGUF},
+		"a 2-D tensor":  {func(o *GGUFOutTensor) { o.Dims = []uint64{4, 2} }, ErrInvalidGGUF},
+		"a zero factor": {func(o *GGUFOutTensor) { f32Tensor(o, 1, 1, 1, 0, 8, 8, 8, 8) }, ErrInvalidConfig},
+		"an infinite factor": {func(o *GGUFOutTensor) {
+			f32Tensor(o, 1, 1, 1, float32(math.Inf(1)), 8, 8, 8, 8)
+		}, ErrInvalidConfig},
+		"a negative factor": {func(o *GGUFOutTensor) { f32Tensor(o, 1, 1, 1, -2, 8, 8, 8, 8) }, ErrInvalidConfig},
+	} {
+		_, err := Load(rewriteGGUF(t, f, withoutWardenKeys, ropeFreqsEdit(c.edit)))
+		if !errors.Is(err, c.wantErr) || !strings.Contains(err.Error(), "rope") {
+			t.Errorf("%s: %v, want %v", name, err, c.wantErr)
+		}
+	}
+}
+
+// ropeFreqsEdit applies edit to rope_freqs.weight only.
+func ropeFreqsEdit(edit func(*GGUFOutTensor)) func(*GGUFOutTensor) {
+	return func(o *GGUFOutTensor) {
+		if o.Name == ggufRopeFreqs {
+			edit(o)
+		}
+	}
+}
+
 // FuzzGGUF: ParseGGUF never panics or over-allocates, whatever it
 // accepts has every tensor inside the input, and decoding any accepted
 // tensor (F32 to Q6_K blocks) fails only with ErrInvalidGGUF.
@@ -198,6 +313,15 @@ func FuzzGGUF(f *testing.F) {
 	f.Add(data)
 	f.Add([]byte("GGUF\x03\x00\x00\x00"))
 	f.Add(writeKQuantTensors(f))
+	g, err := ParseGGUF(data)
+	if err != nil {
+		f.Fatal(err)
+	}
+	llamaCpp, err := os.ReadFile(rewriteGGUF(f, g, withoutWardenKeys, nil)) // rope_freqs.weight alone
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(llamaCpp)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g, err := ParseGGUF(b)
 		if err != nil {

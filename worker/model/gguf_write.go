@@ -298,7 +298,7 @@ func ExportGGUF(srcDir, outPath string, typ GGMLType) error {
 			}
 		}
 	}
-	if c.RopeScaling != nil {
+	if c.RopeScaling != nil || c.RopeFactors != nil {
 		ts = append(ts, ropeFreqsTensor(c))
 	}
 	if err := add("output_norm.weight", w.Norm, GGMLF32, 0); err != nil {
@@ -314,7 +314,8 @@ func ExportGGUF(srcDir, outPath string, typ GGMLType) error {
 
 // Llama 3 RoPE scaling: llama.cpp reads the per-frequency divisors from
 // the rope_freqs.weight tensor (as convert_hf_to_gguf.py writes it); warden
-// also records the four parameters under its own keys to rebuild Config.
+// also records the four parameters under its own keys, so that loading the
+// file gives back the exact Config (see ggufRope).
 const (
 	ggufLlama3Factor   = "warden.rope.llama3.factor"
 	ggufLlama3LowFreq  = "warden.rope.llama3.low_freq_factor"
@@ -323,16 +324,14 @@ const (
 	ggufRopeFreqs      = "rope_freqs.weight"
 )
 
-// ropeFreqsTensor is llama.cpp's rope_freqs.weight: for each rotary
-// frequency, plain frequency ÷ Llama 3 scaled frequency.
+// ropeFreqsTensor is llama.cpp's rope_freqs.weight: c.RopeFreqFactors()
+// in float32.
 func ropeFreqsTensor(c *Config) GGUFOutTensor {
-	plain := *c
-	plain.RopeScaling = nil
-	base, scaled := plain.RopeInvFreq(), c.RopeInvFreq()
-	return GGUFOutTensor{Name: ggufRopeFreqs, Dims: []uint64{uint64(len(base))}, Type: GGMLF32, Size: 4 * uint64(len(base)),
+	factors := c.RopeFreqFactors()
+	return GGUFOutTensor{Name: ggufRopeFreqs, Dims: []uint64{uint64(len(factors))}, Type: GGMLF32, Size: 4 * uint64(len(factors)),
 		Fill: func(dst []byte) error {
-			for i := range base {
-				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(float32(base[i]/scaled[i])))
+			for i, v := range factors {
+				binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(float32(v)))
 			}
 			return nil
 		}}
