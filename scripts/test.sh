@@ -129,6 +129,10 @@ gotest() {
 
 step "go test -race" gotest -race -count=1 -timeout 9m "${race_pkgs[@]}"
 
+# The NVML collector is left out of the default build (no cgo warnings on
+# a cold build); its code is tested with the tag that builds it in.
+step "go test -tags nvml" gotest -count=1 -tags nvml ./internal/obs/gpu/
+
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/kvtransfer|/tenant|/gateway|/worker$')
 step "go test" gotest -count=1 -timeout 9m "${rest[@]}"
 

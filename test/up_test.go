@@ -331,8 +331,8 @@ func exitCode(err error) int {
 
 // TestUpChildFails: when a child dies during start-up, `warden up` says
 // which one, shows its log and where it is, stops the others and exits 1.
-// The child here is the prefill worker, given a model directory whose
-// weights file is missing.
+// The child here is the worker of a --single stack, given a model
+// directory whose weights file is missing.
 func TestUpChildFails(t *testing.T) {
 	state := t.TempDir()
 	modelDir := filepath.Join(t.TempDir(), "broken")
@@ -342,13 +342,14 @@ func TestUpChildFails(t *testing.T) {
 	if err := os.Remove(filepath.Join(modelDir, "model.safetensors")); err != nil {
 		t.Fatal(err)
 	}
-	out, code, children := runUpToExit(t, "--state-dir", state, "--listen", "127.0.0.1:0", "--model-dir", modelDir)
+	out, code, children := runUpToExit(t, "--state-dir", state, "--listen", "127.0.0.1:0", "--single", "--model-dir", modelDir)
 	if code != 1 {
 		t.Errorf("exit status %d, want 1", code)
 	}
-	workerLog := filepath.Join(state, "logs", "worker-prefill.log")
-	if !strings.Contains(out, "the prefill worker stopped unexpectedly") || !strings.Contains(out, workerLog) {
-		t.Errorf("the error does not name the prefill worker and its log %s:\n%s", workerLog, out)
+	workerLog := filepath.Join(state, "logs", "worker-both.log")
+	if !strings.Contains(out, "the both worker stopped unexpectedly") || !strings.Contains(out, workerLog) ||
+		!strings.Contains(out, "has neither model.safetensors") {
+		t.Errorf("the error does not name the worker, its cause and its log %s:\n%s", workerLog, out)
 	}
 	if strings.Contains(out, "API key") {
 		t.Errorf("a key was printed although start-up failed:\n%s", out)

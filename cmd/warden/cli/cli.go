@@ -46,7 +46,7 @@ func commands() []command {
 		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin, false},
 		{"bench", "benchmarks: engine, gateway, tenants", runBench, false},
 		{"probe", "audit an OpenAI-compatible endpoint for cross-tenant leakage", runProbe, false},
-		{"version", "print the version", runVersion, false},
+		{"version", "print the version, commit, Go version and build tags (also --version)", runVersion, false},
 	}
 }
 
@@ -55,6 +55,9 @@ func commands() []command {
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	cmds := commands()
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr, cmds)
 		if len(args) == 0 {
@@ -141,14 +144,5 @@ func parse(fs *flag.FlagSet, args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	return nil
-}
-
-func runVersion(_ context.Context, e *env, args []string) error {
-	fs := newFlags(e, "version", "version")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	fmt.Fprintln(e.stdout, "warden", Version)
 	return nil
 }

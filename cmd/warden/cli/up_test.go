@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -239,4 +240,20 @@ func TestLockStateDir(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	unlock2()
+}
+
+// TestVersion: `warden --version` and `warden version` print the version,
+// commit, Go version and build tags.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"version"}} {
+		var out, errOut strings.Builder
+		if code := Main(t.Context(), args, &out, &errOut); code != 0 {
+			t.Fatalf("warden %v: exit %d: %s", args, code, errOut.String())
+		}
+		for _, want := range []string{"warden ", "\n  commit ", "\n  commit date ", "\n  go          " + runtime.Version(), "\n  build tags  "} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("warden %v printed %q, missing %q", args, out.String(), want)
+			}
+		}
+	}
 }
