@@ -880,6 +880,8 @@ func testAdminBadInput(t *testing.T, c *harness.Cluster) {
 		{"negative limit", []string{"--token-file", tokenFile, "limits", "set", "admin-bad", "--requests-per-minute", "-5"},
 			[]string{"requests_per_minute"}},
 		{"unknown tenant", []string{"--token-file", tokenFile, "tenants", "get", "nobody"}, []string{"404", adminclient.CodeNotFound}},
+		{"model not served", []string{"--token-file", tokenFile, "model-limits", "set", "llama-70b", "--max-context", "100"},
+			[]string{`model "llama-70b" is not served`, "--force"}},
 	} {
 		args := append([]string{"admin", "--url", g.AdminURL, "--cacert", env.PKI.CACert}, tc.args...)
 		out, err := exec.Command(env.Bin, args...).CombinedOutput()
@@ -891,5 +893,19 @@ func testAdminBadInput(t *testing.T, c *harness.Cluster) {
 				t.Errorf("CLI %s: the error does not say %q:\n%s", tc.name, w, out)
 			}
 		}
+	}
+	if _, err := c.Gateways[0].Admin.GetModelLimits(ctx, "llama-70b"); !adminclient.IsNotFound(err) {
+		t.Errorf("limits of the model not served were set without --force: %v", err)
+	}
+	// --force sets them all the same (a model about to be added).
+	args := []string{"admin", "--url", g.AdminURL, "--cacert", env.PKI.CACert, "--token-file", tokenFile, "model-limits", "set", "llama-70b", "--max-context", "100", "--force"}
+	if out, err := exec.Command(env.Bin, args...).CombinedOutput(); err != nil {
+		t.Errorf("model-limits set --force: %v:\n%s", err, out)
+	}
+	if m, err := c.Gateways[0].Admin.GetModelLimits(ctx, "llama-70b"); err != nil || m.MaxContext != 100 {
+		t.Errorf("limits set with --force: %+v, %v", m, err)
+	}
+	if err := c.Gateways[0].Admin.DeleteModelLimits(ctx, "llama-70b"); err != nil {
+		t.Error(err)
 	}
 }

@@ -122,10 +122,21 @@ func adminCommands() []adminCmd {
 	}
 }
 
-func adminUsageText(w io.Writer) {
-	fmt.Fprintln(w, "usage: warden admin [connection flags] <command> [arguments] [flags]\n\ncommands:")
+func adminUsageText(w io.Writer) { adminGroupUsage(w, "") }
+
+// adminGroupUsage prints the usage of the admin commands whose first word
+// is group (`warden admin tenants -h`), or of every command for "".
+func adminGroupUsage(w io.Writer, group string) {
+	synopsis := "<command>"
+	if group != "" {
+		synopsis = group + " <command>"
+	}
+	fmt.Fprintf(w, "usage: warden admin [connection flags] %s [arguments] [flags]\n\ncommands:\n", synopsis)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range adminCommands() {
+		if group != "" && strings.Fields(c.path)[0] != group {
+			continue
+		}
 		// Positional arguments only; -h shows a command's flags.
 		words := []string{c.path}
 		for _, f := range strings.Fields(c.args) {
@@ -140,6 +151,22 @@ func adminUsageText(w io.Writer) {
 	fmt.Fprintln(w, "             --budget-period day|month|DURATION --allowed-models a,b --max-priority N (0 = priority 0 only)")
 	fmt.Fprintln(w, "\nconnection flags (before or after the command): --url --token --token-file --cacert --json --timeout")
 	fmt.Fprintln(w, "Run 'warden admin <command> -h' for a command's flags.")
+}
+
+// isAdminGroup reports whether word is the first word of an admin
+// command of several words (tenants, keys, workers, ...).
+func isAdminGroup(word string) bool {
+	for _, c := range adminCommands() {
+		if first, rest, _ := strings.Cut(c.path, " "); first == word && rest != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// isHelpFlag reports whether arg asks for help as the flag package reads it.
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "--h" || arg == "-help" || arg == "--help"
 }
 
 // adminRun is the state of one `warden admin` invocation.
@@ -171,6 +198,15 @@ func runAdmin(ctx context.Context, e *env, args []string) error {
 		if len(rest) >= len(words) && strings.Join(rest[:len(words)], " ") == c.path {
 			return c.run(ctx, &adminRun{e: e, conn: conn, cmd: c}, rest[len(words):])
 		}
+	}
+	if isAdminGroup(rest[0]) {
+		// A group without its command (`warden admin tenants`), or asking
+		// for help (`warden admin tenants -h`): the group's commands.
+		adminGroupUsage(e.stderr, rest[0])
+		if len(rest) > 1 && !isHelpFlag(rest[1]) {
+			fmt.Fprintf(e.stderr, "\nwarden admin: unknown command %q\n", strings.Join(rest, " "))
+		}
+		return groupUsageResult(rest[1:])
 	}
 	fmt.Fprintf(e.stderr, "warden admin: unknown command %q\n\n", strings.Join(rest, " "))
 	adminUsageText(e.stderr)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/tenant"
@@ -41,6 +42,7 @@ func adminModelLimitsSet(ctx context.Context, a *adminRun, args []string) error 
 	maxContext := fs.Int64("max-context", 0, "ceiling on prompt + output tokens (0 = none beyond the effective context)")
 	maxOutput := fs.Int64("max-output-tokens", 0, "cap on max_tokens (0 = none)")
 	tenants := fs.String("allowed-tenants", "", "comma-separated tenants that may use the model (empty = all)")
+	force := fs.Bool("force", false, "set the limits even if the gateway does not serve the model (yet)")
 	pos, err := a.parse(fs, args, "<model>")
 	if err != nil {
 		return err
@@ -53,6 +55,11 @@ func adminModelLimitsSet(ctx context.Context, a *adminRun, args []string) error 
 	c, err := a.client()
 	if err != nil {
 		return err
+	}
+	if !*force {
+		if err := checkServed(ctx, c, pos[0]); err != nil {
+			return err
+		}
 	}
 	m, err := c.GetModelLimits(ctx, pos[0])
 	if err != nil && !adminclient.IsNotFound(err) {
@@ -100,4 +107,23 @@ func adminModels(ctx context.Context, a *adminRun, args []string) error {
 				m.Verdict, m.Serving, listOr(workers, "-"))
 		}
 	})
+}
+
+// checkServed returns an error, unless the gateway's configuration lists
+// model, that says which models it serves and how to go on anyway: limits
+// of a misspelt model would silently apply to nothing.
+func checkServed(ctx context.Context, c *adminclient.Client, model string) error {
+	models, err := c.Models(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, m := range models {
+		if m.Name == model {
+			return nil
+		}
+		names = append(names, m.Name)
+	}
+	return exitError{code: 1, msg: fmt.Sprintf("model %q is not served by this gateway (it serves: %s); check the name, or give --force to set its limits before the model is added",
+		model, strings.Join(names, ", "))}
 }

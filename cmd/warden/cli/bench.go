@@ -29,8 +29,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 			return run(ctx, e, args[1:])
 		}
 	}
-	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet [flags]")
-	return errUsage
+	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet [flags]\n\nRun 'warden bench <benchmark> -h' for its flags.")
+	return groupUsageResult(args)
 }
 
 // redisOff is the --redis value that skips Redis.

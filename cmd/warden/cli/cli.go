@@ -131,6 +131,16 @@ func newFlags(e *env, name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// groupUsageResult is what a command group returns after printing its
+// usage: flag.ErrHelp (exit 0) when args asked for help, errUsage (exit
+// 2) for a missing or unknown subcommand.
+func groupUsageResult(args []string) error {
+	if len(args) == 1 && isHelpFlag(args[0]) {
+		return flag.ErrHelp
+	}
+	return errUsage
+}
+
 // parse parses args and rejects stray positional arguments.
 func parse(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {

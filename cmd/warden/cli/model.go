@@ -17,7 +17,7 @@ func runModel(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.stderr, "usage: warden model init --out DIR --preset tiny|small [--family "+strings.Join(model.FamilyNames(), "|")+"] [--tokenizer-from DIR] [--seed N] [--dtype f32|bf16|f16]")
 	fmt.Fprintln(e.stderr, "       warden model export-gguf --model-dir DIR --out FILE.gguf [--dtype f32|f16|bf16|q8_0|q4_k|q6_k]")
-	return errUsage
+	return groupUsageResult(args)
 }
 
 // runModelExportGGUF writes a safetensors Llama model directory as a GGUF

@@ -257,3 +257,35 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpEverywhere: -h on every command at every level (top-level
+// commands, groups, and each admin, model and bench subcommand) prints a
+// usage and exits 0.
+func TestHelpEverywhere(t *testing.T) {
+	var paths [][]string
+	for _, c := range commands() {
+		paths = append(paths, []string{c.name})
+	}
+	groups := map[string]bool{}
+	for _, c := range adminCommands() {
+		words := strings.Fields(c.path)
+		paths = append(paths, append([]string{"admin"}, words...))
+		if len(words) > 1 && !groups[words[0]] {
+			groups[words[0]] = true
+			paths = append(paths, []string{"admin", words[0]})
+		}
+	}
+	for _, sub := range []string{"init", "export-gguf"} {
+		paths = append(paths, []string{"model", sub})
+	}
+	for _, sub := range []string{"engine", "gateway", "tenants", "pd", "prefix", "fleet"} {
+		paths = append(paths, []string{"bench", sub})
+	}
+	for _, p := range paths {
+		var out, errOut strings.Builder
+		args := append(slices.Clone(p), "-h")
+		if code := Main(t.Context(), args, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage: warden") {
+			t.Errorf("warden %s: exit %d, want 0 with a usage:\n%s", strings.Join(args, " "), code, errOut.String())
+		}
+	}
+}
