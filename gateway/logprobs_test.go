@@ -152,18 +152,19 @@ func TestRealConstrainedLogprobsAreRaw(t *testing.T) {
 		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string", "maxLength": 8}},
 			"required": []string{"city"}, "additionalProperties": false}}}}
 	cases := []struct {
-		name  string
-		body  map[string]any
-		tools bool
-		valid func(msg map[string]any) bool
+		name   string
+		body   map[string]any
+		tools  bool
+		finish string
+		valid  func(msg map[string]any) bool
 	}{
 		{"integer schema", map[string]any{"response_format": map[string]any{"type": "json_schema",
-			"json_schema": map[string]any{"name": "n", "schema": map[string]any{"type": "integer"}}}}, false,
+			"json_schema": map[string]any{"name": "n", "schema": map[string]any{"type": "integer"}}}}, false, "stop",
 			func(msg map[string]any) bool {
 				_, err := strconv.ParseInt(fmt.Sprint(msg["content"]), 10, 64)
 				return err == nil
 			}},
-		{"named tool", map[string]any{"tools": tools, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}, true,
+		{"named tool", map[string]any{"tools": tools, "tool_choice": map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}}, true, "tool_calls",
 			func(msg map[string]any) bool {
 				calls, _ := msg["tool_calls"].([]any)
 				return len(calls) == 1 && strings.Contains(fmt.Sprint(calls[0]), "get_weather")
@@ -171,7 +172,7 @@ func TestRealConstrainedLogprobsAreRaw(t *testing.T) {
 	}
 	check := func(t *testing.T, tg *testGateway) {
 		for _, tc := range cases {
-			body := map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 48, "temperature": 1, "seed": 5,
+			body := map[string]any{"model": "tiny", "messages": msgs, "max_tokens": 96, "temperature": 1, "seed": 5,
 				"logprobs": true, "top_logprobs": top}
 			for k, v := range tc.body {
 				body[k] = v
@@ -179,8 +180,9 @@ func TestRealConstrainedLogprobsAreRaw(t *testing.T) {
 			code, _, raw := tg.post("/v1/chat/completions", body)
 			var resp struct {
 				Choices []struct {
-					Message  map[string]any
-					Logprobs struct {
+					Message      map[string]any
+					FinishReason string `json:"finish_reason"`
+					Logprobs     struct {
 						Content []struct {
 							Logprob     float64
 							Bytes       []byte
@@ -195,7 +197,8 @@ func TestRealConstrainedLogprobsAreRaw(t *testing.T) {
 					PromptTokens int `json:"prompt_tokens"`
 				}
 			}
-			if code != http.StatusOK || json.Unmarshal(raw, &resp) != nil || len(resp.Choices) != 1 || !tc.valid(resp.Choices[0].Message) {
+			if code != http.StatusOK || json.Unmarshal(raw, &resp) != nil || len(resp.Choices) != 1 ||
+				resp.Choices[0].FinishReason != tc.finish || !tc.valid(resp.Choices[0].Message) {
 				t.Fatalf("%s: %d %s", tc.name, code, raw)
 			}
 			opts := tokenizer.ChatOptions{AddGenerationPrompt: true}
@@ -241,6 +244,7 @@ func TestRealConstrainedLogprobsAreRaw(t *testing.T) {
 				}
 				prefix = append(prefix, id)
 			}
+			t.Logf("%s: %d tokens checked", tc.name, len(content))
 		}
 	}
 
