@@ -123,7 +123,12 @@ func requestView(s lifecycle.Snapshot) admin.RequestView {
 		PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens,
 		Started: s.Received, Finished: s.Finished,
 	}
+	// A worker asked but not holding the request (a Reserve refused for
+	// capacity: the request waits in the queue) is not named.
 	for _, w := range s.Workers {
+		if !w.Placed {
+			continue
+		}
 		switch w.Role {
 		case registry.RolePrefill:
 			v.PrefillWorker = w.ID

@@ -29,6 +29,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 	sctx, cancel := workerContext(ctx)
 	defer cancel()
 	d.req.Involve(participant{w}, registry.RoleBoth)
+	d.req.Placed(w.ID(), true) // until it refuses the Generate (errRetry)
 	d.span.SetAttributes(attrDecodeWorker.String(w.ID()))
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
@@ -110,6 +111,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 // startPrefill enters the prefilling stage on rt's prefill worker.
 func (d *driver) startPrefill(ctx context.Context, rt registry.Route) error {
 	d.req.Involve(participant{rt.Prefill}, registry.RolePrefill)
+	d.req.Placed(rt.Prefill.ID(), true)
 	if err := d.req.Advance(lifecycle.Prefilling); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
@@ -143,6 +145,8 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 		case d.failover(w, err):
 			if next := d.g.reg.PrefillFor(rt.Decode); next != nil {
 				d.req.Involve(participant{next}, registry.RolePrefill)
+				d.req.Placed(w.ID(), false)
+				d.req.Placed(next.ID(), true)
 				d.span.SetAttributes(attrPrefillWorker.String(next.ID()))
 				w = next
 				continue

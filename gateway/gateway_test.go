@@ -15,6 +15,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
@@ -382,6 +383,64 @@ func TestTransientShortageWaitsThenServes(t *testing.T) {
 		t.Fatalf("after waiting: %v", r.err)
 	}
 	waitFor(t, "pages back", func() bool { return decode.freePages() == 64 })
+}
+
+// TestRequestViewNamesOnlyPlacedWorkers: the admin request view names a
+// worker only once the request holds a reservation there. A request whose
+// decode worker refused its Reserve for capacity waits in the queue with
+// no worker named, and still none once aborted through the admin API; a
+// placed request names its prefill and decode workers.
+func TestRequestViewNamesOnlyPlacedWorkers(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	fab := &fabric{}
+	decode := newFake(tg, controlpb.Role_ROLE_DECODE, 64, fab).start()
+	prefill := newFake(tg, controlpb.Role_ROLE_PREFILL, 64, fab).start()
+	decode.setFree(1) // fits the pool, not the free pages now
+	view := func(id string) adminclient.RequestView {
+		t.Helper()
+		code, body := tg.admin(http.MethodGet, "/admin/v1/requests/"+id)
+		var v adminclient.RequestView
+		if code != http.StatusOK || json.Unmarshal(body, &v) != nil {
+			t.Fatalf("request view of %s: %d %s", id, code, body)
+		}
+		return v
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+		done <- err
+	}()
+	var id string
+	waitFor(t, "a Reserve refused and the request waiting in the queue", func() bool {
+		for _, c := range decode.requestCalls() {
+			if c.method == "Reserve" {
+				id = c.request
+			}
+		}
+		return id != "" && tg.queue.Len() == 1
+	})
+	if v := view(id); v.State != "admitted" || v.PrefillWorker != "" || v.DecodeWorker != "" {
+		t.Fatalf("waiting request: %+v, want no worker", v)
+	}
+	if code, err := adminAbort(tg, id); err != nil || code != http.StatusOK {
+		t.Fatalf("admin abort: %d %v", code, err)
+	}
+	if err := <-done; err == nil {
+		t.Fatal("the aborted request succeeded")
+	}
+	if v := view(id); v.State != "aborted" || v.PrefillWorker != "" || v.DecodeWorker != "" {
+		t.Fatalf("request aborted while waiting: %+v, want no worker", v)
+	}
+
+	decode.setFree(64)
+	resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := view("req_" + strings.TrimPrefix(resp.ID, "chatcmpl-")); v.State != "completed" ||
+		v.PrefillWorker != prefill.id || v.DecodeWorker != decode.id {
+		t.Fatalf("placed request: %+v, want prefill %s and decode %s", v, prefill.id, decode.id)
+	}
 }
 
 func TestQueueTimeoutIs429AndHoldsNothing(t *testing.T) {

@@ -130,6 +130,7 @@ func (d *driver) serve() error {
 			return d.aborted(err)
 		}
 		d.releaseRoute()
+		d.req.Placed(rt.Decode.ID(), false)
 		if err := d.req.Advance(lifecycle.Admitted); err != nil {
 			return failed(lifecycle.CauseInternal, api.Internal(), err)
 		}

@@ -26,6 +26,17 @@ var toolReplyCalls = []toolCallOut{{"get_weather", `{"city": "Zürich", "days": 
 // Hermes tool format and whose reply is toolReply (3 byte tokens an event).
 func hermesToolsWorker(t *testing.T, tg *testGateway) {
 	t.Helper()
+	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	w.assets.TokenizerConfigJson = hermesTokenizerConfig(t)
+	w.reply = toolReply
+	w.start()
+}
+
+// hermesTokenizerConfig is the tiny model's tokenizer_config.json with a
+// chat template that offers tools in the Hermes format (and renders
+// nothing of them but a line saying how to call them).
+func hermesTokenizerConfig(t testing.TB) []byte {
+	t.Helper()
 	var cfg map[string]any
 	if err := json.Unmarshal(tokFiles.configJSON, &cfg); err != nil {
 		t.Fatal(err)
@@ -36,10 +47,7 @@ func hermesToolsWorker(t *testing.T, tg *testGateway) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
-	w.assets.TokenizerConfigJson = raw
-	w.reply = toolReply
-	w.start()
+	return raw
 }
 
 func toolParams() openai.ChatCompletionNewParams {

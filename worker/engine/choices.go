@@ -116,16 +116,3 @@ func (e *Engine) fork(s *sequence, first func(f *sequence) (int32, *Logprobs)) {
 		e.emit(f, tok, lp)
 	}
 }
-
-// sampleFork samples choice f's first token from its own copy of the
-// prompt's last logits (before the first choice's constraint masks them).
-func (e *Engine) sampleFork(f *sequence, logits []float32) (int32, *Logprobs) {
-	e.forkLogits = append(e.forkLogits[:0], logits...)
-	f.constrain(e.forkLogits)
-	tok := e.sampler.sample(e.forkLogits, f.req.Sampling, f.generated)
-	var lp *Logprobs
-	if f.req.Sampling.Logprobs {
-		lp = e.lps.logprobs(e.forkLogits, tok, f.req.Sampling.TopLogprobs)
-	}
-	return tok, lp
-}

@@ -127,8 +127,9 @@ type Engine struct {
 	cachedTokens                       atomic.Uint64
 	prefills, forkTokens               atomic.Uint64
 	preemptions                        atomic.Uint64
-	// forkLogits is the scratch copy each choice of a fork samples from.
-	forkLogits         []float32
+	// masked is the scratch copy of a logits row a constrained sequence
+	// masks and samples from (pick).
+	masked             []float32
 	nRunning, nWaiting atomic.Int64
 }
 
@@ -604,15 +605,30 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 		return
 	}
 	if s.forks != nil {
-		e.fork(s, func(f *sequence) (int32, *Logprobs) { return e.sampleFork(f, c.Logits) })
+		e.fork(s, func(f *sequence) (int32, *Logprobs) { return e.pick(f, c.Logits) })
 	}
-	s.constrain(c.Logits)
-	tok := e.sampler.sample(c.Logits, s.req.Sampling, s.generated)
-	var lp *Logprobs
-	if s.req.Sampling.Logprobs {
-		lp = e.lps.logprobs(c.Logits, tok, s.req.Sampling.TopLogprobs)
-	}
+	tok, lp := e.pick(s, c.Logits)
 	e.emit(s, tok, lp)
+}
+
+// pick samples sequence s's next token from a logits row and, when the
+// request asks for them, computes its logprobs. The row is left as it is:
+// a constrained sequence masks and samples from its own copy, so the
+// logprobs (and the other choices of a fork, sampled from the same row)
+// see the raw distribution, before any mask, while the sampled token obeys
+// the mask.
+func (e *Engine) pick(s *sequence, logits []float32) (int32, *Logprobs) {
+	masked := logits
+	if s.constraint != nil {
+		e.masked = append(e.masked[:0], logits...)
+		masked = e.masked
+		s.constrain(masked)
+	}
+	tok := e.sampler.sample(masked, s.req.Sampling, s.generated)
+	if !s.req.Sampling.Logprobs {
+		return tok, nil
+	}
+	return tok, e.lps.logprobs(logits, tok, s.req.Sampling.TopLogprobs)
 }
 
 // emit handles a newly sampled token (with its logprobs, when asked

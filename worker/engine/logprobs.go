@@ -18,12 +18,14 @@ const NoLogprob = -9999.0
 // Logprobs is the log probability of one sampled token and of the most
 // likely alternatives at its position.
 //
-// They are computed from the raw logits the sampler receives — the
-// untempered distribution, before temperature, top_p, top_k or any token
-// mask, as OpenAI reports them — by a log-softmax in float64 over the
+// They are computed from the raw logits of the forward — the untempered
+// distribution, before temperature, top_p, top_k or any token mask, as
+// OpenAI reports them (a constrained sequence samples from a masked copy;
+// its token obeys the mask, its logprobs are those of an unconstrained
+// request with the same prefix) — by a log-softmax in float64 over the
 // float32 logits: logprob(t) = l[t] - m - log Σ exp(l[i] - m), with m the
-// largest logit, summed in id order and evaluated left to right. They depend only on the sequence's
-// own logits row, never on its batch mates.
+// largest logit, summed in id order and evaluated left to right. They
+// depend only on the sequence's own logits row, never on its batch mates.
 type Logprobs struct {
 	// Token is the sampled token and Logprob its log probability.
 	Token   int32

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 
@@ -99,40 +100,7 @@ func TestLogprobsMatchFloat64Reference(t *testing.T) {
 		if lp.Token != alone.tokens[i] {
 			t.Fatalf("token %d: logprobs are for %d, the token is %d", i, lp.Token, alone.tokens[i])
 		}
-		exact := logSoftmax64(widen(rows[i]))
-		want := logSoftmax64(ref[len(p)-1+i])
-		if lp.Logprob != exact[lp.Token] {
-			t.Errorf("token %d: logprob %v, float64 log-softmax of the engine's logits %v", i, lp.Logprob, exact[lp.Token])
-		}
-		if d := math.Abs(lp.Logprob - want[lp.Token]); d > 1e-3 {
-			t.Errorf("token %d: logprob %v, reference forward %v", i, lp.Logprob, want[lp.Token])
-		}
-		if len(lp.Top) != engine.MaxTopLogprobs {
-			t.Fatalf("token %d: %d alternatives, want %d", i, len(lp.Top), engine.MaxTopLogprobs)
-		}
-		// The top 20 of the float64 log-softmax, ties by id.
-		var best []int32
-		for range lp.Top {
-			pick := int32(-1)
-			for id, v := range exact {
-				taken := false
-				for _, b := range best {
-					taken = taken || b == int32(id)
-				}
-				if !taken && (pick < 0 || v > exact[pick]) {
-					pick = int32(id)
-				}
-			}
-			best = append(best, pick)
-		}
-		for j, alt := range lp.Top {
-			if alt.Token != best[j] || alt.Logprob != exact[best[j]] {
-				t.Fatalf("token %d alternative %d: %d at %v, want %d at %v", i, j, alt.Token, alt.Logprob, best[j], exact[best[j]])
-			}
-			if j > 0 && alt.Logprob > lp.Top[j-1].Logprob {
-				t.Fatalf("token %d: alternatives not sorted: %v", i, lp.Top)
-			}
-		}
+		checkRawLogprobs(t, fmt.Sprint("token ", i), lp, rows[i], ref[len(p)-1+i])
 	}
 
 	// The same request among seven others, with and without logprobs.
@@ -150,5 +118,48 @@ func TestLogprobsMatchFloat64Reference(t *testing.T) {
 	}
 	if !reflect.DeepEqual(batched.tokens, alone.tokens) || !reflect.DeepEqual(batched.lps, alone.lps) {
 		t.Fatalf("in a batch of 8 the logprobs differ from alone:\n got %v\nwant %v", batched.tokens, alone.tokens)
+	}
+}
+
+// checkRawLogprobs checks one token's logprobs (what names it) against
+// the raw logits row the engine's forward produced for its position and
+// the float64 reference forward's row for it: the token's logprob and its
+// 20 alternatives are exactly the float64 log-softmax of row (the
+// alternatives its top 20, ties by id, sorted), and within 1e-3 of the
+// log-softmax of ref.
+func checkRawLogprobs(t *testing.T, what string, lp *engine.Logprobs, row []float32, ref []float64) {
+	t.Helper()
+	exact := logSoftmax64(widen(row))
+	want := logSoftmax64(ref)
+	if lp.Logprob != exact[lp.Token] {
+		t.Errorf("%s: logprob %v, float64 log-softmax of the engine's logits %v", what, lp.Logprob, exact[lp.Token])
+	}
+	if d := math.Abs(lp.Logprob - want[lp.Token]); d > 1e-3 {
+		t.Errorf("%s: logprob %v, reference forward %v", what, lp.Logprob, want[lp.Token])
+	}
+	if len(lp.Top) != engine.MaxTopLogprobs {
+		t.Fatalf("%s: %d alternatives, want %d", what, len(lp.Top), engine.MaxTopLogprobs)
+	}
+	// The top 20 of the float64 log-softmax, ties by id.
+	var best []int32
+	for range lp.Top {
+		pick := int32(-1)
+		for id, v := range exact {
+			if !slices.Contains(best, int32(id)) && (pick < 0 || v > exact[pick]) {
+				pick = int32(id)
+			}
+		}
+		best = append(best, pick)
+	}
+	for j, alt := range lp.Top {
+		if alt.Token != best[j] || alt.Logprob != exact[best[j]] {
+			t.Fatalf("%s alternative %d: %d at %v, want %d at %v", what, j, alt.Token, alt.Logprob, best[j], exact[best[j]])
+		}
+		if d := math.Abs(alt.Logprob - want[alt.Token]); d > 1e-3 {
+			t.Fatalf("%s alternative %d: %d at %v, reference forward %v", what, j, alt.Token, alt.Logprob, want[alt.Token])
+		}
+		if j > 0 && alt.Logprob > lp.Top[j-1].Logprob {
+			t.Fatalf("%s: alternatives not sorted: %v", what, lp.Top)
+		}
 	}
 }

@@ -477,3 +477,41 @@ func TestStateNames(t *testing.T) {
 		t.Fatalf("names %q", got)
 	}
 }
+
+// TestPlacedWorkers: an involved worker is listed unplaced until Placed
+// marks it, Placed(false) (a refused Generate) unmarks it, a worker not
+// involved is ignored, and an unplaced worker still receives the abort.
+func TestPlacedWorkers(t *testing.T) {
+	tb := newTable(t, Config{})
+	r := start(t, tb, "req_placed")
+	driver(r)
+	decode, other := &fakeWorker{id: "d1"}, &fakeWorker{id: "d2"}
+	placed := func() map[string]bool {
+		out := map[string]bool{}
+		for _, w := range r.Snapshot().Workers {
+			out[w.ID] = w.Placed
+		}
+		return out
+	}
+	r.Involve(decode, "decode")
+	r.Involve(other, "decode")
+	r.Placed("nobody", true)
+	if got := placed(); len(got) != 2 || got["d1"] || got["d2"] {
+		t.Fatalf("involved only: %v", got)
+	}
+	r.Placed("d1", true)
+	if got := placed(); !got["d1"] || got["d2"] {
+		t.Fatalf("d1 placed: %v", got)
+	}
+	r.Placed("d1", false)
+	if got := placed(); got["d1"] {
+		t.Fatalf("d1 unplaced: %v", got)
+	}
+	if err := tb.Abort(r.ID(), CauseAdmin); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, tb)
+	if len(decode.got()) != 1 || len(other.got()) != 1 {
+		t.Fatalf("aborts: d1 %v, d2 %v; want one each", decode.got(), other.got())
+	}
+}

@@ -39,6 +39,8 @@ type Request struct {
 type participant struct {
 	p    Participant
 	role string
+	// placed: the worker holds the request (Placed)
+	placed bool
 	// set by the fan-out
 	abortSent    bool
 	abortErr     string
@@ -100,6 +102,24 @@ func (r *Request) Involve(w Participant, role string) {
 		}
 	}
 	r.participants = append(r.participants, &participant{p: w, role: role})
+}
+
+// Placed records whether the involved worker workerID holds the request
+// now: its reservation was granted (a decode worker's Reserve; a both
+// worker's Generate, until it refuses it for capacity) or, for a prefill
+// worker, the request was sent to it with the reservation's ticket. A
+// worker is involved before it is asked (Involve, so that an abort
+// reaches it) but placed only once it holds the request: a Reserve refused
+// for capacity leaves the request waiting, and placed nowhere. Snapshot
+// shows it (Worker.Placed). A worker not involved is ignored.
+func (r *Request) Placed(workerID string, placed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.participants {
+		if p.p.ID() == workerID {
+			p.placed = placed
+		}
+	}
 }
 
 func (r *Request) involves(workerID string) bool {
@@ -305,6 +325,9 @@ func retry(parent context.Context, timeout time.Duration, f func(context.Context
 type Worker struct {
 	ID   string
 	Role string
+	// Placed is true while the worker holds the request (Request.Placed);
+	// a worker is involved, and listed, from the moment it is asked.
+	Placed bool
 	// AbortSent is true once an Abort reached the worker.
 	AbortSent bool
 	// AbortError is the last error of a fan-out that gave up.
@@ -348,8 +371,8 @@ func (r *Request) Snapshot() Snapshot {
 		s.Finished = r.entered[r.state]
 	}
 	for _, p := range r.participants {
-		s.Workers = append(s.Workers, Worker{ID: p.p.ID(), Role: p.role, AbortSent: p.abortSent, AbortError: p.abortErr,
-			DrainRelayed: p.drainRelayed})
+		s.Workers = append(s.Workers, Worker{ID: p.p.ID(), Role: p.role, Placed: p.placed, AbortSent: p.abortSent,
+			AbortError: p.abortErr, DrainRelayed: p.drainRelayed})
 	}
 	return s
 }
