@@ -65,7 +65,8 @@ func checkTag(body string, expr bool) string {
 	if err != nil {
 		return body
 	}
-	return out
+	// Spaced off the delimiters: "{ }" + "}}" would read as "{ " + "}}}".
+	return " " + strings.TrimSpace(out) + " "
 }
 
 // checkStatement rewrites the expressions of if, elif, for and set
@@ -149,6 +150,10 @@ func stringEnd(s string, i int) int {
 }
 
 var errNoParse = errors.New("expression not understood")
+
+// exprKeywords are the words that change meaning when the rewrite moves
+// them; an expression using one as a plain name is left as it is.
+var exprKeywords = map[string]bool{"not": true, "and": true, "or": true, "if": true, "else": true, "in": true, "is": true}
 
 // exprTok is a token of the engine's expression syntax: kind is "name",
 // "num", "str", "eof" or the punctuation itself; text is the source.
@@ -407,7 +412,8 @@ func (w *exprWriter) unary() (string, error) {
 		return checkNeg + "(" + e + ")", err
 	case "+":
 		w.next()
-		return w.unary()
+		e, err := w.unary()
+		return "(+" + e + ")", err
 	}
 	return w.postfix()
 }
@@ -537,7 +543,12 @@ func (w *exprWriter) items(close string) ([]string, error) {
 func (w *exprWriter) atom() (string, error) {
 	t := w.next()
 	switch t.kind {
-	case "name", "num", "str":
+	case "name":
+		if exprKeywords[t.text] {
+			return "", errNoParse // a name only where the engine is lenient
+		}
+		return t.text, nil
+	case "num", "str":
 		return t.text, nil
 	case "(":
 		if w.peek().kind == ")" {
