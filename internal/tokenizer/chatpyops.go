@@ -197,7 +197,7 @@ func arith(op string) func(a, b jinja.Value) (jinja.Value, error) {
 		bi, bf, bInt, bok := pyNumber(b)
 		if !aok || !bok {
 			if op == "%" && a.IsString() {
-				return jinja.Value{}, fmt.Errorf("%w: string formatting with %% is not supported", ErrChatTemplate)
+				return pyFormat(a.AsString(), b)
 			}
 			return jinja.Value{}, pyTypeError("unsupported operand type(s) for %s: '%s' and '%s'", op, pyTypeName(a), pyTypeName(b))
 		}
@@ -401,4 +401,96 @@ func pyLen(v jinja.Value) (jinja.Value, error) {
 		return jinja.NewInt(int64(v.AsDict().Len())), nil
 	}
 	return jinja.Value{}, pyTypeError("object of type '%s' has no len()", pyTypeName(v))
+}
+
+// pyFormat is Python's printf-style str % arg for the conversions
+// s, d, i, u, f, F, e, E, g, G, x, X, o and %% with flags, width and
+// precision; a list on the right is the tuple of arguments, a dict the
+// mapping of %(key)s.
+func pyFormat(format string, arg jinja.Value) (jinja.Value, error) {
+	args := []jinja.Value{arg}
+	if arg.IsList() {
+		args = arg.AsList().Items
+	}
+	used := 0
+	var b strings.Builder
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			b.WriteByte(format[i])
+			continue
+		}
+		j := i + 1
+		var v jinja.Value
+		keyed := false
+		if j < len(format) && format[j] == '(' {
+			end := strings.IndexByte(format[j:], ')')
+			if end < 0 || !arg.IsDict() {
+				return jinja.Value{}, pyTypeError("format requires a mapping")
+			}
+			val, ok := arg.AsDict().Get(format[j+1 : j+end])
+			if !ok {
+				return jinja.Value{}, fmt.Errorf("%w: KeyError: %q", ErrChatTemplate, format[j+1:j+end])
+			}
+			v, keyed, j = val, true, j+end+1
+		}
+		spec := j
+		for j < len(format) && strings.IndexByte("-+ 0#.123456789", format[j]) >= 0 {
+			j++
+		}
+		if j == len(format) {
+			return jinja.Value{}, fmt.Errorf("%w: ValueError: incomplete format", ErrChatTemplate)
+		}
+		flags, conv := format[spec:j], format[j]
+		i = j
+		if conv == '%' {
+			b.WriteByte('%')
+			continue
+		}
+		if !keyed {
+			if used == len(args) {
+				return jinja.Value{}, pyTypeError("not enough arguments for format string")
+			}
+			v, used = args[used], used+1
+		}
+		switch conv {
+		case 's':
+			str, err := pyStr(v)
+			if err != nil {
+				str = v.String()
+			}
+			fmt.Fprintf(&b, "%"+flags+"s", str)
+		case 'd', 'i', 'u', 'x', 'X', 'o':
+			n, f, isInt, ok := pyNumber(v)
+			if !ok || (!isInt && (conv == 'x' || conv == 'X' || conv == 'o')) {
+				return jinja.Value{}, pyTypeError("%%%c format: a real number is required, not %s", conv, pyTypeName(v))
+			}
+			if !isInt {
+				n = int64(f)
+			}
+			verb := map[byte]string{'x': "x", 'X': "X", 'o': "o"}[conv]
+			if verb == "" {
+				verb = "d"
+			}
+			fmt.Fprintf(&b, "%"+flags+verb, n)
+		case 'f', 'F', 'e', 'E', 'g', 'G':
+			_, f, _, ok := pyNumber(v)
+			if !ok {
+				return jinja.Value{}, pyTypeError("must be real number, not %s", pyTypeName(v))
+			}
+			if !strings.Contains(flags, ".") {
+				flags += ".6"
+			}
+			out := fmt.Sprintf("%"+flags+string(conv|0x20), f) // Go's %F is %f
+			if conv == 'E' || conv == 'G' {
+				out = strings.ToUpper(out) // only the exponent's e has a case
+			}
+			b.WriteString(out)
+		default:
+			return jinja.Value{}, fmt.Errorf("%w: ValueError: unsupported format character '%c'", ErrChatTemplate, conv)
+		}
+	}
+	if !arg.IsDict() && used < len(args) {
+		return jinja.Value{}, pyTypeError("not all arguments converted during string formatting")
+	}
+	return jinja.NewString(b.String()), nil
 }

@@ -78,6 +78,11 @@ func strictCases() []strictCase {
 		{name: "namespace and loop", src: `{% set ns = namespace(n=0) %}{% for m in messages + messages if m.role == 'user' %}{% set ns.n = ns.n + loop.index %}{% endfor %}{{ ns.n }}`,
 			msgs: user, want: "3"},
 		{name: "slices and methods", src: `{{ messages[0].content[::-1] }}{{ messages[-1:][0]['content'].upper() }}{{ 'a,b'.split(',')[1] }}`, msgs: user, want: "ihHIb"},
+		{name: "printf formatting", src: `{{ '%s=%d %.2f %5s|%-4d|%03d %x %e %g %%' % ('a', 7.9, 2.5, 'b', 3, 5, 255, 12345.678, 0.0001) }} {{ '%(k)s' % {'k': none} }}`,
+			msgs: user, want: "a=7 2.50     b|3   |005 ff 1.234568e+04 0.0001 % None"},
+		{name: "printf with too few arguments", src: `{{ '%s %s' % ('a',) }}`, msgs: user, class: "TypeError"},
+		{name: "printf with too many arguments", src: `{{ '%s' % ('a', 'b') }}`, msgs: user, class: "TypeError"},
+		{name: "printf %d of a string", src: `{{ '%d' % 'a' }}`, msgs: user, class: "TypeError"},
 		{name: "strings with tag syntax", src: `{{ '}}' + "%}" + '{{' }}`, msgs: user, want: "}}%}{{"},
 	}
 }
