@@ -26,12 +26,15 @@ var (
 	errPyZeroDivision = errors.New("ZeroDivisionError")
 	// errPyTemplate is jinja2's TemplateError, as raise_exception raises it.
 	errPyTemplate = errors.New("TemplateError")
+	// errPySecurity is jinja2's SecurityError: the immutable sandbox
+	// refuses a method that changes a list or dict.
+	errPySecurity = errors.New("SecurityError")
 )
 
 // pyClassOf returns the Python exception class of a render error, or "" if
 // it has none (an error of the engine itself).
 func pyClassOf(err error) string {
-	for _, c := range []error{errPyType, errPyUndefined, errPyZeroDivision, errPyTemplate} {
+	for _, c := range []error{errPyType, errPyUndefined, errPyZeroDivision, errPyTemplate, errPySecurity} {
 		if errors.Is(err, c) {
 			return c.Error()
 		}
@@ -84,7 +87,7 @@ func addChecks(data map[string]jinja.Value) {
 		checkAdd: pyAdd, checkSub: arith("-"), checkMul: pyMul, checkDiv: arith("/"),
 		checkFloorDiv: arith("//"), checkMod: arith("%"), checkPow: arith("**"),
 		checkLt: compare("<"), checkLe: compare("<="), checkGt: compare(">"), checkGe: compare(">="),
-		checkIn: pyIn,
+		checkIn: pyIn, checkMutate: pyMutate,
 	}
 	for name, fn := range binary {
 		data[name] = jinja.NewCallable(name, func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
@@ -384,6 +387,26 @@ func pyIter(v jinja.Value) (jinja.Value, error) {
 func pyGet(v jinja.Value) (jinja.Value, error) {
 	if v.IsUndefined() {
 		return jinja.Value{}, fmt.Errorf("%w: an attribute, item or call of an undefined value", errPyUndefined)
+	}
+	return v, nil
+}
+
+// listMutators and dictMutators are the methods jinja2's immutable sandbox
+// refuses on lists and on dicts.
+var (
+	listMutators = map[string]bool{"append": true, "clear": true, "pop": true, "reverse": true, "insert": true, "sort": true, "extend": true, "remove": true}
+	dictMutators = map[string]bool{"clear": true, "pop": true, "popitem": true, "setdefault": true, "update": true}
+)
+
+// pyMutate passes v, whose method name is called, unless that method
+// changes a list or dict (or v is undefined).
+func pyMutate(v, name jinja.Value) (jinja.Value, error) {
+	if _, err := pyGet(v); err != nil {
+		return jinja.Value{}, err
+	}
+	method := name.AsString()
+	if v.IsList() && listMutators[method] || v.IsDict() && dictMutators[method] {
+		return jinja.Value{}, fmt.Errorf("%w: access to attribute '%s' of '%s' object is unsafe", errPySecurity, method, pyTypeName(v))
 	}
 	return v, nil
 }

@@ -15,6 +15,7 @@ package tokenizer
 //	for x in e     →  for x in __warden_iter(e)
 //	e.name, e[k]   →  __warden_get(e).name, __warden_get(e)[k]
 //	f(args)        →  __warden_get(f)(args)
+//	e.append(x)    →  __warden_mutate(e, 'append').append(x)  (see mutators)
 //
 // Everything else is written back as it was, parenthesized, so the engine
 // evaluates the same tree. A tag this parser does not understand is left
@@ -43,7 +44,16 @@ const (
 	checkIn       = filterPrefix + "in"
 	checkIter     = filterPrefix + "iter"
 	checkGet      = filterPrefix + "get"
+	checkMutate   = filterPrefix + "mutate"
 )
+
+// mutators are the methods of lists and dicts that change them, which
+// jinja2's immutable sandbox refuses: e.append(x) →
+// __warden_mutate(e, 'append').append(x).
+var mutators = map[string]bool{
+	"append": true, "clear": true, "pop": true, "reverse": true, "insert": true, "sort": true, "extend": true,
+	"remove": true, "popitem": true, "setdefault": true, "update": true,
+}
 
 // binaryCheck is the helper of each binary operator Python can refuse.
 var binaryCheck = map[string]string{
@@ -429,7 +439,11 @@ func (w *exprWriter) postfix() (string, error) {
 			if attr.kind != "name" && attr.kind != "num" {
 				return "", errNoParse
 			}
-			e = checkGet + "(" + e + ")." + attr.text
+			if w.peek().kind == "(" && mutators[attr.text] {
+				e = checkMutate + "(" + e + ", '" + attr.text + "')." + attr.text
+			} else {
+				e = checkGet + "(" + e + ")." + attr.text
+			}
 			if w.peek().kind == "(" {
 				w.next()
 				var args string

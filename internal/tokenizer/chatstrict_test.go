@@ -83,6 +83,9 @@ func strictCases() []strictCase {
 		{name: "printf with too few arguments", src: `{{ '%s %s' % ('a',) }}`, msgs: user, class: "TypeError"},
 		{name: "printf with too many arguments", src: `{{ '%s' % ('a', 'b') }}`, msgs: user, class: "TypeError"},
 		{name: "printf %d of a string", src: `{{ '%d' % 'a' }}`, msgs: user, class: "TypeError"},
+		{name: "list append", src: `{% set l = [] %}{% set _ = l.append(1) %}{{ l }}`, msgs: user, class: "SecurityError"},
+		{name: "dict update", src: `{% set d = {} %}{{ d.update({'a': 1}) }}`, msgs: user, class: "SecurityError"},
+		{name: "dict get and items", src: `{{ messages[0].get('role') }}{% for k, v in messages[0].items() %}{{ k }}{% endfor %}`, msgs: user, want: "userrolecontent"},
 		{name: "strings with tag syntax", src: `{{ '}}' + "%}" + '{{' }}`, msgs: user, want: "}}%}{{"},
 	}
 }
