@@ -15,7 +15,8 @@ package tokenizer
 //	for x in e     →  for x in __warden_iter(e)
 //	e.name, e[k]   →  __warden_get(e).name, __warden_get(e)[k]
 //	f(args)        →  __warden_get(f)(args)
-//	e.append(x)    →  __warden_mutate(e, 'append').append(x)  (see mutators)
+//	e.m(args)      →  __warden_get(__warden_get(e).m)(args)
+//	e.append(x)    →  __warden_get(__warden_mutate(e, 'append').append)(x)  (see mutators)
 //
 // Everything else is written back as it was, parenthesized, so the engine
 // evaluates the same tree. A tag this parser does not understand is left
@@ -46,6 +47,10 @@ const (
 	checkGet      = filterPrefix + "get"
 	checkMutate   = filterPrefix + "mutate"
 )
+
+// pyStrips are the methods that, without arguments, strip Python's white
+// space (see bareStrip).
+var pyStrips = map[string]bool{"strip": true, "lstrip": true, "rstrip": true}
 
 // mutators are the methods of lists and dicts that change them, which
 // jinja2's immutable sandbox refuses: e.append(x) →
@@ -448,7 +453,10 @@ func (w *exprWriter) postfix() (string, error) {
 				w.next()
 				var args string
 				args, err = w.callArgs()
-				e += "(" + args + ")"
+				if args == "" && pyStrips[attr.text] {
+					args = pySpaceVar // see bareStrip
+				}
+				e = checkGet + "(" + e + ")(" + args + ")"
 			}
 		case "[":
 			w.next()
