@@ -42,6 +42,7 @@ func commands() []command {
 		{"gateway", "run the gateway", runGateway, true},
 		{"worker", "run a worker (--role prefill|decode|both)", runWorker, true},
 		{"model", "model tools: init", runModel, false},
+		{"config", "print the effective configuration (defaults, file, environment; secrets redacted)", runConfig, false},
 		{"check", "audit the running gateway's context agreement (exit 1 on a violation)", runCheck, false},
 		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin, false},
 		{"bench", "benchmarks: engine, gateway, tenants", runBench, false},

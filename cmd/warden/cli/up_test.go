@@ -278,6 +278,7 @@ func TestHelpEverywhere(t *testing.T) {
 	for _, sub := range []string{"init", "export-gguf"} {
 		paths = append(paths, []string{"model", sub})
 	}
+	paths = append(paths, []string{"config", "print"})
 	for _, sub := range []string{"engine", "gateway", "tenants", "pd", "prefix", "fleet"} {
 		paths = append(paths, []string{"bench", sub})
 	}
@@ -287,5 +288,21 @@ func TestHelpEverywhere(t *testing.T) {
 		if code := Main(t.Context(), args, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage: warden") {
 			t.Errorf("warden %s: exit %d, want 0 with a usage:\n%s", strings.Join(args, " "), code, errOut.String())
 		}
+	}
+}
+
+// TestConfigPrint: `warden config print` shows the file's values over the
+// defaults, with the admin token redacted.
+func TestConfigPrint(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("gateway:\n  listen: \"127.0.0.1:9999\"\n  admin_token: \"s3cret-token-value\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	if code := Main(t.Context(), []string{"config", "print", "--config", path}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "127.0.0.1:9999") || strings.Contains(out.String(), "s3cret-token-value") || !strings.Contains(out.String(), "REDACTED") {
+		t.Errorf("config print:\n%s", out.String())
 	}
 }
