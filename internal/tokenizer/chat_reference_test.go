@@ -271,7 +271,7 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 			reqCases = append(reqCases, map[string]any{"template": pkg, "vars": c.vars(tk)})
 		}
 	}
-	own := map[string]string{"features": featuresTemplate}
+	own := map[string]string{"features": featuresTemplate, "preset": presetChatTemplate, "llama3": llama3Template}
 	maps.Copy(own, probeTemplates)
 	for _, name := range slices.Sorted(maps.Keys(own)) {
 		tk := withTemplate(t, 512, own[name])
@@ -314,8 +314,33 @@ func TestChatTemplatesMatchReference(t *testing.T) {
 		equal[j.pkg]++
 		checkNoInjectedSpecials(t, j.tk, j.pkg+" / "+j.c.name, j.c, got)
 	}
-	if equal["features"] != len(cases) {
-		t.Errorf("features template: %d of %d conversations render equal to the reference", equal["features"], len(cases))
+	for _, name := range []string{"features", "preset"} {
+		if equal[name] != len(cases) {
+			t.Errorf("%s template: %d of %d conversations render equal to the reference", name, equal[name], len(cases))
+		}
+	}
+	// The preset template is llama3Template plus tools and reasoning: a
+	// conversation with neither renders the same in both.
+	llama3 := map[string]refResult{}
+	for i, j := range jobs {
+		if j.pkg == "llama3" {
+			llama3[j.c.name] = want[i]
+		}
+	}
+	plain := 0
+	for i, j := range jobs {
+		if j.pkg != "preset" || j.c.opts.Tools != nil || j.c.opts.EnableThinking != nil || slices.ContainsFunc(j.c.msgs, func(m Message) bool {
+			return m.ReasoningContent != "" || len(m.ToolCalls) > 0 || m.Role == "tool"
+		}) {
+			continue
+		}
+		plain++
+		if l := llama3[j.c.name]; (l.Text == nil) != (want[i].Text == nil) || l.Text != nil && *l.Text != *want[i].Text {
+			t.Errorf("%s: the preset template renders differently from llama3Template, without tools or reasoning", j.c.name)
+		}
+	}
+	if plain < 10 {
+		t.Errorf("only %d conversations without tools or reasoning compared the preset template with llama3Template", plain)
 	}
 	for name := range probeTemplates {
 		t.Logf("%s: %d conversations render equal to the reference, %d fail in both with the same error class", name, equal[name], failed[name])

@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,15 @@ type PresetInfo struct {
 	// EOS are the tokens that end generation: <|end_of_text|> and <|eot_id|>.
 	EOS []int32
 }
+
+// presetChatTemplate is the chat template of the preset tokenizers: Llama 3
+// turns with tools, tool calls and tool results in the Hermes format and
+// reasoning in <think> blocks, so that the dev model demonstrates every
+// documented feature; without tools or reasoning it renders as
+// llama3Template does.
+//
+//go:embed preset_chat_template.jinja
+var presetChatTemplate string
 
 // presetSpecials are the special tokens of every preset, in ID order, right
 // after the learned tokens.
@@ -126,7 +136,7 @@ func presetConfigJSON() []byte {
 	b.WriteString(",\n  \"eos_token\": ")
 	writeJSONString(&b, presetSpecials[1])
 	b.WriteString(",\n  \"chat_template\": ")
-	writeJSONString(&b, llama3Template)
+	writeJSONString(&b, presetChatTemplate)
 	b.WriteString(",\n  \"clean_up_tokenization_spaces\": false,\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n")
 	return b.Bytes()
 }

@@ -51,7 +51,7 @@ func TestWritePreset(t *testing.T) {
 			if _, ok := tk.TokenID("<|reserved_special_token_" + strconv.Itoa(reserved) + "|>"); ok {
 				t.Errorf("one reserved token too many")
 			}
-			if tk.ChatTemplate() != llama3Template {
+			if tk.ChatTemplate() != presetChatTemplate {
 				t.Errorf("chat template %q", tk.ChatTemplate())
 			}
 			if n == 32000 && reserved == 0 {
