@@ -77,7 +77,7 @@ func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode) (cachekey.Domain,
 	if c == nil {
 		return cachekey.Domain{}, false
 	}
-	return cachekey.Derive(c.secret, mode, p.Tenant, p.KeyID)
+	return cachekey.Derive(c.secret, mode, cachekey.Scope{Tenant: p.Tenant, Incarnation: p.Incarnation, KeyID: p.KeyID})
 }
 
 // report folds a worker's prefix-cache report into the routing index

@@ -364,7 +364,11 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 	c := rw.Candidate()
 	var sets [][]cachekey.Hash
 	for _, tg := range []*testGateway{tg1, tg2} {
-		d, ok := tg.domains.of(api.Principal{Tenant: "acme"}, cachekey.ModeTenant)
+		acme, err := tg.Store().GetTenant(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, ok := tg.domains.of(api.Principal{Tenant: "acme", Incarnation: acme.Incarnation}, cachekey.ModeTenant)
 		if !ok {
 			t.Fatal("no cache domain")
 		}
@@ -395,7 +399,7 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 // another key secret, or none (a secret drawn at start-up), shares none.
 func TestDomainsFollowTheKeySecret(t *testing.T) {
 	domain := func(keySecret []byte) cachekey.Domain {
-		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme"}, cachekey.ModeTenant)
+		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme", Incarnation: "i1"}, cachekey.ModeTenant)
 		if !ok {
 			t.Fatal("no cache domain")
 		}

@@ -47,7 +47,7 @@ func generateCached(t *testing.T, c controlpb.WorkerClient, domain string, req *
 }
 
 func hexDomain(tenant string) string {
-	d, _ := cachekey.Derive(bytes.Repeat([]byte("w"), cachekey.MinSecretBytes), cachekey.ModeTenant, tenant, "")
+	d, _ := cachekey.Derive(bytes.Repeat([]byte("w"), cachekey.MinSecretBytes), cachekey.ModeTenant, cachekey.Scope{Tenant: tenant, Incarnation: "i1"})
 	return hex.EncodeToString(d[:])
 }
 
