@@ -34,6 +34,9 @@ type sealed struct {
 	refs int
 	// elem is the page's place in Pool.idle while refs == 0.
 	elem *list.Element
+	// retired: EvictDomains took the page out of the index while readers
+	// referenced it; it is freed, not cached, when the last one lets go.
+	retired bool
 }
 
 // Seal turns the leading pages of owner's table into sealed prefix pages:
@@ -128,7 +131,11 @@ func (p *Pool) unshare(h *holding) {
 		s := p.pages[id].s
 		if s.refs--; s.refs == 0 {
 			p.shared--
-			s.elem = p.idle.PushBack(id)
+			if s.retired {
+				p.freePage(id)
+			} else {
+				s.elem = p.idle.PushBack(id)
+			}
 		}
 	}
 	h.pages = h.pages[h.shared:]
