@@ -65,7 +65,7 @@ func (s Store) RevokeKey(ctx context.Context, keyID string) error {
 	if err := s.Store.RevokeKey(ctx, keyID); err != nil {
 		return err
 	}
-	keys, err := s.ListKeys(ctx, tenant.KeyFilter{Prefix: tenant.KeyPrefix + keyID})
+	keys, err := s.ListKeys(ctx, tenant.KeyFilter{Prefix: tenant.KeyDisplayPrefix(keyID)})
 	if err != nil {
 		return nil // revoked; the key's pages age out, unreachable (its key ID is never reused)
 	}
