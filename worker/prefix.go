@@ -129,8 +129,9 @@ const (
 
 // evictCacheDomains handles EvictCacheDomains: it drops the named
 // domains' sealed pages from the pool (kvpool.EvictDomains: cached ones
-// freed, ones running requests read retired) and acknowledges with what
-// it did and the evicted pages' hashes. A worker without a cache holds
+// freed, ones running requests read retired; for good, sealing nothing of
+// them again, when the tenant was deleted or the key revoked) and
+// acknowledges with what it did and the evicted pages' hashes. A worker without a cache holds
 // none and answers zero.
 func (w *Worker) evictCacheDomains(req *controlpb.EvictCacheDomainsRequest) (*controlpb.EvictCacheDomainsResponse, error) {
 	raw, reason := req.GetDomains(), req.GetReason()
@@ -147,7 +148,8 @@ func (w *Worker) evictCacheDomains(req *controlpb.EvictCacheDomainsRequest) (*co
 		}
 		copy(ds[i][:], b)
 	}
-	ev := w.rt.Pool.EvictDomains(ds)
+	final := reason == controlpb.EvictTenantDeleted || reason == controlpb.EvictKeyRevoked
+	ev := w.rt.Pool.EvictDomains(ds, final)
 	w.metrics.domainEvictions.WithLabelValues(reason, evictFreed).Add(float64(ev.Freed))
 	w.metrics.domainEvictions.WithLabelValues(reason, evictRetired).Add(float64(ev.Retired))
 	if len(ev.Hashes) > 0 {

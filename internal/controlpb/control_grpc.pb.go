@@ -224,8 +224,11 @@ type WorkerClient interface {
 	// or a tenant's prefix_cache setting changes. Unreferenced pages are
 	// freed at once; pages a running request references leave the cache
 	// index at once (no new request can hit them) and are freed when their
-	// last reader releases them. The answer is the acknowledgement. It is
-	// idempotent; a domain the worker holds nothing of changes nothing.
+	// last reader releases them. For tenant_deleted and key_revoked the
+	// domains never come back: the worker refuses to seal pages of them
+	// from then on (a request running at the eviction caches nothing after
+	// it). The answer is the acknowledgement. It is idempotent; a domain
+	// the worker holds nothing of changes nothing.
 	// Freeing memory and honouring the deletion is all it is for: a worker
 	// it never reached still cannot serve the old pages to a re-created
 	// tenant, whose incarnation derives other domains.
@@ -373,8 +376,11 @@ type WorkerServer interface {
 	// or a tenant's prefix_cache setting changes. Unreferenced pages are
 	// freed at once; pages a running request references leave the cache
 	// index at once (no new request can hit them) and are freed when their
-	// last reader releases them. The answer is the acknowledgement. It is
-	// idempotent; a domain the worker holds nothing of changes nothing.
+	// last reader releases them. For tenant_deleted and key_revoked the
+	// domains never come back: the worker refuses to seal pages of them
+	// from then on (a request running at the eviction caches nothing after
+	// it). The answer is the acknowledgement. It is idempotent; a domain
+	// the worker holds nothing of changes nothing.
 	// Freeing memory and honouring the deletion is all it is for: a worker
 	// it never reached still cannot serve the old pages to a re-created
 	// tenant, whose incarnation derives other domains.

@@ -47,7 +47,7 @@ func TestEvictDomains(t *testing.T) {
 		t.Fatalf("before eviction: %+v", before)
 	}
 
-	ev := p.EvictDomains([]cachekey.Domain{da})
+	ev := p.EvictDomains([]cachekey.Domain{da}, true)
 	if ev.Freed != 2 || ev.Retired != 2 || len(ev.Hashes) != 4 {
 		t.Fatalf("EvictDomains = %+v, want 2 freed, 2 retired, 4 hashes", ev)
 	}
@@ -71,19 +71,21 @@ func TestEvictDomains(t *testing.T) {
 		t.Fatalf("events after eviction %+v, want the 4 evicted hashes", evs)
 	}
 
-	// A new request of a with Q's prompt hits nothing and seals its own copy.
+	// A request of the evicted domain (running at the eviction, or
+	// made later) hits nothing and cannot seal: nothing of the domain
+	// is cached again.
 	a3 := kvpool.Owner{Tenant: "a", Request: "3", Epoch: 1}
 	pages, hit := prefixOwner(t, p, a3, 12, tagsQ, 0xA3)
 	if hit != 0 || pages[0] == running[0] || pages[1] == running[1] {
 		t.Fatalf("after eviction a new request hit %d pages (table %v, the retired pages %v)", hit, pages, running[:2])
 	}
-	if n, err := p.Seal(a3, tagsQ); err != nil || n != 2 {
-		t.Fatalf("Seal of the new copy = %d, %v", n, err)
+	if n, err := p.Seal(a3, tagsQ); err != nil || n != 0 {
+		t.Fatalf("Seal in an evicted domain = %d, %v; want nothing sealed", n, err)
 	}
 	// The retired pages are freed, not cached, when their reader ends.
 	free := checkAccounting(t, p).Free
 	release(a2)
-	if s := checkAccounting(t, p); s.Free != free+3 || s.Cached != 2 || s.Shared != 2 {
+	if s := checkAccounting(t, p); s.Free != free+3 || s.Cached != 2 || s.Shared != 0 {
 		t.Fatalf("after the reader of retired pages released (%d free before): %+v; want its own page and the 2 retired ones freed", free, s)
 	}
 	for _, id := range running[:2] {
@@ -92,16 +94,55 @@ func TestEvictDomains(t *testing.T) {
 		}
 	}
 	release(a3)
-	if s := checkAccounting(t, p); s.Cached != 4 || p.Lookup(tagsQ) != 2 {
-		t.Fatalf("the new copy is not cached: %+v", s)
+	if s := checkAccounting(t, p); s.Cached != 2 || s.Free != s.Total-2 || p.Lookup(tagsQ) != 0 || p.Lookup(tagsB) != 2 {
+		t.Fatalf("after every request of a ended: %+v; want only b's 2 pages cached", s)
 	}
-	// Evicting again frees the new copy; evicting a domain with no page changes nothing.
-	if ev := p.EvictDomains([]cachekey.Domain{da, domain(t, "nobody")}); ev.Freed != 2 || ev.Retired != 0 {
-		t.Fatalf("second EvictDomains = %+v, want the new copy's 2 pages freed", ev)
+	// Evicting again, or a domain with no page, changes nothing.
+	if ev := p.EvictDomains([]cachekey.Domain{da, domain(t, "nobody")}, true); ev.Freed != 0 || ev.Retired != 0 {
+		t.Fatalf("second EvictDomains = %+v, want nothing", ev)
 	}
-	if s := checkAccounting(t, p); s.Cached != 2 || s.Free != s.Total-2 || p.Lookup(tagsB) != 2 {
-		t.Fatalf("after the second eviction: %+v; want only b's 2 pages cached", s)
+	// Another domain (a re-created tenant: a new incarnation) caches as usual.
+	dn, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, cachekey.Scope{Tenant: "a", Incarnation: "i2"})
+	tagsN := kvpool.Tags(dn, 1, []int32{9, 8, 7, 6, 5, 4, 3, 2, 1}, 4)
+	n1 := kvpool.Owner{Tenant: "a", Request: "4", Epoch: 1}
+	seal(n1, tagsN, 0xA4)
+	release(n1)
+	if s := checkAccounting(t, p); s.Cached != 4 || p.Lookup(tagsN) != 2 {
+		t.Fatalf("the new incarnation's pages are not cached: %+v", s)
 	}
+}
+
+// TestEvictedDomainsAreBounded: the pool remembers the last
+// MaxEvictedDomains domains evicted for good; an older one may seal
+// again, and so may one evicted not for good (a disabled tenant
+// re-enabled, a cache setting changed back).
+func TestEvictedDomainsAreBounded(t *testing.T) {
+	p := small(t)
+	first := domain(t, "first")
+	p.EvictDomains([]cachekey.Domain{first}, true)
+	tags := kvpool.Tags(first, 1, []int32{1, 2, 3, 4}, 4)
+	o := kvpool.Owner{Tenant: "first", Request: "1", Epoch: 1}
+	prefixOwner(t, p, o, 4, tags, 1)
+	if n, _ := p.Seal(o, tags); n != 0 {
+		t.Fatalf("sealed %d pages of a domain just evicted", n)
+	}
+	again := domain(t, "again")
+	tagsAgain := kvpool.Tags(again, 1, []int32{1, 2, 3, 4}, 4)
+	a := kvpool.Owner{Tenant: "again", Request: "1", Epoch: 1}
+	prefixOwner(t, p, a, 4, tagsAgain, 2)
+	p.EvictDomains([]cachekey.Domain{again}, false)
+	if n, err := p.Seal(a, tagsAgain); err != nil || n != 1 {
+		t.Fatalf("Seal after an eviction not for good = %d, %v; want the page sealed", n, err)
+	}
+	ds := make([]cachekey.Domain, kvpool.MaxEvictedDomains)
+	for i := range ds {
+		ds[i][0], ds[i][1], ds[i][2] = 0xEE, byte(i), byte(i>>8)
+	}
+	p.EvictDomains(ds, true)
+	if n, err := p.Seal(o, tags); err != nil || n != 1 {
+		t.Fatalf("Seal after %d later evictions = %d, %v; want the page sealed", len(ds), n, err)
+	}
+	checkAccounting(t, p)
 }
 
 func cmpHash(a, b cachekey.Hash) int { return slices.Compare(a[:], b[:]) }

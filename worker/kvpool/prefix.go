@@ -46,9 +46,10 @@ type sealed struct {
 // whose every slot was written for owner are sealed (the data is complete
 // and verified: the caller seals after a local prefill finished or a
 // transfer verified, never while a page is being written); sealing stops
-// at the first page that is not, and at the first tag already sealed in
+// at the first page that is not, at the first tag already sealed in
 // another page (a concurrent writer of the same prefix won; the page stays
-// owned). It waits for in-flight WritePage copies first and returns how
+// owned), and at a tag of a domain EvictDomains evicted for good (nothing
+// of it is cached again). It waits for in-flight WritePage copies first and returns how
 // many leading pages owner now shares.
 //
 // Errors: ErrNotHeld, ErrStaleEpoch, ErrState (quarantined), ErrInvalid
@@ -72,7 +73,7 @@ func (p *Pool) Seal(owner Owner, tags []Tag) (int, error) {
 		if int(m.written) != p.pageTokens {
 			break
 		}
-		if _, dup := p.index[tags[i]]; dup {
+		if _, dup := p.index[tags[i]]; dup || p.evicted.set[tags[i].Domain] {
 			break
 		}
 		*m = page{s: &sealed{tag: tags[i], refs: 1}, written: int32(p.pageTokens)}
