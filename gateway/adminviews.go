@@ -33,7 +33,7 @@ func workerView(w registry.Snapshot) admin.WorkerView {
 		Pool: admin.PoolView{
 			TotalPages: p.TotalPages, FreePages: p.FreePages, ReservedPages: p.ReservedPages, InUsePages: p.InUsePages,
 			QuarantinedPages: p.QuarantinedPages, PageTokens: int64(p.PageTokens), CapacityTokens: p.CapacityTokens,
-			OwnerViolations: p.OwnerViolations,
+			OwnerViolations: p.OwnerViolations, CachedPages: p.CachedPages,
 		},
 		Running: int(w.Running), Waiting: int(w.Waiting), InFlightBudget: w.InFlightBudget,
 		Cordoned: w.Cordoned, Draining: w.Draining, Assigned: w.Assigned, Idle: w.Idle(),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -41,9 +42,13 @@ type Gateway struct {
 	logger  *slog.Logger
 	started time.Time
 
-	store       tenant.Store
-	domains     *cacheDomains // prefix-cache domains of requests
-	grammars    grammarCache  // compiled structured-output constraints
+	store   tenant.Store
+	domains *cacheDomains // prefix-cache domains of requests
+	// evictor evicts a tenant's cache domains from the workers when the
+	// admin API deletes or disables it, revokes a per-key domain's key or
+	// changes its prefix_cache setting (DESIGN I8).
+	evictor     *domainevict.Evictor
+	grammars    grammarCache // compiled structured-output constraints
 	closeStore  func() error
 	auth        *authenticator
 	modelLimits *tenant.ModelLimitsCache
@@ -232,6 +237,10 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		Logger:           g.logger,
 	})
 	g.tokenizers.reg = g.reg
+	g.evictor = g.domains.evictor(g.reg, cfg.Gateway.HeartbeatTimeout, g.logger)
+	if err := g.promReg.Register(g.evictor); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	g.layouts = newLayoutAgreement(g.reg, g.metrics)
 	g.metrics.workerStates(nil)
 

@@ -8,12 +8,14 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
@@ -77,7 +79,30 @@ func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode) (cachekey.Domain,
 	if c == nil {
 		return cachekey.Domain{}, false
 	}
-	return cachekey.Derive(c.secret, mode, p.Tenant, p.KeyID)
+	return cachekey.Derive(c.secret, mode, cachekey.Scope{Tenant: p.Tenant, Incarnation: p.Incarnation, KeyID: p.KeyID})
+}
+
+// evictor returns the evictor of these domains (domainevict): it calls
+// every worker of reg, within timeout, and the routing index forgets what
+// they acknowledge evicting.
+func (c *cacheDomains) evictor(reg *registry.Registry, timeout time.Duration, log *slog.Logger) *domainevict.Evictor {
+	return domainevict.New(domainevict.Config{
+		Workers: func() []domainevict.Worker {
+			var out []domainevict.Worker
+			for _, s := range reg.Workers() {
+				if w, ok := reg.Get(s.ID); ok {
+					out = append(out, domainevict.Worker{ID: s.ID, Model: s.Model, Client: w.Client()})
+				}
+			}
+			return out
+		},
+		Derive: func(mode cachekey.Mode, s cachekey.Scope) (cachekey.Domain, bool) {
+			return cachekey.Derive(c.secret, mode, s)
+		},
+		Forget:  c.report,
+		Timeout: timeout,
+		Logger:  log,
+	})
 }
 
 // report folds a worker's prefix-cache report into the routing index

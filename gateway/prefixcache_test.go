@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/tenant"
 )
 
@@ -364,7 +366,11 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 	c := rw.Candidate()
 	var sets [][]cachekey.Hash
 	for _, tg := range []*testGateway{tg1, tg2} {
-		d, ok := tg.domains.of(api.Principal{Tenant: "acme"}, cachekey.ModeTenant)
+		acme, err := tg.Store().GetTenant(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, ok := tg.domains.of(api.Principal{Tenant: "acme", Incarnation: acme.Incarnation}, cachekey.ModeTenant)
 		if !ok {
 			t.Fatal("no cache domain")
 		}
@@ -395,7 +401,7 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 // another key secret, or none (a secret drawn at start-up), shares none.
 func TestDomainsFollowTheKeySecret(t *testing.T) {
 	domain := func(keySecret []byte) cachekey.Domain {
-		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme"}, cachekey.ModeTenant)
+		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme", Incarnation: "i1"}, cachekey.ModeTenant)
 		if !ok {
 			t.Fatal("no cache domain")
 		}
@@ -414,4 +420,110 @@ func TestDomainsFollowTheKeySecret(t *testing.T) {
 	if !bytes.Equal(domainSecret(a), domainSecret(a)) || bytes.Equal(domainSecret(a), a) {
 		t.Error("the domain secret is not a fixed function of the key secret distinct from it")
 	}
+}
+
+// TestDeleteEvictsTheTenantsCache (issue 25): a tenant deleted through
+// the admin API and re-created under the same ID with a new key meets
+// none of the old owner's pages: the deletion evicted them from the
+// worker (acknowledged before the admin call returned: the pool holds no
+// cached page, the routing index forgot them, the eviction is counted)
+// and the new owner's first request reuses nothing and gets the
+// reference's answer. Revoking a key of a tenant with per-key domains
+// evicts that key's pages.
+func TestDeleteEvictsTheTenantsCache(t *testing.T) {
+	const maxTokens = 8
+	content := strings.Repeat("A recycled tenant ID must not inherit the pages of its last owner. ", 6)
+	ref := runReference(t, chatTokens(t, content), maxTokens)
+	tg := startGateway(t, testConfig())
+	w := startReal(t, workerConfig(t, "both-1", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
+	ctx := context.Background()
+	const pageTokens = 16
+	hit := (ref.prompt - 1) / pageTokens * pageTokens
+	ask := func(key string, wantCached int64) {
+		t.Helper()
+		resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
+		u := resp.Usage
+		if got := resp.Choices[0].Message.Content; got != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
+			t.Fatalf("answer %q usage %d+%d, reference %q %d+%d", got, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
+		}
+		if u.PromptTokensDetails.CachedTokens != wantCached {
+			t.Fatalf("cached_tokens %d, want %d", u.PromptTokensDetails.CachedTokens, wantCached)
+		}
+	}
+	cached := func() int64 {
+		t.Helper()
+		st, err := w.client.Status(ctx, &controlpb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := st.GetPool()
+		if p.FreePages+p.ReservedPages+p.InUsePages+p.QuarantinedPages != p.TotalPages {
+			t.Fatalf("pool accounting broken: %+v", p)
+		}
+		return p.CachedPages
+	}
+	issue := func(id string, mode cachekey.Mode) (string, string) {
+		t.Helper()
+		if _, err := tg.Store().CreateTenant(ctx, tenant.Tenant{ID: id, PrefixCache: mode}); err != nil {
+			t.Fatal(err)
+		}
+		key, info, err := tg.Store().IssueKey(ctx, id, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key, info.ID
+	}
+	evictions := func(reason string) float64 {
+		return tg.metric("warden_gateway_cache_domain_evictions_total", map[string]string{"reason": reason, "outcome": "acked"})
+	}
+	if hit == 0 {
+		t.Fatalf("the prompt (%d tokens) fills no page", ref.prompt)
+	}
+
+	old, _ := issue("rc1", "")
+	ask(old, 0)
+	ask(old, hit)
+	w.poolQuiet()
+	waitFor(t, "the worker's report of its sealed pages", func() bool { return tg.domains.index.Len() > 0 })
+	if n := cached(); n != hit/pageTokens {
+		t.Fatalf("%d cached pages before the deletion, want %d", n, hit/pageTokens)
+	}
+	if code, body := tg.admin(http.MethodDelete, "/admin/v1/tenants/rc1"); code != http.StatusOK {
+		t.Fatalf("DELETE tenant: %d %s", code, body)
+	}
+	if n := cached(); n != 0 {
+		t.Fatalf("%d cached pages after the deletion was acknowledged, want 0", n)
+	}
+	if n := tg.domains.index.Len(); n != 0 {
+		t.Fatalf("the routing index still holds %d entries of the deleted tenant", n)
+	}
+	if got := evictions("tenant_deleted"); got != 1 {
+		t.Fatalf("%v acknowledged tenant_deleted evictions, want 1 (one worker)", got)
+	}
+	fresh, _ := issue("rc1", "")
+	ask(fresh, 0)
+	ask(fresh, hit)
+	w.poolQuiet()
+
+	// Per-key domains: revoking one key evicts its pages, not the other key's.
+	k1, k1ID := issue("pk", cachekey.ModeKey)
+	k2, _, err := tg.Store().IssueKey(ctx, "pk", "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask(k1, 0)
+	ask(k2, 0)
+	w.poolQuiet()
+	before := cached()
+	if code, body := tg.admin(http.MethodDelete, "/admin/v1/keys/"+k1ID); code != http.StatusOK {
+		t.Fatalf("DELETE key: %d %s", code, body)
+	}
+	if n := cached(); n != before-hit/pageTokens {
+		t.Fatalf("%d cached pages after revoking a key, %d before: want the key's %d pages evicted", n, before, hit/pageTokens)
+	}
+	if got := evictions("key_revoked"); got != 1 {
+		t.Fatalf("%v acknowledged key_revoked evictions, want 1", got)
+	}
+	ask(k2, hit) // the other key's pages stay
+	w.poolQuiet()
 }

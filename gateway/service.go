@@ -56,7 +56,7 @@ func (a *authenticator) Authenticate(ctx context.Context, key string) (api.Princ
 	a.tenants[p.Tenant.ID] = tenantInfo{weight: p.Tenant.Weight, allowed: p.Tenant.Limits, cache: p.Tenant.PrefixCache,
 		cachedRate: p.Tenant.CachedRate()}
 	a.mu.Unlock()
-	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID}, nil
+	return api.Principal{Tenant: p.Tenant.ID, KeyID: p.KeyID, Incarnation: p.Tenant.Incarnation}, nil
 }
 
 func (a *authenticator) info(tenantID string) tenantInfo {

@@ -19,15 +19,16 @@ type Store interface {
 	Authenticator
 	ModelLimitsSource
 
-	// CreateTenant validates t, applies defaults, sets CreatedAt and stores
-	// it: ErrInvalid, ErrExists.
+	// CreateTenant validates t, applies defaults, sets CreatedAt and a
+	// new Incarnation and stores it: ErrInvalid, ErrExists.
 	CreateTenant(ctx context.Context, t Tenant) (Tenant, error)
 	// GetTenant returns the tenant: ErrNotFound.
 	GetTenant(ctx context.Context, id string) (Tenant, error)
 	// ListTenants returns all tenants sorted by ID.
 	ListTenants(ctx context.Context) ([]Tenant, error)
-	// UpdateTenant replaces everything but ID and CreatedAt, effective for
-	// the next Acquire on every replica: ErrInvalid, ErrNotFound.
+	// UpdateTenant replaces everything but ID, CreatedAt and Incarnation,
+	// effective for the next Acquire on every replica: ErrInvalid,
+	// ErrNotFound.
 	UpdateTenant(ctx context.Context, t Tenant) (Tenant, error)
 	// DeleteTenant removes the tenant and its limiter state and revokes its
 	// keys; its usage history is kept: ErrNotFound.

@@ -1,6 +1,8 @@
 package tenant
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"slices"
@@ -46,6 +48,13 @@ type Tenant struct {
 	Limits Limits `json:"limits"`
 	// CreatedAt is set by the store when the tenant is created.
 	CreatedAt time.Time `json:"created_at"`
+	// Incarnation is an immutable random value the store creates with
+	// the record (NewIncarnation) and keeps across updates: a tenant
+	// deleted and re-created under the same ID, or re-created from an
+	// exported copy, gets a new one. The prefix cache salts its domains
+	// with it (DESIGN I8), so a new incarnation never meets the pages of
+	// an old one. Like CreatedAt it is ignored on input.
+	Incarnation string `json:"incarnation,omitempty"`
 	// Disabled tenants fail authentication and admission.
 	Disabled bool `json:"disabled,omitempty"`
 	// PrefixCache scopes the tenant's prefix cache (DESIGN I3, I8): ""
@@ -59,6 +68,14 @@ type Tenant struct {
 	// one, in [0, 1]; nil means 1 (billed like any prompt token). It
 	// applies to budgets, token rates and Usage.BilledTokens.
 	CachedTokenRate *float64 `json:"cached_token_rate,omitempty"`
+}
+
+// NewIncarnation returns a fresh Tenant.Incarnation: 16 bytes from
+// crypto/rand in hex.
+func NewIncarnation() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
 }
 
 // CachedRate is the tenant's CachedTokenRate, 1 when unset.

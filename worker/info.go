@@ -73,5 +73,6 @@ func (w *Worker) poolStats() *controlpb.PoolStats {
 		PageTokens:       int32(s.PageTokens),
 		CapacityTokens:   w.capacity.Tokens,
 		OwnerViolations:  int64(s.Violations),
+		CachedPages:      int64(s.Cached),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -24,6 +25,7 @@ type metrics struct {
 	deferredSeconds prometheus.Histogram
 	aborts          *prometheus.CounterVec // stage, cause
 	drainRelays     *prometheus.CounterVec // result
+	domainEvictions *prometheus.CounterVec // reason, outcome
 }
 
 // sources are the components whose counters are exported from snapshots;
@@ -66,6 +68,12 @@ func newMetrics() *metrics {
 				"(the transfer's held or quarantined pages were released, or its record marked drained), unknown " +
 				"(nothing of it here any more), mismatched (another epoch or request).",
 		}, []string{"result"}),
+		domainEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_kv_prefix_domain_evicted_pages_total",
+			Help: "Sealed prefix pages evicted because the gateway evicted their cache domain (EvictCacheDomains: tenant " +
+				"deleted or disabled, key revoked, prefix_cache changed), by reason and outcome: freed (cached, freed at " +
+				"once) or retired (read by a running request, out of the cache and freed when it ends).",
+		}, []string{"reason", "outcome"}),
 	}
 	for _, side := range []string{sideSend, sideReceive} {
 		m.transferSeconds.WithLabelValues(side)
@@ -76,6 +84,11 @@ func newMetrics() *metrics {
 	}
 	for _, r := range []string{relayApplied, relayUnknown, relayMismatched} {
 		m.drainRelays.WithLabelValues(r)
+	}
+	for _, r := range controlpb.EvictReasons {
+		for _, o := range []string{evictFreed, evictRetired} {
+			m.domainEvictions.WithLabelValues(r, o)
+		}
 	}
 	return m
 }
@@ -96,7 +109,7 @@ func (m *metrics) register(reg prometheus.Registerer, src sources, gpus promethe
 	})
 	infoGauge.Set(1)
 	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays,
-		newSnapshotCollector(src), gpus, infoGauge} {
+		m.domainEvictions, newSnapshotCollector(src), gpus, infoGauge} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker: registering metrics: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/metadata"
 
@@ -118,4 +119,45 @@ func (w *Worker) prefillTags(px *engine.Prefix, prompt []int32) []kvpool.Tag {
 		return nil
 	}
 	return kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
+}
+
+// Outcomes of warden_kv_prefix_domain_evicted_pages_total.
+const (
+	evictFreed   = "freed"
+	evictRetired = "retired"
+)
+
+// evictCacheDomains handles EvictCacheDomains: it drops the named
+// domains' sealed pages from the pool (kvpool.EvictDomains: cached ones
+// freed, ones running requests read retired; for good, sealing nothing of
+// them again, when the tenant was deleted or the key revoked) and
+// acknowledges with what it did and the evicted pages' hashes. A worker without a cache holds
+// none and answers zero.
+func (w *Worker) evictCacheDomains(req *controlpb.EvictCacheDomainsRequest) (*controlpb.EvictCacheDomainsResponse, error) {
+	raw, reason := req.GetDomains(), req.GetReason()
+	if len(raw) > controlpb.MaxEvictDomains {
+		return nil, invalid("%d domains, at most %d in one call", len(raw), controlpb.MaxEvictDomains)
+	}
+	if !slices.Contains(controlpb.EvictReasons, reason) {
+		return nil, invalid("unknown eviction reason %q", reason)
+	}
+	ds := make([]cachekey.Domain, len(raw))
+	for i, b := range raw {
+		if len(b) != len(ds[i]) {
+			return nil, invalid("domain %d is %d bytes, want %d", i, len(b), len(ds[i]))
+		}
+		copy(ds[i][:], b)
+	}
+	final := reason == controlpb.EvictTenantDeleted || reason == controlpb.EvictKeyRevoked
+	ev := w.rt.Pool.EvictDomains(ds, final)
+	w.metrics.domainEvictions.WithLabelValues(reason, evictFreed).Add(float64(ev.Freed))
+	w.metrics.domainEvictions.WithLabelValues(reason, evictRetired).Add(float64(ev.Retired))
+	if len(ev.Hashes) > 0 {
+		w.log.Info("evicted cache domains", "reason", reason, "domains", len(ds), "freed_pages", ev.Freed, "retired_pages", ev.Retired)
+	}
+	report := &controlpb.PrefixCacheReport{}
+	for _, h := range ev.Hashes[:min(len(ev.Hashes), kvpool.MaxCacheEvents)] {
+		report.Evicted = append(report.Evicted, h[:])
+	}
+	return &controlpb.EvictCacheDomainsResponse{FreedPages: int64(ev.Freed), RetiredPages: int64(ev.Retired), Evicted: report}, nil
 }

@@ -47,7 +47,7 @@ func generateCached(t *testing.T, c controlpb.WorkerClient, domain string, req *
 }
 
 func hexDomain(tenant string) string {
-	d, _ := cachekey.Derive(bytes.Repeat([]byte("w"), cachekey.MinSecretBytes), cachekey.ModeTenant, tenant, "")
+	d, _ := cachekey.Derive(bytes.Repeat([]byte("w"), cachekey.MinSecretBytes), cachekey.ModeTenant, cachekey.Scope{Tenant: tenant, Incarnation: "i1"})
 	return hex.EncodeToString(d[:])
 }
 
@@ -97,5 +97,70 @@ func TestBothReusesPrefixWithinDomain(t *testing.T) {
 	}
 	if got := fmt.Sprint(w.rt.Pool.Stats().Reserved); got != "0" {
 		t.Errorf("reserved %s pages for a refused request", got)
+	}
+}
+
+// TestEvictCacheDomainsRPC: EvictCacheDomains frees one domain's cached
+// pages (acknowledged with their count and hashes, counted in the metric,
+// reported in PoolStats.cached_pages) and leaves the other domain's; after
+// a deletion the domain caches nothing again, and its next request still
+// gets the reference's answer. Malformed calls are refused.
+func TestEvictCacheDomainsRPC(t *testing.T) {
+	w := startWorker(t, testConfig(t, config.RoleBoth, config.TransferTCP, testPages))
+	ctx := context.Background()
+	p := prompt(3*pageTokens+5, 11)
+	sp := greedy(4)
+	want := runReference(t, [][]int32{p}, sp)[0]
+	run := func(domain, req string) int {
+		out, cached := generateCached(t, w.client, domain, &controlpb.GenerateRequest{Owner: owner("acme", req, 1), Prompt: p, Sampling: sp})
+		checkAgainst(t, req, out, want)
+		return cached
+	}
+	a, b := hexDomain("a"), hexDomain("b")
+	run(a, "a1")
+	run(b, "b1")
+	waitQuiet(t, w)
+	cachedPages := func() int64 {
+		st, err := w.client.Status(ctx, &controlpb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetPool().GetCachedPages()
+	}
+	if n := cachedPages(); n != 6 {
+		t.Fatalf("%d cached pages before the eviction, want 3 per domain", n)
+	}
+	raw, _ := hex.DecodeString(a)
+	resp, err := w.client.EvictCacheDomains(ctx, &controlpb.EvictCacheDomainsRequest{Domains: [][]byte{raw}, Reason: controlpb.EvictTenantDeleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetFreedPages() != 3 || resp.GetRetiredPages() != 0 || len(resp.GetEvicted().GetEvicted()) != 3 {
+		t.Fatalf("acknowledgement %+v, want 3 pages freed and their hashes", resp)
+	}
+	if n := cachedPages(); n != 3 {
+		t.Fatalf("%d cached pages after evicting domain a, want b's 3", n)
+	}
+	if got := metricValue(t, w.Worker, "warden_kv_prefix_domain_evicted_pages_total", "reason", controlpb.EvictTenantDeleted, "outcome", "freed"); got != 3 {
+		t.Fatalf("metric counts %v freed pages, want 3", got)
+	}
+	if got := run(a, "a2"); got != 0 {
+		t.Fatalf("domain a hit %d cached tokens after its eviction", got)
+	}
+	if got := run(b, "b2"); got != 3*pageTokens {
+		t.Fatalf("domain b hit %d cached tokens, want %d", got, 3*pageTokens)
+	}
+	waitQuiet(t, w)
+	if n := cachedPages(); n != 3 {
+		t.Fatalf("%d cached pages: the deleted domain cached again", n)
+	}
+	for name, req := range map[string]*controlpb.EvictCacheDomainsRequest{
+		"short domain":   {Domains: [][]byte{raw[:31]}, Reason: controlpb.EvictKeyRevoked},
+		"unknown reason": {Domains: [][]byte{raw}, Reason: "because"},
+		"too many":       {Domains: make([][]byte, controlpb.MaxEvictDomains+1), Reason: controlpb.EvictKeyRevoked},
+	} {
+		if _, err := w.client.EvictCacheDomains(ctx, req); code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
 	}
 }

@@ -53,6 +53,11 @@ func (s *server) WriterDrained(ctx context.Context, req *controlpb.WriterDrained
 	return s.w.writerDrained(ctx, req)
 }
 
+// EvictCacheDomains implements controlpb.WorkerServer.
+func (s *server) EvictCacheDomains(_ context.Context, req *controlpb.EvictCacheDomainsRequest) (*controlpb.EvictCacheDomainsResponse, error) {
+	return s.w.evictCacheDomains(req)
+}
+
 // Status implements controlpb.WorkerServer.
 func (s *server) Status(context.Context, *controlpb.StatusRequest) (*controlpb.WorkerStatus, error) {
 	w := s.w

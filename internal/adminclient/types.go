@@ -72,6 +72,12 @@ type PoolView struct {
 	// pool can hold.
 	CapacityTokens  int64 `json:"capacity_tokens"`
 	OwnerViolations int64 `json:"owner_violations"`
+	// CachedPages is the part of FreePages that is sealed prefix-cache
+	// pages no request holds: reusable by a cache hit of their domain,
+	// evicted when a reservation needs the room or their domain is
+	// evicted (tenant deleted or disabled, key revoked, prefix_cache
+	// changed).
+	CachedPages int64 `json:"cached_pages"`
 }
 
 // ModelView is one configured model: its configured and effective context

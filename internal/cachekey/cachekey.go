@@ -3,10 +3,14 @@
 // the tenant, and the chain hash that identifies a page of prompt KV by
 // every token up to and including it.
 //
-// A domain is HMAC-SHA256(server secret, tenant[, key]): no client field
-// enters it, so a client can neither choose nor widen it; a tenant setting
-// may only narrow it (Mode key: one domain per API key) or switch caching
-// off. The chain hash of page i covers the domain, the model/format
+// A domain is HMAC-SHA256(server secret, tenant, incarnation[, key]): no
+// client field enters it, so a client can neither choose nor widen it; a
+// tenant setting may only narrow it (Mode key: one domain per API key) or
+// switch caching off. The incarnation is the tenant record's immutable
+// random value (tenant.Tenant.Incarnation), so a tenant deleted and
+// re-created under the same ID, or re-created from an exported copy,
+// derives other domains than the one before and never meets its pages,
+// whether or not they were evicted. The chain hash of page i covers the domain, the model/format
 // version and tokens [0, (i+1)·pageTokens), so equal hashes mean equal KV
 // in one domain and one model, and two domains never produce the same
 // hash for the same tokens.
@@ -65,29 +69,38 @@ func ParseMode(s string) (Mode, error) {
 // MinSecretBytes is the shortest server secret Derive accepts.
 const MinSecretBytes = 16
 
-// Derive returns the cache domain of a request of tenant made with API key
-// keyID under mode, and false when the request must not use the cache
-// (ModeOff, an empty tenant, a ModeKey request without a key, or a secret
-// shorter than MinSecretBytes). Only server-side values enter it.
-func Derive(secret []byte, mode Mode, tenant, keyID string) (Domain, bool) {
-	if len(secret) < MinSecretBytes || tenant == "" {
+// Scope is what a domain is derived from, all of it server-side: the
+// tenant's ID and incarnation (from its stored record) and the ID of the
+// API key the request was authenticated with.
+type Scope struct {
+	Tenant, Incarnation, KeyID string
+}
+
+// Derive returns the cache domain of a request in scope s under mode, and
+// false when the request must not use the cache (ModeOff, an empty tenant
+// or incarnation, a ModeKey request without a key, or a secret shorter
+// than MinSecretBytes). Only server-side values enter it.
+func Derive(secret []byte, mode Mode, s Scope) (Domain, bool) {
+	if len(secret) < MinSecretBytes || s.Tenant == "" || s.Incarnation == "" {
 		return Domain{}, false
 	}
 	if brokenmode.On(brokenmode.SharedCache) {
-		tenant, keyID = "every-tenant", "every-key" // test-only build: see internal/brokenmode
+		s = Scope{"every-tenant", "every-incarnation", "every-key"} // test-only build: see internal/brokenmode
 	}
 	mac := hmac.New(sha256.New, secret)
 	switch mode {
 	case "", ModeTenant:
 		writeField(mac, "tenant")
-		writeField(mac, tenant)
+		writeField(mac, s.Tenant)
+		writeField(mac, s.Incarnation)
 	case ModeKey:
-		if keyID == "" {
+		if s.KeyID == "" {
 			return Domain{}, false
 		}
 		writeField(mac, "key")
-		writeField(mac, tenant)
-		writeField(mac, keyID)
+		writeField(mac, s.Tenant)
+		writeField(mac, s.Incarnation)
+		writeField(mac, s.KeyID)
 	default:
 		return Domain{}, false
 	}

@@ -9,19 +9,29 @@ import (
 
 var secret = bytes.Repeat([]byte{7}, MinSecretBytes)
 
+// TestDeriveSeparatesTenantsKeysAndModes: the domain depends on the
+// tenant, its incarnation, the key (ModeKey only), the mode and the
+// secret, and on field boundaries.
 func TestDeriveSeparatesTenantsKeysAndModes(t *testing.T) {
-	a, okA := Derive(secret, ModeTenant, "a", "k1")
-	a2, _ := Derive(secret, "", "a", "k2")
-	b, _ := Derive(secret, ModeTenant, "b", "k1")
-	ak1, _ := Derive(secret, ModeKey, "a", "k1")
-	ak2, _ := Derive(secret, ModeKey, "a", "k2")
+	a, okA := Derive(secret, ModeTenant, Scope{Tenant: "a", Incarnation: "i1", KeyID: "k1"})
+	a2, _ := Derive(secret, "", Scope{Tenant: "a", Incarnation: "i1", KeyID: "k2"})
+	b, _ := Derive(secret, ModeTenant, Scope{Tenant: "b", Incarnation: "i1", KeyID: "k1"})
+	ak1, _ := Derive(secret, ModeKey, Scope{Tenant: "a", Incarnation: "i1", KeyID: "k1"})
+	ak2, _ := Derive(secret, ModeKey, Scope{Tenant: "a", Incarnation: "i1", KeyID: "k2"})
 	if !okA || a != a2 {
 		t.Fatal("one tenant's keys must share the tenant domain")
 	}
 	if a == b || ak1 == ak2 || ak1 == a {
 		t.Fatal("domains of different tenants, keys or modes collide")
 	}
-	other, _ := Derive(bytes.Repeat([]byte{8}, MinSecretBytes), ModeTenant, "a", "")
+	// A re-created tenant (same ID, new incarnation) gets other domains,
+	// in both modes.
+	re, _ := Derive(secret, ModeTenant, Scope{Tenant: "a", Incarnation: "i2", KeyID: "k1"})
+	rek1, _ := Derive(secret, ModeKey, Scope{Tenant: "a", Incarnation: "i2", KeyID: "k1"})
+	if re == a || rek1 == ak1 {
+		t.Fatal("a new incarnation of tenant a derives the old incarnation's domains")
+	}
+	other, _ := Derive(bytes.Repeat([]byte{8}, MinSecretBytes), ModeTenant, Scope{Tenant: "a", Incarnation: "i1"})
 	if other == a {
 		t.Fatal("the domain does not depend on the server secret")
 	}
@@ -31,31 +41,37 @@ func TestDeriveSeparatesTenantsKeysAndModes(t *testing.T) {
 	mac.Write([]byte("tenant"))
 	mac.Write([]byte{1, 0, 0, 0, 0, 0, 0, 0})
 	mac.Write([]byte("a"))
+	mac.Write([]byte{2, 0, 0, 0, 0, 0, 0, 0})
+	mac.Write([]byte("i1"))
 	if !bytes.Equal(mac.Sum(nil), a[:]) {
-		t.Fatal("Derive is not HMAC-SHA256(secret, tenant)")
+		t.Fatal("Derive is not HMAC-SHA256(secret, tenant, incarnation)")
 	}
-	// Field boundaries cannot be shifted: tenant "ab"+key "c" ≠ "a"+"bc".
-	x, _ := Derive(secret, ModeKey, "ab", "c")
-	y, _ := Derive(secret, ModeKey, "a", "bc")
-	if x == y {
-		t.Fatal("tenant/key boundary is ambiguous")
+	// Field boundaries cannot be shifted: tenant "ab"+key "c" ≠ "a"+"bc",
+	// incarnation "i1"+key "c" ≠ "i1c"+"".
+	x, _ := Derive(secret, ModeKey, Scope{Tenant: "ab", Incarnation: "i1", KeyID: "c"})
+	y, _ := Derive(secret, ModeKey, Scope{Tenant: "a", Incarnation: "i1", KeyID: "bc"})
+	z, _ := Derive(secret, ModeKey, Scope{Tenant: "a", Incarnation: "i1b", KeyID: "c"})
+	if x == y || y == z {
+		t.Fatal("tenant/incarnation/key boundary is ambiguous")
 	}
 }
 
 func TestDeriveRefuses(t *testing.T) {
 	for _, c := range []struct {
-		secret        []byte
-		mode          Mode
-		tenant, keyID string
+		secret []byte
+		mode   Mode
+		scope  Scope
 	}{
-		{secret, ModeOff, "a", "k"},
-		{secret, ModeKey, "a", ""},
-		{secret, ModeTenant, "", "k"},
-		{secret[:MinSecretBytes-1], ModeTenant, "a", "k"},
-		{secret, Mode("everyone"), "a", "k"},
+		{secret, ModeOff, Scope{"a", "i1", "k"}},
+		{secret, ModeKey, Scope{"a", "i1", ""}},
+		{secret, ModeTenant, Scope{"", "i1", "k"}},
+		{secret, ModeTenant, Scope{"a", "", "k"}}, // a tenant without incarnation shares nothing
+		{secret, ModeKey, Scope{"a", "", "k"}},
+		{secret[:MinSecretBytes-1], ModeTenant, Scope{"a", "i1", "k"}},
+		{secret, Mode("everyone"), Scope{"a", "i1", "k"}},
 	} {
-		if _, ok := Derive(c.secret, c.mode, c.tenant, c.keyID); ok {
-			t.Errorf("Derive(%d-byte secret, %q, %q, %q) enabled caching", len(c.secret), c.mode, c.tenant, c.keyID)
+		if _, ok := Derive(c.secret, c.mode, c.scope); ok {
+			t.Errorf("Derive(%d-byte secret, %q, %+v) enabled caching", len(c.secret), c.mode, c.scope)
 		}
 	}
 	if _, err := ParseMode("global"); err == nil {
@@ -67,8 +83,8 @@ func TestDeriveRefuses(t *testing.T) {
 }
 
 func TestChainCoversEveryTokenBeforeThePage(t *testing.T) {
-	d, _ := Derive(secret, ModeTenant, "a", "")
-	e, _ := Derive(secret, ModeTenant, "b", "")
+	d, _ := Derive(secret, ModeTenant, Scope{Tenant: "a", Incarnation: "i1"})
+	e, _ := Derive(secret, ModeTenant, Scope{Tenant: "b", Incarnation: "i1"})
 	toks := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}
 	h := Chain(d, 1, toks, 4)
 	if len(h) != 2 {

@@ -90,8 +90,12 @@ type PoolStats struct {
 	// request can ever hold on this worker.
 	CapacityTokens  int64 `protobuf:"varint,7,opt,name=capacity_tokens,json=capacityTokens,proto3" json:"capacity_tokens,omitempty"`
 	OwnerViolations int64 `protobuf:"varint,8,opt,name=owner_violations,json=ownerViolations,proto3" json:"owner_violations,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// cached_pages is the part of free_pages that is sealed prefix pages
+	// no request references: reusable by a cache hit, evicted when a
+	// reservation needs the room.
+	CachedPages   int64 `protobuf:"varint,9,opt,name=cached_pages,json=cachedPages,proto3" json:"cached_pages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolStats) Reset() {
@@ -176,6 +180,13 @@ func (x *PoolStats) GetCapacityTokens() int64 {
 func (x *PoolStats) GetOwnerViolations() int64 {
 	if x != nil {
 		return x.OwnerViolations
+	}
+	return 0
+}
+
+func (x *PoolStats) GetCachedPages() int64 {
+	if x != nil {
+		return x.CachedPages
 	}
 	return 0
 }
@@ -2136,6 +2147,128 @@ func (x *AbortResponse) GetDrain() *Drain {
 	return nil
 }
 
+// EvictCacheDomainsRequest names the cache domains to evict (32 bytes
+// each, at most MaxEvictDomains) and why, for the worker's log and
+// metric: "tenant_deleted", "tenant_disabled", "key_revoked" or
+// "prefix_cache_changed".
+type EvictCacheDomainsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Domains       [][]byte               `protobuf:"bytes,1,rep,name=domains,proto3" json:"domains,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictCacheDomainsRequest) Reset() {
+	*x = EvictCacheDomainsRequest{}
+	mi := &file_control_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictCacheDomainsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictCacheDomainsRequest) ProtoMessage() {}
+
+func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
+func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
+	if x != nil {
+		return x.Domains
+	}
+	return nil
+}
+
+func (x *EvictCacheDomainsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// EvictCacheDomainsResponse acknowledges an eviction.
+type EvictCacheDomainsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// freed_pages: cached pages freed now; retired_pages: pages running
+	// requests still read, out of the cache index and freed when they end.
+	FreedPages   int64 `protobuf:"varint,1,opt,name=freed_pages,json=freedPages,proto3" json:"freed_pages,omitempty"`
+	RetiredPages int64 `protobuf:"varint,2,opt,name=retired_pages,json=retiredPages,proto3" json:"retired_pages,omitempty"`
+	// evicted lists the chain hashes of every page it evicted (bounded),
+	// so the gateway's routing index forgets them without waiting for the
+	// heartbeat that reports them to every gateway.
+	Evicted       *PrefixCacheReport `protobuf:"bytes,3,opt,name=evicted,proto3" json:"evicted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EvictCacheDomainsResponse) Reset() {
+	*x = EvictCacheDomainsResponse{}
+	mi := &file_control_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EvictCacheDomainsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EvictCacheDomainsResponse) ProtoMessage() {}
+
+func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
+func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
+	if x != nil {
+		return x.FreedPages
+	}
+	return 0
+}
+
+func (x *EvictCacheDomainsResponse) GetRetiredPages() int64 {
+	if x != nil {
+		return x.RetiredPages
+	}
+	return 0
+}
+
+func (x *EvictCacheDomainsResponse) GetEvicted() *PrefixCacheReport {
+	if x != nil {
+		return x.Evicted
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2144,7 +2277,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2289,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2302,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 type WorkerStatus struct {
@@ -2185,7 +2318,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2330,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2343,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2262,7 +2395,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2407,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2420,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2316,7 +2449,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2461,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2474,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2372,7 +2505,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2517,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2530,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2411,7 +2544,7 @@ var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
 	"\n" +
-	"\rcontrol.proto\x12\x11warden.control.v1\"\xb6\x02\n" +
+	"\rcontrol.proto\x12\x11warden.control.v1\"\xd9\x02\n" +
 	"\tPoolStats\x12\x1f\n" +
 	"\vtotal_pages\x18\x01 \x01(\x03R\n" +
 	"totalPages\x12\x1d\n" +
@@ -2424,7 +2557,8 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x94\x04\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\x12!\n" +
+	"\fcached_pages\x18\t \x01(\x03R\vcachedPages\"\x94\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -2581,7 +2715,15 @@ const file_control_proto_rawDesc = "" +
 	"\rAbortResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x18\n" +
 	"\adrained\x18\x02 \x01(\bR\adrained\x12.\n" +
-	"\x05drain\x18\x03 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"\x0f\n" +
+	"\x05drain\x18\x03 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"L\n" +
+	"\x18EvictCacheDomainsRequest\x12\x18\n" +
+	"\adomains\x18\x01 \x03(\fR\adomains\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa1\x01\n" +
+	"\x19EvictCacheDomainsResponse\x12\x1f\n" +
+	"\vfreed_pages\x18\x01 \x01(\x03R\n" +
+	"freedPages\x12#\n" +
+	"\rretired_pages\x18\x02 \x01(\x03R\fretiredPages\x12>\n" +
+	"\aevicted\x18\x03 \x01(\v2$.warden.control.v1.PrefixCacheReportR\aevicted\"\x0f\n" +
 	"\rStatusRequest\"\xc7\x01\n" +
 	"\fWorkerStatus\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
@@ -2605,7 +2747,7 @@ const file_control_proto_rawDesc = "" +
 	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
-	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xdb\x04\n" +
+	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xcb\x05\n" +
 	"\x06Worker\x12\\\n" +
 	"\vModelAssets\x12%.warden.control.v1.ModelAssetsRequest\x1a&.warden.control.v1.ModelAssetsResponse\x12P\n" +
 	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12P\n" +
@@ -2613,7 +2755,8 @@ const file_control_proto_rawDesc = "" +
 	"\bGenerate\x12\".warden.control.v1.GenerateRequest\x1a .warden.control.v1.GenerateEvent0\x01\x12J\n" +
 	"\x05Abort\x12\x1f.warden.control.v1.AbortRequest\x1a .warden.control.v1.AbortResponse\x12b\n" +
 	"\rWriterDrained\x12'.warden.control.v1.WriterDrainedRequest\x1a(.warden.control.v1.WriterDrainedResponse\x12K\n" +
-	"\x06Status\x12 .warden.control.v1.StatusRequest\x1a\x1f.warden.control.v1.WorkerStatusB0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
+	"\x06Status\x12 .warden.control.v1.StatusRequest\x1a\x1f.warden.control.v1.WorkerStatus\x12n\n" +
+	"\x11EvictCacheDomains\x12+.warden.control.v1.EvictCacheDomainsRequest\x1a,.warden.control.v1.EvictCacheDomainsResponseB0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -2628,40 +2771,42 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_control_proto_goTypes = []any{
-	(Role)(0),                     // 0: warden.control.v1.Role
-	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
-	(*WorkerInfo)(nil),            // 2: warden.control.v1.WorkerInfo
-	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),     // 6: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),     // 7: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),    // 8: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),   // 9: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                 // 10: warden.control.v1.Owner
-	(*SamplingParams)(nil),        // 11: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                // 12: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),        // 13: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),           // 17: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),       // 18: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 19: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 20: warden.control.v1.Ready
-	(*Tokens)(nil),                // 21: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),         // 22: warden.control.v1.LogprobsToken
-	(*Done)(nil),                  // 23: warden.control.v1.Done
-	(*NChoicesDone)(nil),          // 24: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),          // 25: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 26: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 27: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 28: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 29: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 30: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 31: warden.control.v1.WriterDrainedResponse
+	(Role)(0),                         // 0: warden.control.v1.Role
+	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
+	(*WorkerInfo)(nil),                // 2: warden.control.v1.WorkerInfo
+	(*RegisterRequest)(nil),           // 3: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 4: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 5: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),         // 6: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),         // 7: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),        // 8: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),       // 9: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                     // 10: warden.control.v1.Owner
+	(*SamplingParams)(nil),            // 11: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                    // 12: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 13: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 14: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),            // 15: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 16: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 17: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 18: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 19: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 20: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 21: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 22: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 23: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 24: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 25: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 26: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 27: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 28: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 29: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 30: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 31: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 32: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 33: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -2688,34 +2833,37 @@ var file_control_proto_depIdxs = []int32{
 	22, // 21: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
 	24, // 22: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
 	10, // 23: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	29, // 24: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 25: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 26: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	10, // 27: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	29, // 28: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 29: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 30: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	8,  // 31: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	13, // 32: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	15, // 33: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	18, // 34: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	25, // 35: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	30, // 36: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	27, // 37: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 38: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	7,  // 39: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	9,  // 40: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	14, // 41: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	16, // 42: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	19, // 43: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	26, // 44: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	31, // 45: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	28, // 46: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	31, // 24: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	6,  // 25: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 26: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 27: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 28: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	31, // 29: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 30: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 31: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 32: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 33: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 34: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	18, // 35: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	25, // 36: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	32, // 37: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	29, // 38: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	27, // 39: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	4,  // 40: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 41: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 42: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 43: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 44: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	19, // 45: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	26, // 46: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	33, // 47: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	30, // 48: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	28, // 49: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	40, // [40:50] is the sub-list for method output_type
+	30, // [30:40] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2734,7 +2882,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

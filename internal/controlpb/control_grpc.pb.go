@@ -170,13 +170,14 @@ var Registry_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Worker_ModelAssets_FullMethodName   = "/warden.control.v1.Worker/ModelAssets"
-	Worker_Reserve_FullMethodName       = "/warden.control.v1.Worker/Reserve"
-	Worker_Prefill_FullMethodName       = "/warden.control.v1.Worker/Prefill"
-	Worker_Generate_FullMethodName      = "/warden.control.v1.Worker/Generate"
-	Worker_Abort_FullMethodName         = "/warden.control.v1.Worker/Abort"
-	Worker_WriterDrained_FullMethodName = "/warden.control.v1.Worker/WriterDrained"
-	Worker_Status_FullMethodName        = "/warden.control.v1.Worker/Status"
+	Worker_ModelAssets_FullMethodName       = "/warden.control.v1.Worker/ModelAssets"
+	Worker_Reserve_FullMethodName           = "/warden.control.v1.Worker/Reserve"
+	Worker_Prefill_FullMethodName           = "/warden.control.v1.Worker/Prefill"
+	Worker_Generate_FullMethodName          = "/warden.control.v1.Worker/Generate"
+	Worker_Abort_FullMethodName             = "/warden.control.v1.Worker/Abort"
+	Worker_WriterDrained_FullMethodName     = "/warden.control.v1.Worker/WriterDrained"
+	Worker_Status_FullMethodName            = "/warden.control.v1.Worker/Status"
+	Worker_EvictCacheDomains_FullMethodName = "/warden.control.v1.Worker/EvictCacheDomains"
 )
 
 // WorkerClient is the client API for Worker service.
@@ -217,6 +218,21 @@ type WorkerClient interface {
 	WriterDrained(ctx context.Context, in *WriterDrainedRequest, opts ...grpc.CallOption) (*WriterDrainedResponse, error)
 	// Status reports pool accounting and in-flight work.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*WorkerStatus, error)
+	// EvictCacheDomains drops the sealed prefix pages of the given cache
+	// domains (DESIGN I8): the gateway calls it on every worker when a
+	// tenant is deleted or disabled, a key of a per-key tenant is revoked,
+	// or a tenant's prefix_cache setting changes. Unreferenced pages are
+	// freed at once; pages a running request references leave the cache
+	// index at once (no new request can hit them) and are freed when their
+	// last reader releases them. For tenant_deleted and key_revoked the
+	// domains never come back: the worker refuses to seal pages of them
+	// from then on (a request running at the eviction caches nothing after
+	// it). The answer is the acknowledgement. It is idempotent; a domain
+	// the worker holds nothing of changes nothing.
+	// Freeing memory and honouring the deletion is all it is for: a worker
+	// it never reached still cannot serve the old pages to a re-created
+	// tenant, whose incarnation derives other domains.
+	EvictCacheDomains(ctx context.Context, in *EvictCacheDomainsRequest, opts ...grpc.CallOption) (*EvictCacheDomainsResponse, error)
 }
 
 type workerClient struct {
@@ -306,6 +322,16 @@ func (c *workerClient) Status(ctx context.Context, in *StatusRequest, opts ...gr
 	return out, nil
 }
 
+func (c *workerClient) EvictCacheDomains(ctx context.Context, in *EvictCacheDomainsRequest, opts ...grpc.CallOption) (*EvictCacheDomainsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EvictCacheDomainsResponse)
+	err := c.cc.Invoke(ctx, Worker_EvictCacheDomains_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServer is the server API for Worker service.
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
@@ -344,6 +370,21 @@ type WorkerServer interface {
 	WriterDrained(context.Context, *WriterDrainedRequest) (*WriterDrainedResponse, error)
 	// Status reports pool accounting and in-flight work.
 	Status(context.Context, *StatusRequest) (*WorkerStatus, error)
+	// EvictCacheDomains drops the sealed prefix pages of the given cache
+	// domains (DESIGN I8): the gateway calls it on every worker when a
+	// tenant is deleted or disabled, a key of a per-key tenant is revoked,
+	// or a tenant's prefix_cache setting changes. Unreferenced pages are
+	// freed at once; pages a running request references leave the cache
+	// index at once (no new request can hit them) and are freed when their
+	// last reader releases them. For tenant_deleted and key_revoked the
+	// domains never come back: the worker refuses to seal pages of them
+	// from then on (a request running at the eviction caches nothing after
+	// it). The answer is the acknowledgement. It is idempotent; a domain
+	// the worker holds nothing of changes nothing.
+	// Freeing memory and honouring the deletion is all it is for: a worker
+	// it never reached still cannot serve the old pages to a re-created
+	// tenant, whose incarnation derives other domains.
+	EvictCacheDomains(context.Context, *EvictCacheDomainsRequest) (*EvictCacheDomainsResponse, error)
 	mustEmbedUnimplementedWorkerServer()
 }
 
@@ -374,6 +415,9 @@ func (UnimplementedWorkerServer) WriterDrained(context.Context, *WriterDrainedRe
 }
 func (UnimplementedWorkerServer) Status(context.Context, *StatusRequest) (*WorkerStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedWorkerServer) EvictCacheDomains(context.Context, *EvictCacheDomainsRequest) (*EvictCacheDomainsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method EvictCacheDomains not implemented")
 }
 func (UnimplementedWorkerServer) mustEmbedUnimplementedWorkerServer() {}
 func (UnimplementedWorkerServer) testEmbeddedByValue()                {}
@@ -515,6 +559,24 @@ func _Worker_Status_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Worker_EvictCacheDomains_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EvictCacheDomainsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServer).EvictCacheDomains(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Worker_EvictCacheDomains_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServer).EvictCacheDomains(ctx, req.(*EvictCacheDomainsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Worker_ServiceDesc is the grpc.ServiceDesc for Worker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -545,6 +607,10 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Worker_Status_Handler,
+		},
+		{
+			MethodName: "EvictCacheDomains",
+			Handler:    _Worker_EvictCacheDomains_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -20,7 +20,7 @@ func (s *Store) CreateTenant(_ context.Context, t tenant.Tenant) (tenant.Tenant,
 	if _, ok := s.tenants[t.ID]; ok {
 		return tenant.Tenant{}, fmt.Errorf("tenant %q: %w", t.ID, tenant.ErrExists)
 	}
-	t.CreatedAt = s.now().UTC()
+	t.CreatedAt, t.Incarnation = s.now().UTC(), tenant.NewIncarnation()
 	s.tenants[t.ID] = t
 	return cloneTenant(t), nil
 }
@@ -62,7 +62,7 @@ func (s *Store) UpdateTenant(_ context.Context, t tenant.Tenant) (tenant.Tenant,
 	if !ok {
 		return tenant.Tenant{}, fmt.Errorf("tenant %q: %w", t.ID, tenant.ErrNotFound)
 	}
-	t.CreatedAt = old.CreatedAt
+	t.CreatedAt, t.Incarnation = old.CreatedAt, old.Incarnation
 	s.tenants[t.ID] = t
 	return cloneTenant(t), nil
 }

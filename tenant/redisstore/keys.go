@@ -139,7 +139,7 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (tenant.Prin
 	if err != nil || !s.hasher.Match(presented, digest) || res[2] != "" || res[3] == "" {
 		return tenant.Principal{}, tenant.ErrUnauthenticated
 	}
-	t, err := decodeTenant(res[3])
+	t, err := s.decodeTenant(ctx, res[3])
 	if err != nil {
 		return tenant.Principal{}, err
 	}

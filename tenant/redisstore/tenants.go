@@ -19,7 +19,7 @@ func (s *Store) CreateTenant(ctx context.Context, t tenant.Tenant) (tenant.Tenan
 	if err != nil {
 		return tenant.Tenant{}, err
 	}
-	t.CreatedAt = s.wallNow()
+	t.CreatedAt, t.Incarnation = s.wallNow(), tenant.NewIncarnation()
 	raw, err := json.Marshal(toRecord(t))
 	if err != nil {
 		return tenant.Tenant{}, err
@@ -49,7 +49,7 @@ func (s *Store) GetTenant(ctx context.Context, id string) (tenant.Tenant, error)
 		return tenant.Tenant{}, s.fail(ctx, "get tenant", err)
 	}
 	s.ok()
-	return decodeTenant(raw)
+	return s.decodeTenant(ctx, raw)
 }
 
 // ListTenants implements tenant.Store.
@@ -66,7 +66,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]tenant.Tenant, error) {
 	s.ok()
 	out := make([]tenant.Tenant, 0, len(raws))
 	for _, raw := range raws {
-		t, err := decodeTenant(raw)
+		t, err := s.decodeTenant(ctx, raw)
 		if err != nil {
 			return nil, err
 		}
@@ -96,37 +96,65 @@ func (s *Store) mget(ctx context.Context, kind string, ids []string) ([]string, 
 	return out, nil
 }
 
-// UpdateTenant implements tenant.Store. It keeps CreatedAt under WATCH so
-// a concurrent delete makes it fail with ErrNotFound rather than resurrect
-// the tenant.
+// UpdateTenant implements tenant.Store. It keeps CreatedAt and the
+// incarnation under WATCH so a concurrent delete makes it fail with
+// ErrNotFound rather than resurrect the tenant.
 func (s *Store) UpdateTenant(ctx context.Context, t tenant.Tenant) (tenant.Tenant, error) {
 	t, err := t.Normalize()
 	if err != nil {
 		return tenant.Tenant{}, err
 	}
-	k := s.key("t", t.ID)
-	var recErr error // a corrupt record, not a Redis failure
+	_, err = s.rewriteTenant(ctx, "update tenant", t.ID, func(old tenantRecord) (tenantRecord, bool) {
+		t.CreatedAt, t.Incarnation = old.CreatedAt, old.Incarnation
+		if t.Incarnation == "" {
+			t.Incarnation = tenant.NewIncarnation() // a record from before incarnations
+		}
+		return toRecord(t), true
+	})
+	if err != nil {
+		return tenant.Tenant{}, err
+	}
+	return t, nil
+}
+
+// rewriteTenant replaces tenant id's record with what change makes of it,
+// under WATCH (retried when a concurrent write intervened), unless change
+// says there is nothing to write; it returns the record now stored. A
+// missing record is ErrNotFound.
+func (s *Store) rewriteTenant(ctx context.Context, op, id string, change func(tenantRecord) (tenantRecord, bool)) (tenantRecord, error) {
+	k := s.key("t", id)
+	var (
+		out    tenantRecord
+		recErr error // a corrupt record, not a Redis failure
+		err    error
+	)
 	for range 10 {
 		err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			raw, err := tx.Get(ctx, k).Result()
 			if err != nil {
 				return err
 			}
-			old, err := decodeTenant(raw)
+			old, err := decodeRecord(raw)
 			if err != nil {
 				recErr = err
 				return err
 			}
-			t.CreatedAt = old.CreatedAt
-			rec, err := json.Marshal(toRecord(t))
-			if err != nil {
-				recErr = err
-				return err
-			}
-			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, k, rec, 0)
+			rec, write := change(old)
+			if !write {
+				out = old
 				return nil
-			})
+			}
+			b, err := json.Marshal(rec)
+			if err != nil {
+				recErr = err
+				return err
+			}
+			if _, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, k, b, 0)
+				return nil
+			}); err == nil {
+				out = rec
+			}
 			return err
 		}, k)
 		if !errors.Is(err, redis.TxFailedErr) {
@@ -135,15 +163,15 @@ func (s *Store) UpdateTenant(ctx context.Context, t tenant.Tenant) (tenant.Tenan
 	}
 	switch {
 	case recErr != nil:
-		return tenant.Tenant{}, recErr
+		return tenantRecord{}, recErr
 	case errors.Is(err, redis.Nil):
 		s.ok()
-		return tenant.Tenant{}, fmt.Errorf("tenant %q: %w", t.ID, tenant.ErrNotFound)
+		return tenantRecord{}, fmt.Errorf("tenant %q: %w", id, tenant.ErrNotFound)
 	case err != nil:
-		return tenant.Tenant{}, s.fail(ctx, "update tenant", err)
+		return tenantRecord{}, s.fail(ctx, op, err)
 	}
 	s.ok()
-	return t, nil
+	return out, nil
 }
 
 // DeleteTenant implements tenant.Store.

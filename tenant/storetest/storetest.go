@@ -67,6 +67,7 @@ func Run(t *testing.T, newStores Factory) {
 	}{
 		{"TenantCRUD", day(2026, 3, 10, 12), testTenantCRUD},
 		{"TenantValidation", day(2026, 3, 10, 12), testTenantValidation},
+		{"TenantIncarnation", day(2026, 3, 10, 12), testTenantIncarnation},
 		{"Keys", day(2026, 3, 10, 12), testKeys},
 		{"AuthenticateRejects", day(2026, 3, 10, 12), testAuthenticateRejects},
 		{"DeleteTenantRevokesKeys", day(2026, 3, 10, 12), testDeleteTenant},

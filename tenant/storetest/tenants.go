@@ -124,3 +124,51 @@ func testTenantValidation(e *env) {
 		wantErr(t, "IssueKey for unknown tenant", err, tenant.ErrNotFound, id)
 	}
 }
+
+// testTenantIncarnation: a tenant's incarnation is created with the
+// record (whatever the input says), every read of either replica
+// (GetTenant, ListTenants, Authenticate) and every update keeps it, and a
+// tenant deleted and re-created under the same ID gets a new one.
+func testTenantIncarnation(e *env) {
+	t := e.t
+	created := e.create(e.a, tenant.Tenant{ID: "rc1", Incarnation: "chosen-by-the-client"})
+	inc := created.Incarnation
+	if len(inc) != 32 || strings.Trim(inc, "0123456789abcdef") != "" {
+		t.Fatalf("CreateTenant's incarnation %q, want 32 hex digits chosen by the store", inc)
+	}
+	key, _, err := e.a.IssueKey(e.ctx, "rc1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, s := range map[string]tenant.Store{"primary": e.a, "replica": e.b} {
+			if g, err := s.GetTenant(e.ctx, "rc1"); err != nil || g.Incarnation != inc {
+				t.Fatalf("%s: GetTenant via %s = %+v, %v; want incarnation %q", when, name, g, err, inc)
+			}
+			if l, err := s.ListTenants(e.ctx); err != nil || len(l) != 1 || l[0].Incarnation != inc {
+				t.Fatalf("%s: ListTenants via %s = %+v, %v; want incarnation %q", when, name, l, err, inc)
+			}
+			if p, err := s.Authenticate(e.ctx, key); err != nil || p.Tenant.Incarnation != inc {
+				t.Fatalf("%s: Authenticate via %s = %+v, %v; want incarnation %q", when, name, p, err, inc)
+			}
+		}
+	}
+	check("after create")
+	upd, err := e.b.UpdateTenant(e.ctx, tenant.Tenant{ID: "rc1", Name: "renamed", Incarnation: "0123456789abcdef0123456789abcdef",
+		PrefixCache: "key"})
+	if err != nil || upd.Incarnation != inc {
+		t.Fatalf("UpdateTenant = %+v, %v; want incarnation %q kept", upd, err, inc)
+	}
+	check("after update")
+	if err := e.b.DeleteTenant(e.ctx, "rc1"); err != nil {
+		t.Fatal(err)
+	}
+	again := e.create(e.b, tenant.Tenant{ID: "rc1", Name: "new owner"})
+	if again.Incarnation == inc || len(again.Incarnation) != 32 {
+		t.Fatalf("re-created tenant's incarnation %q, the deleted one's %q: want a new one", again.Incarnation, inc)
+	}
+	if g, err := e.a.GetTenant(e.ctx, "rc1"); err != nil || g.Incarnation != again.Incarnation {
+		t.Fatalf("GetTenant of the re-created tenant = %+v, %v; want incarnation %q", g, err, again.Incarnation)
+	}
+}

@@ -61,7 +61,7 @@ func startEngine(t *testing.T, m *model.Model, be engine.Backend, pool *kvpool.P
 // testDomain is tenant's cache domain under a fixed test secret.
 func testDomain(t *testing.T, tenant string) cachekey.Domain {
 	t.Helper()
-	d, ok := cachekey.Derive(bytes.Repeat([]byte("k"), cachekey.MinSecretBytes), cachekey.ModeTenant, tenant, "")
+	d, ok := cachekey.Derive(bytes.Repeat([]byte("k"), cachekey.MinSecretBytes), cachekey.ModeTenant, cachekey.Scope{Tenant: tenant, Incarnation: "i1"})
 	if !ok {
 		t.Fatal("no cache domain")
 	}

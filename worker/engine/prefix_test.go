@@ -14,7 +14,7 @@ import (
 
 func cacheDomain(t *testing.T, tenant string) cachekey.Domain {
 	t.Helper()
-	d, ok := cachekey.Derive(bytes.Repeat([]byte("k"), cachekey.MinSecretBytes), cachekey.ModeTenant, tenant, "")
+	d, ok := cachekey.Derive(bytes.Repeat([]byte("k"), cachekey.MinSecretBytes), cachekey.ModeTenant, cachekey.Scope{Tenant: tenant, Incarnation: "i1"})
 	if !ok {
 		t.Fatal("no domain")
 	}

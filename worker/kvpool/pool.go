@@ -156,6 +156,9 @@ type Pool struct {
 	seals, evictions, hits uint64
 	// events are the seals and evictions not yet reported (events.go).
 	events cacheLog
+	// evicted are the domains EvictDomains evicted for good last
+	// (evict.go): Seal refuses their tags.
+	evicted evictedDomains
 }
 
 // page is one page's metadata: owned by a holding (h), sealed (s), or

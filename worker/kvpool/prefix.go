@@ -34,6 +34,9 @@ type sealed struct {
 	refs int
 	// elem is the page's place in Pool.idle while refs == 0.
 	elem *list.Element
+	// retired: EvictDomains took the page out of the index while readers
+	// referenced it; it is freed, not cached, when the last one lets go.
+	retired bool
 }
 
 // Seal turns the leading pages of owner's table into sealed prefix pages:
@@ -43,9 +46,10 @@ type sealed struct {
 // whose every slot was written for owner are sealed (the data is complete
 // and verified: the caller seals after a local prefill finished or a
 // transfer verified, never while a page is being written); sealing stops
-// at the first page that is not, and at the first tag already sealed in
+// at the first page that is not, at the first tag already sealed in
 // another page (a concurrent writer of the same prefix won; the page stays
-// owned). It waits for in-flight WritePage copies first and returns how
+// owned), and at a tag of a domain EvictDomains evicted for good (nothing
+// of it is cached again). It waits for in-flight WritePage copies first and returns how
 // many leading pages owner now shares.
 //
 // Errors: ErrNotHeld, ErrStaleEpoch, ErrState (quarantined), ErrInvalid
@@ -69,7 +73,7 @@ func (p *Pool) Seal(owner Owner, tags []Tag) (int, error) {
 		if int(m.written) != p.pageTokens {
 			break
 		}
-		if _, dup := p.index[tags[i]]; dup {
+		if _, dup := p.index[tags[i]]; dup || p.evicted.set[tags[i].Domain] {
 			break
 		}
 		*m = page{s: &sealed{tag: tags[i], refs: 1}, written: int32(p.pageTokens)}
@@ -128,7 +132,11 @@ func (p *Pool) unshare(h *holding) {
 		s := p.pages[id].s
 		if s.refs--; s.refs == 0 {
 			p.shared--
-			s.elem = p.idle.PushBack(id)
+			if s.retired {
+				p.freePage(id)
+			} else {
+				s.elem = p.idle.PushBack(id)
+			}
 		}
 	}
 	h.pages = h.pages[h.shared:]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
@@ -17,15 +18,20 @@ type prefixActor struct {
 }
 
 // FuzzPrefixPool drives the prefix cache with arbitrary sequences of
-// reservations with prefixes, writes, seals, releases, epoch bumps and
-// quarantines by owners of two tenants, and after every operation checks
+// reservations with prefixes, writes, seals, releases, epoch bumps,
+// quarantines and domain evictions (for good or not) by owners of two
+// tenants, and after every operation checks
 // the accounting identity, that every shared page carries exactly the tag
 // its holder computed from its own tokens and domain (so never another
 // domain's page), that reference counts match the holdings, and that a
-// reader presenting another domain is refused.
+// reader presenting another domain is refused, and that nothing of a
+// domain evicted for good is in the cache any more.
 func FuzzPrefixPool(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 2, 1, 0, 3, 0, 1, 2, 4, 9, 7, 0, 0, 5, 2, 6, 3, 8})
 	f.Add([]byte{0, 0, 2, 1, 0, 2, 0, 2, 0, 3, 0, 0, 1, 2, 1, 2, 3, 0, 4, 2, 5, 1, 6, 2, 7, 0})
+	// a and a reader of its pages seal, then a's domain is evicted (not
+	// for good, then for good) while the reader holds them.
+	f.Add([]byte{0, 20, 1, 20, 2, 20, 0, 22, 3, 20, 7, 16, 0, 20, 1, 20, 2, 20, 7, 20, 3, 22, 3, 20, 0, 20, 1, 20, 2, 20})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const pt = 2
 		p := newPool(t, kvpool.Config{Pages: 6, PageTokens: pt, PageBytes: 8, PoisonOnReserve: true})
@@ -37,8 +43,9 @@ func FuzzPrefixPool(f *testing.F) {
 		for i := range actors {
 			actors[i] = &prefixActor{owner: kvpool.Owner{Tenant: []string{"a", "b"}[i%2], Request: fmt.Sprint(i), Epoch: 1}}
 		}
+		gone := map[string]bool{} // tenants whose domain was evicted for good
 		for len(data) >= 2 {
-			op, arg := data[0]%8, data[1]
+			op, arg := data[0]%9, data[1]
 			data = data[2:]
 			a := actors[int(arg)%len(actors)]
 			var err error
@@ -98,6 +105,17 @@ func FuzzPrefixPool(f *testing.F) {
 				if a.held {
 					_, err = p.Quarantine(a.owner)
 				}
+			case 7: // evict the actor's domain, for good when arg has bit 2
+				final := arg&4 != 0
+				if ev := p.EvictDomains([]cachekey.Domain{doms[a.owner.Tenant].Domain}, final); len(ev.Hashes) != ev.Freed+ev.Retired {
+					t.Fatalf("EvictDomains = %+v", ev)
+				}
+				gone[a.owner.Tenant] = gone[a.owner.Tenant] || final
+				for _, c := range actors {
+					if c.owner.Tenant == a.owner.Tenant && p.Lookup(c.tags) != 0 {
+						t.Fatalf("%v's tags still hit after its domain's eviction", c.owner)
+					}
+				}
 			default: // a reader of the other domain presents its tags
 				if a.held && shared(p, a) > 0 {
 					other := a.tags[0]
@@ -109,6 +127,11 @@ func FuzzPrefixPool(f *testing.F) {
 				t.Fatalf("op %d on %v: %v", op, a.owner, err)
 			}
 			checkPrefixInvariants(t, p, actors)
+			for _, c := range actors {
+				if gone[c.owner.Tenant] && p.Lookup(c.tags) != 0 {
+					t.Fatalf("%v's domain was evicted for good, its tags hit again", c.owner)
+				}
+			}
 		}
 		for _, a := range actors {
 			if a.held {

@@ -18,7 +18,7 @@ var testSecret = bytes.Repeat([]byte("s"), cachekey.MinSecretBytes)
 
 func domain(t testing.TB, tenant string) cachekey.Domain {
 	t.Helper()
-	d, ok := cachekey.Derive(testSecret, cachekey.ModeTenant, tenant, "")
+	d, ok := cachekey.Derive(testSecret, cachekey.ModeTenant, cachekey.Scope{Tenant: tenant, Incarnation: "i1"})
 	if !ok {
 		t.Fatal("no domain")
 	}
@@ -274,7 +274,7 @@ func TestPrefixStress(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(g), 99))
 			for i := range 400 {
 				ten := doms[r.IntN(2)]
-				d, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, ten, "")
+				d, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, cachekey.Scope{Tenant: ten, Incarnation: "i1"})
 				// Prompts from a small family so prefixes recur.
 				prompt := make([]int32, 1+r.IntN(3*pt+2))
 				for j := range prompt {
@@ -387,7 +387,7 @@ func TestPrefixStressKilledWriters(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(g), 7))
 			for i := range 300 {
 				ten := doms[r.IntN(2)]
-				d, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, ten, "")
+				d, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, cachekey.Scope{Tenant: ten, Incarnation: "i1"})
 				prompt := make([]int32, 1+r.IntN(4*pt+2))
 				for j := range prompt {
 					prompt[j] = int32(j/pt + r.IntN(2)*(j/(2*pt)) + 7*r.IntN(2)*(j/(3*pt)))

@@ -51,8 +51,8 @@ func (r *Runtime) BenchPrefix(ctx context.Context, opt PrefixBenchOptions) (Pref
 	}
 	secret := make([]byte, 32)
 	rand.Read(secret)
-	warm, _ := cachekey.Derive(secret, cachekey.ModeTenant, "bench-warm", "")
-	cold, _ := cachekey.Derive(secret, cachekey.ModeTenant, "bench-cold", "")
+	warm, _ := cachekey.Derive(secret, cachekey.ModeTenant, cachekey.Scope{Tenant: "bench-warm", Incarnation: "i1"})
+	cold, _ := cachekey.Derive(secret, cachekey.ModeTenant, cachekey.Scope{Tenant: "bench-cold", Incarnation: "i1"})
 	src := mrand.New(mrand.NewPCG(1, 2))
 	vocab := r.Model.Config.VocabSize
 	var conv []int32

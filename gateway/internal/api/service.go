@@ -10,6 +10,10 @@ import (
 type Principal struct {
 	Tenant string // tenant ID; every request is charged and isolated by it
 	KeyID  string // ID of the API key used (never the key itself)
+	// Incarnation is the tenant record's immutable random value as of
+	// authentication (tenant.Tenant.Incarnation): the prefix cache salts
+	// the request's domain with it (DESIGN I8).
+	Incarnation string
 }
 
 // Authenticator resolves an API key to a Principal.

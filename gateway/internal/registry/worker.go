@@ -118,6 +118,8 @@ type Pool struct {
 	TotalPages, FreePages, ReservedPages, InUsePages, QuarantinedPages int64
 	PageTokens                                                         int32
 	CapacityTokens, OwnerViolations                                    int64
+	// CachedPages is the part of FreePages that is cached prefix pages.
+	CachedPages int64
 }
 
 // UsableTokens is the most tokens one request can hold on this worker
@@ -135,7 +137,7 @@ func poolOf(p *controlpb.PoolStats) Pool {
 	return Pool{
 		TotalPages: p.GetTotalPages(), FreePages: p.GetFreePages(), ReservedPages: p.GetReservedPages(),
 		InUsePages: p.GetInUsePages(), QuarantinedPages: p.GetQuarantinedPages(), PageTokens: p.GetPageTokens(),
-		CapacityTokens: p.GetCapacityTokens(), OwnerViolations: p.GetOwnerViolations(),
+		CapacityTokens: p.GetCapacityTokens(), OwnerViolations: p.GetOwnerViolations(), CachedPages: p.GetCachedPages(),
 	}
 }
 

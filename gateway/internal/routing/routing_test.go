@@ -10,7 +10,7 @@ import (
 )
 
 func dom(t testing.TB, tenant string) cachekey.Domain {
-	d, ok := cachekey.Derive(bytes.Repeat([]byte("r"), cachekey.MinSecretBytes), cachekey.ModeTenant, tenant, "")
+	d, ok := cachekey.Derive(bytes.Repeat([]byte("r"), cachekey.MinSecretBytes), cachekey.ModeTenant, cachekey.Scope{Tenant: tenant, Incarnation: "i1"})
 	if !ok {
 		t.Fatal("no domain")
 	}

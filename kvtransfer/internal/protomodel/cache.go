@@ -40,6 +40,14 @@ import "fmt"
 //	Reclaim        Pool.ReleaseQuarantined (zeroed) once the writer can
 //	               write no more: its drain arrived (late_drain relay) or
 //	               its death was confirmed
+//	EvictDomain    the tenant of domain 0 is deleted (DESIGN I8, issue
+//	               25): the gateway's EvictCacheDomains →
+//	               Pool.EvictDomains(final): every sealed page of the
+//	               domain leaves the index; an unreferenced one is freed,
+//	               a referenced one retired (freed when its last reader
+//	               releases it); the domain is remembered, so Seal refuses
+//	               it from then on (a request running at the eviction
+//	               caches nothing after it). Once, at any moment.
 //
 // Invariants (CacheModel.Check): I5 — no page is free, sealed or held by
 // another request while a writer may still land a write in it; I3 — no
@@ -49,7 +57,9 @@ import "fmt"
 // count is the number of holdings that share it, a holding shares only
 // sealed pages, at most one sealed page per tag; quiescence — every
 // request ends, and a page stays quarantined only while its writer may
-// still write.
+// still write; I8 — no reservation made after the eviction hits a page of
+// the evicted domain, and at quiescence no page of it is still sealed (the
+// deletion freed its memory).
 
 // CachePages and CacheReqs bound the cache model.
 const (
@@ -80,6 +90,15 @@ type CacheVariant struct {
 	ReclaimUnconfirmed bool
 	// NoReclaim: quarantined pages stay until a restart.
 	NoReclaim bool
+	// EvictIdleOnly: the domain eviction frees the unreferenced pages
+	// and leaves the referenced ones in the index.
+	EvictIdleOnly bool
+	// CacheRetired: a retired page is cached again, not freed, when its
+	// last reader releases it.
+	CacheRetired bool
+	// NoTombstone: the pool does not remember the evicted domain, so a
+	// request running at the eviction seals its page after it.
+	NoTombstone bool
 }
 
 // CacheModel is the cache protocol with a variant.
@@ -100,8 +119,11 @@ type CPage struct {
 	Owner int8  // owned or quarantined: the request
 	Tag   uint8 // sealed: the domain of its tag
 	Refs  uint8 // sealed: holdings that share it
-	Data  int8  // the writer whose bytes are in the page, -1 none
-	Whole bool  // Data is that writer's whole page (not torn)
+	// Retired: sealed, out of the index (EvictDomain), freed when its
+	// last reader releases it.
+	Retired bool
+	Data    int8 // the writer whose bytes are in the page, -1 none
+	Whole   bool // Data is that writer's whole page (not torn)
 }
 
 // CReq is one request of the cache model.
@@ -117,12 +139,15 @@ type CReq struct {
 	Failed   bool
 	Read     bool
 	BadRead  bool // ghost: a read saw a page it must not
+	StaleHit bool // ghost: reserved after the eviction, hit the evicted domain
 }
 
 // CacheState is the whole cache model.
 type CacheState struct {
 	Page [CachePages]CPage
 	Req  [CacheReqs]CReq
+	// Evicted: domain 0 was evicted for good (its tenant deleted).
+	Evicted bool
 }
 
 // CacheStep is one action of the cache model.
@@ -133,6 +158,9 @@ type CacheStep struct {
 }
 
 func (a CacheStep) String() string {
+	if a.Act == "EvictDomain" {
+		return "EvictDomain(domain 0)"
+	}
 	if a.P >= 0 {
 		return fmt.Sprintf("%s(%s:p%d)", a.Act, reqName(int(a.R)), a.P)
 	}
@@ -153,7 +181,7 @@ func (m *CacheModel) Init() CacheState {
 
 // tagMatch says whether sealed page g carries the tag request r computes.
 func (m *CacheModel) tagMatch(g CPage, r int) bool {
-	return g.St == cpSealed && (g.Tag == cacheDomain[r] || m.V.TagWithoutDomain)
+	return g.St == cpSealed && !g.Retired && (g.Tag == cacheDomain[r] || m.V.TagWithoutDomain)
 }
 
 // Next calls yield with every enabled action and its successor.
@@ -172,6 +200,20 @@ func (m *CacheModel) Next(s CacheState, yield func(CacheStep, CacheState)) {
 			n.Page[p] = CPage{Owner: -1, Data: -1} // zeroed and free
 			yield(CacheStep{Act: "Reclaim", R: uint8(g.Owner), P: int8(p)}, n)
 		}
+	}
+	if !s.Evicted {
+		n := s
+		n.Evicted = true
+		for p, g := range n.Page {
+			switch {
+			case g.St != cpSealed || g.Tag != 0 || g.Retired:
+			case g.Refs == 0:
+				n.Page[p] = CPage{Owner: -1, Data: g.Data, Whole: g.Whole} // free (content stale)
+			case !m.V.EvictIdleOnly:
+				n.Page[p].Retired = true
+			}
+		}
+		yield(CacheStep{Act: "EvictDomain", P: -1}, n)
 	}
 }
 
@@ -223,7 +265,8 @@ func (m *CacheModel) next(s CacheState, r int, yield func(CacheStep, CacheState)
 			}
 		})
 	}
-	if own && !q.Failed && (q.Verified || (m.V.SealBeforeVerify && q.W == cwComplete)) && !m.sealedTag(s, r) {
+	tombstoned := s.Evicted && cacheDomain[r] == 0 && !m.V.NoTombstone
+	if own && !q.Failed && (q.Verified || (m.V.SealBeforeVerify && q.W == cwComplete)) && !m.sealedTag(s, r) && !tombstoned {
 		do("Seal", p, func(n *CacheState, q *CReq) {
 			n.Page[p] = CPage{Owner: -1, St: cpSealed, Tag: cacheDomain[r], Refs: 1, Data: g.Data, Whole: g.Whole}
 			q.Shared = true
@@ -243,14 +286,14 @@ func (m *CacheModel) next(s CacheState, r int, yield func(CacheStep, CacheState)
 	}
 	if q.Read && !q.Failed {
 		do("Finish", -1, func(n *CacheState, q *CReq) {
-			n.unshareOrFree(r, false)
+			n.unshareOrFree(r, false, m.V.CacheRetired)
 			q.Ph = crDone
 		})
 	}
 	if !q.Read || q.Failed {
 		do("Abort", -1, func(n *CacheState, q *CReq) {
 			q.Fenced = true
-			n.unshareOrFree(r, q.W == cwOpen || q.W == cwZombie)
+			n.unshareOrFree(r, q.W == cwOpen || q.W == cwZombie, m.V.CacheRetired)
 			q.Ph = crDone
 		})
 	}
@@ -275,6 +318,7 @@ func (m *CacheModel) reserve(s CacheState, r int, yield func(CacheStep, CacheSta
 			n.Page[p].Refs++
 			q := &n.Req[r]
 			q.Ph, q.Page, q.Shared, q.Hit = crHeld, int8(p), true, true
+			q.StaleHit = s.Evicted && g.Tag == 0
 			if m.V.PushHeldPages {
 				q.W = cwOpen
 			}
@@ -307,15 +351,23 @@ func (m *CacheModel) reserve(s CacheState, r int, yield func(CacheStep, CacheSta
 }
 
 // unshareOrFree mirrors Pool.Release and Pool.Quarantine of r's holding:
-// a shared page loses r's reference; an own page is freed, or
-// quarantined when quarantine is set.
-func (s *CacheState) unshareOrFree(r int, quarantine bool) {
+// a shared page loses r's reference (a retired page is freed with its
+// last one, unless cacheRetired); an own page is freed, or quarantined
+// when quarantine is set.
+func (s *CacheState) unshareOrFree(r int, quarantine, cacheRetired bool) {
 	q := &s.Req[r]
 	g := &s.Page[q.Page]
 	switch {
 	case q.Shared:
 		if g.St == cpSealed && g.Refs > 0 {
 			g.Refs--
+		}
+		if g.St == cpSealed && g.Refs == 0 && g.Retired {
+			if cacheRetired {
+				g.Retired = false
+			} else {
+				*g = CPage{Owner: -1, Data: g.Data, Whole: g.Whole} // free (content stale)
+			}
 		}
 	case g.St == cpOwned && g.Owner == int8(r) && quarantine:
 		g.St = cpQuar
@@ -336,6 +388,9 @@ func (m *CacheModel) Check(s CacheState, quiescent bool) *Violation {
 		if q.BadRead {
 			return &Violation{"I3", fmt.Sprintf("%s read a page that is unsealed, torn, unverified or of another domain", reqName(w))}
 		}
+		if q.StaleHit {
+			return &Violation{"I8", fmt.Sprintf("%s reserved after its domain was evicted and hit a page of it", reqName(w))}
+		}
 	}
 	for p, g := range s.Page {
 		refs := 0
@@ -351,7 +406,7 @@ func (m *CacheModel) Check(s CacheState, quiescent bool) *Violation {
 			return &Violation{"identity", fmt.Sprintf("%d holdings share page %d, which is %s", refs, p, cpName(g))}
 		}
 		for p2 := p + 1; p2 < CachePages; p2++ {
-			if g.St == cpSealed && s.Page[p2].St == cpSealed && s.Page[p2].Tag == g.Tag {
+			if g.St == cpSealed && !g.Retired && s.Page[p2].St == cpSealed && !s.Page[p2].Retired && s.Page[p2].Tag == g.Tag {
 				return &Violation{"identity", fmt.Sprintf("pages %d and %d are sealed with one tag", p, p2)}
 			}
 		}
@@ -365,6 +420,9 @@ func (m *CacheModel) Check(s CacheState, quiescent bool) *Violation {
 		}
 	}
 	for p, g := range s.Page {
+		if s.Evicted && g.St == cpSealed && g.Tag == 0 {
+			return &Violation{"I8", fmt.Sprintf("page %d of the evicted domain is still sealed", p)}
+		}
 		if g.St == cpQuar && s.Req[g.Owner].W != cwZombie {
 			return &Violation{"quiescence", fmt.Sprintf("page %d stays quarantined though %s's writer can write no more", p, reqName(int(g.Owner)))}
 		}

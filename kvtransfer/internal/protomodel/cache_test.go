@@ -30,6 +30,22 @@ var cacheCoverage = []struct {
 		}
 		return false
 	}},
+	{"a running request reads a page retired by the domain's eviction", func(s *CacheState) bool {
+		for _, q := range s.Req {
+			if q.Shared && q.Read && !q.Failed && q.Ph == crHeld && s.Page[q.Page].Retired {
+				return true
+			}
+		}
+		return false
+	}},
+	{"the other domain keeps its sealed page after the eviction", func(s *CacheState) bool {
+		for _, g := range s.Page {
+			if s.Evicted && g.St == cpSealed && g.Tag == 1 {
+				return true
+			}
+		}
+		return false
+	}},
 	{"a reader holds a shared page while the other page is quarantined", func(s *CacheState) bool {
 		for _, q := range s.Req {
 			if q.Ph == crHeld && q.Shared && s.Page[1-q.Page].St == cpQuar {
@@ -49,6 +65,17 @@ var cacheStepCoverage = []struct {
 	{"an unreferenced sealed page is evicted for a reservation", "EvictReserve", func(s *CacheState, a CacheStep) bool { return true }},
 	{"a sealed page is evicted while its domain has another reader waiting to reserve", "EvictReserve", func(s *CacheState, a CacheStep) bool {
 		return s.Page[a.P].Tag == cacheDomain[a.R]^1
+	}},
+	{"the domain's eviction frees an unreferenced sealed page", "EvictDomain", func(s *CacheState, a CacheStep) bool {
+		for _, g := range s.Page {
+			if g.St == cpSealed && g.Tag == 0 && g.Refs == 0 {
+				return true
+			}
+		}
+		return false
+	}},
+	{"a request of the evicted domain that was running at the eviction finishes its transfer after it", "Verify", func(s *CacheState, a CacheStep) bool {
+		return s.Evicted && cacheDomain[a.R] == 0
 	}},
 	{"quarantined pages of a writer whose death was confirmed are reclaimed", "Reclaim", func(s *CacheState, a CacheStep) bool {
 		return s.Req[a.R].W == cwGone && s.Page[a.P].Data == int8(a.R) && !s.Page[a.P].Whole
@@ -120,6 +147,9 @@ func TestCacheMutationsAreCaught(t *testing.T) {
 		{"PushHeldPages", CacheVariant{PushHeldPages: true}, "I5"},
 		{"ReclaimUnconfirmed", CacheVariant{ReclaimUnconfirmed: true}, "I5"},
 		{"NoReclaim", CacheVariant{NoReclaim: true}, "quiescence"},
+		{"EvictIdleOnly", CacheVariant{EvictIdleOnly: true}, "I8"},
+		{"CacheRetired", CacheVariant{CacheRetired: true}, "I8"},
+		{"NoTombstone", CacheVariant{NoTombstone: true}, "I8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &CacheModel{V: tc.v}

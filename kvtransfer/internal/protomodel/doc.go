@@ -128,7 +128,9 @@
 // CacheModel (cache.go) is a second, smaller model of one decode pool
 // whose pages may be sealed, shared by later reservations of the same
 // cache domain (the ticket holds them: kvtransfer.Ticket.HeldPages), evicted
-// and reclaimed from quarantine; its doc comment lists the actions, the
-// code they mirror and the invariants (I5, I3, pool identity,
-// quiescence). CacheVariant holds its mutants; each is caught.
+// and reclaimed from quarantine, and whose domain 0 may be evicted for
+// good at any moment (its tenant deleted: EvictCacheDomains,
+// Pool.EvictDomains); its doc comment lists the actions, the code they
+// mirror and the invariants (I5, I3, pool identity, quiescence, I8).
+// CacheVariant holds its mutants; each is caught.
 package protomodel
