@@ -294,12 +294,18 @@ func TestAdminModelLimitsAndUsage(t *testing.T) {
 	g := startGateway(t, admintest.NewCluster())
 	ctx := context.Background()
 
-	out := g.ok(t, "model-limits", "set", "meta/llama-3", "--max-context", "4096", "--allowed-tenants", "acme,globex")
+	// meta/llama-3 is not among the cluster's models: set refuses it,
+	// naming those it serves, unless --force.
+	if code, _, errOut := g.admin(t, "model-limits", "set", "meta/llama-3", "--max-context", "4096"); code != 1 ||
+		!strings.Contains(errOut, `model "meta/llama-3" is not served by this gateway (it serves: big/model, tiny)`) || !strings.Contains(errOut, "--force") {
+		t.Fatalf("set for a model not served: %d %s", code, errOut)
+	}
+	out := g.ok(t, "model-limits", "set", "meta/llama-3", "--max-context", "4096", "--allowed-tenants", "acme,globex", "--force")
 	if rs := rows(out); len(rs) != 2 || rs[1][0] != "meta/llama-3" || rs[1][1] != "4096" || rs[1][2] != "unlimited" || rs[1][3] != "acme,globex" {
 		t.Fatalf("set:\n%s", out)
 	}
 	// Flags not given keep their value.
-	out = g.ok(t, "model-limits", "set", "meta/llama-3", "--max-output-tokens", "512")
+	out = g.ok(t, "model-limits", "set", "meta/llama-3", "--max-output-tokens", "512", "--force")
 	if rs := rows(out); rs[1][1] != "4096" || rs[1][2] != "512" || rs[1][3] != "acme,globex" {
 		t.Fatalf("second set:\n%s", out)
 	}
