@@ -71,6 +71,12 @@ func Compile(spec Spec) (*Grammar, error) {
 		}
 		return nil, fmt.Errorf("%w: regex: %w", ErrInvalid, err)
 	}
+	if err := expandRepeats(re); err != nil {
+		return nil, err
+	}
+	if n := programSize(re, maxProgInsts); n > maxProgInsts {
+		return nil, fmt.Errorf("%w: the grammar would have more than %d instructions (limit %d)", ErrTooLarge, maxProgInsts, maxProgInsts)
+	}
 	prog, err := syntax.Compile(re.Simplify())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)

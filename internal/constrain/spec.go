@@ -102,7 +102,7 @@ const (
 	// MaxChoices bounds Choice.
 	MaxChoices = 1024
 	// maxProgInsts bounds the compiled program.
-	maxProgInsts = 200_000
+	maxProgInsts = 400_000
 )
 
 // Encode returns the spec's wire form.
