@@ -212,8 +212,12 @@ type WorkerInfo struct {
 	// that the gateway computes the same hashes when it routes; 0 when the
 	// worker serves no prefix cache.
 	PrefixCacheVersion uint64 `protobuf:"varint,50,opt,name=prefix_cache_version,json=prefixCacheVersion,proto3" json:"prefix_cache_version,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// constraint_limits are the bounds the worker puts on the structured-
+	// output constraints it accepts (SamplingParams.constraint); unset or
+	// 0 fields mean the documented defaults.
+	ConstraintLimits *ConstraintLimits `protobuf:"bytes,51,opt,name=constraint_limits,json=constraintLimits,proto3" json:"constraint_limits,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -351,6 +355,89 @@ func (x *WorkerInfo) GetPrefixCacheVersion() uint64 {
 	return 0
 }
 
+func (x *WorkerInfo) GetConstraintLimits() *ConstraintLimits {
+	if x != nil {
+		return x.ConstraintLimits
+	}
+	return nil
+}
+
+// ConstraintLimits bound the constraints a worker accepts (see
+// internal/constrain.Limits). The gateway refuses a request whose
+// constraint exceeds the smallest limit among its model's workers with a
+// 400 naming the limit, before anything is reserved.
+type ConstraintLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// spec_bytes bounds a constraint's wire form (SamplingParams.constraint).
+	SpecBytes int64 `protobuf:"varint,1,opt,name=spec_bytes,json=specBytes,proto3" json:"spec_bytes,omitempty"`
+	// regex_bytes bounds a regular expression constraint.
+	RegexBytes int64 `protobuf:"varint,2,opt,name=regex_bytes,json=regexBytes,proto3" json:"regex_bytes,omitempty"`
+	// choices bounds a choice constraint's strings.
+	Choices int64 `protobuf:"varint,3,opt,name=choices,proto3" json:"choices,omitempty"`
+	// insts bounds the compiled grammar's automaton instructions.
+	Insts         int64 `protobuf:"varint,4,opt,name=insts,proto3" json:"insts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConstraintLimits) Reset() {
+	*x = ConstraintLimits{}
+	mi := &file_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConstraintLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConstraintLimits) ProtoMessage() {}
+
+func (x *ConstraintLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConstraintLimits.ProtoReflect.Descriptor instead.
+func (*ConstraintLimits) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConstraintLimits) GetSpecBytes() int64 {
+	if x != nil {
+		return x.SpecBytes
+	}
+	return 0
+}
+
+func (x *ConstraintLimits) GetRegexBytes() int64 {
+	if x != nil {
+		return x.RegexBytes
+	}
+	return 0
+}
+
+func (x *ConstraintLimits) GetChoices() int64 {
+	if x != nil {
+		return x.Choices
+	}
+	return 0
+}
+
+func (x *ConstraintLimits) GetInsts() int64 {
+	if x != nil {
+		return x.Insts
+	}
+	return 0
+}
+
 type RegisterRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -368,7 +455,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +467,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +480,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{2}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterRequest) GetWorker() *WorkerInfo {
@@ -435,7 +522,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +534,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +547,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterResponse) GetHeartbeatIntervalMs() int64 {
@@ -495,7 +582,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +594,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +607,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -587,7 +674,7 @@ type PrefixCacheReport struct {
 
 func (x *PrefixCacheReport) Reset() {
 	*x = PrefixCacheReport{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +686,7 @@ func (x *PrefixCacheReport) String() string {
 func (*PrefixCacheReport) ProtoMessage() {}
 
 func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +699,7 @@ func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
 func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrefixCacheReport) GetSealed() [][]byte {
@@ -647,7 +734,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +746,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +759,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -690,7 +777,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +789,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +802,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 type ModelAssetsResponse struct {
@@ -735,7 +822,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +834,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +847,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -817,7 +904,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +916,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +929,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Owner) GetTenant() string {
@@ -896,7 +983,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +995,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1008,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1028,7 +1115,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1127,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1140,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1171,7 +1258,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1270,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1283,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1250,7 +1337,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1349,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1362,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1300,7 +1387,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1399,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1412,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1387,7 +1474,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1486,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1499,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1477,7 +1564,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1576,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1589,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1544,7 +1631,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1643,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1656,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1628,7 +1715,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1727,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1740,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1723,7 +1810,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1822,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1835,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1774,7 +1861,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1873,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1886,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1839,7 +1926,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1938,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1951,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -1904,7 +1991,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2003,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2016,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1971,7 +2058,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2070,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2083,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2025,7 +2112,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2124,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2137,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2087,7 +2174,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2186,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2199,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2144,7 +2231,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2243,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2256,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 type WorkerStatus struct {
@@ -2185,7 +2272,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2284,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2297,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2262,7 +2349,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2361,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2374,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2316,7 +2403,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2415,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2428,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2372,7 +2459,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2471,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2484,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2424,7 +2511,7 @@ const file_control_proto_rawDesc = "" +
 	"\vpage_tokens\x18\x06 \x01(\x05R\n" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
-	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\x94\x04\n" +
+	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\"\xe6\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -2442,7 +2529,15 @@ const file_control_proto_rawDesc = "" +
 	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
 	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\x120\n" +
-	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\"\xdf\x01\n" +
+	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\x12P\n" +
+	"\x11constraint_limits\x183 \x01(\v2#.warden.control.v1.ConstraintLimitsR\x10constraintLimits\"\x82\x01\n" +
+	"\x10ConstraintLimits\x12\x1d\n" +
+	"\n" +
+	"spec_bytes\x18\x01 \x01(\x03R\tspecBytes\x12\x1f\n" +
+	"\vregex_bytes\x18\x02 \x01(\x03R\n" +
+	"regexBytes\x12\x18\n" +
+	"\achoices\x18\x03 \x01(\x03R\achoices\x12\x14\n" +
+	"\x05insts\x18\x04 \x01(\x03R\x05insts\"\xdf\x01\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x1a\n" +
@@ -2628,94 +2723,96 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                     // 0: warden.control.v1.Role
 	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
 	(*WorkerInfo)(nil),            // 2: warden.control.v1.WorkerInfo
-	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),     // 6: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),     // 7: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),    // 8: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),   // 9: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                 // 10: warden.control.v1.Owner
-	(*SamplingParams)(nil),        // 11: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                // 12: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),        // 13: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),           // 17: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),       // 18: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 19: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 20: warden.control.v1.Ready
-	(*Tokens)(nil),                // 21: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),         // 22: warden.control.v1.LogprobsToken
-	(*Done)(nil),                  // 23: warden.control.v1.Done
-	(*NChoicesDone)(nil),          // 24: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),          // 25: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 26: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 27: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 28: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 29: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 30: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 31: warden.control.v1.WriterDrainedResponse
+	(*ConstraintLimits)(nil),      // 3: warden.control.v1.ConstraintLimits
+	(*RegisterRequest)(nil),       // 4: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),      // 5: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),      // 6: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),     // 7: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),     // 8: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),    // 9: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),   // 10: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                 // 11: warden.control.v1.Owner
+	(*SamplingParams)(nil),        // 12: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                // 13: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),        // 14: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 15: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),        // 16: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),       // 17: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),           // 18: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),       // 19: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),         // 20: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                 // 21: warden.control.v1.Ready
+	(*Tokens)(nil),                // 22: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),         // 23: warden.control.v1.LogprobsToken
+	(*Done)(nil),                  // 24: warden.control.v1.Done
+	(*NChoicesDone)(nil),          // 25: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),          // 26: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),         // 27: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),         // 28: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),          // 29: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                 // 30: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),  // 31: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil), // 32: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
-	2,  // 1: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 2: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	6,  // 3: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	1,  // 4: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	6,  // 5: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	10, // 6: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	10, // 7: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 8: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	22, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	17, // 13: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	22, // 14: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	10, // 15: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 16: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 17: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	20, // 18: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	21, // 19: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	23, // 20: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	22, // 21: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	24, // 22: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	10, // 23: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	29, // 24: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 25: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 26: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	10, // 27: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	29, // 28: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 29: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 30: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	8,  // 31: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	13, // 32: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	15, // 33: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	18, // 34: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	25, // 35: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	30, // 36: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	27, // 37: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 38: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	7,  // 39: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	9,  // 40: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	14, // 41: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	16, // 42: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	19, // 43: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	26, // 44: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	31, // 45: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	28, // 46: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
+	2,  // 2: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 3: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
+	7,  // 4: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	1,  // 5: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	7,  // 6: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	11, // 7: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	11, // 8: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 9: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	11, // 10: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 11: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	13, // 12: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	23, // 13: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	18, // 14: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	23, // 15: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	11, // 16: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 17: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	13, // 18: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	21, // 19: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	22, // 20: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	24, // 21: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	23, // 22: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	25, // 23: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	11, // 24: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	30, // 25: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 26: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 27: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	11, // 28: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	30, // 29: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	4,  // 30: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	6,  // 31: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	9,  // 32: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	14, // 33: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	16, // 34: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	19, // 35: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	26, // 36: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	31, // 37: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	28, // 38: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	5,  // 39: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	8,  // 40: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	10, // 41: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	15, // 42: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	17, // 43: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	20, // 44: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	27, // 45: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	32, // 46: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	29, // 47: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	39, // [39:48] is the sub-list for method output_type
+	30, // [30:39] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2723,7 +2820,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[18].OneofWrappers = []any{
+	file_control_proto_msgTypes[19].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2734,7 +2831,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
