@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -13,11 +15,27 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
-// rawBody is a request body sent as it is (tg.post's json.Marshal would
-// HTML-escape it).
+// rawBody is a request body: postRaw sends it as it is, tg.post
+// HTML-escaped (json.Marshal escapes a Marshaler's output), as a Go
+// client does.
 type rawBody string
 
 func (b rawBody) MarshalJSON() ([]byte, error) { return []byte(b), nil }
+
+// postRaw sends body unchanged to the chat API.
+func postRaw(t *testing.T, tg *testGateway, body rawBody) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, tg.base+"/v1/chat/completions", strings.NewReader(string(body)))
+	req.Header.Set("Authorization", "Bearer "+tg.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, out
+}
 
 // unescaped encodes v without HTML escaping, as most clients do.
 func unescaped(t *testing.T, v any) string {
@@ -93,20 +111,29 @@ func TestRealConstraintLimits(t *testing.T) {
 		return resp.Choices[0].Message.Content
 	}
 
-	code, h, body := tg.post("/v1/chat/completions", chatBody(t, 1100, format(map[string]any{"type": "string", "enum": vals})))
-	if code != 200 {
-		t.Fatalf("the '<' enum: %d %.300s", code, body)
-	}
 	var got string
-	if err := json.Unmarshal([]byte(content(body)), &got); err != nil || !strings.HasPrefix(got, strings.Repeat("<", 998)) || len(got) != 1000 {
-		t.Errorf("the '<' enum: %.80q… is not one of its values (%v)", got, err)
+	enum := chatBody(t, 1100, format(map[string]any{"type": "string", "enum": vals}))
+	if !strings.Contains(string(enum), "<<<") {
+		t.Fatal("the body is escaped")
+	}
+	for _, escaped := range []bool{false, true} {
+		code, _, body := postRaw(t, tg, enum)
+		if escaped { // \u003c for each '<', 360 KB
+			code, _, body = tg.post("/v1/chat/completions", enum)
+		}
+		if code != 200 {
+			t.Fatalf("the '<' enum (escaped %v): %d %.300s", escaped, code, body)
+		}
+		if err := json.Unmarshal([]byte(content(body)), &got); err != nil || !strings.HasPrefix(got, strings.Repeat("<", 998)) || len(got) != 1000 {
+			t.Errorf("the '<' enum: %.80q… is not one of its values (%v)", got, err)
+		}
 	}
 
 	choices := make([]string, 90)
 	for i := range choices {
 		choices[i] = strings.Repeat("x", 2999) + string(rune('a'+i%26)) + string(rune('a'+i/26))
 	}
-	code, h, body = tg.post("/v1/chat/completions", chatBody(t, 10, map[string]any{"guided_choice": choices}))
+	code, h, body := postRaw(t, tg, chatBody(t, 10, map[string]any{"guided_choice": choices}))
 	checkRefused(t, tg, code, body, "guided_choice", "constraint size limit exceeded", "270", "bytes, the limit is 262144 bytes")
 	// Refused when the request is decoded (the defaults), or at admission.
 	if s, ok := tg.table.Get(h.Get("X-Request-Id")); ok && (s.State != lifecycle.Rejected || len(s.Workers) != 0) {
@@ -114,7 +141,7 @@ func TestRealConstraintLimits(t *testing.T) {
 	}
 
 	for _, n := range []int{400, 1000, 1001} {
-		code, _, body = tg.post("/v1/chat/completions", chatBody(t, 1100, format(map[string]any{"type": "string", "maxLength": n})))
+		code, _, body = postRaw(t, tg, chatBody(t, 1100, format(map[string]any{"type": "string", "maxLength": n})))
 		if code != 200 {
 			t.Fatalf("maxLength %d: %d %.300s", n, code, body)
 		}
