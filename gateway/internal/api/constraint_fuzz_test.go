@@ -53,7 +53,15 @@ func constraintSeeds() []string {
 // smaller limits (a worker advertising them), the admission check refuses
 // it with a 400 naming the limit. Never a panic, never a 5xx.
 func FuzzConstraintToWorker(f *testing.F) {
-	for _, s := range constraintSeeds() {
+	// The audit's cases scaled down (TestConstraintSeeds runs them whole:
+	// inputs of hundreds of KB leave the fuzzer no time to mutate).
+	for _, s := range []string{
+		chatWith(`"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"enum":["<<<a","<>&b","\u003c\u003e"]}}}`),
+		chatWith(`"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"array","items":{"type":"string","minLength":3,"maxLength":1001},"minItems":2,"maxItems":65}}}`),
+		chatWith(`"guided_json":{"type":"string","minLength":500}`),
+		chatWith(`"guided_choice":["<a>","b&c","d"]`),
+		chatWith(`"guided_regex":"(?P<wrep_3_inf>[<>&])"`),
+	} {
 		f.Add([]byte(s))
 	}
 	for _, s := range fuzzSeeds() {
