@@ -106,8 +106,12 @@ func TestFailoverToAnotherPrefill(t *testing.T) {
 	tg := startGateway(t, cfg)
 	fab := &fabric{}
 	newFake(tg, controlpb.Role_ROLE_DECODE, 256, fab).start()
-	dead := newFake(tg, controlpb.Role_ROLE_PREFILL, 256, fab).start() // the smaller ID: picked first on ties
-	alive := newFake(tg, controlpb.Role_ROLE_PREFILL, 256, fab).start()
+	// The dead one has the smaller ID: picked first on ties (fake IDs
+	// count up across the package's tests, "fake-100" < "fake-99").
+	dead, alive := newFake(tg, controlpb.Role_ROLE_PREFILL, 256, fab), newFake(tg, controlpb.Role_ROLE_PREFILL, 256, fab)
+	dead.id, alive.id = "0-"+dead.id, "1-"+alive.id
+	dead.start()
+	alive.start()
 	dead.kill() // its port now refuses connections
 
 	for i := range 6 {

@@ -12,6 +12,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/controlpb"
 )
 
 // endError is why a request did not complete: its terminal state, cause
@@ -53,6 +54,9 @@ const (
 	causeWorkerGone     = "worker_unavailable"
 	causeWorkerError    = "worker_error"
 	causeProtocol       = "protocol"
+	// causeConstraintRefused: a worker refused the request's constraint
+	// (over its limits): a 400, the client's to change.
+	causeConstraintRefused = "constraint_refused"
 )
 
 // workerUnavailable is the client error of a request whose worker failed
@@ -96,7 +100,7 @@ func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 		// deadline.
 		d.g.reg.Suspect(w.ID(), err)
 	}
-	cause, client := workerFailure(err)
+	cause, client := workerFailure(err, d.constraintParam)
 	return failed(cause, client, fmt.Errorf("%s on worker %s: %w", call, w.ID(), err))
 }
 
@@ -104,9 +108,18 @@ func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 // error (the table in docs/api.md). Integrity failures (transfer
 // verification, owner violations) get a generic 500; finish logs and
 // counts them. Everything that retrying may fix elsewhere is a 503 with
-// retry-after. The client error never names the worker.
-func workerFailure(err error) (cause string, client *api.Error) {
+// retry-after. A refusal of the request's constraint (from the field
+// constraintParam) is the client's 400. The client error never names the
+// worker.
+func workerFailure(err error, constraintParam string) (cause string, client *api.Error) {
 	st, _ := status.FromError(err)
+	if reason, ok := controlpb.ConstraintRefusal(err); ok {
+		// Admission checks the constraint against the limits of the
+		// model's workers, so this takes a worker with smaller limits
+		// that registered since.
+		return causeConstraintRefused, api.InvalidRequest(constraintParam, api.CodeInvalidValue, fmt.Sprintf(
+			"Invalid '%s': the constraint cannot be enforced by the workers serving this model (%s).", constraintParam, reason))
+	}
 	switch {
 	case st.Code() == codes.DataLoss:
 		return causeDataLoss, api.Internal()

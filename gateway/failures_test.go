@@ -11,6 +11,8 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/constrain"
+	"github.com/warden-ai/warden/internal/controlpb"
 )
 
 // TestOneErrorPerCause is the table of docs/api.md "Failures": every
@@ -41,8 +43,10 @@ func TestOneErrorPerCause(t *testing.T) {
 		{"transfer failed verification", status.Error(codes.DataLoss, "kv transfer: checksum mismatch "+internals), internal},
 		{"owner violation", status.Error(codes.Internal, "kv owner violation: "+internals), internal},
 		{"other worker error", status.Error(codes.Internal, "engine: "+internals), internal},
+		{"other invalid argument", status.Error(codes.InvalidArgument, "ticket is for another owner "+internals), internal},
+		{"constraint refused", controlpb.ConstraintRefused(&constrain.LimitError{Limit: "choices", Size: 9, Max: 5, Unit: "strings"}), want{400, api.CodeInvalidValue, false}},
 	} {
-		_, e := workerFailure(c.err)
+		_, e := workerFailure(c.err, "guided_choice")
 		check(t, c.name, e, c.want.status, c.want.code, c.want.retry)
 	}
 	for _, c := range []struct {

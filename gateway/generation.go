@@ -74,7 +74,10 @@ type driver struct {
 	maxTokens   int64  // per choice
 	n           int    // choices (n), at least 1
 	sampling    *controlpb.SamplingParams
-	stops       []string
+	// constraintParam is the field the sampling constraint came from
+	// (response_format, tools, …), for a worker's refusal of it.
+	constraintParam string
+	stops           []string
 	// tools starts the tool-call parser of choice k; nil without tools.
 	tools func(k int) *toolcall.Parser
 	pages int64 // KV pages the request needs on its decode worker

@@ -32,6 +32,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tlsutil"
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -368,6 +369,11 @@ type fakeWorker struct {
 	tokensSent   chan struct{} // if set, closed after the first Tokens event
 	failGenerate error         // returned by Generate after Ready (after one Tokens event)
 	failPrefill  error         // returned by Prefill instead of pushing
+	// limits are the constraint limits it advertises (nil: none);
+	// enforce, when set, the ones Generate checks, refusing a constraint
+	// over them as a real worker does.
+	limits  *controlpb.ConstraintLimits
+	enforce *constrain.Limits
 	// releaseBeforeDone frees a request's pages before Generate sends
 	// Done, as a real worker does, so the gateway's next request finds
 	// them free as soon as this one ended.
@@ -476,7 +482,8 @@ func (w *fakeWorker) registryClient() controlpb.RegistryClient {
 
 func (w *fakeWorker) info(addr string) *controlpb.WorkerInfo {
 	return &controlpb.WorkerInfo{WorkerId: w.id, Role: w.role, Model: w.model, ControlAddr: addr,
-		TransferAddr: "127.0.0.1:9", TransferBackend: "tcp", HostId: w.host, TokenizerSha256: w.sha}
+		TransferAddr: "127.0.0.1:9", TransferBackend: "tcp", HostId: w.host, TokenizerSha256: w.sha,
+		ConstraintLimits: w.limits}
 }
 
 // registerAt registers and starts heartbeating every 100 ms.
@@ -667,6 +674,11 @@ func (w *fakeWorker) Abort(_ context.Context, req *controlpb.AbortRequest) (*con
 // Generate implements controlpb.WorkerServer.
 func (w *fakeWorker) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
 	w.record("Generate", req.Owner, "")
+	if c := req.Sampling.GetConstraint(); w.enforce != nil && c != "" {
+		if _, err := w.enforce.Accept(nil, c); err != nil {
+			return controlpb.ConstraintRefused(err)
+		}
+	}
 	id := req.Owner.RequestId
 	ctx, cancel := context.WithCancel(srv.Context())
 	defer cancel()

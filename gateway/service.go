@@ -192,11 +192,19 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	if err != nil {
 		return nil, err
 	}
-	constraint := req.Constraint
+	constraint, constraintParam := req.Constraint, req.ConstraintParam
 	if tc, err := toolConstraint(req, mt.tools, g.grammars.Cache); err != nil {
 		return nil, err
 	} else if tc != "" {
-		constraint = tc
+		constraint, constraintParam = tc, "tools"
+	}
+	// Every worker that may serve the model accepts the constraint (the
+	// check each runs, against the smallest limits they advertised): one
+	// over a limit is a 400 naming it, before anything is reserved.
+	if constraint != "" {
+		if _, err := g.reg.ConstraintLimits(req.Model).Accept(g.grammars.Cache, constraint); err != nil {
+			return nil, api.ConstraintError(constraintParam, err)
+		}
 	}
 	param := "prompt"
 	if req.Kind == api.KindChat {
@@ -237,15 +245,16 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	d := &driver{
 		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: lease.Info().Priority, tok: mt,
-		log:         g.logger.With("model", req.Model),
-		prompt:      prompt,
-		promptParam: param,
-		maxTokens:   dec.MaxTokens,
-		n:           int(n),
-		sampling:    sampling(req, constraint, dec.MaxTokens),
-		stops:       req.Stop,
-		tools:       mt.toolParsers(req),
-		gen:         &generation{req: r, events: make(chan api.Event)},
+		log:             g.logger.With("model", req.Model),
+		prompt:          prompt,
+		promptParam:     param,
+		maxTokens:       dec.MaxTokens,
+		n:               int(n),
+		sampling:        sampling(req, constraint, dec.MaxTokens),
+		constraintParam: constraintParam,
+		stops:           req.Stop,
+		tools:           mt.toolParsers(req),
+		gen:             &generation{req: r, events: make(chan api.Event)},
 	}
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil

@@ -93,6 +93,8 @@ func testStructuredOutputs(t *testing.T, c *harness.Cluster) {
 	}
 	constraintest.Validate(t, structuredSchemas[0], out.Output[0].Content[0].Text)
 
+	testConstraintLimits(t, c, key)
+
 	// Unenforceable keyword: a typed 400 naming it.
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model: harness.ModelTiny, Messages: msgs,
@@ -104,5 +106,56 @@ func testStructuredOutputs(t *testing.T, c *harness.Cluster) {
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != "unsupported_parameter" ||
 		apiErr.Param != "response_format" || apiErr.Type != "invalid_request_error" || !strings.Contains(apiErr.Message, "'pattern'") {
 		t.Fatalf("pattern keyword: %v", err)
+	}
+}
+
+// testConstraintLimits is issue 25's reproduction through P/D (prefill
+// compiles the constraint too): an enum of 60 strings of 1,000 '<' is
+// served, whether the client escaped them or not (the wire form was 360
+// KB HTML-escaped, over the workers' 256 KiB: a 500 after a wasted
+// prefill); 90 choices of 3,001 characters are a 400 naming the limit
+// and the size.
+func testConstraintLimits(t *testing.T, c *harness.Cluster, key string) {
+	ctx := context.Background()
+	vals := make([]string, 60)
+	for i := range vals {
+		vals[i] = `"` + strings.Repeat("<", 998) + string(rune('A'+i%26)) + string(rune('a'+i/26)) + `"`
+	}
+	enum := `{"model":"tiny","max_tokens":1100,"temperature":1,"messages":[{"role":"user","content":"Pick."}],` +
+		`"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","enum":[` + strings.Join(vals, ",") + `]}}}}`
+	escaped := strings.ReplaceAll(enum, "<", `\u003c`)
+	for _, body := range []string{enum, escaped} {
+		resp, err := c.Gateway().Post(ctx, key, "/v1/chat/completions", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out struct {
+			Choices []struct{ Message struct{ Content string } }
+		}
+		var got string
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || len(out.Choices) != 1 ||
+			json.Unmarshal([]byte(out.Choices[0].Message.Content), &got) != nil || !strings.HasPrefix(got, strings.Repeat("<", 998)) || len(got) != 1000 {
+			t.Fatalf("the '<' enum (%d-byte body): %d %.300s", len(body), resp.StatusCode, raw)
+		}
+	}
+	choices := make([]string, 90)
+	for i := range choices {
+		choices[i] = `"` + strings.Repeat("y", 2999) + string(rune('a'+i%26)) + string(rune('a'+i/26)) + `"`
+	}
+	resp, err := c.Gateway().Post(ctx, key, "/v1/chat/completions",
+		`{"model":"tiny","max_tokens":5,"messages":[{"role":"user","content":"Pick."}],"guided_choice":[`+strings.Join(choices, ",")+`]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var e struct {
+		Error struct{ Message, Type, Param, Code string }
+	}
+	if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(raw, &e) != nil || e.Error.Param != "guided_choice" || e.Error.Code != "invalid_value" ||
+		!strings.Contains(e.Error.Message, "constraint size limit exceeded: 270") || !strings.Contains(e.Error.Message, "the limit is 262144 bytes") {
+		t.Fatalf("90 choices of 3,001 characters: %d %.300s", resp.StatusCode, raw)
 	}
 }

@@ -55,13 +55,9 @@ func (c *constraints) starter(m *model.Model, wire string) (func() engine.Constr
 	if c.err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "structured outputs: loading the vocabulary: %v", c.err)
 	}
-	spec, err := constrain.DecodeSpec(wire)
+	g, err := constrain.DefaultLimits.Accept(c.cache, wire)
 	if err != nil {
-		return nil, invalid("sampling: %v", err)
-	}
-	g, err := c.cache.Compile(spec)
-	if err != nil {
-		return nil, invalid("sampling: %v", err)
+		return nil, controlpb.ConstraintRefused(err)
 	}
 	v := c.vocab
 	return func() engine.Constraint { return g.NewMatcher(v) }, nil

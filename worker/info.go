@@ -4,6 +4,7 @@ import (
 	"net"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
@@ -56,6 +57,7 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 		WeightsSha256:   w.layout.weightsSHA256,
 
 		PrefixCacheVersion: w.reportedCacheVersion(),
+		ConstraintLimits:   controlpb.NewConstraintLimits(constrain.DefaultLimits),
 	}
 }
 

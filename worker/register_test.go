@@ -126,6 +126,8 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 		KvDtype: "f32", KvLayout: "layer,kv,slot,kv_dim=2x2xTx32", WeightsSha256: info.GetWeightsSha256(),
 		// The prefix cache is on by default: its pages' hash version.
 		PrefixCacheVersion: w.version,
+		// The structured-output limits it enforces (the defaults).
+		ConstraintLimits: &controlpb.ConstraintLimits{SpecBytes: 256 << 10, RegexBytes: 16 << 10, Choices: 1024, Insts: 400_000},
 	}
 	if !proto.Equal(info, want) || info.GetHostId() == "" || len(info.GetWeightsSha256()) != 64 || w.version == 0 {
 		t.Errorf("registered\n%v\nwant\n%v", info, want)

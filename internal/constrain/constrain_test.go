@@ -364,7 +364,8 @@ func BenchmarkCompileCache(b *testing.B) {
 }
 
 func FuzzCompileRegex(f *testing.F) {
-	for _, s := range []string{`[0-9]{3}-[a-z]{2,4}`, `^(?:héllo|wörld)+ \p{Greek}{1,3}$`, `(?i)abc|x*`, `a\bb`, `(`, `.{0,1000}`, `[^\x00-\x{10FFFF}]`} {
+	for _, s := range []string{`[0-9]{3}-[a-z]{2,4}`, `^(?:héllo|wörld)+ \p{Greek}{1,3}$`, `(?i)abc|x*`, `a\bb`, `(`, `.{0,1000}`, `[^\x00-\x{10FFFF}]`,
+		`(?P<wrep_1000_1000>(?P<wrep_1000_1000>a))`, `(?P<wrep_5_3>a)`, `(?P<wrep_2_inf>b)c`, `(?P<wrep_1001_inf>b)`, `(?P<wrep_x>a)`} {
 		f.Add(s)
 	}
 	v, tok := presetVocab(f)

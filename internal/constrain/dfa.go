@@ -71,12 +71,18 @@ func Compile(spec Spec) (*Grammar, error) {
 		}
 		return nil, fmt.Errorf("%w: regex: %w", ErrInvalid, err)
 	}
+	if err := expandRepeats(re); err != nil {
+		return nil, err
+	}
+	if n := programSize(re, MaxInsts); n > MaxInsts {
+		return nil, &LimitError{Limit: "grammar instructions", Size: MaxInsts, Max: MaxInsts, Unit: "instructions", AtLeast: true}
+	}
 	prog, err := syntax.Compile(re.Simplify())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
-	if len(prog.Inst) > maxProgInsts {
-		return nil, fmt.Errorf("%w: the grammar has %d instructions (limit %d)", ErrTooLarge, len(prog.Inst), maxProgInsts)
+	if len(prog.Inst) > MaxInsts {
+		return nil, &LimitError{Limit: "grammar instructions", Size: len(prog.Inst), Max: MaxInsts, Unit: "instructions"}
 	}
 	for _, in := range prog.Inst {
 		if in.Op == syntax.InstEmptyWidth && syntax.EmptyOp(in.Arg)&(syntax.EmptyWordBoundary|syntax.EmptyNoWordBoundary) != 0 {
@@ -233,6 +239,9 @@ func (g *Grammar) intern(set []uint32) *dstate {
 	g.grown.Store(g.stateBytes + int64(g.maskBytes))
 	return s
 }
+
+// Insts is the number of the grammar's automaton instructions.
+func (g *Grammar) Insts() int { return len(g.prog.Inst) }
 
 // Size estimates the memory the grammar holds now: its program, the
 // automaton states built so far and their token masks.

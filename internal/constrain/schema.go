@@ -19,6 +19,11 @@ const (
 	// limits count characters).
 	strChar   = `(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))`
 	anyString = `"` + strChar + `*"`
+	// boundedChar is one character of a string with a length bound:
+	// written directly, or one of the short escapes. It is a quarter of
+	// strChar's size, and a bounded string has one copy per character
+	// (a maxLength of 1000 is 1000 copies).
+	boundedChar = `(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])`
 	// Numbers are bounded to 16 integer and 15 fraction digits and carry
 	// no exponent, so they parse as finite float64 values everywhere.
 	maxIntMag    = 9_999_999_999_999_999 // 16 digits
@@ -33,9 +38,8 @@ const (
 	maxSchemaDepth = 32
 	// maxRegexLen bounds the regular expression a schema expands to.
 	maxRegexLen = 4 << 20
-	// Bounds for counted repetitions (RE2 allows up to 1000): larger
-	// maximums are lowered (the output stays valid), larger minimums are
-	// refused.
+	// Bounds for counted repetitions (see repeat): larger maximums are
+	// lowered (the output stays valid), larger minimums are refused.
 	maxLengthBound = 1000
 	maxItemsBound  = 64
 )
@@ -448,14 +452,7 @@ func (c *schemaCompiler) array(s *object, path string, depth int) (string, error
 	if hi == 0 {
 		return `\[\]`, nil
 	}
-	more := "(?:," + item + ")"
-	switch {
-	case hi < 0:
-		more += fmt.Sprintf("{%d,}", max(lo-1, 0))
-	default:
-		more += fmt.Sprintf("{%d,%d}", max(lo-1, 0), hi-1)
-	}
-	body := item + more
+	body := item + repeat(","+item, max(lo-1, 0), max(hi-1, -1))
 	if lo == 0 {
 		body = "(?:" + body + ")?"
 	}
@@ -511,10 +508,7 @@ func stringRegex(s *object, path string) (string, error) {
 	case hi < 0 && lo == 0:
 		return anyString, nil
 	}
-	if hi < 0 {
-		return fmt.Sprintf(`"%s{%d,}"`, strChar, lo), nil
-	}
-	return fmt.Sprintf(`"%s{%d,%d}"`, strChar, lo, hi), nil
+	return `"` + repeat(boundedChar, lo, hi) + `"`, nil
 }
 
 // bound reads a numeric keyword as a float64; ok is false when absent.

@@ -28,6 +28,7 @@
 package constrain
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -93,32 +94,56 @@ type Spec struct {
 	Suffix string `json:"suffix,omitempty"`
 }
 
-// Limits on untrusted specs.
+// Limits on untrusted specs (DefaultLimits).
 const (
-	// MaxSpecBytes bounds a spec's JSON encoding.
+	// MaxSpecBytes bounds a spec's wire form.
 	MaxSpecBytes = 256 << 10
 	// MaxRegexBytes bounds a user regex (guided_regex).
 	MaxRegexBytes = 16 << 10
 	// MaxChoices bounds Choice.
 	MaxChoices = 1024
-	// maxProgInsts bounds the compiled program.
-	maxProgInsts = 200_000
+	// MaxInsts bounds the compiled grammar's automaton instructions.
+	MaxInsts = 400_000
 )
 
-// Encode returns the spec's wire form.
+// Encode returns the spec's wire form: its JSON encoding, compact, with
+// strings escaped minimally and never HTML-escaped (json.Marshal writes
+// each of <, > and & as six bytes: a 60 KB enum of '<' became 360 KB,
+// past the workers' size limit). The schema is rewritten so too (key
+// order kept), whatever escapes the client used.
 func (s Spec) Encode() (string, error) {
-	b, err := json.Marshal(s)
+	b, err := s.encode()
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return string(b), nil
 }
 
+func (s Spec) encode() ([]byte, error) {
+	if len(s.JSONSchema) > 0 {
+		// A schema that does not decode is left as it is, for Compile
+		// to refuse with its own message.
+		if v, err := decodeOrdered(s.JSONSchema); err == nil {
+			var canon bytes.Buffer
+			if encodeCompact(&canon, v) == nil {
+				s.JSONSchema = canon.Bytes()
+			}
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // DecodeSpec parses a spec's wire form.
 func DecodeSpec(wire string) (Spec, error) {
 	var s Spec
 	if len(wire) > MaxSpecBytes {
-		return s, fmt.Errorf("%w: constraint is %d bytes, the limit is %d", ErrTooLarge, len(wire), MaxSpecBytes)
+		return s, &LimitError{Limit: "constraint size", Size: len(wire), Max: MaxSpecBytes, Unit: "bytes"}
 	}
 	if err := json.Unmarshal([]byte(wire), &s); err != nil {
 		return s, fmt.Errorf("%w: constraint: %w", ErrInvalid, err)
@@ -128,7 +153,7 @@ func DecodeSpec(wire string) (Spec, error) {
 
 // Hash identifies the spec (cache key).
 func (s Spec) Hash() string {
-	b, _ := json.Marshal(s)
+	b, _ := s.encode()
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
 }
@@ -169,8 +194,8 @@ func (s Spec) Regexp() (string, error) {
 		}
 		body = re
 	default:
-		if len(s.Regex) > MaxRegexBytes {
-			return "", fmt.Errorf("%w: regex is %d bytes, the limit is %d", ErrTooLarge, len(s.Regex), MaxRegexBytes)
+		if err := DefaultLimits.checkSpec(Spec{Regex: s.Regex}); err != nil {
+			return "", err
 		}
 		body = "(?:" + s.Regex + ")"
 	}
@@ -181,8 +206,8 @@ func choiceRegex(choices []string) (string, error) {
 	if len(choices) == 0 {
 		return "", fmt.Errorf("%w: choice needs at least one string", ErrInvalid)
 	}
-	if len(choices) > MaxChoices {
-		return "", fmt.Errorf("%w: choice has %d strings, the limit is %d", ErrTooLarge, len(choices), MaxChoices)
+	if err := DefaultLimits.checkSpec(Spec{Choice: choices}); err != nil {
+		return "", err
 	}
 	alts := make([]string, len(choices))
 	for i, c := range choices {

@@ -223,8 +223,12 @@ type WorkerInfo struct {
 	// that the gateway computes the same hashes when it routes; 0 when the
 	// worker serves no prefix cache.
 	PrefixCacheVersion uint64 `protobuf:"varint,50,opt,name=prefix_cache_version,json=prefixCacheVersion,proto3" json:"prefix_cache_version,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// constraint_limits are the bounds the worker puts on the structured-
+	// output constraints it accepts (SamplingParams.constraint); unset or
+	// 0 fields mean the documented defaults.
+	ConstraintLimits *ConstraintLimits `protobuf:"bytes,51,opt,name=constraint_limits,json=constraintLimits,proto3" json:"constraint_limits,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -362,6 +366,89 @@ func (x *WorkerInfo) GetPrefixCacheVersion() uint64 {
 	return 0
 }
 
+func (x *WorkerInfo) GetConstraintLimits() *ConstraintLimits {
+	if x != nil {
+		return x.ConstraintLimits
+	}
+	return nil
+}
+
+// ConstraintLimits bound the constraints a worker accepts (see
+// internal/constrain.Limits). The gateway refuses a request whose
+// constraint exceeds the smallest limit among its model's workers with a
+// 400 naming the limit, before anything is reserved.
+type ConstraintLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// spec_bytes bounds a constraint's wire form (SamplingParams.constraint).
+	SpecBytes int64 `protobuf:"varint,1,opt,name=spec_bytes,json=specBytes,proto3" json:"spec_bytes,omitempty"`
+	// regex_bytes bounds a regular expression constraint.
+	RegexBytes int64 `protobuf:"varint,2,opt,name=regex_bytes,json=regexBytes,proto3" json:"regex_bytes,omitempty"`
+	// choices bounds a choice constraint's strings.
+	Choices int64 `protobuf:"varint,3,opt,name=choices,proto3" json:"choices,omitempty"`
+	// insts bounds the compiled grammar's automaton instructions.
+	Insts         int64 `protobuf:"varint,4,opt,name=insts,proto3" json:"insts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConstraintLimits) Reset() {
+	*x = ConstraintLimits{}
+	mi := &file_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConstraintLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConstraintLimits) ProtoMessage() {}
+
+func (x *ConstraintLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConstraintLimits.ProtoReflect.Descriptor instead.
+func (*ConstraintLimits) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConstraintLimits) GetSpecBytes() int64 {
+	if x != nil {
+		return x.SpecBytes
+	}
+	return 0
+}
+
+func (x *ConstraintLimits) GetRegexBytes() int64 {
+	if x != nil {
+		return x.RegexBytes
+	}
+	return 0
+}
+
+func (x *ConstraintLimits) GetChoices() int64 {
+	if x != nil {
+		return x.Choices
+	}
+	return 0
+}
+
+func (x *ConstraintLimits) GetInsts() int64 {
+	if x != nil {
+		return x.Insts
+	}
+	return 0
+}
+
 type RegisterRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Worker *WorkerInfo            `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -379,7 +466,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +478,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +491,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{2}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RegisterRequest) GetWorker() *WorkerInfo {
@@ -446,7 +533,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +545,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +558,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterResponse) GetHeartbeatIntervalMs() int64 {
@@ -506,7 +593,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +605,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +618,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -598,7 +685,7 @@ type PrefixCacheReport struct {
 
 func (x *PrefixCacheReport) Reset() {
 	*x = PrefixCacheReport{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +697,7 @@ func (x *PrefixCacheReport) String() string {
 func (*PrefixCacheReport) ProtoMessage() {}
 
 func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +710,7 @@ func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
 func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrefixCacheReport) GetSealed() [][]byte {
@@ -658,7 +745,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +757,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +770,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -701,7 +788,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +800,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +813,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 type ModelAssetsResponse struct {
@@ -746,7 +833,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +845,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +858,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -828,7 +915,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +927,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +940,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Owner) GetTenant() string {
@@ -907,7 +994,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1006,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1019,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1039,7 +1126,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1051,7 +1138,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1064,7 +1151,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1182,7 +1269,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1281,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1294,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1261,7 +1348,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1360,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1373,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1311,7 +1398,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1410,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1423,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1398,7 +1485,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1497,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1510,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1488,7 +1575,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1587,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1600,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1555,7 +1642,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1654,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1667,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1639,7 +1726,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1738,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1751,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1734,7 +1821,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1833,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1846,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1785,7 +1872,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1884,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1897,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1850,7 +1937,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1949,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1962,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -1915,7 +2002,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2014,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2027,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1982,7 +2069,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2081,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2094,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2036,7 +2123,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2135,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2148,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2098,7 +2185,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2197,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2210,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2161,7 +2248,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2260,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2273,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -2220,7 +2307,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2319,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2332,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -2277,7 +2364,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2376,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2389,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 type WorkerStatus struct {
@@ -2318,7 +2405,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2417,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2430,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2395,7 +2482,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2494,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2507,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2449,7 +2536,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2548,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2561,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2505,7 +2592,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2604,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2617,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2558,7 +2645,7 @@ const file_control_proto_rawDesc = "" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
 	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\x12!\n" +
-	"\fcached_pages\x18\t \x01(\x03R\vcachedPages\"\x94\x04\n" +
+	"\fcached_pages\x18\t \x01(\x03R\vcachedPages\"\xe6\x04\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -2576,7 +2663,15 @@ const file_control_proto_rawDesc = "" +
 	"\bkv_dtype\x18\f \x01(\tR\akvDtype\x12\x1b\n" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
 	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\x120\n" +
-	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\"\xdf\x01\n" +
+	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\x12P\n" +
+	"\x11constraint_limits\x183 \x01(\v2#.warden.control.v1.ConstraintLimitsR\x10constraintLimits\"\x82\x01\n" +
+	"\x10ConstraintLimits\x12\x1d\n" +
+	"\n" +
+	"spec_bytes\x18\x01 \x01(\x03R\tspecBytes\x12\x1f\n" +
+	"\vregex_bytes\x18\x02 \x01(\x03R\n" +
+	"regexBytes\x12\x18\n" +
+	"\achoices\x18\x03 \x01(\x03R\achoices\x12\x14\n" +
+	"\x05insts\x18\x04 \x01(\x03R\x05insts\"\xdf\x01\n" +
 	"\x0fRegisterRequest\x125\n" +
 	"\x06worker\x18\x01 \x01(\v2\x1d.warden.control.v1.WorkerInfoR\x06worker\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x1a\n" +
@@ -2771,99 +2866,101 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
 	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
 	(*WorkerInfo)(nil),                // 2: warden.control.v1.WorkerInfo
-	(*RegisterRequest)(nil),           // 3: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 4: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 5: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),         // 6: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),         // 7: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),        // 8: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),       // 9: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                     // 10: warden.control.v1.Owner
-	(*SamplingParams)(nil),            // 11: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                    // 12: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 13: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 14: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),            // 15: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 16: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 17: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 18: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 19: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 20: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 21: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 22: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 23: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 24: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 25: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 26: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 27: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 28: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 29: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 30: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 31: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 32: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 33: warden.control.v1.WriterDrainedResponse
+	(*ConstraintLimits)(nil),          // 3: warden.control.v1.ConstraintLimits
+	(*RegisterRequest)(nil),           // 4: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 5: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 6: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),         // 7: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),         // 8: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),        // 9: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),       // 10: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                     // 11: warden.control.v1.Owner
+	(*SamplingParams)(nil),            // 12: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                    // 13: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 14: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 15: warden.control.v1.ReserveResponse
+	(*PrefillRequest)(nil),            // 16: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 17: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 18: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 19: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 20: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 21: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 22: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 23: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 24: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 25: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 26: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 27: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 28: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 29: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 30: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 31: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 32: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 33: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 34: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
-	2,  // 1: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 2: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	6,  // 3: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	1,  // 4: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	6,  // 5: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	10, // 6: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	10, // 7: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 8: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	22, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	17, // 13: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	22, // 14: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	10, // 15: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 16: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 17: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	20, // 18: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	21, // 19: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	23, // 20: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	22, // 21: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	24, // 22: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	10, // 23: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	31, // 24: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	6,  // 25: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 26: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 27: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	10, // 28: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	31, // 29: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 30: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 31: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	8,  // 32: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	13, // 33: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	15, // 34: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	18, // 35: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	25, // 36: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	32, // 37: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	29, // 38: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	27, // 39: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	4,  // 40: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	7,  // 41: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	9,  // 42: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	14, // 43: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	16, // 44: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	19, // 45: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	26, // 46: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	33, // 47: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	30, // 48: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	28, // 49: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	40, // [40:50] is the sub-list for method output_type
-	30, // [30:40] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	3,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
+	2,  // 2: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 3: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
+	7,  // 4: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	1,  // 5: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	7,  // 6: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	11, // 7: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	11, // 8: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 9: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	11, // 10: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 11: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	13, // 12: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	23, // 13: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	18, // 14: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	23, // 15: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	11, // 16: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 17: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	13, // 18: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	21, // 19: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	22, // 20: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	24, // 21: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	23, // 22: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	25, // 23: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	11, // 24: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	32, // 25: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	7,  // 26: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 27: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 28: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	11, // 29: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	32, // 30: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	4,  // 31: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	6,  // 32: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	9,  // 33: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	14, // 34: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	16, // 35: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	19, // 36: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	26, // 37: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	33, // 38: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	30, // 39: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	28, // 40: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	5,  // 41: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	8,  // 42: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	10, // 43: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	15, // 44: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	17, // 45: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	20, // 46: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	27, // 47: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	34, // 48: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	31, // 49: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	29, // 50: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	41, // [41:51] is the sub-list for method output_type
+	31, // [31:41] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2871,7 +2968,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[18].OneofWrappers = []any{
+	file_control_proto_msgTypes[19].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2882,7 +2979,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -226,25 +226,29 @@ func decodeStrings(raw json.RawMessage, param string) ([]string, *Error) {
 	return out, nil
 }
 
-// setConstraint compiles spec (so a schema warden cannot enforce is
-// refused now, naming the keyword) and records its wire form.
+// setConstraint encodes spec and checks it as a worker would, within the
+// default limits (so a schema warden cannot enforce is refused now,
+// naming the keyword); the gateway checks it again against the limits of
+// the model's workers once it knows the model (ConstraintError).
 func (d *decoder) setConstraint(spec *constrain.Spec, param string) *Error {
 	if spec == nil {
 		return nil
 	}
-	if _, err := d.grammars.Compile(*spec); err != nil {
-		return constraintError(param, err)
-	}
 	wire, err := spec.Encode()
-	if err != nil {
-		return constraintError(param, err)
+	if err == nil {
+		_, err = constrain.DefaultLimits.Accept(d.grammars, wire)
 	}
-	d.r.Constraint = wire
+	if err != nil {
+		return ConstraintError(param, err)
+	}
+	d.r.Constraint, d.r.ConstraintParam = wire, param
 	return nil
 }
 
-// constraintError maps a constrain error to the 400 the client gets.
-func constraintError(param string, err error) *Error {
+// ConstraintError maps a constrain error about the constraint of field
+// param to the 400 the client gets; one over a limit names the limit,
+// the constraint's measure and the limit.
+func ConstraintError(param string, err error) *Error {
 	var ue *constrain.UnsupportedError
 	switch {
 	case errors.As(err, &ue):
@@ -257,7 +261,7 @@ func constraintError(param string, err error) *Error {
 		}
 		return InvalidRequest(param, CodeUnsupportedParameter, msg+". The supported subset is listed in the API documentation.")
 	case errors.Is(err, constrain.ErrTooLarge):
-		return InvalidRequest(param, CodeInvalidValue, fmt.Sprintf("Invalid '%s': the constraint is too large to enforce: %v.", param, err))
+		return InvalidRequest(param, CodeInvalidValue, fmt.Sprintf("Invalid '%s': the constraint is too large to enforce (%v).", param, err))
 	}
 	return InvalidRequest(param, CodeInvalidValue, fmt.Sprintf("Invalid '%s': %v.", param, err))
 }

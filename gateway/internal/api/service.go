@@ -170,8 +170,10 @@ type GenerateRequest struct {
 
 	// Constraint is the structured-output constraint (response_format,
 	// guided_*, text.format) in its wire form, constrain.Spec.Encode,
-	// already compiled once to check it; "" means none.
-	Constraint string
+	// already accepted once within constrain.DefaultLimits; "" means
+	// none. ConstraintParam is the field it came from, for errors.
+	Constraint      string
+	ConstraintParam string
 	// Logprobs asks for each generated token's log probability and its
 	// TopLogprobs (0..MaxTopLogprobs) most likely alternatives.
 	Logprobs    bool

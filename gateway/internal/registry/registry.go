@@ -32,6 +32,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
@@ -253,6 +254,22 @@ func (r *Registry) Healthy(model string) []Snapshot {
 		}
 	}
 	return out
+}
+
+// ConstraintLimits returns the smallest structured-output limits among
+// model's healthy workers (a worker that advertises none counts with the
+// defaults; the defaults when none is healthy): a constraint within them
+// is accepted by whichever worker serves the request (prefill, decode).
+func (r *Registry) ConstraintLimits(model string) constrain.Limits {
+	lim := constrain.DefaultLimits
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.byID {
+		if w.healthy && w.info.GetModel() == model {
+			lim = lim.Min(w.info.GetConstraintLimits().Limits())
+		}
+	}
+	return lim
 }
 
 // Close closes every worker connection.
