@@ -173,6 +173,11 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 			if d.failover(rt.Decode, err) {
 				continue // nothing was reserved: another decode worker
 			}
+			// The request fails on this worker, which may hold the
+			// reservation all the same (the error leaves it unknown, and
+			// the abort reaches it): the view names it, unlike a
+			// capacity refusal, which reserved nothing for certain.
+			d.req.Placed(rt.Decode.ID(), true)
 			return rt, nil, false, d.workerError("reserve", rt.Decode, err)
 		}
 		d.done = append(d.done, counted...)
