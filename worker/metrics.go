@@ -24,6 +24,7 @@ type metrics struct {
 	deferredSeconds prometheus.Histogram
 	aborts          *prometheus.CounterVec // stage, cause
 	drainRelays     *prometheus.CounterVec // result
+	leases          *prometheus.CounterVec // event
 }
 
 // sources are the components whose counters are exported from snapshots;
@@ -66,6 +67,12 @@ func newMetrics() *metrics {
 				"(the transfer's held or quarantined pages were released, or its record marked drained), unknown " +
 				"(nothing of it here any more), mismatched (another epoch or request).",
 		}, []string{"result"}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_decode_reservation_leases_total",
+			Help: "Reservation lease events, by event: renewed (the gateway renewed a reservation whose transfer was " +
+				"not yet complete and claimed) and expired (a reservation nobody renewed was abandoned: its gateway " +
+				"is gone or cannot reach this worker).",
+		}, []string{"event"}),
 	}
 	for _, side := range []string{sideSend, sideReceive} {
 		m.transferSeconds.WithLabelValues(side)
@@ -77,8 +84,17 @@ func newMetrics() *metrics {
 	for _, r := range []string{relayApplied, relayUnknown, relayMismatched} {
 		m.drainRelays.WithLabelValues(r)
 	}
+	for _, ev := range []string{leaseRenewed, leaseExpired} {
+		m.leases.WithLabelValues(ev)
+	}
 	return m
 }
+
+// Events of warden_decode_reservation_leases_total.
+const (
+	leaseRenewed = "renewed"
+	leaseExpired = "expired"
+)
 
 // Sides of warden_transfer_duration_seconds.
 const (
@@ -95,7 +111,7 @@ func (m *metrics) register(reg prometheus.Registerer, src sources, gpus promethe
 		ConstLabels: info,
 	})
 	infoGauge.Set(1)
-	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays,
+	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays, m.leases,
 		newSnapshotCollector(src), gpus, infoGauge} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker: registering metrics: %w", err)

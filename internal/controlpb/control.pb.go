@@ -1149,9 +1149,9 @@ type ReserveRequest struct {
 	TotalTokens int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
 	// timeout_ms is how long the gateway expects the prompt's prefill and
 	// transfer to take (its measured prefill rate × prompt_tokens, with a
-	// margin); decode keeps the reservation that long, clamped to
-	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max].
-	// 0: reserve_timeout.
+	// margin); decode's first lease lasts that long, clamped to
+	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max],
+	// and each RenewReservation extends it. 0: reserve_timeout.
 	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// prompt: the prompt's tokens, sent when the request has a prefix-cache
 	// domain (gRPC metadata warden-cache-domain): decode computes the chain
@@ -1242,8 +1242,13 @@ func (x *ReserveRequest) GetChoices() int32 {
 }
 
 type ReserveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ticket        *Ticket                `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Ticket *Ticket                `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// lease_ms is the lease one RenewReservation grants
+	// (worker.transfer.reserve_timeout): the gateway renews well within it
+	// (every third of it) until decode is ready. 0: the worker takes no
+	// renewals (the reservation lasts its timeout).
+	LeaseMs       int64 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1285,6 +1290,111 @@ func (x *ReserveResponse) GetTicket() *Ticket {
 	return nil
 }
 
+func (x *ReserveResponse) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+type RenewReservationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// transfer_id is the reservation's ticket's.
+	TransferId    string `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewReservationRequest) Reset() {
+	*x = RenewReservationRequest{}
+	mi := &file_control_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewReservationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewReservationRequest) ProtoMessage() {}
+
+func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
+func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RenewReservationRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *RenewReservationRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+type RenewReservationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease_ms: the reservation is kept at least this long from now.
+	LeaseMs       int64 `protobuf:"varint,1,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewReservationResponse) Reset() {
+	*x = RenewReservationResponse{}
+	mi := &file_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewReservationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewReservationResponse) ProtoMessage() {}
+
+func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
+func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RenewReservationResponse) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 type PrefillRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Owner    *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1300,7 +1410,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1422,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1435,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1387,7 +1497,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1509,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1522,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1477,7 +1587,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1599,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1612,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1544,7 +1654,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1666,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1679,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1628,7 +1738,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1750,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1763,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1723,7 +1833,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1845,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1858,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1774,7 +1884,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +1896,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +1909,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1839,7 +1949,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1961,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1974,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -1904,7 +2014,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2026,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2039,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -1971,7 +2081,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2093,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2106,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2025,7 +2135,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2147,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2160,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2087,7 +2197,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2099,7 +2209,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2112,7 +2222,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2144,7 +2254,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2266,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2279,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 type WorkerStatus struct {
@@ -2185,7 +2295,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2307,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2320,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2262,7 +2372,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2384,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2397,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2316,7 +2426,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2438,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2451,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2372,7 +2482,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2494,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2507,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2522,9 +2632,16 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x16\n" +
 	"\x06prompt\x18( \x03(\x05R\x06prompt\x12\x18\n" +
-	"\achoices\x18d \x01(\x05R\achoices\"D\n" +
+	"\achoices\x18d \x01(\x05R\achoices\"_\n" +
 	"\x0fReserveResponse\x121\n" +
-	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xec\x01\n" +
+	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\"j\n" +
+	"\x17RenewReservationRequest\x12.\n" +
+	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\"5\n" +
+	"\x18RenewReservationResponse\x12\x19\n" +
+	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"\xec\x01\n" +
 	"\x0ePrefillRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
@@ -2605,10 +2722,11 @@ const file_control_proto_rawDesc = "" +
 	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
-	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xdb\x04\n" +
+	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xc8\x05\n" +
 	"\x06Worker\x12\\\n" +
 	"\vModelAssets\x12%.warden.control.v1.ModelAssetsRequest\x1a&.warden.control.v1.ModelAssetsResponse\x12P\n" +
-	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12P\n" +
+	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12k\n" +
+	"\x10RenewReservation\x12*.warden.control.v1.RenewReservationRequest\x1a+.warden.control.v1.RenewReservationResponse\x12P\n" +
 	"\aPrefill\x12!.warden.control.v1.PrefillRequest\x1a\".warden.control.v1.PrefillResponse\x12R\n" +
 	"\bGenerate\x12\".warden.control.v1.GenerateRequest\x1a .warden.control.v1.GenerateEvent0\x01\x12J\n" +
 	"\x05Abort\x12\x1f.warden.control.v1.AbortRequest\x1a .warden.control.v1.AbortResponse\x12b\n" +
@@ -2628,40 +2746,42 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_control_proto_goTypes = []any{
-	(Role)(0),                     // 0: warden.control.v1.Role
-	(*PoolStats)(nil),             // 1: warden.control.v1.PoolStats
-	(*WorkerInfo)(nil),            // 2: warden.control.v1.WorkerInfo
-	(*RegisterRequest)(nil),       // 3: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),      // 4: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),      // 5: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),     // 6: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),     // 7: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),    // 8: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),   // 9: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                 // 10: warden.control.v1.Owner
-	(*SamplingParams)(nil),        // 11: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                // 12: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),        // 13: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 14: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),        // 15: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),       // 16: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),           // 17: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),       // 18: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),         // 19: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                 // 20: warden.control.v1.Ready
-	(*Tokens)(nil),                // 21: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),         // 22: warden.control.v1.LogprobsToken
-	(*Done)(nil),                  // 23: warden.control.v1.Done
-	(*NChoicesDone)(nil),          // 24: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),          // 25: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),         // 26: warden.control.v1.AbortResponse
-	(*StatusRequest)(nil),         // 27: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),          // 28: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                 // 29: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),  // 30: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil), // 31: warden.control.v1.WriterDrainedResponse
+	(Role)(0),                        // 0: warden.control.v1.Role
+	(*PoolStats)(nil),                // 1: warden.control.v1.PoolStats
+	(*WorkerInfo)(nil),               // 2: warden.control.v1.WorkerInfo
+	(*RegisterRequest)(nil),          // 3: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),         // 4: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),         // 5: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),        // 6: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),        // 7: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),       // 8: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),      // 9: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                    // 10: warden.control.v1.Owner
+	(*SamplingParams)(nil),           // 11: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                   // 12: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),           // 13: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),          // 14: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),  // 15: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil), // 16: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),           // 17: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),          // 18: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),              // 19: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),          // 20: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),            // 21: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                    // 22: warden.control.v1.Ready
+	(*Tokens)(nil),                   // 23: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),            // 24: warden.control.v1.LogprobsToken
+	(*Done)(nil),                     // 25: warden.control.v1.Done
+	(*NChoicesDone)(nil),             // 26: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),             // 27: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),            // 28: warden.control.v1.AbortResponse
+	(*StatusRequest)(nil),            // 29: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),             // 30: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                    // 31: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),     // 32: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),    // 33: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -2673,49 +2793,52 @@ var file_control_proto_depIdxs = []int32{
 	10, // 6: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
 	10, // 7: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
 	12, // 8: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	10, // 9: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 10: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 11: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	22, // 12: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	17, // 13: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	22, // 14: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	10, // 15: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 16: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	12, // 17: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	20, // 18: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	21, // 19: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	23, // 20: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	22, // 21: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	24, // 22: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	10, // 23: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	29, // 24: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	2,  // 25: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 26: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	10, // 27: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	29, // 28: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	3,  // 29: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	5,  // 30: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	8,  // 31: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	13, // 32: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	15, // 33: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	18, // 34: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	25, // 35: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	30, // 36: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	27, // 37: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	4,  // 38: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	7,  // 39: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	9,  // 40: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	14, // 41: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	16, // 42: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	19, // 43: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	26, // 44: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	31, // 45: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	28, // 46: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	10, // 9: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	10, // 10: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 11: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 12: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	24, // 13: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	19, // 14: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	24, // 15: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	10, // 16: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 17: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	12, // 18: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	22, // 19: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	23, // 20: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	25, // 21: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	24, // 22: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	26, // 23: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	10, // 24: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	31, // 25: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	2,  // 26: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 27: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	10, // 28: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	31, // 29: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	3,  // 30: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	5,  // 31: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	8,  // 32: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	13, // 33: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	15, // 34: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	17, // 35: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	20, // 36: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	27, // 37: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	32, // 38: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	29, // 39: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	4,  // 40: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	7,  // 41: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	9,  // 42: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	14, // 43: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	16, // 44: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	18, // 45: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	21, // 46: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	28, // 47: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	33, // 48: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	30, // 49: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	40, // [40:50] is the sub-list for method output_type
+	30, // [30:40] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2723,7 +2846,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[18].OneofWrappers = []any{
+	file_control_proto_msgTypes[20].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2734,7 +2857,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
