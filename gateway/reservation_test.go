@@ -53,7 +53,9 @@ func TestPDSlowPrefillKeepsReservation(t *testing.T) {
 		t.Run(string(backend), func(t *testing.T) {
 			tg, decode, prefill, inj := startSlowPrefill(t, testConfig(), backend)
 			done := make(chan apiResult, 1)
-			go func() { done <- completion{tg: tg, key: tg.key, prompt: text, max: 8, stream: true}.do(context.Background()) }()
+			go func() {
+				done <- completion{tg: tg, key: tg.key, prompt: text, max: 8, stream: true}.do(context.Background())
+			}()
 			select {
 			case <-inj.Stalled():
 			case res := <-done:
