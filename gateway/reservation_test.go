@@ -14,7 +14,10 @@ import (
 
 // testLease is decode's reservation lease in these tests
 // (worker.transfer.reserve_timeout): the gateway renews every third of it.
-const testLease = 150 * time.Millisecond
+// Short, so that a prefill stalled for many leases takes little time; long
+// enough that a renewal delayed by a loaded machine (each may take up to
+// a third of it) still arrives before the lease ends.
+const testLease = 600 * time.Millisecond
 
 // startSlowPrefill starts a gateway with cfg and a P/D pair over backend
 // whose decode leases reservations for testLease and whose prefill stalls
