@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -46,55 +50,93 @@ func renewals(d *pdWorker) (renewed, expired float64) {
 // leases — is not abandoned: the request answers exactly what a single
 // worker does (the old fixed timeout answered 503 worker_unavailable
 // "the worker failed or went away" although none did), no lease expired
-// and both pools balance afterwards.
+// and both pools balance afterwards. With n = 1 decode's Generate has
+// claimed the reservation and waits for the transfer; with n = 2 it is
+// sent only once Prefill returned, so the reservation waits unclaimed.
 func TestPDSlowPrefillKeepsReservation(t *testing.T) {
 	pt := newPromptText(t)
 	ref := newRefWorker(t, workerPages)
 	text, ids := pt.text(t, 40, 11)
 	want := ref.run(ids, 8)
 	for _, backend := range backends {
-		t.Run(string(backend), func(t *testing.T) {
-			tg, decode, prefill, inj := startSlowPrefill(t, testConfig(), backend)
-			done := make(chan apiResult, 1)
-			go func() {
-				done <- completion{tg: tg, key: tg.key, prompt: text, max: 8, stream: true}.do(context.Background())
-			}()
-			select {
-			case <-inj.Stalled():
-			case res := <-done:
-				t.Fatalf("the request ended before its prefill stalled: %v", res)
-			}
-			for {
-				renewed, expired := renewals(decode)
-				if expired != 0 {
-					inj.Release()
-					t.Fatalf("a reservation lease expired while its prefill was stalled (renewed %v times); the client got %v", renewed, <-done)
-				}
-				if renewed >= 10 {
-					break
-				}
+		for _, n := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/n=%d", backend, n), func(t *testing.T) {
+				tg, decode, prefill, inj := startSlowPrefill(t, testConfig(), backend)
+				done := make(chan string, 1) // "" when the answer is the reference's
+				go func() { done <- askSlow(tg, text, n, want) }()
 				select {
-				case res := <-done:
-					t.Fatalf("the request ended while its prefill was stalled (renewed %v times): %v", renewed, res)
-				case <-time.After(5 * time.Millisecond):
+				case <-inj.Stalled():
+				case diff := <-done:
+					t.Fatalf("the request ended before its prefill stalled: %s", diff)
 				}
-			}
-			inj.Release()
-			res := <-done
-			if diff := res.matchesRef(want); !res.complete(true) || diff != "" {
-				t.Fatalf("slow prefill: %v: %s", res, diff)
-			}
-			if s := tg.finished(res.requestID); s.State != lifecycle.Completed {
-				t.Errorf("request %+v", s)
-			}
-			if _, expired := renewals(decode); expired != 0 {
-				t.Errorf("%v reservation leases expired", expired)
-			}
-			wentThroughPD(t, tg, decode, prefill)
-			decode.settled()
-			prefill.settled()
-		})
+				for {
+					renewed, expired := renewals(decode)
+					if expired != 0 {
+						inj.Release()
+						t.Fatalf("a reservation lease expired while its prefill was stalled (renewed %v times); the client got %s", renewed, <-done)
+					}
+					if renewed >= 10 {
+						break
+					}
+					select {
+					case diff := <-done:
+						t.Fatalf("the request ended while its prefill was stalled (renewed %v times): %s", renewed, diff)
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+				inj.Release()
+				if diff := <-done; diff != "" {
+					t.Fatalf("slow prefill: %s", diff)
+				}
+				if s := tg.only(); s.State != lifecycle.Completed {
+					t.Errorf("request %+v", s)
+				}
+				if _, expired := renewals(decode); expired != 0 {
+					t.Errorf("%v reservation leases expired", expired)
+				}
+				wentThroughPD(t, tg, decode, prefill)
+				decode.settled()
+				prefill.settled()
+			})
+		}
 	}
+}
+
+// askSlow sends a completion of n greedy choices of prompt, streamed for
+// n = 1, and returns "" when every choice is want, else what differed.
+func askSlow(tg *testGateway, prompt string, n int, want reference) string {
+	if n == 1 {
+		res := completion{tg: tg, key: tg.key, prompt: prompt, max: 8, stream: true}.do(context.Background())
+		if diff := res.matchesRef(want); !res.complete(true) || diff != "" {
+			return fmt.Sprintf("%v: %s", res, diff)
+		}
+		return ""
+	}
+	b, _ := json.Marshal(map[string]any{"model": "tiny", "prompt": prompt, "max_tokens": 8, "temperature": 0, "n": n})
+	req, _ := http.NewRequest(http.MethodPost, tg.base+"/v1/completions", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+tg.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var got struct {
+		Choices []struct {
+			Text         string `json:"text"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(body, &got); resp.StatusCode != http.StatusOK || err != nil || len(got.Choices) != n {
+		return fmt.Sprintf("status %d: %s", resp.StatusCode, body)
+	}
+	for k, c := range got.Choices {
+		if c.Text != want.text || c.FinishReason != want.finish {
+			return fmt.Sprintf("choice %d is %q (%s), the reference %q (%s)", k, c.Text, c.FinishReason, want.text, want.finish)
+		}
+	}
+	return ""
 }
 
 // TestPDSlowPrefillMeetsRequestDeadline (issue 26): a prefill that stalls
