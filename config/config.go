@@ -426,15 +426,16 @@ type Transfer struct {
 	// Default false: prefill workers of a version without that lock make
 	// it unprovable, so turn it on once every prefill on the host has it.
 	ReclaimQuarantine bool `yaml:"reclaim_quarantine"`
-	// ReserveTimeout bounds a decode reservation: pages reserved for a
-	// request whose transfer has not completed this long after Reserve, or
-	// that no Generate claimed by then, are fenced and released, so a lost
-	// gateway or a dead prefill worker can never leak pages. Default 30s.
+	// ReserveTimeout is the lease of a decode reservation: the gateway
+	// renews it (every third of it) while the request lives and decode is
+	// not yet ready, however slow the prefill; pages of a reservation not
+	// renewed this long before decoding started are fenced and released,
+	// so a lost gateway can never leak pages. Default 30s.
 	ReserveTimeout time.Duration `yaml:"reserve_timeout"`
-	// ReserveTimeoutMax is the ceiling of a reservation's timeout when the
-	// gateway asks for more than ReserveTimeout because the prompt is long
-	// and prefill is slow (its measured rate × the prompt's tokens), so
-	// admitted work does not time out on a loaded machine. Default 10m.
+	// ReserveTimeoutMax is the ceiling of a reservation's first lease,
+	// before any renewal, when the gateway asks for more than
+	// ReserveTimeout because the prompt is long and prefill is slow (its
+	// measured rate × the prompt's tokens). Default 10m.
 	ReserveTimeoutMax time.Duration `yaml:"reserve_timeout_max"`
 }
 

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
@@ -57,11 +61,13 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 // forks the choices from the first tokens prefill sampled, which its
 // Generate carries: it is sent once the Prefill call returned.
 func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb.Ticket) error {
+	sctx, cancel := workerContext(ctx)
+	defer cancel()
+	d.renewing = d.keepReservation(sctx, rt.Decode, ticket)
+	defer d.stopRenewing()
 	if err := d.req.Advance(lifecycle.Reserved); err != nil {
 		return failed(lifecycle.CauseInternal, api.Internal(), err)
 	}
-	sctx, cancel := workerContext(ctx)
-	defer cancel()
 	if d.n > 1 {
 		if err := d.startPrefill(ctx, rt); err != nil {
 			return err
@@ -106,6 +112,63 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 		}
 	}
 	return err
+}
+
+// keepReservation renews the decode reservation of ticket on w every
+// third of its lease (d.reserveLease, from Reserve's answer) until the
+// returned stop is called: once decode is ready (the transfer verified
+// and claimed, after which the reservation needs no lease) or when the
+// attempt ends. So a reservation lives as long as its request does,
+// however long its prefill queues or runs (bounded by the request's own
+// deadline), and decode abandons it only when this gateway stops
+// renewing: it died, or cannot reach decode for a whole lease. A renewal
+// that says the reservation ended, or that the worker takes none, stops
+// the renewals (the Generate stream reports why); other failures are
+// retried at the next tick (a lost worker is the heartbeat's to find).
+func (d *driver) keepReservation(ctx context.Context, w *registry.Worker, ticket *controlpb.Ticket) (stop func()) {
+	every := d.reserveLease / 3
+	if every <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	req := &controlpb.RenewReservationRequest{Owner: ticket.GetOwner(), TransferId: ticket.GetTransferId()}
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, every)
+			_, err := w.Client().RenewReservation(rctx, req)
+			rcancel()
+			switch status.Code(err) {
+			case codes.OK:
+			case codes.NotFound, codes.Aborted, codes.FailedPrecondition, codes.Unimplemented:
+				if ctx.Err() == nil {
+					d.log.InfoContext(d.req.Context(), "reservation no longer renewable", "worker", w.ID(), "err", err)
+				}
+				return
+			default:
+				if ctx.Err() == nil {
+					d.log.WarnContext(d.req.Context(), "renewing reservation", "worker", w.ID(), "err", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// stopRenewing stops keepReservation's renewals, if they run.
+func (d *driver) stopRenewing() {
+	if d.renewing != nil {
+		d.renewing()
+		d.renewing = nil
+	}
 }
 
 // startPrefill enters the prefilling stage on rt's prefill worker.

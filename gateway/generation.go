@@ -89,6 +89,11 @@ type driver struct {
 	// took it (nil then, for a both worker, and for n > 1, whose Prefill
 	// call returns before decode's Generate is sent).
 	prefillDue <-chan prefillResult
+	// reserveLease is the lease of decode's reservation (Reserve's
+	// lease_ms; 0: it takes no renewals); renewing, while set, stops
+	// keepReservation's renewals of it.
+	reserveLease time.Duration
+	renewing     func()
 	// firstLogprobs is the P/D first token's logprobs of each choice, from
 	// the Prefill response; firstTokens, for n > 1, every choice's first
 	// token, which decode's Generate carries.

@@ -182,6 +182,7 @@ func (d *driver) try(ctx context.Context, mode placeMode) (rt registry.Route, ti
 		}
 		d.done = append(d.done, counted...)
 		d.req.Placed(rt.Decode.ID(), true)
+		d.reserveLease = time.Duration(resp.GetLeaseMs()) * time.Millisecond
 		t := resp.GetTicket()
 		if o := t.GetOwner(); o.GetTenant() != d.req.Info().Tenant || o.GetRequestId() != d.req.ID() ||
 			o.GetEpoch() != lifecycle.Epoch || t.GetPromptTokens() != int64(len(d.prompt)) || t.GetDecodeWorkerId() != rt.Decode.ID() {

@@ -122,6 +122,7 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			return false, failed(lifecycle.CauseInternal, api.Internal(), err)
 		}
 		d.prefilled = int64(len(d.prompt))
+		d.stopRenewing() // the transfer is verified and claimed
 		if started := d.req.Snapshot().Entered[lifecycle.Prefilling]; !started.IsZero() {
 			d.g.rates.observe(d.req.Info().Model, len(d.prompt), time.Since(started))
 		}

@@ -16,11 +16,12 @@ const ewmaWeight = 0.2
 // prefillRates measures, per model, how long prefill takes per prompt
 // token as the gateway sees it (from sending the prompt until decode is
 // ready: queueing on the prefill worker, compute and the KV transfer), as
-// an exponentially weighted moving average. The reservation timeout of a
-// request is derived from it (reserveTimeout), so that a long prompt on a
-// loaded machine is not abandoned while its prefill runs; decode clamps
-// what is asked to [worker.transfer.reserve_timeout,
-// worker.transfer.reserve_timeout_max].
+// an exponentially weighted moving average. The first lease of a
+// request's decode reservation is derived from it (reserveTimeout);
+// decode clamps what is asked to [worker.transfer.reserve_timeout,
+// worker.transfer.reserve_timeout_max], and the gateway renews the lease
+// while the request lives (keepReservation), so no prefill is abandoned
+// for being slower than this estimate.
 type prefillRates struct {
 	mu       sync.Mutex
 	perToken map[string]float64 // model → seconds per prompt token
@@ -44,7 +45,7 @@ func (p *prefillRates) observe(model string, tokens int, d time.Duration) {
 	p.perToken[model] = v
 }
 
-// reserveTimeout is the reservation timeout to ask for a prompt of
+// reserveTimeout is the first reservation lease to ask for a prompt of
 // tokens: the measured time per token × tokens × reserveMargin; 0 before
 // any measurement (decode then uses its reserve_timeout).
 func (p *prefillRates) reserveTimeout(model string, tokens int) time.Duration {

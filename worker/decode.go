@@ -84,14 +84,15 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 	e.ticket, e.prefix, e.live, e.transferred, e.choices = t, px, true, make(chan struct{}), n
 	w.reqs[e.key] = e
 	w.byTransfer[t.TransferID] = e
-	e.timeout = w.reserveTimeoutFor(req.GetTimeoutMs())
-	e.timer = time.AfterFunc(e.timeout, func() { w.expire(e) })
-	return &controlpb.ReserveResponse{Ticket: ticketToProto(t, w.id)}, nil
+	e.lease = w.reserveTimeoutFor(req.GetTimeoutMs())
+	e.deadline = time.Now().Add(e.lease)
+	e.timer = time.AfterFunc(e.lease, func() { w.expire(e) })
+	return &controlpb.ReserveResponse{Ticket: ticketToProto(t, w.id), LeaseMs: w.reserveTimeout.Milliseconds()}, nil
 }
 
-// reserveTimeoutFor is how long a reservation waits for its transfer and
-// its Generate: what the gateway asked for (its measured prefill time for
-// the prompt, with a margin), clamped to [worker.transfer.reserve_timeout,
+// reserveTimeoutFor is a reservation's first lease, before any renewal:
+// what the gateway asked for (its measured prefill time for the prompt,
+// with a margin), clamped to [worker.transfer.reserve_timeout,
 // worker.transfer.reserve_timeout_max].
 func (w *Worker) reserveTimeoutFor(askedMs int64) time.Duration {
 	d := min(time.Duration(askedMs)*time.Millisecond, w.cfg.Worker.Transfer.ReserveTimeoutMax)

@@ -31,6 +31,52 @@
 // seal would hold its pages idle for a whole prefill, so the engine does
 // not).
 //
+// # Reservation states
+//
+// A decode reservation (Reserve, on a decode or both worker) is a lease
+// that its owner, the gateway that drives the request (I6), keeps alive;
+// the worker reclaims it only when the owner stops renewing (table.go:
+// entry's timer, deadline and lease; expire; renewReservation).
+//
+//	Reserve ─► reserved ─(Generate claims)─► claimed ───────┐
+//	              │                                         │ transfer
+//	              │ transfer verified (COMPLETE)            ▼ verified
+//	              └──────► transferred ─(Generate claims)─► decoding ─► released
+//
+//	reserved, claimed, transferred: the lease runs; RenewReservation moves
+//	its deadline. The deadline passing unrenewed ─► abandoned: fenced and
+//	released like an Abort; later calls and renewals for the attempt get
+//	Aborted "reservation abandoned".
+//	decoding: no lease; the claiming Generate stream owns the pages until
+//	Done, a failure, an Abort or the stream's cancellation releases them.
+//
+// Who renews, and when a reservation is reclaimed:
+//
+//   - The first lease is what Reserve's timeout_ms asks for (the
+//     gateway's measured prefill time for the prompt × 4), clamped to
+//     [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max].
+//   - Each RenewReservation moves the deadline to reserve_timeout from
+//     now, never earlier. The gateway renews every third of
+//     reserve_timeout (Reserve's lease_ms) from Reserve until decode's
+//     Ready, for as long as the request is alive: while its prefill waits
+//     in a queue, computes, or its structured-output grammar compiles on
+//     either worker. A healthy request thus never loses its reservation,
+//     however slow its prefill; one that waits too long ends at its own
+//     deadline (gateway.request_timeout: 504 timeout, the abort fan-out
+//     frees the pages).
+//   - The lease ends in abandonment only when renewals stop while the
+//     request is not yet decoding: its gateway died or cannot reach this
+//     worker for a whole lease. Then the pages are fenced and released
+//     (through the receiver when a transfer may still write: I5's
+//     deferred release), so a vanished owner cannot leak them; counted as
+//     warden_decode_reservation_leases_total{event="expired"}. A
+//     renewal racing the timer wins: expire re-checks the deadline.
+//   - A Generate stream that claimed the reservation ends with it: its
+//     cancellation (the gateway aborted, or its connection broke, which
+//     gRPC keepalives detect) tears the request down like an Abort.
+//   - A both worker's own Generate (no Reserve) has no lease: the stream
+//     is its only owner, as on a prefill worker.
+//
 // # Control-plane contract
 //
 // Roles: Reserve and Generate need decode or both, Prefill prefill or both;
@@ -41,9 +87,13 @@
 //     above the pool's capacity is OutOfRange ("can never fit: N tokens >
 //     pool capacity C") and reserves nothing; not enough free pages now is
 //     ResourceExhausted; an owner (tenant, request) that already holds pages
-//     here is AlreadyExists. The reservation is abandoned (fenced and
-//     released; later calls for it get Aborted) unless its transfer
-//     completed and a Generate claimed it within worker.transfer.reserve_timeout.
+//     here is AlreadyExists. The reservation holds a lease (below):
+//     lease_ms in the answer is what each renewal grants.
+//   - RenewReservation(owner, transfer_id) (decode, both) extends the
+//     reservation's lease to worker.transfer.reserve_timeout from now.
+//     An attempt that ended here answers with its status (Aborted for an
+//     abandoned reservation); no reservation for that owner, epoch and
+//     ticket is NotFound.
 //   - Prefill(owner, prompt, sampling, ticket) prefills locally and pushes
 //     each finished page to the ticket's decode worker while later chunks
 //     are computed, then completes the transfer; it returns once decode

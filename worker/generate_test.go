@@ -333,3 +333,74 @@ func TestReserveTimeout(t *testing.T) {
 	}
 	waitQuiet(t, w)
 }
+
+// TestReservationLease (issue 26): a reservation its gateway renews lives
+// as long as the renewals come — here three leases, with a Generate
+// waiting for a transfer that has not come — and is reclaimed one lease
+// after they stop (the gateway vanished): the waiting Generate ends
+// Aborted "reservation abandoned", the pool balances, and a late renewal
+// learns why. A renewal for another ticket, or for a request holding
+// nothing, is NotFound and extends nothing.
+func TestReservationLease(t *testing.T) {
+	const lease = time.Second
+	cfg := testConfig(t, config.RoleDecode, config.TransferTCP, testPages)
+	cfg.Worker.Transfer.ReserveTimeout = lease
+	w := startWorker(t, cfg)
+	ctx := context.Background()
+	o := owner("acme", "leased", 1)
+	res, err := w.client.Reserve(ctx, &controlpb.ReserveRequest{Owner: o, PromptTokens: 10, TotalTokens: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := time.Now()
+	if res.GetLeaseMs() != lease.Milliseconds() {
+		t.Fatalf("Reserve grants renewals of %d ms, want %d", res.GetLeaseMs(), lease.Milliseconds())
+	}
+	renew := &controlpb.RenewReservationRequest{Owner: o, TransferId: res.GetTicket().GetTransferId()}
+	for _, bad := range []*controlpb.RenewReservationRequest{
+		{Owner: o, TransferId: "00000000000000000000000000000000"},
+		{Owner: owner("acme", "nothing", 1), TransferId: renew.TransferId},
+	} {
+		if _, err := w.client.RenewReservation(ctx, bad); code(err) != codes.NotFound {
+			t.Errorf("RenewReservation %v: %v, want NotFound", bad, err)
+		}
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		got <- generate(t, w.client, &controlpb.GenerateRequest{Owner: o, Prompt: prompt(10, 0), Sampling: greedy(4), Ticket: res.GetTicket()})
+	}()
+	// Renewed every twentieth of the lease for three leases: a liveness
+	// bound, not a timing assertion (a renewal is due long before the
+	// lease ends).
+	for time.Since(reserved) < 3*lease {
+		r, err := w.client.RenewReservation(ctx, renew)
+		if err != nil {
+			t.Fatalf("RenewReservation %s after Reserve: %v", time.Since(reserved), err)
+		}
+		if r.GetLeaseMs() <= 0 || r.GetLeaseMs() > lease.Milliseconds() {
+			t.Fatalf("RenewReservation keeps it %d ms, want (0, %d]", r.GetLeaseMs(), lease.Milliseconds())
+		}
+		select {
+		case o := <-got:
+			t.Fatalf("Generate ended while the reservation was renewed: %+v", o)
+		case <-time.After(lease / 20):
+		}
+	}
+	if s := w.rt.Pool.Stats(); s.Reserved != 4 {
+		t.Fatalf("after three leases of renewals: %+v, want the 4 pages still reserved", s)
+	}
+	// The renewals stop: one lease later the reservation is reclaimed.
+	if o := <-got; code(o.err) != codes.Aborted || !strings.Contains(o.err.Error(), "reservation abandoned") {
+		t.Errorf("Generate once the renewals stopped: %v, want Aborted, reservation abandoned", o.err)
+	}
+	waitQuiet(t, w)
+	if _, err := w.client.RenewReservation(ctx, renew); code(err) != codes.Aborted {
+		t.Errorf("RenewReservation after it was abandoned: %v, want Aborted", err)
+	}
+	if v := metricValue(t, w.Worker, "warden_decode_reservation_leases_total", "event", "expired"); v != 1 {
+		t.Errorf("%v leases expired, want 1", v)
+	}
+	if v := metricValue(t, w.Worker, "warden_decode_reservation_leases_total", "event", "renewed"); v < 3 {
+		t.Errorf("%v renewals counted", v)
+	}
+}

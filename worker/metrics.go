@@ -26,6 +26,7 @@ type metrics struct {
 	aborts          *prometheus.CounterVec // stage, cause
 	drainRelays     *prometheus.CounterVec // result
 	domainEvictions *prometheus.CounterVec // reason, outcome
+	leases          *prometheus.CounterVec // event
 }
 
 // sources are the components whose counters are exported from snapshots;
@@ -74,6 +75,12 @@ func newMetrics() *metrics {
 				"deleted or disabled, key revoked, prefix_cache changed), by reason and outcome: freed (cached, freed at " +
 				"once) or retired (read by a running request, out of the cache and freed when it ends).",
 		}, []string{"reason", "outcome"}),
+		leases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "warden_decode_reservation_leases_total",
+			Help: "Reservation lease events, by event: renewed (the gateway renewed a reservation whose transfer was " +
+				"not yet complete and claimed) and expired (a reservation nobody renewed was abandoned: its gateway " +
+				"is gone or cannot reach this worker).",
+		}, []string{"event"}),
 	}
 	for _, side := range []string{sideSend, sideReceive} {
 		m.transferSeconds.WithLabelValues(side)
@@ -90,8 +97,17 @@ func newMetrics() *metrics {
 			m.domainEvictions.WithLabelValues(r, o)
 		}
 	}
+	for _, ev := range []string{leaseRenewed, leaseExpired} {
+		m.leases.WithLabelValues(ev)
+	}
 	return m
 }
+
+// Events of warden_decode_reservation_leases_total.
+const (
+	leaseRenewed = "renewed"
+	leaseExpired = "expired"
+)
 
 // Sides of warden_transfer_duration_seconds.
 const (
@@ -108,7 +124,7 @@ func (m *metrics) register(reg prometheus.Registerer, src sources, gpus promethe
 		ConstLabels: info,
 	})
 	infoGauge.Set(1)
-	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays,
+	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays, m.leases,
 		m.domainEvictions, newSnapshotCollector(src), gpus, infoGauge} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker: registering metrics: %w", err)

@@ -33,6 +33,11 @@ func (s *server) Reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 	return s.w.reserve(ctx, req)
 }
 
+// RenewReservation implements controlpb.WorkerServer.
+func (s *server) RenewReservation(ctx context.Context, req *controlpb.RenewReservationRequest) (*controlpb.RenewReservationResponse, error) {
+	return s.w.renewReservation(ctx, req)
+}
+
 // Prefill implements controlpb.WorkerServer.
 func (s *server) Prefill(ctx context.Context, req *controlpb.PrefillRequest) (*controlpb.PrefillResponse, error) {
 	return s.w.prefill(ctx, req)

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/warden-ai/warden/internal/controlpb"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/brokenmode"
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -79,8 +80,13 @@ type entry struct {
 	handler bool
 	cancel  context.CancelCauseFunc
 	torn    bool
-	timer   *time.Timer
-	timeout time.Duration // the reservation's timeout (reserveTimeoutFor)
+	// The lease of a reservation (decode, both; see the package
+	// documentation's reservation states): timer runs expire at deadline;
+	// lease is the last one granted (reserveTimeoutFor, then each
+	// renewal's worker.transfer.reserve_timeout).
+	timer    *time.Timer
+	deadline time.Time
+	lease    time.Duration
 	// drain (prefill): the request's transfer stream stopped early and
 	// drained (noteDrain); the Abort answer reports it.
 	drain kvtransfer.Drain
@@ -243,19 +249,56 @@ func (w *Worker) abortLocked(e *entry, st error) (then func()) {
 	return func() { w.releaseEntry(e, completed, true) }
 }
 
-// expire abandons a reservation whose transfer did not complete, or that
-// no Generate claimed, within the reserve timeout.
+// expire abandons a reservation whose lease ran out: its transfer did not
+// complete, or no Generate claimed it, and nobody renewed it (its gateway
+// is gone or cannot reach this worker). A renewal that raced with the
+// timer moved the deadline, and the timer runs again then.
 func (w *Worker) expire(e *entry) {
-	st := status.Errorf(codes.Aborted, "reservation abandoned: KV transfer not completed and claimed within %s", e.timeout)
 	w.mu.Lock()
-	if e.torn || (e.handler && e.completed) {
+	if e.torn || (e.handler && e.completed) || time.Now().Before(e.deadline) {
 		w.mu.Unlock()
 		return
 	}
+	st := status.Errorf(codes.Aborted, "reservation abandoned: not renewed for %s with its KV transfer not completed and claimed", e.lease)
 	then := w.abortLocked(e, st)
 	w.mu.Unlock()
-	w.log.WarnContext(e.ctx, "abandoning reservation", "epoch", e.epoch, "timeout", e.timeout)
+	w.metrics.leases.WithLabelValues(leaseExpired).Inc()
+	w.log.WarnContext(e.ctx, "abandoning reservation: its lease expired unrenewed", "epoch", e.epoch, "lease", e.lease)
 	then()
+}
+
+// renewReservation handles RenewReservation (decode, both): the gateway
+// still wants owner's reservation, so its deadline moves to
+// worker.transfer.reserve_timeout from now (never earlier than it was).
+// An attempt that ended here answers with the status it ended with
+// (Aborted for an abandoned reservation); one that holds no reservation,
+// or another ticket, NotFound.
+func (w *Worker) renewReservation(_ context.Context, req *controlpb.RenewReservationRequest) (*controlpb.RenewReservationResponse, error) {
+	if w.role == config.RolePrefill {
+		return nil, status.Error(codes.FailedPrecondition, "RenewReservation: this is a prefill worker")
+	}
+	owner, err := ownerFrom(req.GetOwner())
+	if err != nil {
+		return nil, err
+	}
+	key := reqKey{owner.Tenant, owner.Request}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.tombs.check(key, owner.Epoch); err != nil {
+		return nil, err
+	}
+	e := w.reqs[key]
+	if e == nil || e.ticket == nil || e.epoch != owner.Epoch || e.ticket.TransferID.String() != req.GetTransferId() {
+		return nil, status.Errorf(codes.NotFound, "no reservation for request %s/%s at epoch %d with transfer %s",
+			owner.Tenant, owner.Request, owner.Epoch, req.GetTransferId())
+	}
+	now := time.Now()
+	if d := now.Add(w.reserveTimeout); d.After(e.deadline) {
+		e.deadline, e.lease = d, w.reserveTimeout
+		e.timer.Reset(w.reserveTimeout)
+	}
+	w.metrics.leases.WithLabelValues(leaseRenewed).Inc()
+	return &controlpb.RenewReservationResponse{LeaseMs: e.deadline.Sub(now).Milliseconds()}, nil
 }
 
 // tombstones remember attempts that were aborted or failed here, so that a

@@ -1247,9 +1247,9 @@ type ReserveRequest struct {
 	TotalTokens int64 `protobuf:"varint,3,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
 	// timeout_ms is how long the gateway expects the prompt's prefill and
 	// transfer to take (its measured prefill rate × prompt_tokens, with a
-	// margin); decode keeps the reservation that long, clamped to
-	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max].
-	// 0: reserve_timeout.
+	// margin); decode's first lease lasts that long, clamped to
+	// [worker.transfer.reserve_timeout, worker.transfer.reserve_timeout_max],
+	// and each RenewReservation extends it. 0: reserve_timeout.
 	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	// prompt: the prompt's tokens, sent when the request has a prefix-cache
 	// domain (gRPC metadata warden-cache-domain): decode computes the chain
@@ -1340,8 +1340,13 @@ func (x *ReserveRequest) GetChoices() int32 {
 }
 
 type ReserveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ticket        *Ticket                `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Ticket *Ticket                `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// lease_ms is the lease one RenewReservation grants
+	// (worker.transfer.reserve_timeout): the gateway renews well within it
+	// (every third of it) until decode is ready. 0: the worker takes no
+	// renewals (the reservation lasts its timeout).
+	LeaseMs       int64 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1383,6 +1388,111 @@ func (x *ReserveResponse) GetTicket() *Ticket {
 	return nil
 }
 
+func (x *ReserveResponse) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+type RenewReservationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// transfer_id is the reservation's ticket's.
+	TransferId    string `protobuf:"bytes,2,opt,name=transfer_id,json=transferId,proto3" json:"transfer_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewReservationRequest) Reset() {
+	*x = RenewReservationRequest{}
+	mi := &file_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewReservationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewReservationRequest) ProtoMessage() {}
+
+func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
+func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RenewReservationRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *RenewReservationRequest) GetTransferId() string {
+	if x != nil {
+		return x.TransferId
+	}
+	return ""
+}
+
+type RenewReservationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lease_ms: the reservation is kept at least this long from now.
+	LeaseMs       int64 `protobuf:"varint,1,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewReservationResponse) Reset() {
+	*x = RenewReservationResponse{}
+	mi := &file_control_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewReservationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewReservationResponse) ProtoMessage() {}
+
+func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
+func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RenewReservationResponse) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 type PrefillRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Owner    *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
@@ -1398,7 +1508,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1520,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1533,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1485,7 +1595,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1607,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1620,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1575,7 +1685,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1697,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1710,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1642,7 +1752,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1764,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1777,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1726,7 +1836,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1848,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1861,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1821,7 +1931,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1943,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1956,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1872,7 +1982,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +1994,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2007,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -1937,7 +2047,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2059,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2072,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -2002,7 +2112,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2124,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2137,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -2069,7 +2179,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2191,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2204,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2123,7 +2233,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2245,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2258,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2185,7 +2295,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2197,7 +2307,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2320,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2248,7 +2358,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2370,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2383,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -2307,7 +2417,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2429,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2442,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -2364,7 +2474,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2486,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2499,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 type WorkerStatus struct {
@@ -2405,7 +2515,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2527,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2540,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2482,7 +2592,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2604,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2617,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2536,7 +2646,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2658,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2671,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2592,7 +2702,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2714,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2727,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2751,9 +2861,16 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x16\n" +
 	"\x06prompt\x18( \x03(\x05R\x06prompt\x12\x18\n" +
-	"\achoices\x18d \x01(\x05R\achoices\"D\n" +
+	"\achoices\x18d \x01(\x05R\achoices\"_\n" +
 	"\x0fReserveResponse\x121\n" +
-	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\"\xec\x01\n" +
+	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\"j\n" +
+	"\x17RenewReservationRequest\x12.\n" +
+	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x1f\n" +
+	"\vtransfer_id\x18\x02 \x01(\tR\n" +
+	"transferId\"5\n" +
+	"\x18RenewReservationResponse\x12\x19\n" +
+	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"\xec\x01\n" +
 	"\x0ePrefillRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
@@ -2842,10 +2959,11 @@ const file_control_proto_rawDesc = "" +
 	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
-	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xcb\x05\n" +
+	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xb8\x06\n" +
 	"\x06Worker\x12\\\n" +
 	"\vModelAssets\x12%.warden.control.v1.ModelAssetsRequest\x1a&.warden.control.v1.ModelAssetsResponse\x12P\n" +
-	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12P\n" +
+	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12k\n" +
+	"\x10RenewReservation\x12*.warden.control.v1.RenewReservationRequest\x1a+.warden.control.v1.RenewReservationResponse\x12P\n" +
 	"\aPrefill\x12!.warden.control.v1.PrefillRequest\x1a\".warden.control.v1.PrefillResponse\x12R\n" +
 	"\bGenerate\x12\".warden.control.v1.GenerateRequest\x1a .warden.control.v1.GenerateEvent0\x01\x12J\n" +
 	"\x05Abort\x12\x1f.warden.control.v1.AbortRequest\x1a .warden.control.v1.AbortResponse\x12b\n" +
@@ -2866,7 +2984,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
 	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
@@ -2884,25 +3002,27 @@ var file_control_proto_goTypes = []any{
 	(*Ticket)(nil),                    // 13: warden.control.v1.Ticket
 	(*ReserveRequest)(nil),            // 14: warden.control.v1.ReserveRequest
 	(*ReserveResponse)(nil),           // 15: warden.control.v1.ReserveResponse
-	(*PrefillRequest)(nil),            // 16: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 17: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 18: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 19: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 20: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 21: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 22: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 23: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 24: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 25: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 26: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 27: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 28: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 29: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 30: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 31: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 32: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 33: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 34: warden.control.v1.WriterDrainedResponse
+	(*RenewReservationRequest)(nil),   // 16: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 17: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 18: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 19: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 20: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 21: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 22: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 23: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 24: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 25: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 26: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 27: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 28: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 29: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 30: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 31: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 32: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 33: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 34: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 35: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 36: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -2915,52 +3035,55 @@ var file_control_proto_depIdxs = []int32{
 	11, // 7: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
 	11, // 8: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
 	13, // 9: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	11, // 10: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 11: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	13, // 12: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	23, // 13: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	18, // 14: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	23, // 15: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	11, // 16: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 17: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	13, // 18: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	21, // 19: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	22, // 20: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	24, // 21: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	23, // 22: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	25, // 23: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	11, // 24: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	32, // 25: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	7,  // 26: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 27: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 28: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	11, // 29: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	32, // 30: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	4,  // 31: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	6,  // 32: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	9,  // 33: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	14, // 34: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	16, // 35: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	19, // 36: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	26, // 37: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	33, // 38: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	30, // 39: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	28, // 40: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	5,  // 41: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	8,  // 42: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	10, // 43: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	15, // 44: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	17, // 45: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	20, // 46: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	27, // 47: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	34, // 48: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	31, // 49: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	29, // 50: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	41, // [41:51] is the sub-list for method output_type
-	31, // [31:41] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	11, // 10: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	11, // 11: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 12: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	13, // 13: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	25, // 14: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	20, // 15: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	25, // 16: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	11, // 17: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 18: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	13, // 19: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	23, // 20: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	24, // 21: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	26, // 22: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	25, // 23: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	27, // 24: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	11, // 25: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	34, // 26: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	7,  // 27: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 28: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 29: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	11, // 30: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	34, // 31: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	4,  // 32: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	6,  // 33: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	9,  // 34: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	14, // 35: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	16, // 36: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	18, // 37: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	21, // 38: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	28, // 39: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	35, // 40: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	32, // 41: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	30, // 42: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	5,  // 43: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	8,  // 44: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	10, // 45: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	15, // 46: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	17, // 47: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	19, // 48: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	22, // 49: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	29, // 50: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	36, // 51: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	33, // 52: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	31, // 53: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	43, // [43:54] is the sub-list for method output_type
+	32, // [32:43] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -2968,7 +3091,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[19].OneofWrappers = []any{
+	file_control_proto_msgTypes[21].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -2979,7 +3102,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   34,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

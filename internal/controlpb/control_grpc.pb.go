@@ -172,6 +172,7 @@ var Registry_ServiceDesc = grpc.ServiceDesc{
 const (
 	Worker_ModelAssets_FullMethodName       = "/warden.control.v1.Worker/ModelAssets"
 	Worker_Reserve_FullMethodName           = "/warden.control.v1.Worker/Reserve"
+	Worker_RenewReservation_FullMethodName  = "/warden.control.v1.Worker/RenewReservation"
 	Worker_Prefill_FullMethodName           = "/warden.control.v1.Worker/Prefill"
 	Worker_Generate_FullMethodName          = "/warden.control.v1.Worker/Generate"
 	Worker_Abort_FullMethodName             = "/warden.control.v1.Worker/Abort"
@@ -192,6 +193,12 @@ type WorkerClient interface {
 	// Reserve (decode or both) reserves KV pages for a request and returns
 	// the ticket prefill uses to push KV.
 	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveResponse, error)
+	// RenewReservation (decode or both) extends the lease of a reservation
+	// whose transfer is not yet complete and claimed: the gateway calls it
+	// while the request is alive (its prefill queued or progressing), so a
+	// reservation is never abandoned under healthy work, only when its
+	// owner stopped renewing (see the worker package's reservation states).
+	RenewReservation(ctx context.Context, in *RenewReservationRequest, opts ...grpc.CallOption) (*RenewReservationResponse, error)
 	// Prefill (prefill) computes KV for a prompt and pushes it to the decode
 	// worker named by the ticket; it returns when the transfer completed.
 	Prefill(ctx context.Context, in *PrefillRequest, opts ...grpc.CallOption) (*PrefillResponse, error)
@@ -257,6 +264,16 @@ func (c *workerClient) Reserve(ctx context.Context, in *ReserveRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReserveResponse)
 	err := c.cc.Invoke(ctx, Worker_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *workerClient) RenewReservation(ctx context.Context, in *RenewReservationRequest, opts ...grpc.CallOption) (*RenewReservationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewReservationResponse)
+	err := c.cc.Invoke(ctx, Worker_RenewReservation_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -344,6 +361,12 @@ type WorkerServer interface {
 	// Reserve (decode or both) reserves KV pages for a request and returns
 	// the ticket prefill uses to push KV.
 	Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error)
+	// RenewReservation (decode or both) extends the lease of a reservation
+	// whose transfer is not yet complete and claimed: the gateway calls it
+	// while the request is alive (its prefill queued or progressing), so a
+	// reservation is never abandoned under healthy work, only when its
+	// owner stopped renewing (see the worker package's reservation states).
+	RenewReservation(context.Context, *RenewReservationRequest) (*RenewReservationResponse, error)
 	// Prefill (prefill) computes KV for a prompt and pushes it to the decode
 	// worker named by the ticket; it returns when the transfer completed.
 	Prefill(context.Context, *PrefillRequest) (*PrefillResponse, error)
@@ -400,6 +423,9 @@ func (UnimplementedWorkerServer) ModelAssets(context.Context, *ModelAssetsReques
 }
 func (UnimplementedWorkerServer) Reserve(context.Context, *ReserveRequest) (*ReserveResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedWorkerServer) RenewReservation(context.Context, *RenewReservationRequest) (*RenewReservationResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RenewReservation not implemented")
 }
 func (UnimplementedWorkerServer) Prefill(context.Context, *PrefillRequest) (*PrefillResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Prefill not implemented")
@@ -472,6 +498,24 @@ func _Worker_Reserve_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(WorkerServer).Reserve(ctx, req.(*ReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Worker_RenewReservation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewReservationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServer).RenewReservation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Worker_RenewReservation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServer).RenewReservation(ctx, req.(*RenewReservationRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -591,6 +635,10 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reserve",
 			Handler:    _Worker_Reserve_Handler,
+		},
+		{
+			MethodName: "RenewReservation",
+			Handler:    _Worker_RenewReservation_Handler,
 		},
 		{
 			MethodName: "Prefill",
