@@ -127,20 +127,41 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	} else if !pn.set("gateway", "listen") {
 		gw.Listen = upDefaultListen
 	}
-	if host, port, err := net.SplitHostPort(gw.Listen); err != nil {
+	// Every pinned address is held first, so that no port picked below
+	// is one of them. Worker addresses pinned in the config are the
+	// decode (or both) worker's (workerConfig).
+	host, port, err := net.SplitHostPort(gw.Listen)
+	if err != nil {
 		return nil, fmt.Errorf("--listen %q: %w", gw.Listen, err)
-	} else if port == "0" {
-		if gw.Listen, err = pp.pick(host); err != nil {
-			return nil, err
+	}
+	if port != "0" {
+		if err := pp.hold(gw.Listen, "choose another address for the API with --listen HOST:PORT (port 0 picks a free one)"); err != nil {
+			return nil, fmt.Errorf("the API address %w", err)
 		}
-	} else if err := checkFree(gw.Listen, "choose another address for the API with --listen HOST:PORT (port 0 picks a free one)"); err != nil {
-		return nil, fmt.Errorf("the API address %w", err)
+	}
+	for _, a := range []struct {
+		addr, field string
+		pinned      bool
+	}{
+		{cfg.Worker.Listen, "worker.listen", pn.set("worker", "listen")},
+		{cfg.Worker.Transfer.Listen, "worker.transfer.listen", pn.set("worker", "transfer", "listen")},
+	} {
+		if a.pinned {
+			if _, err := pp.resolve(a.addr, true, a.field); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if gw.AdminListen, err = pp.resolve(gw.AdminListen, pn.set("gateway", "admin_listen"), "gateway.admin_listen"); err != nil {
 		return nil, err
 	}
 	if gw.RegistryListen, err = pp.resolve(gw.RegistryListen, pn.set("gateway", "registry_listen"), "gateway.registry_listen"); err != nil {
 		return nil, err
+	}
+	if port == "0" {
+		if gw.Listen, err = pp.pick(host); err != nil {
+			return nil, err
+		}
 	}
 
 	// The API certificate and the cluster credentials: the config's own,

@@ -5,11 +5,13 @@ import (
 	"net"
 )
 
-// portPicker hands out free loopback ports. It keeps every port it picked
-// bound until release, so that no two picks collide; the processes that
-// use them bind them right after release.
+// portPicker hands out free loopback ports. It keeps every port it picked,
+// and every pinned address it checked, bound until release, so that no
+// two collide; the processes that use them bind them right after release.
 type portPicker struct {
 	held []net.Listener
+	// pinned are the pinned addresses held (hold).
+	pinned map[string]bool
 }
 
 // pick returns host:port with a port that is free on host now.
@@ -29,7 +31,7 @@ func (pp *portPicker) pick(host string) (string, error) {
 func (pp *portPicker) resolve(addr string, pinned bool, field string) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if pinned && err == nil && port != "0" {
-		return addr, checkFree(addr, fmt.Sprintf("change %s in the config, or remove it to have a free port picked", field))
+		return addr, pp.hold(addr, fmt.Sprintf("change %s in the config, or remove it to have a free port picked", field))
 	}
 	if !pinned || err != nil || host == "" {
 		host = "127.0.0.1"
@@ -37,14 +39,24 @@ func (pp *portPicker) resolve(addr string, pinned bool, field string) (string, e
 	return pp.pick(host)
 }
 
-// checkFree reports an error naming addr and hint when addr cannot be
-// bound now, so that `warden up` says so before it starts any process.
-func checkFree(addr, hint string) error {
+// hold binds the pinned address addr until release, once however often
+// it is asked, so that `warden up` reports an address in use (with hint,
+// what to change) before it starts any process, and no port it picks
+// afterwards is one a pinned address needs.
+func (pp *portPicker) hold(addr, hint string) error {
+	if pp.pinned[addr] {
+		return nil
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s is not free (%w): %s", addr, err, hint)
 	}
-	return ln.Close()
+	if pp.pinned == nil {
+		pp.pinned = map[string]bool{}
+	}
+	pp.pinned[addr] = true
+	pp.held = append(pp.held, ln)
+	return nil
 }
 
 // release unbinds every picked port.
@@ -52,7 +64,7 @@ func (pp *portPicker) release() {
 	for _, ln := range pp.held {
 		_ = ln.Close()
 	}
-	pp.held = nil
+	pp.held, pp.pinned = nil, nil
 }
 
 // dialAddr turns a listen address into one to dial: a wildcard host
