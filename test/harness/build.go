@@ -42,8 +42,8 @@ func (c *Cluster) build(o Options) error {
 		gw.AdminTokenFile = tokenFile
 		gw.HeartbeatTimeout = o.HeartbeatTimeout
 		// Stop (SIGTERM) aborts the requests in flight at once; a test of
-		// the drain sets a timeout with EditGateway.
-		gw.DrainTimeout = 0
+		// the delay or the drain sets them with EditGateway.
+		gw.ShutdownDelay, gw.DrainTimeout = 0, 0
 		cfg.Worker.HeartbeatInterval = o.HeartbeatTimeout / 4
 		cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
 		if o.Redis {
