@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
-# ensure_pkg CMD PACKAGE: install PACKAGE with apt when CMD is missing.
+# ensure_pkg CMD PACKAGE [APT-OPTION...]: install PACKAGE with apt (with
+# the options given, e.g. --no-install-recommends) when CMD is missing.
 # Packages such as prometheus and redis-server start a service on install;
 # a policy-rc.d that refuses every start (exit 101, see invoke-rc.d(8))
 # keeps them from doing so while this script installs them. An existing
@@ -30,9 +31,10 @@ ensure_pkg() {
     printf '#!/bin/sh\n# scripts/test.sh: start no service while installing test tools\nexit 101\n' |
       $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && ours=1
   fi
-  local rc=0
-  $sudo apt-get install -y -q "$2" >/dev/null 2>&1 ||
-    { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$2" >/dev/null; } || rc=$?
+  local rc=0 pkg=$2
+  shift 2
+  $sudo apt-get install -y -q "$@" "$pkg" >/dev/null 2>&1 ||
+    { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q "$@" "$pkg" >/dev/null; } || rc=$?
   [[ -z $ours ]] || $sudo rm -f "$policy"
   return $rc
 }
@@ -50,7 +52,10 @@ ensure_pkg redis-server redis-server
 ensure_pymod jinja2 python3-jinja2
 ensure_pkg npm npm
 ensure_pkg promtool prometheus
-# Redis, promtool, jinja2 and npm are now present: tests that need them must fail, not
+# The load balancer in front of two gateways in TestRollingRestartHAProxy
+# (run as the test's child; its service is never started).
+ensure_pkg haproxy haproxy --no-install-recommends
+# Redis, promtool, haproxy, jinja2 and npm are now present: tests that need them must fail, not
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
 # go-nvml's cgo headers use deprecated declarations; the warnings are noise.
