@@ -201,7 +201,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
 		served  atomic.Int64
-		retries atomic.Int64
+		retries = map[string]int{} // why → count
 		mu      sync.Mutex
 		lost    []string
 	)
@@ -214,8 +214,12 @@ func TestRollingRestartHAProxy(t *testing.T) {
 				default:
 				}
 				p := (i + n) % len(prompts)
-				text, finish, retried, err := streamThrough(client, url, key, prompts[p], maxTokens)
-				retries.Add(int64(retried))
+				text, finish, why, err := streamThrough(client, url, key, prompts[p], maxTokens)
+				mu.Lock()
+				for _, w := range why {
+					retries[w]++
+				}
+				mu.Unlock()
 				if err == nil && (text != want[p].Text || finish != want[p].Finish) {
 					err = fmt.Errorf("%q (%s), want the reference %q (%s)", text, finish, want[p].Text, want[p].Finish)
 				}
@@ -269,8 +273,8 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	for _, l := range lost {
 		t.Errorf("lost request: %s", l)
 	}
-	t.Logf("%d streams served through haproxy, %d lost, %d retried (never admitted, or a reused connection closed before any answer)",
-		served.Load(), len(lost), retries.Load())
+	t.Logf("%d streams served through haproxy, %d lost, retried (never admitted, or a reused connection closed before any answer): %v",
+		served.Load(), len(lost), retries)
 }
 
 // errRetry marks an answer the retry rules let a client send again.
@@ -278,22 +282,26 @@ var errRetry = errors.New("retry")
 
 // streamThrough sends a streaming chat completion to url, retrying as the
 // documented rules allow, and returns the streamed text, the finish
-// reason and the number of retries.
-func streamThrough(client *http.Client, url, key, prompt string, maxTokens int) (text, finish string, retried int, err error) {
+// reason and why it retried (one entry a retry).
+func streamThrough(client *http.Client, url, key, prompt string, maxTokens int) (text, finish string, why []string, err error) {
 	body, _ := json.Marshal(map[string]any{"model": harness.ModelTiny, "max_tokens": maxTokens, "temperature": 0, "stream": true,
 		"messages": []map[string]string{{"role": "user", "content": prompt}}})
-	for ; retried < 20; retried++ {
-		text, finish, err = streamOnce(client, url, key, body)
+	for len(why) < 20 {
+		var reason string
+		text, finish, reason, err = streamOnce(client, url, key, body)
 		if !errors.Is(err, errRetry) {
-			return text, finish, retried, err
+			return text, finish, why, err
 		}
+		why = append(why, reason)
 		// At once, not after retry-after: the health checks have taken
 		// the gateway that refused out of HAProxy's rotation.
 	}
-	return "", "", retried, fmt.Errorf("still refused after %d retries: %w", retried, err)
+	return "", "", why, fmt.Errorf("still refused after %d retries: %w", len(why), err)
 }
 
-func streamOnce(client *http.Client, url, key string, body []byte) (text, finish string, err error) {
+// streamOnce sends one streaming request; reason says why an errRetry
+// may be retried.
+func streamOnce(client *http.Client, url, key string, body []byte) (text, finish, reason string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*harness.WaitTimeout)
 	defer cancel()
 	var reused bool
@@ -305,9 +313,9 @@ func streamOnce(client *http.Client, url, key string, body []byte) (text, finish
 	if err != nil {
 		if reused || strings.Contains(err.Error(), "connection refused") {
 			// Closed before any byte of the answer: never admitted.
-			return "", "", fmt.Errorf("%w: %v", errRetry, err)
+			return "", "", "connection closed", fmt.Errorf("%w: %v", errRetry, err)
 		}
-		return "", "", err
+		return "", "", "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -316,26 +324,26 @@ func streamOnce(client *http.Client, url, key string, body []byte) (text, finish
 		_ = json.Unmarshal(data, &v)
 		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && v.Error != nil &&
 			(v.Error.Code == "not_ready" || v.Error.Code == "shutting_down") {
-			return "", "", fmt.Errorf("%w: %s", errRetry, v.Error.Code)
+			return "", "", v.Error.Code, fmt.Errorf("%w: %s", errRetry, v.Error.Code)
 		}
-		return "", "", fmt.Errorf("%s: %.300s", resp.Status, data)
+		return "", "", "", fmt.Errorf("%s: %.300s", resp.Status, data)
 	}
 	sse := harness.NewSSE(resp.Body)
 	var b strings.Builder
 	for {
 		data, err := sse.Next()
 		if err != nil {
-			return "", "", fmt.Errorf("cut mid-stream after %q: %w", b.String(), err)
+			return "", "", "", fmt.Errorf("cut mid-stream after %q: %w", b.String(), err)
 		}
 		if data == "[DONE]" {
-			return b.String(), finish, nil
+			return b.String(), finish, "", nil
 		}
 		var ch chunk
 		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return "", "", fmt.Errorf("event %q: %w", data, err)
+			return "", "", "", fmt.Errorf("event %q: %w", data, err)
 		}
 		if ch.Error != nil {
-			return "", "", fmt.Errorf("error event after %q: %+v", b.String(), *ch.Error)
+			return "", "", "", fmt.Errorf("error event after %q: %+v", b.String(), *ch.Error)
 		}
 		if len(ch.Choices) > 0 {
 			b.WriteString(ch.Choices[0].Delta.Content)

@@ -75,14 +75,15 @@ func DefaultModels() []config.Model {
 	}
 }
 
-// servedModels keeps the models of ms that one of workers serves: a
+// servedModels keeps the models of ms that one of workers serves (a
+// spec without a model serves ModelTiny): a
 // gateway configured with a model no worker serves never becomes ready
 // (its /readyz waits for every configured model).
 func servedModels(ms []config.Model, workers []WorkerSpec) []config.Model {
 	var out []config.Model
 	for _, m := range ms {
 		for _, w := range workers {
-			if w.Model == m.Name {
+			if w.Model == m.Name || w.Model == "" && m.Name == ModelTiny {
 				out = append(out, m)
 				break
 			}
