@@ -99,6 +99,16 @@ type Gateway struct {
 	// timeout passes (or at a second signal). 0 aborts at once. Default
 	// 30s; keep Kubernetes' terminationGracePeriodSeconds above it.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`
+	// ShutdownDelay is how long a stopping gateway keeps serving after
+	// SIGTERM (Ctrl-C) before it drains: /readyz answers 503 at once so
+	// that load balancers take it out of rotation, while requests are
+	// still admitted, every response carrying Connection: close (a GOAWAY
+	// on HTTP/2) so that no client reuses a connection about to close.
+	// Set it to the load balancer's health-check interval times its fall
+	// count (the Kubernetes preStop pattern); 0 drains at once (no load
+	// balancer, or a preStop hook that waits instead). A second signal
+	// cuts it short. Default 5s.
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
 	// Queue bounds the admission queue used when workers are busy.
 	Queue Queue `yaml:"queue"`
 	// TrustClientRequestID, when true, records a client's X-Request-ID as

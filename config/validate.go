@@ -253,6 +253,7 @@ func (g *Gateway) validate(v *validator) {
 	v.positiveDuration("gateway.heartbeat_timeout", g.HeartbeatTimeout)
 	oneOf(v, "gateway.routing", g.Routing, RoutingCacheAware, RoutingRoundRobin)
 	v.nonNegativeDuration("gateway.drain_timeout", g.DrainTimeout)
+	v.nonNegativeDuration("gateway.shutdown_delay", g.ShutdownDelay)
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)
 	if g.Queue.MaxWaiting > 0 {
 		v.positiveDuration("gateway.queue.max_wait", g.Queue.MaxWait)

@@ -20,6 +20,8 @@ func TestValidationRules(t *testing.T) {
 			[]string{`gateway.admin_listen: port must be a number in 0..65535 (got "127.0.0.1:70000")`}},
 		{"listeners collide", func(c *Config) { c.Gateway.RegistryListen = c.Gateway.Listen },
 			[]string{`gateway.registry_listen: must differ from gateway.listen (both "127.0.0.1:8443")`}},
+		{"shutdown delay", func(c *Config) { c.Gateway.ShutdownDelay = -time.Second },
+			[]string{`gateway.shutdown_delay: must be >= 0 (got -1s)`}},
 		{"port 0 may repeat", func(c *Config) { c.Gateway.Listen, c.Gateway.AdminListen = ":0", ":0" }, nil},
 		{"tls key without cert", func(c *Config) { c.Gateway.TLS.KeyFile = "k.pem" },
 			[]string{`gateway.tls.cert_file: required when gateway.tls.key_file is set`}},

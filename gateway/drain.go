@@ -43,6 +43,41 @@ func (g *Gateway) AbortNow() {
 	}
 }
 
+// leave begins a stop: readiness fails at once (load balancers take the
+// gateway out of rotation at their next health check) while requests are
+// still admitted for gateway.shutdown_delay, every response with
+// Connection: close (closeWhenLeaving), so that no client keeps a
+// connection the drain will close. AbortNow cuts the delay short.
+func (g *Gateway) leave() {
+	g.leaving.Store(true)
+	delay := g.cfg.Gateway.ShutdownDelay
+	if delay <= 0 {
+		return
+	}
+	g.logger.Info("gateway leaving: unready, still serving (Connection: close) until the shutdown delay passes",
+		"shutdown_delay", delay)
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-g.drain.ch():
+		g.logger.Warn("shutdown delay cut short (second signal)")
+	}
+}
+
+// closeWhenLeaving marks every API response Connection: close once the
+// gateway is stopping: HTTP/1.1 clients then open a new connection (to
+// another gateway) for their next request instead of reusing this one,
+// and Go's HTTP/2 server turns the header into a GOAWAY.
+func (g *Gateway) closeWhenLeaving(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.leaving.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // stopping reports whether the gateway began shutting down.
 func (g *Gateway) stopping() bool {
 	g.lifeMu.RLock()

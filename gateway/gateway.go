@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
@@ -76,6 +78,13 @@ type Gateway struct {
 	// once closing is set, so running.Wait sees them all.
 	lifeMu  sync.RWMutex
 	closing bool
+	// leaving is set at SIGTERM: /readyz turns 503 and every API response
+	// carries Connection: close for gateway.shutdown_delay, before the
+	// drain sets closing.
+	leaving atomic.Bool
+	// warm is set once every configured model had its workers and its
+	// tokenizer (warmedUp); until then the gateway is starting.
+	warm    atomic.Bool
 	running sync.WaitGroup // request drivers
 	runOnce sync.Once
 	drain   drainState
@@ -268,18 +277,78 @@ func (g *Gateway) RegistryAddr() net.Addr { return g.registryLn.Addr() }
 // (`warden up`).
 func (g *Gateway) Store() tenant.Store { return g.store }
 
-// Ready reports whether at least one model is being served, and the
-// gateway is not shutting down.
+// Ready reports whether the gateway should take traffic (/readyz): not
+// while it is starting (until every configured model has a registered,
+// layout-checked worker for each role and its tokenizer loaded, see
+// warmedUp), nor once it is shutting down (from SIGTERM on, through
+// gateway.shutdown_delay and the drain). A gateway that has started is
+// ready while at least one model is served: a model that lost its
+// workers afterwards answers 503 model_unavailable, as every other
+// gateway, which share the workers, would.
 func (g *Gateway) Ready() error {
-	if g.stopping() {
+	if g.leaving.Load() || g.stopping() {
 		return errDraining
+	}
+	if !g.warmedUp() {
+		return fmt.Errorf("%w: waiting for %s", errStarting, strings.Join(g.coldModels(), "; "))
 	}
 	for _, s := range g.admission.States() {
 		if s.Serving {
 			return nil
 		}
 	}
-	return errors.New("gateway: no model is servable yet")
+	return errors.New("gateway: no model is servable")
+}
+
+// errStarting is Ready's answer while the gateway is starting.
+var errStarting = errors.New("gateway: starting")
+
+// warmedUp reports whether the gateway has started: every configured
+// model had, at some point since the gateway started, workers for each
+// role (a both worker, or a prefill and a decode worker) that passed
+// registration (layout agreement, I11) and its tokenizer loaded. It stays
+// true once it was.
+func (g *Gateway) warmedUp() bool {
+	if g.warm.Load() {
+		return true
+	}
+	if len(g.coldModels()) > 0 {
+		return false
+	}
+	if g.warm.CompareAndSwap(false, true) {
+		g.logger.Info("gateway started: every model has its workers and its tokenizer; /readyz is 200")
+	}
+	return true
+}
+
+// coldModels names the models that keep the gateway starting, each with
+// what it waits for.
+func (g *Gateway) coldModels() []string {
+	var cold []string
+	for _, s := range g.admission.States() {
+		switch {
+		case s.Verdict == admission.VerdictNoWorkers:
+			cold = append(cold, fmt.Sprintf("model %s: %s", s.Model, s.Reason))
+		case g.tokenizers.get(s.Model) == nil:
+			cold = append(cold, fmt.Sprintf("model %s: tokenizer not loaded", s.Model))
+		}
+	}
+	return cold
+}
+
+// startingError is the 503 not_ready of a request for model while the
+// gateway is starting and model does not have its workers and tokenizer
+// yet; nil otherwise (a model that is ready is served at once, and one
+// that lost its workers after the start is model_unavailable).
+func (g *Gateway) startingError(model string) error {
+	if g.warmedUp() {
+		return nil
+	}
+	st, ok := g.admission.Current(model)
+	if ok && st.Verdict != admission.VerdictNoWorkers && g.tokenizers.get(model) != nil {
+		return nil
+	}
+	return api.NotReady(model)
 }
 
 // acceptWorker vets a registering worker: its model must be configured
@@ -307,6 +376,7 @@ func (g *Gateway) onWorkerChange(c registry.Change) {
 		g.admission.SetWorkers(s.Model, capacities(g.reg.Healthy(s.Model)))
 	}
 	g.metrics.workerStates(g.reg.Workers())
+	g.warmedUp()
 	if c.Kind == registry.Lost || c.Kind == registry.Registered {
 		// A restarted (or lost) worker's prefix cache is gone.
 		g.domains.index.Forget(c.Worker.ID)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -192,8 +193,12 @@ func TestEffectiveContextFollowsWorkers(t *testing.T) {
 	if m := models(); m["tiny"] != [2]int64{2048, 2048} {
 		t.Fatalf("after a large pool: %v", m)
 	}
-	if tg.metric("warden_model_context_agreement", map[string]string{"model": "tiny"}) != 1 || tg.Ready() != nil {
-		t.Fatal("agreement gauge or readiness wrong")
+	if tg.metric("warden_model_context_agreement", map[string]string{"model": "tiny"}) != 1 {
+		t.Fatal("agreement gauge wrong")
+	}
+	// "strict" has no worker yet: the gateway is still starting.
+	if err := tg.Ready(); !errors.Is(err, errStarting) || !strings.Contains(err.Error(), "model strict: no healthy worker serves it") {
+		t.Fatalf("ready with a model still waiting for its workers: %v", err)
 	}
 
 	small := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil).start() // 1024 tokens: clamp
@@ -209,6 +214,11 @@ func TestEffectiveContextFollowsWorkers(t *testing.T) {
 	strict := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
 	strict.model = "strict"
 	strict.start()
+	// Every model has its workers: the gateway has started, and is ready
+	// while "tiny" is served.
+	if err := tg.Ready(); err != nil {
+		t.Fatalf("not ready once every model has its workers: %v", err)
+	}
 	if _, ok := models()["strict"]; ok {
 		t.Fatal("a refused model is listed")
 	}

@@ -121,6 +121,7 @@ func testConfig() *config.Config {
 	g.HeartbeatTimeout = 3 * time.Second
 	g.RequestTimeout = time.Minute
 	g.DrainTimeout = 0 // stopping aborts at once; the drain tests set one
+	g.ShutdownDelay = 0
 	g.Queue = config.Queue{MaxWaiting: 16, MaxWait: 20 * time.Second}
 	cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
 	cfg.Models = []config.Model{{Name: "tiny", ContextLength: 2048, ContextPolicy: config.ContextClamp}}

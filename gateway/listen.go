@@ -60,6 +60,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		// Logged as client_request_id only when trusted.
 		TrustClientRequestID: gw.TrustClientRequestID,
 	}, g.auth, service{g}, g.logger)
+	h = g.closeWhenLeaving(h)
 	h = otelhttp.NewHandler(h, "warden.api", append(obs.HTTPServerOptions(g.cfg.Observability.Tracing, tp), apiTraceOptions()...)...)
 	g.apiSrv = httpServer(h, serverTLS)
 

@@ -11,7 +11,9 @@ import (
 )
 
 // Run serves until ctx is done or a listener fails, then shuts down: it
-// turns unready and answers new requests 503 (retry-after), lets those in
+// turns unready at once but keeps serving for gateway.shutdown_delay
+// (every response with Connection: close), then answers new requests
+// 503 (retry-after), lets those in
 // flight finish for gateway.drain_timeout (AbortNow cuts it short),
 // aborts the rest (every worker involved is told), stops the servers and
 // closes the worker connections and the tenant store. It returns nil
@@ -77,8 +79,9 @@ func (g *Gateway) run(ctx context.Context) error {
 		g.logger.Error("gateway stopping", "err", runErr)
 	}
 	if runErr != nil {
-		g.AbortNow() // a failed listener: no drain
+		g.AbortNow() // a failed listener: no delay, no drain
 	}
+	g.leave()
 	g.shutdown()
 	serving.Wait()
 	return runErr

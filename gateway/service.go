@@ -184,6 +184,9 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	if !g.admission.Has(req.Model) {
 		return nil, api.ModelNotFound(req.Model)
 	}
+	if err := g.startingError(req.Model); err != nil {
+		return nil, err
+	}
 	mt := g.tokenizers.get(req.Model)
 	if mt == nil {
 		return nil, api.ModelUnavailable(req.Model, "no worker serving it has registered yet")

@@ -91,9 +91,12 @@ install_tools() {
   ensure_pymod jinja2 python3-jinja2
   ensure_pkg npm npm
   ensure_pkg promtool prometheus
+  # The load balancer in front of two gateways in TestRollingRestartHAProxy
+  # (run as the test's child; its service is never started).
+  ensure_pkg haproxy haproxy
 }
-phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promtool)" install_tools
-# Redis, promtool, jinja2 and npm are now present: tests that need them must fail, not
+phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promtool, haproxy)" install_tools
+# Redis, promtool, haproxy, jinja2 and npm are now present: tests that need them must fail, not
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
 

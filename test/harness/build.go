@@ -42,8 +42,8 @@ func (c *Cluster) build(o Options) error {
 		gw.AdminTokenFile = tokenFile
 		gw.HeartbeatTimeout = o.HeartbeatTimeout
 		// Stop (SIGTERM) aborts the requests in flight at once; a test of
-		// the drain sets a timeout with EditGateway.
-		gw.DrainTimeout = 0
+		// the delay or the drain sets them with EditGateway.
+		gw.ShutdownDelay, gw.DrainTimeout = 0, 0
 		cfg.Worker.HeartbeatInterval = o.HeartbeatTimeout / 4
 		cfg.Cluster = config.Cluster{Auth: config.ClusterMTLS, CAFile: pki.CACert, CertFile: pki.GatewayCert, KeyFile: pki.GatewayKey}
 		if o.Redis {
@@ -174,6 +174,19 @@ func randomHex(n int) string {
 }
 
 // httpClient returns a client trusting the PEM CA in caFile.
+// HTTP1Client returns a client that trusts the cluster's CA and speaks
+// HTTP/1.1 only (to see Connection headers, which HTTP/2 has not).
+func (c *Cluster) HTTP1Client() (*http.Client, error) {
+	hc, err := httpClient(c.env.PKI.CACert)
+	if err != nil {
+		return nil, err
+	}
+	tr := hc.Transport.(*http.Transport)
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	return hc, nil
+}
+
 func httpClient(caFile string) (*http.Client, error) {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {

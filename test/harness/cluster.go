@@ -66,12 +66,30 @@ type Options struct {
 	EditGateway func(i int, cfg *config.Config)
 }
 
-// DefaultModels lists ModelTiny and ModelEndless with DefaultContext.
+// DefaultModels lists ModelTiny and ModelEndless with DefaultContext
+// (Options.Models keeps those the workers serve).
 func DefaultModels() []config.Model {
 	return []config.Model{
 		{Name: ModelTiny, ContextLength: DefaultContext, ContextPolicy: config.ContextClamp},
 		{Name: ModelEndless, ContextLength: DefaultContext, ContextPolicy: config.ContextClamp},
 	}
+}
+
+// servedModels keeps the models of ms that one of workers serves (a
+// spec without a model serves ModelTiny): a
+// gateway configured with a model no worker serves never becomes ready
+// (its /readyz waits for every configured model).
+func servedModels(ms []config.Model, workers []WorkerSpec) []config.Model {
+	var out []config.Model
+	for _, m := range ms {
+		for _, w := range workers {
+			if w.Model == m.Name || w.Model == "" && m.Name == ModelTiny {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Cluster is a running set of gateways and workers.
@@ -138,7 +156,7 @@ func New(t testing.TB, env *Env, o Options) *Cluster {
 		o.Gateways = 1
 	}
 	if len(o.Models) == 0 {
-		o.Models = DefaultModels()
+		o.Models = servedModels(DefaultModels(), o.Workers)
 	}
 	if o.HeartbeatTimeout <= 0 {
 		o.HeartbeatTimeout = DefaultHeartbeatTimeout

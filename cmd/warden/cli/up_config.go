@@ -122,6 +122,8 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	// drain must end well before, so that what still runs is aborted
 	// cleanly (every worker told).
 	gw.DrainTimeout = min(gw.DrainTimeout, upStopGrace/2)
+	// No load balancer watches its /readyz: Ctrl-C drains at once.
+	gw.ShutdownDelay = 0
 	if o.listen != "" {
 		gw.Listen = o.listen
 	} else if !pn.set("gateway", "listen") {

@@ -44,6 +44,7 @@ const (
 	CodeUnsupportedMedia     = "unsupported_media_type"
 	CodeRateLimit            = "rate_limit_exceeded"
 	CodeModelUnavailable     = "model_unavailable"
+	CodeNotReady             = "not_ready"
 	CodeInternal             = "internal_error"
 )
 
@@ -125,6 +126,17 @@ func RateLimited(message string, retryAfter time.Duration, headers http.Header) 
 func ModelUnavailable(model, reason string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeModelUnavailable, Param: "model",
 		Message: fmt.Sprintf("The model %q cannot be served right now: %s; retry shortly.", model, reason),
+		Headers: http.Header{"Retry-After": {"1"}}}
+}
+
+// NotReady is the 503 for a model the gateway will serve but cannot yet:
+// the gateway is starting and the model's workers have not all registered
+// (or its tokenizer is not loaded), with retry-after. Unlike
+// model_unavailable, it says nothing about the model: another gateway may
+// serve it now.
+func NotReady(model string) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: CodeNotReady, Param: "model",
+		Message: fmt.Sprintf("This gateway is starting and cannot serve the model %q yet; retry shortly.", model),
 		Headers: http.Header{"Retry-After": {"1"}}}
 }
 
