@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -106,10 +105,10 @@ func TestFleetFailures(t *testing.T) {
 			})
 		}
 	}
-	served := func() int {
+	served := func() int64 {
 		mu.Lock()
 		defer mu.Unlock()
-		n := 0
+		var n int64
 		for _, r := range results {
 			if r.status == http.StatusOK {
 				n++
@@ -117,15 +116,7 @@ func TestFleetFailures(t *testing.T) {
 		}
 		return n
 	}
-	servedSince := func(what string, n int) {
-		from := served()
-		waitUntil(t, what, func() error {
-			if got := served() - from; got < n {
-				return fmt.Errorf("%d served", got)
-			}
-			return nil
-		})
-	}
+	servedSince := func(what string, n int64) { waitServed(t, what, served, n) }
 	servedSince("load before the failures", 6)
 
 	victims := map[string]bool{}

@@ -233,15 +233,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 			}
 		})
 	}
-	servedSince := func(what string, n int64) {
-		from := served.Load()
-		waitUntil(t, what, func() error {
-			if got := served.Load() - from; got < n {
-				return fmt.Errorf("%d served", got)
-			}
-			return nil
-		})
-	}
+	servedSince := func(what string, n int64) { waitServed(t, what, served.Load, n) }
 	servedSince("load before the restarts", 16)
 
 	for i, old := range c.Workers[:2] {

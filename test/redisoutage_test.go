@@ -253,3 +253,16 @@ func waitUntil(t *testing.T, what string, check func() error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// waitServed waits until served, a count of requests served, has grown by
+// n from its value at the call; what names the wait in a failure.
+func waitServed(t *testing.T, what string, served func() int64, n int64) {
+	t.Helper()
+	from := served()
+	waitUntil(t, what, func() error {
+		if got := served() - from; got < n {
+			return fmt.Errorf("%d served", got)
+		}
+		return nil
+	})
+}

@@ -229,6 +229,7 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	if err := ensureModelListed(cfg, w.ModelDir); err != nil {
 		return nil, err
 	}
+	servedModelOnly(cfg, pn.set("models"), log)
 	pl.model = w.Model
 	if o.kvMemory != "" {
 		if w.KV.MemoryBytes, err = config.ParseByteSize(o.kvMemory); err != nil {

@@ -41,6 +41,27 @@ func ensureDevModel(dir string, log func(string, ...any)) error {
 	return nil
 }
 
+// servedModelOnly keeps in cfg.Models only the model `warden up`'s workers
+// serve: a gateway is ready only once every model it advertises has its
+// workers (I13), so another listed model (the defaults' tiny, with
+// --model-dir) would keep it from ever being ready. A model the config
+// file itself listed is reported when left out.
+func servedModelOnly(cfg *config.Config, pinned bool, log func(string, ...any)) {
+	var kept []config.Model
+	var dropped []string
+	for _, m := range cfg.Models {
+		if m.Name == cfg.Worker.Model {
+			kept = append(kept, m)
+		} else {
+			dropped = append(dropped, m.Name)
+		}
+	}
+	cfg.Models = kept
+	if pinned && len(dropped) > 0 {
+		log("not serving %s: warden up runs workers of %s only", strings.Join(dropped, ", "), cfg.Worker.Model)
+	}
+}
+
 // ensureModelListed adds the served model to cfg.Models when the config
 // does not list it, with the context window of its config.json (the KV
 // pools may clamp it, I2).

@@ -306,3 +306,22 @@ func TestConfigPrint(t *testing.T) {
 		t.Errorf("config print:\n%s", out.String())
 	}
 }
+
+// TestServedModelOnly: the gateway of `warden up` advertises only the
+// model its workers serve (it is ready only when every advertised model
+// has workers); a model the config file listed is reported when left out.
+func TestServedModelOnly(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		cfg := config.Default()
+		cfg.Worker.Model = "llama"
+		cfg.Models = append(cfg.Models, config.Model{Name: "llama", ContextLength: 4096})
+		var logged []string
+		servedModelOnly(cfg, pinned, func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) })
+		if len(cfg.Models) != 1 || cfg.Models[0].Name != "llama" {
+			t.Errorf("pinned %v: models %+v, want llama alone", pinned, cfg.Models)
+		}
+		if wantLog := pinned; (len(logged) == 1 && strings.Contains(logged[0], "not serving tiny")) != wantLog {
+			t.Errorf("pinned %v: logged %q", pinned, logged)
+		}
+	}
+}
