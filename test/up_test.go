@@ -159,25 +159,15 @@ func checkUpStateDirLocked(t *testing.T, up *harness.Process, state string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := env.NewProcess("second warden up", filepath.Join(t.TempDir(), "up2.log"),
-		"up", "--state-dir", state, "--listen", "127.0.0.1:0", "--single")
-	if err := second.Start(); err != nil {
-		t.Fatal(err)
+	out, code, _ := runUpToExit(t, "--state-dir", state, "--listen", "127.0.0.1:0", "--single")
+	if code != 1 {
+		t.Errorf("second warden up: exit status %d, want 1:\n%s", code, out)
 	}
-	t.Cleanup(func() { _ = second.Kill() })
-	select {
-	case <-second.Done():
-	case <-time.After(harness.WaitTimeout):
-		t.Fatalf("a second warden up on a state directory in use still runs:\n%s", second.Log())
+	if want := fmt.Sprintf("another warden up (pid %d) uses %s", up.Pid(), state); !strings.Contains(out, want) {
+		t.Errorf("second warden up does not say %q:\n%s", want, out)
 	}
-	if code := exitCode(second.ExitErr()); code != 1 {
-		t.Errorf("second warden up: exit status %d, want 1:\n%s", code, second.Log())
-	}
-	if want := fmt.Sprintf("another warden up (pid %d) uses %s", up.Pid(), state); !strings.Contains(second.Log(), want) {
-		t.Errorf("second warden up does not say %q:\n%s", want, second.Log())
-	}
-	if strings.Contains(second.Log(), "started the") {
-		t.Errorf("second warden up started processes:\n%s", second.Log())
+	if strings.Contains(out, "started the") {
+		t.Errorf("second warden up started processes:\n%s", out)
 	}
 	if configAfter, _ := os.ReadFile(gatewayConfig); !bytes.Equal(configAfter, configBefore) {
 		t.Errorf("second warden up rewrote %s", gatewayConfig)
