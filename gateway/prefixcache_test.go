@@ -47,14 +47,7 @@ func TestPrefixCacheIsPerTenant(t *testing.T) {
 	hit := (ref.prompt - 1) / pageTokens * pageTokens
 	ask := func(key string, wantCached int64) {
 		t.Helper()
-		resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
-		u := resp.Usage
-		if got := resp.Choices[0].Message.Content; got != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
-			t.Fatalf("answer %q usage %d+%d, reference %q %d+%d", got, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
-		}
-		if u.PromptTokensDetails.CachedTokens != wantCached {
-			t.Fatalf("cached_tokens %d, want %d", u.PromptTokensDetails.CachedTokens, wantCached)
-		}
+		askCached(t, tg, key, content, maxTokens, ref, wantCached)
 	}
 	if hit == 0 {
 		t.Fatalf("the prompt (%d tokens) fills no page", ref.prompt)
@@ -441,14 +434,7 @@ func TestDeleteEvictsTheTenantsCache(t *testing.T) {
 	hit := (ref.prompt - 1) / pageTokens * pageTokens
 	ask := func(key string, wantCached int64) {
 		t.Helper()
-		resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
-		u := resp.Usage
-		if got := resp.Choices[0].Message.Content; got != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
-			t.Fatalf("answer %q usage %d+%d, reference %q %d+%d", got, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
-		}
-		if u.PromptTokensDetails.CachedTokens != wantCached {
-			t.Fatalf("cached_tokens %d, want %d", u.PromptTokensDetails.CachedTokens, wantCached)
-		}
+		askCached(t, tg, key, content, maxTokens, ref, wantCached)
 	}
 	cached := func() int64 {
 		t.Helper()
@@ -526,4 +512,18 @@ func TestDeleteEvictsTheTenantsCache(t *testing.T) {
 	}
 	ask(k2, hit) // the other key's pages stay
 	w.poolQuiet()
+}
+
+// askCached sends content as a greedy chat with key and checks the answer
+// and usage against ref and the reported cached_tokens against wantCached.
+func askCached(t *testing.T, tg *testGateway, key, content string, maxTokens int64, ref reference, wantCached int64) {
+	t.Helper()
+	resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
+	u := resp.Usage
+	if got := resp.Choices[0].Message.Content; got != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
+		t.Fatalf("answer %q usage %d+%d, reference %q %d+%d", got, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
+	}
+	if u.PromptTokensDetails.CachedTokens != wantCached {
+		t.Fatalf("cached_tokens %d, want %d", u.PromptTokensDetails.CachedTokens, wantCached)
+	}
 }
