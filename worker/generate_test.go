@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,6 +278,37 @@ func TestPrefillDecode(t *testing.T) {
 			waitQuiet(t, s.prefill, s.decode)
 		})
 	}
+}
+
+// TestPrefillOpensTransferOnProgress: prefill opens its transfer stream
+// only once the engine has prefilled the request's first chunk, so a
+// request that waits in the engine's queue for longer than decode's
+// receiver waits between frames (ReceiverConfig.IdleTimeout) does not
+// find its stream timed out when its turn comes. The result is still the
+// reference's.
+func TestPrefillOpensTransferOnProgress(t *testing.T) {
+	s := startPD(t, config.TransferTCP)
+	p := promptsOf([]int{40})[0]
+	sp := greedy(4)
+	want := runReference(t, [][]int32{p}, sp)
+	var opened atomic.Int64
+	before := s.prefill.rt.Engine.Stats().PrefillTokens
+	f := func(context.Context) {
+		opened.Add(1)
+		if got := s.prefill.rt.Engine.Stats().PrefillTokens - before; got == 0 {
+			t.Errorf("prefill opened its transfer stream before the engine prefilled any of the request's tokens")
+		}
+	}
+	s.prefill.hooks.open.Store(&f)
+	r := s.run(t, nil, owner("acme", "queued", 1), p, sp)
+	if r.prefillErr != nil {
+		t.Fatalf("Prefill: %v", r.prefillErr)
+	}
+	if n := opened.Load(); n != 1 {
+		t.Errorf("transfer stream opened %d times, want once", n)
+	}
+	checkAgainst(t, "queued request", r.gen, want[0])
+	waitQuiet(t, s.prefill, s.decode)
 }
 
 // TestPrefillDecodeConcurrent: several tenants' requests in flight at once

@@ -118,6 +118,7 @@ func deadAddr(t *testing.T) string {
 // testHooks lets a test stall requests of a running worker: the worker's
 // hooks dispatch to whatever the test installed last.
 type testHooks struct {
+	open   atomic.Pointer[func(ctx context.Context)]
 	push   atomic.Pointer[func(ctx context.Context, page int)]
 	tokens atomic.Pointer[func(ctx context.Context)]
 }
@@ -163,6 +164,11 @@ func newTestWorker(t *testing.T, cfg *config.Config, opts ...Option) *started {
 	}
 	th := &testHooks{}
 	w.hooks = hooks{
+		beforeOpen: func(ctx context.Context) {
+			if f := th.open.Load(); f != nil {
+				(*f)(ctx)
+			}
+		},
 		beforePush: func(ctx context.Context, page int) {
 			if f := th.push.Load(); f != nil {
 				(*f)(ctx, page)

@@ -158,21 +158,33 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	start := time.Now()
 	sctx, send := w.startSpan(ctx, spanSend, obs.OperationTransfer, e.owner, trace.SpanKindProducer, transferAttrs(t)...)
 	defer func() { endSpan(send, err) }()
-	// The handshake is not cancelled half-way: a sender that gives up after
-	// decode accepted it would never send its drain ack, and decode would
-	// have to quarantine the pages (I5). Once open, the stream is drained
+	// The stream opens when the engine first reports progress (or the
+	// result), not now: the sequence may wait in the engine's queue for
+	// longer than decode's receiver waits between frames, and an open
+	// stream with nothing to send would time out there. The handshake is
+	// not cancelled half-way: a sender that gives up after decode accepted
+	// it would never send its drain ack, and decode would have to
+	// quarantine the pages (I5). Once open, the stream is drained
 	// explicitly on every exit, and Push and Complete watch ctx.
-	st, err := w.sender.Open(context.WithoutCancel(sctx), t)
-	if err != nil {
-		stopSequence(es)
-		return nil, sendStatus(ctx, err)
+	var st *kvtransfer.Stream
+	open := func() error {
+		if st != nil {
+			return nil
+		}
+		if h := w.hooks.beforeOpen; h != nil {
+			h(ctx)
+		}
+		s, err := w.sender.Open(context.WithoutCancel(sctx), t)
+		if err != nil {
+			return err
+		}
+		st = s
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.setStage(e, stageTransferring)
+		return nil
 	}
-	if ctx.Err() != nil {
-		stopSequence(es)
-		w.drainStream(e, st)
-		return nil, stoppedStatus(ctx)
-	}
-	w.setStage(e, stageTransferring)
 	npages, pt := t.PromptPages(), w.capacity.PageTokens
 	pushed := t.HeldPages
 	var res *engine.Result
@@ -193,6 +205,11 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 				ready = npages
 			}
 			for ; pushed < ready; pushed++ {
+				if err := open(); err != nil {
+					stopSequence(es)
+					w.drainStream(e, st)
+					return nil, sendStatus(ctx, err)
+				}
 				if h := w.hooks.beforePush; h != nil {
 					h(ctx, pushed)
 				}
@@ -235,6 +252,10 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		}
 		w.logEngineFailure(ctx, e, err)
 		return nil, engineStatus(err)
+	}
+	if err := open(); err != nil { // every page was held or pushed: nothing opened it yet
+		w.drainStream(e, st)
+		return nil, sendStatus(ctx, err)
 	}
 	r, err := st.Complete(ctx, int64(len(prompt)), res.FirstToken)
 	if err != nil {
@@ -300,9 +321,12 @@ func firstChoices(ctx context.Context, streams []*engine.Stream, first int32, lp
 	return out, nil
 }
 
-// drainStream aborts st — once it returns, the stream can write no
+// drainStream aborts st (nil: not opened) — once it returns, the stream can write no
 // further byte to decode — and records its Drain on e.
 func (w *Worker) drainStream(e *entry, st *kvtransfer.Stream) {
+	if st == nil {
+		return // never opened: decode saw no byte of it
+	}
 	w.noteDrain(e, st.Abort())
 }
 

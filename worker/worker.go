@@ -79,6 +79,8 @@ type Worker struct {
 
 // hooks let tests stall a request at a chosen point.
 type hooks struct {
+	// beforeOpen runs before prefill opens its transfer stream.
+	beforeOpen func(ctx context.Context)
 	// beforePush runs before prefill pushes page index page.
 	beforePush func(ctx context.Context, page int)
 	// beforeTokens runs before Generate sends a Tokens event.
