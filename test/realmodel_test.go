@@ -125,6 +125,18 @@ func runWarden(args ...string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
+// runWardenOut runs the warden binary and returns its standard output,
+// or with an error its standard error too.
+func runWardenOut(args ...string) ([]byte, error) {
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(env.Bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return append(out.Bytes(), errOut.Bytes()...), err
+	}
+	return out.Bytes(), nil
+}
+
 // startUp runs `warden up` with args in a new state dir until it is
 // ready; stop ends it with Ctrl-C and checks it exits 0.
 func startUp(t *testing.T, args ...string) (info upInfo, stop func()) {

@@ -55,10 +55,12 @@ func TestUp(t *testing.T) {
 		restart string
 		// second runs another `warden up` on the same state directory.
 		second bool
+		// bench runs `warden bench serve` against it.
+		bench bool
 	}{
-		{"P/D tcp, Ctrl-C", nil, 3, false, "decode", false},
-		{"single, Ctrl-C", []string{"--single"}, 2, false, "", true},
-		{"P/D shm, killed", []string{"--transfer", "shm"}, 3, true, "", false},
+		{"P/D tcp, Ctrl-C", nil, 3, false, "decode", false, false},
+		{"single, Ctrl-C", []string{"--single"}, 2, false, "", true, true},
+		{"P/D shm, killed", []string{"--transfer", "shm"}, 3, true, "", false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
@@ -82,6 +84,9 @@ func TestUp(t *testing.T) {
 			}
 			if tc.second {
 				checkUpStateDirLocked(t, up, state)
+			}
+			if tc.bench {
+				checkBenchServe(t, info)
 			}
 
 			if tc.kill {
@@ -254,6 +259,41 @@ func checkUpServesModel(t *testing.T, info upInfo, name string, ref *harness.Ref
 		t.Fatal(err)
 	}
 	checkChatAnswer(t, "warden up", resp, want)
+}
+
+// checkBenchServe runs `warden bench serve` against up, comparing it with
+// itself under a second name, and checks its JSON report: every request
+// succeeded, both endpoints ran, and the token counts are the ones warden
+// reported (the prompt holds at least its words, no answer is longer than
+// max_tokens).
+func checkBenchServe(t *testing.T, info upInfo) {
+	t.Helper()
+	out, err := runWardenOut("bench", "serve", "--url", info.baseURL, "--key", info.key, "--ca", info.ca, "--model", harness.ModelTiny,
+		"--compare", info.baseURL, "--compare-name", "again", "--clients", "2", "--duration", "1s", "--round", "500ms",
+		"--prompt-words", "8:16", "--output-tokens", "4", "--warmup", "1", "--json")
+	if err != nil {
+		t.Fatalf("warden bench serve: %v\n%s", err, out)
+	}
+	var rep struct {
+		Results []struct {
+			Requests     int   `json:"requests"`
+			Failed       int   `json:"failed"`
+			PromptTokens int64 `json:"prompt_tokens"`
+			OutputTokens int64 `json:"output_tokens"`
+			TTFT         struct {
+				P50 int64 `json:"p50_ns"`
+			} `json:"ttft"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || len(rep.Results) != 2 {
+		t.Fatalf("warden bench serve --json: %v\n%s", err, out)
+	}
+	for i, r := range rep.Results {
+		if r.Requests == 0 || r.Failed != 0 || r.PromptTokens < 8*int64(r.Requests) ||
+			r.OutputTokens < int64(r.Requests) || r.OutputTokens > 4*int64(r.Requests) || r.TTFT.P50 <= 0 {
+			t.Errorf("endpoint %d: implausible result %+v\n%s", i, r, out)
+		}
+	}
 }
 
 // parentOf returns the parent pid of pid from /proc, 0 if unknown.

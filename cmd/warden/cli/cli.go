@@ -45,7 +45,7 @@ func commands() []command {
 		{"config", "print the effective configuration (defaults, file, environment; secrets redacted)", runConfig, false},
 		{"check", "audit the running gateway's context agreement (exit 1 on a violation)", runCheck, false},
 		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin, false},
-		{"bench", "benchmarks: engine, gateway, tenants", runBench, false},
+		{"bench", "benchmarks: engine, gateway, tenants, pd, prefix, fleet; serve drives any OpenAI endpoint", runBench, false},
 		{"probe", "audit an OpenAI-compatible endpoint for cross-tenant leakage", runProbe, false},
 		{"version", "print the version, commit, Go version and build tags (also --version)", runVersion, false},
 	}

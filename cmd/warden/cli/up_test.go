@@ -279,7 +279,7 @@ func TestHelpEverywhere(t *testing.T) {
 		paths = append(paths, []string{"model", sub})
 	}
 	paths = append(paths, []string{"config", "print"})
-	for _, sub := range []string{"engine", "gateway", "tenants", "pd", "prefix", "fleet"} {
+	for _, sub := range []string{"engine", "gateway", "tenants", "pd", "prefix", "fleet", "serve"} {
 		paths = append(paths, []string{"bench", sub})
 	}
 	for _, p := range paths {

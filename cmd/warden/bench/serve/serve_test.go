@@ -1,0 +1,185 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeEndpoint is a scripted OpenAI-compatible server: it streams
+// max_tokens one-word chunks and its usage (prompt tokens = words), fails
+// every failEvery-th request with 503 and cuts every cutEvery-th stream
+// short, and tallies what it sent.
+type fakeEndpoint struct {
+	failEvery, cutEvery int
+
+	mu                      sync.Mutex
+	n                       int
+	failed, cut             int
+	promptTokens, outTokens int64
+	prompts                 []string
+	keys                    map[string]int
+}
+
+func (f *fakeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model     string `json:"model"`
+		MaxTokens int    `json:"max_tokens"`
+		Stream    bool   `json:"stream"`
+		Messages  []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if r.URL.Path != "/v1/chat/completions" || json.NewDecoder(r.Body).Decode(&req) != nil || !req.Stream || len(req.Messages) != 1 {
+		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
+		return
+	}
+	words := int64(len(strings.Fields(req.Messages[0].Content)))
+	f.mu.Lock()
+	f.n++
+	n := f.n
+	if f.keys == nil {
+		f.keys = map[string]int{}
+	}
+	f.keys[r.Header.Get("Authorization")]++
+	f.prompts = append(f.prompts, req.Messages[0].Content)
+	fail := f.failEvery > 0 && n%f.failEvery == 0
+	cut := !fail && f.cutEvery > 0 && n%f.cutEvery == 0
+	switch {
+	case fail:
+		f.failed++
+	case cut:
+		f.cut++
+	default:
+		f.promptTokens += words
+		f.outTokens += int64(req.MaxTokens)
+	}
+	f.mu.Unlock()
+	if fail {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	for i := range req.MaxTokens {
+		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\" w%d\"}}]}\n\n", i)
+		fl.Flush()
+		if cut {
+			return
+		}
+	}
+	fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d}}\n\ndata: [DONE]\n\n", words, req.MaxTokens)
+}
+
+// TestRunCountsWhatTheEndpointSent: two endpoints run interleaved; each
+// result's requests, failures by kind, prompt and output tokens equal what
+// that endpoint's server tallied, and the report shows the ratios.
+func TestRunCountsWhatTheEndpointSent(t *testing.T) {
+	fa := &fakeEndpoint{failEvery: 5, cutEvery: 7}
+	fb := &fakeEndpoint{}
+	a, b := httptest.NewServer(fa), httptest.NewServer(fb)
+	defer a.Close()
+	defer b.Close()
+	o := Options{
+		Endpoints: []Endpoint{{Name: "a", URL: a.URL, APIKey: "ka", Model: "m"}, {Name: "b", URL: b.URL + "/v1/", APIKey: "kb", Model: "m"}},
+		Clients:   3, Duration: 600 * time.Millisecond, Round: 200 * time.Millisecond,
+		PromptWords: Range{5, 9}, OutputTokens: Range{2, 6}, Seed: 7,
+	}
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range []*fakeEndpoint{fa, fb} {
+		r := rep.Results[i]
+		f.mu.Lock()
+		if r.Requests != f.n || r.Errors["http_503"] != f.failed || r.Errors["truncated_stream"] != f.cut ||
+			r.PromptTokens != f.promptTokens || r.OutputTokens != f.outTokens {
+			t.Errorf("%s: result %d requests, errors %v, tokens %d/%d; server sent %d, %d 503s, %d cut, tokens %d/%d",
+				r.Endpoint.Name, r.Requests, r.Errors, r.PromptTokens, r.OutputTokens, f.n, f.failed, f.cut, f.promptTokens, f.outTokens)
+		}
+		if want := "Bearer " + o.Endpoints[i].APIKey; f.keys[want] != f.n {
+			t.Errorf("%s: keys %v, want every request with %q", r.Endpoint.Name, f.keys, want)
+		}
+		f.mu.Unlock()
+		if r.Requests == 0 || r.TTFT.P50 <= 0 || r.Latency.P99 < r.TTFT.P50 || r.OutputTokensPerSecond() <= 0 {
+			t.Errorf("%s: implausible figures %+v", r.Endpoint.Name, r)
+		}
+	}
+	if fa.failed == 0 || fa.cut == 0 {
+		t.Fatalf("the run was too short to fail (%d) and cut (%d) a request", fa.failed, fa.cut)
+	}
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| figure | a | b | ratio (first ÷ second) |", "| output tokens/s |", "| TTFT p99 (ms) |", "a: " + fmt.Sprint(rep.Results[0].Failed()) + " failed requests"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown report lacks %q:\n%s", want, md.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(js.String(), "ka") || strings.Contains(js.String(), "kb") {
+		t.Errorf("the JSON report shows an API key:\n%s", js.String())
+	}
+	var back struct {
+		Results []struct {
+			Requests     int   `json:"requests"`
+			OutputTokens int64 `json:"output_tokens"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Results) != 2 || back.Results[1].OutputTokens != rep.Results[1].OutputTokens {
+		t.Errorf("JSON report %v (%v) does not round-trip", back, err)
+	}
+}
+
+// TestWorkloadSameForEveryEndpoint: a client's prompts in a round depend
+// only on the seed, round and client; lengths stay in range; the shared
+// prefix opens every prompt.
+func TestWorkloadSameForEveryEndpoint(t *testing.T) {
+	o := &Options{PromptWords: Range{10, 20}, OutputTokens: Range{3, 4}, SharedPrefix: 0.5, Seed: 3}
+	prefix := sharedPrefix(o)
+	w1, w2, other := newWorkload(o, prefix, 2, 1), newWorkload(o, prefix, 2, 1), newWorkload(o, prefix, 2, 2)
+	opening := strings.Join(prefix[:5], " ")
+	differs := false
+	for range 50 {
+		p1, m1 := w1.next()
+		p2, m2 := w2.next()
+		p3, _ := other.next()
+		if p1 != p2 || m1 != m2 {
+			t.Fatalf("same seed, round and client gave %q/%d and %q/%d", p1, m1, p2, m2)
+		}
+		differs = differs || p1 != p3
+		if n := len(strings.Fields(p1)); n < 10 || n > 20 || m1 < 3 || m1 > 4 {
+			t.Errorf("prompt of %d words, max_tokens %d: out of range", n, m1)
+		}
+		if !strings.HasPrefix(p1, opening) || !strings.HasPrefix(p3, opening) {
+			t.Errorf("prompt %q does not open with the shared prefix %q", p1, opening)
+		}
+	}
+	if !differs {
+		t.Error("two clients got the same prompts")
+	}
+}
+
+func TestParseRange(t *testing.T) {
+	for in, want := range map[string]Range{"64": {64, 64}, "200:240": {200, 240}, " 1 : 2 ": {1, 2}} {
+		if got, err := ParseRange(in); err != nil || got != want {
+			t.Errorf("ParseRange(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "5:4", "a:b", "-1:3", "1:2:3"} {
+		if _, err := ParseRange(in); err == nil {
+			t.Errorf("ParseRange(%q) accepted", in)
+		}
+	}
+}
