@@ -96,6 +96,9 @@ type respShape struct {
 	created   int64
 	params    *responseParams
 	seq       int64
+	// keep stores the finished response and reports whether it did; nil
+	// when it is not to be stored.
+	keep func(obj respObject, output []any) bool
 }
 
 func newRespShape(req *GenerateRequest, p *responseParams, created int64) *respShape {
@@ -109,6 +112,9 @@ func (s *respShape) object(status string, output []any, reason string, u *Usage)
 		Instructions: s.params.instructions, MaxOutputTokens: s.params.maxOutput, Model: s.model,
 		Output: output, ParallelToolCalls: s.params.parallel, Temperature: s.params.temperature, ToolChoice: s.params.toolChoice,
 		Tools: s.params.tools, TopP: s.params.topP, Truncation: "disabled", Metadata: map[string]any{}}
+	if s.params.previousID != "" {
+		o.PreviousResponseID = &s.params.previousID
+	}
 	o.Text.Format.Type = "text"
 	if reason == "length" {
 		o.IncompleteDetails = &respIncomplete{Reason: "max_output_tokens"}
@@ -140,7 +146,16 @@ func (s *respShape) final(res result) respObject {
 	for i, c := range r.calls {
 		output = append(output, s.call(i, c, st))
 	}
-	return s.object(st, output, r.finish, &res.usage)
+	return s.stored(s.object(st, output, r.finish, &res.usage))
+}
+
+// stored stores the finished response obj when the request asked for it,
+// and returns it with "store" saying whether it was.
+func (s *respShape) stored(obj respObject) respObject {
+	if s.keep != nil {
+		obj.Store = s.keep(obj, obj.Output)
+	}
+	return obj
 }
 
 // message is the n-th message item (text after tool calls starts another).
@@ -293,7 +308,7 @@ func (r *respStream) closing(reason string, u Usage) []map[string]any {
 		r.openMessage() // no output at all: one empty message, as without tools
 	}
 	evs := r.closeItem(st)
-	final := r.sh.object(st, r.items, reason, &u)
+	final := r.sh.stored(r.sh.object(st, r.items, reason, &u))
 	done := "response.completed"
 	if st == "incomplete" {
 		done = "response.incomplete"
@@ -306,10 +321,14 @@ func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 	var params *responseParams
 	s.serveGeneration(w, r, func(body []byte) (*GenerateRequest, *Error) {
 		req, p, e := decodeResponsesRequest(body, s.cfg.MaxTokensLimit, s.cfg.Grammars)
+		if e == nil {
+			e = s.continueFrom(r, req, p)
+		}
 		params = p
 		return req, e
 	}, func(req *GenerateRequest) reply {
 		sh := newRespShape(req, params, infoFrom(r.Context()).start.Unix())
+		sh.keep = s.keeper(r, params)
 		return reply{
 			stream: func(rc *http.ResponseController, gen Generation) { s.streamResponse(w, r, rc, gen, sh) },
 			answer: func(res result) any { return sh.final(res) },
@@ -359,11 +378,12 @@ func (s *server) streamResponse(w http.ResponseWriter, r *http.Request, rc *http
 	_ = send(st.closing(t.finish[0], *t.usage)...)
 }
 
-// notStored answers the routes of stored responses (retrieve, delete,
-// cancel, input items): warden keeps none.
-func notStored(w http.ResponseWriter, _ *http.Request) {
+// notStored answers the routes of stored responses warden does not serve
+// (cancel, input items): retrieve and delete are getResponse and
+// deleteResponse.
+func notStored(w http.ResponseWriter, r *http.Request) {
 	writeError(w, &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeNotFound,
-		Message: "This server does not store responses: every response is returned only to the request that created it."})
+		Message: fmt.Sprintf("This server serves only GET and DELETE of a stored response, not %s %.80s.", r.Method, r.URL.Path)})
 }
 
 // nullable is s, or JSON null when empty.

@@ -17,14 +17,21 @@ type responseParams struct {
 	tools        []json.RawMessage // as sent
 	toolChoice   any               // "auto", "none", "required" or {"type": "function", "name"}
 	parallel     bool
+	// previousID is previous_response_id, empty when not sent.
+	previousID string
+	// store is the request's "store"; nil when not sent (the server's
+	// default applies).
+	store *bool
+	// conversation is the conversation without instructions, the
+	// previous response's included (continueFrom).
+	conversation []Message
 }
 
 // decodeResponsesRequest parses and validates a /v1/responses body into
 // the chat form the core serves: instructions become a leading system
-// message, input the messages after it. warden keeps no state between
-// requests, so previous_response_id and conversation are refused; store
-// is accepted and ignored (nothing is ever stored; the response says
-// "store": false).
+// message, input the messages after it. previous_response_id and store
+// are only read here: the handler looks the previous response up and
+// stores the new one (stored.go). conversation is refused.
 func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Cache) (*GenerateRequest, *responseParams, *Error) {
 	f, e := splitBody(body)
 	if e != nil {
@@ -37,7 +44,7 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 	}
 	for _, step := range []func() *Error{
 		d.model, func() *Error { return d.responsesInput(p) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
-		d.user, d.priority, d.responsesOptions, d.otherFields,
+		d.user, d.priority, func() *Error { return d.responsesOptions(p) }, d.otherFields,
 	} {
 		if e := step(); e != nil {
 			return nil, nil, e
@@ -197,22 +204,31 @@ func (d *decoder) responsesStream() *Error {
 	return nil
 }
 
-// responsesOptions applies the policy for the Responses API's own fields
-// that change the output or need state: refused unless at their default.
-func (d *decoder) responsesOptions() *Error {
-	stateless := func(name string) *Error {
-		return InvalidRequest(name, CodeUnsupportedParameter, fmt.Sprintf(
-			"Unsupported parameter: '%s'. This server does not store responses or conversations; send the whole conversation in 'input' instead.", name))
+// responsesOptions reads store and previous_response_id and applies the
+// policy for the Responses API's other own fields that change the output
+// or need state: refused unless at their default.
+func (d *decoder) responsesOptions(p *responseParams) *Error {
+	if d.f.get("conversation") != nil {
+		return InvalidRequest("conversation", CodeUnsupportedParameter,
+			"Unsupported parameter: 'conversation'. This server does not keep conversation objects; chain responses with 'previous_response_id' or send the whole conversation in 'input'.")
 	}
-	for _, name := range []string{"previous_response_id", "conversation"} {
-		if d.f.get(name) != nil {
-			return stateless(name)
-		}
-	}
-	if raw := d.f.get("store"); raw != nil {
-		if _, e := decodeBool(raw, "store"); e != nil {
+	if raw := d.f.get("previous_response_id"); raw != nil && string(raw) != "null" {
+		id, e := decodeString(raw, "previous_response_id")
+		if e != nil {
 			return e
 		}
+		if !validResponseID(id) {
+			return InvalidRequest("previous_response_id", CodeInvalidValue,
+				fmt.Sprintf("Invalid 'previous_response_id': %.60q is not a response ID (resp_ followed by up to 128 letters, digits, '-' or '_').", id))
+		}
+		p.previousID = id
+	}
+	if raw := d.f.get("store"); raw != nil && string(raw) != "null" {
+		v, e := decodeBool(raw, "store")
+		if e != nil {
+			return e
+		}
+		p.store = &v
 	}
 	checks := []struct {
 		name     string

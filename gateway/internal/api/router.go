@@ -52,6 +52,12 @@ type Config struct {
 	CORSOrigins []string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Responses keeps stored responses (previous_response_id, GET and
+	// DELETE /v1/responses/{id}); nil stores nothing.
+	Responses ResponseStore
+	// StoreResponsesByDefault stores a response whose request did not
+	// send "store" (OpenAI's default is true) when Responses is set.
+	StoreResponsesByDefault bool
 	// OnError, if set, is told of every API response that carried an
 	// error: its status (200 for an error event ending a stream) and
 	// reason (the error code, or its type when it has none). Probes and
@@ -121,6 +127,8 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 		r.With(requireJSON).Post("/v1/chat/completions", s.generate(KindChat))
 		r.With(requireJSON).Post("/v1/completions", s.generate(KindCompletion))
 		r.With(requireJSON).Post("/v1/responses", s.responses)
+		r.Get("/v1/responses/{id}", s.getResponse)
+		r.Delete("/v1/responses/{id}", s.deleteResponse)
 		r.HandleFunc("/v1/responses/*", notStored)
 	})
 	return r

@@ -1,0 +1,186 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// ResponseStore keeps the Responses API's stored responses, each in its
+// tenant's own namespace (gateway/internal/storedresp). Get and Delete
+// return ErrResponseNotFound for an ID the principal's tenant does not
+// hold — another tenant's included: the API answers both alike.
+type ResponseStore interface {
+	Put(ctx context.Context, p Principal, r *StoredResponse) error
+	Get(ctx context.Context, p Principal, id string) (*StoredResponse, error)
+	Delete(ctx context.Context, p Principal, id string) error
+}
+
+// ErrResponseNotFound is a ResponseStore's answer for an ID it does not
+// hold for the principal.
+var ErrResponseNotFound = errors.New("api: stored response not found")
+
+// StoredResponse is what a stored response keeps.
+type StoredResponse struct {
+	// ID is the response's ID (resp_...).
+	ID string
+	// Messages are the conversation up to and including the response's
+	// output, without any request's instructions (which do not carry over
+	// to a continuation).
+	Messages []Message
+	// Response is the response object as it was returned.
+	Response json.RawMessage
+}
+
+// storeTimeout bounds writing a stored response after the answer is
+// complete; the client may be gone by then.
+const storeTimeout = 5 * time.Second
+
+// maxResponseIDLen bounds the part of a response ID after "resp_".
+const maxResponseIDLen = 128
+
+// validResponseID reports whether id can name a response.
+func validResponseID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "resp_")
+	if !ok || rest == "" || len(rest) > maxResponseIDLen {
+		return false
+	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// responseNotFound is the answer for an ID the tenant does not hold.
+func responseNotFound(param, id string) *Error {
+	e := &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeNotFound,
+		Message: fmt.Sprintf("Response with id %.60q not found.", id)}
+	if param != "" {
+		e.Param = param
+		e.Code = "previous_response_not_found"
+		e.Message = fmt.Sprintf("Previous response with id %.60q not found.", id)
+	}
+	return e
+}
+
+// continueFrom prepends the conversation of the previous response named
+// in p to req's messages (after the request's own instructions), and
+// records on p the conversation a stored answer will extend.
+func (s *server) continueFrom(r *http.Request, req *GenerateRequest, p *responseParams) *Error {
+	instructions := 0
+	if p.instructions != nil {
+		instructions = 1
+	}
+	input := req.Messages[instructions:]
+	if p.previousID == "" {
+		p.conversation = input
+		return nil
+	}
+	if s.cfg.Responses == nil {
+		return responseNotFound("previous_response_id", p.previousID)
+	}
+	prev, err := s.cfg.Responses.Get(r.Context(), infoFrom(r.Context()).principal, p.previousID)
+	if errors.Is(err, ErrResponseNotFound) {
+		return responseNotFound("previous_response_id", p.previousID)
+	}
+	if err != nil {
+		return s.toError(r, err)
+	}
+	conv := append(append([]Message{}, prev.Messages...), input...)
+	req.Messages = append(req.Messages[:instructions:instructions], conv...)
+	p.conversation = conv
+	return nil
+}
+
+// keeper returns the function that stores a finished response of the
+// request: it reports whether the response is stored, for its "store"
+// field. It is nil when the request is not to be stored.
+func (s *server) keeper(r *http.Request, p *responseParams) func(obj respObject, output []any) bool {
+	store := s.cfg.Responses != nil && s.cfg.StoreResponsesByDefault
+	if p.store != nil {
+		store = *p.store && s.cfg.Responses != nil
+	}
+	if !store {
+		return nil
+	}
+	principal := infoFrom(r.Context()).principal
+	return func(obj respObject, output []any) bool {
+		obj.Store = true
+		raw, err := json.Marshal(obj)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), storeTimeout)
+			defer cancel()
+			msgs := append(append([]Message{}, p.conversation...), assistantOf(output))
+			err = s.cfg.Responses.Put(ctx, principal, &StoredResponse{ID: obj.ID, Messages: msgs, Response: raw})
+		}
+		if err != nil {
+			s.logger.WarnContext(r.Context(), "response not stored", "request_id", infoFrom(r.Context()).id,
+				"tenant", principal.Tenant, "response_id", obj.ID, "err", err)
+			return false
+		}
+		return true
+	}
+}
+
+// assistantOf is the assistant message of a response's output items: its
+// text and its function calls.
+func assistantOf(output []any) Message {
+	m := Message{Role: "assistant"}
+	for _, item := range output {
+		switch it := item.(type) {
+		case respMessage:
+			for _, part := range it.Content {
+				m.Content += part.Text
+			}
+		case respCall:
+			m.ToolCalls = append(m.ToolCalls, ToolCall{ID: it.CallID, Name: it.Name, Arguments: it.Arguments})
+		}
+	}
+	return m
+}
+
+// getResponse serves GET /v1/responses/{id}: the stored response object.
+func (s *server) getResponse(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if s.cfg.Responses == nil || !validResponseID(id) {
+		writeError(w, responseNotFound("", id))
+		return
+	}
+	sr, err := s.cfg.Responses.Get(r.Context(), infoFrom(r.Context()).principal, id)
+	switch {
+	case errors.Is(err, ErrResponseNotFound):
+		writeError(w, responseNotFound("", id))
+	case err != nil:
+		s.fail(w, r, err)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(sr.Response)
+	}
+}
+
+// deleteResponse serves DELETE /v1/responses/{id}.
+func (s *server) deleteResponse(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if s.cfg.Responses == nil || !validResponseID(id) {
+		writeError(w, responseNotFound("", id))
+		return
+	}
+	err := s.cfg.Responses.Delete(r.Context(), infoFrom(r.Context()).principal, id)
+	switch {
+	case errors.Is(err, ErrResponseNotFound):
+		writeError(w, responseNotFound("", id))
+	case err != nil:
+		s.fail(w, r, err)
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
+	}
+}
