@@ -125,6 +125,25 @@ type Gateway struct {
 	// the request's cache domain, their load and free pages; round_robin
 	// takes the workers in turn (a baseline for benchmarks).
 	Routing Routing `yaml:"routing"`
+	// Responses configures the Responses API's stored responses.
+	Responses StoredResponses `yaml:"responses"`
+}
+
+// StoredResponses bounds the stored responses of the Responses API
+// (previous_response_id, GET and DELETE /v1/responses/{id}). They live in
+// the tenant store's backend — Redis, shared by the replicas, or memory —
+// sealed with a key derived from tenants.key_secret_file (random per
+// process without one) and the tenant's incarnation.
+type StoredResponses struct {
+	// StoreByDefault stores a response whose request did not send
+	// "store" (OpenAI's default); "store": false always opts out.
+	// Default true.
+	StoreByDefault bool `yaml:"store_by_default"`
+	// TTL is how long a stored response lives. Default 168h.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxTenantBytes bounds one tenant's stored responses together;
+	// storing past it evicts that tenant's oldest. Default 64MiB.
+	MaxTenantBytes ByteSize `yaml:"max_tenant_bytes"`
 }
 
 // Routing is a placement policy (Gateway.Routing).

@@ -254,6 +254,10 @@ func (g *Gateway) validate(v *validator) {
 	oneOf(v, "gateway.routing", g.Routing, RoutingCacheAware, RoutingRoundRobin)
 	v.nonNegativeDuration("gateway.drain_timeout", g.DrainTimeout)
 	v.nonNegativeDuration("gateway.shutdown_delay", g.ShutdownDelay)
+	v.positiveDuration("gateway.responses.ttl", g.Responses.TTL)
+	if g.Responses.MaxTenantBytes <= 0 {
+		v.add("gateway.responses.max_tenant_bytes", "must be > 0 (got %d)", int64(g.Responses.MaxTenantBytes))
+	}
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)
 	if g.Queue.MaxWaiting > 0 {
 		v.positiveDuration("gateway.queue.max_wait", g.Queue.MaxWait)

@@ -26,6 +26,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/gateway/internal/storedresp"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
@@ -46,6 +47,8 @@ type Gateway struct {
 
 	store   tenant.Store
 	domains *cacheDomains // prefix-cache domains of requests
+	// responses keeps the Responses API's stored responses.
+	responses *storedresp.Store
 	// evictor evicts a tenant's cache domains from the workers when the
 	// admin API deletes or disables it, revokes a per-key domain's key or
 	// changes its prefix_cache setting (DESIGN I8).

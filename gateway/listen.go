@@ -55,8 +55,11 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		MaxChoices:   gw.MaxN,
 		Grammars:     g.grammars.Cache,
 		CORSOrigins:  gw.CORSOrigins,
-		Ready:        func(context.Context) error { return g.Ready() },
-		OnError:      g.metrics.rejected,
+		Responses:    g.responses,
+		// OpenAI stores a response unless its request says otherwise.
+		StoreResponsesByDefault: gw.Responses.StoreByDefault,
+		Ready:                   func(context.Context) error { return g.Ready() },
+		OnError:                 g.metrics.rejected,
 		// Logged as client_request_id only when trusted.
 		TrustClientRequestID: gw.TrustClientRequestID,
 	}, g.auth, service{g}, g.logger)

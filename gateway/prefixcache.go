@@ -59,17 +59,22 @@ func newCacheDomains(log *slog.Logger, policy config.Routing, keySecret []byte) 
 	return c
 }
 
-// domainSecret is the secret cache domains are derived under: an HMAC of
-// the API-key secret under a label of its own (so neither secret reveals
-// the other), or random bytes when there is no key secret.
+// domainSecret is the secret cache domains are derived under.
 func domainSecret(keySecret []byte) []byte {
+	return labelledSecret(keySecret, "warden prefix-cache domain secret v1")
+}
+
+// labelledSecret is a secret of its own for one use of the API-key
+// secret: an HMAC of it under label (so no derived secret reveals another
+// or the key secret), or random bytes when there is no key secret.
+func labelledSecret(keySecret []byte, label string) []byte {
 	if len(keySecret) == 0 {
 		secret := make([]byte, 32)
 		rand.Read(secret) // never fails (crypto/rand)
 		return secret
 	}
 	m := hmac.New(sha256.New, keySecret)
-	m.Write([]byte("warden prefix-cache domain secret v1"))
+	m.Write([]byte(label))
 	return m.Sum(nil)
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/storedresp"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
 	"github.com/warden-ai/warden/tenant/redisstore"
@@ -20,6 +21,9 @@ import (
 func (g *Gateway) openStore(given tenant.Store) error {
 	t := &g.cfg.Tenants
 	var secret []byte // the API-key secret of the file, if one is set
+	// Stored responses live beside the tenants: in memory unless the
+	// tenants are in Redis.
+	var responses storedresp.Backend = storedresp.NewMemory(nil)
 	if given != nil {
 		g.store = given
 	} else {
@@ -55,6 +59,7 @@ func (g *Gateway) openStore(given tenant.Store) error {
 				return fmt.Errorf("gateway: redis tenant store: %w", err)
 			}
 			g.store, g.closeStore = s, rdb.Close
+			responses = storedresp.NewRedis(rdb, t.Redis.KeyPrefix)
 		default:
 			return fmt.Errorf("gateway: unknown tenants.store %q", t.Store)
 		}
@@ -65,6 +70,13 @@ func (g *Gateway) openStore(given tenant.Store) error {
 	}
 	g.auth = &authenticator{next: authn, tenants: make(map[string]tenantInfo)}
 	g.domains = newCacheDomains(g.logger, g.cfg.Gateway.Routing, secret)
+	r := g.cfg.Gateway.Responses
+	var err error
+	g.responses, err = storedresp.New(responses, labelledSecret(secret, "warden stored-response secret v1"),
+		storedresp.Options{TTL: r.TTL, MaxTenantBytes: int64(r.MaxTenantBytes)})
+	if err != nil {
+		return fmt.Errorf("gateway: stored responses: %w", err)
+	}
 	return nil
 }
 

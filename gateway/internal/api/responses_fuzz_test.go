@@ -15,6 +15,8 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"model":"tiny","input":"hi","text":{"format":{"type":"text"},"verbosity":"medium"},"reasoning":{},"include":[]}`,
 		`{"model":"tiny","input":"hi","include":["message.output_text.logprobs"],"top_logprobs":4}`,
 		`{"model":"tiny","input":"hi","include":["reasoning.encrypted_content"]}`,
+		`{"model":"tiny","input":"hi","previous_response_id":"resp_abc-1_2","store":false}`,
+		`{"model":"tiny","input":"hi","previous_response_id":"resp_","store":null}`,
 	) {
 		f.Add([]byte(s))
 	}
@@ -26,6 +28,9 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		}
 		if req != nil && (req.MaxTokens != p.maxOutput || req.IncludeUsage) {
 			t.Fatalf("request %+v, params %+v", req, p)
+		}
+		if p != nil && p.previousID != "" && !validResponseID(p.previousID) {
+			t.Fatalf("accepted previous_response_id %q", p.previousID)
 		}
 	})
 }

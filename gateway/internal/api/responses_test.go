@@ -151,7 +151,8 @@ func TestResponsesStreamErrorEvent(t *testing.T) {
 func TestResponsesRefusals(t *testing.T) {
 	h := newTestHandler(&fakeService{})
 	for _, tc := range []struct{ body, param, code string }{
-		{`{"model":"tiny","input":"hi","previous_response_id":"resp_1"}`, "previous_response_id", CodeUnsupportedParameter},
+		{`{"model":"tiny","input":"hi","previous_response_id":"msg_1"}`, "previous_response_id", CodeInvalidValue},
+		{`{"model":"tiny","input":"hi","previous_response_id":7}`, "previous_response_id", CodeInvalidType},
 		{`{"model":"tiny","input":"hi","conversation":"conv_1"}`, "conversation", CodeUnsupportedParameter},
 		{`{"model":"tiny","input":"hi","background":true}`, "background", CodeUnsupportedParameter},
 		{`{"model":"tiny","input":"hi","include":["file_search_call.results"]}`, "include[0]", CodeUnsupportedValue},
@@ -178,13 +179,15 @@ func TestResponsesRefusals(t *testing.T) {
 		if rec.Code != http.StatusBadRequest || env.Error.Param != tc.param || env.Error.Code != tc.code {
 			t.Errorf("%s: %d %s, want 400 %s param %s", tc.body, rec.Code, rec.Body.String(), tc.code, tc.param)
 		}
-		if tc.param == "previous_response_id" && !strings.Contains(env.Error.Message, "does not store") {
-			t.Errorf("previous_response_id refusal does not explain why: %q", env.Error.Message)
-		}
+	}
+	// Without a response store nothing is stored, so nothing is found.
+	rec := do(h, "POST", "/v1/responses", `{"model":"tiny","input":"hi","previous_response_id":"resp_1"}`, authJSON())
+	if _, code, param, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != "previous_response_not_found" || param != "previous_response_id" {
+		t.Errorf("previous_response_id without a store: %d %s", rec.Code, rec.Body.String())
 	}
 	for _, m := range []string{"GET", "DELETE"} {
 		rec := do(h, m, "/v1/responses/resp_123", "", authJSON())
-		if _, code, _, msg := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != CodeNotFound || !strings.Contains(msg, "does not store") {
+		if _, code, _, msg := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != CodeNotFound || !strings.Contains(msg, "not found") {
 			t.Errorf("%s /v1/responses/resp_123: %d %s", m, rec.Code, rec.Body.String())
 		}
 	}

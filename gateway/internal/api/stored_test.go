@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// mapStore is a ResponseStore in a map keyed by tenant and ID.
+type mapStore struct {
+	mu sync.Mutex
+	m  map[string]*StoredResponse
+}
+
+func (s *mapStore) Put(_ context.Context, p Principal, r *StoredResponse) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]*StoredResponse{}
+	}
+	s.m[p.Tenant+"/"+r.ID] = r
+	return nil
+}
+
+func (s *mapStore) Get(_ context.Context, p Principal, id string) (*StoredResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.m[p.Tenant+"/"+id]; ok {
+		return r, nil
+	}
+	return nil, ErrResponseNotFound
+}
+
+func (s *mapStore) Delete(ctx context.Context, p Principal, id string) error {
+	if _, err := s.Get(ctx, p, id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, p.Tenant+"/"+id)
+	return nil
+}
+
+// TestStoredResponsesChain: a stored response (streamed or not) is
+// returned by GET as it was answered; previous_response_id hands the core
+// the stored conversation — the earlier input and output, without the
+// earlier instructions — after the new instructions and before the new
+// input; store: false stores nothing; DELETE removes it.
+func TestStoredResponsesChain(t *testing.T) {
+	svc := &fakeService{}
+	store := &mapStore{}
+	h := NewHandler(Config{Responses: store, StoreResponsesByDefault: true}, fakeAuth{}, svc, nil)
+	post := func(body string) map[string]any {
+		t.Helper()
+		rec := do(h, "POST", "/v1/responses", body, authJSON())
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", body, rec.Code, rec.Body.String())
+		}
+		if strings.Contains(body, `"stream":true`) {
+			// The last event carries the whole response.
+			i := strings.LastIndex(rec.Body.String(), "data: ")
+			var ev struct{ Response map[string]any }
+			if err := json.Unmarshal([]byte(strings.TrimSpace(rec.Body.String()[i+6:])), &ev); err != nil {
+				t.Fatalf("last event: %v", err)
+			}
+			return ev.Response
+		}
+		var obj map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &obj); err != nil {
+			t.Fatal(err)
+		}
+		return obj
+	}
+	first := post(`{"model":"tiny","instructions":"be brief","input":"first question"}`)
+	id, _ := first["id"].(string)
+	if first["store"] != true || !validResponseID(id) {
+		t.Fatalf("first response: store %v, id %q", first["store"], id)
+	}
+	rec := do(h, "GET", "/v1/responses/"+id, "", authJSON())
+	var got map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); rec.Code != 200 || err != nil || !reflect.DeepEqual(got, first) {
+		t.Errorf("GET %s: %d %s\nwant %v", id, rec.Code, rec.Body.String(), first)
+	}
+
+	second := post(`{"model":"tiny","instructions":"be kind","input":"second question","previous_response_id":"` + id + `","stream":true}`)
+	wantMsgs := []Message{
+		{Role: "system", Content: "be kind"},
+		{Role: "user", Content: "first question"},
+		{Role: "assistant", Content: fakeText},
+		{Role: "user", Content: "second question"},
+	}
+	if !reflect.DeepEqual(svc.last.Messages, wantMsgs) {
+		t.Errorf("continuation messages %+v\nwant %+v", svc.last.Messages, wantMsgs)
+	}
+	if second["store"] != true || second["previous_response_id"] != id {
+		t.Errorf("second (streamed) response: store %v, previous_response_id %v", second["store"], second["previous_response_id"])
+	}
+	third := post(`{"model":"tiny","input":"third","previous_response_id":"` + second["id"].(string) + `","store":false}`)
+	if third["store"] != false {
+		t.Errorf("store: false answered store %v", third["store"])
+	}
+	if rec := do(h, "GET", "/v1/responses/"+third["id"].(string), "", authJSON()); rec.Code != 404 {
+		t.Errorf("GET of a response sent with store: false: %d %s", rec.Code, rec.Body.String())
+	}
+	if n := len(svc.last.Messages); n != 5 || svc.last.Messages[4].Content != "third" || svc.last.Messages[0].Content != "first question" {
+		t.Errorf("third request's messages %+v", svc.last.Messages)
+	}
+
+	rec = do(h, "DELETE", "/v1/responses/"+id, "", authJSON())
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"deleted":true`) {
+		t.Errorf("DELETE: %d %s", rec.Code, rec.Body.String())
+	}
+	for _, m := range []string{"GET", "DELETE"} {
+		if rec := do(h, m, "/v1/responses/"+id, "", authJSON()); rec.Code != 404 {
+			t.Errorf("%s after DELETE: %d %s", m, rec.Code, rec.Body.String())
+		}
+	}
+	rec = do(h, "POST", "/v1/responses", `{"model":"tiny","input":"x","previous_response_id":"`+id+`"}`, authJSON())
+	if _, code, _, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != "previous_response_not_found" {
+		t.Errorf("continuing a deleted response: %d %s", rec.Code, rec.Body.String())
+	}
+}
