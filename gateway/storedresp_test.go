@@ -15,7 +15,8 @@ import (
 
 // TestStoredResponsesEndToEnd: through a real gateway and worker, with the
 // official OpenAI Go client, a response continued by previous_response_id
-// answers exactly what a chat of the whole conversation answers; GET
+// answers exactly what a chat of the whole conversation answers (its
+// prompt starting with the first one's pages from the prefix cache); GET
 // returns the stored response; another tenant's GET, DELETE and
 // previous_response_id of it are 404s indistinguishable from a missing ID;
 // a tenant deleted and created again under the same name finds nothing of
@@ -34,7 +35,8 @@ func TestStoredResponsesEndToEnd(t *testing.T) {
 		}
 		return c.Responses.New(ctx, p)
 	}
-	first, err := ask(client, "What is the capital of the tiny kingdom?", "")
+	question := strings.Repeat("What is the capital of the tiny kingdom, and why is it there? ", 4)
+	first, err := ask(client, question, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestStoredResponsesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := tg.greedyChat(tg.key, []openai.ChatCompletionMessageParamUnion{
-		openai.UserMessage("What is the capital of the tiny kingdom?"),
+		openai.UserMessage(question),
 		openai.AssistantMessage(first.OutputText()),
 		openai.UserMessage("And how many people live there?"),
 	}, maxTokens)
@@ -52,6 +54,9 @@ func TestStoredResponsesEndToEnd(t *testing.T) {
 		t.Fatalf("continued response %q (%d+%d tokens); the whole conversation as a chat answers %q (%d+%d)",
 			second.OutputText(), second.Usage.InputTokens, second.Usage.OutputTokens,
 			ref.Choices[0].Message.Content, ref.Usage.PromptTokens, ref.Usage.CompletionTokens)
+	}
+	if second.Usage.InputTokensDetails.CachedTokens == 0 {
+		t.Errorf("the continued response's prompt repeats the first one's, but no prompt token came from the prefix cache")
 	}
 	if second.PreviousResponseID != first.ID || !strings.Contains(second.RawJSON(), `"store":true`) {
 		t.Errorf("second response: previous_response_id %q, want %q, and stored: %s", second.PreviousResponseID, first.ID, second.RawJSON())

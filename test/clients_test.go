@@ -22,7 +22,9 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // tools in the Hermes format and reasoning), with the
 // official OpenAI Node SDK, the Vercel AI SDK's default provider (the
 // Responses API) and LangChain JS: chat, models.retrieve, typed errors,
-// responses.create streamed and not, generateText and streamText, and
+// responses.create streamed and not, stored responses chained with
+// previous_response_id (Node SDK and AI SDK) and item references (the AI
+// SDK with store on), generateText and streamText, and
 // chat with logprobs (the engine's own values), which
 // must see exactly the text of the float64 reference model (greedy); then
 // tool calls round-tripped through each client, generateObject and
@@ -82,7 +84,7 @@ func TestClientConformance(t *testing.T) {
 		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s\nwarden up --single log:\n%s", err, out, info.log(), single.log())
 	}
 	for _, scenario := range []string{"node chat", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
-		"node responses.create stream", "ai-sdk generateText", "ai-sdk streamText", "node chat with tools",
+		"node responses.create stream", "node responses chained", "ai-sdk generateText", "ai-sdk previousResponseId", "ai-sdk streamText", "node chat with tools",
 		"ai-sdk generateText tools", "ai-sdk generateObject", "langchain bindTools", "langchain withStructuredOutput"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {
 			t.Errorf("scenario %q did not pass:\n%s", scenario, out)

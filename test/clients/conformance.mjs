@@ -89,7 +89,7 @@ const bad = new OpenAI({ baseURL, apiKey: "wdn_bad_key", maxRetries: 0 });
 await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.code === "invalid_api_key");
 await assert.rejects(
   client.responses.create({ model, input: prompt, previous_response_id: "resp_x" }),
-  (e) => e instanceof OpenAI.BadRequestError && e.param === "previous_response_id",
+  (e) => e instanceof OpenAI.NotFoundError && e.param === "previous_response_id" && e.code === "previous_response_not_found",
 );
 // A tool choice naming no offered tool: refused naming the field.
 await assert.rejects(
@@ -120,12 +120,50 @@ assert.equal(deltas, want);
 assert.equal(final.output[0].content[0].text, want);
 ok("node responses.create stream");
 
+// Stored responses: previous_response_id continues a response exactly as
+// a chat of the whole conversation would; retrieve returns it; delete
+// removes it.
+const followUp = "Go on.";
+const whole = await client.chat.completions.create({
+  model, max_tokens: max, temperature: 0,
+  messages: [{ role: "user", content: prompt }, { role: "assistant", content: want }, { role: "user", content: followUp }],
+});
+const next = await client.responses.create({ model, input: followUp, previous_response_id: resp.id, max_output_tokens: max, temperature: 0 });
+assert.equal(next.previous_response_id, resp.id);
+assert.equal(next.store, true);
+assert.equal(next.output_text, whole.choices[0].message.content, "a continued response differs from the chat of the whole conversation");
+assert.equal(next.usage.input_tokens, whole.usage.prompt_tokens);
+const got = await client.responses.retrieve(next.id);
+assert.equal(got.output_text, next.output_text);
+await client.responses.delete(next.id);
+await assert.rejects(client.responses.retrieve(next.id), (e) => e instanceof OpenAI.NotFoundError);
+ok("node responses chained");
+
 // The Vercel AI SDK's default provider calls /v1/responses.
 const openai = createOpenAI({ baseURL, apiKey });
 const gen = await generateText({ model: openai(model), prompt, maxOutputTokens: max, temperature: 0, maxRetries: 0 });
 assert.equal(gen.text, want);
 assert.equal(gen.usage.inputTokens, chat.usage.prompt_tokens);
 ok("ai-sdk generateText");
+
+// ...and chains responses with previousResponseId...
+const gen2 = await generateText({
+  model: openai(model), prompt: followUp, maxOutputTokens: max, temperature: 0, maxRetries: 0,
+  providerOptions: { openai: { previousResponseId: gen.providerMetadata.openai.responseId } },
+});
+assert.equal(gen2.text, whole.choices[0].message.content, "the AI SDK's continued response differs from the chat of the whole conversation");
+assert.equal(gen2.usage.inputTokens, whole.usage.prompt_tokens);
+// ...and, with store on, sends an earlier answer back as an item_reference.
+const refBodies = [];
+const referencing = createOpenAI({ baseURL, apiKey, fetch: async (url, init) => { refBodies.push(String(init.body)); return fetch(url, init); } });
+const gen3 = await generateText({
+  model: referencing(model), maxOutputTokens: max, temperature: 0, maxRetries: 0,
+  messages: [{ role: "user", content: prompt }, ...gen.response.messages, { role: "user", content: followUp }],
+});
+assert.ok(JSON.parse(refBodies[0]).input.some((item) => item.type === "item_reference"), refBodies[0]);
+assert.equal(gen3.text, whole.choices[0].message.content, "a conversation with an item_reference differs from the chat of the whole conversation");
+assert.equal(gen3.usage.inputTokens, whole.usage.prompt_tokens);
+ok("ai-sdk previousResponseId");
 
 const st = streamText({ model: openai(model), prompt, maxOutputTokens: max, temperature: 0, maxRetries: 0, onError: ({ error }) => { throw error; } });
 let text = "";
@@ -195,28 +233,35 @@ console.log("render " + JSON.stringify({
 }));
 ok("node chat with tools");
 
+const stepInputs = [];
 // AI SDK generateText: a forced call executed by the SDK, its result sent
-// back in the second step (the Responses API's function_call_output).
-const bodies = [];
-const recording = createOpenAI({ baseURL, apiKey, fetch: async (url, init) => { bodies.push(String(init.body)); return fetch(url, init); } });
-const gt = await generateText({
-  model: recording(model), prompt: question.content, maxOutputTokens: toolMax, temperature: 0, maxRetries: 0,
-  tools: { get_weather: tool({ description: "Current weather in a city.", inputSchema: weatherSchema, execute: async () => weatherResult }) },
-  toolChoice: { type: "tool", toolName: "get_weather" },
-  stopWhen: stepCountIs(2),
-  providerOptions: { openai: { store: false } },
-});
-assert.equal(gt.steps.length, 2);
-assert.equal(gt.steps[0].toolCalls.length, 1);
-assert.equal(gt.steps[0].toolCalls[0].toolName, "get_weather");
-weatherSchema.parse(gt.steps[0].toolCalls[0].input);
-assert.deepEqual(gt.steps[0].toolResults[0].output, weatherResult);
-assert.equal(bodies.length, 2);
-const step2 = JSON.parse(bodies[1]).input;
-const output = step2.find((item) => item.type === "function_call_output");
-assert.ok(output && output.call_id === gt.steps[0].toolCalls[0].toolCallId, bodies[1]);
-assert.deepEqual(JSON.parse(output.output), weatherResult);
-assert.ok(gt.steps[1].usage.inputTokens > gt.steps[0].usage.inputTokens);
+// back in the second step (the Responses API's function_call_output),
+// with store off and on (the SDK's default).
+for (const store of [false, true]) {
+  const bodies = [];
+  const recording = createOpenAI({ baseURL, apiKey, fetch: async (url, init) => { bodies.push(String(init.body)); return fetch(url, init); } });
+  const gt = await generateText({
+    model: recording(model), prompt: question.content, maxOutputTokens: toolMax, temperature: 0, maxRetries: 0,
+    tools: { get_weather: tool({ description: "Current weather in a city.", inputSchema: weatherSchema, execute: async () => weatherResult }) },
+    toolChoice: { type: "tool", toolName: "get_weather" },
+    stopWhen: stepCountIs(2),
+    providerOptions: { openai: { store } },
+  });
+  assert.equal(gt.steps.length, 2);
+  assert.equal(gt.steps[0].toolCalls.length, 1);
+  assert.equal(gt.steps[0].toolCalls[0].toolName, "get_weather");
+  weatherSchema.parse(gt.steps[0].toolCalls[0].input);
+  assert.deepEqual(gt.steps[0].toolResults[0].output, weatherResult);
+  assert.equal(bodies.length, 2);
+  const step2 = JSON.parse(bodies[1]).input;
+  const output = step2.find((item) => item.type === "function_call_output");
+  assert.ok(output && output.call_id === gt.steps[0].toolCalls[0].toolCallId, bodies[1]);
+  assert.deepEqual(JSON.parse(output.output), weatherResult);
+  assert.ok(gt.steps[1].usage.inputTokens > gt.steps[0].usage.inputTokens);
+  stepInputs.push(gt.steps[1].usage.inputTokens);
+}
+// The call sent whole and the call referenced make the same prompt.
+assert.equal(stepInputs[0], stepInputs[1]);
 ok("ai-sdk generateText tools");
 
 // AI SDK generateObject: text.format json_schema, constrained.

@@ -320,7 +320,7 @@ func (r *respStream) closing(reason string, u Usage) []map[string]any {
 func (s *server) responses(w http.ResponseWriter, r *http.Request) {
 	var params *responseParams
 	s.serveGeneration(w, r, func(body []byte) (*GenerateRequest, *Error) {
-		req, p, e := decodeResponsesRequest(body, s.cfg.MaxTokensLimit, s.cfg.Grammars)
+		req, p, e := decodeResponsesRequest(body, s.cfg.MaxTokensLimit, s.cfg.Grammars, s.itemsOf(r))
 		if e == nil {
 			e = s.continueFrom(r, req, p)
 		}

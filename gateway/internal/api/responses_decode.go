@@ -32,7 +32,10 @@ type responseParams struct {
 // message, input the messages after it. previous_response_id and store
 // are only read here: the handler looks the previous response up and
 // stores the new one (stored.go). conversation is refused.
-func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Cache) (*GenerateRequest, *responseParams, *Error) {
+//
+// items resolves item_reference input items (an item of a stored
+// response); nil refuses them.
+func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Cache, items itemLookup) (*GenerateRequest, *responseParams, *Error) {
 	f, e := splitBody(body)
 	if e != nil {
 		return nil, nil, e
@@ -43,7 +46,7 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 		_ = json.Unmarshal(raw, &p.tools) // checked by d.tools
 	}
 	for _, step := range []func() *Error{
-		d.model, func() *Error { return d.responsesInput(p) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
+		d.model, func() *Error { return d.responsesInput(p, items) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
 		d.user, d.priority, func() *Error { return d.responsesOptions(p) }, d.otherFields,
 	} {
 		if e := step(); e != nil {
@@ -71,7 +74,7 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 
 // responsesInput reads instructions and input (a string, or an array of
 // message items).
-func (d *decoder) responsesInput(p *responseParams) *Error {
+func (d *decoder) responsesInput(p *responseParams, items itemLookup) *Error {
 	if raw := d.f.get("instructions"); raw != nil {
 		s, e := decodeString(raw, "instructions")
 		if e != nil {
@@ -94,17 +97,22 @@ func (d *decoder) responsesInput(p *responseParams) *Error {
 	}
 	return eachItem(raw, "input", "a string or an array of input items", func(item json.RawMessage, param string) *Error {
 		var e *Error
-		d.r.Messages, e = decodeInputItem(d.r.Messages, item, param)
+		d.r.Messages, e = decodeInputItem(d.r.Messages, item, param, items)
 		return e
 	})
 }
 
+// itemLookup returns the output item id of a stored response as an
+// assistant message: its text, or one tool call.
+type itemLookup func(id, param string) (Message, *Error)
+
 // decodeInputItem reads one input item onto msgs: a message with a role
 // and text content, a function_call (a tool call of the assistant,
-// joined to the assistant message just before it, if any) or a
-// function_call_output (a tool message). Reasoning items, item references
-// and other tools' items are not supported.
-func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Message, *Error) {
+// joined to the assistant message just before it, if any), an
+// item_reference to a stored response's output item (resolved by items,
+// and joined the same way) or a function_call_output (a tool message).
+// Reasoning items and other tools' items are not supported.
+func decodeInputItem(msgs []Message, raw json.RawMessage, param string, items itemLookup) ([]Message, *Error) {
 	f, e := decodeObject(raw, param)
 	if e != nil {
 		return msgs, e
@@ -121,14 +129,28 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Messa
 			if e != nil {
 				return msgs, e
 			}
-			if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" {
-				msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, c)
-				return msgs, nil
+			return appendAssistant(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{c}}), nil
+		case "item_reference":
+			if items == nil {
+				return msgs, InvalidRequest(param+".type", CodeUnsupportedValue,
+					"Unsupported input item type \"item_reference\": no stored responses are kept here; send the items whole.")
 			}
-			return append(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{c}}), nil
+			rawID := f.get("id")
+			if rawID == nil {
+				return msgs, missing(param + ".id")
+			}
+			id, e := decodeString(rawID, param+".id")
+			if e != nil {
+				return msgs, e
+			}
+			m, e := items(id, param+".id")
+			if e != nil {
+				return msgs, e
+			}
+			return appendAssistant(msgs, m), nil
 		case "function_call_output":
 			return decodeCallOutput(msgs, f, param)
-		case "reasoning", "item_reference", "file_search_call",
+		case "reasoning", "file_search_call",
 			"web_search_call", "computer_call", "computer_call_output", "image_generation_call",
 			"code_interpreter_call", "local_shell_call", "local_shell_call_output", "mcp_call",
 			"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
@@ -159,6 +181,17 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Messa
 		return msgs, e
 	}
 	return append(msgs, Message{Role: role, Content: content}), nil
+}
+
+// appendAssistant appends m, an assistant message, to msgs: its tool
+// calls join the assistant message just before it, if any (a message and
+// the calls after it are one turn).
+func appendAssistant(msgs []Message, m Message) []Message {
+	if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" && m.Content == "" {
+		msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, m.ToolCalls...)
+		return msgs
+	}
+	return append(msgs, m)
 }
 
 // decodeCallOutput reads a function_call_output item: the tool message

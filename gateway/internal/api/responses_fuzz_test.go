@@ -21,7 +21,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, p, e := decodeResponsesRequest(body, DefaultMaxTokensLimit, nil)
+		req, p, e := decodeResponsesRequest(body, DefaultMaxTokensLimit, nil, nil)
 		checkDecodeResult(t, KindChat, req, e)
 		if (p == nil) != (req == nil) {
 			t.Fatalf("params %v with request %v", p, req)

@@ -184,3 +184,85 @@ func (s *server) deleteResponse(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
 	}
 }
+
+// itemsOf resolves the item_reference input items of r's principal: an
+// output item of a stored response, found through the response its ID
+// names (msg_X, msg_X_n and fc_X_i belong to resp_X). nil without a
+// response store.
+func (s *server) itemsOf(r *http.Request) itemLookup {
+	if s.cfg.Responses == nil {
+		return nil
+	}
+	principal := infoFrom(r.Context()).principal
+	outputs := map[string][]storedItem{} // by response ID, for the items of one request
+	return func(id, param string) (Message, *Error) {
+		notFound := &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: CodeNotFound, Param: param,
+			Message: fmt.Sprintf("Item with id %.60q not found.", id)}
+		rid, ok := responseOfItem(id)
+		if !ok {
+			return Message{}, notFound
+		}
+		items, seen := outputs[rid]
+		if !seen {
+			sr, err := s.cfg.Responses.Get(r.Context(), principal, rid)
+			if errors.Is(err, ErrResponseNotFound) {
+				return Message{}, notFound
+			}
+			if err != nil {
+				return Message{}, s.toError(r, err)
+			}
+			var obj struct {
+				Output []storedItem `json:"output"`
+			}
+			if err := json.Unmarshal(sr.Response, &obj); err != nil {
+				return Message{}, s.toError(r, fmt.Errorf("stored response %s: %w", rid, err))
+			}
+			items, outputs[rid] = obj.Output, obj.Output
+		}
+		for _, it := range items {
+			if it.ID != id {
+				continue
+			}
+			switch it.Type {
+			case "message":
+				m := Message{Role: "assistant"}
+				for _, part := range it.Content {
+					m.Content += part.Text
+				}
+				return m, nil
+			case "function_call":
+				return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}}}, nil
+			}
+		}
+		return Message{}, notFound
+	}
+}
+
+// storedItem is what itemsOf reads of a stored response's output item
+// (respMessage or respCall).
+type storedItem struct {
+	Type      string `json:"type"`
+	ID        string `json:"id"`
+	CallID    string `json:"call_id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+	Content   []struct {
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+// responseOfItem is the ID of the response an output item ID belongs to.
+func responseOfItem(id string) (string, bool) {
+	var rest string
+	switch {
+	case strings.HasPrefix(id, "msg_"):
+		rest = id[len("msg_"):]
+	case strings.HasPrefix(id, "fc_"):
+		rest = id[len("fc_"):]
+	default:
+		return "", false
+	}
+	x, _, _ := strings.Cut(rest, "_")
+	rid := "resp_" + x
+	return rid, validResponseID(rid)
+}

@@ -110,6 +110,20 @@ func TestStoredResponsesChain(t *testing.T) {
 		t.Errorf("third request's messages %+v", svc.last.Messages)
 	}
 
+	// An item_reference stands for the stored output item it names.
+	msgID := "msg_" + strings.TrimPrefix(id, "resp_")
+	post(`{"model":"tiny","input":[{"role":"user","content":"q"},{"type":"item_reference","id":"` + msgID + `"},{"role":"user","content":"next"}],"store":false}`)
+	wantRef := []Message{{Role: "user", Content: "q"}, {Role: "assistant", Content: fakeText}, {Role: "user", Content: "next"}}
+	if !reflect.DeepEqual(svc.last.Messages, wantRef) {
+		t.Errorf("item_reference resolved to %+v\nwant %+v", svc.last.Messages, wantRef)
+	}
+	for _, ref := range []string{msgID + "_9", "fc_" + strings.TrimPrefix(id, "resp_") + "_0", "msg_ffff", "rs_1"} {
+		rec := do(h, "POST", "/v1/responses", `{"model":"tiny","input":[{"type":"item_reference","id":"`+ref+`"}]}`, authJSON())
+		if _, code, param, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != CodeNotFound || param != "input[0].id" {
+			t.Errorf("item_reference %s: %d %s", ref, rec.Code, rec.Body.String())
+		}
+	}
+
 	rec = do(h, "DELETE", "/v1/responses/"+id, "", authJSON())
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"deleted":true`) {
 		t.Errorf("DELETE: %d %s", rec.Code, rec.Body.String())

@@ -46,7 +46,7 @@ func TestToolsDecode(t *testing.T) {
 	rbody := `{"model":"tiny","tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}],"tool_choice":"required",
 	"input":[{"role":"user","content":"Weather?"},{"type":"function_call","call_id":"call_1","name":"get_weather","arguments":"{}"},
 	{"type":"function_call_output","call_id":"call_1","output":"sunny"}]}`
-	rreq, _, e := decodeResponsesRequest([]byte(rbody), 1000, nil)
+	rreq, _, e := decodeResponsesRequest([]byte(rbody), 1000, nil, nil)
 	if e != nil {
 		t.Fatal(e)
 	}

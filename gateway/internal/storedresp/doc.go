@@ -14,8 +14,10 @@
 //     tenant's incarnation, with the tenant and the ID as associated data.
 //     A tenant deleted and created again under the same name gets a new
 //     incarnation, so it cannot open what its predecessor stored (DESIGN
-//     I8): the record reads as missing and is removed. Whoever reads the
-//     backend (a Redis dump, a replica) sees only sealed bytes.
+//     I8): the record reads as missing and is removed. Deleting a tenant
+//     through the admin API also removes its records at once (Purging).
+//     Whoever reads the backend (a Redis dump, a replica) sees only
+//     sealed bytes.
 //   - Bounds: every record expires after the TTL, and a tenant's records
 //     together stay under a byte bound — storing past it evicts that
 //     tenant's oldest records first, never another tenant's.

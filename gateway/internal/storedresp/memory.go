@@ -94,6 +94,14 @@ func (m *Memory) Delete(_ context.Context, tenant, id string) error {
 	return nil
 }
 
+// DeleteTenant implements Backend.
+func (m *Memory) DeleteTenant(_ context.Context, tenant string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.tenants, tenant)
+	return nil
+}
+
 // remove drops id's record and its place in the order.
 func (t *memTenant) remove(id string) {
 	if r, ok := t.records[id]; ok {

@@ -78,6 +78,21 @@ if size then redis.call('DECRBY', KEYS[4], size) end
 return redis.call('DEL', KEYS[1])
 `)
 
+// deleteTenantScript removes every record of a tenant and its
+// accounting. KEYS: index, sizes, count. ARGV: record key prefix.
+var deleteTenantScript = redis.NewScript(`
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  redis.call('DEL', ARGV[1] .. id)
+end
+return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[3] .. ':seq')
+`)
+
+// DeleteTenant implements Backend.
+func (r *Redis) DeleteTenant(ctx context.Context, tenant string) error {
+	idx, sizes, count := r.keys(tenant)
+	return deleteTenantScript.Run(ctx, r.rdb, []string{idx, sizes, count}, r.recordKey(tenant, "")).Err()
+}
+
 // Put implements Backend.
 func (r *Redis) Put(ctx context.Context, tenant, id string, blob []byte, ttl time.Duration, maxBytes int64) error {
 	idx, sizes, count := r.keys(tenant)

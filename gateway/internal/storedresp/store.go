@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/tenant"
 )
 
 // Backend holds sealed records under (tenant, id). Implementations must
@@ -25,6 +27,8 @@ type Backend interface {
 	Get(ctx context.Context, tenant, id string) ([]byte, error)
 	// Delete removes the record, or returns ErrNotFound.
 	Delete(ctx context.Context, tenant, id string) error
+	// DeleteTenant removes every record of tenant.
+	DeleteTenant(ctx context.Context, tenant string) error
 }
 
 // ErrNotFound is a Backend's answer for a record it does not hold.
@@ -138,6 +142,34 @@ func (s *Store) Delete(ctx context.Context, p api.Principal, id string) error {
 			return api.ErrResponseNotFound
 		}
 		return fmt.Errorf("storedresp: %w", err)
+	}
+	return nil
+}
+
+// Purging wraps the tenant store the admin API writes through so that
+// deleting a tenant also removes its stored responses (DESIGN I8: what
+// belonged to the incarnation disappears with it). A re-created tenant
+// could not read them anyway (another incarnation's key); this frees the
+// space at once instead of at the TTL.
+func Purging(ts tenant.Store, s *Store, log *slog.Logger) tenant.Store {
+	return purging{Store: ts, responses: s, log: log}
+}
+
+type purging struct {
+	tenant.Store
+	responses *Store
+	log       *slog.Logger
+}
+
+// DeleteTenant implements tenant.Store; a failure to remove the stored
+// responses is logged, not returned: the tenant is gone either way.
+func (p purging) DeleteTenant(ctx context.Context, id string) error {
+	if err := p.Store.DeleteTenant(ctx, id); err != nil {
+		return err
+	}
+	if err := p.responses.backend.DeleteTenant(ctx, id); err != nil {
+		p.log.WarnContext(ctx, "stored responses of a deleted tenant not removed; they expire with their TTL",
+			"tenant", id, "err", err)
 	}
 	return nil
 }

@@ -112,6 +112,35 @@ func TestOwnership(t *testing.T) {
 	})
 }
 
+// TestDeleteTenant: a tenant's deletion removes its records, not another
+// tenant's.
+func TestDeleteTenant(t *testing.T) {
+	backends(t, func(t *testing.T, b Backend, raw func(tenant, id string) []byte) {
+		ctx := context.Background()
+		s, _ := New(b, secret, Options{})
+		acme, other := principal("acme", "i"), principal("globex", "i")
+		for _, p := range []api.Principal{acme, other} {
+			for i := range 3 {
+				if err := s.Put(ctx, p, record(fmt.Sprint("resp_", i), "x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := b.DeleteTenant(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			id := fmt.Sprint("resp_", i)
+			if len(raw("acme", id)) != 0 {
+				t.Errorf("acme's %s survived the tenant's deletion", id)
+			}
+			if _, err := s.Get(ctx, other, id); err != nil {
+				t.Errorf("globex's %s: %v", id, err)
+			}
+		}
+	})
+}
+
 // TestTenantBound: storing past a tenant's byte bound evicts that
 // tenant's oldest records, never another tenant's; a record larger than
 // the bound is refused.
