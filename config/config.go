@@ -388,6 +388,13 @@ type KV struct {
 	// MemoryFraction is used when MemoryBytes is 0; in (0, 1].
 	// Default 0.5.
 	MemoryFraction float64 `yaml:"memory_fraction"`
+	// MemoryHeadroom is what a worker under a cgroup memory limit (a
+	// container's) leaves unplanned for its own working memory (Go heap,
+	// compute scratch, tokenizer, connections) when MemoryBytes is 0: the
+	// pool is MemoryFraction of min(host MemAvailable, cgroup limit −
+	// cgroup usage − MemoryHeadroom) less the weights. Without a cgroup
+	// limit it is not used. Default 256MiB.
+	MemoryHeadroom ByteSize `yaml:"memory_headroom"`
 	// ZeroOnRelease zeroes pages when they are freed (I9). Default false:
 	// owner tags already make unwritten slots unreadable.
 	ZeroOnRelease bool `yaml:"zero_on_release"`

@@ -120,6 +120,8 @@ func TestValidationRules(t *testing.T) {
 			[]string{`worker.kv.page_tokens: must be in 1..4096 (got 0)`}},
 		{"memory bytes", func(c *Config) { c.Worker.KV.MemoryBytes = -1 },
 			[]string{`worker.kv.memory_bytes: must be >= 0 (got -1)`}},
+		{"memory headroom", func(c *Config) { c.Worker.KV.MemoryHeadroom = -1 },
+			[]string{`worker.kv.memory_headroom: must be >= 0 (got -1)`}},
 		{"memory fraction", func(c *Config) { c.Worker.KV.MemoryFraction = 1.5 },
 			[]string{`worker.kv.memory_fraction: must be in (0, 1] (got 1.5)`}},
 		{"prefill chunk", func(c *Config) { c.Worker.PrefillChunkTokens = 0 },

@@ -109,6 +109,7 @@ func (w *Worker) openRuntime() error {
 		PageTokens:      wc.KV.PageTokens,
 		KVBytes:         int64(wc.KV.MemoryBytes),
 		KVFraction:      wc.KV.MemoryFraction,
+		MemoryHeadroom:  int64(wc.KV.MemoryHeadroom),
 		ChunkTokens:     wc.PrefillChunkTokens,
 		MaxBatch:        wc.MaxBatch,
 		ZeroOnRelease:   wc.KV.ZeroOnRelease,

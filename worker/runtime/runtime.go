@@ -36,6 +36,9 @@ type Options struct {
 	KVBytes int64
 	// KVFraction is used when KVBytes is 0, in (0, 1].
 	KVFraction float64
+	// MemoryHeadroom is left unplanned under a cgroup memory limit when
+	// KVBytes is 0 (see MemoryPlan).
+	MemoryHeadroom int64
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
@@ -56,6 +59,8 @@ type Runtime struct {
 	Capacity kvpool.Capacity
 	// PageBytes is the size of one KV page.
 	PageBytes int
+	// Memory is how the pool's budget was chosen.
+	Memory MemoryPlan
 
 	backend interface{ Close() }
 }
@@ -107,14 +112,11 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 			return nil, err
 		}
 	}
-	budget := opt.KVBytes
-	if budget == 0 {
-		free, err := freeMemoryAfterWeights(opt.Backend, m, opt.Quantize)
-		if err != nil {
-			return nil, err
-		}
-		budget = int64(float64(free) * opt.KVFraction)
+	plan, err := planMemory(opt, m)
+	if err != nil {
+		return nil, err
 	}
+	budget := plan.BudgetBytes
 	pages := kvpool.PagesForBudget(budget, pageBytes)
 	if pages == 0 {
 		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes", ErrNoMemory, budget, pageBytes)
@@ -138,7 +140,9 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		return nil, err
 	}
 	capacity := pool.Capacity()
-	opt.Logger.Info(capacity.String(), "model", m.Dir, "backend", opt.Backend, "budget_bytes", budget)
+	opt.Logger.Info(capacity.String(), "model", m.Dir, "backend", opt.Backend, "budget_bytes", budget,
+		"memory_source", plan.Source, "memory_limit_bytes", plan.LimitBytes, "memory_available_bytes", plan.AvailableBytes,
+		"memory_headroom_bytes", plan.HeadroomBytes, "weights_bytes", plan.WeightsBytes)
 
 	if be == nil {
 		if be, err = newBackend(opt, m, pool); err != nil {
@@ -155,7 +159,7 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, backend: be}, nil
+	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan, backend: be}, nil
 }
 
 // closingBackend is an engine backend that holds resources.

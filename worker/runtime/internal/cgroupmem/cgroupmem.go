@@ -66,15 +66,11 @@ func Self() (Limit, error) {
 // Read finds the binding limit of the process whose /proc/self/cgroup is
 // self, in the cgroup filesystem root (the directory /sys/fs/cgroup).
 func Read(root fs.FS, self []byte) (Limit, error) {
-	v, p, err := parseSelf(self)
+	v, leaf, err := Locate(root, self)
 	if err != nil {
 		return Limit{}, err
 	}
 	h := hierarchies[v]
-	leaf, ok := resolve(root, h.mount, p)
-	if !ok {
-		return Limit{}, ErrNoLimit
-	}
 	best, found := Limit{}, false
 	for dir := leaf; ; dir = path.Dir(dir) {
 		l, ok, err := h.level(root, dir)
@@ -92,6 +88,22 @@ func Read(root fs.FS, self []byte) (Limit, error) {
 		return Limit{}, ErrNoLimit
 	}
 	return best, nil
+}
+
+// Locate returns the hierarchy and the directory (relative to root) of
+// the memory cgroup of the process whose /proc/self/cgroup is self. It
+// fails with ErrNoLimit when there is no memory hierarchy or the group's
+// directory cannot be found.
+func Locate(root fs.FS, self []byte) (Version, string, error) {
+	v, p, err := parseSelf(self)
+	if err != nil {
+		return "", "", err
+	}
+	dir, ok := resolve(root, hierarchies[v].mount, p)
+	if !ok {
+		return "", "", ErrNoLimit
+	}
+	return v, dir, nil
 }
 
 // parseSelf picks the memory controller's hierarchy and path from
