@@ -356,6 +356,13 @@ func (c *Config) validateWorker(v *validator) {
 	oneOf(v, "worker.role", w.Role, RoleBoth, RolePrefill, RoleDecode)
 	oneOf(v, "worker.backend", w.Backend, BackendCPU, BackendCUDA)
 	oneOf(v, "worker.weights", w.Weights, WeightsFile, WeightsQ8)
+	oneOf(v, "worker.dtype", w.DType, DTypeAuto, DTypeF32, DTypeF16, DTypeBF16, DTypeQ8)
+	switch {
+	case w.Weights == WeightsQ8 && w.DType != DTypeAuto && w.DType != DTypeQ8:
+		v.add("worker.dtype", "%s contradicts worker.weights q8 (which is dtype q8); set one of them", w.DType)
+	case w.Backend == BackendCUDA && (w.DType == DTypeF32 || w.DType == DTypeF16 || w.DType == DTypeBF16):
+		v.add("worker.dtype", "%s needs the cpu backend: the cuda backend computes with the checkpoint's type (auto) or q8", w.DType)
+	}
 	v.nonNegativeInt("worker.threads", w.Threads)
 	v.listenAddr("worker.listen", w.Listen)
 	if w.AdvertiseAddr != "" {

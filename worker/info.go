@@ -60,6 +60,7 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 		PrefixCacheVersion: w.reportedCacheVersion(),
 		ConstraintLimits:   controlpb.NewConstraintLimits(constrain.DefaultLimits),
 		Memory:             memoryPlan(w.rt.Memory),
+		WeightsDtype:       w.rt.WeightsDType,
 	}
 }
 

@@ -73,7 +73,7 @@ func planMemory(opt Options, m *model.Model) (MemoryPlan, error) {
 		if p, err = hostMemory(avail, lim, err, opt.MemoryHeadroom); err != nil {
 			return MemoryPlan{}, err
 		}
-		p.WeightsBytes = weightsBytes(m, opt.Quantize)
+		p.WeightsBytes = weightsBytes(m, opt)
 	}
 	p.BudgetBytes = int64(float64(max(0, p.AvailableBytes-p.WeightsBytes)) * opt.KVFraction)
 	return p, nil
@@ -99,12 +99,15 @@ func hostMemory(avail int64, lim cgroupmem.Limit, limErr error, headroom int64) 
 }
 
 // weightsBytes is the weights in the form the cpu backend holds them:
-// the file's element type, or 1.125 bytes a weight for q8 plus the
-// embedding in the file's type.
-func weightsBytes(m *model.Model, q8 bool) int64 {
+// the file's element type or Options.DType, or 1.125 bytes a weight for
+// q8 plus the embedding in that type.
+func weightsBytes(m *model.Model, opt Options) int64 {
 	c := &m.Config
 	size := int64(m.Weights().Embed.DType.Size())
-	if q8 {
+	if opt.DType != "" {
+		size = int64(opt.DType.Size())
+	}
+	if opt.Quantize {
 		// Every matrix at q8, plus the embedding rows in the file's type.
 		return c.NumParameters()*kernels.Q8BlockBytes/kernels.Q8Block + int64(c.VocabSize)*int64(c.HiddenSize)*size
 	}
