@@ -206,8 +206,12 @@ type poolMaker interface {
 func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend, error) {
 	switch opt.Backend {
 	case "cpu":
-		return cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
+		b, err := cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
 			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, DType: opt.DType, Quantize: opt.Quantize})
+		if err != nil {
+			return nil, err // not a nil *cpu.Backend in the interface: open would Close it
+		}
+		return b, nil
 	default:
 		return nil, fmt.Errorf("runtime: unknown backend %q (want cpu or cuda)", opt.Backend)
 	}
