@@ -343,6 +343,36 @@ const (
 	WeightsQ8 WeightFormat = "q8"
 )
 
+// DType is the element type a worker computes with, converted at load
+// when it differs from the checkpoint's (as vLLM's --dtype).
+type DType string
+
+// Weight dtypes.
+const (
+	// DTypeAuto keeps the checkpoint's element type (f32, f16 or bf16),
+	// or q8 when worker.weights is q8.
+	DTypeAuto DType = "auto"
+	// DTypeF32, DTypeF16 and DTypeBF16 convert the matrices at load (one
+	// round to nearest even; a weight beyond f16's ±65504 refuses to
+	// load). A bf16 checkpoint served as f16 keeps 2 bytes a weight and
+	// runs the f16 kernels; as f32 it takes twice the memory.
+	DTypeF32  DType = "f32"
+	DTypeF16  DType = "f16"
+	DTypeBF16 DType = "bf16"
+	// DTypeQ8 quantizes the projections and the LM head at load, as
+	// worker.weights q8 does.
+	DTypeQ8 DType = "q8"
+)
+
+// WeightsDType resolves worker.dtype and worker.weights into the one
+// element type to compute with: q8 when either says q8, else DType.
+func (w *Worker) WeightsDType() DType {
+	if w.Weights == WeightsQ8 {
+		return DTypeQ8
+	}
+	return w.DType
+}
+
 // Worker configures a worker process.
 type Worker struct {
 	// ID names the worker in the registry, logs and metrics. Empty means
@@ -361,8 +391,13 @@ type Worker struct {
 	ModelDir string `yaml:"model_dir" warden:"path"`
 	// Backend is cpu (default) or cuda.
 	Backend Backend `yaml:"backend"`
-	// Weights is file (default: the file's element type) or q8.
+	// Weights is file (default: the file's element type) or q8; q8 is
+	// the same as DType q8.
 	Weights WeightFormat `yaml:"weights"`
+	// DType is the element type to compute with: auto (default: the
+	// checkpoint's), f32, f16, bf16 (converted at load, cpu backend) or
+	// q8. See WeightsDType.
+	DType DType `yaml:"dtype"`
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int `yaml:"threads"`
 	// Listen is the host:port of the worker's gRPC control server
@@ -407,6 +442,13 @@ type KV struct {
 	// MemoryFraction is used when MemoryBytes is 0; in (0, 1].
 	// Default 0.5.
 	MemoryFraction float64 `yaml:"memory_fraction"`
+	// MemoryHeadroom is what a worker under a cgroup memory limit (a
+	// container's) leaves unplanned for its own working memory (Go heap,
+	// compute scratch, tokenizer, connections) when MemoryBytes is 0: the
+	// pool is MemoryFraction of min(host MemAvailable, cgroup limit −
+	// cgroup usage − MemoryHeadroom) less the weights. Without a cgroup
+	// limit it is not used. Default 256MiB.
+	MemoryHeadroom ByteSize `yaml:"memory_headroom"`
 	// ZeroOnRelease zeroes pages when they are freed (I9). Default false:
 	// owner tags already make unwritten slots unreadable.
 	ZeroOnRelease bool `yaml:"zero_on_release"`

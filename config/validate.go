@@ -360,6 +360,13 @@ func (c *Config) validateWorker(v *validator) {
 	oneOf(v, "worker.role", w.Role, RoleBoth, RolePrefill, RoleDecode)
 	oneOf(v, "worker.backend", w.Backend, BackendCPU, BackendCUDA)
 	oneOf(v, "worker.weights", w.Weights, WeightsFile, WeightsQ8)
+	oneOf(v, "worker.dtype", w.DType, DTypeAuto, DTypeF32, DTypeF16, DTypeBF16, DTypeQ8)
+	switch {
+	case w.Weights == WeightsQ8 && w.DType != DTypeAuto && w.DType != DTypeQ8:
+		v.add("worker.dtype", "%s contradicts worker.weights q8 (which is dtype q8); set one of them", w.DType)
+	case w.Backend == BackendCUDA && (w.DType == DTypeF32 || w.DType == DTypeF16 || w.DType == DTypeBF16):
+		v.add("worker.dtype", "%s needs the cpu backend: the cuda backend computes with the checkpoint's type (auto) or q8", w.DType)
+	}
 	v.nonNegativeInt("worker.threads", w.Threads)
 	v.listenAddr("worker.listen", w.Listen)
 	if w.AdvertiseAddr != "" {
@@ -384,6 +391,9 @@ func (c *Config) validateWorker(v *validator) {
 	}
 	if w.KV.MemoryBytes < 0 {
 		v.add("worker.kv.memory_bytes", "must be >= 0 (got %d)", int64(w.KV.MemoryBytes))
+	}
+	if w.KV.MemoryHeadroom < 0 {
+		v.add("worker.kv.memory_headroom", "must be >= 0 (got %d)", int64(w.KV.MemoryHeadroom))
 	}
 	if !(w.KV.MemoryFraction > 0 && w.KV.MemoryFraction <= 1) {
 		v.add("worker.kv.memory_fraction", "must be in (0, 1] (got %g)", w.KV.MemoryFraction)

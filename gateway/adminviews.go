@@ -7,6 +7,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/controlpb"
 )
 
 // clusterView adapts the registry and admission to the admin API.
@@ -52,12 +53,17 @@ func (c clusterView) Cordon(id string, on bool) (admin.WorkerView, bool) {
 // Models implements admin.Cluster.
 func (c clusterView) Models() []admin.ModelView {
 	states := c.g.admission.States()
+	snaps := map[string]registry.Snapshot{}
+	for _, w := range c.g.reg.Workers() {
+		snaps[w.ID] = w
+	}
 	out := make([]admin.ModelView, len(states))
 	for i, s := range states {
 		ws := make([]admin.WorkerCapacity, len(s.Workers))
 		for j, w := range s.Workers {
+			snap := snaps[w.ID]
 			ws[j] = admin.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.CapacityTokens,
-				UsableTokens: w.CapacityTokens - w.UnusableTokens}
+				UsableTokens: w.CapacityTokens - w.UnusableTokens, WeightsDType: snap.WeightsDType, Memory: memoryPlan(snap.Memory)}
 		}
 		out[i] = admin.ModelView{
 			Name: s.Model, ConfiguredContext: s.Configured, EffectiveContext: s.Effective,
@@ -67,6 +73,15 @@ func (c clusterView) Models() []admin.ModelView {
 		}
 	}
 	return out
+}
+
+// memoryPlan is a worker's MemoryPlan for the admin API; nil stays nil.
+func memoryPlan(p *controlpb.MemoryPlan) *admin.MemoryPlan {
+	if p == nil {
+		return nil
+	}
+	return &admin.MemoryPlan{Source: p.GetSource(), LimitBytes: p.GetLimitBytes(), AvailableBytes: p.GetAvailableBytes(),
+		HeadroomBytes: p.GetHeadroomBytes(), WeightsBytes: p.GetWeightsBytes(), BudgetBytes: p.GetBudgetBytes()}
 }
 
 // requestsView adapts the lifecycle table to the admin API.

@@ -193,6 +193,27 @@ func TestEffectiveContextFollowsWorkers(t *testing.T) {
 	if m := models(); m["tiny"] != [2]int64{2048, 2048} {
 		t.Fatalf("after a large pool: %v", m)
 	}
+	// The model's metadata names the workers' weight dtype, and the admin
+	// API how each worker sized its pool.
+	if code, body := tg.get("/v1/models/tiny"); code != 200 || !strings.Contains(string(body), `"dtype":"f16"`) {
+		t.Fatalf("/v1/models/tiny: %d %s", code, body)
+	}
+	adminCode, adminBody := tg.admin(http.MethodGet, "/admin/v1/models")
+	var views struct {
+		Data []adminclient.ModelView `json:"data"`
+	}
+	if err := json.Unmarshal(adminBody, &views); adminCode != 200 || err != nil || len(views.Data) == 0 {
+		t.Fatalf("admin models: %d %v %s", adminCode, err, adminBody)
+	}
+	for _, m := range views.Data {
+		for _, w := range m.Workers {
+			want := adminclient.MemoryPlan{Source: "cgroup v2", LimitBytes: 1 << 30, AvailableBytes: 700 << 20,
+				HeadroomBytes: 256 << 20, WeightsBytes: 100 << 20, BudgetBytes: 300 << 20}
+			if w.WeightsDType != "f16" || w.Memory == nil || *w.Memory != want {
+				t.Fatalf("admin models: worker %s reports dtype %q memory %+v", w.ID, w.WeightsDType, w.Memory)
+			}
+		}
+	}
 	if tg.metric("warden_model_context_agreement", map[string]string{"model": "tiny"}) != 1 {
 		t.Fatal("agreement gauge wrong")
 	}

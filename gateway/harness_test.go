@@ -481,10 +481,17 @@ func (w *fakeWorker) registryClient() controlpb.RegistryClient {
 	return controlpb.NewRegistryClient(conn)
 }
 
+// What every fake worker reports about its weights and memory.
+var (
+	fakeDType  = "f16"
+	fakeMemory = &controlpb.MemoryPlan{Source: "cgroup v2", LimitBytes: 1 << 30, AvailableBytes: 700 << 20,
+		HeadroomBytes: 256 << 20, WeightsBytes: 100 << 20, BudgetBytes: 300 << 20}
+)
+
 func (w *fakeWorker) info(addr string) *controlpb.WorkerInfo {
 	return &controlpb.WorkerInfo{WorkerId: w.id, Role: w.role, Model: w.model, ControlAddr: addr,
 		TransferAddr: "127.0.0.1:9", TransferBackend: "tcp", HostId: w.host, TokenizerSha256: w.sha,
-		ConstraintLimits: w.limits}
+		ConstraintLimits: w.limits, WeightsDtype: fakeDType, Memory: fakeMemory}
 }
 
 // registerAt registers and starts heartbeating every 100 ms.

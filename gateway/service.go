@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
+	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
@@ -114,9 +117,22 @@ func (s service) Models(ctx context.Context, p api.Principal) ([]api.Model, erro
 			continue
 		}
 		out = append(out, api.Model{ID: cur.Model, Created: g.started.Unix(), OwnedBy: "warden",
-			ContextLength: cur.Effective, ConfiguredContextLength: cur.Configured})
+			ContextLength: cur.Effective, ConfiguredContextLength: cur.Configured, DType: weightsDTypes(g.reg.Healthy(cur.Model))})
 	}
 	return out, nil
+}
+
+// weightsDTypes names the element types the workers compute with, sorted
+// and joined by ","; workers that do not say are left out.
+func weightsDTypes(ws []registry.Snapshot) string {
+	var ds []string
+	for _, w := range ws {
+		if w.WeightsDType != "" && !slices.Contains(ds, w.WeightsDType) {
+			ds = append(ds, w.WeightsDType)
+		}
+	}
+	slices.Sort(ds)
+	return strings.Join(ds, ",")
 }
 
 func (s service) storeError(err error) error {

@@ -6,6 +6,7 @@ import (
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/worker/runtime"
 )
 
 // controlAddr is the address gateways dial: worker.advertise_addr, or the
@@ -58,7 +59,15 @@ func (w *Worker) workerInfo(hostname, version string) *controlpb.WorkerInfo {
 
 		PrefixCacheVersion: w.reportedCacheVersion(),
 		ConstraintLimits:   controlpb.NewConstraintLimits(constrain.DefaultLimits),
+		Memory:             memoryPlan(w.rt.Memory),
+		WeightsDtype:       w.rt.WeightsDType,
 	}
+}
+
+// memoryPlan is the runtime's memory plan in the protocol's form.
+func memoryPlan(p runtime.MemoryPlan) *controlpb.MemoryPlan {
+	return &controlpb.MemoryPlan{Source: p.Source, LimitBytes: p.LimitBytes, AvailableBytes: p.AvailableBytes,
+		HeadroomBytes: p.HeadroomBytes, WeightsBytes: p.WeightsBytes, BudgetBytes: p.BudgetBytes}
 }
 
 // poolStats is the pool's accounting in the protocol's form.

@@ -18,6 +18,7 @@ import (
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/model"
 	"github.com/warden-ai/warden/worker/runtime"
 )
 
@@ -99,16 +100,22 @@ func segmentName(id string) string {
 	return "warden-kv-" + regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(id, "_")
 }
 
+// convertTo maps worker.dtype's conversions to the runtime's; auto and
+// q8 convert nothing (q8 is Options.Quantize).
+var convertTo = map[config.DType]model.DType{config.DTypeF32: model.F32, config.DTypeF16: model.F16, config.DTypeBF16: model.BF16}
+
 func (w *Worker) openRuntime() error {
 	wc := &w.cfg.Worker
 	opt := runtime.Options{
 		ModelDir:        wc.ModelDir,
 		Backend:         string(wc.Backend),
 		Threads:         wc.Threads,
-		Quantize:        wc.Weights == config.WeightsQ8,
+		DType:           convertTo[wc.WeightsDType()],
+		Quantize:        wc.WeightsDType() == config.DTypeQ8,
 		PageTokens:      wc.KV.PageTokens,
 		KVBytes:         int64(wc.KV.MemoryBytes),
 		KVFraction:      wc.KV.MemoryFraction,
+		MemoryHeadroom:  int64(wc.KV.MemoryHeadroom),
 		ChunkTokens:     wc.PrefillChunkTokens,
 		MaxBatch:        wc.MaxBatch,
 		ZeroOnRelease:   wc.KV.ZeroOnRelease,

@@ -128,6 +128,10 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 		PrefixCacheVersion: w.version,
 		// The structured-output limits it enforces (the defaults).
 		ConstraintLimits: &controlpb.ConstraintLimits{SpecBytes: 256 << 10, RegexBytes: 16 << 10, Choices: 1024, Insts: 400_000},
+		// Its KV pool's budget: worker.kv.memory_bytes.
+		Memory: &controlpb.MemoryPlan{Source: "configured", BudgetBytes: testPages * tinyPageSize},
+		// The test model's weights are float32, served as they are.
+		WeightsDtype: "f32",
 	}
 	if !proto.Equal(info, want) || info.GetHostId() == "" || len(info.GetWeightsSha256()) != 64 || w.version == 0 {
 		t.Errorf("registered\n%v\nwant\n%v", info, want)

@@ -113,6 +113,32 @@ type WorkerCapacity struct {
 	CapacityTokens int64  `json:"capacity_tokens"`
 	// UsableTokens is what the pool can hold now, net of quarantine.
 	UsableTokens int64 `json:"usable_tokens"`
+	// WeightsDType is the element type the worker computes with (the
+	// checkpoint's, or worker.dtype's conversion); "" if it does not say.
+	WeightsDType string `json:"weights_dtype,omitempty"`
+	// Memory is how the worker sized its KV pool; nil if it does not say.
+	Memory *MemoryPlan `json:"memory,omitempty"`
+}
+
+// MemoryPlan is how a worker chose its KV pool's budget.
+type MemoryPlan struct {
+	// Source is "cgroup v2", "cgroup v1" (the worker's cgroup memory
+	// limit), "meminfo" (the host's MemAvailable), "cuda" (the device's
+	// free memory) or "configured" (worker.kv.memory_bytes).
+	Source string `json:"source"`
+	// LimitBytes is the bound used: the cgroup limit, MemAvailable or the
+	// device's free memory; 0 when configured.
+	LimitBytes int64 `json:"limit_bytes"`
+	// AvailableBytes is what the weights and the pool had to fit in (for
+	// a cgroup: limit − usage − headroom).
+	AvailableBytes int64 `json:"available_bytes"`
+	// HeadroomBytes is what was left for the process under a cgroup limit
+	// (worker.kv.memory_headroom).
+	HeadroomBytes int64 `json:"headroom_bytes"`
+	// WeightsBytes is the weights as held in memory.
+	WeightsBytes int64 `json:"weights_bytes"`
+	// BudgetBytes is the KV pool's budget.
+	BudgetBytes int64 `json:"budget_bytes"`
 }
 
 // LayoutRefusal is a worker refused at registration because it disagrees

@@ -227,8 +227,14 @@ type WorkerInfo struct {
 	// output constraints it accepts (SamplingParams.constraint); unset or
 	// 0 fields mean the documented defaults.
 	ConstraintLimits *ConstraintLimits `protobuf:"bytes,51,opt,name=constraint_limits,json=constraintLimits,proto3" json:"constraint_limits,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// memory is how the worker sized its KV pool (shown by `warden check`).
+	Memory *MemoryPlan `protobuf:"bytes,52,opt,name=memory,proto3" json:"memory,omitempty"`
+	// weights_dtype is the element type the worker computes with: the
+	// checkpoint's ("f32", "f16", "bf16"), or what worker.dtype converted it
+	// to at load ("f32", "f16", "q8").
+	WeightsDtype  string `protobuf:"bytes,53,opt,name=weights_dtype,json=weightsDtype,proto3" json:"weights_dtype,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WorkerInfo) Reset() {
@@ -373,6 +379,117 @@ func (x *WorkerInfo) GetConstraintLimits() *ConstraintLimits {
 	return nil
 }
 
+func (x *WorkerInfo) GetMemory() *MemoryPlan {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *WorkerInfo) GetWeightsDtype() string {
+	if x != nil {
+		return x.WeightsDtype
+	}
+	return ""
+}
+
+// MemoryPlan is how a worker chose its KV pool's budget.
+type MemoryPlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is "cgroup v2", "cgroup v1" (the process's cgroup memory
+	// limit), "meminfo" (the host's MemAvailable), "cuda" (the device's free
+	// memory) or "configured" (worker.kv.memory_bytes).
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// limit_bytes is the bound used: the cgroup limit, MemAvailable or the
+	// device's free memory; 0 when configured.
+	LimitBytes int64 `protobuf:"varint,2,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	// available_bytes is what the weights and the pool had to fit in (for a
+	// cgroup: limit - usage - headroom).
+	AvailableBytes int64 `protobuf:"varint,3,opt,name=available_bytes,json=availableBytes,proto3" json:"available_bytes,omitempty"`
+	// headroom_bytes is what was left for the process under a cgroup limit
+	// (worker.kv.memory_headroom).
+	HeadroomBytes int64 `protobuf:"varint,4,opt,name=headroom_bytes,json=headroomBytes,proto3" json:"headroom_bytes,omitempty"`
+	// weights_bytes is the weights as held in memory, subtracted from
+	// available_bytes.
+	WeightsBytes int64 `protobuf:"varint,5,opt,name=weights_bytes,json=weightsBytes,proto3" json:"weights_bytes,omitempty"`
+	// budget_bytes is the KV pool's budget.
+	BudgetBytes   int64 `protobuf:"varint,6,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemoryPlan) Reset() {
+	*x = MemoryPlan{}
+	mi := &file_control_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemoryPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemoryPlan) ProtoMessage() {}
+
+func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemoryPlan.ProtoReflect.Descriptor instead.
+func (*MemoryPlan) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MemoryPlan) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *MemoryPlan) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *MemoryPlan) GetAvailableBytes() int64 {
+	if x != nil {
+		return x.AvailableBytes
+	}
+	return 0
+}
+
+func (x *MemoryPlan) GetHeadroomBytes() int64 {
+	if x != nil {
+		return x.HeadroomBytes
+	}
+	return 0
+}
+
+func (x *MemoryPlan) GetWeightsBytes() int64 {
+	if x != nil {
+		return x.WeightsBytes
+	}
+	return 0
+}
+
+func (x *MemoryPlan) GetBudgetBytes() int64 {
+	if x != nil {
+		return x.BudgetBytes
+	}
+	return 0
+}
+
 // ConstraintLimits bound the constraints a worker accepts (see
 // internal/constrain.Limits). The gateway refuses a request whose
 // constraint exceeds the smallest limit among its model's workers with a
@@ -393,7 +510,7 @@ type ConstraintLimits struct {
 
 func (x *ConstraintLimits) Reset() {
 	*x = ConstraintLimits{}
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +522,7 @@ func (x *ConstraintLimits) String() string {
 func (*ConstraintLimits) ProtoMessage() {}
 
 func (x *ConstraintLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[2]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +535,7 @@ func (x *ConstraintLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConstraintLimits.ProtoReflect.Descriptor instead.
 func (*ConstraintLimits) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{2}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConstraintLimits) GetSpecBytes() int64 {
@@ -466,7 +583,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +595,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +608,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterRequest) GetWorker() *WorkerInfo {
@@ -533,7 +650,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +662,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +675,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterResponse) GetHeartbeatIntervalMs() int64 {
@@ -593,7 +710,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +722,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +735,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -685,7 +802,7 @@ type PrefixCacheReport struct {
 
 func (x *PrefixCacheReport) Reset() {
 	*x = PrefixCacheReport{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +814,7 @@ func (x *PrefixCacheReport) String() string {
 func (*PrefixCacheReport) ProtoMessage() {}
 
 func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +827,7 @@ func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
 func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PrefixCacheReport) GetSealed() [][]byte {
@@ -745,7 +862,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +874,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +887,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -788,7 +905,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +917,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +930,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 type ModelAssetsResponse struct {
@@ -833,7 +950,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +962,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +975,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -915,7 +1032,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1044,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1057,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Owner) GetTenant() string {
@@ -994,7 +1111,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1123,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1136,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1126,7 +1243,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1255,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1268,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1269,7 +1386,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1398,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1411,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1353,7 +1470,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1482,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1495,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1406,7 +1523,7 @@ type RenewReservationRequest struct {
 
 func (x *RenewReservationRequest) Reset() {
 	*x = RenewReservationRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1535,7 @@ func (x *RenewReservationRequest) String() string {
 func (*RenewReservationRequest) ProtoMessage() {}
 
 func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1548,7 @@ func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
 func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenewReservationRequest) GetOwner() *Owner {
@@ -1458,7 +1575,7 @@ type RenewReservationResponse struct {
 
 func (x *RenewReservationResponse) Reset() {
 	*x = RenewReservationResponse{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1587,7 @@ func (x *RenewReservationResponse) String() string {
 func (*RenewReservationResponse) ProtoMessage() {}
 
 func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1600,7 @@ func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
 func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RenewReservationResponse) GetLeaseMs() int64 {
@@ -1508,7 +1625,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1637,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1650,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1595,7 +1712,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1724,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1737,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1685,7 +1802,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1814,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1827,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1752,7 +1869,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1881,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1894,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1836,7 +1953,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +1965,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +1978,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -1931,7 +2048,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1943,7 +2060,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1956,7 +2073,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -1982,7 +2099,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2111,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2124,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -2047,7 +2164,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2176,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2189,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -2112,7 +2229,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2241,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2254,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -2179,7 +2296,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2308,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2321,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2233,7 +2350,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2362,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2375,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2295,7 +2412,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2424,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2437,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2358,7 +2475,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2487,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2500,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -2417,7 +2534,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2546,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2559,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -2474,7 +2591,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2603,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2616,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 type WorkerStatus struct {
@@ -2515,7 +2632,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2644,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2657,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2592,7 +2709,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2721,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2734,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2646,7 +2763,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2775,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2788,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2702,7 +2819,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +2831,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +2844,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2755,7 +2872,7 @@ const file_control_proto_rawDesc = "" +
 	"pageTokens\x12'\n" +
 	"\x0fcapacity_tokens\x18\a \x01(\x03R\x0ecapacityTokens\x12)\n" +
 	"\x10owner_violations\x18\b \x01(\x03R\x0fownerViolations\x12!\n" +
-	"\fcached_pages\x18\t \x01(\x03R\vcachedPages\"\xe6\x04\n" +
+	"\fcached_pages\x18\t \x01(\x03R\vcachedPages\"\xc2\x05\n" +
 	"\n" +
 	"WorkerInfo\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12+\n" +
@@ -2774,7 +2891,18 @@ const file_control_proto_rawDesc = "" +
 	"\tkv_layout\x18\r \x01(\tR\bkvLayout\x12%\n" +
 	"\x0eweights_sha256\x18\x0e \x01(\tR\rweightsSha256\x120\n" +
 	"\x14prefix_cache_version\x182 \x01(\x04R\x12prefixCacheVersion\x12P\n" +
-	"\x11constraint_limits\x183 \x01(\v2#.warden.control.v1.ConstraintLimitsR\x10constraintLimits\"\x82\x01\n" +
+	"\x11constraint_limits\x183 \x01(\v2#.warden.control.v1.ConstraintLimitsR\x10constraintLimits\x125\n" +
+	"\x06memory\x184 \x01(\v2\x1d.warden.control.v1.MemoryPlanR\x06memory\x12#\n" +
+	"\rweights_dtype\x185 \x01(\tR\fweightsDtype\"\xdd\x01\n" +
+	"\n" +
+	"MemoryPlan\x12\x16\n" +
+	"\x06source\x18\x01 \x01(\tR\x06source\x12\x1f\n" +
+	"\vlimit_bytes\x18\x02 \x01(\x03R\n" +
+	"limitBytes\x12'\n" +
+	"\x0favailable_bytes\x18\x03 \x01(\x03R\x0eavailableBytes\x12%\n" +
+	"\x0eheadroom_bytes\x18\x04 \x01(\x03R\rheadroomBytes\x12#\n" +
+	"\rweights_bytes\x18\x05 \x01(\x03R\fweightsBytes\x12!\n" +
+	"\fbudget_bytes\x18\x06 \x01(\x03R\vbudgetBytes\"\x82\x01\n" +
 	"\x10ConstraintLimits\x12\x1d\n" +
 	"\n" +
 	"spec_bytes\x18\x01 \x01(\x03R\tspecBytes\x12\x1f\n" +
@@ -2984,106 +3112,108 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
 	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
 	(*WorkerInfo)(nil),                // 2: warden.control.v1.WorkerInfo
-	(*ConstraintLimits)(nil),          // 3: warden.control.v1.ConstraintLimits
-	(*RegisterRequest)(nil),           // 4: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 5: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 6: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),         // 7: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),         // 8: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),        // 9: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),       // 10: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                     // 11: warden.control.v1.Owner
-	(*SamplingParams)(nil),            // 12: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                    // 13: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 14: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 15: warden.control.v1.ReserveResponse
-	(*RenewReservationRequest)(nil),   // 16: warden.control.v1.RenewReservationRequest
-	(*RenewReservationResponse)(nil),  // 17: warden.control.v1.RenewReservationResponse
-	(*PrefillRequest)(nil),            // 18: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 19: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 20: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 21: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 22: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 23: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 24: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 25: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 26: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 27: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 28: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 29: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 30: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 31: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 32: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 33: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 34: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 35: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 36: warden.control.v1.WriterDrainedResponse
+	(*MemoryPlan)(nil),                // 3: warden.control.v1.MemoryPlan
+	(*ConstraintLimits)(nil),          // 4: warden.control.v1.ConstraintLimits
+	(*RegisterRequest)(nil),           // 5: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 6: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 7: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),         // 8: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),         // 9: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),        // 10: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),       // 11: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                     // 12: warden.control.v1.Owner
+	(*SamplingParams)(nil),            // 13: warden.control.v1.SamplingParams
+	(*Ticket)(nil),                    // 14: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 15: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 16: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),   // 17: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 18: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 19: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 20: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 21: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 22: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 23: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 24: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 25: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 26: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 27: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 28: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 29: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 30: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 31: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 32: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 33: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 34: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 35: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 36: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 37: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
-	3,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
-	2,  // 2: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 3: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	7,  // 4: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	1,  // 5: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	7,  // 6: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	11, // 7: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	11, // 8: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 9: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	11, // 10: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
-	11, // 11: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 12: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	13, // 13: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	25, // 14: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	20, // 15: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	25, // 16: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	11, // 17: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 18: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	13, // 19: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	23, // 20: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	24, // 21: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	26, // 22: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	25, // 23: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	27, // 24: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	11, // 25: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	34, // 26: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	7,  // 27: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 28: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 29: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	11, // 30: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	34, // 31: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	4,  // 32: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	6,  // 33: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	9,  // 34: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	14, // 35: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	16, // 36: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	18, // 37: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	21, // 38: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	28, // 39: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	35, // 40: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	32, // 41: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	30, // 42: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	5,  // 43: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	8,  // 44: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	10, // 45: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	15, // 46: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	17, // 47: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	19, // 48: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	22, // 49: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	29, // 50: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	36, // 51: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	33, // 52: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	31, // 53: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	43, // [43:54] is the sub-list for method output_type
-	32, // [32:43] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	4,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
+	3,  // 2: warden.control.v1.WorkerInfo.memory:type_name -> warden.control.v1.MemoryPlan
+	2,  // 3: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 4: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
+	8,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	1,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	8,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	12, // 8: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	12, // 9: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	14, // 10: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	12, // 11: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 12: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 13: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	14, // 14: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	26, // 15: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	21, // 16: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	26, // 17: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	12, // 18: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 19: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	14, // 20: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	24, // 21: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	25, // 22: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	27, // 23: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	26, // 24: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	28, // 25: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	12, // 26: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	35, // 27: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	8,  // 28: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 29: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 30: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	12, // 31: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	35, // 32: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	5,  // 33: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	7,  // 34: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	10, // 35: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	15, // 36: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	17, // 37: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	19, // 38: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	22, // 39: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	29, // 40: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	36, // 41: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	33, // 42: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	31, // 43: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	6,  // 44: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	9,  // 45: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	11, // 46: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	16, // 47: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	18, // 48: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	20, // 49: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	23, // 50: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	30, // 51: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	37, // 52: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	34, // 53: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	32, // 54: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	44, // [44:55] is the sub-list for method output_type
+	33, // [33:44] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3091,7 +3221,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[21].OneofWrappers = []any{
+	file_control_proto_msgTypes[22].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -3102,7 +3232,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

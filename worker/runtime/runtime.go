@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	goruntime "runtime"
+	"strings"
 
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/cpu"
@@ -26,6 +27,10 @@ type Options struct {
 	Backend string
 	// Threads is the number of compute threads; 0 means every core.
 	Threads int
+	// DType, when set (model.F32, F16 or BF16), converts the cpu
+	// backend's matrices to it at load (cpu.ConvertWeights), as a bf16
+	// checkpoint served as f16; "" keeps the file's element type.
+	DType model.DType
 	// Quantize holds the cpu backend's projection weights as Q8 (see
 	// kernels.Matrix.QuantizeQ8); false keeps the file's element type.
 	Quantize bool
@@ -36,6 +41,9 @@ type Options struct {
 	KVBytes int64
 	// KVFraction is used when KVBytes is 0, in (0, 1].
 	KVFraction float64
+	// MemoryHeadroom is left unplanned under a cgroup memory limit when
+	// KVBytes is 0 (see MemoryPlan).
+	MemoryHeadroom int64
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
@@ -56,9 +64,18 @@ type Runtime struct {
 	Capacity kvpool.Capacity
 	// PageBytes is the size of one KV page.
 	PageBytes int
+	// Memory is how the pool's budget was chosen.
+	Memory MemoryPlan
+	// WeightsDType is the element type the backend computes with: "q8"
+	// with Options.Quantize, else Options.DType or the file's, lower case
+	// ("f32", "f16", "bf16").
+	WeightsDType string
 
 	backend interface{ Close() }
 }
+
+// ErrDType reports a weight conversion the backend cannot do.
+var ErrDType = errors.New("runtime: unsupported weight dtype")
 
 // ErrNoMemory reports a budget too small for a single page.
 var ErrNoMemory = errors.New("runtime: KV memory budget holds no page")
@@ -103,18 +120,19 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}()
 	if opt.Backend == "cuda" {
+		if opt.DType != "" {
+			return nil, fmt.Errorf("%w: the cuda backend computes with the file's element type or q8, not %s (use the cpu backend)",
+				ErrDType, strings.ToLower(string(opt.DType)))
+		}
 		if be, err = newCUDABackend(opt, m); err != nil {
 			return nil, err
 		}
 	}
-	budget := opt.KVBytes
-	if budget == 0 {
-		free, err := freeMemoryAfterWeights(opt.Backend, m, opt.Quantize)
-		if err != nil {
-			return nil, err
-		}
-		budget = int64(float64(free) * opt.KVFraction)
+	plan, err := planMemory(opt, m)
+	if err != nil {
+		return nil, err
 	}
+	budget := plan.BudgetBytes
 	pages := kvpool.PagesForBudget(budget, pageBytes)
 	if pages == 0 {
 		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes", ErrNoMemory, budget, pageBytes)
@@ -138,7 +156,9 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		return nil, err
 	}
 	capacity := pool.Capacity()
-	opt.Logger.Info(capacity.String(), "model", m.Dir, "backend", opt.Backend, "budget_bytes", budget)
+	opt.Logger.Info(capacity.String(), "model", m.Dir, "backend", opt.Backend, "budget_bytes", budget,
+		"memory_source", plan.Source, "memory_limit_bytes", plan.LimitBytes, "memory_available_bytes", plan.AvailableBytes,
+		"memory_headroom_bytes", plan.HeadroomBytes, "weights_bytes", plan.WeightsBytes)
 
 	if be == nil {
 		if be, err = newBackend(opt, m, pool); err != nil {
@@ -155,7 +175,20 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, backend: be}, nil
+	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan,
+		WeightsDType: weightsDType(m, opt), backend: be}, nil
+}
+
+// weightsDType names the element type the backend computes with (see
+// Runtime.WeightsDType).
+func weightsDType(m *model.Model, opt Options) string {
+	switch {
+	case opt.Quantize:
+		return "q8"
+	case opt.DType != "":
+		return strings.ToLower(string(opt.DType))
+	}
+	return strings.ToLower(string(m.Weights().Embed.DType))
 }
 
 // closingBackend is an engine backend that holds resources.
@@ -173,8 +206,12 @@ type poolMaker interface {
 func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend, error) {
 	switch opt.Backend {
 	case "cpu":
-		return cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
-			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, Quantize: opt.Quantize})
+		b, err := cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
+			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, DType: opt.DType, Quantize: opt.Quantize})
+		if err != nil {
+			return nil, err // not a nil *cpu.Backend in the interface: open would Close it
+		}
+		return b, nil
 	default:
 		return nil, fmt.Errorf("runtime: unknown backend %q (want cpu or cuda)", opt.Backend)
 	}

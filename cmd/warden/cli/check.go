@@ -145,7 +145,7 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  WORKER\tROLE\tPOOL CAPACITY (tokens)\tUSABLE NOW")
+		fmt.Fprintln(tw, "  WORKER\tROLE\tPOOL CAPACITY (tokens)\tUSABLE NOW\tWEIGHTS\tKV BUDGET\tMEMORY LIMIT (source)")
 		for _, wc := range m.Workers {
 			note := ""
 			if wc.CapacityTokens < m.ConfiguredContext {
@@ -153,7 +153,12 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 			} else if wc.UsableTokens < m.ConfiguredContext {
 				note = "quarantine < configured"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", wc.ID, wc.Role, wc.CapacityTokens, wc.UsableTokens, note)
+			budget, limit := "-", "-"
+			if p := wc.Memory; p != nil {
+				budget, limit = formatSize(p.BudgetBytes), memoryLimit(p)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", wc.ID, wc.Role, wc.CapacityTokens, wc.UsableTokens,
+				orDash(wc.WeightsDType), budget, limit, note)
 		}
 		_ = tw.Flush()
 	}
@@ -164,6 +169,18 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 	if !anyPrefix(findings, "FAIL") {
 		fmt.Fprintln(w, "OK    every model's configured context fits the KV pool of every worker serving it")
 	}
+}
+
+// memoryLimit describes the bound a worker sized its KV pool within: the
+// limit and its source, with the headroom left under a cgroup limit.
+func memoryLimit(p *adminclient.MemoryPlan) string {
+	switch {
+	case p.Source == "configured":
+		return "- (worker.kv.memory_bytes)"
+	case p.HeadroomBytes > 0:
+		return fmt.Sprintf("%s (%s, headroom %s)", formatSize(p.LimitBytes), p.Source, formatSize(p.HeadroomBytes))
+	}
+	return fmt.Sprintf("%s (%s)", formatSize(p.LimitBytes), p.Source)
 }
 
 func anyPrefix(lines []string, prefix string) bool {

@@ -41,6 +41,8 @@ var workerFlags = []workerFlag{
 		}},
 	{"quantize", "q8 quantizes the weights at load; file keeps the file's type (worker.weights)",
 		func(c *config.Config, v string) error { c.Worker.Weights = config.WeightFormat(v); return nil }},
+	{"dtype", "element type to compute with: auto (the checkpoint's), f32, f16, bf16 (converted at load) or q8 (worker.dtype)",
+		func(c *config.Config, v string) error { c.Worker.DType = config.DType(v); return nil }},
 	{"id", "worker ID in the registry, logs and metrics (worker.id)",
 		func(c *config.Config, v string) error { c.Worker.ID = v; return nil }},
 }

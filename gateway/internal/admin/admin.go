@@ -68,6 +68,8 @@ type (
 	ModelView = adminclient.ModelView
 	// WorkerCapacity is one serving worker's pool size in tokens.
 	WorkerCapacity = adminclient.WorkerCapacity
+	// MemoryPlan is how a worker sized its KV pool.
+	MemoryPlan = adminclient.MemoryPlan
 	// LayoutRefusal is a worker refused at registration (I11).
 	LayoutRefusal = adminclient.LayoutRefusal
 	// RequestView is one request, in flight or recently finished.

@@ -18,6 +18,12 @@ type wireModel struct {
 	OwnedBy                 string `json:"owned_by"`
 	ContextLength           int64  `json:"context_length"`
 	ConfiguredContextLength int64  `json:"configured_context_length"`
+	DType                   string `json:"dtype,omitempty"`
+}
+
+func wireModelOf(m Model) wireModel {
+	return wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
+		ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength, DType: m.DType}
 }
 
 type modelList struct {
@@ -33,8 +39,7 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 	}
 	out := modelList{Object: "list", Data: make([]wireModel, 0, len(ms))}
 	for _, m := range ms {
-		out.Data = append(out.Data, wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
-			ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength})
+		out.Data = append(out.Data, wireModelOf(m))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -53,8 +58,7 @@ func (s *server) model(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, m := range ms {
 		if m.ID == id {
-			writeJSON(w, http.StatusOK, wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
-				ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength})
+			writeJSON(w, http.StatusOK, wireModelOf(m))
 			return
 		}
 	}

@@ -108,6 +108,10 @@ type Model struct {
 	ContextLength int64
 	// ConfiguredContextLength is the window set in configuration.
 	ConfiguredContextLength int64
+	// DType is the element type the serving workers compute with ("f16",
+	// "bf16", "q8", ...), several joined by "," in order when they
+	// differ; "" when no worker says.
+	DType string
 }
 
 // Kind says which endpoint a request came from.

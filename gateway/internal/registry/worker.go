@@ -147,10 +147,16 @@ type Snapshot struct {
 	ControlAddr, TransferAddr, TransferBackend string
 	HostID, TokenizerSHA256, Backend, Version  string
 	KVDType, KVLayout, WeightsSHA256           string
-	ModelMaxContext                            int64
-	Pool                                       Pool
-	Running, Waiting                           int32
-	Healthy                                    bool
+	// WeightsDType is the element type the worker computes with ("f32",
+	// "f16", "bf16", "q8"); "" from a worker that does not say.
+	WeightsDType string
+	// Memory is how the worker sized its KV pool; nil from a worker that
+	// does not say. Read-only.
+	Memory           *controlpb.MemoryPlan
+	ModelMaxContext  int64
+	Pool             Pool
+	Running, Waiting int32
+	Healthy          bool
 	// Cordoned: no new request is placed here (Registry.Cordon).
 	Cordoned bool
 	// Draining: the worker is shutting down and said so; no new request
@@ -180,6 +186,7 @@ func (w *Worker) snapshotLocked() Snapshot {
 		ControlAddr: i.GetControlAddr(), TransferAddr: i.GetTransferAddr(), TransferBackend: i.GetTransferBackend(),
 		HostID: i.GetHostId(), TokenizerSHA256: i.GetTokenizerSha256(), Backend: i.GetBackend(), Version: i.GetVersion(),
 		KVDType: i.GetKvDtype(), KVLayout: i.GetKvLayout(), WeightsSHA256: i.GetWeightsSha256(),
+		WeightsDType: i.GetWeightsDtype(), Memory: i.GetMemory(),
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
 		Slots: w.slots, InFlightBudget: w.budgetLocked(),

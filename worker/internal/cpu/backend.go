@@ -19,6 +19,7 @@ import (
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // Spec is the model geometry the backend needs.
@@ -107,6 +108,10 @@ type Options struct {
 	MaxBatchTokens int
 	// PageTokens is the KV page size.
 	PageTokens int
+	// DType, when set (F32, F16 or BF16), converts the embedding, the LM
+	// head and the projections to it at load (FromModel, ConvertWeights);
+	// "" keeps the file's element type.
+	DType model.DType
 	// Quantize selects Q8 weights for the projections and the LM head
 	// (FromModel); false keeps the file's element type.
 	Quantize bool

@@ -30,11 +30,17 @@ func SpecFor(c *model.Config) Spec {
 }
 
 // FromModel builds a backend over a loaded model (see WeightsOf), with
+// its matrices converted to opt.DType when set (see ConvertWeights) and
 // Q8 weights when opt.Quantize (see QuantizeQ8).
 func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
 	w, err := WeightsOf(m)
 	if err != nil {
 		return nil, err
+	}
+	if opt.DType != "" {
+		if w, err = ConvertWeights(w, opt.DType); err != nil {
+			return nil, err
+		}
 	}
 	if opt.Quantize {
 		w = QuantizeQ8(w)
@@ -94,6 +100,46 @@ func WeightsOf(m *model.Model) (Weights, error) {
 		return Weights{}, err
 	}
 	return w, nil
+}
+
+// formats maps the float dtypes to the kernels' formats.
+var formats = map[model.DType]kernels.Format{model.F32: kernels.F32, model.F16: kernels.F16, model.BF16: kernels.BF16}
+
+// ConvertWeights returns w with the embedding, the LM head and the
+// projections converted to dt, F32, F16 or BF16 (kernels.Matrix.Convert:
+// one round to nearest even from the file's values); a tied LM head stays
+// the embedding. A weight beyond dt's range fails, naming its matrix.
+func ConvertWeights(w Weights, dt model.DType) (Weights, error) {
+	f, ok := formats[dt]
+	if !ok {
+		return Weights{}, fmt.Errorf("cpu: converting the weights: %w: %q", model.ErrUnsupportedDType, dt)
+	}
+	var errs []error
+	conv := func(name string, m *kernels.Matrix) *kernels.Matrix {
+		c, err := m.Convert(f)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cpu: converting %s to %v: %w", name, f, err))
+		}
+		return c
+	}
+	out := w
+	out.Embed = conv("the embedding", w.Embed)
+	if w.LMHead == w.Embed {
+		out.LMHead = out.Embed
+	} else {
+		out.LMHead = conv("the LM head", w.LMHead)
+	}
+	out.Layers = make([]LayerWeights, len(w.Layers))
+	for i, l := range w.Layers {
+		name := func(m string) string { return fmt.Sprintf("layer %d %s", i, m) }
+		l.Wq, l.Wk, l.Wv, l.Wo = conv(name("q_proj"), l.Wq), conv(name("k_proj"), l.Wk), conv(name("v_proj"), l.Wv), conv(name("o_proj"), l.Wo)
+		l.WGate, l.WUp, l.WDown = conv(name("gate_proj"), l.WGate), conv(name("up_proj"), l.WUp), conv(name("down_proj"), l.WDown)
+		out.Layers[i] = l
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Weights{}, err
+	}
+	return out, nil
 }
 
 // QuantizeQ8 returns w with the projections and the LM head quantized to

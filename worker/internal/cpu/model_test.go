@@ -1,8 +1,10 @@
 package cpu
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -171,5 +173,57 @@ func TestHalfWeightsEqualWidened(t *testing.T) {
 		if worst > 0.1 || math.IsNaN(worst) {
 			t.Errorf("%s → q8: worst relative logit difference %.3g exceeds 0.1", dt, worst)
 		}
+	}
+}
+
+// TestConvertWeights: a bf16 model's matrices converted to f16 are all
+// f16 (a tied LM head stays the embedding), stream as many bytes as the
+// bf16 ones and hold each weight as kernels.Matrix.Convert rounds it; a
+// dtype that is not a float format is refused.
+func TestConvertWeights(t *testing.T) {
+	dir := t.TempDir()
+	if err := model.Init(dir, model.PresetTiny, 3, model.BF16); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	w, err := WeightsOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ConvertWeights(w, model.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mats := []*kernels.Matrix{c.Embed, c.LMHead}
+	for _, l := range c.Layers {
+		mats = append(mats, l.Wq, l.Wk, l.Wv, l.Wo, l.WGate, l.WUp, l.WDown)
+	}
+	for i, mt := range mats {
+		if mt.Format() != kernels.F16 {
+			t.Fatalf("matrix %d is %v after conversion to f16", i, mt.Format())
+		}
+	}
+	if (w.LMHead == w.Embed) != (c.LMHead == c.Embed) {
+		t.Fatal("conversion changed whether the LM head is tied")
+	}
+	if got, want := c.StreamedBytes(), w.StreamedBytes(); got != want {
+		t.Fatalf("f16 decode streams %d bytes, bf16 %d", got, want)
+	}
+	row, want := make([]float32, w.Layers[1].WUp.Cols()), make([]float32, w.Layers[1].WUp.Cols())
+	ref, err := w.Layers[1].WUp.Convert(kernels.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Layers[1].WUp.Row(5, row)
+	ref.Row(5, want)
+	if !slices.Equal(row, want) {
+		t.Fatal("converted up_proj row differs from kernels.Matrix.Convert's")
+	}
+	if _, err := ConvertWeights(w, "Q8_0"); !errors.Is(err, model.ErrUnsupportedDType) {
+		t.Fatalf("ConvertWeights to Q8_0: %v", err)
 	}
 }

@@ -217,6 +217,52 @@ func (m *Matrix) Row(i int, dst []float32) {
 	}
 }
 
+// ErrRange reports a weight that does not fit the format a matrix is
+// converted to.
+var ErrRange = errors.New("kernels: weight beyond the target format's range")
+
+// Convert returns m in format f, which is F32, F16 or BF16 (QuantizeQ8
+// makes Q8): each row is widened exactly (Row) and narrowed to f rounding
+// to nearest even (F32ToF16, F32ToBF16), so converting a BF16 matrix to
+// F16 rounds each weight once, as a bf16→f16 cast does; weights below
+// f's smallest subnormal become zero. A finite weight that would become
+// infinite (beyond ±65504 for F16) fails with ErrRange. A matrix already
+// in f is returned as it is.
+func (m *Matrix) Convert(f Format) (*Matrix, error) {
+	if m.format == f {
+		return m, nil
+	}
+	row := make([]float32, m.cols)
+	switch f {
+	case F32:
+		out := newWeights[float32](m.rows * m.cols)
+		for i := range m.rows {
+			m.Row(i, out[i*m.cols:(i+1)*m.cols])
+		}
+		return NewF32(m.rows, m.cols, out), nil
+	case F16, BF16:
+		u := newWeights[uint16](m.rows*m.cols + pad16)
+		narrow, widen := F32ToF16, F16ToF32
+		if f == BF16 {
+			narrow, widen = F32ToBF16, BF16ToF32
+		}
+		back := make([]float32, m.cols)
+		for i := range m.rows {
+			m.Row(i, row)
+			dst := u[i*m.cols : (i+1)*m.cols]
+			narrow(dst, row)
+			widen(back, dst)
+			for j, v := range back {
+				if math.IsInf(float64(v), 0) && !math.IsInf(float64(row[j]), 0) {
+					return nil, fmt.Errorf("%w: %g at row %d, column %d does not fit %v", ErrRange, row[j], i, j, f)
+				}
+			}
+		}
+		return &Matrix{format: f, rows: m.rows, cols: m.cols, u16: u}, nil
+	}
+	return nil, fmt.Errorf("kernels: Convert to %v (want f32, f16 or bf16)", f)
+}
+
 // QuantizeQ8 returns m block-quantized (the Q8 layouts above): every block
 // of 32 weights of a row gets the scale d = amax/127 (amax the largest
 // magnitude, float32 division) and q = round-half-even(x·(127/amax)),

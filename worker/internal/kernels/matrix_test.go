@@ -3,9 +3,12 @@ package kernels
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -391,5 +394,68 @@ func TestMatMulTWPaddedStride(t *testing.T) {
 				p.Close()
 			}
 		}
+	}
+}
+
+// TestMatrixConvert: a BF16 matrix converted to F16 holds each weight
+// rounded once from its exact value (what the F16 path loads from a file
+// holding the same rounding), to F32 the exact values, and back to BF16
+// the same bits; a weight beyond f16's range fails with ErrRange, naming
+// its place; a matrix already in the format is returned as it is.
+func TestMatrixConvert(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const rows, cols = 5, 37
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = float32(r.NormFloat64() * 0.05)
+	}
+	// Specials: zeros, an f16 subnormal, a value below f16's smallest
+	// subnormal, the largest bfloat16 below f16's largest finite value
+	// (65504 itself rounds to 65536 in bfloat16), infinities.
+	copy(v, []float32{0, float32(math.Copysign(0, -1)), 3e-6, 1e-9, 65280, float32(math.Inf(1)), float32(math.Inf(-1))})
+	raw, wide := as16(BF16, v)
+	m := New16(BF16, rows, cols, raw)
+	if c, err := m.Convert(BF16); c != m || err != nil {
+		t.Fatalf("Convert to its own format = %p, %v; want the matrix itself", c, err)
+	}
+	f32, err := m.Convert(F32)
+	if err != nil || f32.Format() != F32 {
+		t.Fatalf("Convert(F32): %v", err)
+	}
+	_, want16 := as16(F16, wide)
+	f16, err := m.Convert(F16)
+	if err != nil || f16.Format() != F16 {
+		t.Fatalf("Convert(F16): %v", err)
+	}
+	back, err := f32.Convert(BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := make([]float32, cols)
+	for i := range rows {
+		for _, c := range []struct {
+			m    *Matrix
+			want []float32
+		}{{f32, wide}, {f16, want16}, {back, wide}} {
+			c.m.Row(i, row)
+			for j, got := range row {
+				if w := c.want[i*cols+j]; math.Float32bits(got) != math.Float32bits(w) {
+					t.Fatalf("%v row %d col %d: %g, want %g", c.m.Format(), i, j, got, w)
+				}
+			}
+		}
+	}
+	if want16[3] != 0 || want16[2] == 0 || want16[4] != 65280 {
+		t.Fatalf("reference rounding: %v", want16[:5])
+	}
+
+	big := slices.Clone(v)
+	big[2*cols+3] = 1e6
+	raw, _ = as16(BF16, big)
+	if _, err := New16(BF16, rows, cols, raw).Convert(F16); !errors.Is(err, ErrRange) || !strings.Contains(err.Error(), "row 2, column 3") {
+		t.Fatalf("Convert of 1e6 to F16: %v, want ErrRange at row 2, column 3", err)
+	}
+	if _, err := m.Convert(Q8); err == nil {
+		t.Fatal("Convert(Q8) succeeded; QuantizeQ8 makes Q8")
 	}
 }

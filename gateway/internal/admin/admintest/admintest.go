@@ -55,7 +55,13 @@ func NewCluster() *Cluster {
 		},
 		ModelViews: []admin.ModelView{
 			{Name: "tiny", ConfiguredContext: 8192, EffectiveContext: 2048, Policy: "clamp", Serving: true, Verdict: admin.VerdictClamped,
-				Workers: []admin.WorkerCapacity{{ID: "w-prefill", Role: "prefill", CapacityTokens: 2048}, {ID: "w-decode", Role: "decode", CapacityTokens: 4096}}},
+				Workers: []admin.WorkerCapacity{
+					{ID: "w-prefill", Role: "prefill", CapacityTokens: 2048, WeightsDType: "f16",
+						Memory: &admin.MemoryPlan{Source: "cgroup v2", LimitBytes: 4 << 30, AvailableBytes: 3 << 30, HeadroomBytes: 256 << 20,
+							WeightsBytes: 2 << 30, BudgetBytes: 512 << 20}},
+					{ID: "w-decode", Role: "decode", CapacityTokens: 4096, WeightsDType: "bf16",
+						Memory: &admin.MemoryPlan{Source: "meminfo", LimitBytes: 60 << 30, AvailableBytes: 60 << 30, WeightsBytes: 2 << 30, BudgetBytes: 29 << 30}},
+				}},
 			{Name: "big/model", ConfiguredContext: 1024, EffectiveContext: 1024, Policy: "refuse", Serving: true, Verdict: admin.VerdictAgree,
 				Workers: []admin.WorkerCapacity{{ID: "w-both", Role: "both", CapacityTokens: 65536}}},
 		},

@@ -420,6 +420,10 @@ func TestCheck(t *testing.T) {
 		for _, s := range []string{
 			`FAIL  model "tiny": configured context 8192 exceeds effective context 2048: w-prefill (prefill) holds 2048 tokens`,
 			"policy clamp", "w-decode", "4096", "verdict clamped",
+			// The memory each worker planned its pool within, and its weights.
+			"WEIGHTS", "KV BUDGET", "MEMORY LIMIT (source)",
+			"f16  ", "536.9 MB", "4.3 GB (cgroup v2, headroom 268.4 MB)",
+			"bf16  ", "31.1 GB", "64.4 GB (meminfo)",
 		} {
 			if !strings.Contains(out, s) {
 				t.Fatalf("output lacks %q:\n%s", s, out)
