@@ -18,6 +18,7 @@ import (
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/runtime"
 )
 
@@ -102,15 +103,17 @@ func segmentName(id string) string {
 func (w *Worker) openRuntime() error {
 	wc := &w.cfg.Worker
 	opt := runtime.Options{
-		ModelDir:        wc.ModelDir,
-		Backend:         string(wc.Backend),
-		Threads:         wc.Threads,
-		Quantize:        wc.Weights == config.WeightsQ8,
-		PageTokens:      wc.KV.PageTokens,
-		KVBytes:         int64(wc.KV.MemoryBytes),
-		KVFraction:      wc.KV.MemoryFraction,
-		ChunkTokens:     wc.PrefillChunkTokens,
-		MaxBatch:        wc.MaxBatch,
+		ModelDir:    wc.ModelDir,
+		Backend:     string(wc.Backend),
+		Threads:     wc.Threads,
+		Quantize:    wc.Weights == config.WeightsQ8,
+		PageTokens:  wc.KV.PageTokens,
+		KVBytes:     int64(wc.KV.MemoryBytes),
+		KVFraction:  wc.KV.MemoryFraction,
+		ChunkTokens: wc.PrefillChunkTokens,
+		MaxBatch:    wc.MaxBatch,
+		Speculation: engine.Speculation{On: wc.Speculative.Method == config.SpeculativeNgram,
+			K: wc.Speculative.K, NgramMax: wc.Speculative.NgramMax, NgramMin: wc.Speculative.NgramMin},
 		ZeroOnRelease:   wc.KV.ZeroOnRelease,
 		PoisonOnReserve: wc.KV.PoisonOnReserve,
 		Logger:          w.log,
