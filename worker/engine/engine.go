@@ -83,10 +83,6 @@ type Request struct {
 	// Prefix, when set, reuses and publishes sealed prefix pages; see
 	// Prefix.
 	Prefix *Prefix
-	// Speculate turns n-gram speculative decoding on or off for this
-	// request; nil follows Config.Speculation.On. It never changes the
-	// output (speculate.go).
-	Speculate *bool
 }
 
 // Stats are cumulative engine counters.

@@ -54,7 +54,7 @@ import (
 // zero value is off.
 type Speculation struct {
 	// On makes it the default for requests that do not choose
-	// (Request.Speculate).
+	// (Sampling.Speculate).
 	On bool
 	// K is the most tokens proposed per step; 0 means DefaultSpecK.
 	K int
@@ -91,13 +91,13 @@ func (sp Speculation) withDefaults() (Speculation, error) {
 	return sp, nil
 }
 
-// speculates says whether sequence s runs with speculation.
+// speculates says whether request r runs with speculation.
 func (e *Engine) speculates(r *Request) bool {
 	if r.PrefillOnly {
 		return false
 	}
-	if r.Speculate != nil {
-		return *r.Speculate
+	if r.Sampling.Speculate != nil {
+		return *r.Sampling.Speculate
 	}
 	return e.cfg.Speculation.On
 }

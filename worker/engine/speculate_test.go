@@ -275,7 +275,7 @@ func TestSpeculationPerRequest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(20), Speculate: on})
+		st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: engine.Sampling{MaxTokens: 20, IgnoreEOS: true, Speculate: on}})
 		if err != nil {
 			t.Fatal(err)
 		}
