@@ -69,10 +69,14 @@ func (r *rig) timedRun(b *testing.B, name string, p []int32, n int, speculate bo
 //     each forward costs the same as the unedited model's). Goal ≥ 1.5.
 //   - random: the unedited model on a random prompt; nothing to copy.
 //     Goal ≥ 0.97 (at most 3% slower).
+//   - rejected: the worst case, the copying model on a prompt where every
+//     pair of tokens it will produce occurs followed by a wrong token, so
+//     proposals are made at most steps and (nearly) all fail: the cost of
+//     verifying in vain.
 //
 // WARDEN_SPEC_K and WARDEN_SPEC_NGRAM_MIN override the default
 // Speculation (K, NgramMin).
-// Run with: go test -run '^$' -bench SpeculativeDecodeSmall -benchtime 3x ./worker/engine/
+// Run with: go test -run '^$' -bench SpeculativeDecodeSmall -benchtime 15x ./worker/engine/
 func BenchmarkSpeculativeDecodeSmall(b *testing.B) {
 	m := smallModel(b)
 	sp := engine.Speculation{}
@@ -82,17 +86,28 @@ func BenchmarkSpeculativeDecodeSmall(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("WARDEN_SPEC_NGRAM_MIN")); err == nil {
 		sp.NgramMin = n
 	}
-	const tokens = 48
+	const tokens = 32
 	copyRig := newRig(b, rigOptions{model: m, threads: 2, chunk: 256, maxBatch: 1, pages: 128, spec: sp, edit: quietAttention(0)})
 	plainRig := newRig(b, rigOptions{model: m, threads: 2, chunk: 256, maxBatch: 1, pages: 128, spec: sp})
 	copyPrompt := prompt(7, 16, m.Config.VocabSize)
 	copyPrompt = append(copyPrompt, copyRig.run(b, owner("seed"), copyPrompt, greedy(240)).tokens...)
 	randomPrompt := prompt(8, 256, m.Config.VocabSize)
+	// Every pair of consecutive tokens of the walk the copying model takes
+	// from a head, each followed by a random token: every proposal is made
+	// and fails at its first token.
+	head := prompt(9, 16, m.Config.VocabSize)
+	walk := append(head[len(head)-1:], copyRig.run(b, owner("walk"), head, greedy(tokens+1)).tokens...)
+	noise := prompt(10, len(walk), m.Config.VocabSize)
+	rejectPrompt := slices.Clone(head)
+	for i := range len(walk) - 2 {
+		rejectPrompt = append(rejectPrompt, walk[i], walk[i+1], noise[i])
+	}
+	rejectPrompt = append(rejectPrompt, head...)
 	for _, w := range []struct {
 		name string
 		r    *rig
 		p    []int32
-	}{{"copy", copyRig, copyPrompt}, {"random", plainRig, randomPrompt}} {
+	}{{"copy", copyRig, copyPrompt}, {"random", plainRig, randomPrompt}, {"rejected", copyRig, rejectPrompt}} {
 		b.Run(w.name, func(b *testing.B) {
 			var on, off decodeRun
 			var ratios []float64
