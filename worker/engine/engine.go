@@ -11,6 +11,11 @@
 // computed from the sequence's own prompt and cache domain (prefix.go);
 // and once a stream's final event is delivered it no longer touches the
 // sequence's pages.
+//
+// Speculative decoding (speculate.go) verifies tokens proposed from a
+// sequence's own text in one step and emits the ones the model samples
+// too; it changes no output, and marks written only the positions whose
+// input it accepted.
 package engine
 
 import (
