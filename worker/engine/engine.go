@@ -183,6 +183,9 @@ type sequence struct {
 	hist   []int32
 	in     []int32
 	drafts int
+	// specSkip is how many more decode steps go without a proposal, and
+	// specBackoff the current length of such a pause (backOff).
+	specSkip, specBackoff int
 }
 
 // New creates an engine over backend and pool.

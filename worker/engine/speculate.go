@@ -48,7 +48,8 @@ import (
 // past MaxTokens (the token after the last proposal is the k+1-th of the
 // step), and the proposed tokens share the step's chunk budget with
 // prefill after prompts took theirs, so speculation never delays a
-// prompt's chunk.
+// prompt's chunk. A sequence whose proposals keep failing proposes less
+// often (backOff).
 
 // Speculation configures n-gram speculative decoding (see above). The
 // zero value is off.
@@ -148,6 +149,10 @@ func (e *Engine) speculate(budget int) {
 		if s.in == nil || c.Start < len(s.req.Prompt) || budget == 0 {
 			continue
 		}
+		if s.specSkip > 0 {
+			s.specSkip--
+			continue
+		}
 		// The step emits at most k+1 tokens and writes positions up to
 		// pos+k: both stay within MaxTokens and the reserved pages.
 		k := min(sp.K, budget, s.req.Sampling.MaxTokens-s.generated-1,
@@ -193,6 +198,7 @@ func (e *Engine) speculate(budget int) {
 func (e *Engine) verifyDrafts(s *sequence, c Chunk) {
 	v := len(c.Logits) / len(c.Tokens)
 	skip := s.shared * e.cfg.PageTokens
+	accepted := 0
 	for i := range c.Tokens {
 		end := c.Start + i + 1
 		if err := e.pool.MarkTokensWritten(s.req.Owner, c.Pages[s.shared:], end-skip); err != nil {
@@ -202,13 +208,34 @@ func (e *Engine) verifyDrafts(s *sequence, c Chunk) {
 		s.pos = end
 		e.decodeTokens.Add(1)
 		tok, lp := e.pick(s, c.Logits[i*v:(i+1)*v])
-		accepted := i+1 < len(c.Tokens) && tok == c.Tokens[i+1]
-		if accepted {
+		ok := i+1 < len(c.Tokens) && tok == c.Tokens[i+1]
+		if ok {
+			accepted++
 			e.specAccepted.Add(1)
 		}
 		e.emit(s, tok, lp)
-		if s.stream == nil || !accepted {
-			return
+		if s.stream == nil || !ok {
+			break
 		}
 	}
+	s.backOff(accepted)
+}
+
+// maxSpecBackoff bounds how many decode steps a sequence whose proposals
+// keep failing goes without proposing.
+const maxSpecBackoff = 16
+
+// backOff adapts how often s proposes to how its last proposal fared: a
+// proposal of which nothing was accepted doubles (plus one) the number of
+// steps s then decodes without proposing, up to maxSpecBackoff; an
+// accepted token resets it. Text with nothing to copy thus pays for a
+// failed verification about once in maxSpecBackoff steps, while copying
+// text proposes at every step. It affects speed only, never the output.
+func (s *sequence) backOff(accepted int) {
+	if accepted > 0 {
+		s.specBackoff = 0
+		return
+	}
+	s.specBackoff = min(2*s.specBackoff+1, maxSpecBackoff)
+	s.specSkip = s.specBackoff
 }

@@ -68,3 +68,21 @@ func BenchmarkProposeNoMatch(b *testing.B) {
 		})
 	}
 }
+
+func TestBackOffAfterFailedProposals(t *testing.T) {
+	var s sequence
+	var skips []int
+	for range 6 {
+		s.backOff(0)
+		skips = append(skips, s.specSkip)
+	}
+	if want := []int{1, 3, 7, 15, 16, 16}; !slices.Equal(skips, want) {
+		t.Fatalf("pauses after failed proposals %v, want %v", skips, want)
+	}
+	s.specSkip = 0
+	s.backOff(2)
+	s.backOff(0)
+	if s.specSkip != 1 {
+		t.Fatalf("an accepted proposal did not reset the pause: %d", s.specSkip)
+	}
+}
