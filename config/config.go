@@ -427,6 +427,9 @@ type Worker struct {
 	PrefillChunkTokens int `yaml:"prefill_chunk_tokens"`
 	// MaxBatch is the most sequences in one batched step. Default 32.
 	MaxBatch int `yaml:"max_batch"`
+	// Speculative configures exact speculative decoding without a draft
+	// model (n-gram prompt lookup).
+	Speculative Speculative `yaml:"speculative"`
 	// Transfer configures the KV data plane between prefill and decode.
 	Transfer Transfer `yaml:"transfer"`
 }
@@ -460,6 +463,34 @@ type KV struct {
 	// (DESIGN I3). Default true, with either backend.
 	PrefixCache bool `yaml:"prefix_cache"`
 }
+
+// Speculative configures n-gram (prompt lookup) speculative decoding: a
+// decoding sequence proposes the tokens that followed the latest earlier
+// occurrence of its last tokens in its own prompt and output, and one
+// forward verifies them. Outputs are identical with it on or off.
+type Speculative struct {
+	// Method is off or ngram: the default for requests that do not set
+	// "speculative". Default off.
+	Method SpeculativeMethod `yaml:"method"`
+	// K is the most tokens proposed per step, 1..32. Default 4.
+	K int `yaml:"k"`
+	// NgramMax and NgramMin bound the length of the suffix looked up,
+	// longest first, 1 <= ngram_min <= ngram_max <= 16. Default 3 and 2.
+	NgramMax int `yaml:"ngram_max"`
+	NgramMin int `yaml:"ngram_min"`
+}
+
+// SpeculativeMethod names a speculative decoding method.
+type SpeculativeMethod string
+
+// Speculative decoding methods.
+const (
+	// SpeculativeOff: requests decode one token per step unless they ask
+	// for speculation ("speculative": true uses ngram).
+	SpeculativeOff SpeculativeMethod = "off"
+	// SpeculativeNgram: n-gram prompt lookup, on by default.
+	SpeculativeNgram SpeculativeMethod = "ngram"
+)
 
 // TransferBackend names a KV transfer implementation.
 type TransferBackend string

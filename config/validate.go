@@ -400,6 +400,14 @@ func (c *Config) validateWorker(v *validator) {
 	}
 	v.positiveInt("worker.prefill_chunk_tokens", w.PrefillChunkTokens)
 	v.positiveInt("worker.max_batch", w.MaxBatch)
+	sp := &w.Speculative
+	oneOf(v, "worker.speculative.method", sp.Method, SpeculativeOff, SpeculativeNgram)
+	if sp.K < 1 || sp.K > 32 {
+		v.add("worker.speculative.k", "must be in 1..32 (got %d)", sp.K)
+	}
+	if sp.NgramMin < 1 || sp.NgramMax < sp.NgramMin || sp.NgramMax > 16 {
+		v.add("worker.speculative.ngram_min", "must satisfy 1 <= ngram_min <= ngram_max <= 16 (got %d and %d)", sp.NgramMin, sp.NgramMax)
+	}
 
 	t := &w.Transfer
 	oneOf(v, "worker.transfer.backend", t.Backend, TransferTCP, TransferSHM)

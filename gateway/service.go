@@ -285,7 +285,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 func sampling(req *api.GenerateRequest, constraint string, maxTokens int64) *controlpb.SamplingParams {
 	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1)),
 		Constraint: constraint,
-		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs)}
+		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs), Speculative: req.Speculative}
 	if req.N > 1 {
 		sp.N = int32(req.N)
 	}

@@ -245,6 +245,8 @@ func TestMetricsAndShutdown(t *testing.T) {
 		`warden_decode_deferred_kv_release_total{outcome="drained"} 0`,
 		"warden_engine_steps_total",
 		"warden_engine_sequences",
+		"warden_spec_proposed_tokens_total 0",
+		"warden_spec_accepted_tokens_total 0",
 		"warden_kv_fence_rejections_total",
 		"warden_transfer_frames_total",
 		"warden_transfer_checksum_failures_total",

@@ -153,6 +153,45 @@ func TestBothMatchesEngine(t *testing.T) {
 	}
 }
 
+// TestSpeculativeGenerateMatchesEngine: a worker with n-gram speculation
+// on (worker.speculative) returns exactly what the engine computes without
+// it, greedy and sampled, batched, with honest usage; a request's
+// speculative: false turns it off; and proposals were verified.
+func TestSpeculativeGenerateMatchesEngine(t *testing.T) {
+	cfg := testConfig(t, config.RoleBoth, config.TransferTCP, testPages)
+	cfg.Worker.Speculative = config.Speculative{Method: config.SpeculativeNgram, K: 8, NgramMax: 3, NgramMin: 1}
+	w := startWorker(t, cfg)
+	seg := prompt(9, 3)
+	var repeated []int32
+	for range 6 {
+		repeated = append(repeated, seg...)
+	}
+	prompts := [][]int32{repeated, prompt(40, 4), prompt(17, 5)}
+	off := false
+	for name, sp := range map[string]*controlpb.SamplingParams{
+		"greedy":  greedy(40),
+		"sampled": {MaxTokens: 30, Temperature: 0.9, TopP: 0.95, Seed: 7, IgnoreEos: true},
+		"off":     {MaxTokens: 20, IgnoreEos: true, Speculative: &off},
+	} {
+		want := runReference(t, prompts, sp)
+		got := make([]outcome, len(prompts))
+		var wg sync.WaitGroup
+		for i, p := range prompts {
+			wg.Go(func() {
+				got[i] = generate(t, w.client, &controlpb.GenerateRequest{Owner: owner("acme", fmt.Sprintf("spec-%s-%d", name, i), 1), Prompt: p, Sampling: sp})
+			})
+		}
+		wg.Wait()
+		for i := range prompts {
+			checkAgainst(t, fmt.Sprintf("%s, prompt %d", name, i), got[i], want[i])
+		}
+	}
+	waitQuiet(t, w)
+	if s := w.rt.Engine.Stats(); s.SpecProposed == 0 {
+		t.Errorf("no token was proposed: %+v", s)
+	}
+}
+
 // TestGenerateConcurrent: requests of several tenants batched together
 // still produce the reference tokens.
 func TestGenerateConcurrent(t *testing.T) {

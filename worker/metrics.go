@@ -197,6 +197,7 @@ type snapshotCollector struct {
 	checksumFailures, staleFrames, authFailures      *prometheus.Desc
 	prefixShared, prefixSeals, prefixEvictions       *prometheus.Desc
 	prefixHits                                       *prometheus.Desc
+	specProposed, specAccepted                       *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*snapshotCollector)(nil)
@@ -218,9 +219,13 @@ func newSnapshotCollector(src sources) *snapshotCollector {
 		prefixSeals:     d("warden_kv_prefix_sealed_pages_total", "Prompt pages sealed into the prefix cache."),
 		prefixEvictions: d("warden_kv_prefix_evictions_total", "Cached prefix pages evicted to make room for a reservation."),
 		prefixHits:      d("warden_kv_prefix_hit_pages_total", "Sealed prefix pages reused by a reservation instead of being computed."),
-		sequences:       d("warden_engine_sequences", "Sequences in the engine, by state (running, waiting).", "state"),
-		transferBytes:   d("warden_transfer_bytes_total", "KV page bytes transferred, by direction (sent, received).", "direction"),
-		transferFrames:  d("warden_transfer_frames_total", "KV transfer DATA frames, by direction (sent, received).", "direction"),
+		specProposed: d("warden_spec_proposed_tokens_total",
+			"Tokens proposed by n-gram speculative decoding (worker.speculative) for verification."),
+		specAccepted: d("warden_spec_accepted_tokens_total",
+			"Proposed tokens the model sampled too, emitted without a forward step of their own; accepted/proposed is the acceptance rate."),
+		sequences:      d("warden_engine_sequences", "Sequences in the engine, by state (running, waiting).", "state"),
+		transferBytes:  d("warden_transfer_bytes_total", "KV page bytes transferred, by direction (sent, received).", "direction"),
+		transferFrames: d("warden_transfer_frames_total", "KV transfer DATA frames, by direction (sent, received).", "direction"),
 		checksumFailures: d("warden_transfer_checksum_failures_total",
 			"Received transfer frames or pages whose checksum did not match."),
 		staleFrames: d("warden_transfer_stale_frames_total",
@@ -235,7 +240,7 @@ func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.kvPages, c.kvCapacity, c.violations, c.fenceRejections,
 		c.prefixShared, c.prefixSeals, c.prefixEvictions, c.prefixHits,
 		c.steps, c.tokens, c.sequences, c.prefills, c.transferBytes, c.transferFrames,
-		c.checksumFailures, c.staleFrames, c.authFailures} {
+		c.checksumFailures, c.staleFrames, c.authFailures, c.specProposed, c.specAccepted} {
 		ch <- d
 	}
 }
@@ -271,6 +276,8 @@ func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.tokens, es.CachedTokens, "cached")
 	counter(c.tokens, es.ForkTokens, "fork")
 	counter(c.prefills, es.Prefills)
+	counter(c.specProposed, es.SpecProposed)
+	counter(c.specAccepted, es.SpecAccepted)
 	gauge(c.sequences, float64(es.Running), "running")
 	gauge(c.sequences, float64(es.Waiting), "waiting")
 

@@ -18,6 +18,7 @@ import (
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/model"
 	"github.com/warden-ai/warden/worker/runtime"
 )
@@ -107,17 +108,19 @@ var convertTo = map[config.DType]model.DType{config.DTypeF32: model.F32, config.
 func (w *Worker) openRuntime() error {
 	wc := &w.cfg.Worker
 	opt := runtime.Options{
-		ModelDir:        wc.ModelDir,
-		Backend:         string(wc.Backend),
-		Threads:         wc.Threads,
-		DType:           convertTo[wc.WeightsDType()],
-		Quantize:        wc.WeightsDType() == config.DTypeQ8,
-		PageTokens:      wc.KV.PageTokens,
-		KVBytes:         int64(wc.KV.MemoryBytes),
-		KVFraction:      wc.KV.MemoryFraction,
-		MemoryHeadroom:  int64(wc.KV.MemoryHeadroom),
-		ChunkTokens:     wc.PrefillChunkTokens,
-		MaxBatch:        wc.MaxBatch,
+		ModelDir:       wc.ModelDir,
+		Backend:        string(wc.Backend),
+		Threads:        wc.Threads,
+		DType:          convertTo[wc.WeightsDType()],
+		Quantize:       wc.WeightsDType() == config.DTypeQ8,
+		PageTokens:     wc.KV.PageTokens,
+		KVBytes:        int64(wc.KV.MemoryBytes),
+		KVFraction:     wc.KV.MemoryFraction,
+		MemoryHeadroom: int64(wc.KV.MemoryHeadroom),
+		ChunkTokens:    wc.PrefillChunkTokens,
+		MaxBatch:       wc.MaxBatch,
+		Speculation: engine.Speculation{On: wc.Speculative.Method == config.SpeculativeNgram,
+			K: wc.Speculative.K, NgramMax: wc.Speculative.NgramMax, NgramMin: wc.Speculative.NgramMin},
 		ZeroOnRelease:   wc.KV.ZeroOnRelease,
 		PoisonOnReserve: wc.KV.PoisonOnReserve,
 		Logger:          w.log,

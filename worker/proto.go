@@ -37,6 +37,10 @@ func samplingFrom(p *controlpb.SamplingParams) (engine.Sampling, error) {
 		Logprobs:    p.GetLogprobs(),
 		TopLogprobs: int(p.GetTopLogprobs()),
 	}
+	if p != nil && p.Speculative != nil {
+		on := p.GetSpeculative()
+		s.Speculate = &on
+	}
 	if err := s.Validate(); err != nil {
 		return engine.Sampling{}, invalid("sampling: %v", err)
 	}

@@ -1104,7 +1104,11 @@ type SamplingParams struct {
 	// prompt once and decodes n sequences from it; choice k samples with
 	// seed + k*0x9E3779B97F4A7C15 (wrapping). Tokens and Done then carry
 	// the choice index. Prefill and decode workers refuse n > 1.
-	N             int32 `protobuf:"varint,130,opt,name=n,proto3" json:"n,omitempty"`
+	N int32 `protobuf:"varint,130,opt,name=n,proto3" json:"n,omitempty"`
+	// speculative turns exact n-gram speculative decoding on or off for
+	// this request; absent follows the worker's worker.speculative.method.
+	// It never changes the output.
+	Speculative   *bool `protobuf:"varint,140,opt,name=speculative,proto3,oneof" json:"speculative,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1214,6 +1218,13 @@ func (x *SamplingParams) GetN() int32 {
 		return x.N
 	}
 	return 0
+}
+
+func (x *SamplingParams) GetSpeculative() bool {
+	if x != nil && x.Speculative != nil {
+		return *x.Speculative
+	}
+	return false
 }
 
 // Ticket authorises one transfer of one request's KV into reserved pages.
@@ -2946,7 +2957,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xc2\x02\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xfa\x02\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -2962,7 +2973,9 @@ const file_control_proto_rawDesc = "" +
 	"constraint\x12\x1a\n" +
 	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
 	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\x12\r\n" +
-	"\x01n\x18\x82\x01 \x01(\x05R\x01n\"\xa7\x03\n" +
+	"\x01n\x18\x82\x01 \x01(\x05R\x01n\x12&\n" +
+	"\vspeculative\x18\x8c\x01 \x01(\bH\x00R\vspeculative\x88\x01\x01B\x0e\n" +
+	"\f_speculative\"\xa7\x03\n" +
 	"\x06Ticket\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12.\n" +
@@ -3221,6 +3234,7 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
+	file_control_proto_msgTypes[12].OneofWrappers = []any{}
 	file_control_proto_msgTypes[22].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),

@@ -212,10 +212,10 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 // Greedy runs a step like Forward, but instead of filling the Logits of a
 // chunk that has them (non-nil marks a chunk whose output is wanted; it
 // may be empty, since Greedy does not write it) it stores the chunk's
-// greedy token — the argmax of
-// its logits, NaNs skipped and the lowest index winning ties, the engine's
-// rule — in next[i] for batch[i], computed on the device, so only one
-// int32 per chunk crosses to the host. Logits buffers are left untouched;
+// greedy token — the argmax of its last position's logits (one row,
+// whatever the length of Logits), NaNs skipped and the lowest index
+// winning ties, the engine's rule — in next[i] for batch[i], computed on
+// the device, so only one int32 per chunk crosses to the host. Logits buffers are left untouched;
 // next[i] of a chunk without Logits is not written.
 func (b *Backend) Greedy(ctx context.Context, batch []engine.Chunk, next []int32) error {
 	if len(next) < len(batch) {
@@ -244,8 +244,8 @@ func (b *Backend) check(batch []engine.Chunk, greedy bool) error {
 				return fmt.Errorf("cuda: token %d outside the vocabulary", t)
 			}
 		}
-		if !greedy && c.Logits != nil && len(c.Logits) != s.Vocab {
-			return fmt.Errorf("cuda: logits buffer has %d entries, want %d", len(c.Logits), s.Vocab)
+		if n := len(c.Logits) / s.Vocab; !greedy && c.Logits != nil && (len(c.Logits)%s.Vocab != 0 || n < 1 || n > len(c.Tokens)) {
+			return fmt.Errorf("cuda: logits buffer has %d entries, want 1 to %d rows of %d", len(c.Logits), len(c.Tokens), s.Vocab)
 		}
 		rows += len(c.Tokens)
 	}
@@ -271,7 +271,7 @@ func (b *Backend) step(ctx context.Context, batch []engine.Chunk, next []int32) 
 	if b.pool == nil {
 		return fmt.Errorf("cuda: no KV pool (call NewPool first)")
 	}
-	b.buildPlan(batch)
+	b.buildPlan(batch, next != nil)
 	return b.dev.do(func() error { return b.run(ctx, batch, next) })
 }
 
@@ -409,8 +409,8 @@ func (b *Backend) deliver(batch []engine.Chunk, next []int32, from, n int) {
 			next[ci] = int32(uint32(out[4*i]) | uint32(out[4*i+1])<<8 | uint32(out[4*i+2])<<16 | uint32(out[4*i+3])<<24)
 			continue
 		}
-		v := b.spec.Vocab
-		copy(batch[ci].Logits, unsafe.Slice((*float32)(unsafe.Pointer(&out[i*v*4])), v))
+		v, at := b.spec.Vocab, b.plan.logitAt[from+i]
+		copy(batch[ci].Logits[at:at+v], unsafe.Slice((*float32)(unsafe.Pointer(&out[i*v*4])), v))
 	}
 }
 

@@ -26,9 +26,12 @@ type stepPlan struct {
 	// touches.
 	tables []int32
 	// logitRows are the rows whose logits are wanted (each chunk's last
-	// row, for chunks with Logits), logitChunks their chunks.
+	// len(Logits)/Vocab rows, for chunks with Logits; only the last one
+	// for Greedy), logitChunks their chunks and logitAt where each row
+	// goes in its chunk's Logits.
 	logitRows   []int32
 	logitChunks []int
+	logitAt     []int
 	// Owner-tag updates and pages to fill before the step.
 	updIDs []int32
 	upd    []devTag
@@ -41,13 +44,14 @@ type metaOffsets struct {
 	chunks, upd, tokens, rowChunk, rowPos, tables, logitRows, updIDs, fills int
 }
 
-// buildPlan fills b.plan for batch and refreshes the owner tags of every
-// page the batch touches from the pool. Hold b.mu.
-func (b *Backend) buildPlan(batch []engine.Chunk) {
+// buildPlan fills b.plan for batch (a Greedy step when greedy) and
+// refreshes the owner tags of every page the batch touches from the pool.
+// Hold b.mu.
+func (b *Backend) buildPlan(batch []engine.Chunk, greedy bool) {
 	p := &b.plan
 	p.tokens, p.rowChunk, p.rowPos = p.tokens[:0], p.rowChunk[:0], p.rowPos[:0]
 	p.chunks, p.tables, p.sharedTags = p.chunks[:0], p.tables[:0], p.sharedTags[:0]
-	p.logitRows, p.logitChunks = p.logitRows[:0], p.logitChunks[:0]
+	p.logitRows, p.logitChunks, p.logitAt = p.logitRows[:0], p.logitChunks[:0], p.logitAt[:0]
 	p.updIDs, p.upd, p.fills = p.updIDs[:0], p.upd[:0], p.fills[:0]
 	pt := b.opt.PageTokens
 	m := b.mirror
@@ -83,8 +87,15 @@ func (b *Backend) buildPlan(batch []engine.Chunk) {
 			p.rowPos = append(p.rowPos, int32(c.Start+i))
 		}
 		if c.Logits != nil {
-			p.logitRows = append(p.logitRows, int32(len(p.tokens)-1))
-			p.logitChunks = append(p.logitChunks, ci)
+			n := 1
+			if !greedy {
+				n = len(c.Logits) / b.spec.Vocab
+			}
+			for i := range n {
+				p.logitRows = append(p.logitRows, int32(len(p.tokens)-n+i))
+				p.logitChunks = append(p.logitChunks, ci)
+				p.logitAt = append(p.logitAt, i*b.spec.Vocab)
+			}
 		}
 	}
 	p.chunks = append(p.chunks, p.sharedTags...)

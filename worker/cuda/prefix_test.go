@@ -46,8 +46,14 @@ func newCPUEngine(t *testing.T, m *model.Model, pages int) *gpuEngine {
 // startEngine runs an engine over be until the test ends.
 func startEngine(t *testing.T, m *model.Model, be engine.Backend, pool *kvpool.Pool) *gpuEngine {
 	t.Helper()
+	return startEngineSpec(t, m, be, pool, engine.Speculation{})
+}
+
+// startEngineSpec is startEngine with speculative decoding configured.
+func startEngineSpec(t *testing.T, m *model.Model, be engine.Backend, pool *kvpool.Pool, sp engine.Speculation) *gpuEngine {
+	t.Helper()
 	eng, err := engine.New(engine.Config{PageTokens: testPageTokens, ChunkTokens: 40, MaxBatch: 4,
-		EOS: m.EOSTokenIDs()}, be, pool, nil)
+		EOS: m.EOSTokenIDs(), Speculation: sp}, be, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

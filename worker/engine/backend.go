@@ -16,8 +16,10 @@ type Backend interface {
 	// computes positions [Start, Start+len(Tokens)), writes their K/V into
 	// the chunk's pages (position t lives in Pages[t/PageTokens], slot
 	// t%PageTokens) and, when the chunk's Logits is non-nil, fills it with
-	// the logits of the chunk's last position. The engine has verified the
-	// pages (owner and written slots) before calling.
+	// the logits of the chunk's last len(Logits)/VocabSize positions, one
+	// row after the other in position order (one row, the last position's,
+	// but for speculative decoding). The engine has verified the pages
+	// (owner and written slots) before calling.
 	//
 	// The result for a chunk must not depend on the other chunks in the
 	// batch nor on how a prompt was split into chunks (determinism).
@@ -51,7 +53,10 @@ type Chunk struct {
 	// tags on its device compares each shared page's tag with them and
 	// never writes those pages; the others (the cpu backend) ignore it.
 	Shared []kvpool.Tag
-	// Logits receives the last position's logits, or is nil when the chunk
-	// is an intermediate prefill chunk.
+	// Logits receives the logits of the chunk's last m positions, m rows
+	// of VocabSize in position order, m = len(Logits)/VocabSize between 1
+	// and len(Tokens) (m > 1: a speculative chunk, whose every position's
+	// logits the engine verifies); nil when the chunk is an intermediate
+	// prefill chunk.
 	Logits []float32
 }

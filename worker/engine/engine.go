@@ -11,6 +11,11 @@
 // computed from the sequence's own prompt and cache domain (prefix.go);
 // and once a stream's final event is delivered it no longer touches the
 // sequence's pages.
+//
+// Speculative decoding (speculate.go) verifies tokens proposed from a
+// sequence's own text in one step and emits the ones the model samples
+// too; it changes no output, and marks written only the positions whose
+// input it accepted.
 package engine
 
 import (
@@ -50,6 +55,8 @@ type Config struct {
 	EOS []int32
 	// VocabSize bounds valid token ids in prompts.
 	VocabSize int
+	// Speculation configures n-gram speculative decoding (speculate.go).
+	Speculation Speculation
 }
 
 // Request is one sequence to run. The caller has reserved Pages for it.
@@ -98,8 +105,12 @@ type Stats struct {
 	ForkTokens uint64
 	// Preemptions counts sequences paused for a tenant running nothing
 	// (admit).
-	Preemptions      uint64
-	Running, Waiting int
+	Preemptions uint64
+	// SpecProposed counts tokens proposed by speculative decoding and
+	// SpecAccepted those of them the model sampled too (emitted without a
+	// step of their own).
+	SpecProposed, SpecAccepted uint64
+	Running, Waiting           int
 }
 
 // Engine runs sequences. Create it with New, start Run in a goroutine, and
@@ -127,6 +138,9 @@ type Engine struct {
 	cachedTokens                       atomic.Uint64
 	prefills, forkTokens               atomic.Uint64
 	preemptions                        atomic.Uint64
+	specProposed, specAccepted         atomic.Uint64
+	// specLogits holds the logits rows of the step's speculative chunks.
+	specLogits []float32
 	// masked is the scratch copy of a logits row a constrained sequence
 	// masks and samples from (pick).
 	masked             []float32
@@ -162,6 +176,16 @@ type sequence struct {
 	// choice marks every sequence of an n > 1 request: admitted
 	// together, never preempted (admit, preempt).
 	choice bool
+
+	// Speculative decoding (speculate.go), nil without it: hist is the
+	// prompt and the tokens emitted so far, in the step's input (the last
+	// token, then drafts proposed tokens).
+	hist   []int32
+	in     []int32
+	drafts int
+	// specSkip is how many more decode steps go without a proposal, and
+	// specBackoff the current length of such a pause (backOff).
+	specSkip, specBackoff int
 }
 
 // New creates an engine over backend and pool.
@@ -177,6 +201,11 @@ func New(cfg Config, backend Backend, pool *kvpool.Pool, logger *slog.Logger) (*
 	if cfg.VocabSize == 0 {
 		cfg.VocabSize = backend.VocabSize()
 	}
+	sp, err := cfg.Speculation.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Speculation = sp
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -223,6 +252,7 @@ func (e *Engine) newSequence(ctx context.Context, req Request) *sequence {
 		s.pos = len(req.Prompt)
 		s.prompt = len(req.Prompt)
 	}
+	e.startSpeculation(s)
 	return s
 }
 
@@ -274,6 +304,8 @@ func (e *Engine) Stats() Stats {
 		Prefills:      e.prefills.Load(),
 		ForkTokens:    e.forkTokens.Load(),
 		Preemptions:   e.preemptions.Load(),
+		SpecProposed:  e.specProposed.Load(),
+		SpecAccepted:  e.specAccepted.Load(),
 		Running:       int(e.nRunning.Load()),
 		Waiting:       int(e.nWaiting.Load()),
 	}
@@ -510,6 +542,7 @@ func (e *Engine) step(ctx context.Context) {
 		e.members = append(e.members, s)
 	}
 	e.compact()
+	e.speculate(budget)
 	if len(e.batch) == 0 {
 		return
 	}
@@ -519,6 +552,10 @@ func (e *Engine) step(ctx context.Context) {
 		return
 	}
 	for i, s := range e.members {
+		if s.drafts > 0 {
+			e.verifyDrafts(s, e.batch[i])
+			continue
+		}
 		e.advance(s, e.batch[i])
 	}
 	e.compact()
@@ -636,6 +673,9 @@ func (e *Engine) pick(s *sequence, logits []float32) (int32, *Logprobs) {
 func (e *Engine) emit(s *sequence, tok int32, lp *Logprobs) {
 	s.generated++
 	s.constrained(tok)
+	if s.hist != nil {
+		s.hist = append(s.hist, tok)
+	}
 	if s.first < 0 {
 		s.first = tok
 	}

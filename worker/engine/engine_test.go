@@ -61,6 +61,10 @@ type rigOptions struct {
 	wrap func(engine.Backend) engine.Backend
 	// model is the model to run (default the tiny preset).
 	model *model.Model
+	// spec configures speculative decoding.
+	spec engine.Speculation
+	// edit, if set, changes the weights before the backend is built.
+	edit func(*cpu.Weights)
 }
 
 func newRig(t testing.TB, o rigOptions) *rig {
@@ -78,7 +82,17 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := cpu.FromModel(m, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens, Quantize: o.q8})
+	w, err := cpu.WeightsOf(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.q8 {
+		w = cpu.QuantizeQ8(w)
+	}
+	if o.edit != nil {
+		o.edit(&w)
+	}
+	be, err := cpu.New(spec, w, pool, cpu.Options{Threads: o.threads, MaxBatchTokens: o.chunk + o.maxBatch, PageTokens: pageTokens})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +102,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		backend = o.wrap(be)
 	}
 	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, MaxBatch: o.maxBatch,
-		EOS: m.EOSTokenIDs()}, backend, pool, nil)
+		EOS: m.EOSTokenIDs(), Speculation: o.spec}, backend, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ type Sampling struct {
 	// Event.Logprobs (logprobs.go).
 	Logprobs    bool
 	TopLogprobs int
+	// Speculate turns n-gram speculative decoding on or off for this
+	// request; nil follows Config.Speculation.On. It never changes the
+	// output, only how many tokens a step may emit (speculate.go).
+	Speculate *bool
 }
 
 // ErrInvalidSampling reports sampling parameters outside their domain.

@@ -47,6 +47,8 @@ type Options struct {
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
+	// Speculation configures the engine's n-gram speculative decoding.
+	Speculation engine.Speculation
 	// ZeroOnRelease and PoisonOnReserve harden the pool (I9).
 	ZeroOnRelease, PoisonOnReserve bool
 	// Storage, when set, provides the pool's slab for pages pages of
@@ -171,6 +173,7 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		MaxBatch:    opt.MaxBatch,
 		EOS:         m.EOSTokenIDs(),
 		VocabSize:   m.Config.VocabSize,
+		Speculation: opt.Speculation,
 	}, be, pool, opt.Logger)
 	if err != nil {
 		return nil, err

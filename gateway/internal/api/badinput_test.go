@@ -108,6 +108,7 @@ func TestBadInput(t *testing.T) {
 		{"logprobs string", "POST", chat, nil, chatWith(`"logprobs":"yes"`), 400, inv, CodeInvalidType, "logprobs"},
 		{"top_logprobs 21", "POST", chat, nil, chatWith(`"logprobs":true,"top_logprobs":21`), 400, inv, CodeIntegerTooLarge, "top_logprobs"},
 		{"top_logprobs without logprobs", "POST", chat, nil, chatWith(`"top_logprobs":2`), 400, inv, CodeInvalidValue, "top_logprobs"},
+		{"speculative string", "POST", chat, nil, chatWith(`"speculative":"yes"`), 400, inv, CodeInvalidType, "speculative"},
 		{"completions logprobs true", "POST", "/v1/completions", nil, `{"model":"tiny","prompt":"x","logprobs":true}`, 400, inv, CodeInvalidType, "logprobs"},
 		{"presence_penalty 1", "POST", chat, nil, chatWith(`"presence_penalty":1`), 400, inv, CodeUnsupportedParameter, "presence_penalty"},
 		{"tools", "POST", chat, nil, chatWith(`"tools":[{"type":"function"}]`), 400, inv, CodeMissingParameter, "tools[0].function"},
@@ -223,6 +224,12 @@ func TestLenientInput(t *testing.T) {
 			func(r *GenerateRequest) bool {
 				return r.MaxTokens == nil && r.Temperature == nil && r.TopP == nil && r.Seed == nil && r.Stop == nil && !r.Stream && r.Priority == 0
 			}},
+		{"speculative null", "/v1/chat/completions", chatWith(`"speculative":null`),
+			func(r *GenerateRequest) bool { return r.Speculative == nil }},
+		{"speculative true", "/v1/chat/completions", chatWith(`"speculative":true`),
+			func(r *GenerateRequest) bool { return r.Speculative != nil && *r.Speculative }},
+		{"speculative false", "/v1/completions", `{"model":"tiny","prompt":"x","speculative":false}`,
+			func(r *GenerateRequest) bool { return r.Speculative != nil && !*r.Speculative }},
 		{"no priority is 0", "/v1/chat/completions", goodChat,
 			func(r *GenerateRequest) bool { return r.Priority == 0 }},
 		{"priority", "/v1/chat/completions", chatWith(`"priority":7`),

@@ -180,6 +180,13 @@ func (d *decoder) sampling() *Error {
 		}
 		d.r.Seed = &s
 	}
+	if raw := d.f.get("speculative"); raw != nil {
+		on, e := decodeBool(raw, "speculative")
+		if e != nil {
+			return e
+		}
+		d.r.Speculative = &on
+	}
 	return nil
 }
 

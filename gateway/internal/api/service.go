@@ -159,6 +159,10 @@ type GenerateRequest struct {
 	TopP        *float64 // (0, 1]
 	Seed        *int64
 	Stop        []string // at most 4, none empty
+	// Speculative ("speculative", a warden extension) turns exact
+	// speculative decoding on or off for this request; nil follows the
+	// worker's setting. It never changes the output.
+	Speculative *bool
 
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage (streaming only)

@@ -343,8 +343,8 @@ func (b *Backend) layerForward(l, rows int) {
 	b.pool.MatMulTW(h, gate, w.WDown, rows)
 }
 
-// computeLogits normalises the last row of every chunk that wants logits
-// and multiplies by the LM head.
+// computeLogits normalises the rows of every chunk that wants logits (its
+// last len(Logits)/Vocab positions) and multiplies them by the LM head.
 func (b *Backend) computeLogits(batch []engine.Chunk) error {
 	s := &b.spec
 	hid := s.Hidden
@@ -355,11 +355,14 @@ func (b *Backend) computeLogits(batch []engine.Chunk) error {
 		if c.Logits == nil {
 			continue
 		}
-		if len(c.Logits) != s.Vocab {
-			return fmt.Errorf("cpu: logits buffer has %d entries, want %d", len(c.Logits), s.Vocab)
+		n := len(c.Logits) / s.Vocab
+		if len(c.Logits)%s.Vocab != 0 || n < 1 || n > len(c.Tokens) {
+			return fmt.Errorf("cpu: logits buffer has %d entries, want 1 to %d rows of %d", len(c.Logits), len(c.Tokens), s.Vocab)
 		}
-		kernels.RMSNorm(b.h[m*hid:(m+1)*hid], b.x[(r-1)*hid:r*hid], b.w.Norm, s.RMSNormEps)
-		m++
+		for row := r - n; row < r; row++ {
+			kernels.RMSNorm(b.h[m*hid:(m+1)*hid], b.x[row*hid:(row+1)*hid], b.w.Norm, s.RMSNormEps)
+			m++
+		}
 	}
 	if m == 0 {
 		return nil
@@ -368,12 +371,9 @@ func (b *Backend) computeLogits(batch []engine.Chunk) error {
 		b.logits = make([]float32, need)
 	}
 	b.pool.MatMulTW(b.logits[:m*s.Vocab], b.h[:m*hid], b.w.LMHead, m)
-	i := 0
+	at := 0
 	for _, c := range batch {
-		if c.Logits != nil {
-			copy(c.Logits, b.logits[i*s.Vocab:(i+1)*s.Vocab])
-			i++
-		}
+		at += copy(c.Logits, b.logits[at:])
 	}
 	return nil
 }
