@@ -50,6 +50,9 @@ type Config struct {
 	// CORSOrigins are the browser origins allowed to call the API
 	// cross-origin ("*": any); empty sends no CORS headers.
 	CORSOrigins []string
+	// Endpoints are more authenticated POST endpoints with JSON bodies,
+	// by path (/tokenize and /detokenize: gateway/internal/tokenize).
+	Endpoints map[string]JSONEndpoint
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// OnError, if set, is told of every API response that carried an
@@ -122,6 +125,9 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 		r.With(requireJSON).Post("/v1/completions", s.generate(KindCompletion))
 		r.With(requireJSON).Post("/v1/responses", s.responses)
 		r.HandleFunc("/v1/responses/*", notStored)
+		for path, fn := range cfg.Endpoints {
+			r.With(requireJSON).Post(path, s.jsonEndpoint(fn))
+		}
 	})
 	return r
 }
