@@ -59,11 +59,11 @@ ok("node tokenize");
 // text is WARDEN_FORCED_TEXT), and greedy output with frequency and
 // presence penalties and vLLM's extensions is the reference engine's
 // (WARDEN_WANT_PENALIZED).
-const forced = await client.chat.completions.create({
+const biased = await client.chat.completions.create({
   model, messages: [{ role: "user", content: prompt }], max_tokens: 4, temperature: 1, seed: 3,
   logit_bias: { [process.env.WARDEN_FORCED_TOKEN]: 100 },
 });
-assert.equal(forced.choices[0].message.content, process.env.WARDEN_FORCED_TEXT.repeat(4), "logit_bias did not force its token");
+assert.equal(biased.choices[0].message.content, process.env.WARDEN_FORCED_TEXT.repeat(4), "logit_bias did not force its token");
 const penalized = await client.chat.completions.create({
   model, messages: [{ role: "user", content: prompt }], max_tokens: max, temperature: 0,
   frequency_penalty: 1.5, presence_penalty: 0.5, repetition_penalty: 1.2, top_k: 40, min_p: 0.05,
