@@ -74,9 +74,10 @@ func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
 // /v1/models/{id}, /v1/completions, /v1/chat/completions, /v1/responses,
-// Config.Endpoints, /healthz, /readyz (also as vLLM's /health). It never serves /metrics:
-// the gateway's metrics name tenants, so they live on the admin listener
-// (behind the admin token) and the ops listener. A nil logger discards logs.
+// Config.Endpoints, /healthz, /readyz (also as vLLM's /health). It never
+// serves /metrics: the gateway's metrics name tenants, so they live on
+// the admin listener (behind the admin token) and the ops listener. A nil
+// logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
