@@ -19,6 +19,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/storedresp"
+	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/tlsutil"
@@ -61,6 +62,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		StoreResponsesByDefault: gw.Responses.StoreByDefault,
 		Ready:                   func(context.Context) error { return g.Ready() },
 		OnError:                 g.metrics.rejected,
+		Endpoints:               tokenize.Endpoints(tokenizeModels{g}),
 		// Logged as client_request_id only when trusted.
 		TrustClientRequestID: gw.TrustClientRequestID,
 	}, g.auth, service{g}, g.logger)

@@ -18,9 +18,11 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/internal/toolcall"
+	"github.com/warden-ai/warden/tenant"
 )
 
 // modelTokenizer is the tokenizer of one model as its workers ship it.
@@ -138,6 +140,13 @@ func wantsBOS(tok *tokenizer.Tokenizer, configJSON []byte) bool {
 // prompt), a completion prompt as plain text after BOS when wantsBOS.
 // Rejections are *api.Error.
 func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error) {
+	return mt.Encode(req, true, true)
+}
+
+// Encode implements tokenize.Tokenizer: encodePrompt, except that with
+// generationPrompt false a chat is rendered without the generation prompt
+// and with special false a completion prompt gets no BOS.
+func (mt *modelTokenizer) Encode(req *api.GenerateRequest, special, generationPrompt bool) ([]int32, error) {
 	if req.Kind == api.KindChat {
 		if mt.tok.ChatTemplate() == "" {
 			return nil, api.InvalidRequest("messages", api.CodeInvalidValue,
@@ -147,6 +156,7 @@ func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error
 		if err != nil {
 			return nil, err
 		}
+		opts.AddGenerationPrompt = generationPrompt
 		ids, err := mt.tok.EncodeChat(msgs, opts)
 		switch {
 		case errors.Is(err, tokenizer.ErrInvalidMessage), errors.Is(err, tokenizer.ErrChatTemplate):
@@ -161,10 +171,56 @@ func (mt *modelTokenizer) encodePrompt(req *api.GenerateRequest) ([]int32, error
 	if err != nil {
 		return nil, api.InvalidRequest("prompt", api.CodeInvalidValue, fmt.Sprintf("The prompt cannot be tokenized: %v", err))
 	}
-	if bos, ok := mt.tok.BOS(); ok && mt.addBOS {
+	if bos, ok := mt.tok.BOS(); ok && mt.addBOS && special {
 		ids = append([]int32{bos}, ids...)
 	}
 	return ids, nil
+}
+
+// Decode implements tokenize.Tokenizer.
+func (mt *modelTokenizer) Decode(ids []int32) ([]byte, error) { return mt.tok.Decode(ids) }
+
+// VocabSize implements tokenize.Tokenizer.
+func (mt *modelTokenizer) VocabSize() int { return mt.tok.VocabSize() }
+
+var _ tokenize.Tokenizer = (*modelTokenizer)(nil)
+
+// tokenizeModels serves /tokenize and /detokenize their models.
+type tokenizeModels struct{ g *Gateway }
+
+var _ tokenize.Models = tokenizeModels{}
+
+// Open implements tokenize.Models: the model must be one p may use (as
+// /v1/models lists them) and served; the call counts as one request
+// against p's request rate and concurrency, billed no tokens.
+func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string) (tokenize.Tokenizer, int64, error) {
+	g := m.g
+	if !g.admission.Has(model) || !g.auth.info(p.Tenant).allowed.Allows(model) {
+		return nil, 0, api.ModelNotFound(model)
+	}
+	if ml, found, err := g.modelLimits.Get(ctx, model); err != nil {
+		return nil, 0, service{g}.storeError(err)
+	} else if found && !ml.Allows(p.Tenant) {
+		return nil, 0, api.ModelNotFound(model)
+	}
+	if err := g.startingError(model); err != nil {
+		return nil, 0, err
+	}
+	mt := g.tokenizers.get(model)
+	if mt == nil {
+		return nil, 0, api.ModelUnavailable(model, "no worker serving it has registered yet")
+	}
+	ar := tenant.AcquireRequest{Model: model}
+	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
+	if err != nil {
+		return nil, 0, limitError(model, ar, "model", err)
+	}
+	g.releaseLease(lease, "", tenant.Consumed{})
+	st, _, err := g.admission.State(ctx, model)
+	if err != nil {
+		return nil, 0, service{g}.storeError(err)
+	}
+	return mt, st.Effective, nil
 }
 
 // capacities converts a model's healthy workers for admission.

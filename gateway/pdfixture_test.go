@@ -160,22 +160,30 @@ func newRefWorker(t *testing.T, pages int) *refWorker {
 // does (special tokens render as nothing).
 func (r *refWorker) run(prompt []int32, maxTokens int) reference {
 	r.t.Helper()
+	return r.runSampling(prompt, &controlpb.SamplingParams{Temperature: 0, TopP: 1, MaxTokens: int32(maxTokens)})
+}
+
+// runSampling generates for prompt with sampling sp.
+func (r *refWorker) runSampling(prompt []int32, sp *controlpb.SamplingParams) reference {
+	r.t.Helper()
 	r.n++
 	stream, err := r.client.Generate(context.Background(), &controlpb.GenerateRequest{
 		Owner:  &controlpb.Owner{Tenant: "ref", RequestId: fmt.Sprint("ref-", r.n), Epoch: 1},
-		Prompt: prompt, Sampling: &controlpb.SamplingParams{Temperature: 0, TopP: 1, MaxTokens: int32(maxTokens)},
+		Prompt: prompt, Sampling: sp,
 	})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	dec := tokenizer.NewStreamDecoder(r.tok)
 	var b strings.Builder
+	var ids []int32
 	for {
 		ev, err := stream.Recv()
 		if err != nil {
 			r.t.Fatalf("reference of a %d-token prompt: %v", len(prompt), err)
 		}
 		for _, id := range ev.GetTokens().GetIds() {
+			ids = append(ids, id)
 			if r.tok.IsSpecial(id) {
 				continue
 			}
@@ -186,7 +194,7 @@ func (r *refWorker) run(prompt []int32, maxTokens int) reference {
 			b.WriteString(s)
 		}
 		if d := ev.GetDone(); d != nil {
-			return reference{text: b.String() + dec.Flush(), finish: d.FinishReason, prompt: d.PromptTokens, completion: d.CompletionTokens}
+			return reference{text: b.String() + dec.Flush(), finish: d.FinishReason, prompt: d.PromptTokens, completion: d.CompletionTokens, ids: ids}
 		}
 	}
 }

@@ -144,6 +144,7 @@ type reference struct {
 	finish     string
 	prompt     int64
 	completion int64
+	ids        []int32 // the generated tokens (refWorker.runSampling)
 }
 
 func runReference(t *testing.T, prompt []int32, maxTokens int32) reference {

@@ -211,6 +211,10 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	if err != nil {
 		return nil, err
 	}
+	if lb := req.LogitBias; len(lb) > 0 && int(lb[len(lb)-1].Token) >= mt.tok.VocabSize() {
+		return nil, api.InvalidRequest("logit_bias", api.CodeInvalidValue, fmt.Sprintf(
+			"Invalid 'logit_bias': token %d is outside the vocabulary of model %q (%d tokens).", lb[len(lb)-1].Token, req.Model, mt.tok.VocabSize()))
+	}
 	constraint, constraintParam := req.Constraint, req.ConstraintParam
 	if tc, err := toolConstraint(req, mt.tools, g.grammars.Cache); err != nil {
 		return nil, err
@@ -280,12 +284,19 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 }
 
 // sampling converts the request's parameters: OpenAI's defaults
-// (temperature 1, top_p 1), a random seed when none is given, and the
-// output constraint (structured output or tool calls; "" for none).
+// (temperature 1, top_p 1), a random seed when none is given, the
+// sampling controls, and the output constraint (structured output or
+// tool calls; "" for none).
 func sampling(req *api.GenerateRequest, constraint string, maxTokens int64) *controlpb.SamplingParams {
 	sp := &controlpb.SamplingParams{Temperature: 1, TopP: 1, MaxTokens: int32(min(maxTokens, 1<<31-1)),
 		Constraint: constraint,
-		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs), Speculative: req.Speculative}
+		Logprobs:   req.Logprobs, TopLogprobs: int32(req.TopLogprobs),
+		TopK: int32(req.TopK), MinP: float32(req.MinP),
+		PresencePenalty: float32(req.PresencePenalty), FrequencyPenalty: float32(req.FrequencyPenalty),
+		RepetitionPenalty: float32(req.RepetitionPenalty), Speculative: req.Speculative}
+	for _, b := range req.LogitBias {
+		sp.LogitBias = append(sp.LogitBias, &controlpb.LogitBias{Token: b.Token, Bias: float32(b.Bias)})
+	}
 	if req.N > 1 {
 		sp.N = int32(req.N)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -25,7 +26,10 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // responses.create streamed and not, stored responses chained with
 // previous_response_id (Node SDK and AI SDK) and item references (the AI
 // SDK with store on), generateText and streamText, and
-// chat with logprobs (the engine's own values), which
+// /tokenize and /detokenize (the ids of the reference render, the
+// prefilled count), logit_bias forcing a token and greedy output with the
+// penalties, top_k and min_p equal to the reference engine's; chat with
+// logprobs (the engine's own values), which
 // must see exactly the text of the float64 reference model (greedy); then
 // tool calls round-tripped through each client, generateObject and
 // withStructuredOutput (test/clients/conformance.mjs), and openai-go with
@@ -75,15 +79,36 @@ func TestClientConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantPrompt, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	penalizedSampling := harness.Greedy(maxTokens)
+	penalizedSampling.FrequencyPenalty, penalizedSampling.PresencePenalty, penalizedSampling.RepetitionPenalty = 1.5, 0.5, 1.2
+	penalizedSampling.TopK, penalizedSampling.MinP = 40, 0.05
+	penalized, err := ref.Run(context.Background(), p, penalizedSampling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forced, err := ref.Tokenizer().Encode(" story")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forcedText, err := ref.Decode(forced[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := harness.NodeCommand(t, filepath.Join("clients", "conformance.mjs"), modules)
 	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+harness.ModelTiny,
 		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+cas,
-		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key)
+		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key,
+		"WARDEN_WANT_PROMPT="+string(wantPrompt), "WARDEN_WANT_PENALIZED="+penalized.Text,
+		"WARDEN_FORCED_TOKEN="+strconv.Itoa(int(forced[0])), "WARDEN_FORCED_TEXT="+forcedText)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s\nwarden up --single log:\n%s", err, out, info.log(), single.log())
 	}
-	for _, scenario := range []string{"node chat", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
+	for _, scenario := range []string{"node chat", "node tokenize", "node sampling controls", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
 		"node responses.create stream", "node responses chained", "ai-sdk generateText", "ai-sdk previousResponseId", "ai-sdk streamText", "node chat with tools",
 		"ai-sdk generateText tools", "ai-sdk generateObject", "langchain bindTools", "langchain withStructuredOutput"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {

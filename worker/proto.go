@@ -36,6 +36,20 @@ func samplingFrom(p *controlpb.SamplingParams) (engine.Sampling, error) {
 		IgnoreEOS:   p.GetIgnoreEos(),
 		Logprobs:    p.GetLogprobs(),
 		TopLogprobs: int(p.GetTopLogprobs()),
+
+		PresencePenalty:   p.GetPresencePenalty(),
+		FrequencyPenalty:  p.GetFrequencyPenalty(),
+		RepetitionPenalty: p.GetRepetitionPenalty(),
+		MinP:              p.GetMinP(),
+	}
+	if lb := p.GetLogitBias(); len(lb) > 0 {
+		if len(lb) > engine.MaxLogitBias {
+			return engine.Sampling{}, invalid("sampling: logit_bias has %d entries, at most %d", len(lb), engine.MaxLogitBias)
+		}
+		s.LogitBias = make([]engine.Bias, len(lb))
+		for i, b := range lb {
+			s.LogitBias[i] = engine.Bias{Token: b.GetToken(), Bias: b.GetBias()}
+		}
 	}
 	if p != nil && p.Speculative != nil {
 		on := p.GetSpeculative()

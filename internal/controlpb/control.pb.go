@@ -1100,6 +1100,19 @@ type SamplingParams struct {
 	// top_logprobs (0..20) of the most likely alternatives at its position.
 	Logprobs    bool  `protobuf:"varint,20,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
 	TopLogprobs int32 `protobuf:"varint,21,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// The sampling controls below follow vLLM's semantics and order (see
+	// worker/engine.Sampling): logit_bias, then the penalties, then
+	// temperature, min_p, top_k, top_p. presence_penalty and
+	// frequency_penalty are in [-2, 2] and count output tokens only;
+	// repetition_penalty (> 0; 0 or 1: off) applies to prompt and output
+	// tokens; min_p is in [0, 1] (0: off).
+	PresencePenalty   float32 `protobuf:"fixed32,40,opt,name=presence_penalty,json=presencePenalty,proto3" json:"presence_penalty,omitempty"`
+	FrequencyPenalty  float32 `protobuf:"fixed32,41,opt,name=frequency_penalty,json=frequencyPenalty,proto3" json:"frequency_penalty,omitempty"`
+	RepetitionPenalty float32 `protobuf:"fixed32,42,opt,name=repetition_penalty,json=repetitionPenalty,proto3" json:"repetition_penalty,omitempty"`
+	MinP              float32 `protobuf:"fixed32,43,opt,name=min_p,json=minP,proto3" json:"min_p,omitempty"`
+	// logit_bias: at most 1024 entries, tokens distinct, ascending and inside
+	// the vocabulary, each bias in [-100, 100].
+	LogitBias []*LogitBias `protobuf:"bytes,44,rep,name=logit_bias,json=logitBias,proto3" json:"logit_bias,omitempty"`
 	// n is the number of choices (0 or 1: one). A both worker prefills the
 	// prompt once and decodes n sequences from it; choice k samples with
 	// seed + k*0x9E3779B97F4A7C15 (wrapping). Tokens and Done then carry
@@ -1213,6 +1226,41 @@ func (x *SamplingParams) GetTopLogprobs() int32 {
 	return 0
 }
 
+func (x *SamplingParams) GetPresencePenalty() float32 {
+	if x != nil {
+		return x.PresencePenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetFrequencyPenalty() float32 {
+	if x != nil {
+		return x.FrequencyPenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetRepetitionPenalty() float32 {
+	if x != nil {
+		return x.RepetitionPenalty
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetMinP() float32 {
+	if x != nil {
+		return x.MinP
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetLogitBias() []*LogitBias {
+	if x != nil {
+		return x.LogitBias
+	}
+	return nil
+}
+
 func (x *SamplingParams) GetN() int32 {
 	if x != nil {
 		return x.N
@@ -1225,6 +1273,59 @@ func (x *SamplingParams) GetSpeculative() bool {
 		return *x.Speculative
 	}
 	return false
+}
+
+// LogitBias is one entry of SamplingParams.logit_bias.
+type LogitBias struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         int32                  `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
+	Bias          float32                `protobuf:"fixed32,2,opt,name=bias,proto3" json:"bias,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogitBias) Reset() {
+	*x = LogitBias{}
+	mi := &file_control_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogitBias) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogitBias) ProtoMessage() {}
+
+func (x *LogitBias) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogitBias.ProtoReflect.Descriptor instead.
+func (*LogitBias) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *LogitBias) GetToken() int32 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *LogitBias) GetBias() float32 {
+	if x != nil {
+		return x.Bias
+	}
+	return 0
 }
 
 // Ticket authorises one transfer of one request's KV into reserved pages.
@@ -1254,7 +1355,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1367,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1380,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1397,7 +1498,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1510,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1523,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1481,7 +1582,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1594,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1607,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1534,7 +1635,7 @@ type RenewReservationRequest struct {
 
 func (x *RenewReservationRequest) Reset() {
 	*x = RenewReservationRequest{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1647,7 @@ func (x *RenewReservationRequest) String() string {
 func (*RenewReservationRequest) ProtoMessage() {}
 
 func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1660,7 @@ func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
 func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RenewReservationRequest) GetOwner() *Owner {
@@ -1586,7 +1687,7 @@ type RenewReservationResponse struct {
 
 func (x *RenewReservationResponse) Reset() {
 	*x = RenewReservationResponse{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1699,7 @@ func (x *RenewReservationResponse) String() string {
 func (*RenewReservationResponse) ProtoMessage() {}
 
 func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1712,7 @@ func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
 func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RenewReservationResponse) GetLeaseMs() int64 {
@@ -1636,7 +1737,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1648,7 +1749,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1661,7 +1762,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1723,7 +1824,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1836,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1849,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1813,7 +1914,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1926,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1939,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1880,7 +1981,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1993,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2006,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -1964,7 +2065,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2077,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2090,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -2059,7 +2160,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2172,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2185,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -2110,7 +2211,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2223,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2236,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -2175,7 +2276,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2288,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2301,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -2240,7 +2341,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2353,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2366,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -2307,7 +2408,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2420,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2433,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2361,7 +2462,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2474,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2487,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2423,7 +2524,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2536,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2549,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2486,7 +2587,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2599,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2612,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -2545,7 +2646,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +2658,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +2671,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -2602,7 +2703,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2715,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2728,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 type WorkerStatus struct {
@@ -2643,7 +2744,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2756,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2769,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2720,7 +2821,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2732,7 +2833,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2745,7 +2846,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2774,7 +2875,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2887,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2900,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2830,7 +2931,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +2943,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +2956,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -2957,7 +3058,7 @@ const file_control_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xfa\x02\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xd3\x04\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -2972,10 +3073,19 @@ const file_control_proto_rawDesc = "" +
 	"constraint\x18\x1e \x01(\tR\n" +
 	"constraint\x12\x1a\n" +
 	"\blogprobs\x18\x14 \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\x12\r\n" +
+	"\ftop_logprobs\x18\x15 \x01(\x05R\vtopLogprobs\x12)\n" +
+	"\x10presence_penalty\x18( \x01(\x02R\x0fpresencePenalty\x12+\n" +
+	"\x11frequency_penalty\x18) \x01(\x02R\x10frequencyPenalty\x12-\n" +
+	"\x12repetition_penalty\x18* \x01(\x02R\x11repetitionPenalty\x12\x13\n" +
+	"\x05min_p\x18+ \x01(\x02R\x04minP\x12;\n" +
+	"\n" +
+	"logit_bias\x18, \x03(\v2\x1c.warden.control.v1.LogitBiasR\tlogitBias\x12\r\n" +
 	"\x01n\x18\x82\x01 \x01(\x05R\x01n\x12&\n" +
 	"\vspeculative\x18\x8c\x01 \x01(\bH\x00R\vspeculative\x88\x01\x01B\x0e\n" +
-	"\f_speculative\"\xa7\x03\n" +
+	"\f_speculative\"5\n" +
+	"\tLogitBias\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x12\n" +
+	"\x04bias\x18\x02 \x01(\x02R\x04bias\"\xa7\x03\n" +
 	"\x06Ticket\x12\x1f\n" +
 	"\vtransfer_id\x18\x01 \x01(\tR\n" +
 	"transferId\x12.\n" +
@@ -3125,7 +3235,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
 	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
@@ -3141,30 +3251,31 @@ var file_control_proto_goTypes = []any{
 	(*ModelAssetsResponse)(nil),       // 11: warden.control.v1.ModelAssetsResponse
 	(*Owner)(nil),                     // 12: warden.control.v1.Owner
 	(*SamplingParams)(nil),            // 13: warden.control.v1.SamplingParams
-	(*Ticket)(nil),                    // 14: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 15: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 16: warden.control.v1.ReserveResponse
-	(*RenewReservationRequest)(nil),   // 17: warden.control.v1.RenewReservationRequest
-	(*RenewReservationResponse)(nil),  // 18: warden.control.v1.RenewReservationResponse
-	(*PrefillRequest)(nil),            // 19: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 20: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 21: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 22: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 23: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 24: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 25: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 26: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 27: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 28: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 29: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 30: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 31: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 32: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 33: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 34: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 35: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 36: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 37: warden.control.v1.WriterDrainedResponse
+	(*LogitBias)(nil),                 // 14: warden.control.v1.LogitBias
+	(*Ticket)(nil),                    // 15: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 16: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 17: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),   // 18: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 19: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 20: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 21: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 22: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 23: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 24: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 25: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 26: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 27: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 28: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 29: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 30: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 31: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 32: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 33: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 34: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 35: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 36: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 37: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 38: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -3175,58 +3286,59 @@ var file_control_proto_depIdxs = []int32{
 	8,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
 	1,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
 	8,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	12, // 8: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	12, // 9: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	14, // 10: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	12, // 11: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 12: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 13: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	14, // 14: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	26, // 15: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	21, // 16: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	26, // 17: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	12, // 18: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 19: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	14, // 20: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	24, // 21: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	25, // 22: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	27, // 23: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	26, // 24: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	28, // 25: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	12, // 26: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	35, // 27: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	8,  // 28: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 29: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 30: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	12, // 31: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	35, // 32: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	5,  // 33: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	7,  // 34: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	10, // 35: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	15, // 36: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	17, // 37: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	19, // 38: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	22, // 39: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	29, // 40: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	36, // 41: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	33, // 42: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	31, // 43: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	6,  // 44: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	9,  // 45: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	11, // 46: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	16, // 47: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	18, // 48: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	20, // 49: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	23, // 50: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	30, // 51: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	37, // 52: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	34, // 53: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	32, // 54: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	44, // [44:55] is the sub-list for method output_type
-	33, // [33:44] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	14, // 8: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
+	12, // 9: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	12, // 10: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	15, // 11: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	12, // 12: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 13: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 14: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	15, // 15: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	27, // 16: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	22, // 17: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	27, // 18: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	12, // 19: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 20: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	15, // 21: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	25, // 22: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	26, // 23: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	28, // 24: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	27, // 25: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	29, // 26: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	12, // 27: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	36, // 28: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	8,  // 29: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 30: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 31: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	12, // 32: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	36, // 33: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	5,  // 34: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	7,  // 35: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	10, // 36: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	16, // 37: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	18, // 38: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	20, // 39: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	23, // 40: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	30, // 41: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	37, // 42: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	34, // 43: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	32, // 44: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	6,  // 45: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	9,  // 46: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	11, // 47: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	17, // 48: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	19, // 49: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	21, // 50: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	24, // 51: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	31, // 52: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	38, // 53: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	35, // 54: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	33, // 55: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	45, // [45:56] is the sub-list for method output_type
+	34, // [34:45] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3235,7 +3347,7 @@ func file_control_proto_init() {
 		return
 	}
 	file_control_proto_msgTypes[12].OneofWrappers = []any{}
-	file_control_proto_msgTypes[22].OneofWrappers = []any{
+	file_control_proto_msgTypes[23].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -3246,7 +3358,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,45 @@ assert.equal(want, process.env.WARDEN_WANT, "chat answer differs from the refere
 assert.equal(chat.usage.prompt_tokens_details.cached_tokens, 0);
 ok("node chat");
 
+// /tokenize gives the ids the chat request was prefilled with (the
+// reference's render, WARDEN_WANT_PROMPT), /detokenize their text; both
+// with plain fetch, as vLLM clients call them.
+const post = async (path, body) => {
+  const r = await fetch(new URL(path, baseURL), {
+    method: "POST", headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json" }, body: JSON.stringify(body),
+  });
+  return [r.status, await r.json()];
+};
+const [tokStatus, tok] = await post("/tokenize", { model, messages: [{ role: "user", content: prompt }] });
+assert.equal(tokStatus, 200, JSON.stringify(tok));
+assert.deepEqual(tok.tokens, JSON.parse(process.env.WARDEN_WANT_PROMPT), "tokenize differs from the reference render");
+assert.equal(tok.count, chat.usage.prompt_tokens, "tokenize counts other tokens than the chat request prefilled");
+assert.ok(tok.max_model_len > tok.count);
+const [detokStatus, detok] = await post("/detokenize", { model, tokens: tok.tokens });
+assert.equal(detokStatus, 200, JSON.stringify(detok));
+assert.ok(detok.prompt.includes(prompt), `detokenize: ${detok.prompt}`);
+const [badStatus, badIds] = await post("/detokenize", { model, tokens: [-1] });
+assert.equal(badStatus, 400);
+assert.equal(badIds.error.param, "tokens[0]");
+ok("node tokenize");
+
+// Sampling controls: logit_bias forces a token (WARDEN_FORCED_TOKEN, whose
+// text is WARDEN_FORCED_TEXT), and greedy output with frequency and
+// presence penalties and vLLM's extensions is the reference engine's
+// (WARDEN_WANT_PENALIZED).
+const biased = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: prompt }], max_tokens: 4, temperature: 1, seed: 3,
+  logit_bias: { [process.env.WARDEN_FORCED_TOKEN]: 100 },
+});
+assert.equal(biased.choices[0].message.content, process.env.WARDEN_FORCED_TEXT.repeat(4), "logit_bias did not force its token");
+const penalized = await client.chat.completions.create({
+  model, messages: [{ role: "user", content: prompt }], max_tokens: max, temperature: 0,
+  frequency_penalty: 1.5, presence_penalty: 0.5, repetition_penalty: 1.2, top_k: 40, min_p: 0.05,
+});
+assert.equal(penalized.choices[0].message.content, process.env.WARDEN_WANT_PENALIZED, "penalized answer differs from the reference engine's");
+assert.notEqual(penalized.choices[0].message.content, want, "the penalties changed nothing");
+ok("node sampling controls");
+
 // logprobs: the engine's own values (WARDEN_WANT_LOGPROBS, from the
 // in-process reference), whole and streamed, alternatives sorted.
 const wantLogprobs = JSON.parse(process.env.WARDEN_WANT_LOGPROBS);

@@ -160,6 +160,9 @@ type sequence struct {
 	started   bool // admitted once; a preempted sequence resumes from pos
 	// constraint is the sequence's own structured-output state, if any.
 	constraint Constraint
+	// out holds the tokens generated so far when the sampling's penalties
+	// read them (Sampling.usesHistory).
+	out []int32
 
 	// The prefix cache (prefix.go): the chain tags of the prompt's full
 	// pages, how many leading pages are shared sealed pages, and how many
@@ -280,6 +283,9 @@ func (e *Engine) validate(req *Request) error {
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if lb := req.Sampling.LogitBias; len(lb) > 0 && int(lb[len(lb)-1].Token) >= e.cfg.VocabSize {
+		return fmt.Errorf("%w: logit_bias token %d is outside the vocabulary (%d)", ErrBadRequest, lb[len(lb)-1].Token, e.cfg.VocabSize)
 	}
 	if req.Prefilled && (req.PrefillOnly || req.FirstToken < 0 || int(req.FirstToken) >= e.cfg.VocabSize) {
 		return fmt.Errorf("%w: a prefilled request needs a valid first token and cannot be prefill-only", ErrBadRequest)
@@ -661,7 +667,7 @@ func (e *Engine) pick(s *sequence, logits []float32) (int32, *Logprobs) {
 		masked = e.masked
 		s.constrain(masked)
 	}
-	tok := e.sampler.sample(masked, s.req.Sampling, s.generated)
+	tok := e.sampler.sample(masked, s.req.Sampling, s.history(), s.generated)
 	if !s.req.Sampling.Logprobs {
 		return tok, nil
 	}
@@ -675,6 +681,9 @@ func (e *Engine) emit(s *sequence, tok int32, lp *Logprobs) {
 	s.constrained(tok)
 	if s.hist != nil {
 		s.hist = append(s.hist, tok)
+	}
+	if s.req.Sampling.usesHistory() {
+		s.out = append(s.out, tok)
 	}
 	if s.first < 0 {
 		s.first = tok
@@ -692,6 +701,11 @@ func (e *Engine) emit(s *sequence, tok int32, lp *Logprobs) {
 	default:
 		s.next[0] = tok
 	}
+}
+
+// history is what s's penalties read at its next position.
+func (s *sequence) history() History {
+	return History{Prompt: s.req.Prompt, Output: s.out}
 }
 
 func (e *Engine) isStop(s *sequence, tok int32) bool {

@@ -244,7 +244,7 @@ func checkGreedyInvariance(t *testing.T, q8 bool) {
 func TestPrefillThenDecodeEqualsWholeRun(t *testing.T) {
 	r := newRig(t, rigOptions{threads: 2, chunk: 32, maxBatch: 4})
 	p := prompt(3, 70, r.m.Config.VocabSize)
-	for _, s := range []engine.Sampling{greedy(12), {Temperature: 0.9, TopP: 0.95, TopK: 40, Seed: 7, MaxTokens: 12, IgnoreEOS: true}} {
+	for _, s := range []engine.Sampling{greedy(12), {Temperature: 0.9, TopP: 0.95, TopK: 40, Seed: 7, MaxTokens: 12, IgnoreEOS: true}, penalized(7, 12)} {
 		whole := r.run(t, owner("whole"), p, s)
 
 		// Prefill on one owner's pages, "transfer" the bytes into another

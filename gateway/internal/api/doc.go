@@ -21,10 +21,12 @@
 // An explicit null is the same as an omitted field. Supported fields are
 // validated strictly; n must be 1; priority is an integer from 0 to
 // MaxPriority (whether the tenant may ask for it is the core's to check:
-// its max_priority, invariant I8). Standard fields that would change the
-// output are accepted only at their default value (logprobs: false,
-// presence_penalty: 0, functions: [], ...), and otherwise refused with 400
-// unsupported_parameter. Tools (tools, tool_choice, parallel_tool_calls,
+// its max_priority, invariant I8). The sampling controls (penalties,
+// logit_bias, top_k, min_p) and completions' echo are read in
+// decode_sampling.go with vLLM's semantics. Standard fields that would
+// change the output and are not implemented are accepted only at their
+// default value (suffix: "", functions: [], ...), and otherwise refused
+// with 400 unsupported_parameter. Tools (tools, tool_choice, parallel_tool_calls,
 // tool calls and tool messages in the history) are decoded in tools.go;
 // the core renders them and parses the output into ToolCallDelta events. Fields that would steer gateway or engine
 // internals (cache salts, KV-transfer parameters, worker choice, request

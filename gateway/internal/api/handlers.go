@@ -136,6 +136,9 @@ func (s *server) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 	}
 	defer gen.Close()
 	defer s.clearDeadline(rc)
+	if req.Echo {
+		gen = &echoGeneration{Generation: gen, prompt: req.Prompt, choices: max(req.N, 1)}
+	}
 	rep := newReply(req)
 	if req.Stream {
 		rep.stream(rc, gen)

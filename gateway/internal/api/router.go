@@ -50,6 +50,9 @@ type Config struct {
 	// CORSOrigins are the browser origins allowed to call the API
 	// cross-origin ("*": any); empty sends no CORS headers.
 	CORSOrigins []string
+	// Endpoints are more authenticated POST endpoints with JSON bodies,
+	// by path (/tokenize and /detokenize: gateway/internal/tokenize).
+	Endpoints map[string]JSONEndpoint
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Responses keeps stored responses (previous_response_id, GET and
@@ -77,9 +80,10 @@ func (s *server) now() time.Time { return s.cfg.Now() }
 
 // NewHandler returns the OpenAI-compatible HTTP API: /v1/models,
 // /v1/models/{id}, /v1/completions, /v1/chat/completions, /v1/responses,
-// /healthz, /readyz (also as vLLM's /health). It never serves /metrics:
-// the gateway's metrics name tenants, so they live on the admin listener
-// (behind the admin token) and the ops listener. A nil logger discards logs.
+// Config.Endpoints, /healthz, /readyz (also as vLLM's /health). It never
+// serves /metrics: the gateway's metrics name tenants, so they live on
+// the admin listener (behind the admin token) and the ops listener. A nil
+// logger discards logs.
 func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -130,6 +134,9 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 		r.Get("/v1/responses/{id}", s.getResponse)
 		r.Delete("/v1/responses/{id}", s.deleteResponse)
 		r.HandleFunc("/v1/responses/*", notStored)
+		for path, fn := range cfg.Endpoints {
+			r.With(requireJSON).Post(path, s.jsonEndpoint(fn))
+		}
 	})
 	return r
 }

@@ -164,6 +164,19 @@ type GenerateRequest struct {
 	// worker's setting. It never changes the output.
 	Speculative *bool
 
+	// The sampling controls with vLLM's semantics (decode_sampling.go);
+	// zero values leave them off.
+	TopK              int     // keep the K likeliest tokens; 0: off
+	MinP              float64 // [0, 1]
+	PresencePenalty   float64 // [-2, 2], over output tokens
+	FrequencyPenalty  float64 // [-2, 2], over output tokens
+	RepetitionPenalty float64 // (0, MaxRepetitionPenalty]; 0 when absent (off)
+	// LogitBias is sorted by token, tokens distinct; the core checks them
+	// against the model's vocabulary.
+	LogitBias []LogitBias
+	// Echo (completions) sends the prompt's text before the completion.
+	Echo bool
+
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage (streaming only)
 

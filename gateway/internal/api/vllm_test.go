@@ -16,7 +16,7 @@ func TestEngineExtensionsRefused(t *testing.T) {
 		`"add_generation_prompt":false`, `"continue_final_message":true`, `"bad_words":["x"]`, `"skip_special_tokens":false`,
 		`"spaces_between_special_tokens":false`, `"include_stop_str_in_output":true`, `"allowed_token_ids":[1]`,
 		`"truncate_prompt_tokens":5`, `"prompt_logprobs":1`, `"use_beam_search":true`, `"length_penalty":2`,
-		`"logits_processors":["x"]`, `"add_special_tokens":true`, `"min_tokens":3`, `"repetition_penalty":1.1`,
+		`"logits_processors":["x"]`, `"add_special_tokens":true`, `"min_tokens":3`,
 	} {
 		name := strings.Trim(strings.SplitN(extra, ":", 2)[0], `"`)
 		rec := do(h, "POST", "/v1/chat/completions", chatWith(extra), authJSON())

@@ -1,0 +1,145 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"encoding/json"
+	"fmt"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestSamplingControlsDecoded(t *testing.T) {
+	body := chatWith(`"presence_penalty":-1.5,"frequency_penalty":2,"repetition_penalty":1.2,"top_k":-1,"min_p":0.05,` +
+		`"logit_bias":{"50256":-100,"7":2.5,"0":100}`)
+	req, e := decodeRequest(KindChat, []byte(body), DefaultMaxTokensLimit, nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	want := []LogitBias{{0, 100}, {7, 2.5}, {50256, -100}}
+	if req.PresencePenalty != -1.5 || req.FrequencyPenalty != 2 || req.RepetitionPenalty != 1.2 || req.TopK != 0 || req.MinP != 0.05 ||
+		!slices.Equal(req.LogitBias, want) || req.Echo {
+		t.Fatalf("decoded %+v", req)
+	}
+	req, e = decodeRequest(KindCompletion, []byte(`{"model":"tiny","prompt":"x","top_k":40,"echo":true}`), DefaultMaxTokensLimit, nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	if req.TopK != 40 || !req.Echo {
+		t.Fatalf("decoded %+v", req)
+	}
+}
+
+func TestLogitBiasBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range MaxLogitBias + 1 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"%d":1`, i)
+	}
+	b.WriteString("}")
+	if _, e := decodeLogitBias(json.RawMessage(b.String())); e == nil || e.Param != "logit_bias" {
+		t.Fatalf("%d entries: %v", MaxLogitBias+1, e)
+	}
+	for _, key := range []string{"", "+1", " 1", "1.0", "2147483648", "1e3", "0x10"} {
+		if _, e := decodeLogitBias(json.RawMessage(`{"` + key + `":1}`)); e == nil {
+			t.Errorf("key %q accepted", key)
+		}
+	}
+}
+
+// FuzzLogitBias: decodeLogitBias never panics; what it accepts is bounded,
+// sorted, distinct and is exactly the object's entries.
+func FuzzLogitBias(f *testing.F) {
+	for _, s := range []string{`{}`, `{"1":1}`, `{"0":-100,"2147483647":100}`, `{"1":1,"01":1}`, `{"a":1}`, `{"1":"x"}`,
+		`{"1":1e999}`, `{"-0":1}`, `[]`, `null`, `{"1":1,"1":2}`, `{"3":-0.5,"2":0}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var probe map[string]json.RawMessage
+		if json.Unmarshal([]byte(s), &probe) != nil {
+			return // decodeLogitBias sees values encoding/json split out
+		}
+		lb, e := decodeLogitBias(json.RawMessage(strings.TrimSpace(s)))
+		if e != nil {
+			if e.Status != 400 {
+				t.Fatalf("status %d", e.Status)
+			}
+			return
+		}
+		if len(lb) > MaxLogitBias || len(lb) != len(probe) {
+			t.Fatalf("%d entries from %d keys", len(lb), len(probe))
+		}
+		for i, b := range lb {
+			if b.Token < 0 || (i > 0 && b.Token <= lb[i-1].Token) || math.IsNaN(b.Bias) || math.Abs(b.Bias) > MaxBias {
+				t.Fatalf("bad entry %d: %+v", i, b)
+			}
+			var v float64
+			if raw, ok := probe[strconv.Itoa(int(b.Token))]; !ok || json.Unmarshal(raw, &v) != nil || v != b.Bias {
+				t.Fatalf("entry %+v is not the object's", b)
+			}
+		}
+	})
+}
+
+// TestCompletionEcho: echo puts the prompt's text before every choice's
+// completion, streamed or not, and the generation's headers still come
+// with the response.
+func TestCompletionEcho(t *testing.T) {
+	svc := &fakeService{}
+	client := newClient(t, svc, goodKey)
+	params := openai.CompletionNewParams{
+		Model:  "tiny",
+		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon ")},
+		Echo:   openai.Bool(true),
+	}
+	var raw *http.Response
+	resp, err := client.Completions.New(context.Background(), params, option.WithResponseInto(&raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Choices) != 1 || resp.Choices[0].Text != "Once upon "+fakeText {
+		t.Fatalf("choices = %+v", resp.Choices)
+	}
+	if raw.Header.Get("X-Ratelimit-Remaining-Requests") != "41" {
+		t.Errorf("headers lost: %v", raw.Header)
+	}
+	stream := client.Completions.NewStreaming(context.Background(), params)
+	var text string
+	for stream.Next() {
+		for _, c := range stream.Current().Choices {
+			text += c.Text
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if text != "Once upon "+fakeText {
+		t.Fatalf("stream text %q", text)
+	}
+
+	h := newTestHandler(&fakeService{gen: choicesGen})
+	rec := do(h, "POST", "/v1/completions", `{"model":"tiny","prompt":"hi ","n":2,"echo":true}`, authJSON())
+	var out struct {
+		Choices []struct {
+			Index int    `json:"index"`
+			Text  string `json:"text"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Choices) != 2 ||
+		out.Choices[0].Text != "hi abc" || out.Choices[1].Text != "hi xy" {
+		t.Fatalf("n=2 echo: %s", rec.Body.String())
+	}
+	rec = do(h, "POST", "/v1/completions", `{"model":"tiny","prompt":"hi","echo":true,"logprobs":1}`, authJSON())
+	if _, code, param, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 400 || code != CodeUnsupportedValue || param != "echo" {
+		t.Fatalf("echo with logprobs: %d %s", rec.Code, rec.Body.String())
+	}
+}

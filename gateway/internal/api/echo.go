@@ -1,0 +1,40 @@
+package api
+
+import "context"
+
+// echoGeneration sends a completion's prompt text (echo) as each choice's
+// first text, then the generation's own events. The prompt goes out with
+// the first event of the generation, so that event's headers (rate-limit
+// state) still precede the response's first byte and a request rejected
+// after admission echoes nothing.
+type echoGeneration struct {
+	Generation
+	prompt  string
+	choices int
+	queue   []Event
+	started bool
+}
+
+var _ Generation = (*echoGeneration)(nil)
+
+// Next implements Generation.
+func (g *echoGeneration) Next(ctx context.Context) (Event, error) {
+	if !g.started {
+		g.started = true
+		ev, err := g.Generation.Next(ctx)
+		if err != nil {
+			return ev, err
+		}
+		for k := range g.choices {
+			g.queue = append(g.queue, Event{TextDelta: g.prompt, Choice: k})
+		}
+		g.queue[0].Headers, ev.Headers = ev.Headers, nil
+		g.queue = append(g.queue, ev)
+	}
+	if len(g.queue) > 0 {
+		ev := g.queue[0]
+		g.queue = g.queue[1:]
+		return ev, nil
+	}
+	return g.Generation.Next(ctx)
+}

@@ -1,0 +1,111 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/controlpb"
+)
+
+// hasRepeat reports whether ids holds a token twice.
+func hasRepeat(ids []int32) bool {
+	return len(slices.Compact(slices.Sorted(slices.Values(ids)))) < len(ids)
+}
+
+// TestRealSamplingControls: the sampling controls travel from the
+// official client through the gateway to real workers, alone and as
+// prefill and decode (whose first token the prefill worker samples with
+// the same penalties and bias): the text equals a worker called directly
+// with the same parameters; logit_bias forces a token; a frequency
+// penalty stops the greedy output's repetitions; a logit_bias id outside
+// the vocabulary is a 400 naming logit_bias.
+func TestRealSamplingControls(t *testing.T) {
+	ref := newRefWorker(t, 64)
+	prompt := chatTokens(t, realPrompt)
+	const n = 16
+	seeded := &controlpb.SamplingParams{Temperature: 0.8, TopP: 0.95, TopK: 30, MinP: 0.01, Seed: 7, MaxTokens: n,
+		PresencePenalty: 0.5, FrequencyPenalty: 1.5, RepetitionPenalty: 1.3}
+	want := ref.runSampling(prompt, seeded)
+	plainSeeded := ref.runSampling(prompt, &controlpb.SamplingParams{Temperature: 0.8, TopP: 0.95, TopK: 30, MinP: 0.01, Seed: 7, MaxTokens: n})
+	if want.text == plainSeeded.text {
+		t.Fatalf("the penalties changed nothing: %q", want.text)
+	}
+	// The tiny model's greedy output starts repeating within long tokens.
+	const long = 64
+	greedy := ref.runSampling(prompt, &controlpb.SamplingParams{Temperature: 0, MaxTokens: long})
+	penalized := ref.runSampling(prompt, &controlpb.SamplingParams{Temperature: 0, MaxTokens: long, FrequencyPenalty: 2, PresencePenalty: 2})
+	if !hasRepeat(greedy.ids) || hasRepeat(penalized.ids) {
+		t.Fatalf("greedy %v should repeat a token, with frequency and presence penalty 2 %v should not", greedy.ids, penalized.ids)
+	}
+	forced, err := ref.tok.Encode(" story")
+	if err != nil || len(forced) == 0 {
+		t.Fatal(forced, err)
+	}
+	word, err := ref.tok.Decode(forced[:1])
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, mode := range []string{"single", "prefill-decode"} {
+		t.Run(mode, func(t *testing.T) {
+			tg := startGateway(t, testConfig())
+			reg := tg.RegistryAddr().String()
+			if mode == "single" {
+				startReal(t, workerConfig(t, "both-s", config.RoleBoth, config.TransferTCP, reg)).attach(tg)
+			} else {
+				startReal(t, workerConfig(t, "decode-s", config.RoleDecode, config.TransferTCP, reg)).attach(tg)
+				startReal(t, workerConfig(t, "prefill-s", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
+			}
+			ctx := context.Background()
+			client := tg.openai()
+
+			params := realChat(n)
+			params.Temperature, params.TopP, params.Seed = openai.Float(0.8), openai.Float(0.95), openai.Int(7)
+			params.PresencePenalty, params.FrequencyPenalty = openai.Float(0.5), openai.Float(1.5)
+			resp, err := client.Chat.Completions.New(ctx, params,
+				option.WithJSONSet("top_k", 30), option.WithJSONSet("min_p", 0.01), option.WithJSONSet("repetition_penalty", 1.3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Choices[0].Message.Content; got != want.text || resp.Usage.CompletionTokens != want.completion {
+				t.Fatalf("seeded with every control: %q (%d tokens), the worker alone %q (%d)", got, resp.Usage.CompletionTokens, want.text, want.completion)
+			}
+
+			params = realChat(long)
+			params.FrequencyPenalty, params.PresencePenalty = openai.Float(2), openai.Float(2)
+			resp, err = client.Chat.Completions.New(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Choices[0].Message.Content; got != penalized.text {
+				t.Fatalf("greedy with penalties: %q, the worker alone %q", got, penalized.text)
+			}
+
+			params = realChat(6)
+			params.Temperature = openai.Float(1)
+			params.LogitBias = map[string]int64{strconv.Itoa(int(forced[0])): 100}
+			resp, err = client.Chat.Completions.New(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Choices[0].Message.Content; got != strings.Repeat(string(word), 6) {
+				t.Fatalf("logit_bias +100 on %q: %q", word, got)
+			}
+
+			params.LogitBias = map[string]int64{strconv.Itoa(ref.tok.VocabSize()): 5}
+			_, err = client.Chat.Completions.New(ctx, params)
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "logit_bias" {
+				t.Fatalf("logit_bias outside the vocabulary: %v", err)
+			}
+		})
+	}
+}
