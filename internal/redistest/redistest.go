@@ -5,7 +5,7 @@
 // CI=true and are skipped otherwise. The tenant stores' tests use it, and
 // the end-to-end harness (test/harness) runs its own redis-server
 // processes with Binary and Ping. StartCluster runs a private three-master
-// Redis Cluster.
+// Redis Cluster (StartClusterWith: with a replica each, to fail over).
 package redistest
 
 import (
@@ -171,6 +171,13 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// running reports whether the server is up (not killed or stopped).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }
 
 // Restart starts a killed server again on the same port and data directory.
