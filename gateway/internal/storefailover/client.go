@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -88,16 +87,9 @@ type reloadOnFailure struct{ c *redis.ClusterClient }
 
 var _ redis.Hook = reloadOnFailure{}
 
-// DialHook implements redis.Hook.
-func (h reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := next(ctx, network, addr)
-		if err != nil && ctx.Err() == nil {
-			h.c.ReloadState(ctx)
-		}
-		return conn, err
-	}
-}
+// DialHook implements redis.Hook: a cluster client dials through its
+// node clients, whose failures surface in ProcessHook.
+func (reloadOnFailure) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook implements redis.Hook.
 func (h reloadOnFailure) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
