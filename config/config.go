@@ -254,8 +254,14 @@ type Tenants struct {
 
 // Redis locates the Redis tenant store.
 type Redis struct {
-	// Addr is the host:port of Redis. Default "127.0.0.1:6379".
+	// Addr is the host:port of Redis. Default "127.0.0.1:6379". Ignored
+	// when Addrs or Sentinel is set.
 	Addr string `yaml:"addr"`
+	// Addrs are the seed nodes of a Redis Cluster (Cluster true): the
+	// client asks any of them for the slot map, so list every node you
+	// know, and it keeps working while any one of them is up. Empty: Addr
+	// is the only seed.
+	Addrs []string `yaml:"addrs"`
 	// Username is the Redis ACL user; empty for the default user.
 	Username string `yaml:"username"`
 	// PasswordFile holds the Redis password; empty for none.
@@ -268,9 +274,39 @@ type Redis struct {
 	// can share one Redis. Default "warden:". With Cluster it must
 	// contain a hash tag, e.g. "warden:{prod}:".
 	KeyPrefix string `yaml:"key_prefix"`
-	// Cluster connects to a Redis Cluster: Addr is one of its nodes (the
-	// client discovers the others and follows slot moves). Default false.
+	// Cluster connects to a Redis Cluster seeded by Addrs (or Addr): the
+	// client discovers the other nodes, follows MOVED and ASK, and reloads
+	// the slot map on connection errors and every second, so it routes to
+	// a promoted replica as soon as the cluster has failed over. Default
+	// false.
 	Cluster bool `yaml:"cluster"`
+	// Sentinel connects through Redis Sentinel to the master it names, and
+	// follows its failovers. Not with Cluster.
+	Sentinel Sentinel `yaml:"sentinel"`
+}
+
+// Sentinel locates a Redis master through Redis Sentinel.
+type Sentinel struct {
+	// MasterName is the name the sentinels monitor the master under;
+	// setting it turns Sentinel on.
+	MasterName string `yaml:"master_name"`
+	// Addrs are the sentinels' host:port; any one of them answering is
+	// enough.
+	Addrs []string `yaml:"addrs"`
+	// PasswordFile holds the sentinels' own password (requirepass of the
+	// sentinels, not of Redis); empty for none.
+	PasswordFile string `yaml:"password_file" warden:"path"`
+}
+
+// Enabled reports whether the store is reached through Sentinel.
+func (s *Sentinel) Enabled() bool { return s.MasterName != "" || len(s.Addrs) > 0 }
+
+// Seeds returns the addresses a client dials first: Addrs, or Addr alone.
+func (r *Redis) Seeds() []string {
+	if len(r.Addrs) > 0 {
+		return r.Addrs
+	}
+	return []string{r.Addr}
 }
 
 // ContextPolicy decides what happens when a model's configured context is

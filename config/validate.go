@@ -301,7 +301,7 @@ func (cl *Cluster) requireCredentials(v *validator) {
 func (t *Tenants) validate(v *validator) {
 	oneOf(v, "tenants.store", t.Store, StoreMemory, StoreRedis)
 	if t.Store == StoreRedis {
-		v.dialAddr("tenants.redis.addr", t.Redis.Addr)
+		t.Redis.validateAddrs(v)
 		if t.KeySecretFile == "" {
 			v.add("tenants.key_secret_file", "required with the redis store, so stored keys verify after a restart")
 		}
@@ -318,6 +318,47 @@ func (t *Tenants) validate(v *validator) {
 	v.nonNegativeDuration("tenants.auth_cache_ttl", t.AuthCacheTTL)
 	v.nonNegativeDuration("tenants.outage_grace", t.OutageGrace)
 	v.nonNegativeDuration("tenants.share_interval", t.ShareInterval)
+}
+
+// validateAddrs checks the seeds (addr, addrs) and the sentinel settings.
+func (r *Redis) validateAddrs(v *validator) {
+	if r.Sentinel.Enabled() {
+		if r.Cluster {
+			v.add("tenants.redis.sentinel", "not with tenants.redis.cluster: a Redis Cluster fails over by itself; use one or the other")
+		}
+		if len(r.Addrs) > 0 {
+			v.add("tenants.redis.addrs", "not with tenants.redis.sentinel: the sentinels name the master; list the sentinels in tenants.redis.sentinel.addrs")
+		}
+		if r.Sentinel.MasterName == "" {
+			v.add("tenants.redis.sentinel.master_name", "required with tenants.redis.sentinel.addrs: the name the sentinels monitor the master under")
+		}
+		if len(r.Sentinel.Addrs) == 0 {
+			v.add("tenants.redis.sentinel.addrs", "required with tenants.redis.sentinel.master_name: at least one sentinel's host:port")
+		}
+		v.dialAddrs("tenants.redis.sentinel.addrs", r.Sentinel.Addrs)
+		return
+	}
+	if len(r.Addrs) == 0 {
+		v.dialAddr("tenants.redis.addr", r.Addr)
+		return
+	}
+	if len(r.Addrs) > 1 && !r.Cluster {
+		v.add("tenants.redis.addrs", "several addresses need tenants.redis.cluster: true (or tenants.redis.sentinel for a master and its replicas); got %d", len(r.Addrs))
+	}
+	v.dialAddrs("tenants.redis.addrs", r.Addrs)
+}
+
+// dialAddrs checks a list of host:port, each once.
+func (v *validator) dialAddrs(path string, addrs []string) {
+	seen := make(map[string]bool, len(addrs))
+	for i, a := range addrs {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		v.dialAddr(p, a)
+		if seen[a] {
+			v.add(p, "%q is listed twice", a)
+		}
+		seen[a] = true
+	}
 }
 
 // hasHashTag reports whether every key starting with prefix hashes by a

@@ -78,6 +78,30 @@ func TestValidationRules(t *testing.T) {
 			`tenants.redis.db: must be 0 with tenants.redis.cluster (Redis Cluster has one database)`,
 			`tenants.redis.key_prefix: must contain a hash tag such as {prod} with tenants.redis.cluster, so that the keys one script uses share a hash slot (got "warden:{}:")`,
 		}},
+		{"redis several seeds without cluster", func(c *Config) {
+			c.Tenants.Store, c.Tenants.KeySecretFile, c.Tenants.Redis.Addrs = StoreRedis, "s", []string{"r1:6379", "r2", "r1:6379"}
+		}, []string{
+			`tenants.redis.addrs: several addresses need tenants.redis.cluster: true (or tenants.redis.sentinel for a master and its replicas); got 3`,
+			`tenants.redis.addrs[1]: must be host:port (got "r2")`,
+			`tenants.redis.addrs[2]: "r1:6379" is listed twice`,
+		}},
+		{"redis cluster seeds", func(c *Config) {
+			c.Tenants.Store, c.Tenants.KeySecretFile, c.Tenants.Redis.Cluster = StoreRedis, "s", true
+			c.Tenants.Redis.KeyPrefix, c.Tenants.Redis.Addr, c.Tenants.Redis.Addrs = "w:{p}:", "not an address", []string{"r1:6379", "r2:6379"}
+		}, nil},
+		{"redis sentinel", func(c *Config) {
+			c.Tenants.Store, c.Tenants.KeySecretFile, c.Tenants.Redis.Cluster = StoreRedis, "s", true
+			c.Tenants.Redis.KeyPrefix, c.Tenants.Redis.Addrs = "w:{p}:", []string{"r1:6379"}
+			c.Tenants.Redis.Sentinel = Sentinel{Addrs: []string{"s1:26379", "s1"}}
+		}, []string{
+			`tenants.redis.sentinel: not with tenants.redis.cluster: a Redis Cluster fails over by itself; use one or the other`,
+			`tenants.redis.addrs: not with tenants.redis.sentinel: the sentinels name the master; list the sentinels in tenants.redis.sentinel.addrs`,
+			`tenants.redis.sentinel.master_name: required with tenants.redis.sentinel.addrs: the name the sentinels monitor the master under`,
+			`tenants.redis.sentinel.addrs[1]: must be host:port (got "s1")`,
+		}},
+		{"redis sentinel without sentinels", func(c *Config) {
+			c.Tenants.Store, c.Tenants.KeySecretFile, c.Tenants.Redis.Sentinel.MasterName = StoreRedis, "s", "mymaster"
+		}, []string{`tenants.redis.sentinel.addrs: required with tenants.redis.sentinel.master_name: at least one sentinel's host:port`}},
 		{"cache ttl", func(c *Config) { c.Tenants.AuthCacheTTL = -time.Millisecond },
 			[]string{`tenants.auth_cache_ttl: must be >= 0 (got -1ms)`}},
 		{"outage grace", func(c *Config) { c.Tenants.OutageGrace = -time.Second },

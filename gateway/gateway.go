@@ -27,6 +27,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/storedresp"
+	"github.com/warden-ai/warden/gateway/internal/storefailover"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
@@ -36,7 +37,6 @@ import (
 const (
 	leaseReleaseTimeout = 5 * time.Second
 	shutdownTimeout     = 10 * time.Second
-	redisTimeout        = time.Second
 )
 
 // Gateway is the gateway process. Create it with New, then call Run once.
@@ -57,18 +57,21 @@ type Gateway struct {
 	closeStore  func() error
 	auth        *authenticator
 	modelLimits *tenant.ModelLimitsCache
-	admission   *admission.Controller
-	tokenizers  *tokenizers
-	layouts     *layoutAgreement
-	rates       prefillRates // measured prefill time per token, for reservation timeouts
-	table       *lifecycle.Table
-	journal     *tenant.ReleaseJournal
-	fleet       *tenant.FleetInFlight // nil when tenants.share_interval is 0
-	queue       *fairqueue.Queue
-	reg         *registry.Registry
-	metrics     *metrics
-	promReg     *prometheus.Registry
-	tracer      trace.Tracer
+	// failover wraps a Redis store: degraded mode through its outages
+	// (nil with another store).
+	failover   *storefailover.Store
+	admission  *admission.Controller
+	tokenizers *tokenizers
+	layouts    *layoutAgreement
+	rates      prefillRates // measured prefill time per token, for reservation timeouts
+	table      *lifecycle.Table
+	journal    *tenant.ReleaseJournal
+	fleet      *tenant.FleetInFlight // nil when tenants.share_interval is 0
+	queue      *fairqueue.Queue
+	reg        *registry.Registry
+	metrics    *metrics
+	promReg    *prometheus.Registry
+	tracer     trace.Tracer
 	// stopTracing flushes the tracer provider New set up from the
 	// configuration (a no-op when the caller passed one).
 	stopTracing func(context.Context) error
@@ -187,8 +190,12 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		g.promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 
+	if g.failover != nil {
+		if err := g.failover.Register(g.promReg); err != nil {
+			return nil, fmt.Errorf("gateway: metrics: %w", err)
+		}
+	}
 	g.journal = tenant.NewReleaseJournal(tenant.JournalConfig{Logger: g.logger})
-	g.modelLimits = tenant.NewModelLimitsCache(g.store, tenant.ModelLimitsCacheConfig{Logger: g.logger})
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
 	g.table = lifecycle.NewTable(lifecycle.Config{Logger: g.logger, AbortTimeout: cfg.Gateway.HeartbeatTimeout})

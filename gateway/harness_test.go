@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -158,7 +159,8 @@ func startGatewayWith(t testing.TB, cfg *config.Config, opts ...Option) *testGat
 		http: httpsClient(t), base: "https://" + g.APIAddr().String()}
 	go func() { tg.result <- g.Run(ctx) }()
 	t.Cleanup(func() { tg.shutdown() })
-	if _, err := g.Store().CreateTenant(ctx, tenant.Tenant{ID: "acme"}); err != nil {
+	// Gateways sharing a store share acme; each has a key of its own.
+	if _, err := g.Store().CreateTenant(ctx, tenant.Tenant{ID: "acme"}); err != nil && !errors.Is(err, tenant.ErrExists) {
 		t.Fatal(err)
 	}
 	if tg.key, _, err = g.Store().IssueKey(ctx, "acme", "test"); err != nil {

@@ -3,15 +3,12 @@ package gateway
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/tls"
 	"fmt"
-	"net"
 	"os"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/storedresp"
+	"github.com/warden-ai/warden/gateway/internal/storefailover"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
 	"github.com/warden-ai/warden/tenant/redisstore"
@@ -48,9 +45,9 @@ func (g *Gateway) openStore(given tenant.Store) error {
 			}
 			g.store = s
 		case config.StoreRedis:
-			rdb, err := redisClient(&t.Redis)
+			rdb, err := storefailover.NewClient(&t.Redis)
 			if err != nil {
-				return err
+				return fmt.Errorf("gateway: %w", err)
 			}
 			s, err := redisstore.New(rdb, secret, redisstore.WithPrefix(t.Redis.KeyPrefix),
 				redisstore.WithFailOpen(t.FailOpen), redisstore.WithLogger(g.logger))
@@ -58,11 +55,16 @@ func (g *Gateway) openStore(given tenant.Store) error {
 				_ = rdb.Close()
 				return fmt.Errorf("gateway: redis tenant store: %w", err)
 			}
-			g.store, g.closeStore = s, rdb.Close
+			g.modelLimits = tenant.NewModelLimitsCache(s, tenant.ModelLimitsCacheConfig{Logger: g.logger})
+			g.failover = storefailover.New(s, storefailover.Config{Models: g.modelLimits, Logger: g.logger})
+			g.store, g.closeStore = g.failover, rdb.Close
 			responses = storedresp.NewRedis(rdb, t.Redis.KeyPrefix)
 		default:
 			return fmt.Errorf("gateway: unknown tenants.store %q", t.Store)
 		}
+	}
+	if g.modelLimits == nil {
+		g.modelLimits = tenant.NewModelLimitsCache(g.store, tenant.ModelLimitsCacheConfig{Logger: g.logger})
 	}
 	var authn tenant.Authenticator = g.store
 	if t.AuthCacheTTL > 0 {
@@ -78,30 +80,4 @@ func (g *Gateway) openStore(given tenant.Store) error {
 		return fmt.Errorf("gateway: stored responses: %w", err)
 	}
 	return nil
-}
-
-// redisClient connects to the Redis store, a single server or a Redis
-// Cluster: one dial retry and short timeouts, so an outage fails requests
-// fast (503) instead of hanging them.
-func redisClient(r *config.Redis) (redis.UniversalClient, error) {
-	opts := &redis.UniversalOptions{
-		Addrs: []string{r.Addr}, Username: r.Username, DB: r.DB, IsClusterMode: r.Cluster,
-		DialerRetries: 1, DialTimeout: redisTimeout, ReadTimeout: redisTimeout, WriteTimeout: redisTimeout,
-		PoolTimeout: 2 * redisTimeout,
-	}
-	if r.PasswordFile != "" {
-		b, err := os.ReadFile(r.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: tenants.redis.password_file: %w", err)
-		}
-		opts.Password = string(bytes.TrimSpace(b))
-	}
-	if r.TLS {
-		host, _, err := net.SplitHostPort(r.Addr)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: tenants.redis.addr: %w", err)
-		}
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
-	}
-	return redis.NewUniversalClient(opts), nil
 }

@@ -37,12 +37,13 @@ type outageSample struct {
 // TestRedisOutage: Redis is killed (SIGKILL) under a steady load on three
 // gateways sharing it, and restarted with its data (append-only file).
 // During the outage every gateway stays up and healthy and answers at once:
-// keys verified within the outage grace still authenticate, admission
-// fails closed with 503 (never a 500) — or, on the gateway configured
-// with fail_open, admits those keys without limits — a key never verified
-// is refused with 503 (the store cannot tell), and a request that can
-// never fit is still a 400. Once Redis is back every gateway serves again
-// within a few seconds, with the limits enforced.
+// keys verified within the outage grace still authenticate and are
+// admitted under each gateway's share of their tenant's limits (degraded
+// mode; the steady tenant has none) — or, on the gateway configured with
+// fail_open, without limits — so the load sees no error; a key never
+// verified is refused with 503 (the store cannot tell), and a request
+// that can never fit is still a 400. Once Redis is back every gateway
+// serves again within a few seconds, with the store's limits enforced.
 func TestRedisOutage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -113,18 +114,13 @@ func TestRedisOutage(t *testing.T) {
 	}
 	t.Logf("killed Redis %s (SIGKILL)", redis.Addr)
 
-	// Fail closed: a key verified within the grace authenticates, but
-	// admission cannot check the limits.
+	// Degraded mode: a key verified within the grace authenticates and is
+	// admitted under the gateway's share of its tenant's limits (none for
+	// steady), or with fail_open without any check.
 	for i := range c.Gateways {
 		a := mustCall(t, c, i, steady, "/v1/completions", body)
-		if i == failOpen {
-			checkCompletion(t, a, want)
-			t.Logf("gateway-%d (fail_open) admitted a verified key without Redis in %v", i, a.done.Sub(a.sent).Round(time.Millisecond))
-			continue
-		}
-		checkDenied(t, a, http.StatusServiceUnavailable, "service_unavailable")
-		retryAfter(t, a, 1, 60)
-		t.Logf("gateway-%d refused admission without Redis in %v", i, a.done.Sub(a.sent).Round(time.Millisecond))
+		checkCompletion(t, a, want)
+		t.Logf("gateway-%d admitted a verified key without Redis in %v", i, a.done.Sub(a.sent).Round(time.Millisecond))
 	}
 	// A key no gateway verified cannot be checked: 503 everywhere, even
 	// with fail_open, never a 401 (the key may be valid) or a 200.
@@ -184,8 +180,7 @@ func TestRedisOutage(t *testing.T) {
 	stopLoad()
 	wg.Wait()
 
-	// The load saw only 200s and 503s, 503s only from the outage on and
-	// only from the gateways that fail closed.
+	// The load saw only 200s: its key was verified before the outage.
 	counts := map[string]int{}
 	var slowest time.Duration
 	for _, s := range samples {
@@ -195,16 +190,13 @@ func TestRedisOutage(t *testing.T) {
 			if s.phase == phaseOutage {
 				slowest = max(slowest, s.done.Sub(s.sent))
 			}
-		case s.status == http.StatusServiceUnavailable && s.gateway != failOpen && s.code() == "service_unavailable" && !s.done.Before(killedAt):
-			// Sent before the kill but admitted after it, or after the
-			// restart until the gateway's next Redis call succeeds.
 		default:
 			t.Errorf("%s: %v", phaseNames[s.phase], s)
 		}
 	}
 	t.Logf("load answers by gateway, phase and status: %v; slowest 200 during the outage %v", counts, slowest.Round(time.Millisecond))
 	for i := range c.Gateways {
-		if counts[fmt.Sprintf("gateway-%d outage 200", i)]+counts[fmt.Sprintf("gateway-%d outage 503", i)] == 0 {
+		if counts[fmt.Sprintf("gateway-%d outage 200", i)] == 0 {
 			t.Errorf("gateway-%d answered nothing of the load during the outage", i)
 		}
 	}

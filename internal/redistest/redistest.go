@@ -5,7 +5,8 @@
 // CI=true and are skipped otherwise. The tenant stores' tests use it, and
 // the end-to-end harness (test/harness) runs its own redis-server
 // processes with Binary and Ping. StartCluster runs a private three-master
-// Redis Cluster.
+// Redis Cluster (StartClusterWith: with a replica each, to fail over), StartSentinel a
+// master and its replica watched by a Redis Sentinel.
 package redistest
 
 import (
@@ -56,6 +57,7 @@ type Server struct {
 	dir     string
 	port    int
 	persist bool
+	conf    string   // a sentinel's configuration file; "" for a server
 	extra   []string // further redis-server arguments
 
 	mu   sync.Mutex
@@ -81,7 +83,12 @@ func start(t testing.TB, persist bool) *Server {
 // server listens on (extra may need more free ports of its own).
 func startWith(t testing.TB, persist bool, extra func(port int) []string) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), persist: persist}
+	return startServer(t, &Server{t: t, bin: Binary(t), dir: t.TempDir(), persist: persist}, extra)
+}
+
+// startServer starts s on a free port.
+func startServer(t testing.TB, s *Server, extra func(port int) []string) *Server {
+	t.Helper()
 	var lastErr error
 	for range 5 { // a free port can be taken between probing and binding
 		s.port = freePort(t)
@@ -126,8 +133,12 @@ func freePort(t testing.TB) int {
 func (s *Server) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--save", "", "--daemonize", "no", "--appendonly", "no"}
+	var args []string
+	if s.conf != "" {
+		args = []string{s.conf, "--sentinel"}
+	}
+	args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--daemonize", "no", "--appendonly", "no")
 	if s.persist {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	}
@@ -171,6 +182,13 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// running reports whether the server is up (not killed or stopped).
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
 }
 
 // Restart starts a killed server again on the same port and data directory.

@@ -39,3 +39,16 @@ func (s *Store) ShareInFlight(ctx context.Context, r tenant.InFlightReport) (map
 	}
 	return fleet, nil
 }
+
+// Replicas returns the number of gateway replicas whose in-flight report
+// had not expired at the last report (each report forgets the expired
+// ones): the fleet a gateway divides its tenants' limits by while the
+// store is unavailable.
+func (s *Store) Replicas(ctx context.Context) (int, error) {
+	n, err := s.rdb.ZCard(ctx, s.key("fr")).Result()
+	if err != nil {
+		return 0, s.fail(ctx, "replicas", err)
+	}
+	s.ok()
+	return int(n), nil
+}

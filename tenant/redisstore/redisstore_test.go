@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -253,5 +254,33 @@ func wantUnavailable(t *testing.T, what string, err error) {
 	t.Helper()
 	if !errors.Is(err, tenant.ErrUnavailable) {
 		t.Fatalf("%s during outage: %v, want ErrUnavailable", what, err)
+	}
+}
+
+// TestReplicas: the number of gateway replicas is those whose in-flight
+// report has not expired, as of the last report.
+func TestReplicas(t *testing.T) {
+	addr := redistest.Addr(t)
+	now := time.Now()
+	s := newStore(t, redistest.NewClient(t, addr), redisstore.WithPrefix(redistest.Prefix(t, addr)),
+		redisstore.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	if n, err := s.Replicas(ctx); err != nil || n != 0 {
+		t.Fatalf("before any report: %d, %v", n, err)
+	}
+	for _, r := range []string{"gw-a", "gw-b", "gw-c"} {
+		if _, err := s.ShareInFlight(ctx, tenant.InFlightReport{Replica: r, TTL: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.Replicas(ctx); err != nil || n != 3 {
+		t.Fatalf("three replicas reported: %d, %v", n, err)
+	}
+	now = now.Add(2 * time.Second) // a and b expire; c reports again
+	if _, err := s.ShareInFlight(ctx, tenant.InFlightReport{Replica: "gw-c", TTL: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Replicas(ctx); err != nil || n != 1 {
+		t.Fatalf("after two expired: %d, %v", n, err)
 	}
 }
