@@ -22,9 +22,26 @@ type ResponseStore interface {
 	Delete(ctx context.Context, p Principal, id string) error
 }
 
-// ErrResponseNotFound is a ResponseStore's answer for an ID it does not
-// hold for the principal.
-var ErrResponseNotFound = errors.New("api: stored response not found")
+// Errors of a ResponseStore the API maps.
+var (
+	// ErrResponseNotFound: the store holds no such ID for the principal.
+	ErrResponseNotFound = errors.New("api: stored response not found")
+	// ErrResponseStoreUnavailable: the store's backend cannot be reached
+	// (answered 503 with retry-after).
+	ErrResponseStoreUnavailable = errors.New("api: response store unavailable")
+)
+
+// storeFailure is the answer for a failed ResponseStore call (not a
+// missing ID).
+func (s *server) storeFailure(r *http.Request, err error) *Error {
+	if errors.Is(err, ErrResponseStoreUnavailable) {
+		s.logger.WarnContext(r.Context(), "response store unavailable", "request_id", infoFrom(r.Context()).id,
+			"tenant", infoFrom(r.Context()).principal.Tenant, "err", err)
+		return &Error{Status: http.StatusServiceUnavailable, Type: TypeServer, Code: "service_unavailable",
+			Message: "Stored responses are unavailable; retry shortly.", Headers: http.Header{"Retry-After": {"1"}}}
+	}
+	return s.toError(r, err)
+}
 
 // StoredResponse is what a stored response keeps.
 type StoredResponse struct {
@@ -92,7 +109,7 @@ func (s *server) continueFrom(r *http.Request, req *GenerateRequest, p *response
 		return responseNotFound("previous_response_id", p.previousID)
 	}
 	if err != nil {
-		return s.toError(r, err)
+		return s.storeFailure(r, err)
 	}
 	conv := append(append([]Message{}, prev.Messages...), input...)
 	req.Messages = append(req.Messages[:instructions:instructions], conv...)
@@ -159,7 +176,7 @@ func (s *server) getResponse(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrResponseNotFound):
 		writeError(w, responseNotFound("", id))
 	case err != nil:
-		s.fail(w, r, err)
+		writeError(w, s.storeFailure(r, err))
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -179,7 +196,7 @@ func (s *server) deleteResponse(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrResponseNotFound):
 		writeError(w, responseNotFound("", id))
 	case err != nil:
-		s.fail(w, r, err)
+		writeError(w, s.storeFailure(r, err))
 	default:
 		writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
 	}
@@ -209,7 +226,7 @@ func (s *server) itemsOf(r *http.Request) itemLookup {
 				return Message{}, notFound
 			}
 			if err != nil {
-				return Message{}, s.toError(r, err)
+				return Message{}, s.storeFailure(r, err)
 			}
 			var obj struct {
 				Output []storedItem `json:"output"`

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -136,5 +137,41 @@ func TestStoredResponsesChain(t *testing.T) {
 	rec = do(h, "POST", "/v1/responses", `{"model":"tiny","input":"x","previous_response_id":"`+id+`"}`, authJSON())
 	if _, code, _, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 404 || code != "previous_response_not_found" {
 		t.Errorf("continuing a deleted response: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+// brokenStore fails every call as an unreachable backend does.
+type brokenStore struct{}
+
+func (brokenStore) Put(context.Context, Principal, *StoredResponse) error {
+	return fmt.Errorf("redis: dial tcp: %w", ErrResponseStoreUnavailable)
+}
+func (brokenStore) Get(context.Context, Principal, string) (*StoredResponse, error) {
+	return nil, fmt.Errorf("redis: dial tcp: %w", ErrResponseStoreUnavailable)
+}
+func (brokenStore) Delete(context.Context, Principal, string) error {
+	return fmt.Errorf("redis: dial tcp: %w", ErrResponseStoreUnavailable)
+}
+
+// TestStoredResponsesStoreDown: with the store unreachable, lookups are
+// 503 with retry-after (never a 404 that would look like a lost
+// response, nor a 500), and a new response is still answered, saying it
+// was not stored.
+func TestStoredResponsesStoreDown(t *testing.T) {
+	h := NewHandler(Config{Responses: brokenStore{}, StoreResponsesByDefault: true}, fakeAuth{}, &fakeService{}, nil)
+	for _, tc := range []struct{ method, path, body string }{
+		{"GET", "/v1/responses/resp_1", ""},
+		{"DELETE", "/v1/responses/resp_1", ""},
+		{"POST", "/v1/responses", `{"model":"tiny","input":"x","previous_response_id":"resp_1"}`},
+		{"POST", "/v1/responses", `{"model":"tiny","input":[{"type":"item_reference","id":"msg_1"}]}`},
+	} {
+		rec := do(h, tc.method, tc.path, tc.body, authJSON())
+		if _, code, _, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 503 || code != "service_unavailable" || rec.Header().Get("Retry-After") == "" {
+			t.Errorf("%s %s %s: %d %s", tc.method, tc.path, tc.body, rec.Code, rec.Body.String())
+		}
+	}
+	rec := do(h, "POST", "/v1/responses", `{"model":"tiny","input":"x"}`, authJSON())
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"store":false`) || !strings.Contains(rec.Body.String(), fakeText) {
+		t.Errorf("a response while the store is down: %d %s", rec.Code, rec.Body.String())
 	}
 }

@@ -94,7 +94,7 @@ func (s *Store) Put(ctx context.Context, p api.Principal, r *api.StoredResponse)
 		return ErrTooLarge
 	}
 	if err := s.backend.Put(ctx, p.Tenant, r.ID, blob, s.opt.TTL, s.opt.MaxTenantBytes); err != nil {
-		return fmt.Errorf("storedresp: %w", err)
+		return unavailable(err)
 	}
 	return nil
 }
@@ -108,7 +108,7 @@ func (s *Store) Get(ctx context.Context, p api.Principal, id string) (*api.Store
 		return nil, api.ErrResponseNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("storedresp: %w", err)
+		return nil, unavailable(err)
 	}
 	aead, err := s.aead(p)
 	if err != nil {
@@ -141,7 +141,7 @@ func (s *Store) Delete(ctx context.Context, p api.Principal, id string) error {
 		if errors.Is(err, ErrNotFound) {
 			return api.ErrResponseNotFound
 		}
-		return fmt.Errorf("storedresp: %w", err)
+		return unavailable(err)
 	}
 	return nil
 }
@@ -172,6 +172,11 @@ func (p purging) DeleteTenant(ctx context.Context, id string) error {
 			"tenant", id, "err", err)
 	}
 	return nil
+}
+
+// unavailable marks a backend failure as the store being unavailable.
+func unavailable(err error) error {
+	return fmt.Errorf("storedresp: %w: %w", api.ErrResponseStoreUnavailable, err)
 }
 
 // aead is the cipher of p's tenant incarnation.
