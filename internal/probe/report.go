@@ -25,9 +25,9 @@ const (
 
 // Check is the outcome of one check.
 type Check struct {
-	Name     string         `json:"name"`
-	Verdict  Verdict        `json:"verdict"`
-	Summary  string         `json:"summary"`
+	Name    string  `json:"name"`
+	Verdict Verdict `json:"verdict"`
+	Summary string  `json:"summary"`
 	// Needs says, for an inconclusive check, what it would take to
 	// conclude (requests, time, an endpoint property).
 	Needs    string         `json:"needs,omitempty"`
@@ -67,7 +67,7 @@ type Report struct {
 	Plan   []PlanItem `json:"plan"`
 	Budget int        `json:"budget"`
 	Notes  []string   `json:"notes,omitempty"`
-	Checks        []Check   `json:"checks"`
+	Checks []Check    `json:"checks"`
 }
 
 func (r *Report) add(cs ...Check) {
