@@ -33,7 +33,7 @@ import (
 const (
 	DefaultDuration       = 10 * time.Minute
 	DefaultConcurrency    = 4
-	DefaultTimingSamples  = 40
+	DefaultTimingSamples  = 64
 	DefaultAlpha          = 0.001
 	DefaultTimingPrefix   = 512
 	DefaultLadderRounds   = 2
