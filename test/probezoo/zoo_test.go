@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,106 +53,124 @@ var (
 )
 
 // up starts `warden up` with bin (and environ) in a state directory of
-// its own, waits until it serves, and issues a key of a second tenant.
-func up(t *testing.T, bin string, environ []string, args ...string) target {
-	t.Helper()
+// its own, waits until it serves, and issues a key of a second tenant. It
+// is called from the zoo's goroutines: it returns errors, never fails t.
+func up(t *testing.T, bin string, environ []string, args ...string) (target, error) {
 	state := t.TempDir()
 	p := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), append([]string{"up", "--state-dir", state, "--listen", "127.0.0.1:0"}, args...)...)
 	p.Bin = bin
 	p.Env = append(append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir), environ...)
 	if err := p.Start(); err != nil {
-		t.Fatal(err)
+		return target{}, err
 	}
 	t.Cleanup(func() { _ = p.Kill() })
-	deadline := time.Now().Add(3 * harness.WaitTimeout)
+	// A bound on a hang (a loaded machine builds and starts slowly), not
+	// a timed assertion.
+	deadline := time.Now().Add(5 * harness.WaitTimeout)
 	for !strings.Contains(p.Log(), "Press Ctrl-C to stop.") {
 		select {
 		case <-p.Done():
-			t.Fatalf("warden up exited (%v) before it was ready:\n%s", p.ExitErr(), p.Log())
+			return target{}, fmt.Errorf("warden up exited (%v) before it was ready:\n%s", p.ExitErr(), p.Log())
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("warden up not ready:\n%s", p.Log())
+			return target{}, fmt.Errorf("warden up not ready:\n%s", p.Log())
 		}
 	}
 	out := p.Log()
+	var missing error
 	get := func(re *regexp.Regexp) string {
 		m := re.FindStringSubmatch(out)
 		if m == nil {
-			t.Fatalf("warden up did not print %s:\n%s", re, out)
+			missing = fmt.Errorf("warden up did not print %s:\n%s", re, out)
+			return ""
 		}
 		return m[1]
 	}
 	tg := target{baseURL: get(upBaseURL), keyA: get(upKey), ca: get(upCA), model: filepath.Join(state, "model")}
-	admin := []string{"admin", "--url", get(upAdmin), "--token-file", filepath.Join(state, "admin-token"), "--cacert", tg.ca}
+	adminURL := get(upAdmin)
+	if missing != nil {
+		return tg, missing
+	}
+	admin := []string{"admin", "--url", adminURL, "--token-file", filepath.Join(state, "admin-token"), "--cacert", tg.ca}
 	if out, err := exec.Command(env.Bin, append(admin, "tenants", "create", "other")...).CombinedOutput(); err != nil {
-		t.Fatalf("creating tenant other: %v\n%s", err, out)
+		return tg, fmt.Errorf("creating tenant other: %v\n%s", err, out)
 	}
 	key, err := exec.Command(env.Bin, append(admin, "keys", "issue", "other")...).Output()
 	if err != nil {
-		t.Fatalf("issuing a key: %v", err)
+		return tg, fmt.Errorf("issuing a key: %w", err)
 	}
 	tg.keyB = strings.TrimSpace(strings.SplitN(string(key), "\n", 2)[0])
-	return tg
+	return tg, nil
+}
+
+// outcome is one probe run.
+type outcome struct {
+	code int
+	rep  probe.Report
+	out  string
+	err  error
 }
 
 // runProbe runs `warden probe` against baseURL with its default flags
-// (only what describes the target: keys, CA, tokenizer) and returns its
-// exit code, report and output.
-func runProbe(t *testing.T, tg target, baseURL string) (int, probe.Report, string) {
-	t.Helper()
-	report := filepath.Join(t.TempDir(), "report.json")
+// (only what describes the target: keys, CA, tokenizer), as a harness
+// process (stopped with the test binary), and returns its exit code,
+// report and output.
+func runProbe(t *testing.T, tg target, baseURL string) outcome {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.json")
 	args := []string{"probe", "--base-url", baseURL, "--key", tg.keyA, "--key", tg.keyB, "--tokenizer", tg.model, "--report", report}
 	if strings.HasPrefix(baseURL, "https:") {
 		args = append(args, "--cacert", tg.ca)
 	}
-	out, err := exec.Command(env.Bin, args...).CombinedOutput()
-	code := 0
+	p := env.NewProcess("warden probe", filepath.Join(dir, "probe.log"), args...)
+	if err := p.Start(); err != nil {
+		return outcome{err: err}
+	}
+	<-p.Done()
+	o := outcome{out: p.Log()}
 	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
+	if err := p.ExitErr(); errors.As(err, &exit) {
+		o.code = exit.ExitCode()
 	} else if err != nil {
-		t.Fatal(err)
+		o.err = err
+		return o
 	}
-	var rep probe.Report
 	if b, err := os.ReadFile(report); err == nil {
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatalf("report: %v", err)
-		}
+		o.err = json.Unmarshal(b, &o.rep)
 	}
-	t.Logf("%s: exit %d, %d requests (%d retried) in %.0f s", baseURL, code, rep.Requests, rep.Retries, rep.Duration)
-	return code, rep, string(out)
+	return o
 }
 
 // wantFinding: the probe exits 1 and one of checks is a finding, named in
 // the result line.
-func wantFinding(t *testing.T, code int, rep probe.Report, out string, checks ...string) {
+func wantFinding(t *testing.T, o outcome, checks ...string) {
 	t.Helper()
-	if code != probe.ExitFinding {
-		t.Fatalf("warden probe exited %d, want %d (a finding in %q):\n%s", code, probe.ExitFinding, checks, out)
+	if o.code != probe.ExitFinding {
+		t.Fatalf("warden probe exited %d, want %d (a finding in %q):\n%s", o.code, probe.ExitFinding, checks, o.out)
 	}
-	for _, c := range rep.Checks {
+	for _, c := range o.rep.Checks {
 		if slices.Contains(checks, c.Name) && c.Verdict == probe.VerdictFinding {
-			if !regexp.MustCompile(`RESULT: \d+ finding\(s\): (.*, )?` + regexp.QuoteMeta(c.Name)).MatchString(out) {
-				t.Errorf("the result line does not name %q:\n%s", c.Name, out)
+			if !regexp.MustCompile(`RESULT: \d+ finding\(s\): (.*, )?` + regexp.QuoteMeta(c.Name)).MatchString(o.out) {
+				t.Errorf("the result line does not name %q:\n%s", c.Name, o.out)
 			}
 			t.Logf("%s: %s", c.Name, c.Summary)
 			return
 		}
 	}
-	t.Errorf("none of %q is a finding:\n%s", checks, out)
+	t.Errorf("none of %q is a finding:\n%s", checks, o.out)
 }
 
 // wantClean: the probe exits 0, every check concluded with a pass.
-func wantClean(t *testing.T, code int, rep probe.Report, out string) {
+func wantClean(t *testing.T, o outcome) {
 	t.Helper()
-	if code != probe.ExitPass {
-		t.Fatalf("warden probe exited %d, want 0:\n%s", code, out)
+	if o.code != probe.ExitPass {
+		t.Fatalf("warden probe exited %d, want 0:\n%s", o.code, o.out)
 	}
-	if len(rep.Checks) < 15 {
-		t.Errorf("the report has %d checks, want every one:\n%s", len(rep.Checks), out)
+	if len(o.rep.Checks) < 16 {
+		t.Errorf("the report has %d checks, want every one:\n%s", len(o.rep.Checks), o.out)
 	}
-	for _, c := range rep.Checks {
+	for _, c := range o.rep.Checks {
 		if c.Verdict != probe.VerdictPass {
 			t.Errorf("%s: %s (%s), want pass", c.Name, c.Verdict, c.Summary)
 		}
@@ -168,94 +187,134 @@ var zooChecks = map[probezoo.Leak][]string{
 	probezoo.StreamMux:         {"concurrent streams (cross-talk)"},
 }
 
+// brokenModes are the deliberately broken warden builds
+// (internal/brokenmode): the `warden up` flags that give each a path to
+// misbehave on, and the checks that must name it.
+var brokenModes = []struct {
+	mode   string
+	upArgs []string
+	checks []string
+}{
+	// The gateway skips the context check: prompts past the context
+	// reach the workers and come back as something other than 400.
+	{"admission", nil, []string{"admission past the context"}},
+	// One cache domain for every tenant: B's prompts on A's text are
+	// served from A's cached prefix (cached_tokens, timing).
+	{"shared-cache", []string{"--single"}, []string{"cached_tokens across keys", "prefix-cache timing"}},
+	// Aborted pages freed without the writer's drain and handed to the
+	// next reservation while the aborted writer still writes: key A's
+	// deterministic answer right after B's aborts changes.
+	{"release-without-drain", []string{"--transfer", "shm"}, []string{"consistency after aborts", "consistency under load"}},
+}
+
 // TestProbeZoo: `warden probe` with its default flags exits 0 against a
 // healthy `warden up` (P/D over tcp and over shm), and 1, naming the
 // right check, against each leaky proxy of the zoo in front of that
-// warden and against each deliberately broken warden build
-// (internal/brokenmode). The cases run in parallel: a loaded machine is
-// part of what the probe must stand.
+// warden and against each deliberately broken warden build. Every case
+// runs at once (goroutines, not t.Parallel, which go test limits to the
+// core count): a loaded machine is part of what the probe must stand.
 func TestProbeZoo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the zoo runs the probe a dozen times")
 	}
-	brokenBin := filepath.Join(t.TempDir(), "warden-broken")
-	built := make(chan error, 1)
-	go func() {
-		out, err := exec.Command("go", "build", "-tags", "warden_broken", "-o", brokenBin, "github.com/warden-ai/warden/cmd/warden").CombinedOutput()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	results := map[string]outcome{}
+	record := func(name string, o outcome) {
+		mu.Lock()
+		defer mu.Unlock()
+		results[name] = o
+	}
+	wg.Go(func() {
+		tg, err := up(t, env.Bin, nil, "--transfer", "tcp")
 		if err != nil {
-			err = fmt.Errorf("%w\n%s", err, out)
+			record("tcp/healthy", outcome{err: err})
+			return
 		}
-		built <- err
-	}()
-	t.Run("tcp", func(t *testing.T) {
-		t.Parallel()
-		tg := up(t, env.Bin, nil, "--transfer", "tcp")
-		t.Run("healthy", func(t *testing.T) {
-			t.Parallel()
-			code, rep, out := runProbe(t, tg, tg.baseURL)
-			wantClean(t, code, rep, out)
-		})
-		upstream := upstreamClient(t, tg)
 		u, err := url.Parse(strings.TrimSuffix(tg.baseURL, "/v1"))
 		if err != nil {
-			t.Fatal(err)
+			record("tcp/healthy", outcome{err: err})
+			return
 		}
+		upstream, err := upstreamClient(tg)
+		if err != nil {
+			record("tcp/healthy", outcome{err: err})
+			return
+		}
+		var inner sync.WaitGroup
+		inner.Go(func() { record("tcp/healthy", runProbe(t, tg, tg.baseURL)) })
 		for _, leak := range probezoo.All {
-			t.Run(string(leak), func(t *testing.T) {
-				t.Parallel()
+			inner.Go(func() {
 				srv := httptest.NewServer(probezoo.New(leak, u, upstream))
-				t.Cleanup(srv.Close)
-				code, rep, out := runProbe(t, tg, srv.URL+"/v1")
-				wantFinding(t, code, rep, out, zooChecks[leak]...)
+				defer srv.Close()
+				record("tcp/"+string(leak), runProbe(t, tg, srv.URL+"/v1"))
 			})
 		}
+		inner.Wait()
 	})
-	t.Run("shm/healthy", func(t *testing.T) {
-		t.Parallel()
-		tg := up(t, env.Bin, nil, "--transfer", "shm")
-		code, rep, out := runProbe(t, tg, tg.baseURL)
-		wantClean(t, code, rep, out)
+	wg.Go(func() {
+		tg, err := up(t, env.Bin, nil, "--transfer", "shm")
+		if err != nil {
+			record("shm/healthy", outcome{err: err})
+			return
+		}
+		record("shm/healthy", runProbe(t, tg, tg.baseURL))
 	})
-	for _, tc := range []struct {
-		mode   string
-		upArgs []string
-		checks []string
-	}{
-		// The gateway skips the context check: prompts past the context
-		// reach the workers and come back as something other than 400.
-		{"admission", nil, []string{"admission past the context"}},
-		// One cache domain for every tenant: B's prompts on A's text are
-		// served from A's cached prefix (cached_tokens, timing).
-		{"shared-cache", []string{"--single"}, []string{"cached_tokens across keys", "prefix-cache timing"}},
-		// Aborted pages freed without the writer's drain and handed to the
-		// next reservation while the aborted writer still writes: key A's
-		// deterministic answer right after B's aborts changes.
-		{"release-without-drain", []string{"--transfer", "shm"}, []string{"consistency after aborts", "consistency under load"}},
-	} {
-		t.Run("broken/"+tc.mode, func(t *testing.T) {
-			t.Parallel()
-			if err := <-built; err != nil {
-				built <- err
-				t.Fatalf("building the broken warden: %v", err)
+	wg.Go(func() {
+		bin := filepath.Join(t.TempDir(), "warden-broken")
+		out, err := exec.Command("go", "build", "-tags", "warden_broken", "-o", bin, "github.com/warden-ai/warden/cmd/warden").CombinedOutput()
+		var inner sync.WaitGroup
+		for _, b := range brokenModes {
+			name := "broken/" + b.mode
+			if err != nil {
+				record(name, outcome{err: fmt.Errorf("building the broken warden: %w\n%s", err, out)})
+				continue
 			}
-			built <- nil
-			tg := up(t, brokenBin, []string{"WARDEN_BROKEN=" + tc.mode}, tc.upArgs...)
-			code, rep, out := runProbe(t, tg, tg.baseURL)
-			wantFinding(t, code, rep, out, tc.checks...)
+			inner.Go(func() {
+				tg, err := up(t, bin, []string{"WARDEN_BROKEN=" + b.mode}, b.upArgs...)
+				if err != nil {
+					record(name, outcome{err: err})
+					return
+				}
+				record(name, runProbe(t, tg, tg.baseURL))
+			})
+		}
+		inner.Wait()
+	})
+	wg.Wait()
+
+	check := func(name string, judge func(*testing.T, outcome)) {
+		t.Run(name, func(t *testing.T) {
+			o, ok := results[name]
+			switch {
+			case !ok:
+				t.Fatal("no result")
+			case o.err != nil:
+				t.Fatalf("%v\n%s", o.err, o.out)
+			}
+			t.Logf("exit %d, %d requests (%d retried) in %.0f s", o.code, o.rep.Requests, o.rep.Retries, o.rep.Duration)
+			judge(t, o)
 		})
+	}
+	check("tcp/healthy", wantClean)
+	check("shm/healthy", wantClean)
+	for _, leak := range probezoo.All {
+		check("tcp/"+string(leak), func(t *testing.T, o outcome) { wantFinding(t, o, zooChecks[leak]...) })
+	}
+	for _, b := range brokenModes {
+		check("broken/"+b.mode, func(t *testing.T, o outcome) { wantFinding(t, o, b.checks...) })
 	}
 }
 
 // upstreamClient is the zoo's HTTPS client to warden, trusting its CA.
-func upstreamClient(t *testing.T, tg target) *http.Client {
-	t.Helper()
+func upstreamClient(tg target) (*http.Client, error) {
 	pem, err := os.ReadFile(tg.ca)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		t.Fatalf("no certificate in %s", tg.ca)
+		return nil, fmt.Errorf("no certificate in %s", tg.ca)
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}}, nil
 }
