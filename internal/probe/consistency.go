@@ -14,6 +14,8 @@ type consistencyBaseline struct {
 	// err says why the checks that need the baseline cannot run; needs
 	// what they would take.
 	err, needs string
+	// nondeterministic: the answers alone differ.
+	nondeterministic bool
 }
 
 // consistencyAlone sends the consistency prompt a few times with key A and
@@ -35,6 +37,7 @@ func (r *run) consistencyAlone(ctx context.Context) consistencyBaseline {
 	if len(b.answers) > 1 {
 		b.err = fmt.Sprintf("the endpoint is not deterministic at temperature 0 with a seed (%d distinct answers to one prompt alone): these checks compare answers and cannot run; the markers, cache, cross-talk, cached_tokens, usage and timing checks do not need determinism", len(b.answers))
 		b.needs = "an endpoint deterministic at temperature 0 with a seed"
+		b.nondeterministic = true
 	}
 	return b
 }

@@ -210,6 +210,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var usage []Check
 	if has(CheckMarkers) {
 		baseline := r.consistencyAlone(ctx)
+		if baseline.nondeterministic {
+			r.report.Notes = append(r.report.Notes, "the endpoint is not deterministic at temperature 0 with a seed: the consistency checks cannot run (inconclusive); every other check does not need determinism and ran")
+		}
 		ladder, loaded := r.markerLadder(ctx, baseline)
 		foreign, usage = ladder[0], ladder[1:]
 		r.report.add(loaded)
@@ -367,7 +370,7 @@ var errPastContext = errors.New("prompt past the context")
 // has it).
 func (r *run) promptTokens(ctx context.Context, w int) (int, error) {
 	mp := r.gen.markedPrompt(w)
-	res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1})
+	res, _, err := r.send(ctx, r.clients[0], "set-up", fmt.Sprintf("key A, %d-word calibration prompt", w), chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1}, mp)
 	if err != nil {
 		return 0, err
 	}
@@ -406,7 +409,8 @@ func (r *run) exactTokens(prompt string) int {
 func (r *run) discoverContext(ctx context.Context) error {
 	a := r.clients[0]
 	fits := func(words int) (bool, error) {
-		res, err := a.chat(ctx, chatRequest{Model: r.model, Prompt: r.gen.markedPrompt(words).Text, MaxTokens: 1})
+		mp := r.gen.markedPrompt(words)
+		res, _, err := r.send(ctx, a, "set-up", fmt.Sprintf("key A, %d-word context bisection prompt", words), chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1}, mp)
 		if err != nil {
 			return false, err
 		}

@@ -47,7 +47,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 	cfg.Keys = keys
 	cfg.Checks = strings.Split(*checks, ",")
 	if len(keys) == 1 {
-		fmt.Fprintln(e.stderr, "warden probe: one key: the cross-tenant checks are skipped")
+		fmt.Fprintln(e.stderr, "warden probe: one key: the cross-tenant checks cannot run, so the run is inconclusive (exit 3) unless --allow-inconclusive")
 	}
 	if !*quiet {
 		cfg.Progress = func(format string, args ...any) {
