@@ -40,24 +40,32 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// target is a running `warden up` with a second tenant.
+// target is a running `warden up` and the keys of two tenants of a
+// case's own.
 type target struct {
 	baseURL, keyA, keyB, ca, model string
+	admin                          []string
 }
 
 var (
 	upLine = func(label string) *regexp.Regexp {
 		return regexp.MustCompile(`(?m)^  ` + label + `\s+(\S+)`)
 	}
-	upBaseURL, upKey, upCA, upAdmin = upLine("base URL"), upLine("API key"), upLine("CA"), upLine("admin URL")
+	upBaseURL, upCA, upAdmin = upLine("base URL"), upLine("CA"), upLine("admin URL")
 )
 
+// upArgs are the `warden up` flags of every case: a KV pool that makes
+// the context 1024 tokens, so the probe's prompts up to and past it are
+// quick to compute on a CPU. They describe the target, not the probe;
+// args given to up come after them and override them.
+var upArgs = []string{"--kv-memory", "512KiB"}
+
 // up starts `warden up` with bin (and environ) in a state directory of
-// its own, waits until it serves, and issues a key of a second tenant. It
-// is called from the zoo's goroutines: it returns errors, never fails t.
+// its own and waits until it serves. It is called from the zoo's
+// goroutines: it returns errors, never fails t.
 func up(t *testing.T, bin string, environ []string, args ...string) (target, error) {
 	state := t.TempDir()
-	p := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), append([]string{"up", "--state-dir", state, "--listen", "127.0.0.1:0"}, args...)...)
+	p := env.NewProcess("warden up", filepath.Join(t.TempDir(), "up.log"), append(append([]string{"up", "--state-dir", state, "--listen", "127.0.0.1:0"}, upArgs...), args...)...)
 	p.Bin = bin
 	p.Env = append(append(os.Environ(), "WARDEN_WORKER_TRANSFER_SHM_DIR="+env.ShmDir), environ...)
 	if err := p.Start(); err != nil {
@@ -87,21 +95,32 @@ func up(t *testing.T, bin string, environ []string, args ...string) (target, err
 		}
 		return m[1]
 	}
-	tg := target{baseURL: get(upBaseURL), keyA: get(upKey), ca: get(upCA), model: filepath.Join(state, "model")}
+	tg := target{baseURL: get(upBaseURL), ca: get(upCA), model: filepath.Join(state, "model")}
 	adminURL := get(upAdmin)
-	if missing != nil {
-		return tg, missing
+	tg.admin = []string{"admin", "--url", adminURL, "--token-file", filepath.Join(state, "admin-token"), "--cacert", tg.ca}
+	return tg, missing
+}
+
+// tenants returns tg with the keys of two new tenants, name-a and name-b:
+// each case probes with tenants of its own, so cases sharing a warden do
+// not share tenant limits.
+func (tg target) tenants(name string) (target, error) {
+	key := func(id string) (string, error) {
+		if out, err := exec.Command(env.Bin, append(tg.admin, "tenants", "create", id)...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("creating tenant %s: %v\n%s", id, err, out)
+		}
+		out, err := exec.Command(env.Bin, append(tg.admin, "keys", "issue", id)...).Output()
+		if err != nil {
+			return "", fmt.Errorf("issuing a key of %s: %w", id, err)
+		}
+		return strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0]), nil
 	}
-	admin := []string{"admin", "--url", adminURL, "--token-file", filepath.Join(state, "admin-token"), "--cacert", tg.ca}
-	if out, err := exec.Command(env.Bin, append(admin, "tenants", "create", "other")...).CombinedOutput(); err != nil {
-		return tg, fmt.Errorf("creating tenant other: %v\n%s", err, out)
+	var err error
+	if tg.keyA, err = key(name + "-a"); err != nil {
+		return tg, err
 	}
-	key, err := exec.Command(env.Bin, append(admin, "keys", "issue", "other")...).Output()
-	if err != nil {
-		return tg, fmt.Errorf("issuing a key: %w", err)
-	}
-	tg.keyB = strings.TrimSpace(strings.SplitN(string(key), "\n", 2)[0])
-	return tg, nil
+	tg.keyB, err = key(name + "-b")
+	return tg, err
 }
 
 // outcome is one probe run.
@@ -116,7 +135,11 @@ type outcome struct {
 // (only what describes the target: keys, CA, tokenizer), as a harness
 // process (stopped with the test binary), and returns its exit code,
 // report and output.
-func runProbe(t *testing.T, tg target, baseURL string) outcome {
+func runProbe(t *testing.T, tg target, name, baseURL string) outcome {
+	tg, err := tg.tenants(name)
+	if err != nil {
+		return outcome{err: err}
+	}
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
 	args := []string{"probe", "--base-url", baseURL, "--key", tg.keyA, "--key", tg.keyB, "--tokenizer", tg.model, "--report", report}
@@ -200,7 +223,8 @@ var brokenModes = []struct {
 	{"admission", nil, []string{"admission past the context"}},
 	// One cache domain for every tenant: B's prompts on A's text are
 	// served from A's cached prefix (cached_tokens, timing).
-	{"shared-cache", []string{"--single"}, []string{"cached_tokens across keys", "prefix-cache timing"}},
+	// The prefix cache keeps pages only while the pool has room: 4 MiB.
+	{"shared-cache", []string{"--single", "--kv-memory", "4MiB"}, []string{"cached_tokens across keys", "prefix-cache timing"}},
 	// Aborted pages freed without the writer's drain and handed to the
 	// next reservation while the aborted writer still writes: key A's
 	// deterministic answer right after B's aborts changes.
@@ -242,12 +266,12 @@ func TestProbeZoo(t *testing.T) {
 			return
 		}
 		var inner sync.WaitGroup
-		inner.Go(func() { record("tcp/healthy", runProbe(t, tg, tg.baseURL)) })
+		inner.Go(func() { record("tcp/healthy", runProbe(t, tg, "healthy", tg.baseURL)) })
 		for _, leak := range probezoo.All {
 			inner.Go(func() {
 				srv := httptest.NewServer(probezoo.New(leak, u, upstream))
 				defer srv.Close()
-				record("tcp/"+string(leak), runProbe(t, tg, srv.URL+"/v1"))
+				record("tcp/"+string(leak), runProbe(t, tg, string(leak), srv.URL+"/v1"))
 			})
 		}
 		inner.Wait()
@@ -258,7 +282,7 @@ func TestProbeZoo(t *testing.T) {
 			record("shm/healthy", outcome{err: err})
 			return
 		}
-		record("shm/healthy", runProbe(t, tg, tg.baseURL))
+		record("shm/healthy", runProbe(t, tg, "healthy", tg.baseURL))
 	})
 	wg.Go(func() {
 		bin := filepath.Join(t.TempDir(), "warden-broken")
@@ -276,7 +300,7 @@ func TestProbeZoo(t *testing.T) {
 					record(name, outcome{err: err})
 					return
 				}
-				record(name, runProbe(t, tg, tg.baseURL))
+				record(name, runProbe(t, tg, b.mode, tg.baseURL))
 			})
 		}
 		inner.Wait()
