@@ -45,9 +45,10 @@ const (
 	cacheCheckWords  = 48
 )
 
-// prefixChars are the shared prefix lengths, in characters: a cache keyed
-// on a prompt's first k characters (or tokens, or blocks) serves B A's
-// answer from one of them on. The shortest fit in one cache block.
+// prefixChars are the shared prefix lengths, in characters, as far as
+// the prompts fit in half the context: a cache keyed on a prompt's first k
+// characters (or tokens, or blocks) serves B A's answer from one of them
+// on. The shortest fit in one cache block.
 var prefixChars = []int{16, 64, 256, 1024, 4096}
 
 // needTwoKeys is the inconclusive verdict of a cross-key check with one
@@ -155,13 +156,13 @@ func (r *run) prefixes(ctx context.Context) Check {
 		return c
 	}
 	a, b := r.clients[0], r.clients[1]
-	maxChars := r.ctxLen // about 3 characters a token: a third of the context
 	tested := 0
 	for _, n := range prefixChars {
-		if n > maxChars {
+		prefix := r.gen.chars(n)
+		// Both prompts stay within half the context.
+		if r.tokensFor(len(strings.Fields(prefix))+24) > r.ctxLen/2 {
 			break
 		}
-		prefix := r.gen.chars(n)
 		ma, mb := r.gen.markedPrompt(8), r.gen.markedPrompt(24)
 		ctrl := r.gen.markedPrompt(24)
 		ctrl.Text = r.gen.chars(n) + " " + ctrl.Text
