@@ -67,11 +67,13 @@ type Config struct {
 	Concurrency int
 	// LadderRounds is how many times each key climbs the length ladder.
 	LadderRounds int
-	// AbortRounds is how many long prompts the consistency-after-aborts
-	// check aborts before their first token (0: skip it).
+	// AbortRounds is how many aborts before the first token the
+	// consistency-after-aborts check lands (0: DefaultAbortRounds; below
+	// 0: skip the check).
 	AbortRounds int
 	// TimingSamples bounds the rounds of the sequential timing test (each
-	// a pair of probes per key; 0: skip it).
+	// a pair of probes per key; 0: DefaultTimingSamples; below 0: skip
+	// it).
 	TimingSamples int
 	// TimingPrefixTokens is the length of the timing test's secret
 	// prefixes (at most a third of the context; 0: DefaultTimingPrefix).
@@ -94,6 +96,12 @@ func (c *Config) defaults() {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.AbortRounds == 0 {
+		c.AbortRounds = DefaultAbortRounds
+	}
+	if c.TimingSamples == 0 {
+		c.TimingSamples = DefaultTimingSamples
 	}
 	if c.LadderRounds <= 0 {
 		c.LadderRounds = DefaultLadderRounds

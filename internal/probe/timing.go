@@ -88,7 +88,7 @@ func (r *run) timing(ctx context.Context) Check {
 	c := Check{Name: nameTiming}
 	maxRounds := r.cfg.TimingSamples
 	if maxRounds <= 0 {
-		c.Verdict, c.Summary = VerdictSkipped, "--timing-samples 0"
+		c.Verdict, c.Summary = VerdictSkipped, "skipped on request (--timing-samples 0)"
 		return c
 	}
 	words := r.wordsFor(min(r.cfg.TimingPrefixTokens, r.ctxLen/3))

@@ -45,6 +45,14 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 		return errUsage
 	}
 	cfg.Keys = keys
+	// 0 on the command line skips these checks; in Config it means the
+	// default and a negative number skips.
+	if cfg.AbortRounds == 0 {
+		cfg.AbortRounds = -1
+	}
+	if cfg.TimingSamples == 0 {
+		cfg.TimingSamples = -1
+	}
 	cfg.Checks = strings.Split(*checks, ",")
 	if len(keys) == 1 {
 		fmt.Fprintln(e.stderr, "warden probe: one key: the cross-tenant checks cannot run, so the run is inconclusive (exit 3) unless --allow-inconclusive")
