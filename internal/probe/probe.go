@@ -34,7 +34,7 @@ const (
 	DefaultDuration       = 10 * time.Minute
 	DefaultConcurrency    = 4
 	DefaultTimingSamples  = 64
-	DefaultAlpha          = 0.001
+	DefaultAlpha          = 0.0001
 	DefaultTimingPrefix   = 512
 	DefaultLadderRounds   = 2
 	defaultMaxTokens      = 16
