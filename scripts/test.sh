@@ -184,6 +184,10 @@ export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 # a cold build); its code is tested with the tag that builds it in.
 step "go test -tags nvml" gotest -count=1 -tags nvml ./internal/obs/gpu/
 
+# The rest includes the end-to-end packages: test/ and test/probezoo, whose
+# TestProbeZoo runs `warden probe` with its defaults against every leaky
+# proxy of the zoo, the broken builds and healthy warden, all at once
+# (about 2 minutes on a loaded 2-core machine).
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/kvtransfer|/tenant|/gateway|/worker$')
 step "go test" gotest -count=1 -timeout 9m "${rest[@]}"
 

@@ -16,8 +16,9 @@ import (
 // the next request, changes A's deterministic answer (or puts the aborted
 // prompt's markers into it).
 const (
-	// DefaultAbortRounds is how many aborts the check lands.
-	DefaultAbortRounds = 4
+	// DefaultAbortRounds is how many aborts before the first token the
+	// check lands (it tries abortMaxRounds for them).
+	DefaultAbortRounds = 6
 	// abortFollowers is how many consistency prompts follow each abort,
 	// one after the other: the first may be admitted before the endpoint
 	// has processed the abort, the second comes after it.
@@ -28,40 +29,46 @@ const (
 	abortPromptFraction = 0.85
 )
 
+// abortMaxRounds bounds the rounds tried to land rounds aborts before
+// the first token: on a loaded machine many land late.
+func abortMaxRounds(rounds int) int { return 3 * rounds }
+
 // abortReuse runs the check against the baseline of consistencyAlone.
 func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
-	c := Check{Name: "consistency after aborts"}
+	c := Check{Name: nameConsAborts}
 	victim, aborter := r.clients[0], r.clients[len(r.clients)-1]
 	who := "the other key's"
 	if len(r.clients) == 1 {
 		who = "the same key's (one key: cross-tenant reuse not tested)"
 	}
 	if b.err != "" {
-		c.Verdict, c.Summary = VerdictInconclusive, b.err
+		c.inconclusive(b.err, b.needs)
 		return c
 	}
 	tokens := int(abortPromptFraction * float64(r.ctxLen-defaultMaxTokens))
 	// The time to first token of such a prompt, run to the end, bounds
 	// where an abort lands before the first token.
 	mp := r.gen.markedPrompt(r.wordsFor(tokens))
-	first, err := aborter.chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens})
+	first, _, err := r.send(ctx, aborter, c.Name, fmt.Sprintf("key %s, ~%d-token prompt run to the end", aborter.label, tokens),
+		chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens}, mp)
 	if err != nil || first.Status != http.StatusOK || !first.Complete {
-		c.Verdict = VerdictInconclusive
-		c.Summary = fmt.Sprintf("a ~%d-token prompt did not complete (%v %d %s): nothing to abort", tokens, err, first.Status, first.ErrCode)
+		c.inconclusive(fmt.Sprintf("a ~%d-token prompt did not complete (%v %d %s): nothing to abort", tokens, err, first.Status, first.ErrCode),
+			"an endpoint that completes a prompt of 85% of its context")
 		return c
 	}
 	ttft := first.TTFT
-	var landed, late, same, differ, failed, leaks int
-	for round := range r.cfg.AbortRounds {
+	stopped := false
+	var landed, late, same, differ, failed, leaks, round int
+	for ; round < abortMaxRounds(r.cfg.AbortRounds) && landed < r.cfg.AbortRounds && differ+leaks == 0; round++ {
 		// A random point in the middle half of the time to first token.
 		delay := ttft/4 + time.Duration(r.gen.intn(int(ttft/2)+1))
 		mp := r.gen.markedPrompt(r.wordsFor(tokens))
 		label := fmt.Sprintf("key %s, ~%d-token prompt aborted after %v (round %d), markers %s…%s",
 			aborter.label, tokens, delay.Round(time.Millisecond), round+1, mp.Markers[0], mp.Markers[2])
-		r.index.add(label, mp)
-		res, err := aborter.chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens,
-			Abort: abortAfterDelay, AbortDelay: delay})
+		res, _, err := r.send(ctx, aborter, c.Name, label, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens,
+			Abort: abortAfterDelay, AbortDelay: delay}, mp)
 		if errors.Is(err, errBudget) || ctx.Err() != nil {
+			stopped = true
 			break
 		}
 		switch {
@@ -73,8 +80,8 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 			ttft /= 2
 		}
 		for i := range abortFollowers {
-			got, err := victim.chat(ctx, chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens})
 			flabel := fmt.Sprintf("key %s, consistency prompt %d after round %d's abort", victim.label, i+1, round+1)
+			got, found, err := r.send(ctx, victim, c.Name, flabel, chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens}, b.mp)
 			switch {
 			case err != nil || got.Status != http.StatusOK || !got.Complete:
 				failed++
@@ -85,27 +92,27 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 				differ++
 				c.evidence("%s: %q; alone: %q (after [%s])", flabel, got.Text, keys(b.answers), label)
 			}
-			for _, l := range r.index.check(flabel, got.Text) {
+			for _, l := range found {
 				leaks++
 				c.evidence("LEAK in response to [%s]: %s from [%s]", flabel, l.Evidence, l.Source)
 			}
 		}
 	}
-	c.Data = map[string]any{"aborts_before_first_token": landed, "aborts_late": late, "distinct_alone": len(b.answers),
+	c.Data = map[string]any{"rounds": round, "aborts_before_first_token": landed, "aborts_late": late, "distinct_alone": len(b.answers),
 		"same": same, "differ": differ, "failed": failed, "leaks": leaks, "ttft_ms": first.TTFT.Milliseconds()}
 	switch {
 	case leaks > 0:
 		c.Verdict = VerdictFinding
 		c.Summary = fmt.Sprintf("%d answers right after %s aborts hold text of an aborted prompt", leaks, who)
-	case len(b.answers) > 1:
-		c.Verdict = VerdictInconclusive
-		c.Summary = fmt.Sprintf("the endpoint is not deterministic at temperature 0 with a seed (%d distinct answers alone)", len(b.answers))
 	case differ > 0:
 		c.Verdict = VerdictFinding
 		c.Summary = fmt.Sprintf("%d of %d answers right after %s aborts (whole prompt sent, hung up before the first token) differ from the deterministic answer alone", differ, same+differ, who)
-	case landed == 0 || same == 0:
-		c.Verdict = VerdictInconclusive
-		c.Summary = fmt.Sprintf("%d aborts landed before the first token, %d answers after them (%d failed)", landed, same, failed)
+	case landed == 0 || same == 0 || stopped:
+		needs := fmt.Sprintf("aborts that land before the first token (%d rounds tried)", round)
+		if stopped {
+			needs = "a larger --budget or --duration"
+		}
+		c.inconclusive(fmt.Sprintf("%d aborts landed before the first token, %d answers after them (%d failed)", landed, same, failed), needs)
 	default:
 		c.Verdict = VerdictPass
 		c.Summary = fmt.Sprintf("%d answers right after %d of %s aborts before the first token equal the answer alone", same, landed, who)

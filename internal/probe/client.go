@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,8 @@ var errBudget = errors.New("request budget or duration spent")
 type budget struct {
 	left     atomic.Int64
 	deadline time.Time
+	// retries counts transport errors retried (and 429/503 waits).
+	retries atomic.Int64
 }
 
 // take spends one request; false when none is left or time is up.
@@ -71,6 +74,19 @@ type chatRequest struct {
 	// for a prompt past the context, whose first answer other than 400
 	// is already the evidence.
 	OneRetry bool
+	// Messages replace the one user message of Prompt (multi-turn, tool
+	// results).
+	Messages []map[string]any
+	// N is the number of choices (0: the endpoint's default, one).
+	N int
+	// Plain asks for one JSON answer instead of a stream.
+	Plain bool
+	// Responses sends the prompt to /v1/responses instead of
+	// /v1/chat/completions (never streamed).
+	Responses bool
+	// AnyStatus: an answer other than 200 is the check's to judge (it
+	// does not end the check).
+	AnyStatus bool
 }
 
 // chatResult is what came back.
@@ -78,11 +94,17 @@ type chatResult struct {
 	Status  int
 	ErrCode string
 	ErrMsg  string
-	Text    string
-	// PromptTokens, CompletionTokens: the usage the endpoint reported
-	// (-1 when it sent none).
+	// Text is every choice's text, in index order, joined by newlines.
+	Text string
+	// ID is the response's id (the first chunk's, when streamed); OtherIDs
+	// are further ids seen in chunks of the same stream.
+	ID       string
+	OtherIDs []string
+	// PromptTokens, CompletionTokens, CachedTokens: the usage the
+	// endpoint reported (-1 when it sent none).
 	PromptTokens     int
 	CompletionTokens int
+	CachedTokens     int
 	// TTFT is the time from sending the request to the first streamed
 	// event with content (or the whole answer's arrival when none had).
 	TTFT    time.Duration
@@ -94,8 +116,12 @@ type chatResult struct {
 }
 
 // maxRetries bounds how often a 429 or 503 is retried after its
-// retry-after.
-const maxRetries = 4
+// retry-after, and how often a transport error (a dropped connection,
+// EOF) is retried after a backoff of transportBackoff, doubling.
+const (
+	maxRetries       = 4
+	transportBackoff = 250 * time.Millisecond
+)
 
 // retryable: a 429, or a 503 that says when to come back, is what a
 // well-behaved client retries.
@@ -103,26 +129,35 @@ func retryable(res chatResult) bool {
 	return res.Status == http.StatusTooManyRequests || res.Status == http.StatusServiceUnavailable && res.retryAfter > 0
 }
 
-// chat sends one streamed chat completion at temperature 0 and returns the
-// streamed answer. A 429 is retried after its retry-after (bounded); every
-// try spends budget.
+// chat sends one chat completion (streamed unless req.Plain) at
+// temperature 0. A 429 (or a 503 with retry-after) is retried after its
+// retry-after, a transport error after a doubling backoff, both bounded
+// and counted; every try spends budget. A request meant to be aborted is
+// never retried.
 func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) {
+	limit := maxRetries
+	if req.OneRetry {
+		limit = 1
+	}
 	for try := 0; ; try++ {
 		if !c.budget.take() {
 			return chatResult{}, errBudget
 		}
 		res, err := c.chatOnce(ctx, req)
-		limit := maxRetries
-		if req.OneRetry {
-			limit = 1
-		}
-		if err != nil || !retryable(res) || try >= limit {
+		var wait time.Duration
+		switch {
+		case ctx.Err() != nil || try >= limit:
+			return res, err
+		case err != nil && req.Abort == abortNone:
+			wait = transportBackoff << try
+		case err == nil && retryable(res):
+			if wait = res.retryAfter; wait == 0 {
+				wait = time.Second
+			}
+		default:
 			return res, err
 		}
-		wait := res.retryAfter
-		if wait == 0 {
-			wait = time.Second
-		}
+		c.budget.retries.Add(1)
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -132,14 +167,27 @@ func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) 
 }
 
 func (c *client) body(req chatRequest) ([]byte, error) {
+	msgs := req.Messages
+	if msgs == nil {
+		msgs = []map[string]any{{"role": "user", "content": req.Prompt}}
+	}
 	m := map[string]any{
-		"model":          req.Model,
-		"messages":       []map[string]string{{"role": "user", "content": req.Prompt}},
-		"max_tokens":     req.MaxTokens,
-		"temperature":    0,
-		"seed":           1234,
-		"stream":         true,
-		"stream_options": map[string]bool{"include_usage": true},
+		"model":       req.Model,
+		"messages":    msgs,
+		"max_tokens":  req.MaxTokens,
+		"temperature": 0,
+		"seed":        1234,
+	}
+	if req.Responses {
+		delete(m, "messages")
+		delete(m, "max_tokens")
+		m["input"], m["max_output_tokens"] = req.Prompt, req.MaxTokens
+	} else if !req.Plain {
+		m["stream"] = true
+		m["stream_options"] = map[string]bool{"include_usage": true}
+	}
+	if req.N > 0 {
+		m["n"] = req.N
 	}
 	for k, v := range req.Extra {
 		m[k] = v
@@ -148,7 +196,7 @@ func (c *client) body(req chatRequest) ([]byte, error) {
 }
 
 func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, error) {
-	res := chatResult{PromptTokens: -1, CompletionTokens: -1}
+	res := chatResult{PromptTokens: -1, CompletionTokens: -1, CachedTokens: -1}
 	body, err := c.body(req)
 	if err != nil {
 		return res, err
@@ -167,7 +215,11 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 		}()
 		rd = pr
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/chat/completions", rd)
+	path := "/chat/completions"
+	if req.Responses {
+		path = "/responses"
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, rd)
 	if err != nil {
 		return res, err
 	}
@@ -196,7 +248,10 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 		res.retryAfter = retryAfter(resp.Header)
 		return res, nil
 	}
-	var text strings.Builder
+	if req.Plain || req.Responses {
+		return readPlain(resp.Body, req.Responses, start, res)
+	}
+	texts := map[int]*strings.Builder{}
 	events := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -218,14 +273,18 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 			res.ErrCode, res.ErrMsg = ev.Error.Code, ev.Error.Message
 			break
 		}
+		res.noteID(ev.ID)
 		for _, ch := range ev.Choices {
 			if ch.Delta.Content != "" && res.TTFT == 0 {
 				res.TTFT = time.Since(start)
 			}
-			text.WriteString(ch.Delta.Content)
+			if texts[ch.Index] == nil {
+				texts[ch.Index] = &strings.Builder{}
+			}
+			texts[ch.Index].WriteString(ch.Delta.Content)
 		}
 		if ev.Usage != nil {
-			res.PromptTokens, res.CompletionTokens = ev.Usage.PromptTokens, ev.Usage.CompletionTokens
+			res.setUsage(*ev.Usage)
 		}
 		events++
 		if req.Abort == abortMidStream && events >= req.AbortAfter {
@@ -240,9 +299,93 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 	if req.Abort == abortAfterDelay && !res.Complete && ctx.Err() != nil {
 		res.Aborted = true
 	}
-	res.Text = text.String()
+	res.Text = joinChoices(texts)
 	if err := sc.Err(); err != nil && !res.Aborted && ctx.Err() == nil {
 		return res, fmt.Errorf("reading the stream: %w", err)
+	}
+	return res, nil
+}
+
+// noteID records a chunk's response id: the first is the stream's, any
+// other is a chunk of another response in this stream.
+func (r *chatResult) noteID(id string) {
+	switch {
+	case id == "" || id == r.ID:
+	case r.ID == "":
+		r.ID = id
+	case !slices.Contains(r.OtherIDs, id):
+		r.OtherIDs = append(r.OtherIDs, id)
+	}
+}
+
+func (r *chatResult) setUsage(u usage) {
+	r.PromptTokens, r.CompletionTokens = u.PromptTokens+u.InputTokens, u.CompletionTokens+u.OutputTokens
+	r.CachedTokens = 0
+	if u.PromptDetails != nil {
+		r.CachedTokens += u.PromptDetails.CachedTokens
+	}
+	if u.InputDetails != nil {
+		r.CachedTokens += u.InputDetails.CachedTokens
+	}
+}
+
+// joinChoices joins the choices' texts in index order.
+func joinChoices(texts map[int]*strings.Builder) string {
+	idx := make([]int, 0, len(texts))
+	for i := range texts {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	parts := make([]string, len(idx))
+	for k, i := range idx {
+		parts[k] = texts[i].String()
+	}
+	return strings.Join(parts, "\n")
+}
+
+// readPlain reads a JSON chat completion or Responses API response.
+func readPlain(body io.Reader, responses bool, start time.Time, res chatResult) (chatResult, error) {
+	var v struct {
+		ID      string `json:"id"`
+		Choices []struct {
+			Index   int `json:"index"`
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Output []struct {
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"output"`
+		Usage *usage `json:"usage"`
+	}
+	b, err := io.ReadAll(io.LimitReader(body, 16<<20))
+	res.TTFT = time.Since(start)
+	if err != nil {
+		return res, fmt.Errorf("reading the answer: %w", err)
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return res, fmt.Errorf("decoding the answer: %w", err)
+	}
+	res.Complete, res.ID = true, v.ID
+	texts := map[int]*strings.Builder{}
+	for _, ch := range v.Choices {
+		texts[ch.Index] = &strings.Builder{}
+		texts[ch.Index].WriteString(ch.Message.Content)
+	}
+	if responses {
+		var sb strings.Builder
+		for _, o := range v.Output {
+			for _, c := range o.Content {
+				sb.WriteString(c.Text)
+			}
+		}
+		texts[0] = &sb
+	}
+	res.Text = joinChoices(texts)
+	if v.Usage != nil {
+		res.setUsage(*v.Usage)
 	}
 	return res, nil
 }
@@ -250,16 +393,29 @@ func (c *client) chatOnce(ctx context.Context, req chatRequest) (chatResult, err
 // streamEvent is the part of a chat.completion.chunk (or a mid-stream
 // error) the probe reads.
 type streamEvent struct {
+	ID      string `json:"id"`
 	Choices []struct {
+		Index int `json:"index"`
 		Delta struct {
 			Content string `json:"content"`
 		} `json:"delta"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *usage    `json:"usage"`
 	Error *apiError `json:"error"`
+}
+
+// usage is a chat completion's or a response's usage.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	InputTokens      int `json:"input_tokens"`
+	OutputTokens     int `json:"output_tokens"`
+	PromptDetails    *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
 }
 
 // apiError is OpenAI's error object.

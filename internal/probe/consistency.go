@@ -8,23 +8,36 @@ import (
 
 // consistencyBaseline is what the consistency prompt gives alone.
 type consistencyBaseline struct {
+	mp      markedPrompt
 	prompt  string
 	answers map[string]int
-	err     string
+	// err says why the checks that need the baseline cannot run; needs
+	// what they would take.
+	err, needs string
+	// nondeterministic: the answers alone differ.
+	nondeterministic bool
 }
 
 // consistencyAlone sends the consistency prompt a few times with key A and
 // nothing else in flight, to learn the endpoint's own nondeterminism.
 func (r *run) consistencyAlone(ctx context.Context) consistencyBaseline {
 	words := r.wordsFor(min(r.ctxLen/4, 1024))
-	b := consistencyBaseline{prompt: r.gen.markedPrompt(words).Text, answers: map[string]int{}}
-	for range consistencyAloneRuns {
-		res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens})
+	mp := r.gen.markedPrompt(words)
+	b := consistencyBaseline{mp: mp, prompt: mp.Text, answers: map[string]int{}}
+	for i := range consistencyAloneRuns {
+		res, _, err := r.send(ctx, r.clients[0], nameConsLoaded, fmt.Sprintf("key A, consistency prompt alone %d", i+1),
+			chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens}, mp)
 		if err != nil || res.Status != http.StatusOK || !res.Complete {
 			b.err = fmt.Sprintf("baseline request: %v %d %s", err, res.Status, res.ErrCode)
+			b.needs = "an endpoint that answers the consistency prompt"
 			return b
 		}
 		b.answers[res.Text]++
+	}
+	if len(b.answers) > 1 {
+		b.err = fmt.Sprintf("the endpoint is not deterministic at temperature 0 with a seed (%d distinct answers to one prompt alone): these checks compare answers and cannot run; the markers, cache, cross-talk, cached_tokens, usage and timing checks do not need determinism", len(b.answers))
+		b.needs = "an endpoint deterministic at temperature 0 with a seed"
+		b.nondeterministic = true
 	}
 	return b
 }
@@ -32,14 +45,15 @@ func (r *run) consistencyAlone(ctx context.Context) consistencyBaseline {
 // consistencyLoaded sends the same prompt with key A while the marker test
 // loads the endpoint from every key, and compares with the baseline.
 func (r *run) consistencyLoaded(ctx context.Context, b consistencyBaseline) Check {
-	c := Check{Name: "consistency under load"}
+	c := Check{Name: nameConsLoaded}
 	if b.err != "" {
-		c.Verdict, c.Summary = VerdictInconclusive, b.err
+		c.inconclusive(b.err, b.needs)
 		return c
 	}
 	var same, differ, failed int
-	for range consistencyLoadedRuns {
-		res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens})
+	for i := range consistencyLoadedRuns {
+		res, _, err := r.send(ctx, r.clients[0], c.Name, fmt.Sprintf("key A, consistency prompt under load %d", i+1),
+			chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens}, b.mp)
 		switch {
 		case err != nil || res.Status != http.StatusOK || !res.Complete:
 			failed++
@@ -56,14 +70,13 @@ func (r *run) consistencyLoaded(ctx context.Context, b consistencyBaseline) Chec
 		load = "the same key's (one key: cross-tenant load not tested)"
 	}
 	switch {
-	case len(b.answers) > 1:
-		c.Verdict = VerdictInconclusive
-		c.Summary = fmt.Sprintf("the endpoint is not deterministic at temperature 0 with a seed (%d distinct answers alone): %d of %d loaded answers match one of them", len(b.answers), same, same+differ)
+	case r.ev.count(c.Name) > 0:
+		c.Verdict, c.Summary = VerdictFinding, "an answer to the consistency prompt holds another request's content"
 	case differ > 0:
 		c.Verdict = VerdictFinding
 		c.Summary = fmt.Sprintf("%d of %d answers under %s load differ from the deterministic answer alone", differ, same+differ, load)
 	case same == 0:
-		c.Verdict, c.Summary = VerdictInconclusive, fmt.Sprintf("no answer under load (%d failed)", failed)
+		c.inconclusive(fmt.Sprintf("no answer under load (%d failed)", failed), "an endpoint that answers under load")
 	default:
 		c.Verdict, c.Summary = VerdictPass, fmt.Sprintf("%d answers under %s load equal the answer alone", same, load)
 	}

@@ -45,9 +45,9 @@ type tally struct {
 // and the consistency check.
 func (r *run) markerLadder(ctx context.Context, baseline consistencyBaseline) ([]Check, Check) {
 	t := &tally{
-		marker:   Check{Name: "markers (cross-request content)"},
-		admit:    Check{Name: "admission past the context"},
-		usage:    Check{Name: "usage prompt tokens"},
+		marker:   Check{Name: nameForeign},
+		admit:    Check{Name: nameAdmission},
+		usage:    Check{Name: nameUsage},
 		statuses: map[int]int{},
 	}
 	var jobs []ladderJob
@@ -117,8 +117,7 @@ func (r *run) newJob(c *client, tokens int, over bool, round int) ladderJob {
 func (r *run) runJob(ctx context.Context, j ladderJob, t *tally) error {
 	mp := r.gen.markedPrompt(r.wordsFor(j.tokens))
 	label := fmt.Sprintf("key %s, ~%d-token prompt, markers %s…%s", j.client.label, j.tokens, mp.Markers[0], mp.Markers[2])
-	r.index.add(label, mp)
-	res, err := j.client.chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens, Abort: j.abort, AbortAfter: j.after, OneRetry: j.over})
+	res, found, err := r.send(ctx, j.client, "length ladder", label, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: defaultMaxTokens, Abort: j.abort, AbortAfter: j.after, OneRetry: j.over}, mp)
 	if errors.Is(err, errBudget) || ctx.Err() != nil {
 		return errBudget
 	}
@@ -141,10 +140,7 @@ func (r *run) runJob(ctx context.Context, j ladderJob, t *tally) error {
 	if res.Status == http.StatusOK && res.Complete {
 		t.completed++
 	}
-	for _, l := range r.index.check(label, res.Text) {
-		t.leaks++
-		t.marker.evidence("LEAK in response to [%s]: %s from [%s]", label, l.Evidence, l.Source)
-	}
+	t.leaks += len(found)
 	sent := exact
 	if sent < 0 {
 		sent = r.tokensFor(r.wordsFor(j.tokens))
@@ -207,16 +203,13 @@ func (t *tally) verdicts(r *run, stopErr error) []Check {
 	defer t.mu.Unlock()
 	m := &t.marker
 	m.Data = map[string]any{"requests": t.sent, "completed": t.completed, "aborted_on_purpose": t.abort, "statuses": t.statuses, "leaks": t.leaks}
+	// The verdict is run.foreign's, over every answer; the ladder can
+	// only make it inconclusive.
 	switch {
-	case t.leaks > 0:
-		m.Verdict, m.Summary = VerdictFinding, fmt.Sprintf("%d response(s) hold another request's markers or text", t.leaks)
+	case stopErr != nil:
+		m.inconclusive(fmt.Sprintf("the length ladder stopped after %d requests: budget or duration spent", t.sent), "a larger --budget or --duration")
 	case t.completed == 0:
-		m.Verdict, m.Summary = VerdictInconclusive, "no request completed"
-	default:
-		m.Verdict, m.Summary = VerdictPass, fmt.Sprintf("%d requests (%d complete, %d aborted on purpose): no foreign marker or text", t.sent, t.completed, t.abort)
-	}
-	if stopErr != nil {
-		m.Summary += " (stopped early: budget or duration)"
+		m.inconclusive("no ladder request completed", "an endpoint that answers")
 	}
 	a := &t.admit
 	a.Data = map[string]any{"over_served": t.overServed, "over_not_400": t.overBad, "refused_inside": t.innerRefused}

@@ -2,8 +2,13 @@
 // leakage from the outside, the way the incident that motivates warden was
 // found: unique markers in prompts lengthened past the context limit, from
 // two tenants at once, with aborts; the same prompt alone and under the
-// other tenant's load; prefix-cache timing across tenants; admission and
-// usage; and whether client-steered internals are accepted. It needs only
+// other tenant's load; the leak classes a cache or proxy creates (identical
+// prompts, shared prefixes, multi-turn, n>1, streamed against plain, the
+// Responses API, tool results, concurrent streams, cached_tokens); prefix-
+// cache timing against a same-key control; admission and usage; and
+// whether client-steered internals are accepted. Every answer of every
+// check is scanned for the other key's content. It fails closed: a check
+// that cannot conclude makes the run exit ExitInconclusive. It needs only
 // the endpoint's URL and API keys, so it runs against warden, vLLM, SGLang
 // or a hosted API alike (`warden probe`; docs/probe.md).
 package probe
@@ -18,6 +23,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -25,11 +31,10 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultBudget         = 600
 	DefaultDuration       = 10 * time.Minute
 	DefaultConcurrency    = 4
-	DefaultTimingSamples  = 100
-	DefaultAlpha          = 0.01
+	DefaultTimingSamples  = 64
+	DefaultAlpha          = 0.0001
 	DefaultTimingPrefix   = 512
 	DefaultLadderRounds   = 2
 	defaultMaxTokens      = 16
@@ -53,7 +58,8 @@ type Config struct {
 	// tokenizer_config.json) whose tokenizer the endpoint uses: usage is
 	// then compared exactly.
 	Tokenizer string
-	// Budget bounds the number of requests; Duration the wall time.
+	// Budget bounds the number of requests (0: the plan's maximum, derived
+	// from the checks chosen); Duration the wall time.
 	Budget   int
 	Duration time.Duration
 	// Concurrency is the number of requests in flight per key in the
@@ -61,16 +67,18 @@ type Config struct {
 	Concurrency int
 	// LadderRounds is how many times each key climbs the length ladder.
 	LadderRounds int
-	// AbortRounds is how many long prompts the consistency-after-aborts
-	// check aborts before their first token (0: skip it).
+	// AbortRounds is how many aborts before the first token the
+	// consistency-after-aborts check lands (0: DefaultAbortRounds; below
+	// 0: skip the check).
 	AbortRounds int
-	// TimingSamples is the number of probes per group of the timing test
-	// (0: skip it).
+	// TimingSamples bounds the rounds of the sequential timing test (each
+	// a pair of probes per key; 0: DefaultTimingSamples; below 0: skip
+	// it).
 	TimingSamples int
 	// TimingPrefixTokens is the length of the timing test's secret
 	// prefixes (at most a third of the context; 0: DefaultTimingPrefix).
 	TimingPrefixTokens int
-	// Alpha is the significance level of the timing test.
+	// Alpha is the error rate, both ways, of the timing test.
 	Alpha float64
 	// Checks selects the checks to run (see AllChecks); empty: all.
 	Checks []string
@@ -78,17 +86,22 @@ type Config struct {
 	Seed uint64
 	// Progress, when set, receives a line per step.
 	Progress func(format string, args ...any)
+	// Plan, when set, receives the plan before the checks start.
+	Plan func(plan []PlanItem, budget int, duration time.Duration)
 }
 
 func (c *Config) defaults() {
-	if c.Budget <= 0 {
-		c.Budget = DefaultBudget
-	}
 	if c.Duration <= 0 {
 		c.Duration = DefaultDuration
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.AbortRounds == 0 {
+		c.AbortRounds = DefaultAbortRounds
+	}
+	if c.TimingSamples == 0 {
+		c.TimingSamples = DefaultTimingSamples
 	}
 	if c.LadderRounds <= 0 {
 		c.LadderRounds = DefaultLadderRounds
@@ -108,19 +121,27 @@ func (c *Config) defaults() {
 	if c.Progress == nil {
 		c.Progress = func(string, ...any) {}
 	}
+	if c.Plan == nil {
+		c.Plan = func([]PlanItem, int, time.Duration) {}
+	}
 }
 
 // The checks Config.Checks selects from. CheckMarkers includes admission
 // and usage, which it judges on the same requests, and the consistency
-// check, which runs under its load.
+// checks, which run under its load and after aborts. CheckCaches is the
+// leak classes of caches and proxies (identical prompts, shared prefixes,
+// multi-turn, n>1, streamed against plain, Responses API, tool results,
+// cached_tokens); CheckCrossTalk concurrent streams of both keys.
 const (
-	CheckSteering = "steering"
-	CheckMarkers  = "markers"
-	CheckTiming   = "timing"
+	CheckSteering  = "steering"
+	CheckMarkers   = "markers"
+	CheckCaches    = "caches"
+	CheckCrossTalk = "crosstalk"
+	CheckTiming    = "timing"
 )
 
 // AllChecks are every check, the default.
-var AllChecks = []string{CheckSteering, CheckMarkers, CheckTiming}
+var AllChecks = []string{CheckSteering, CheckMarkers, CheckCaches, CheckCrossTalk, CheckTiming}
 
 // ErrCannotRun means the probe could not start (exit code 2).
 var ErrCannotRun = errors.New("probe cannot run")
@@ -140,6 +161,9 @@ type run struct {
 	// instruction, markers), from calibration.
 	perWord, overhead float64
 	report            *Report
+	ev                *evidenceLog
+	cacheMu           sync.Mutex
+	cachePairs        []cachePair
 }
 
 // Run probes the endpoint and returns its report. An error wrapping
@@ -158,14 +182,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCannotRun, err)
 	}
+	plan := planFor(cfg)
+	if cfg.Budget <= 0 {
+		for _, p := range plan {
+			cfg.Budget += p.MaxRequests
+		}
+		// Room for retries of transport errors and 429s.
+		cfg.Budget += cfg.Budget / 10
+	}
 	b := &budget{deadline: time.Now().Add(cfg.Duration)}
 	b.left.Store(int64(cfg.Budget))
 	base := strings.TrimSuffix(strings.TrimSuffix(cfg.BaseURL, "/"), "/v1") + "/v1"
-	r := &run{cfg: cfg, gen: newTextGen(cfg.Seed), index: newLeakIndex()}
+	r := &run{cfg: cfg, gen: newTextGen(cfg.Seed), index: newLeakIndex(), ev: newEvidenceLog()}
 	for i, k := range cfg.Keys {
 		r.clients = append(r.clients, &client{base: base, key: k, label: string(rune('A' + i)), http: hc, budget: b})
 	}
-	r.report = &Report{Target: base, Keys: len(cfg.Keys), Seed: cfg.Seed, Started: time.Now().UTC()}
+	r.report = &Report{Target: base, Keys: len(cfg.Keys), Seed: cfg.Seed, Started: time.Now().UTC(), Plan: plan, Budget: cfg.Budget}
 	if cfg.Tokenizer != "" {
 		if r.tok, err = tokenizer.Load(cfg.Tokenizer); err != nil {
 			return nil, fmt.Errorf("%w: --tokenizer: %w", ErrCannotRun, err)
@@ -173,28 +205,81 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, b.deadline.Add(time.Minute))
 	defer cancel()
+	cfg.Plan(plan, cfg.Budget, cfg.Duration)
 	if err := r.setup(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCannotRun, err)
 	}
 	r.report.Model, r.report.ContextLength, r.report.ContextSource = r.model, r.ctxLen, r.ctxSource
-	if slices.Contains(cfg.Checks, CheckSteering) {
+	has := func(c string) bool { return slices.Contains(cfg.Checks, c) }
+	if has(CheckSteering) {
 		r.report.add(r.steering(ctx))
 	}
-	if slices.Contains(cfg.Checks, CheckMarkers) {
+	foreign := Check{Name: nameForeign}
+	var usage []Check
+	if has(CheckMarkers) {
 		baseline := r.consistencyAlone(ctx)
+		if baseline.nondeterministic {
+			r.report.Notes = append(r.report.Notes, "the endpoint is not deterministic at temperature 0 with a seed: the consistency checks cannot run (inconclusive); every other check does not need determinism and ran")
+		}
 		ladder, loaded := r.markerLadder(ctx, baseline)
-		r.report.add(ladder...)
+		foreign, usage = ladder[0], ladder[1:]
 		r.report.add(loaded)
 		if cfg.AbortRounds > 0 {
 			r.report.add(r.abortReuse(ctx, baseline))
 		}
 	}
-	if slices.Contains(cfg.Checks, CheckTiming) {
+	if has(CheckCaches) {
+		r.report.add(r.identical(ctx), r.prefixes(ctx), r.multiTurn(ctx), r.choices(ctx), r.streamMix(ctx), r.responsesAPI(ctx), r.tools(ctx), r.cachedAcross())
+	}
+	if has(CheckCrossTalk) {
+		r.report.add(r.crossTalk(ctx))
+	}
+	if has(CheckTiming) {
 		r.report.add(r.timing(ctx))
 	}
+	r.report.add(r.foreign(foreign))
+	r.report.add(r.usageAcross(usage)...)
 	r.report.Requests = cfg.Budget - int(max(b.left.Load(), 0))
+	r.report.Retries = int(b.retries.Load())
 	r.report.Duration = time.Since(r.report.Started).Seconds()
 	return r.report, nil
+}
+
+// planFor is what each chosen check is to spend, from the fewest
+// requests (evidence overwhelming early) to its hard bound.
+func planFor(cfg Config) []PlanItem {
+	keys := len(cfg.Keys)
+	var plan []PlanItem
+	add := func(check string, lo, hi int, how string) {
+		plan = append(plan, PlanItem{Check: check, MinRequests: lo, MaxRequests: hi, How: how})
+	}
+	add("set-up", 2+keys, 12+keys, "models, calibration (and context bisection when not advertised)")
+	has := func(c string) bool { return slices.Contains(cfg.Checks, c) }
+	if has(CheckSteering) {
+		add(nameSteering, len(steeringFields), len(steeringFields), "one request per field")
+	}
+	if has(CheckMarkers) {
+		ladder := cfg.LadderRounds * keys * (len(ladderFractions) + len(ladderOver))
+		add("markers, admission, usage", ladder, ladder*(1+maxRetries), fmt.Sprintf("%d ladder rounds per key, %d in flight per key", cfg.LadderRounds, cfg.Concurrency))
+		add("consistency", consistencyAloneRuns+consistencyLoadedRuns, consistencyAloneRuns+consistencyLoadedRuns, "alone, then under the ladder's load")
+		if cfg.AbortRounds > 0 {
+			add(nameConsAborts, 1+(1+abortFollowers)*cfg.AbortRounds, 1+(1+abortFollowers)*abortMaxRounds(cfg.AbortRounds),
+				fmt.Sprintf("until %d aborts land before the first token (or a difference)", cfg.AbortRounds))
+		}
+	}
+	if has(CheckCaches) && keys > 1 {
+		n := 3*identicalRounds + 3*len(prefixChars) + 4*multiTurnRounds + 4 + 4 + 4 + 2
+		add("cache leak classes", n, n, "identical prompts, shared prefixes, multi-turn, n>1, stream vs plain, Responses API, tool results, cached_tokens")
+	}
+	if has(CheckCrossTalk) {
+		n := crossTalkWaves * crossTalkStreams * keys
+		add(nameCrossTalk, n, n, fmt.Sprintf("%d waves of %d concurrent streams per key", crossTalkWaves, crossTalkStreams))
+	}
+	if has(CheckTiming) && cfg.TimingSamples > 0 {
+		add(nameTiming, 6*min(timingMinRounds, cfg.TimingSamples), 6*cfg.TimingSamples,
+			fmt.Sprintf("sequential sign test, rounds of 6 requests until decided (error rates %g) or %d rounds", cfg.Alpha, cfg.TimingSamples))
+	}
+	return plan
 }
 
 func httpClient(caFile string) (*http.Client, error) {
@@ -293,7 +378,7 @@ var errPastContext = errors.New("prompt past the context")
 // has it).
 func (r *run) promptTokens(ctx context.Context, w int) (int, error) {
 	mp := r.gen.markedPrompt(w)
-	res, err := r.clients[0].chat(ctx, chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1})
+	res, _, err := r.send(ctx, r.clients[0], "set-up", fmt.Sprintf("key A, %d-word calibration prompt", w), chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1}, mp)
 	if err != nil {
 		return 0, err
 	}
@@ -332,7 +417,8 @@ func (r *run) exactTokens(prompt string) int {
 func (r *run) discoverContext(ctx context.Context) error {
 	a := r.clients[0]
 	fits := func(words int) (bool, error) {
-		res, err := a.chat(ctx, chatRequest{Model: r.model, Prompt: r.gen.markedPrompt(words).Text, MaxTokens: 1})
+		mp := r.gen.markedPrompt(words)
+		res, _, err := r.send(ctx, a, "set-up", fmt.Sprintf("key A, %d-word context bisection prompt", words), chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: 1}, mp)
 		if err != nil {
 			return false, err
 		}

@@ -26,7 +26,7 @@ var steeringFields = map[string]any{
 
 // steering sends one small request per client-steered field with key A.
 func (r *run) steering(ctx context.Context) Check {
-	c := Check{Name: "client-steered fields", Data: map[string]any{}}
+	c := Check{Name: nameSteering, Data: map[string]any{}}
 	names := make([]string, 0, len(steeringFields))
 	for k := range steeringFields {
 		names = append(names, k)
@@ -34,12 +34,12 @@ func (r *run) steering(ctx context.Context) Check {
 	sort.Strings(names)
 	var accepted []string
 	for _, name := range names {
-		res, err := r.clients[0].chat(ctx, chatRequest{
+		res, _, err := r.send(ctx, r.clients[0], c.Name, "key A, steering field "+name, chatRequest{
 			Model: r.model, Prompt: "Say hi.", MaxTokens: 2,
 			Extra: map[string]any{name: steeringFields[name]},
 		})
 		if err != nil {
-			c.Verdict, c.Summary = VerdictInconclusive, fmt.Sprintf("stopped at %s: %v", name, err)
+			c.inconclusive(fmt.Sprintf("stopped at %s: %v", name, err), "an endpoint that stays reachable and a large enough --budget")
 			return c
 		}
 		outcome := fmt.Sprintf("%d %s", res.Status, res.ErrCode)

@@ -63,6 +63,15 @@ func (g *textGen) words(n int) string {
 	return b.String()
 }
 
+// chars returns random filler words cut to exactly n characters.
+func (g *textGen) chars(n int) string {
+	s := g.words(n/2 + 1)
+	for len(s) < n {
+		s += " " + g.words(n/2+1)
+	}
+	return s[:n]
+}
+
 // intn returns a random int in [0, n).
 func (g *textGen) intn(n int) int {
 	g.mu.Lock()
