@@ -73,8 +73,9 @@ func readValues(t *testing.T, file string) map[string]any {
 // values (chart defaults coalesced with the file, checked against the
 // chart's values.schema.json), then every template. Nothing reaches a
 // cluster: lookup finds nothing, as under `helm template`, Argo CD or
-// Flux. It returns the rendered manifests by template path.
-func renderFiles(t *testing.T, file string) map[string]string {
+// Flux. It returns the rendered manifests by template path and the
+// release's values.
+func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) {
 	t.Helper()
 	ch, err := loader.Load(chart)
 	if err != nil {
@@ -103,7 +104,11 @@ func renderFiles(t *testing.T, file string) map[string]string {
 		}
 		out[name] = data
 	}
-	return out
+	values, err := vals.Table("Values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, values.AsMap()
 }
 
 // valueFiles lists the chart's ci/ values files (at least the three the
@@ -178,7 +183,14 @@ var docSep = regexp.MustCompile(`(?m)^---\s*$`)
 // strictly: an unknown field anywhere fails the test.
 func render(t *testing.T, values string) map[string]object {
 	t.Helper()
-	files := renderFiles(t, values)
+	objs, _ := renderValues(t, values)
+	return objs
+}
+
+// renderValues is render returning the release's values too.
+func renderValues(t *testing.T, values string) (map[string]object, map[string]any) {
+	t.Helper()
+	files, vals := renderFiles(t, values)
 	names := slices.Sorted(maps.Keys(files))
 	var docs []string
 	for _, name := range names {
@@ -218,7 +230,7 @@ func render(t *testing.T, values string) map[string]object {
 		}
 		objs[id] = object{kind: head.Kind, name: head.Metadata.Name, value: v}
 	}
-	return objs
+	return objs, vals
 }
 
 func TestTemplate(t *testing.T) {
