@@ -196,12 +196,23 @@ func (c *localCluster) selected(svc *corev1.Service, ready bool) []*localPod {
 		if !matches(svc.Spec.Selector, p.w.template.Labels) {
 			continue
 		}
-		if ready && !svc.Spec.PublishNotReadyAddresses && c.probe(p, p.w.template.Spec.Containers[0], p.w.template.Spec.Containers[0].ReadinessProbe) != nil {
+		if ready && !svc.Spec.PublishNotReadyAddresses && !c.ready(p) {
 			continue
 		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// ready reports whether every container of a pod passes its readiness
+// probe (a container without one is ready once started).
+func (c *localCluster) ready(p *localPod) bool {
+	for _, ctr := range p.w.template.Spec.Containers {
+		if err := c.probe(p, ctr, ctr.ReadinessProbe); err != nil && err != errNoProbe {
+			return false
+		}
+	}
+	return true
 }
 
 // rewrite applies the DNS, pod address and mount path rewrites to s.

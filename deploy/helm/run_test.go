@@ -199,17 +199,20 @@ func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tls
 		}
 	}
 	if enabled, _ := redisValues["enabled"].(bool); !enabled {
+		if user, _ := ext["username"].(string); ext["cluster"] == true || ext["tls"] == true || user != "" {
+			t.Fatalf("the test stands in for an external Redis without cluster, tls or username, not %v", ext)
+		}
 		host, p, err := net.SplitHostPort(fmt.Sprint(ext["addr"]))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ip := c.externalHost(host)
 		args := []string{"--bind", ip, "--port", p, "--save", "", "--appendonly", "no", "--dir", t.TempDir()}
-		if ext["passwordSecret"] != "" {
+		if secret, _ := ext["passwordSecret"].(string); secret != "" {
 			args = append(args, "--requirepass", password)
 		}
 		redis := env.NewProcess("external-redis", filepath.Join(t.TempDir(), "redis.log"), args...)
-		if redis.Bin, err = lookRedis(); err != nil {
+		if redis.Bin, err = exec.LookPath("redis-server"); err != nil {
 			t.Fatal(err)
 		}
 		if err := redis.Start(); err != nil {
@@ -358,11 +361,6 @@ func scheme(g *localPod) string {
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
-}
-
-// lookRedis finds redis-server.
-func lookRedis() (string, error) {
-	return exec.LookPath("redis-server")
 }
 
 func randomString(t *testing.T) string {
