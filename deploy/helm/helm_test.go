@@ -303,7 +303,8 @@ func loadConfig(t *testing.T, cm *corev1.ConfigMap, key string, env []corev1.Env
 	return cfg
 }
 
-// checkGateway checks the gateway's config, probes and drain timing.
+// checkGateway checks the gateway's config, that it has probes, and its
+// drain timing.
 func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	t.Helper()
 	pod := gw.Spec.Template.Spec
@@ -312,18 +313,10 @@ func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	if err := cfg.ValidateGateway(); err != nil {
 		t.Fatalf("gateway.yaml: %v", err)
 	}
-	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
-		t.Errorf("gateway readiness probe %+v, want GET /readyz", c.ReadinessProbe)
-	}
-	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("gateway liveness probe %+v, want GET /healthz", c.LivenessProbe)
-	}
-	wantScheme := corev1.URISchemeHTTPS
-	if cfg.Gateway.TLS.Plaintext {
-		wantScheme = corev1.URISchemeHTTP
-	}
-	if s := c.ReadinessProbe.HTTPGet.Scheme; s != wantScheme {
-		t.Errorf("readiness probe scheme %s, want %s", s, wantScheme)
+	// What the probes ask and whether they answer is TestRun's: it
+	// runs them against the processes.
+	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+		t.Errorf("gateway readiness probe %+v, liveness probe %+v: want both", c.ReadinessProbe, c.LivenessProbe)
 	}
 	// Kubernetes kills the pod terminationGracePeriodSeconds after the
 	// preStop hook starts: the hook's wait plus the drain must fit.
