@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,7 +69,8 @@ type localCluster struct {
 	// external are the operator's Secrets (by name), standing for
 	// cert-manager's or a secrets manager's.
 	external map[string]map[string][]byte
-	rewrites []rewrite // the cluster-wide ones: DNS names
+	// dns rewrites the cluster's DNS names to addresses.
+	dns rewrite
 }
 
 // localPod is one replica of a rendered pod template.
@@ -86,24 +86,71 @@ type localPod struct {
 	// config is the warden config the process reads (rewritten).
 	config *config.Config
 	// gate holds a worker in its weight loading (see gateModel).
-	gate     *modelGate
-	rewrites []rewrite
+	gate *modelGate
+	// mounts rewrites mount paths to the volumes' directories.
+	mounts rewrite
 }
 
 // localService is a rendered Service.
 type localService struct {
 	svc *corev1.Service
 	ip  string // "" for a headless Service
-	lns []net.Listener
 	rr  int
 	mu  sync.Mutex
 }
 
-// rewrite replaces a pattern in text.
+// rewrite replaces words in text: each key of to that stands where
+// before accepts the character ahead of it and after the one behind it
+// (the text's ends always do), the longest key first, in one pass (a
+// replacement is never rewritten again).
 type rewrite struct {
-	re   *regexp.Regexp
-	repl string
+	to            map[string]string
+	keys          []string
+	before, after func(byte) bool
 }
+
+func newRewrite(to map[string]string, before, after func(byte) bool) rewrite {
+	keys := slices.SortedFunc(maps.Keys(to), func(x, y string) int { return cmp.Compare(len(y), len(x)) })
+	return rewrite{to: to, keys: keys, before: before, after: after}
+}
+
+func (r rewrite) apply(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if i == 0 || r.before(s[i-1]) {
+			if k, ok := r.match(s, i); ok {
+				b.WriteString(r.to[k])
+				i += len(k)
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+		i++
+	}
+	return b.String()
+}
+
+func (r rewrite) match(s string, i int) (string, bool) {
+	for _, k := range r.keys {
+		if strings.HasPrefix(s[i:], k) && (i+len(k) == len(s) || r.after(s[i+len(k)])) {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// Word boundaries of the rewrites: a DNS name is not inside a longer
+// name, 0.0.0.0 not inside a longer address, and a mount path starts a
+// value and ends it or goes on with "/".
+func notIn(set string) func(byte) bool {
+	return func(c byte) bool { return !strings.ContainsRune(set, rune(c)) }
+}
+
+var (
+	hostChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-"
+	pathStart = func(c byte) bool { return strings.ContainsRune(" \t\n\"'=:,[", rune(c)) }
+	pathEnd   = func(c byte) bool { return strings.ContainsRune("/ \t\n\"',]", rune(c)) }
+)
 
 // newLocalCluster gives the release's pods and Services their addresses
 // and DNS names; start lays out the volumes and runs it.
@@ -161,12 +208,7 @@ func (c *localCluster) externalHost(host string) string {
 // not render.
 func (c *localCluster) layout(external map[string]map[string][]byte) {
 	c.external = external
-	// Longest names first: a Service's name is a prefix of its pods'.
-	names := slices.SortedFunc(maps.Keys(c.names), func(x, y string) int { return cmp.Compare(len(y), len(x)) })
-	for _, n := range names {
-		c.rewrites = append(c.rewrites, rewrite{re: regexp.MustCompile(`(^|[^A-Za-z0-9.-])` + regexp.QuoteMeta(n) + `($|[^A-Za-z0-9.-])`),
-			repl: "${1}" + c.names[n] + "${2}"})
-	}
+	c.dns = newRewrite(c.names, notIn(hostChars), notIn(hostChars))
 	for _, p := range c.pods {
 		c.layoutPod(p)
 	}
@@ -217,13 +259,9 @@ func (c *localCluster) ready(p *localPod) bool {
 
 // rewrite applies the DNS, pod address and mount path rewrites to s.
 func (c *localCluster) rewrite(p *localPod, s string) string {
-	for _, r := range c.rewrites {
-		s = r.re.ReplaceAllString(s, r.repl)
-	}
-	s = regexp.MustCompile(`(^|[^0-9.])0\.0\.0\.0($|[^0-9.])`).ReplaceAllString(s, "${1}"+p.ip+"${2}")
-	for _, r := range p.rewrites {
-		s = r.re.ReplaceAllString(s, r.repl)
-	}
+	s = c.dns.apply(s)
+	s = newRewrite(map[string]string{"0.0.0.0": p.ip}, notIn("0123456789."), notIn("0123456789.")).apply(s)
+	s = p.mounts.apply(s)
 	return s
 }
 
@@ -261,15 +299,11 @@ func (c *localCluster) layoutPod(p *localPod) {
 			t.Fatalf("pod %s: volume %s: no local stand-in for its source", p.name, v.Name)
 		}
 	}
-	c0 := spec.Containers[0]
-	mounts := slices.Clone(c0.VolumeMounts)
-	slices.SortFunc(mounts, func(a, b corev1.VolumeMount) int { return cmp.Compare(len(b.MountPath), len(a.MountPath)) })
-	for _, m := range mounts {
-		local := filepath.Join(vols[m.Name], m.SubPath)
-		p.rewrites = append(p.rewrites, rewrite{
-			re:   regexp.MustCompile(`(^|[\s"'=:,\[])` + regexp.QuoteMeta(m.MountPath) + `($|[/\s"',\]])`),
-			repl: "${1}" + local + "${2}"})
+	paths := map[string]string{}
+	for _, m := range spec.Containers[0].VolumeMounts {
+		paths[m.MountPath] = filepath.Join(vols[m.Name], m.SubPath)
 	}
+	p.mounts = newRewrite(paths, pathStart, pathEnd)
 	// Rewrite the ConfigMap files now that every mount is known.
 	for _, v := range spec.Volumes {
 		if v.ConfigMap == nil {
@@ -738,4 +772,31 @@ func (g *modelGate) release() {
 // sortedIDs returns the object IDs in order.
 func sortedIDs(objs map[string]object) []string {
 	return slices.Sorted(maps.Keys(objs))
+}
+
+// TestRewrite checks the rewrites' word boundaries: a Service's name
+// inside its pods' names, names one character apart, a mount at /tmp
+// that the other mounts' directories lie under, 0.0.0.0 inside a longer
+// address.
+func TestRewrite(t *testing.T) {
+	dns := newRewrite(map[string]string{"svc": "10.0.0.1", "svc.ns": "10.0.0.1", "pod-0.svc": "10.0.0.2", "pod-1.svc": "10.0.0.3"},
+		notIn(hostChars), notIn(hostChars))
+	for in, want := range map[string]string{
+		"svc:80 svc.ns:80 svc.other:80 mysvc:80": "10.0.0.1:80 10.0.0.1:80 svc.other:80 mysvc:80",
+		"[pod-0.svc,pod-1.svc] pod-2.svc":        "[10.0.0.2,10.0.0.3] pod-2.svc",
+	} {
+		if got := dns.apply(in); got != want {
+			t.Errorf("DNS rewrite of %q = %q, want %q", in, got, want)
+		}
+	}
+	mounts := newRewrite(map[string]string{"/tmp": "/tmp/t/tmp", "/etc/warden": "/tmp/t/warden"}, pathStart, pathEnd)
+	in := "file: /etc/warden/a.yaml\ndir: /tmp\nx: /tmpfoo,/etc/warden,/etc/wardens\n--config=/tmp/b"
+	want := "file: /tmp/t/warden/a.yaml\ndir: /tmp/t/tmp\nx: /tmpfoo,/tmp/t/warden,/etc/wardens\n--config=/tmp/t/tmp/b"
+	if got := mounts.apply(in); got != want {
+		t.Errorf("mount rewrite of %q = %q, want %q", in, got, want)
+	}
+	addr := newRewrite(map[string]string{"0.0.0.0": "127.9.9.9"}, notIn("0123456789."), notIn("0123456789."))
+	if got := addr.apply("0.0.0.0:80 10.0.0.0:80 0.0.0.01"); got != "127.9.9.9:80 10.0.0.0:80 0.0.0.01" {
+		t.Errorf("0.0.0.0 rewrite: %q", got)
+	}
 }
