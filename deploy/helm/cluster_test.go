@@ -497,6 +497,9 @@ func (c *localCluster) start() {
 		if err := os.MkdirAll(p.dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		if len(p.w.template.Spec.InitContainers) > 0 {
+			t.Fatalf("pod %s has init containers, which the test does not run yet", p.name)
+		}
 		for _, ctr := range p.w.template.Spec.Containers {
 			bin, args := c.command(p, ctr)
 			if bin == env.Bin && len(args) > 0 {
