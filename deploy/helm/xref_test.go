@@ -443,8 +443,8 @@ func wardenConfig(t *testing.T, w workload, objs map[string]object) *config.Conf
 	return nil
 }
 
-// target is a container port of a pod template behind a name.
-type target struct {
+// podPort is a container port of a pod template behind a name.
+type podPort struct {
 	w    string
 	port int32
 }
@@ -452,7 +452,7 @@ type target struct {
 // resolveService returns the pod templates and container ports behind
 // host:port, where host is a Service name (in any of its DNS forms) or a
 // StatefulSet pod's name under its headless Service.
-func resolveService(objs map[string]object, ws []workload, host string, port int32) []target {
+func resolveService(objs map[string]object, ws []workload, host string, port int32) []podPort {
 	base := host
 	for _, suffix := range []string{"." + namespace + ".svc.cluster.local", "." + namespace + ".svc", "." + namespace} {
 		base = strings.TrimSuffix(base, suffix)
@@ -466,7 +466,7 @@ func resolveService(objs map[string]object, ws []workload, host string, port int
 		return nil
 	}
 	svc := o.value.(*corev1.Service)
-	var out []target
+	var out []podPort
 	for _, sp := range svc.Spec.Ports {
 		if sp.Port != port {
 			continue
@@ -484,7 +484,7 @@ func resolveService(objs map[string]object, ws []workload, host string, port int
 			}
 			for _, c := range w.template.Spec.Containers {
 				if cp, ok := containerPort(c, tp); ok {
-					out = append(out, target{w: w.name, port: cp})
+					out = append(out, podPort{w: w.name, port: cp})
 				}
 			}
 		}
