@@ -3,14 +3,15 @@
 #
 #   ./scripts/test.sh
 #
-#   ./scripts/test.sh --fresh   # the same with empty Go, npm and helm caches
+#   ./scripts/test.sh --fresh   # the same with empty Go and npm caches
 #
 # It needs Go. Redis (for the tenant store tests and the multi-gateway
 # tests), promtool (metric and alert-rule checks), python3-jinja2 and npm
 # are installed from Debian's packages when missing (without recommended
 # packages, and without starting their services); npm fetches the test
 # packages and Node 22 (for the client libraries) into
-# $HOME/.cache/warden-test, and scripts/helm.sh builds helm there once.
+# $HOME/.cache/warden-test. The Helm chart is linted and rendered with
+# Helm's Go SDK (a module in go.mod): no helm binary is built.
 # Every phase prints its duration: on an idle 2-core machine about 8
 # minutes with warm caches and 19 with --fresh (README, "Tests"). The
 # suite runs against a Redis server of its own (unless
@@ -33,7 +34,7 @@ phase() {
 }
 
 # --fresh: measure the suite as a fresh machine runs it, with empty Go
-# build and module caches and empty npm and helm caches of its own (in a
+# build and module caches and an empty npm cache of its own (in a
 # temporary folder, removed at the end). Debian packages already installed
 # stay installed; everything else is fetched and built again.
 events="$(mktemp)"
@@ -48,7 +49,7 @@ if [[ "${1:-}" == "--fresh" ]]; then
   fresh="$(mktemp -d)"
   export GOCACHE="$fresh/go-build" GOMODCACHE="$fresh/go-mod" XDG_CACHE_HOME="$fresh/cache"
   export WARDEN_NPM_CACHE="$fresh/cache/warden-test/npm" npm_config_cache="$fresh/npm"
-  log "--fresh: empty Go, npm and helm caches in $fresh"
+  log "--fresh: empty Go and npm caches in $fresh"
   shift
 fi
 if [[ $# -gt 0 ]]; then
@@ -115,14 +116,6 @@ node_bin=""
 phase "Node 22 for the client tests" eval 'node_bin="$(scripts/npm-cache.sh $node_pkg@22.23.5)/$node_pkg/bin"'
 export PATH="$node_bin:$PATH"
 echo "node $(node --version) from $node_bin" >&2
-
-# helm has no Debian package: scripts/helm.sh builds the pinned release
-# from the Go module proxy into a cache outside the repository, once.
-helm_start=$SECONDS
-log "helm"
-WARDEN_HELM="$(scripts/helm.sh)"
-export WARDEN_HELM
-echo "-- helm: $((SECONDS - helm_start))s" >&2
 
 phase "Go modules" go mod download
 

@@ -1,22 +1,21 @@
-// Package helm_test checks the Helm chart in deploy/helm/warden with the
-// real helm binary: `helm lint --strict` and `helm template` for every
-// values file in warden/ci, every rendered object decoded strictly into its
+// Package helm_test checks the Helm chart in deploy/helm/warden with
+// Helm's Go SDK (helm.sh/helm/v4, pinned in go.mod), in this process: no
+// helm binary, no cluster, no network. It lints the chart as `helm lint
+// --strict` does and renders it as `helm template` does for every values
+// file in warden/ci, decodes every rendered object strictly into its
 // Kubernetes API type (k8s.io/api, and the Prometheus Operator's types for
 // ServiceMonitor and PrometheusRule), so a misspelt or misplaced field
-// fails; the rendered warden configs pass warden's own config validation
-// with the environment the pods give them.
-//
-// helm comes from $WARDEN_HELM or $PATH; scripts/test.sh builds a pinned
-// release from the Go module proxy (scripts/helm.sh). Without it the tests
-// fail when CI=true and are skipped otherwise.
+// fails, checks the rendered warden configs with warden's own config
+// validation and the objects' cross-references (xref_test.go), and runs
+// what it renders as local processes (run_test.go).
 package helm_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
+	"maps"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +23,13 @@ import (
 	"testing"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
+	"helm.sh/helm/v4/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -34,41 +40,78 @@ import (
 	"github.com/warden-ai/warden/config"
 )
 
-const chart = "warden"
+const (
+	chart     = "warden"
+	release   = "rel"
+	namespace = "warden"
+)
 
-// helm returns the helm binary.
-func helm(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv("WARDEN_HELM"); bin != "" {
-		return bin
-	}
-	bin, err := exec.LookPath("helm")
+// kubeVersion is the Kubernetes version the chart is rendered and linted
+// for: the one of the k8s.io/api types the objects decode into.
+var kubeVersion = mustKubeVersion("v1.36.0")
+
+func mustKubeVersion(v string) *common.KubeVersion {
+	kv, err := common.ParseKubeVersion(v)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("helm is not installed and CI=true (scripts/helm.sh builds it): %v", err)
-		}
-		t.Skipf("helm is not installed (scripts/helm.sh builds it): %v", err)
+		panic(err)
 	}
-	return bin
+	return kv
 }
 
-// run runs helm with args in this directory and returns its stdout,
-// failing the test with its output if it fails.
-func run(t *testing.T, args ...string) []byte {
+// readValues reads a values file as helm's -f does.
+func readValues(t *testing.T, file string) map[string]any {
 	t.Helper()
-	cmd := exec.Command(helm(t), args...)
-	// No repositories, plugins or caches of the user's: a fresh home.
-	home := t.TempDir()
-	cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home, "HELM_CACHE_HOME="+home, "HELM_DATA_HOME="+home)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+	vals, err := common.ReadValuesFile(file)
+	if err != nil {
+		t.Fatalf("values %s: %v", file, err)
 	}
-	return stdout.Bytes()
+	return vals
 }
 
-// valueFiles lists the chart's ci/ values files (at least the three the
+// renderFiles renders the chart with a values file as `helm template
+// rel warden -n warden -f file` does, in this process: the release's
+// values (chart defaults coalesced with the file, checked against the
+// chart's values.schema.json), then every template. Nothing reaches a
+// cluster: lookup finds nothing, as under `helm template`, Argo CD or
+// Flux. It returns the rendered manifests by template path and the
+// release's values.
+func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) {
+	t.Helper()
+	ch, err := loader.Load(chart)
+	if err != nil {
+		t.Fatalf("loading the chart: %v", err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kubeVersion
+	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, kubeVersion.String()) {
+		t.Fatalf("chart requires kubeVersion %s, rendering for %s", ch.Metadata.KubeVersion, kubeVersion)
+	}
+	vals, err := util.ToRenderValuesWithSchemaValidation(ch, readValues(t, file),
+		common.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}, caps, false)
+	if err != nil {
+		t.Fatalf("values %s: %v", file, err)
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		t.Fatalf("rendering with %s: %v", file, err)
+	}
+	out := make(map[string]string)
+	for name, data := range files {
+		// Partials and NOTES.txt are not manifests (helm template prints
+		// neither).
+		if base := path.Base(name); strings.HasPrefix(base, "_") || base == "NOTES.txt" {
+			continue
+		}
+		out[name] = data
+	}
+	values, err := vals.Table("Values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, values.AsMap()
+}
+
+// valueFiles lists the chart's ci/ values files (at least the four the
 // docs name).
 func valueFiles(t *testing.T) []string {
 	t.Helper()
@@ -76,7 +119,7 @@ func valueFiles(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"default-values.yaml", "gpu-values.yaml", "external-redis-values.yaml"} {
+	for _, want := range []string{"default-values.yaml", "gpu-values.yaml", "external-redis-values.yaml", "production-values.yaml"} {
 		if !slices.Contains(files, filepath.Join(chart, "ci", want)) {
 			t.Fatalf("%s/ci lacks %s (has %v)", chart, want, files)
 		}
@@ -84,12 +127,17 @@ func valueFiles(t *testing.T) []string {
 	return files
 }
 
+// TestLint is `helm lint --strict` with each values file: no warning
+// and no error from the SDK's lint rules (chart file, values and schema,
+// templates rendered in lint mode, dependencies, CRDs).
 func TestLint(t *testing.T) {
 	for _, f := range valueFiles(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			out := run(t, "lint", "--strict", chart, "-f", f)
-			if !bytes.Contains(out, []byte("0 chart(s) failed")) {
-				t.Fatalf("helm lint:\n%s", out)
+			res := lint.RunAll(chart, readValues(t, f), namespace, lint.WithKubeVersion(kubeVersion))
+			for _, m := range res.Messages {
+				if m.Severity >= support.WarningSev { // --strict: warnings fail too
+					t.Errorf("lint: %v", m)
+				}
 			}
 		})
 	}
@@ -131,13 +179,25 @@ func newObject(apiVersion, kind string) (any, bool) {
 
 var docSep = regexp.MustCompile(`(?m)^---\s*$`)
 
-// render runs helm template with a values file and decodes every object
+// render renders the chart with a values file and decodes every object
 // strictly: an unknown field anywhere fails the test.
 func render(t *testing.T, values string) map[string]object {
 	t.Helper()
-	out := run(t, "template", "rel", chart, "--namespace", "warden", "-f", values)
+	objs, _ := renderValues(t, values)
+	return objs
+}
+
+// renderValues is render returning the release's values too.
+func renderValues(t *testing.T, values string) (map[string]object, map[string]any) {
+	t.Helper()
+	files, vals := renderFiles(t, values)
+	names := slices.Sorted(maps.Keys(files))
+	var docs []string
+	for _, name := range names {
+		docs = append(docs, docSep.Split(files[name], -1)...)
+	}
 	objs := make(map[string]object)
-	for _, doc := range docSep.Split(string(out), -1) {
+	for _, doc := range docs {
 		j, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {
 			t.Fatalf("rendered YAML: %v\n%s", err, doc)
@@ -170,7 +230,7 @@ func render(t *testing.T, values string) map[string]object {
 		}
 		objs[id] = object{kind: head.Kind, name: head.Metadata.Name, value: v}
 	}
-	return objs
+	return objs, vals
 }
 
 func TestTemplate(t *testing.T) {
@@ -185,11 +245,6 @@ func TestTemplate(t *testing.T) {
 				checkWorker(t, d, cm, role)
 				if strings.Contains(f, "gpu") {
 					checkGPU(t, d)
-				}
-			}
-			for _, o := range objs {
-				if s, ok := o.value.(*corev1.Service); ok {
-					checkServicePorts(t, s, objs)
 				}
 			}
 			get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/rel-warden-gateway")
@@ -210,12 +265,7 @@ func get[T any](t *testing.T, objs map[string]object, id string) *T {
 	t.Helper()
 	o, ok := objs[id]
 	if !ok {
-		ids := make([]string, 0, len(objs))
-		for k := range objs {
-			ids = append(ids, k)
-		}
-		slices.Sort(ids)
-		t.Fatalf("%s not rendered; rendered: %v", id, ids)
+		t.Fatalf("%s not rendered; rendered: %v", id, sortedIDs(objs))
 	}
 	v, ok := o.value.(*T)
 	if !ok {
@@ -253,7 +303,8 @@ func loadConfig(t *testing.T, cm *corev1.ConfigMap, key string, env []corev1.Env
 	return cfg
 }
 
-// checkGateway checks the gateway's config, probes and drain timing.
+// checkGateway checks the gateway's config, that it has probes, and its
+// drain timing.
 func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	t.Helper()
 	pod := gw.Spec.Template.Spec
@@ -262,18 +313,10 @@ func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	if err := cfg.ValidateGateway(); err != nil {
 		t.Fatalf("gateway.yaml: %v", err)
 	}
-	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
-		t.Errorf("gateway readiness probe %+v, want GET /readyz", c.ReadinessProbe)
-	}
-	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("gateway liveness probe %+v, want GET /healthz", c.LivenessProbe)
-	}
-	wantScheme := corev1.URISchemeHTTPS
-	if cfg.Gateway.TLS.Plaintext {
-		wantScheme = corev1.URISchemeHTTP
-	}
-	if s := c.ReadinessProbe.HTTPGet.Scheme; s != wantScheme {
-		t.Errorf("readiness probe scheme %s, want %s", s, wantScheme)
+	// What the probes ask and whether they answer is TestRun's: it
+	// runs them against the processes.
+	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+		t.Errorf("gateway readiness probe %+v, liveness probe %+v: want both", c.ReadinessProbe, c.LivenessProbe)
 	}
 	// Kubernetes kills the pod terminationGracePeriodSeconds after the
 	// preStop hook starts: the hook's wait plus the drain must fit.
