@@ -135,7 +135,8 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	budget := plan.BudgetBytes
 	pages := kvpool.PagesForBudget(budget, pageBytes)
 	if pages == 0 {
-		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes", ErrNoMemory, budget, pageBytes)
+		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes (memory from %s: limit %d, available %d, headroom %d, weights %d bytes)",
+			ErrNoMemory, budget, pageBytes, plan.Source, plan.LimitBytes, plan.AvailableBytes, plan.HeadroomBytes, plan.WeightsBytes)
 	}
 	cfg := kvpool.Config{Pages: pages, PageTokens: opt.PageTokens, PageBytes: pageBytes,
 		ZeroOnRelease: opt.ZeroOnRelease, PoisonOnReserve: opt.PoisonOnReserve}
