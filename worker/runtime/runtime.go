@@ -1,7 +1,10 @@
 // Package runtime assembles a worker's compute: it loads the model, sizes
 // the KV pool from the memory budget (one code path for every backend, so
 // the number the gateway's context-agreement check consumes is the number
-// the pool really has), builds the backend and the engine.
+// the pool really has; on the cpu backend the budget is bounded by the
+// host's free memory and the process's cgroup memory limit, see
+// MemoryPlan), builds the backend (converting the weights to
+// Options.DType) and the engine.
 package runtime
 
 import (
