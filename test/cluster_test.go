@@ -79,6 +79,10 @@ func testOpenAIClient(t *testing.T, c *harness.Cluster) {
 		if got := m.JSON.ExtraFields["context_length"].Raw(); got != "8192" {
 			t.Errorf("/v1/models: %s context_length = %s, want 8192", m.ID, got)
 		}
+		// The test models are float32 files, served as they are.
+		if got := m.JSON.ExtraFields["dtype"].Raw(); got != `"f32"` {
+			t.Errorf("/v1/models: %s dtype = %s, want \"f32\"", m.ID, got)
+		}
 	}
 	for _, name := range []string{harness.ModelTiny, harness.ModelEndless, modelShm, modelSingle} {
 		if !listed[name] {

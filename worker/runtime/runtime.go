@@ -1,7 +1,10 @@
 // Package runtime assembles a worker's compute: it loads the model, sizes
 // the KV pool from the memory budget (one code path for every backend, so
 // the number the gateway's context-agreement check consumes is the number
-// the pool really has), builds the backend and the engine.
+// the pool really has; on the cpu backend the budget is bounded by the
+// host's free memory and the process's cgroup memory limit, see
+// MemoryPlan), builds the backend (converting the weights to
+// Options.DType) and the engine.
 package runtime
 
 import (
@@ -137,7 +140,8 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	budget := plan.BudgetBytes
 	pages := kvpool.PagesForBudget(budget, pageBytes)
 	if pages == 0 {
-		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes", ErrNoMemory, budget, pageBytes)
+		return nil, fmt.Errorf("%w: budget %d bytes, page %d bytes (memory from %s: limit %d, available %d, headroom %d, weights %d bytes)",
+			ErrNoMemory, budget, pageBytes, plan.Source, plan.LimitBytes, plan.AvailableBytes, plan.HeadroomBytes, plan.WeightsBytes)
 	}
 	cfg := kvpool.Config{Pages: pages, PageTokens: opt.PageTokens, PageBytes: pageBytes,
 		ZeroOnRelease: opt.ZeroOnRelease, PoisonOnReserve: opt.PoisonOnReserve}

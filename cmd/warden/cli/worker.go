@@ -34,7 +34,7 @@ var workerFlags = []workerFlag{
 			c.Worker.Transfer.Backend = config.TransferBackend(v)
 			return nil
 		}},
-	{"kv-memory", "KV pool budget such as 512MiB; 0 = a fraction of free memory (worker.kv.memory_bytes)",
+	{"kv-memory", "KV pool budget such as 512MiB; 0 = a fraction of free memory, within the cgroup limit (worker.kv.memory_bytes)",
 		func(c *config.Config, v string) (err error) {
 			c.Worker.KV.MemoryBytes, err = config.ParseByteSize(v)
 			return err
