@@ -113,7 +113,10 @@
 //   - Acquire fails closed with ErrUnavailable, or, with
 //     redisstore.WithFailOpen, admits without checks and returns a lease
 //     marked Degraded that holds nothing; its Release charges the actual
-//     tokens and records usage if Redis is back by then;
+//     tokens and records usage if Redis is back by then. The gateway
+//     wraps the store (gateway/internal/storefailover), which admits
+//     known tenants under the gateway's share of their limits instead of
+//     failing;
 //   - Release fails with ErrUnavailable and may be retried; leases the
 //     gateway gives up on expire after their TTL;
 //   - ModelLimitsCache keeps serving its last snapshot.

@@ -53,6 +53,7 @@ type Store struct {
 	mu       sync.Mutex
 	degraded bool
 	since    time.Time // when degraded mode began
+	okSince  time.Time // when the latest call that succeeded began
 	gateways int       // live gateways as of the last report, at least 1
 	tenants  map[string]*known
 }
@@ -111,8 +112,9 @@ func (s *Store) Gateways() int {
 
 // Authenticate implements tenant.Authenticator, remembering the tenant.
 func (s *Store) Authenticate(ctx context.Context, presented string) (tenant.Principal, error) {
+	start := s.cfg.Now()
 	p, err := s.Store.Authenticate(ctx, presented)
-	if s.observe(err) && err == nil {
+	if s.observe(start, err) && err == nil {
 		s.mu.Lock()
 		k := s.knownLocked(p.Tenant.ID)
 		k.t = p.Tenant
@@ -125,12 +127,14 @@ func (s *Store) Authenticate(ctx context.Context, presented string) (tenant.Prin
 // ShareInFlight implements tenant.InFlightSharer, and learns the number
 // of live gateways after a successful report.
 func (s *Store) ShareInFlight(ctx context.Context, r tenant.InFlightReport) (map[string]int64, error) {
+	start := s.cfg.Now()
 	fleet, err := s.Store.ShareInFlight(ctx, r)
-	if !s.observe(err) || err != nil {
+	if !s.observe(start, err) || err != nil {
 		return fleet, err
 	}
 	if rs, ok := s.Store.(Replicas); ok {
-		if n, err := rs.Replicas(ctx); s.observe(err) && err == nil {
+		start := s.cfg.Now()
+		if n, err := rs.Replicas(ctx); s.observe(start, err) && err == nil {
 			s.mu.Lock()
 			s.gateways = max(n, 1)
 			s.mu.Unlock()
@@ -143,8 +147,9 @@ func (s *Store) ShareInFlight(ctx context.Context, r tenant.InFlightReport) (map
 // while it is unavailable, this gateway's share of the tenant's limits
 // does.
 func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.AcquireRequest) (*tenant.Lease, error) {
+	start := s.cfg.Now()
 	lease, err := s.Store.Acquire(ctx, tenantID, req)
-	if !s.observe(err) {
+	if !s.observe(start, err) {
 		return s.acquireLocal(ctx, tenantID, req, err)
 	}
 	if err != nil {
@@ -161,10 +166,12 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 	return tenant.NewLease(info, &storeLease{s: s, lease: lease}), nil
 }
 
-// observe notes whether the store answered (true) or was unavailable,
-// entering or leaving degraded mode. A caller's own cancellation says
-// nothing about the store.
-func (s *Store) observe(err error) bool {
+// observe notes whether a call begun at start found the store answering
+// (true) or unavailable, entering or leaving degraded mode. A caller's
+// own cancellation says nothing about the store, and neither does a
+// failure of a call begun before one that succeeded (it met the outage
+// that success ended).
+func (s *Store) observe(start time.Time, err error) bool {
 	if !errors.Is(err, tenant.ErrUnavailable) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return true // the caller gave up: nothing learned of the store
 	}
@@ -172,19 +179,31 @@ func (s *Store) observe(err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case down && !s.degraded:
+	case !down:
+		if start.After(s.okSince) {
+			s.okSince = start
+		}
+		if s.degraded {
+			s.degraded = false
+			s.dropShares()
+			s.cfg.Logger.Info("tenant store available again: degraded mode over, the store's limits apply",
+				"degraded_for", s.cfg.Now().Sub(s.since).Round(time.Millisecond))
+		}
+	case !s.degraded && !start.Before(s.okSince):
 		s.degraded, s.since = true, s.cfg.Now()
+		s.dropShares()
 		s.cfg.Logger.Warn("tenant store unavailable: degraded mode, admitting recently verified keys under this gateway's share of each tenant's limits",
 			"gateways", s.gateways, "err", err)
-	case !down && s.degraded:
-		s.degraded = false
-		for _, k := range s.tenants {
-			k.local = nil
-		}
-		s.cfg.Logger.Info("tenant store available again: degraded mode over, the store's limits apply",
-			"degraded_for", s.cfg.Now().Sub(s.since).Round(time.Millisecond))
 	}
 	return !down
+}
+
+// dropShares forgets the local buckets: each outage starts from the
+// store's last report.
+func (s *Store) dropShares() {
+	for _, k := range s.tenants {
+		k.local = nil
+	}
 }
 
 func (s *Store) knownLocked(id string) *known {
@@ -312,8 +331,9 @@ func (l *localLease) ReleaseLease(ctx context.Context, info tenant.LeaseInfo, us
 	}
 	// The store held nothing for it: charge all it used.
 	info.HeldTokens = 0
+	start := l.s.cfg.Now()
 	err := b.ReleaseLease(ctx, info, used)
-	l.s.observe(err)
+	l.s.observe(start, err)
 	return err
 }
 

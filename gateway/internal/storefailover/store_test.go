@@ -258,7 +258,8 @@ func TestOutageSharesOfEachLimit(t *testing.T) {
 }
 
 // TestOutageTransitions: degraded mode starts at the first unavailable
-// call and ends at the first answer, each logged once and shown by
+// call and ends at the first answer (a failure of a call begun before
+// that answer does not start it again), each logged once and shown by
 // warden_tenant_store_degraded; afterwards the store decides again, and a
 // lease admitted locally records its usage in the store when released.
 func TestOutageTransitions(t *testing.T) {
@@ -294,12 +295,17 @@ func TestOutageTransitions(t *testing.T) {
 		t.Fatalf("during the outage: %d admitted (want 1), gauge %v", len(local), gauge())
 	}
 
+	began := f.now // a call that meets the outage but fails after the recovery
+	f.now = f.now.Add(time.Second)
 	f.inner.down.Store(false)
 	if _, err := f.s.ShareInFlight(f.ctx, tenant.InFlightReport{Replica: "gw-1", TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if gauge() != 0 || f.s.Degraded() {
 		t.Fatal("still degraded after the store answered")
+	}
+	if f.s.observe(began, tenant.ErrUnavailable) || f.s.Degraded() {
+		t.Fatal("a failure begun before the recovery made the gateway degraded again")
 	}
 	for i := range 2 { // the store's own limit of 2 again
 		if l, err := f.acquire("acme", 10); err != nil || strings.HasPrefix(l.Info().ID, "local-") {
