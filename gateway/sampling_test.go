@@ -13,6 +13,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/worker/engine"
 )
 
 // hasRepeat reports whether ids holds a token twice.
@@ -77,6 +78,25 @@ func TestRealSamplingControls(t *testing.T) {
 			}
 			if got := resp.Choices[0].Message.Content; got != want.text || resp.Usage.CompletionTokens != want.completion {
 				t.Fatalf("seeded with every control: %q (%d tokens), the worker alone %q (%d)", got, resp.Usage.CompletionTokens, want.text, want.completion)
+			}
+
+			// n = 2: each choice is the single request with its seed, the
+			// penalties reading the choice's own output.
+			params.N = openai.Int(2)
+			two, err := client.Chat.Completions.New(ctx, params, option.WithJSONSet("repetition_penalty", 1.3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range 2 {
+				one := params
+				one.N, one.Seed = openai.Int(1), openai.Int(int64(engine.ChoiceSeed(7, k)))
+				alone, err := client.Chat.Completions.New(ctx, one, option.WithJSONSet("repetition_penalty", 1.3))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if two.Choices[k].Message.Content != alone.Choices[0].Message.Content {
+					t.Fatalf("choice %d: %q, alone with its seed %q", k, two.Choices[k].Message.Content, alone.Choices[0].Message.Content)
+				}
 			}
 
 			params = realChat(long)

@@ -146,4 +146,12 @@ func TestRealTokenize(t *testing.T) {
 	if e := decodeEnvelope(t, raw); code != 429 || str(e.Error.Code) != "rate_limit_exceeded" {
 		t.Fatalf("past the request rate: %d %s", code, raw)
 	}
+	// A model the tenant may not use is hidden as not found.
+	if _, err := tg.Store().UpdateTenant(ctx, tenant.Tenant{ID: "acme", Limits: tenant.Limits{AllowedModels: []string{"other"}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, raw = tokenizeCall(t, tg, "/tokenize", map[string]any{"model": "tiny", "prompt": "x"})
+	if e := decodeEnvelope(t, raw); code != 404 || str(e.Error.Code) != "model_not_found" {
+		t.Fatalf("a model the tenant may not use: %d %s", code, raw)
+	}
 }

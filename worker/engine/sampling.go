@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/warden-ai/warden/worker/internal/kernels"
 )
 
 // Sampling holds one request's decoding parameters.
@@ -206,6 +208,11 @@ func (s *sampler) distribution(logits []float32, p Sampling, h History) Distribu
 		s.idx = make([]int32, n)
 		s.probs = make([]float64, n)
 		s.adj = make([]float64, n)
+	}
+	if p.Temperature == 0 && len(p.LogitBias) == 0 && !p.usesHistory() {
+		// Plain greedy: the argmax of the row as it is.
+		s.idx[0], s.probs[0] = int32(max(kernels.ArgMax(logits), 0)), 1
+		return Distribution{IDs: s.idx[:1], Weights: s.probs[:1], Sum: 1}
 	}
 	adj := s.adj[:n]
 	for i, l := range logits {

@@ -82,8 +82,15 @@ func FuzzLogitBias(f *testing.F) {
 			if b.Token < 0 || (i > 0 && b.Token <= lb[i-1].Token) || math.IsNaN(b.Bias) || math.Abs(b.Bias) > MaxBias {
 				t.Fatalf("bad entry %d: %+v", i, b)
 			}
+			// Keys may have leading zeros ("07"); exactly one names the id.
+			var raw json.RawMessage
+			for k, v := range probe {
+				if id, err := strconv.ParseUint(k, 10, 31); err == nil && int32(id) == b.Token {
+					raw = v
+				}
+			}
 			var v float64
-			if raw, ok := probe[strconv.Itoa(int(b.Token))]; !ok || json.Unmarshal(raw, &v) != nil || v != b.Bias {
+			if raw == nil || json.Unmarshal(raw, &v) != nil || v != b.Bias {
 				t.Fatalf("entry %+v is not the object's", b)
 			}
 		}
