@@ -177,7 +177,10 @@ func BenchmarkSpeculativeDecodeSmallBatch(b *testing.B) {
 	for i := range batch {
 		head := prompt(uint64(20+i), 16, m.Config.VocabSize)
 		walk := copyRig.run(b, owner(fmt.Sprint("walk", i)), head, greedy(tokens+2)).tokens
-		copyPrompts = append(copyPrompts, append(slices.Clone(head), walk[:tokens]...))
+		// The head, the walk from it, and the head's last token again: the
+		// output retraces the walk, quoting the prompt.
+		cp := append(slices.Clone(head), walk...)
+		copyPrompts = append(copyPrompts, append(cp, head[len(head)-1]))
 		randomPrompts = append(randomPrompts, prompt(uint64(30+i), 64, m.Config.VocabSize))
 		walk = append(head[len(head)-1:len(head):len(head)], walk...)
 		noise := prompt(uint64(40+i), len(walk), m.Config.VocabSize)
