@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -358,6 +359,34 @@ func TestDefaultMaxTokensCappedByModel(t *testing.T) {
 	code, _, body := tg.post("/v1/completions", map[string]any{"model": "tiny", "prompt": "hi", "max_tokens": 8})
 	if e := decodeEnvelope(t, body); code != 400 || str(e.Error.Param) != "max_tokens" {
 		t.Fatalf("max_tokens above the cap: %d %s", code, body)
+	}
+}
+
+// TestSpeculativeReachesWorker: the "speculative" extension field, sent
+// with the official client, reaches the worker's sampling parameters as
+// given (absent stays absent: the worker's setting applies); a
+// non-boolean is a 400 naming it.
+func TestSpeculativeReachesWorker(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil).start()
+	for _, opts := range [][]option.RequestOption{nil, {option.WithJSONSet("speculative", true)}, {option.WithJSONSet("speculative", false)}} {
+		resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(5), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Choices[0].Message.Content != fakeReply[:5] {
+			t.Fatalf("got %q", resp.Choices[0].Message.Content)
+		}
+	}
+	w.mu.Lock()
+	seen := append([]*bool(nil), w.specSeen...)
+	w.mu.Unlock()
+	if len(seen) != 3 || seen[0] != nil || seen[1] == nil || !*seen[1] || seen[2] == nil || *seen[2] {
+		t.Fatalf("the worker saw speculative %v, want absent, true, false", seen)
+	}
+	code, _, body := tg.post("/v1/completions", map[string]any{"model": "tiny", "prompt": "hi", "max_tokens": 2, "speculative": "yes"})
+	if e := decodeEnvelope(t, body); code != 400 || str(e.Error.Param) != "speculative" {
+		t.Fatalf("speculative \"yes\": %d %s", code, body)
 	}
 }
 

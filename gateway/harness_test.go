@@ -390,6 +390,7 @@ type fakeWorker struct {
 	reserved    map[string]int64 // request → pages
 	cancels     map[string]context.CancelFunc
 	maxSeen     []int32 // sampling max_tokens of each Generate
+	specSeen    []*bool // sampling speculative of each Generate
 
 	srv      *grpc.Server
 	addr     string // control address
@@ -695,6 +696,7 @@ func (w *fakeWorker) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStr
 	w.mu.Lock()
 	w.cancels[id] = cancel
 	w.maxSeen = append(w.maxSeen, req.Sampling.GetMaxTokens())
+	w.specSeen = append(w.specSeen, req.Sampling.Speculative)
 	w.mu.Unlock()
 	defer w.release(id)
 	if req.Ticket != nil {

@@ -180,9 +180,9 @@ type sequence struct {
 	// together, never preempted (admit, preempt).
 	choice bool
 
-	// Speculative decoding (speculate.go), nil without it: hist is the
+	// Speculative decoding (speculate.go), nil without it: hist holds the
 	// prompt and the tokens emitted so far, in the step's input (the last
-	// token, then drafts proposed tokens).
+	// token, then the drafts tokens proposed for this step).
 	hist   []int32
 	in     []int32
 	drafts int

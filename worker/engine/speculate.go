@@ -66,11 +66,17 @@ type Speculation struct {
 
 // Defaults for Speculation's zero fields.
 const (
-	DefaultSpecK     = 4
-	DefaultNgramMax  = 3
-	DefaultNgramMin  = 2
-	maxSpecK         = 32
-	maxNgram         = 16
+	DefaultSpecK    = 4
+	DefaultNgramMax = 3
+	DefaultNgramMin = 2
+)
+
+const (
+	// maxSpecK and maxNgram bound Speculation's K and NgramMax.
+	maxSpecK = 32
+	maxNgram = 16
+	// specHistoryBound caps the output tokens a sequence's history is
+	// sized for up front (it grows past it if needed).
 	specHistoryBound = 1 << 16
 )
 
