@@ -132,8 +132,8 @@ func retryable(res chatResult) bool {
 // chat sends one chat completion (streamed unless req.Plain) at
 // temperature 0. A 429 (or a 503 with retry-after) is retried after its
 // retry-after, a transport error after a doubling backoff, both bounded
-// and counted; every try spends budget. A request meant to be aborted is
-// never retried.
+// and counted; every try spends budget. A request the probe aborted on
+// purpose is not retried.
 func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) {
 	limit := maxRetries
 	if req.OneRetry {
@@ -148,7 +148,7 @@ func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) 
 		switch {
 		case ctx.Err() != nil || try >= limit:
 			return res, err
-		case err != nil && req.Abort == abortNone:
+		case err != nil && !res.Aborted:
 			wait = transportBackoff << try
 		case err == nil && retryable(res):
 			if wait = res.retryAfter; wait == 0 {
