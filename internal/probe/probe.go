@@ -15,11 +15,11 @@ package probe
 
 import (
 	"context"
-	"math/bits"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/http"
 	"os"
 	"slices"
