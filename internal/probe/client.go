@@ -455,17 +455,34 @@ type modelInfo struct {
 	MaxModelLen int `json:"max_model_len"`
 }
 
+// do sends a GET of path with c's key, spending budget, and retries a
+// transport error like chat does.
+func (c *client) do(ctx context.Context, path string) (*http.Response, error) {
+	for try := 0; ; try++ {
+		if !c.budget.take() {
+			return nil, errBudget
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		resp, err := c.http.Do(req)
+		if err == nil || ctx.Err() != nil || try >= maxRetries {
+			return resp, err
+		}
+		c.budget.retries.Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(transportBackoff << try):
+		}
+	}
+}
+
 // models lists the endpoint's models.
 func (c *client) models(ctx context.Context) ([]modelInfo, error) {
-	if !c.budget.take() {
-		return nil, errBudget
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/models", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
+	resp, err := c.do(ctx, "/models")
 	if err != nil {
 		return nil, err
 	}
