@@ -18,7 +18,7 @@ import (
 const (
 	// DefaultAbortRounds is how many aborts before the first token the
 	// check lands (it tries abortMaxRounds for them).
-	DefaultAbortRounds = 6
+	DefaultAbortRounds = 10
 	// abortFollowers is how many consistency prompts follow each abort,
 	// one after the other: the first may be admitted before the endpoint
 	// has processed the abort, the second comes after it.

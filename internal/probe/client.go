@@ -132,8 +132,8 @@ func retryable(res chatResult) bool {
 // chat sends one chat completion (streamed unless req.Plain) at
 // temperature 0. A 429 (or a 503 with retry-after) is retried after its
 // retry-after, a transport error after a doubling backoff, both bounded
-// and counted; every try spends budget. A request meant to be aborted is
-// never retried.
+// and counted; every try spends budget. A request the probe aborted on
+// purpose is not retried.
 func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) {
 	limit := maxRetries
 	if req.OneRetry {
@@ -148,7 +148,7 @@ func (c *client) chat(ctx context.Context, req chatRequest) (chatResult, error) 
 		switch {
 		case ctx.Err() != nil || try >= limit:
 			return res, err
-		case err != nil && req.Abort == abortNone:
+		case err != nil && !res.Aborted:
 			wait = transportBackoff << try
 		case err == nil && retryable(res):
 			if wait = res.retryAfter; wait == 0 {
@@ -455,17 +455,34 @@ type modelInfo struct {
 	MaxModelLen int `json:"max_model_len"`
 }
 
+// do sends a GET of path with c's key, spending budget, and retries a
+// transport error like chat does.
+func (c *client) do(ctx context.Context, path string) (*http.Response, error) {
+	for try := 0; ; try++ {
+		if !c.budget.take() {
+			return nil, errBudget
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.key)
+		resp, err := c.http.Do(req)
+		if err == nil || ctx.Err() != nil || try >= maxRetries {
+			return resp, err
+		}
+		c.budget.retries.Add(1)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(transportBackoff << try):
+		}
+	}
+}
+
 // models lists the endpoint's models.
 func (c *client) models(ctx context.Context) ([]modelInfo, error) {
-	if !c.budget.take() {
-		return nil, errBudget
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/models", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
+	resp, err := c.do(ctx, "/models")
 	if err != nil {
 		return nil, err
 	}

@@ -163,12 +163,15 @@ func (r *run) usageAcross(checks []Check) []Check {
 	for _, b := range bad {
 		u.evidence("%s", b)
 	}
+	if r.usageNote != "" && u.Verdict == VerdictPass {
+		u.Summary += "; " + r.usageNote
+	}
 	if len(bad) > 0 {
 		prefix := ""
 		if u.Verdict == VerdictFinding {
 			prefix = u.Summary + "; "
 		}
-		u.Verdict, u.Summary = VerdictFinding, prefix+fmt.Sprintf("%d usage figure(s) that do not add up across keys", len(bad))
+		u.Verdict, u.Summary = VerdictFinding, prefix+fmt.Sprintf("%d usage figure(s) that do not add up (across keys, or against the length admission counts)", len(bad))
 	}
 	return checks
 }

@@ -1,7 +1,9 @@
 package probe
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -134,6 +136,32 @@ func FuzzReadPlain(f *testing.F) {
 		res, err := readPlain(strings.NewReader(string(body)), responses, time.Now(), chatResult{})
 		if err == nil && !res.Complete {
 			t.Errorf("decoded without error but not complete: %+v", res)
+		}
+	})
+}
+
+// bodyTransport answers every request with 200 and body.
+type bodyTransport []byte
+
+func (b bodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: io.NopCloser(bytes.NewReader(b)), Request: r}, nil
+}
+
+// The stream reader takes whatever an endpoint streams without
+// panicking, and calls a stream complete only when it ended with [DONE].
+func FuzzStream(f *testing.F) {
+	f.Add([]byte("data: {\"id\":\"a\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"id\":\"a\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\ndata: [DONE]\n\n"))
+	f.Add([]byte("data: {\"id\":\"a\",\"choices\":[{\"index\":1,\"delta\":{\"content\":\"x\"}}]}\ndata: {\"id\":\"b\",\"choices\":[{\"index\":0}]}\n"))
+	f.Add([]byte("data: {\"error\":{\"message\":\"boom\",\"code\":\"x\"}}\n"))
+	f.Add([]byte("data: not json\n: comment\ndata:[DONE]\n"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		b := &budget{}
+		b.left.Store(1)
+		c := &client{base: "http://fuzz/v1", key: "k", label: "A", http: &http.Client{Transport: bodyTransport(body)}, budget: b}
+		res, err := c.chat(context.Background(), chatRequest{Model: "m", Prompt: "p", MaxTokens: 1})
+		if err == nil && res.Complete && !bytes.Contains(body, []byte("[DONE]")) {
+			t.Errorf("complete without [DONE]: %+v", res)
 		}
 	})
 }

@@ -476,17 +476,9 @@ func (r *run) cachedAcross() Check {
 }
 
 // get sends a GET with c's key and returns the status and (the start of)
-// the body. It spends budget.
+// the body.
 func (c *client) get(ctx context.Context, path string) (int, string, error) {
-	if !c.budget.take() {
-		return 0, "", errBudget
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
+	resp, err := c.do(ctx, path)
 	if err != nil {
 		return 0, "", err
 	}

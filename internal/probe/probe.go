@@ -19,6 +19,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/http"
 	"os"
 	"slices"
@@ -164,6 +165,8 @@ type run struct {
 	ev                *evidenceLog
 	cacheMu           sync.Mutex
 	cachePairs        []cachePair
+	// usageNote says how usage was cross-checked with admission.
+	usageNote string
 }
 
 // Run probes the endpoint and returns its report. An error wrapping
@@ -224,6 +227,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ladder, loaded := r.markerLadder(ctx, baseline)
 		foreign, usage = ladder[0], ladder[1:]
 		r.report.add(loaded)
+		r.usageNote = r.usageByAdmission(ctx)
 		if cfg.AbortRounds > 0 {
 			r.report.add(r.abortReuse(ctx, baseline))
 		}
@@ -262,6 +266,7 @@ func planFor(cfg Config) []PlanItem {
 		ladder := cfg.LadderRounds * keys * (len(ladderFractions) + len(ladderOver))
 		add("markers, admission, usage", ladder, ladder*(1+maxRetries), fmt.Sprintf("%d ladder rounds per key, %d in flight per key", cfg.LadderRounds, cfg.Concurrency))
 		add("consistency", consistencyAloneRuns+consistencyLoadedRuns, consistencyAloneRuns+consistencyLoadedRuns, "alone, then under the ladder's load")
+		add("usage by admission", 2, 2+bits.Len(uint(8<<20)), "a prompt's length as admission counts it: bisection on max_tokens")
 		if cfg.AbortRounds > 0 {
 			add(nameConsAborts, 1+(1+abortFollowers)*cfg.AbortRounds, 1+(1+abortFollowers)*abortMaxRounds(cfg.AbortRounds),
 				fmt.Sprintf("until %d aborts land before the first token (or a difference)", cfg.AbortRounds))

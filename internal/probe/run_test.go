@@ -23,7 +23,9 @@ import (
 // refused, nothing stored. Every dropEvery-th request loses its
 // connection before any answer.
 type fakeEndpoint struct {
-	noisy     bool
+	noisy bool
+	// overBill is added to every prompt_tokens billed.
+	overBill  int
 	dropEvery int64
 	requests  atomic.Int64
 	ids       atomic.Int64
@@ -108,7 +110,7 @@ func (f *fakeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		n = int(v)
 	}
 	id := fmt.Sprintf("fake-%d", f.ids.Add(1))
-	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":0}}`, prompt, len(answer))
+	usage := fmt.Sprintf(`{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":0}}`, prompt+f.overBill, len(answer))
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case strings.HasSuffix(r.URL.Path, "/responses"):
@@ -187,5 +189,23 @@ func TestRunOnANondeterministicEndpoint(t *testing.T) {
 	}
 	if len(rep.Notes) == 0 {
 		t.Error("no note says the endpoint is not deterministic")
+	}
+}
+
+// Usage two tokens too high is found without the endpoint's tokenizer:
+// admission counts the prompt two tokens shorter than the bill.
+func TestRunFindsOverBillingWithoutATokenizer(t *testing.T) {
+	rep := probeFake(t, &fakeEndpoint{overBill: 2})
+	for _, c := range rep.Checks {
+		want := VerdictPass
+		if c.Name == nameUsage {
+			want = VerdictFinding
+		}
+		if c.Verdict != want {
+			t.Errorf("%s: %s (%s), want %s", c.Name, c.Verdict, c.Summary, want)
+		}
+	}
+	if rep.ExitCode(false) != ExitFinding {
+		t.Errorf("exit %d, want 1", rep.ExitCode(false))
 	}
 }

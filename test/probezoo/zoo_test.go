@@ -43,8 +43,8 @@ func TestMain(m *testing.M) {
 // target is a running `warden up` and the keys of two tenants of a
 // case's own.
 type target struct {
-	baseURL, keyA, keyB, ca, model string
-	admin                          []string
+	baseURL, keyA, keyB, ca string
+	admin                   []string
 }
 
 var (
@@ -95,7 +95,7 @@ func up(t *testing.T, bin string, environ []string, args ...string) (target, err
 		}
 		return m[1]
 	}
-	tg := target{baseURL: get(upBaseURL), ca: get(upCA), model: filepath.Join(state, "model")}
+	tg := target{baseURL: get(upBaseURL), ca: get(upCA)}
 	adminURL := get(upAdmin)
 	tg.admin = []string{"admin", "--url", adminURL, "--token-file", filepath.Join(state, "admin-token"), "--cacert", tg.ca}
 	return tg, missing
@@ -132,7 +132,7 @@ type outcome struct {
 }
 
 // runProbe runs `warden probe` against baseURL with its default flags
-// (only what describes the target: keys, CA, tokenizer), as a harness
+// (only what names the target: URL, keys, CA), as a harness
 // process (stopped with the test binary), and returns its exit code,
 // report and output.
 func runProbe(t *testing.T, tg target, name, baseURL string) outcome {
@@ -142,7 +142,7 @@ func runProbe(t *testing.T, tg target, name, baseURL string) outcome {
 	}
 	dir := t.TempDir()
 	report := filepath.Join(dir, "report.json")
-	args := []string{"probe", "--base-url", baseURL, "--key", tg.keyA, "--key", tg.keyB, "--tokenizer", tg.model, "--report", report}
+	args := []string{"probe", "--base-url", baseURL, "--key", tg.keyA, "--key", tg.keyB, "--report", report}
 	if strings.HasPrefix(baseURL, "https:") {
 		args = append(args, "--cacert", tg.ca)
 	}

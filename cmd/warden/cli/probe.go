@@ -27,7 +27,7 @@ func runProbe(ctx context.Context, e *env, args []string) error {
 	fs.DurationVar(&cfg.Duration, "duration", probe.DefaultDuration, "at most this long")
 	fs.IntVar(&cfg.Concurrency, "concurrency", probe.DefaultConcurrency, "requests in flight per key in the marker test")
 	fs.IntVar(&cfg.LadderRounds, "rounds", probe.DefaultLadderRounds, "times each key climbs the prompt-length ladder")
-	fs.IntVar(&cfg.AbortRounds, "abort-rounds", probe.DefaultAbortRounds, "long prompts the other key aborts before their first token, each followed by the consistency prompt (0 skips it)")
+	fs.IntVar(&cfg.AbortRounds, "abort-rounds", probe.DefaultAbortRounds, "aborts before the first token the consistency-after-aborts check lands, each followed by the consistency prompt twice; it tries up to 3× as many rounds (0 skips it)")
 	fs.IntVar(&cfg.TimingSamples, "timing-samples", probe.DefaultTimingSamples, "the most rounds of the sequential prefix-cache timing test, 6 requests each (0 skips it)")
 	fs.IntVar(&cfg.TimingPrefixTokens, "timing-prefix-tokens", probe.DefaultTimingPrefix, "length of the timing test's secret prefixes (at most a third of the context)")
 	fs.Float64Var(&cfg.Alpha, "alpha", probe.DefaultAlpha, "error rate, both ways, of the sequential timing test")
