@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -172,7 +173,8 @@ func runRelease(t *testing.T, file string) {
 
 // operatorSecrets returns the Secrets the values name for the operator to
 // create (externalSecrets): the admin token and key secret, the API
-// certificate, the cluster mTLS certificates, the Redis password. An
+// certificate, the cluster mTLS certificates, the Redis password; and
+// those rendered cert-manager Certificates make. An
 // external Redis (redis.enabled false) is started here too, with that
 // password, at the address its host name resolves to.
 func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tlsutil.PKI) map[string]map[string][]byte {
@@ -203,6 +205,18 @@ func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tls
 			out[name] = tlsSecret(pki.WorkerCert, pki.WorkerKey)
 		case "redis.external.passwordSecret":
 			out[name] = map[string][]byte{fmt.Sprint(ext["passwordKey"]): []byte(password)}
+		}
+	}
+	// cert-manager's: by the Certificate's URI SAN, a cluster identity or
+	// the API's certificate (whose names are every Service's).
+	for name, uris := range certificateSecrets(c.objs) {
+		switch {
+		case slices.Contains(uris, tlsutil.IdentityURI(tlsutil.PeerGateway)):
+			out[name] = tlsSecret(pki.GatewayCert, pki.GatewayKey)
+		case slices.Contains(uris, tlsutil.IdentityURI(tlsutil.PeerWorker)):
+			out[name] = tlsSecret(pki.WorkerCert, pki.WorkerKey)
+		default:
+			out[name] = tlsSecret(pki.ServerCert, pki.ServerKey)
 		}
 	}
 	if enabled, _ := redisValues["enabled"].(bool); !enabled {
