@@ -30,6 +30,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/engine"
+	"helm.sh/helm/v4/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -68,32 +69,53 @@ func readValues(t *testing.T, file string) map[string]any {
 	return vals
 }
 
-// renderFiles renders the chart with a values file as `helm template
-// rel warden -n warden -f file` does, in this process: the release's
-// values (chart defaults coalesced with the file, checked against the
-// chart's values.schema.json), then every template. Nothing reaches a
-// cluster: lookup finds nothing, as under `helm template`, Argo CD or
-// Flux. It returns the rendered manifests by template path and the
-// release's values.
+// renderFiles renders the chart with a values file (renderChart),
+// failing the test on an error.
 func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) {
 	t.Helper()
+	files, vals, err := renderChart(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files, vals
+}
+
+// renderChart renders the chart as `helm template rel warden -n warden
+// -f file --set s…` does (no file when file is ""), in this process: the
+// release's values (chart defaults coalesced with the file and the --set
+// values, checked against the chart's values.schema.json), then every
+// template. Nothing reaches a cluster: lookup finds nothing, as under
+// `helm template`, Argo CD or Flux. It returns the rendered manifests by
+// template path and the release's values.
+func renderChart(file string, set ...string) (map[string]string, map[string]any, error) {
 	ch, err := loader.Load(chart)
 	if err != nil {
-		t.Fatalf("loading the chart: %v", err)
+		return nil, nil, fmt.Errorf("loading the chart: %w", err)
 	}
 	caps := common.DefaultCapabilities.Copy()
 	caps.KubeVersion = *kubeVersion
 	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, kubeVersion.String()) {
-		t.Fatalf("chart requires kubeVersion %s, rendering for %s", ch.Metadata.KubeVersion, kubeVersion)
+		return nil, nil, fmt.Errorf("chart requires kubeVersion %s, rendering for %s", ch.Metadata.KubeVersion, kubeVersion)
 	}
-	vals, err := util.ToRenderValuesWithSchemaValidation(ch, readValues(t, file),
+	user := map[string]any{}
+	if file != "" {
+		if user, err = common.ReadValuesFile(file); err != nil {
+			return nil, nil, fmt.Errorf("values %s: %w", file, err)
+		}
+	}
+	for _, s := range set {
+		if err := strvals.ParseInto(s, user); err != nil {
+			return nil, nil, fmt.Errorf("--set %s: %w", s, err)
+		}
+	}
+	vals, err := util.ToRenderValuesWithSchemaValidation(ch, user,
 		common.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}, caps, false)
 	if err != nil {
-		t.Fatalf("values %s: %v", file, err)
+		return nil, nil, fmt.Errorf("values %s %v: %w", file, set, err)
 	}
 	files, err := engine.Render(ch, vals)
 	if err != nil {
-		t.Fatalf("rendering with %s: %v", file, err)
+		return nil, nil, fmt.Errorf("rendering with %s %v: %w", file, set, err)
 	}
 	out := make(map[string]string)
 	for name, data := range files {
@@ -106,9 +128,9 @@ func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) 
 	}
 	values, err := vals.Table("Values")
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	return out, values.AsMap()
+	return out, values.AsMap(), nil
 }
 
 // valueFiles lists the chart's ci/ values files (at least the four the
@@ -455,5 +477,26 @@ func TestMisspeltFieldFails(t *testing.T) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(new(corev1.Service)); err == nil || !strings.Contains(err.Error(), "selektor") {
 		t.Fatalf("decoding a misspelt field: %v, want an unknown field error", err)
+	}
+}
+
+// TestRenderSet checks renderChart's --set values and errors as `helm
+// template --set` gives them: a value set over the file's, and a
+// template's `required` failing the render with its message.
+func TestRenderSet(t *testing.T) {
+	defaults := filepath.Join(chart, "ci", "default-values.yaml")
+	files, vals, err := renderChart(defaults, "gateway.replicas=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := vals["gateway"].(map[string]any); fmt.Sprint(g["replicas"]) != "3" {
+		t.Errorf("gateway.replicas = %v after --set gateway.replicas=3", g["replicas"])
+	}
+	if !strings.Contains(strings.Join(slices.Collect(maps.Values(files)), "\n"), "replicas: 3") {
+		t.Error("no object rendered with replicas: 3")
+	}
+	_, _, err = renderChart(defaults, "redis.enabled=false")
+	if err == nil || !strings.Contains(err.Error(), "redis.external.addr is required") {
+		t.Errorf("rendering with redis.enabled=false and no redis.external.addr: %v, want the required value's message", err)
 	}
 }
