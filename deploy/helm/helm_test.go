@@ -69,7 +69,7 @@ func run(t *testing.T, args ...string) []byte {
 }
 
 // valueFiles lists the chart's ci/ values files (at least the three the
-// docs name).
+// docs name) and its production example, values-production.yaml.
 func valueFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
@@ -81,7 +81,7 @@ func valueFiles(t *testing.T) []string {
 			t.Fatalf("%s/ci lacks %s (has %v)", chart, want, files)
 		}
 	}
-	return files
+	return append(files, filepath.Join(chart, "values-production.yaml"))
 }
 
 func TestLint(t *testing.T) {
@@ -125,6 +125,10 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return new(monitoringv1.ServiceMonitor), true
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		return new(monitoringv1.PrometheusRule), true
+	case "cert-manager.io/v1 Certificate":
+		return new(certificate), true
+	case "cert-manager.io/v1 Issuer":
+		return new(issuer), true
 	}
 	return nil, false
 }
@@ -192,7 +196,19 @@ func TestTemplate(t *testing.T) {
 					checkServicePorts(t, s, objs)
 				}
 			}
-			get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/rel-warden-gateway")
+			for _, o := range objs {
+				switch v := o.value.(type) {
+				case *appsv1.Deployment:
+					checkPod(t, v.Name, v.Spec.Template)
+				case *appsv1.StatefulSet:
+					checkPod(t, v.Name, v.Spec.Template)
+				}
+			}
+			for _, c := range []string{"gateway", "prefill", "decode"} {
+				get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/rel-warden-"+c)
+				get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy/rel-warden-"+c)
+			}
+			checkCertificates(t, objs)
 			if strings.Contains(f, "gpu") {
 				get[autoscalingv2.HorizontalPodAutoscaler](t, objs, "HorizontalPodAutoscaler/rel-warden-gateway")
 				get[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor/rel-warden")
@@ -262,12 +278,11 @@ func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	if err := cfg.ValidateGateway(); err != nil {
 		t.Fatalf("gateway.yaml: %v", err)
 	}
+	checkProbes(t, c, cfg)
 	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("gateway readiness probe %+v, want GET /readyz", c.ReadinessProbe)
 	}
-	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
-		t.Errorf("gateway liveness probe %+v, want GET /healthz", c.LivenessProbe)
-	}
+
 	wantScheme := corev1.URISchemeHTTPS
 	if cfg.Gateway.TLS.Plaintext {
 		wantScheme = corev1.URISchemeHTTP
@@ -285,11 +300,115 @@ func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 		t.Errorf("gateway has no preStop sleep: %+v", c.Lifecycle)
 	}
 	grace := pod.TerminationGracePeriodSeconds
+	delay := int64(cfg.Gateway.ShutdownDelay.Seconds())
 	drain := int64(cfg.Gateway.DrainTimeout.Seconds())
-	if drain <= 0 || grace == nil || *grace <= preStop+drain {
-		t.Errorf("terminationGracePeriodSeconds %v, want more than preStop %ds + drain_timeout %ds", grace, preStop, drain)
+	if drain <= 0 || grace == nil || *grace <= preStop+delay+drain {
+		t.Errorf("terminationGracePeriodSeconds %v, want more than preStop %ds + shutdown_delay %ds + drain_timeout %ds",
+			grace, preStop, delay, drain)
 	}
 	checkMounts(t, pod, cfg)
+}
+
+// checkProbes checks a warden container's probes: startup and liveness
+// GET /livez on the metrics port (served from process start, whatever the
+// readiness), readiness GET /readyz, and that each probe's port is a
+// port of the container.
+func checkProbes(t *testing.T, c corev1.Container, cfg *config.Config) {
+	t.Helper()
+	for _, p := range []struct {
+		name string
+		pr   *corev1.Probe
+	}{{"startup", c.StartupProbe}, {"liveness", c.LivenessProbe}} {
+		if p.pr == nil || p.pr.HTTPGet == nil || p.pr.HTTPGet.Path != "/livez" || p.pr.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s %s probe %+v, want GET /livez on the metrics port", c.Name, p.name, p.pr)
+		}
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == "metrics" && strings.HasSuffix(cfg.Observability.Metrics.Listen, fmt.Sprintf(":%d", p.ContainerPort))
+	}) {
+		t.Errorf("%s: no metrics port for observability.metrics.listen %q", c.Name, cfg.Observability.Metrics.Listen)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("%s readiness probe %+v, want GET /readyz", c.Name, c.ReadinessProbe)
+	}
+	for _, pr := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+		if pr == nil || pr.HTTPGet == nil {
+			continue
+		}
+		port := pr.HTTPGet.Port
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+			return p.Name == port.String() || p.ContainerPort == port.IntVal
+		}) {
+			t.Errorf("%s: probe port %s is no port of the container", c.Name, port.String())
+		}
+	}
+}
+
+// checkPod checks what every pod of the chart must have: non-root,
+// RuntimeDefault seccomp, per container a read-only root filesystem, no
+// capabilities, no privilege escalation, CPU and memory requests and a
+// memory limit; writable paths are emptyDir volumes; pods of a role
+// spread over nodes.
+func checkPod(t *testing.T, name string, tpl corev1.PodTemplateSpec) {
+	t.Helper()
+	pod := tpl.Spec
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil ||
+		psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod securityContext %+v, want runAsNonRoot and seccomp RuntimeDefault", name, psc)
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("%s/%s: securityContext %+v, want a read-only root, no escalation, capabilities drop ALL", name, c.Name, sc)
+		}
+		r := c.Resources
+		if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+			t.Errorf("%s/%s: resources %+v, want CPU and memory requests and a memory limit", name, c.Name, r)
+		}
+		for _, m := range c.VolumeMounts {
+			if m.ReadOnly {
+				continue
+			}
+			if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name && v.EmptyDir != nil }) {
+				t.Errorf("%s/%s: writable mount %s is not an emptyDir", name, c.Name, m.MountPath)
+			}
+		}
+	}
+	if len(pod.TopologySpreadConstraints) == 0 && pod.Affinity == nil {
+		t.Errorf("%s: no topologySpreadConstraints or affinity", name)
+	}
+	for _, ts := range pod.TopologySpreadConstraints {
+		if ts.LabelSelector == nil || !matches(ts.LabelSelector.MatchLabels, tpl.Labels) {
+			t.Errorf("%s: topology spread selector %v does not select the pod's labels %v", name, ts.LabelSelector, tpl.Labels)
+		}
+	}
+}
+
+// checkCertificates checks cert-manager's objects when rendered: each
+// cluster certificate carries its identity's URI SAN and both key usages,
+// writes the Secret the pods mount, and names an issuer the chart renders
+// or the one in the values.
+func checkCertificates(t *testing.T, objs map[string]object) {
+	t.Helper()
+	for _, peer := range []string{"gateway", "worker"} {
+		o, ok := objs["Certificate/rel-warden-cluster-"+peer]
+		if !ok {
+			continue
+		}
+		c := o.value.(*certificate)
+		if !slices.Equal(c.Spec.URIs, []string{"spiffe://warden/" + peer}) || !slices.Contains(c.Spec.Usages, "client auth") ||
+			!slices.Contains(c.Spec.Usages, "server auth") {
+			t.Errorf("Certificate %s: uris %v usages %v", c.Metadata.Name, c.Spec.URIs, c.Spec.Usages)
+		}
+		if c.Spec.IssuerRef.Kind == "Issuer" {
+			if _, ok := objs["Issuer/"+c.Spec.IssuerRef.Name]; !ok {
+				t.Errorf("Certificate %s names Issuer %s, not rendered", c.Metadata.Name, c.Spec.IssuerRef.Name)
+			}
+		}
+	}
 }
 
 // checkWorker checks a worker's config: its role, the gateways it
@@ -302,6 +421,11 @@ func checkWorker(t *testing.T, d *appsv1.Deployment, cm *corev1.ConfigMap, role 
 	cfg := loadConfig(t, cm, key, c.Env)
 	if err := cfg.ValidateWorker(); err != nil {
 		t.Fatalf("%s: %v", key, err)
+	}
+	checkProbes(t, c, cfg)
+	grace, drain := pod.TerminationGracePeriodSeconds, int64(cfg.Worker.DrainTimeout.Seconds())
+	if grace == nil || *grace <= drain {
+		t.Errorf("%s: terminationGracePeriodSeconds %v, want more than worker.drain_timeout %ds", key, grace, drain)
 	}
 	if string(cfg.Worker.Role) != role || cfg.Worker.AdvertiseAddr != "10.1.2.3:9001" ||
 		cfg.Worker.Transfer.AdvertiseAddr != "10.1.2.3:9101" {
