@@ -57,8 +57,8 @@ func TestSchemaRefusesMistakes(t *testing.T) {
 // TestSchemaCoversEveryValue: every key of values.yaml, at every depth,
 // is a property of values.schema.json, down to the values that are
 // Kubernetes or warden objects passed through as they are (an object
-// schema without properties); and every object of the schema refuses
-// unknown keys except those.
+// schema without properties); every object of the schema refuses unknown
+// keys except those; and README.md documents every value.
 func TestSchemaCoversEveryValue(t *testing.T) {
 	var values map[string]any
 	b, err := os.ReadFile(filepath.Join(chart, "values.yaml"))
@@ -76,15 +76,24 @@ func TestSchemaCoversEveryValue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defs, _ := schema["$defs"].(map[string]any)
-	var walk func(path string, v any, s map[string]any)
-	walk = func(path string, v any, s map[string]any) {
+	var leaves []string
+	// leaf: path is documented as one value, its keys, if any, are not.
+	var walk func(path string, v any, s map[string]any, leaf bool)
+	walk = func(path string, v any, s map[string]any, leaf bool) {
 		if ref, ok := s["$ref"].(string); ok {
 			s, _ = defs[strings.TrimPrefix(ref, "#/$defs/")].(map[string]any)
+			if !leaf {
+				leaves = append(leaves, strings.TrimPrefix(path, "."))
+			}
+			leaf = true // a shared type (resources), documented as a whole
 		}
 		props, hasProps := s["properties"].(map[string]any)
 		m, isMap := v.(map[string]any)
-		if !isMap || !hasProps {
-			return // a scalar, a list, or an object passed through
+		if !isMap || !hasProps || len(m) == 0 {
+			if !leaf {
+				leaves = append(leaves, strings.TrimPrefix(path, "."))
+			}
+			return // a scalar, a list, an empty object, or an object passed through
 		}
 		if s["additionalProperties"] != false {
 			t.Errorf("%s: the schema accepts unknown keys", path)
@@ -100,8 +109,22 @@ func TestSchemaCoversEveryValue(t *testing.T) {
 				t.Errorf("%s.%s: in values.yaml, not in values.schema.json", path, k)
 				continue
 			}
-			walk(path+"."+k, m[k], ps)
+			walk(path+"."+k, m[k], ps, leaf)
 		}
 	}
-	walk("", values, schema)
+	walk("", values, schema, false)
+
+	// README.md documents every value, by its path in code.
+	readme, err := os.ReadFile(filepath.Join(chart, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leaves {
+		if !bytes.Contains(readme, []byte("`"+l+"`")) {
+			t.Errorf("README.md does not document `%s`", l)
+		}
+	}
+	if len(leaves) < 80 {
+		t.Errorf("found %d values; the walk is broken", len(leaves))
+	}
 }
