@@ -212,6 +212,14 @@ func TestTemplate(t *testing.T) {
 			if strings.Contains(f, "gpu") {
 				get[autoscalingv2.HorizontalPodAutoscaler](t, objs, "HorizontalPodAutoscaler/rel-warden-gateway")
 				get[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor/rel-warden")
+				dash := get[corev1.ConfigMap](t, objs, "ConfigMap/rel-warden-dashboard")
+				want, err := os.ReadFile(filepath.Join("..", "grafana", "warden.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dash.Labels["grafana_dashboard"] != "1" || strings.TrimSpace(dash.Data["warden.json"]) != strings.TrimSpace(string(want)) {
+					t.Errorf("dashboard ConfigMap: labels %v, warden.json not deploy/grafana/warden.json", dash.Labels)
+				}
 				rules := get[monitoringv1.PrometheusRule](t, objs, "PrometheusRule/rel-warden")
 				if len(rules.Spec.Groups) == 0 || len(rules.Spec.Groups[0].Rules) == 0 {
 					t.Errorf("PrometheusRule has no rules: %+v", rules.Spec)
