@@ -29,6 +29,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/storedresp"
 	"github.com/warden-ai/warden/gateway/internal/storefailover"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/health"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
 )
@@ -77,8 +78,10 @@ type Gateway struct {
 	stopTracing func(context.Context) error
 
 	apiLn, adminLn, registryLn, metricsLn net.Listener
-	apiSrv, adminSrv, metricsSrv          *http.Server
+	apiSrv, adminSrv                      *http.Server
 	grpcSrv                               *grpc.Server
+	// probe serves metricsLn from the start of New (internal/health).
+	probe *health.Server
 
 	// lifeMu orders request admission against shutdown: no driver starts
 	// once closing is set, so running.Wait sees them all.
@@ -171,6 +174,9 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 			gw.release()
 		}
 	}()
+	if err := g.listenProbe(); err != nil {
+		return nil, err
+	}
 	cluster, err := newClusterAuth(&cfg.Cluster)
 	if err != nil {
 		return nil, err

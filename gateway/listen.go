@@ -21,6 +21,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/storedresp"
 	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/health"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/tlsutil"
 )
@@ -89,14 +90,27 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 	g.grpcSrv = grpc.NewServer(cluster.server...)
 	controlpb.RegisterRegistryServer(g.grpcSrv, g.reg)
 
-	if addr := g.cfg.Observability.Metrics.Listen; addr != "" {
-		if g.metricsLn, err = net.Listen("tcp", addr); err != nil {
-			return fmt.Errorf("gateway: metrics listener (observability.metrics.listen): %w", err)
-		}
+	if g.probe != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}))
-		g.metricsSrv = httpServer(mux, nil)
+		g.probe.SetReady(g.Ready)
+		g.probe.Handle(mux)
 	}
+	return nil
+}
+
+// listenProbe binds the metrics listener, if one is configured, and
+// serves /livez on it at once (internal/health), before New connects to
+// the tenant store; listen adds /readyz and /metrics.
+func (g *Gateway) listenProbe() (err error) {
+	addr := g.cfg.Observability.Metrics.Listen
+	if addr == "" {
+		return nil
+	}
+	if g.metricsLn, err = net.Listen("tcp", addr); err != nil {
+		return fmt.Errorf("gateway: metrics listener (observability.metrics.listen): %w", err)
+	}
+	g.probe = health.Serve(g.metricsLn)
 	return nil
 }
 

@@ -18,6 +18,49 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
+// TestProbeListener: the metrics listener (the chart's probe port)
+// answers /livez 200 whatever the readiness, /readyz as the gateway's
+// readiness (503 while starting, 200 once its workers registered) and
+// serves /metrics.
+func TestProbeListener(t *testing.T) {
+	cfg := testConfig()
+	cfg.Observability.Metrics.Listen = "127.0.0.1:0"
+	tg := startGateway(t, cfg)
+	base := "http://" + tg.metricsLn.Addr().String()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/livez"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/livez while starting: %d %q", code, body)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+		t.Errorf("/readyz while starting: %d %q, want 503 starting", code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "warden_") {
+		t.Errorf("/metrics: %d %q", code, body)
+	}
+	fab := &fabric{}
+	newFake(tg, controlpb.Role_ROLE_PREFILL, 256, fab).start()
+	newFake(tg, controlpb.Role_ROLE_DECODE, 256, fab).start()
+	waitFor(t, "/readyz 200 on the probe listener once both roles registered", func() bool {
+		code, _ := get("/readyz")
+		return code == http.StatusOK
+	})
+	if code, _ := get("/livez"); code != http.StatusOK {
+		t.Errorf("/livez once ready: %d", code)
+	}
+}
+
 // TestStartingGatewayNotReady: a gateway whose workers have not all
 // registered is unready and answers API requests 503 not_ready with
 // retry-after (not model_unavailable: the model is not gone, this

@@ -56,10 +56,16 @@ func (g *Gateway) run(ctx context.Context) error {
 			}
 		})
 	}
-	g.logServerErrors(g.apiSrv, g.adminSrv, g.metricsSrv)
+	g.logServerErrors(g.apiSrv, g.adminSrv)
 	serveHTTP("API", g.apiSrv, g.apiLn)
 	serveHTTP("admin", g.adminSrv, g.adminLn)
-	serveHTTP("metrics", g.metricsSrv, g.metricsLn)
+	if g.probe != nil {
+		serving.Go(func() {
+			if err := g.probe.Err(); err != nil {
+				failed <- fmt.Errorf("gateway: metrics server: %w", err)
+			}
+		})
+	}
 	serving.Go(func() {
 		if err := g.grpcSrv.Serve(g.registryLn); err != nil {
 			failed <- fmt.Errorf("gateway: registry server: %w", err)
@@ -94,12 +100,15 @@ func (g *Gateway) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	g.abortInFlight(ctx)
-	for _, srv := range []*http.Server{g.apiSrv, g.adminSrv, g.metricsSrv} {
+	for _, srv := range []*http.Server{g.apiSrv, g.adminSrv} {
 		if srv != nil {
 			if err := srv.Shutdown(ctx); err != nil {
 				_ = srv.Close()
 			}
 		}
+	}
+	if g.probe != nil {
+		g.probe.Shutdown(ctx)
 	}
 	stopped := make(chan struct{})
 	go func() { g.grpcSrv.GracefulStop(); close(stopped) }()
@@ -126,6 +135,9 @@ func (g *Gateway) begin() bool {
 
 // release frees what New opened.
 func (g *Gateway) release() {
+	if g.probe != nil {
+		g.probe.Close()
+	}
 	for _, ln := range []net.Listener{g.apiLn, g.adminLn, g.registryLn, g.metricsLn} {
 		if ln != nil {
 			_ = ln.Close()

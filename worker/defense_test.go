@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -211,6 +213,129 @@ func TestClusterAuth(t *testing.T) {
 	}
 	if v := metricValue(t, ss.Worker, "warden_worker_requests_total", "rpc", "Status", "code", "Unauthenticated"); v != 2 {
 		t.Errorf("refused calls counted %v times, want 2", v)
+	}
+}
+
+// TestLivezWhileWeightsLoad: the metrics listener answers GET /livez
+// while New is still loading the model (its config.json is a FIFO that
+// blocks the load until the test writes it), with /readyz and /metrics
+// 503 until Run serves; then /readyz turns 200. A Kubernetes liveness
+// probe on /livez therefore never kills a worker for a slow load.
+func TestLivezWhileWeightsLoad(t *testing.T) {
+	dir := t.TempDir()
+	entries, err := os.ReadDir(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == "config.json" {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(modelDir, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo := filepath.Join(dir, "config.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("no FIFO here: %v", err)
+	}
+	cfg := testConfig(t, config.RoleBoth, config.TransferTCP, testPages)
+	cfg.Worker.ModelDir = dir
+	cfg.Observability.Metrics.Listen = deadAddr(t)
+	base := "http://" + cfg.Observability.Metrics.Listen
+
+	type result struct {
+		w   *Worker
+		err error
+	}
+	opened := make(chan result, 1)
+	go func() {
+		w, err := New(cfg, WithLogger(testLogger(t)))
+		opened <- result{w, err}
+	}()
+	// A listener nobody serves accepts and never answers: bound the wait.
+	client := &http.Client{Timeout: 10 * time.Second}
+	get := func(path string) (int, string, error) {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	// Wait for the listener (bound at the start of New), never for time.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		code, _, err := get("/livez")
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /livez during the load: %d %v", code, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	select {
+	case r := <-opened:
+		t.Fatalf("New returned before the model's config.json was written: %v", r.err)
+	default:
+	}
+	for _, path := range []string{"/readyz", "/metrics", "/healthz"} {
+		if code, body, err := get(path); err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+			t.Errorf("GET %s during the load: %d %q %v, want 503 starting", path, code, body, err)
+		}
+	}
+
+	// Let the load go on: the real config.json through the FIFO, whose
+	// path then holds the real file for later reads (the layout hash).
+	data, err := os.ReadFile(filepath.Join(modelDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(real, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once the loader has it open
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(real, fifo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-opened
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	w := &started{Worker: r.w}
+	stop := w.start()
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for {
+		code, body, err := get("/readyz")
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /readyz after New: %d %q %v", code, body, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	if body := httpGet(t, base+"/metrics"); !strings.Contains(body, "warden_kv_capacity_tokens 1024") {
+		t.Errorf("/metrics after New lacks the pool's capacity:\n%s", body)
+	}
+	if body := httpGet(t, base+"/livez"); body != "ok\n" {
+		t.Errorf("/livez while running: %q", body)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/faults"
+	"github.com/warden-ai/warden/internal/health"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
@@ -91,6 +92,9 @@ func (w *Worker) listen() (err error) {
 		if w.metricsLn, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("worker: metrics listener (observability.metrics.listen): %w", err)
 		}
+		// /livez answers from here on, while the weights load; /readyz
+		// and /metrics once Run serves.
+		w.probe = health.Serve(w.metricsLn)
 	}
 	return nil
 }

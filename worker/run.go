@@ -63,11 +63,11 @@ func (w *Worker) run(ctx context.Context) error {
 			serving.Go(func() { w.reclaimLoop(transferCtx) })
 		}
 	}
-	var httpSrv *http.Server
-	if w.metricsLn != nil {
-		httpSrv = w.httpServer()
+	if w.probe != nil {
+		w.probe.SetReady(w.ready)
+		w.probe.Handle(w.metricsHandler())
 		serving.Go(func() {
-			if err := httpSrv.Serve(w.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := w.probe.Err(); err != nil {
 				failed <- fmt.Errorf("worker: metrics server: %w", err)
 			}
 		})
@@ -104,9 +104,9 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.receiver != nil {
 		w.receiver.Close()
 	}
-	if httpSrv != nil {
+	if w.probe != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		httpSrv.Shutdown(sctx)
+		w.probe.Shutdown(sctx)
 		cancel()
 	}
 	serving.Wait()
@@ -185,18 +185,31 @@ func (w *Worker) awaitDrains() {
 	}
 }
 
-func (w *Worker) httpServer() *http.Server {
+// errShuttingDown is the readiness of a worker that drains or stops.
+var errShuttingDown = errors.New("shutting down")
+
+// ready is the readiness of a running worker (/readyz, and /healthz as
+// before it): it takes work until it drains or stops.
+func (w *Worker) ready() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closing || w.drainingLocked() {
+		return errShuttingDown
+	}
+	return nil
+}
+
+// metricsHandler serves /metrics and /healthz (the readiness, as /readyz)
+// on the metrics listener once the worker runs.
+func (w *Worker) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
-		w.mu.Lock()
-		closing := w.closing || w.drainingLocked()
-		w.mu.Unlock()
-		if closing {
-			http.Error(rw, "shutting down", http.StatusServiceUnavailable)
+		if err := w.ready(); err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(rw, "ok")
 	})
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return mux
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/faults"
+	"github.com/warden-ai/warden/internal/health"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
@@ -53,6 +54,9 @@ type Worker struct {
 	transferAddr   string
 
 	controlLn, transferLn, metricsLn net.Listener
+	// probe serves metricsLn from New on (internal/health): /livez at
+	// once, /readyz and /metrics once Run serves.
+	probe *health.Server
 
 	// exitOnRefusal: see WithExitOnRefusal.
 	exitOnRefusal bool
@@ -207,6 +211,9 @@ func (w *Worker) release() {
 			if err := w.gpu.Close(); err != nil {
 				w.log.Warn("closing NVML", "err", err)
 			}
+		}
+		if w.probe != nil {
+			w.probe.Close()
 		}
 		for _, ln := range []net.Listener{w.controlLn, w.transferLn, w.metricsLn} {
 			if ln != nil {

@@ -55,6 +55,12 @@ import (
 // 0.0.0.0, all of a pod's own interfaces, becomes the pod's address (its
 // network namespace). Redis, which takes no 0.0.0.0 to rewrite, is given
 // --bind with its address for the same reason.
+//
+// Ports stay as rendered, on each pod's own address; a process of this
+// machine that listens on one of them on every address (0.0.0.0) stops
+// the test with an error saying so. A Service's privileged port (443)
+// that the test may not bind moves to a free port for the test's own
+// clients.
 type localCluster struct {
 	t    *testing.T
 	objs map[string]object
@@ -71,6 +77,9 @@ type localCluster struct {
 	external map[string]map[string][]byte
 	// dns rewrites the cluster's DNS names to addresses.
 	dns rewrite
+	// moved maps a Service's privileged address that the test may not
+	// bind to the one its proxy listens on (for the test's clients).
+	moved map[string]string
 }
 
 // localPod is one replica of a rendered pod template.
@@ -165,7 +174,7 @@ func newLocalCluster(t *testing.T, objs map[string]object) *localCluster {
 		t.Fatal(err)
 	}
 	c := &localCluster{t: t, objs: objs, dir: t.TempDir(), base: fmt.Sprintf("127.%d.%d.", 20+a.Int64(), 1+b.Int64()),
-		names: map[string]string{}}
+		names: map[string]string{}, moved: map[string]string{}}
 	for _, w := range workloads(objs) {
 		for i := range w.replicas {
 			p := &localPod{name: fmt.Sprintf("%s-%d", w.name, i), ip: c.addr(), w: w, procs: map[string]*harness.Process{}}
@@ -562,9 +571,17 @@ func (c *localCluster) podConfig(p *localPod, args []string) *config.Config {
 func (c *localCluster) proxy(s *localService) {
 	t := c.t
 	for _, sp := range s.svc.Spec.Ports {
-		ln, err := net.Listen("tcp", net.JoinHostPort(s.ip, strconv.Itoa(int(sp.Port))))
+		addr := net.JoinHostPort(s.ip, strconv.Itoa(int(sp.Port)))
+		ln, err := net.Listen("tcp", addr)
+		if errors.Is(err, syscall.EACCES) && sp.Port < 1024 {
+			// A privileged port (443) without the privilege: another
+			// port, which the test's clients dial instead.
+			if ln, err = net.Listen("tcp", net.JoinHostPort(s.ip, "0")); err == nil {
+				c.moved[addr] = ln.Addr().String()
+			}
+		}
 		if err != nil {
-			t.Fatalf("Service %s: %v", s.svc.Name, err)
+			t.Fatalf("Service %s (another process may listen on the port on all addresses): %v", s.svc.Name, err)
 		}
 		t.Cleanup(func() { ln.Close() })
 		go func() {
@@ -705,6 +722,9 @@ func (c *localCluster) dial(ctx context.Context, network, addr string) (net.Conn
 	}
 	if ip, ok := c.names[host]; ok {
 		addr = net.JoinHostPort(ip, port)
+	}
+	if moved, ok := c.moved[addr]; ok {
+		addr = moved
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, network, addr)

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -30,6 +31,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	chartutil "helm.sh/helm/v4/pkg/chart/v2/util"
 	"helm.sh/helm/v4/pkg/engine"
+	"helm.sh/helm/v4/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -68,51 +70,71 @@ func readValues(t *testing.T, file string) map[string]any {
 	return vals
 }
 
-// renderFiles renders the chart with a values file as `helm template
-// rel warden -n warden -f file` does, in this process: the release's
-// values (chart defaults coalesced with the file, checked against the
-// chart's values.schema.json), then every template. Nothing reaches a
-// cluster: lookup finds nothing, as under `helm template`, Argo CD or
-// Flux. It returns the rendered manifests by template path and the
-// release's values.
+// renderFiles renders the chart with a values file (renderChart),
+// failing the test on an error.
 func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) {
 	t.Helper()
+	files, vals, err := renderChart(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files, vals
+}
+
+// renderChart renders the chart as `helm template rel warden -n warden
+// -f file --set s…` does (no file when file is ""), in this process: the
+// release's values (chart defaults coalesced with the file and the --set
+// values, checked against the chart's values.schema.json), then every
+// template. Nothing reaches a cluster: lookup finds nothing, as under
+// `helm template`, Argo CD or Flux. It returns the rendered manifests by
+// template path (NOTES.txt among them) and the release's values.
+func renderChart(file string, set ...string) (map[string]string, map[string]any, error) {
 	ch, err := loader.Load(chart)
 	if err != nil {
-		t.Fatalf("loading the chart: %v", err)
+		return nil, nil, fmt.Errorf("loading the chart: %w", err)
 	}
 	caps := common.DefaultCapabilities.Copy()
 	caps.KubeVersion = *kubeVersion
 	if ch.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, kubeVersion.String()) {
-		t.Fatalf("chart requires kubeVersion %s, rendering for %s", ch.Metadata.KubeVersion, kubeVersion)
+		return nil, nil, fmt.Errorf("chart requires kubeVersion %s, rendering for %s", ch.Metadata.KubeVersion, kubeVersion)
 	}
-	vals, err := util.ToRenderValuesWithSchemaValidation(ch, readValues(t, file),
+	user := map[string]any{}
+	if file != "" {
+		if user, err = common.ReadValuesFile(file); err != nil {
+			return nil, nil, fmt.Errorf("values %s: %w", file, err)
+		}
+	}
+	for _, s := range set {
+		if err := strvals.ParseInto(s, user); err != nil {
+			return nil, nil, fmt.Errorf("--set %s: %w", s, err)
+		}
+	}
+	vals, err := util.ToRenderValuesWithSchemaValidation(ch, user,
 		common.ReleaseOptions{Name: release, Namespace: namespace, Revision: 1, IsInstall: true}, caps, false)
 	if err != nil {
-		t.Fatalf("values %s: %v", file, err)
+		return nil, nil, fmt.Errorf("values %s %v: %w", file, set, err)
 	}
 	files, err := engine.Render(ch, vals)
 	if err != nil {
-		t.Fatalf("rendering with %s: %v", file, err)
+		return nil, nil, fmt.Errorf("rendering with %s %v: %w", file, set, err)
 	}
 	out := make(map[string]string)
 	for name, data := range files {
-		// Partials and NOTES.txt are not manifests (helm template prints
-		// neither).
-		if base := path.Base(name); strings.HasPrefix(base, "_") || base == "NOTES.txt" {
+		// Partials are not manifests (helm template prints none).
+		if strings.HasPrefix(path.Base(name), "_") {
 			continue
 		}
 		out[name] = data
 	}
 	values, err := vals.Table("Values")
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
-	return out, values.AsMap()
+	return out, values.AsMap(), nil
 }
 
 // valueFiles lists the chart's ci/ values files (at least the four the
-// docs name).
+// docs name) and its production example, values-production.yaml.
 func valueFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(chart, "ci", "*.yaml"))
@@ -124,7 +146,7 @@ func valueFiles(t *testing.T) []string {
 			t.Fatalf("%s/ci lacks %s (has %v)", chart, want, files)
 		}
 	}
-	return files
+	return append(files, filepath.Join(chart, "values-production.yaml"))
 }
 
 // TestLint is `helm lint --strict` with each values file: no warning
@@ -148,6 +170,9 @@ func TestLint(t *testing.T) {
 type object struct {
 	kind, name string
 	value      any
+	// raw is the object as JSON values, for kinds the tests read without
+	// a Go type of their own (cert-manager's Certificate).
+	raw map[string]any
 }
 
 // newObject returns a pointer to the Go type of apiVersion and kind.
@@ -173,6 +198,10 @@ func newObject(apiVersion, kind string) (any, bool) {
 		return new(monitoringv1.ServiceMonitor), true
 	case "monitoring.coreos.com/v1 PrometheusRule":
 		return new(monitoringv1.PrometheusRule), true
+	case "cert-manager.io/v1 Certificate":
+		return new(certificate), true
+	case "cert-manager.io/v1 Issuer":
+		return new(issuer), true
 	}
 	return nil, false
 }
@@ -183,17 +212,23 @@ var docSep = regexp.MustCompile(`(?m)^---\s*$`)
 // strictly: an unknown field anywhere fails the test.
 func render(t *testing.T, values string) map[string]object {
 	t.Helper()
-	objs, _ := renderValues(t, values)
+	objs, _, _ := renderValues(t, values)
 	return objs
 }
 
-// renderValues is render returning the release's values too.
-func renderValues(t *testing.T, values string) (map[string]object, map[string]any) {
+// renderValues is render returning the release's values and the rendered
+// NOTES.txt (what the chart tells whoever installs it) too.
+func renderValues(t *testing.T, values string) (map[string]object, map[string]any, string) {
 	t.Helper()
 	files, vals := renderFiles(t, values)
 	names := slices.Sorted(maps.Keys(files))
 	var docs []string
+	var notes string
 	for _, name := range names {
+		if path.Base(name) == "NOTES.txt" {
+			notes = files[name]
+			continue
+		}
 		docs = append(docs, docSep.Split(files[name], -1)...)
 	}
 	objs := make(map[string]object)
@@ -228,9 +263,13 @@ func renderValues(t *testing.T, values string) (map[string]object, map[string]an
 		if _, dup := objs[id]; dup {
 			t.Fatalf("%s rendered twice", id)
 		}
-		objs[id] = object{kind: head.Kind, name: head.Metadata.Name, value: v}
+		var raw map[string]any
+		if err := json.Unmarshal(j, &raw); err != nil {
+			t.Fatal(err)
+		}
+		objs[id] = object{kind: head.Kind, name: head.Metadata.Name, value: v, raw: raw}
 	}
-	return objs, vals
+	return objs, vals, notes
 }
 
 func TestTemplate(t *testing.T) {
@@ -247,13 +286,33 @@ func TestTemplate(t *testing.T) {
 					checkGPU(t, d)
 				}
 			}
-			get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/rel-warden-gateway")
+			for _, o := range objs {
+				switch v := o.value.(type) {
+				case *appsv1.Deployment:
+					checkPod(t, v.Name, v.Spec.Template)
+				case *appsv1.StatefulSet:
+					checkPod(t, v.Name, v.Spec.Template)
+				}
+			}
+			for _, c := range []string{"gateway", "prefill", "decode"} {
+				get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget/rel-warden-"+c)
+				get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy/rel-warden-"+c)
+			}
+			checkCertificates(t, objs)
 			if strings.Contains(f, "gpu") {
 				get[autoscalingv2.HorizontalPodAutoscaler](t, objs, "HorizontalPodAutoscaler/rel-warden-gateway")
 				get[monitoringv1.ServiceMonitor](t, objs, "ServiceMonitor/rel-warden")
 				rules := get[monitoringv1.PrometheusRule](t, objs, "PrometheusRule/rel-warden")
 				if len(rules.Spec.Groups) == 0 || len(rules.Spec.Groups[0].Rules) == 0 {
 					t.Errorf("PrometheusRule has no rules: %+v", rules.Spec)
+				}
+				dash := get[corev1.ConfigMap](t, objs, "ConfigMap/rel-warden-dashboard")
+				want, err := os.ReadFile(filepath.Join("..", "grafana", "warden.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dash.Labels["grafana_dashboard"] != "1" || strings.TrimSpace(dash.Data["warden.json"]) != strings.TrimSpace(string(want)) {
+					t.Errorf("dashboard ConfigMap: labels %v, warden.json not deploy/grafana/warden.json", dash.Labels)
 				}
 			}
 		})
@@ -313,11 +372,7 @@ func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	if err := cfg.ValidateGateway(); err != nil {
 		t.Fatalf("gateway.yaml: %v", err)
 	}
-	// What the probes ask and whether they answer is TestRun's: it
-	// runs them against the processes.
-	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
-		t.Errorf("gateway readiness probe %+v, liveness probe %+v: want both", c.ReadinessProbe, c.LivenessProbe)
-	}
+	checkProbes(t, c, cfg)
 	// Kubernetes kills the pod terminationGracePeriodSeconds after the
 	// preStop hook starts: the hook's wait plus the drain must fit.
 	var preStop int64
@@ -329,10 +384,114 @@ func checkGateway(t *testing.T, gw *appsv1.StatefulSet, cm *corev1.ConfigMap) {
 	}
 	grace := pod.TerminationGracePeriodSeconds
 	drain := int64(cfg.Gateway.DrainTimeout.Seconds())
-	if drain <= 0 || grace == nil || *grace <= preStop+drain {
-		t.Errorf("terminationGracePeriodSeconds %v, want more than preStop %ds + drain_timeout %ds", grace, preStop, drain)
+	delay := int64(cfg.Gateway.ShutdownDelay.Seconds())
+	if drain <= 0 || grace == nil || *grace <= preStop+delay+drain {
+		t.Errorf("terminationGracePeriodSeconds %v, want more than preStop %ds + shutdown_delay %ds + drain_timeout %ds",
+			grace, preStop, delay, drain)
 	}
 	checkMounts(t, pod, cfg)
+}
+
+// checkProbes checks a warden container's probes: startup and liveness
+// GET /livez on the metrics port (served from process start, whatever the
+// readiness), readiness GET /readyz, and that each probe's port is a
+// port of the container.
+func checkProbes(t *testing.T, c corev1.Container, cfg *config.Config) {
+	t.Helper()
+	for _, p := range []struct {
+		name string
+		pr   *corev1.Probe
+	}{{"startup", c.StartupProbe}, {"liveness", c.LivenessProbe}} {
+		if p.pr == nil || p.pr.HTTPGet == nil || p.pr.HTTPGet.Path != "/livez" || p.pr.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s %s probe %+v, want GET /livez on the metrics port", c.Name, p.name, p.pr)
+		}
+	}
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+		return p.Name == "metrics" && strings.HasSuffix(cfg.Observability.Metrics.Listen, fmt.Sprintf(":%d", p.ContainerPort))
+	}) {
+		t.Errorf("%s: no metrics port for observability.metrics.listen %q", c.Name, cfg.Observability.Metrics.Listen)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("%s readiness probe %+v, want GET /readyz", c.Name, c.ReadinessProbe)
+	}
+	for _, pr := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+		if pr == nil || pr.HTTPGet == nil {
+			continue
+		}
+		port := pr.HTTPGet.Port
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+			return p.Name == port.String() || p.ContainerPort == port.IntVal
+		}) {
+			t.Errorf("%s: probe port %s is no port of the container", c.Name, port.String())
+		}
+	}
+}
+
+// checkPod checks what every pod of the chart must have: non-root,
+// RuntimeDefault seccomp, per container a read-only root filesystem, no
+// capabilities, no privilege escalation, CPU and memory requests and a
+// memory limit; writable paths are emptyDir volumes; pods of a role
+// spread over nodes.
+func checkPod(t *testing.T, name string, tpl corev1.PodTemplateSpec) {
+	t.Helper()
+	pod := tpl.Spec
+	psc := pod.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil ||
+		psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: pod securityContext %+v, want runAsNonRoot and seccomp RuntimeDefault", name, psc)
+	}
+	for _, c := range pod.Containers {
+		sc := c.SecurityContext
+		if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+			sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+			sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+			t.Errorf("%s/%s: securityContext %+v, want a read-only root, no escalation, capabilities drop ALL", name, c.Name, sc)
+		}
+		r := c.Resources
+		if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() {
+			t.Errorf("%s/%s: resources %+v, want CPU and memory requests and a memory limit", name, c.Name, r)
+		}
+		for _, m := range c.VolumeMounts {
+			if m.ReadOnly {
+				continue
+			}
+			if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name && v.EmptyDir != nil }) {
+				t.Errorf("%s/%s: writable mount %s is not an emptyDir", name, c.Name, m.MountPath)
+			}
+		}
+	}
+	if len(pod.TopologySpreadConstraints) == 0 && pod.Affinity == nil {
+		t.Errorf("%s: no topologySpreadConstraints or affinity", name)
+	}
+	for _, ts := range pod.TopologySpreadConstraints {
+		if ts.LabelSelector == nil || !matches(ts.LabelSelector.MatchLabels, tpl.Labels) {
+			t.Errorf("%s: topology spread selector %v does not select the pod's labels %v", name, ts.LabelSelector, tpl.Labels)
+		}
+	}
+}
+
+// checkCertificates checks cert-manager's objects when rendered: each
+// cluster certificate carries its identity's URI SAN and both key usages,
+// writes the Secret the pods mount, and names an issuer the chart renders
+// or the one in the values.
+func checkCertificates(t *testing.T, objs map[string]object) {
+	t.Helper()
+	for _, peer := range []string{"gateway", "worker"} {
+		o, ok := objs["Certificate/rel-warden-cluster-"+peer]
+		if !ok {
+			continue
+		}
+		c := o.value.(*certificate)
+		if !slices.Equal(c.Spec.URIs, []string{"spiffe://warden/" + peer}) || !slices.Contains(c.Spec.Usages, "client auth") ||
+			!slices.Contains(c.Spec.Usages, "server auth") {
+			t.Errorf("Certificate %s: uris %v usages %v", c.Metadata.Name, c.Spec.URIs, c.Spec.Usages)
+		}
+		if c.Spec.IssuerRef.Kind == "Issuer" {
+			if _, ok := objs["Issuer/"+c.Spec.IssuerRef.Name]; !ok {
+				t.Errorf("Certificate %s names Issuer %s, not rendered", c.Metadata.Name, c.Spec.IssuerRef.Name)
+			}
+		}
+	}
 }
 
 // checkWorker checks a worker's config: its role, the gateways it
@@ -345,6 +504,11 @@ func checkWorker(t *testing.T, d *appsv1.Deployment, cm *corev1.ConfigMap, role 
 	cfg := loadConfig(t, cm, key, c.Env)
 	if err := cfg.ValidateWorker(); err != nil {
 		t.Fatalf("%s: %v", key, err)
+	}
+	checkProbes(t, c, cfg)
+	grace, drain := pod.TerminationGracePeriodSeconds, int64(cfg.Worker.DrainTimeout.Seconds())
+	if grace == nil || *grace <= drain {
+		t.Errorf("%s: terminationGracePeriodSeconds %v, want more than worker.drain_timeout %ds", key, grace, drain)
 	}
 	if string(cfg.Worker.Role) != role || cfg.Worker.AdvertiseAddr != "10.1.2.3:9001" ||
 		cfg.Worker.Transfer.AdvertiseAddr != "10.1.2.3:9101" {
@@ -448,5 +612,26 @@ func TestMisspeltFieldFails(t *testing.T) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(new(corev1.Service)); err == nil || !strings.Contains(err.Error(), "selektor") {
 		t.Fatalf("decoding a misspelt field: %v, want an unknown field error", err)
+	}
+}
+
+// TestRenderSet checks renderChart's --set values and errors as `helm
+// template --set` gives them: a value set over the file's, and a
+// template's `required` failing the render with its message.
+func TestRenderSet(t *testing.T) {
+	defaults := filepath.Join(chart, "ci", "default-values.yaml")
+	files, vals, err := renderChart(defaults, "gateway.replicas=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := vals["gateway"].(map[string]any); fmt.Sprint(g["replicas"]) != "3" {
+		t.Errorf("gateway.replicas = %v after --set gateway.replicas=3", g["replicas"])
+	}
+	if !strings.Contains(strings.Join(slices.Collect(maps.Values(files)), "\n"), "replicas: 3") {
+		t.Error("no object rendered with replicas: 3")
+	}
+	_, _, err = renderChart(defaults, "redis.enabled=false")
+	if err == nil || !strings.Contains(err.Error(), "redis.external.addr is required") {
+		t.Errorf("rendering with redis.enabled=false and no redis.external.addr: %v, want the required value's message", err)
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,7 +64,7 @@ func runRelease(t *testing.T, file string) {
 		}
 		t.Skipf("redis-server is not installed: %v", err)
 	}
-	objs, vals := renderValues(t, file)
+	objs, vals, notes := renderValues(t, file)
 	c := newLocalCluster(t, objs)
 	var hosts []string
 	for name := range c.names {
@@ -72,7 +74,7 @@ func runRelease(t *testing.T, file string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.layout(operatorSecrets(t, c, vals, pki))
+	c.layout(operatorSecrets(t, c, vals, notes, pki))
 	c.start()
 
 	checkStartProbes(t, c)
@@ -172,10 +174,11 @@ func runRelease(t *testing.T, file string) {
 
 // operatorSecrets returns the Secrets the values name for the operator to
 // create (externalSecrets): the admin token and key secret, the API
-// certificate, the cluster mTLS certificates, the Redis password. An
+// certificate, the cluster mTLS certificates, the Redis password; and
+// those rendered cert-manager Certificates make. An
 // external Redis (redis.enabled false) is started here too, with that
 // password, at the address its host name resolves to.
-func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tlsutil.PKI) map[string]map[string][]byte {
+func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, notes string, pki tlsutil.PKI) map[string]map[string][]byte {
 	t.Helper()
 	read := func(f string) []byte {
 		b, err := os.ReadFile(f)
@@ -191,7 +194,7 @@ func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tls
 	ext, _ := redisValues["external"].(map[string]any)
 	password := randomString(t)
 	out := map[string]map[string][]byte{}
-	for name, path := range externalSecrets(vals) {
+	for name, path := range externalSecrets(vals, notes, c.objs) {
 		switch path {
 		case "secrets.existingSecret":
 			out[name] = map[string][]byte{"admin-token": []byte(randomString(t)), "key-secret": []byte(randomString(t))}
@@ -203,6 +206,20 @@ func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tls
 			out[name] = tlsSecret(pki.WorkerCert, pki.WorkerKey)
 		case "redis.external.passwordSecret":
 			out[name] = map[string][]byte{fmt.Sprint(ext["passwordKey"]): []byte(password)}
+		case "NOTES.txt":
+			out[name] = secretByUse(t, c.objs, name, pki, tlsSecret)
+		}
+	}
+	// cert-manager's: by the Certificate's URI SAN, a cluster identity or
+	// the API's certificate (whose names are every Service's).
+	for name, uris := range certificateSecrets(c.objs) {
+		switch {
+		case slices.Contains(uris, tlsutil.IdentityURI(tlsutil.PeerGateway)):
+			out[name] = tlsSecret(pki.GatewayCert, pki.GatewayKey)
+		case slices.Contains(uris, tlsutil.IdentityURI(tlsutil.PeerWorker)):
+			out[name] = tlsSecret(pki.WorkerCert, pki.WorkerKey)
+		default:
+			out[name] = tlsSecret(pki.ServerCert, pki.ServerKey)
 		}
 	}
 	if enabled, _ := redisValues["enabled"].(bool); !enabled {
@@ -228,6 +245,38 @@ func operatorSecrets(t *testing.T, c *localCluster, vals map[string]any, pki tls
 		t.Cleanup(func() { _ = redis.Stop(harness.StopGrace) })
 	}
 	return out
+}
+
+// secretByUse makes a Secret that NOTES.txt tells the operator to create,
+// from what the pods read in it: the certificate of the API or of a
+// cluster identity when a warden config names a certificate in it.
+func secretByUse(t *testing.T, objs map[string]object, name string, pki tlsutil.PKI,
+	tlsSecret func(cert, key string) map[string][]byte) map[string][]byte {
+	t.Helper()
+	for _, w := range workloads(objs) {
+		cfg := wardenConfig(t, w, objs)
+		if cfg == nil {
+			continue
+		}
+		for _, m := range w.template.Spec.Containers[0].VolumeMounts {
+			if !slices.ContainsFunc(w.template.Spec.Volumes, func(v corev1.Volume) bool {
+				return v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == name
+			}) {
+				continue
+			}
+			under := func(f string) bool { return strings.HasPrefix(f, m.MountPath+"/") }
+			switch gateway := w.template.Spec.Containers[0].Args[0] == "gateway"; {
+			case gateway && under(cfg.Gateway.TLS.CertFile):
+				return tlsSecret(pki.ServerCert, pki.ServerKey)
+			case under(cfg.Cluster.CertFile) && gateway:
+				return tlsSecret(pki.GatewayCert, pki.GatewayKey)
+			case under(cfg.Cluster.CertFile):
+				return tlsSecret(pki.WorkerCert, pki.WorkerKey)
+			}
+		}
+	}
+	t.Fatalf("NOTES.txt names Secret %s, which no warden config reads a certificate from", name)
+	return nil
 }
 
 // checkStartProbes holds every worker in its weight loading and checks

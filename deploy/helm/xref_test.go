@@ -1,6 +1,7 @@
 package helm_test
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"path/filepath"
@@ -25,7 +26,8 @@ import (
 
 // externalSecretValues are the values that name a Secret the operator
 // creates before installing (cert-manager, a secrets manager): a pod may
-// mount a Secret the chart does not render only when a value names it.
+// mount a Secret the chart does not render only when a value or the
+// chart's NOTES.txt names it.
 var externalSecretValues = []string{
 	"secrets.existingSecret",
 	"gateway.tls.secretName",
@@ -34,10 +36,23 @@ var externalSecretValues = []string{
 	"redis.external.passwordSecret",
 }
 
-// externalSecrets returns the Secret names the values name (value path by
-// Secret name).
-func externalSecrets(vals map[string]any) map[string]string {
+// externalSecrets returns the Secret names the values name (by Secret
+// name: the value's path), and those the rendered NOTES.txt names of the
+// ones the chart's pods use (by name: "NOTES.txt"), which the chart tells
+// whoever installs it to create.
+func externalSecrets(vals map[string]any, notes string, objs map[string]object) map[string]string {
 	out := map[string]string{}
+	words := strings.FieldsFunc(notes, func(r rune) bool { return !strings.ContainsRune(hostChars, r) })
+	for _, w := range workloads(objs) {
+		for _, v := range w.template.Spec.Volumes {
+			if v.Secret == nil {
+				continue
+			}
+			if _, rendered := objs["Secret/"+v.Secret.SecretName]; !rendered && slices.Contains(words, v.Secret.SecretName) {
+				out[v.Secret.SecretName] = "NOTES.txt"
+			}
+		}
+	}
 	for _, p := range externalSecretValues {
 		v := any(vals)
 		for _, k := range strings.Split(p, ".") {
@@ -51,6 +66,27 @@ func externalSecrets(vals map[string]any) map[string]string {
 		if s, ok := v.(string); ok && s != "" {
 			out[s] = p
 		}
+	}
+	return out
+}
+
+// certificateSecrets returns the Secrets that rendered cert-manager
+// Certificates make (by Secret name: the Certificate's URI SANs).
+func certificateSecrets(objs map[string]object) map[string][]string {
+	out := map[string][]string{}
+	for _, o := range objs {
+		api, _ := o.raw["apiVersion"].(string)
+		if o.kind != "Certificate" || !strings.HasPrefix(api, "cert-manager.io/") {
+			continue
+		}
+		spec, _ := o.raw["spec"].(map[string]any)
+		name, _ := spec["secretName"].(string)
+		var uris []string
+		list, _ := spec["uris"].([]any)
+		for _, u := range list {
+			uris = append(uris, fmt.Sprint(u))
+		}
+		out[name] = uris
 	}
 	return out
 }
@@ -112,8 +148,8 @@ func workloads(objs map[string]object) []workload {
 func TestCrossReferences(t *testing.T) {
 	for _, f := range valueFiles(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			objs, vals := renderValues(t, f)
-			ext := externalSecrets(vals)
+			objs, vals, notes := renderValues(t, f)
+			ext := externalSecrets(vals, notes, objs)
 			for _, w := range workloads(objs) {
 				checkPodRefs(t, w, objs, ext)
 				checkProbePorts(t, w)
@@ -139,17 +175,18 @@ func TestCrossReferences(t *testing.T) {
 func checkPodRefs(t *testing.T, w workload, objs map[string]object, ext map[string]string) {
 	t.Helper()
 	spec := w.template.Spec
+	certs := certificateSecrets(objs)
 	need := func(kind, name string, keys []string, optional *bool) {
 		if optional != nil && *optional {
 			return
 		}
 		o, ok := objs[kind+"/"+name]
 		if !ok {
-			if kind == "Secret" && ext[name] != "" {
-				return // the operator's, named by a value
+			if _, byCertManager := certs[name]; kind == "Secret" && (ext[name] != "" || byCertManager) {
+				return // the operator's, named by a value, or cert-manager's
 			}
-			t.Errorf("%s %s uses %s %q, which is neither rendered nor named by one of the values %v", w.kind, w.name, kind, name,
-				externalSecretValues)
+			t.Errorf("%s %s uses %s %q, which is neither rendered, nor made by a rendered Certificate, nor named by one of the values %v",
+				w.kind, w.name, kind, name, externalSecretValues)
 			return
 		}
 		var have []string
@@ -301,9 +338,9 @@ func checkServiceMonitor(t *testing.T, sm *monitoringv1.ServiceMonitor, objs map
 	}
 }
 
-// peer is a source or destination of traffic for the NetworkPolicy
+// netPeer is a source or destination of traffic for the NetworkPolicy
 // check: a pod of the release (by its template), or one outside it.
-type peer struct {
+type netPeer struct {
 	name      string
 	namespace string
 	nsLabels  map[string]string
@@ -315,9 +352,9 @@ type peer struct {
 // The peers outside the release: an application calling the API from
 // another namespace, and Prometheus in the monitoring namespace.
 var (
-	clientPeer = peer{name: "client (another namespace)", namespace: "apps",
+	clientPeer = netPeer{name: "client (another namespace)", namespace: "apps",
 		nsLabels: map[string]string{"kubernetes.io/metadata.name": "apps"}, labels: map[string]string{"app": "client"}}
-	monitoringPeer = peer{name: "prometheus (namespace monitoring)", namespace: "monitoring",
+	monitoringPeer = netPeer{name: "prometheus (namespace monitoring)", namespace: "monitoring",
 		nsLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"},
 		labels:   map[string]string{"app.kubernetes.io/name": "prometheus"}}
 )
@@ -333,16 +370,16 @@ type edge struct {
 // realTraffic is what the release's processes really connect to, from
 // their rendered configs: gateways to Redis (tenants.redis.addr), workers
 // to every gateway's registry (worker.gateways), gateways to workers'
-// control ports and workers to the decode workers' transfer ports (the
-// addresses workers advertise), clients to the gateways' API and admin
-// ports, Prometheus to every metrics listener.
-func realTraffic(t *testing.T, objs map[string]object) (map[edge]bool, map[string]peer) {
+// control ports and prefill workers to the decode workers' transfer ports
+// (the addresses workers advertise), clients to the gateways' API port,
+// Prometheus to every metrics listener.
+func realTraffic(t *testing.T, objs map[string]object) (map[edge]bool, map[string]netPeer) {
 	t.Helper()
 	ws := workloads(objs)
-	peers := map[string]peer{clientPeer.name: clientPeer, monitoringPeer.name: monitoringPeer}
+	peers := map[string]netPeer{clientPeer.name: clientPeer, monitoringPeer.name: monitoringPeer}
 	for i := range ws {
 		w := &ws[i]
-		peers[w.name] = peer{name: w.name, namespace: namespace, nsLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
+		peers[w.name] = netPeer{name: w.name, namespace: namespace, nsLabels: map[string]string{"kubernetes.io/metadata.name": namespace},
 			labels: w.template.Labels, w: w}
 	}
 	cfgs := map[string]*config.Config{}
@@ -381,8 +418,9 @@ func realTraffic(t *testing.T, objs map[string]object) (map[edge]bool, map[strin
 		}
 		switch {
 		case gateways[name]:
+			// The admin listener is the operator's (a port-forward, or
+			// whom the chart's values let in): no flow of the release.
 			edges[edge{from: clientPeer.name, to: name, port: listenPort(cfg.Gateway.Listen)}] = true
-			edges[edge{from: clientPeer.name, to: name, port: listenPort(cfg.Gateway.AdminListen)}] = true
 			if cfg.Tenants.Store == config.StoreRedis {
 				to(name, cfg.Tenants.Redis.Addr)
 			}
@@ -533,7 +571,7 @@ func checkNetworkPolicies(t *testing.T, objs map[string]object) {
 }
 
 // isolated reports whether a policy of type ty selects the pod.
-func isolated(t *testing.T, nps []*networkingv1.NetworkPolicy, p peer, ty networkingv1.PolicyType) bool {
+func isolated(t *testing.T, nps []*networkingv1.NetworkPolicy, p netPeer, ty networkingv1.PolicyType) bool {
 	for _, np := range nps {
 		if np.Namespace != "" && np.Namespace != p.namespace || p.namespace != namespace {
 			continue
@@ -569,7 +607,7 @@ func selectorMatches(t *testing.T, sel *metav1.LabelSelector, l map[string]strin
 // allowed reports whether the policies let src open a TCP connection to
 // dst's container port: dst's ingress and src's egress (for pods of the
 // namespace the policies are in) both allow it.
-func allowed(t *testing.T, nps []*networkingv1.NetworkPolicy, src, dst peer, port int32) bool {
+func allowed(t *testing.T, nps []*networkingv1.NetworkPolicy, src, dst netPeer, port int32) bool {
 	in, out := !isolated(t, nps, dst, networkingv1.PolicyTypeIngress), !isolated(t, nps, src, networkingv1.PolicyTypeEgress)
 	for _, np := range nps {
 		if !in && selectorMatches(t, &np.Spec.PodSelector, dst.labels) && slices.Contains(policyTypes(np), networkingv1.PolicyTypeIngress) {
@@ -592,7 +630,7 @@ func allowed(t *testing.T, nps []*networkingv1.NetworkPolicy, src, dst peer, por
 }
 
 // peersMatch reports whether a rule's peers include p (no peers: all).
-func peersMatch(t *testing.T, peers []networkingv1.NetworkPolicyPeer, p peer) bool {
+func peersMatch(t *testing.T, peers []networkingv1.NetworkPolicyPeer, p netPeer) bool {
 	if len(peers) == 0 {
 		return true
 	}
@@ -617,7 +655,7 @@ func peersMatch(t *testing.T, peers []networkingv1.NetworkPolicyPeer, p peer) bo
 
 // portsMatch reports whether a rule's ports include dst's container port
 // (no ports: all).
-func portsMatch(ports []networkingv1.NetworkPolicyPort, dst peer, port int32) bool {
+func portsMatch(ports []networkingv1.NetworkPolicyPort, dst netPeer, port int32) bool {
 	if len(ports) == 0 {
 		return true
 	}
@@ -656,8 +694,8 @@ func portsMatch(ports []networkingv1.NetworkPolicyPort, dst peer, port int32) bo
 func TestSecretsStable(t *testing.T) {
 	for _, f := range valueFiles(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			a, _ := renderValues(t, f)
-			b, _ := renderValues(t, f)
+			a, _, _ := renderValues(t, f)
+			b, _, _ := renderValues(t, f)
 			for id, o := range a {
 				s, ok := o.value.(*corev1.Secret)
 				if !ok {
@@ -673,14 +711,18 @@ func TestSecretsStable(t *testing.T) {
 	}
 }
 
-// TestStartupProbes checks that every container with a liveness probe has
-// a startup probe, so that a slow start (loading weights) is not killed
-// by the liveness probe's budget.
+// TestStartupProbes checks that every warden container with a liveness
+// probe has a startup probe, so that a slow start (loading weights,
+// reaching the tenant store) is not killed by the liveness probe's
+// budget.
 func TestStartupProbes(t *testing.T) {
 	for _, f := range valueFiles(t) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			objs, _ := renderValues(t, f)
+			objs, _, _ := renderValues(t, f)
 			for _, w := range workloads(objs) {
+				if wardenConfig(t, w, objs) == nil {
+					continue // not warden's (Redis starts in a moment)
+				}
 				for _, c := range w.template.Spec.Containers {
 					if c.LivenessProbe != nil && c.StartupProbe == nil {
 						t.Errorf("CHART FIX NEEDED (probes): %s %s container %s has a livenessProbe and no startupProbe", w.kind, w.name, c.Name)

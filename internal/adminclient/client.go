@@ -69,22 +69,31 @@ func New(cfg Config) (*Client, error) {
 	}
 	rt := cfg.Transport
 	if rt == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.CAFile != "" {
-			pool, err := loadRoots(cfg.CAFile)
-			if err != nil {
-				return nil, err
-			}
-			tr.TLSClientConfig.RootCAs = pool
+		if rt, err = NewTransport(cfg.CAFile); err != nil {
+			return nil, err
 		}
-		rt = tr
 	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	return &Client{base: u, token: cfg.Token, http: &http.Client{Transport: rt, Timeout: timeout}}, nil
+}
+
+// NewTransport returns an HTTP transport (TLS 1.2 or later) that trusts
+// the system roots and, when caFile is not empty, the CA certificates in
+// it: the admin client's, and `warden health`'s.
+func NewTransport(caFile string) (*http.Transport, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := loadRoots(caFile)
+		if err != nil {
+			return nil, err
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	return tr, nil
 }
 
 // loadRoots returns the system roots plus the certificates in file.

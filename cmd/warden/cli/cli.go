@@ -47,6 +47,7 @@ func commands() []command {
 		{"admin", "admin API client: tenants, keys, limits, usage, workers, requests", runAdmin, false},
 		{"bench", "benchmarks: engine, gateway, tenants, pd, prefix, fleet; serve drives any OpenAI endpoint", runBench, false},
 		{"probe", "audit an OpenAI-compatible endpoint for cross-tenant leakage", runProbe, false},
+		{"health", "GET a health endpoint such as /readyz: exit 0 on 2xx, 1 otherwise (container health checks)", runHealth, false},
 		{"version", "print the version, commit, Go version and build tags (also --version)", runVersion, false},
 	}
 }

@@ -35,6 +35,8 @@ app.kubernetes.io/component: {{ .component }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
+{{/* The Secret with admin-token and key-secret: existingSecret or the
+chart's, derived from secrets.seed. */}}
 {{- define "warden.secretName" -}}
 {{- .Values.secrets.existingSecret | default (printf "%s-secrets" (include "warden.fullname" .)) }}
 {{- end }}
@@ -56,9 +58,68 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* The pod's terminationGracePeriodSeconds: preStop wait + drain + slack. */}}
+{{/* The gateway pod's terminationGracePeriodSeconds: preStop wait +
+shutdown delay + drain + slack. */}}
 {{- define "warden.gatewayGrace" -}}
-{{- add .Values.gateway.preStopSleepSeconds .Values.gateway.drainTimeoutSeconds .Values.gateway.terminationSlackSeconds }}
+{{- $g := .Values.gateway }}
+{{- add $g.preStopSleepSeconds $g.shutdownDelaySeconds $g.drainTimeoutSeconds $g.terminationSlackSeconds }}
+{{- end }}
+
+{{/* A worker pod's terminationGracePeriodSeconds: drain + slack. */}}
+{{- define "warden.workerGrace" -}}
+{{- add .Values.worker.drainTimeoutSeconds .Values.worker.terminationSlackSeconds }}
+{{- end }}
+
+{{/* The pod securityContext of warden's pods (the image's warden user). */}}
+{{- define "warden.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* The container securityContext of every container of the chart. */}}
+{{- define "warden.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* topologySpread COMPONENT: the pod's topologySpreadConstraints. */}}
+{{- define "warden.topologySpread" -}}
+{{- $ts := .root.Values.topologySpread }}
+{{- if $ts.enabled }}
+topologySpreadConstraints:
+{{- range $ts.topologyKeys }}
+  - maxSkew: {{ $ts.maxSkew }}
+    topologyKey: {{ . }}
+    whenUnsatisfiable: {{ $ts.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include "warden.selector" (dict "root" $.root "component" $.component) | nindent 8 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Whether cert-manager issues the public API's certificate. */}}
+{{- define "warden.apiTLSFromCertManager" -}}
+{{- if and .Values.certManager.enabled (not .Values.gateway.tls.secretName) (not .Values.gateway.tls.plaintext) }}true{{ end }}
+{{- end }}
+
+{{/* The issuerRef of the chart's leaf Certificates. */}}
+{{- define "warden.issuerRef" -}}
+{{- with .Values.certManager.issuerRef }}
+{{- toYaml . }}
+{{- else }}
+name: {{ include "warden.fullname" . }}-ca
+kind: Issuer
+group: cert-manager.io
+{{- end }}
 {{- end }}
 
 {{- define "warden.model" -}}
