@@ -158,16 +158,16 @@ func uniform(seed uint64, step int) float64 {
 // sampler holds reusable scratch space so sampling does not allocate per
 // token. One sampler serves one goroutine.
 type sampler struct {
-	idx    []int32
+	idx []int32
 	// Radix sort scratch (order).
 	keys, keys2 []uint64
 	idx2        []int32
 	buckets     []int32
-	probs  []float64
-	adj    []float64 // the logits after bias and penalties
-	counts []int32   // output token counts, all zero between calls
-	seen   []uint32  // repetition marks: seen[t] == epoch
-	epoch  uint32
+	probs       []float64
+	adj         []float64 // the logits after bias and penalties
+	counts      []int32   // output token counts, all zero between calls
+	seen        []uint32  // repetition marks: seen[t] == epoch
+	epoch       uint32
 }
 
 // Distribution is the distribution a token is drawn from: IDs in draw
