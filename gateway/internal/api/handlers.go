@@ -172,6 +172,7 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation, n int) (result, bool) {
 	t := newTracker(n)
 	texts := make([]strings.Builder, len(t.finish))
+	reasoning := make([]strings.Builder, len(t.finish))
 	res := result{choices: make([]choiceOut, len(t.finish))}
 	for {
 		ev, done, err := t.next(r.Context(), gen)
@@ -182,12 +183,14 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation,
 		if done {
 			for k := range res.choices {
 				res.choices[k].text, res.choices[k].finish, res.choices[k].calls = texts[k].String(), t.finish[k], t.calls[k]
+				res.choices[k].reasoning = reasoning[k].String()
 			}
 			res.usage = *t.usage
 			return res, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		texts[ev.Choice].WriteString(ev.TextDelta)
+		reasoning[ev.Choice].WriteString(ev.ReasoningDelta)
 		res.choices[ev.Choice].logprobs = append(res.choices[ev.Choice].logprobs, ev.Logprobs...)
 	}
 }

@@ -17,6 +17,7 @@ type responseParams struct {
 	tools        []json.RawMessage // as sent
 	toolChoice   any               // "auto", "none", "required" or {"type": "function", "name"}
 	parallel     bool
+	reasoning    respReasoning
 }
 
 // decodeResponsesRequest parses and validates a /v1/responses body into
@@ -37,7 +38,7 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 	}
 	for _, step := range []func() *Error{
 		d.model, func() *Error { return d.responsesInput(p) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
-		d.user, d.priority, d.responsesOptions, d.otherFields,
+		d.user, d.priority, d.responsesOptions, func() *Error { return d.responsesReasoning(p) }, d.otherFields,
 	} {
 		if e := step(); e != nil {
 			return nil, nil, e
@@ -220,7 +221,6 @@ func (d *decoder) responsesOptions() *Error {
 	}{
 		{"background", []any{false}},
 		{"truncation", []any{"disabled"}},
-		{"reasoning", []any{map[string]any{}}},
 		{"prompt", nil},
 	}
 	for _, c := range checks {
@@ -233,6 +233,45 @@ func (d *decoder) responsesOptions() *Error {
 		return e
 	}
 	return d.textOptions()
+}
+
+// responsesReasoning reads reasoning: effort switches the template's
+// thinking (see effort); summary may be "auto" only (warden writes no
+// summaries: the reasoning item carries the reasoning text itself).
+func (d *decoder) responsesReasoning(p *responseParams) *Error {
+	raw := d.f.get("reasoning")
+	if raw == nil {
+		return nil
+	}
+	r, e := decodeObject(raw, "reasoning")
+	if e != nil {
+		return e
+	}
+	for name := range r {
+		if name != "effort" && name != "summary" && r.get(name) != nil {
+			param := "reasoning." + name
+			return InvalidRequest(param, CodeUnsupportedParameter, fmt.Sprintf("Unsupported parameter: '%s'.", param))
+		}
+	}
+	if raw := r.get("effort"); raw != nil {
+		if e := d.effort(raw, "reasoning.effort"); e != nil {
+			return e
+		}
+		v, _ := decodeString(raw, "reasoning.effort")
+		p.reasoning.Effort = &v
+	}
+	if raw := r.get("summary"); raw != nil {
+		v, e := decodeString(raw, "reasoning.summary")
+		if e != nil {
+			return e
+		}
+		if v != "auto" {
+			return InvalidRequest("reasoning.summary", CodeUnsupportedValue,
+				"Unsupported value for 'reasoning.summary': only \"auto\" is supported by this server (it writes no summaries; reasoning items carry the reasoning text).")
+		}
+		p.reasoning.Summary = &v
+	}
+	return nil
 }
 
 // includeLogprobs is the include item that asks for output text logprobs.

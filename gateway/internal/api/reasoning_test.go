@@ -1,0 +1,156 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+// TestThinkingSwitches: chat_template_kwargs.enable_thinking and
+// reasoning_effort (chat) and reasoning.effort (Responses) set the
+// template's switch; anything else about them is a 400 naming the field.
+func TestThinkingSwitches(t *testing.T) {
+	svc := &fakeService{}
+	h := newTestHandler(svc)
+	on, off := true, false
+	for _, tc := range []struct {
+		path, body string
+		want       *bool
+	}{
+		{"/v1/chat/completions", chatWith(`"chat_template_kwargs":{"enable_thinking":false}`), &off},
+		{"/v1/chat/completions", chatWith(`"chat_template_kwargs":{"enable_thinking":true}`), &on},
+		{"/v1/chat/completions", chatWith(`"chat_template_kwargs":{}`), nil},
+		{"/v1/chat/completions", chatWith(`"reasoning_effort":"none"`), &off},
+		{"/v1/chat/completions", chatWith(`"reasoning_effort":"low","chat_template_kwargs":{"enable_thinking":true}`), &on},
+		{"/v1/chat/completions", chatWith(`"reasoning_effort":null`), nil},
+		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{"effort":"none","summary":"auto"}}`, &off},
+		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{"effort":"high"}}`, &on},
+		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{}}`, nil},
+	} {
+		if rec := do(h, "POST", tc.path, tc.body, authJSON()); rec.Code != 200 {
+			t.Fatalf("%s: %d %s", tc.body, rec.Code, rec.Body.String())
+		}
+		got := svc.lastRequest(t).EnableThinking
+		if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
+			t.Errorf("%s: EnableThinking %v, want %v", tc.body, got, tc.want)
+		}
+	}
+	for _, tc := range []struct{ body, param, code string }{
+		{chatWith(`"chat_template_kwargs":{"thinking":true}`), "chat_template_kwargs.thinking", CodeUnsupportedParameter},
+		{chatWith(`"chat_template_kwargs":{"enable_thinking":"yes"}`), "chat_template_kwargs.enable_thinking", CodeInvalidType},
+		{chatWith(`"chat_template_kwargs":[]`), "chat_template_kwargs", CodeInvalidType},
+		{chatWith(`"reasoning_effort":"max"`), "reasoning_effort", CodeInvalidValue},
+		{chatWith(`"reasoning_effort":"none","chat_template_kwargs":{"enable_thinking":true}`), "reasoning_effort", CodeInvalidValue},
+	} {
+		rec := do(h, "POST", "/v1/chat/completions", tc.body, authJSON())
+		_, code, param, _ := decodeEnvelope(t, rec.Body.Bytes())
+		if rec.Code != 400 || code != tc.code || param != tc.param {
+			t.Errorf("%s: %d %s/%s, want %s/%s", tc.body, rec.Code, code, param, tc.code, tc.param)
+		}
+	}
+}
+
+// reasoningEvents is a generation that reasons, answers and calls a tool.
+func reasoningEvents() []Event {
+	u := fakeUsage
+	return []Event{
+		{ReasoningDelta: "Let me"}, {ReasoningDelta: " think ü."},
+		{TextDelta: "It is 4."},
+		{ToolCalls: []ToolCallDelta{{Index: 0, ID: "call_1", Name: "add"}, {Index: 0, Arguments: `{"a": 2}`}}},
+		{FinishReason: "tool_calls", Usage: &u},
+	}
+}
+
+// TestReasoningContent: with openai-go, reasoning is reasoning_content
+// beside the content and tool calls, whole and in stream deltas, and a
+// reasoning item before the message and call in the Responses API,
+// whole and streamed.
+func TestReasoningContent(t *testing.T) {
+	svc := &fakeService{gen: func(*GenerateRequest) (Generation, error) { return newFakeGen(reasoningEvents()...), nil }}
+	client := newClient(t, svc, goodKey)
+	ctx := context.Background()
+	params := openai.ChatCompletionNewParams{Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")}}
+
+	resp, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		ReasoningContent string `json:"reasoning_content"`
+	}
+	if err := json.Unmarshal([]byte(resp.Choices[0].Message.RawJSON()), &msg); err != nil {
+		t.Fatal(err)
+	}
+	m := resp.Choices[0].Message
+	if msg.ReasoningContent != "Let me think ü." || m.Content != "It is 4." || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Arguments != `{"a": 2}` {
+		t.Fatalf("message %s", m.RawJSON())
+	}
+
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var reasoning, content strings.Builder
+	for stream.Next() {
+		ch := stream.Current()
+		for _, c := range ch.Choices {
+			var d struct {
+				ReasoningContent *string `json:"reasoning_content"`
+			}
+			if err := json.Unmarshal([]byte(c.Delta.RawJSON()), &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.ReasoningContent != nil {
+				if c.Delta.Content != "" {
+					t.Fatalf("reasoning and content in one delta: %s", c.Delta.RawJSON())
+				}
+				reasoning.WriteString(*d.ReasoningContent)
+			}
+			content.WriteString(c.Delta.Content)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if reasoning.String() != "Let me think ü." || content.String() != "It is 4." {
+		t.Fatalf("streamed reasoning %q, content %q", reasoning.String(), content.String())
+	}
+
+	rp := responses.ResponseNewParams{Model: "tiny", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("2+2?")}}
+	r, err := client.Responses.New(ctx, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReasoningOutput(t, r)
+	rs := client.Responses.NewStreaming(ctx, rp)
+	var deltas strings.Builder
+	var final *responses.Response
+	for rs.Next() {
+		switch ev := rs.Current(); ev.Type {
+		case "response.reasoning_text.delta":
+			deltas.WriteString(ev.Delta)
+		case "response.completed":
+			final = &ev.Response
+		}
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if deltas.String() != "Let me think ü." || final == nil {
+		t.Fatalf("reasoning deltas %q, final %v", deltas.String(), final)
+	}
+	checkReasoningOutput(t, final)
+}
+
+func checkReasoningOutput(t *testing.T, r *responses.Response) {
+	t.Helper()
+	if len(r.Output) != 3 {
+		t.Fatalf("output %s", r.RawJSON())
+	}
+	rs, msg, call := r.Output[0].AsReasoning(), r.Output[1].AsMessage(), r.Output[2].AsFunctionCall()
+	if r.Output[0].Type != "reasoning" || len(rs.Content) != 1 || rs.Content[0].Text != "Let me think ü." || rs.Content[0].Type != "reasoning_text" ||
+		len(rs.Summary) != 0 || msg.Content[0].Text != "It is 4." || call.Name != "add" || r.OutputText() != "It is 4." {
+		t.Fatalf("output %s", r.RawJSON())
+	}
+}
