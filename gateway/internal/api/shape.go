@@ -34,10 +34,10 @@ type result struct {
 
 // choiceOut is one whole choice of a non-streamed response.
 type choiceOut struct {
-	text  string
+	text string
 	// reasoning is the model's reasoning, apart from text (chat only).
 	reasoning string
-	calls []ToolCall
+	calls     []ToolCall
 	// logprobs are the generated tokens' log probabilities when asked.
 	logprobs []TokenLogprob
 	finish   string
