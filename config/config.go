@@ -281,6 +281,10 @@ type Model struct {
 	// MaxOutputTokens caps the output tokens of one request; 0 means no
 	// cap beyond the context window. Must be < ContextLength.
 	MaxOutputTokens int `yaml:"max_output_tokens"`
+	// ReasoningParser is how the model's reasoning is told apart from
+	// its answer in chat output: qwen3, deepseek_r1 or none; "" or auto
+	// detects it from the chat template (see internal/reasoning).
+	ReasoningParser string `yaml:"reasoning_parser"`
 }
 
 // Role is what a worker does.

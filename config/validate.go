@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/warden-ai/warden/internal/reasoning"
 )
 
 // Validate checks that the configuration is consistent, whatever process
@@ -347,6 +349,9 @@ func (c *Config) validateModels(v *validator) {
 		v.nonNegativeInt(p+".max_output_tokens", m.MaxOutputTokens)
 		if m.ContextLength > 0 && m.MaxOutputTokens >= m.ContextLength {
 			v.add(p+".max_output_tokens", "must be < context_length %d, or no prompt fits (got %d)", m.ContextLength, m.MaxOutputTokens)
+		}
+		if _, err := reasoning.ParseFormat(m.ReasoningParser); err != nil {
+			v.add(p+".reasoning_parser", "must be qwen3, deepseek_r1, none or auto (got %q)", m.ReasoningParser)
 		}
 	}
 }

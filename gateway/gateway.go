@@ -234,7 +234,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 
 	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))
 	hostname, _ := os.Hostname()
-	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer), logger: g.logger}
+	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer), logger: g.logger, reasoning: reasoningOverrides(cfg.Models)}
 	g.reg = registry.New(registry.Config{
 		GatewayID:        "gateway-" + hostname,
 		HeartbeatTimeout: cfg.Gateway.HeartbeatTimeout,

@@ -257,8 +257,10 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		constraintParam: constraintParam,
 		stops:           req.Stop,
 		tools:           mt.toolParsers(req),
+		reason:          mt.reasoningParsers(req, prompt),
 		gen:             &generation{req: r, events: make(chan api.Event)},
 	}
+	d.markers = mt.keptMarkers(d.tools != nil, d.reason != nil)
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil
 }

@@ -12,7 +12,8 @@ const maxStopBytes = 1024
 
 // textStream turns a request's output token IDs into text deltas: valid
 // UTF-8 only (a character split across tokens waits for its last byte),
-// special tokens (EOS and other control tokens) rendered as nothing, and
+// special tokens (EOS and other control tokens) rendered as nothing but
+// those the request's parsers read (keep: [TOOL_CALLS], <think>, …), and
 // stop strings applied. Text that could be the start of a stop string is
 // held back until it cannot be; on a match the text is cut before the
 // stop string and the stream ends.
@@ -20,12 +21,13 @@ type textStream struct {
 	tok   *tokenizer.Tokenizer
 	dec   *tokenizer.StreamDecoder
 	stops []string
-	held  string // decoded, not yet released
+	keep  map[int32]bool // special tokens rendered as their text
+	held  string         // decoded, not yet released
 	ended bool   // a stop string matched
 }
 
-func newTextStream(tok *tokenizer.Tokenizer, stops []string) *textStream {
-	return &textStream{tok: tok, dec: tokenizer.NewStreamDecoder(tok), stops: stops}
+func newTextStream(tok *tokenizer.Tokenizer, stops []string, keep map[int32]bool) *textStream {
+	return &textStream{tok: tok, dec: tokenizer.NewStreamDecoder(tok), stops: stops, keep: keep}
 }
 
 // add decodes ids and returns the text that can be released. stopped is
@@ -38,7 +40,7 @@ func (s *textStream) add(ids []int32) (text string, stopped bool, err error) {
 	var b strings.Builder
 	b.WriteString(s.held)
 	for _, id := range ids {
-		if s.tok.IsSpecial(id) {
+		if s.tok.IsSpecial(id) && !s.keep[id] {
 			continue
 		}
 		piece, err := s.dec.Add(id)
