@@ -86,7 +86,7 @@ type driver struct {
 	reason func(k int) *reasoning.Parser
 	// markers are the special tokens the parsers read, kept in the text.
 	markers map[int32]bool
-	pages int64 // KV pages the request needs on its decode worker
+	pages   int64 // KV pages the request needs on its decode worker
 	// The prefix cache (prefixcache.go): the request's domain and whether
 	// it uses the cache.
 	domain  cachekey.Domain

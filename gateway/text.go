@@ -23,7 +23,7 @@ type textStream struct {
 	stops []string
 	keep  map[int32]bool // special tokens rendered as their text
 	held  string         // decoded, not yet released
-	ended bool   // a stop string matched
+	ended bool           // a stop string matched
 }
 
 func newTextStream(tok *tokenizer.Tokenizer, stops []string, keep map[int32]bool) *textStream {
