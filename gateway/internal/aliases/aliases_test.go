@@ -1,0 +1,107 @@
+package aliases
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/tenant/memstore"
+)
+
+// flaky is a store whose listing can be made to fail.
+type flaky struct {
+	tenant.AliasStore
+	mu   sync.Mutex
+	down bool
+}
+
+func (f *flaky) ListAliases(ctx context.Context) ([]tenant.Alias, error) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		return nil, tenant.ErrUnavailable
+	}
+	return f.AliasStore.ListAliases(ctx)
+}
+
+func (f *flaky) setDown(v bool) { f.mu.Lock(); f.down = v; f.mu.Unlock() }
+
+func TestResolver(t *testing.T) {
+	ctx := context.Background()
+	ms, err := memstore.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &flaky{AliasStore: ms}
+	now := time.Unix(1000, 0)
+	r := New(src, Config{Static: map[string]string{"default": "llama", "fast": "tiny"}, Now: func() time.Time { return now }})
+	resolve := func(name string) (string, bool) {
+		t.Helper()
+		target, ok, err := r.Resolve(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return target, ok
+	}
+	if target, ok := resolve("default"); !ok || target != "llama" {
+		t.Fatalf("configured alias: %q %v", target, ok)
+	}
+	if _, ok := resolve("llama"); ok {
+		t.Fatal("a model name resolved as an alias")
+	}
+
+	// Set through another replica: seen after TTL.
+	if err := ms.SetAlias(ctx, tenant.Alias{Name: "default", Target: "qwen"}); err != nil {
+		t.Fatal(err)
+	}
+	if target, _ := resolve("default"); target != "llama" {
+		t.Fatalf("within TTL: %q", target)
+	}
+	now = now.Add(DefaultTTL)
+	if target, _ := resolve("default"); target != "qwen" {
+		t.Fatalf("after TTL: %q, want the admin alias over the configured one", target)
+	}
+	list, err := r.List(ctx)
+	want := []Entry{{"default", "qwen", FromAdmin}, {"fast", "tiny", FromConfig}}
+	if err != nil || !reflect.DeepEqual(list, want) {
+		t.Fatalf("List = %+v, %v; want %+v", list, err, want)
+	}
+
+	// Set here: seen at once after Invalidate.
+	if err := ms.DeleteAlias(ctx, "default"); err != nil {
+		t.Fatal(err)
+	}
+	r.Invalidate()
+	if target, _ := resolve("default"); target != "llama" {
+		t.Fatalf("after delete: %q, want the configured alias uncovered", target)
+	}
+
+	// A store outage keeps the last snapshot.
+	if err := ms.SetAlias(ctx, tenant.Alias{Name: "chat", Target: "qwen"}); err != nil {
+		t.Fatal(err)
+	}
+	src.setDown(true)
+	r.Invalidate()
+	if _, ok := resolve("chat"); ok {
+		t.Fatal("resolved an alias the store could not list")
+	}
+	if target, _ := resolve("fast"); target != "tiny" {
+		t.Fatalf("during the outage: %q", target)
+	}
+	src.setDown(false)
+	now = now.Add(DefaultTTL)
+	if target, _ := resolve("chat"); target != "qwen" {
+		t.Fatalf("after the outage: %q", target)
+	}
+
+	// Only the first load can fail.
+	src.setDown(true)
+	if _, _, err := New(src, Config{}).Resolve(ctx, "chat"); !errors.Is(err, tenant.ErrUnavailable) {
+		t.Fatalf("first load during an outage: %v", err)
+	}
+}
