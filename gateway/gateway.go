@@ -21,6 +21,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/aliases"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
@@ -54,6 +55,7 @@ type Gateway struct {
 	closeStore  func() error
 	auth        *authenticator
 	modelLimits *tenant.ModelLimitsCache
+	aliases     *aliases.Resolver // model aliases, resolved before anything else
 	admission   *admission.Controller
 	tokenizers  *tokenizers
 	layouts     *layoutAgreement
@@ -186,6 +188,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 
 	g.journal = tenant.NewReleaseJournal(tenant.JournalConfig{Logger: g.logger})
 	g.modelLimits = tenant.NewModelLimitsCache(g.store, tenant.ModelLimitsCacheConfig{Logger: g.logger})
+	g.aliases = aliases.New(g.store, aliases.Config{Static: cfg.Aliases(), Logger: g.logger})
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
 	g.table = lifecycle.NewTable(lifecycle.Config{Logger: g.logger, AbortTimeout: cfg.Gateway.HeartbeatTimeout})

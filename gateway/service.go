@@ -116,7 +116,34 @@ func (s service) Models(ctx context.Context, p api.Principal) ([]api.Model, erro
 		out = append(out, api.Model{ID: cur.Model, Created: g.started.Unix(), OwnedBy: "warden",
 			ContextLength: cur.Effective, ConfiguredContextLength: cur.Configured})
 	}
-	return out, nil
+	return s.withAliases(ctx, out), nil
+}
+
+// withAliases adds to models, the models a tenant may use, an entry for
+// each alias of one of them, like its target's but for its ID and
+// metadata.alias_for.
+func (s service) withAliases(ctx context.Context, models []api.Model) []api.Model {
+	as := s.g.aliases.List(ctx)
+	byID := make(map[string]api.Model, len(models))
+	for _, m := range models {
+		byID[m.ID] = m
+	}
+	for _, a := range as {
+		if m, ok := byID[a.Target]; ok {
+			m.ID, m.AliasFor = a.Name, a.Target
+			models = append(models, m)
+		}
+	}
+	return models
+}
+
+// resolveAlias points req at its model when it names an alias: the
+// request is then served as one to the target in every respect (limits,
+// usage, metrics, the model its response names).
+func (s service) resolveAlias(ctx context.Context, req *api.GenerateRequest) {
+	if target, ok := s.g.aliases.Resolve(ctx, req.Model); ok {
+		req.Model = target
+	}
 }
 
 func (s service) storeError(err error) error {
@@ -131,6 +158,7 @@ func (s service) storeError(err error) error {
 // Every rejection happens here, before any worker is contacted (I1).
 func (s service) Generate(ctx context.Context, p api.Principal, req *api.GenerateRequest) (api.Generation, error) {
 	g := s.g
+	s.resolveAlias(ctx, req)
 	info := lifecycle.Info{ID: req.RequestID, Tenant: p.Tenant, Model: req.Model, Priority: req.Priority, Received: req.ReceivedAt}
 	if !info.Received.IsZero() {
 		info.Deadline = info.Received.Add(g.cfg.Gateway.RequestTimeout)

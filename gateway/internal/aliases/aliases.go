@@ -78,27 +78,22 @@ func New(src Source, cfg Config) *Resolver {
 }
 
 // Resolve returns the target of alias name, and whether name is an alias.
-// The error is the store's, when its aliases could never be loaded.
-func (r *Resolver) Resolve(ctx context.Context, name string) (target string, ok bool, err error) {
+func (r *Resolver) Resolve(ctx context.Context, name string) (target string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.refreshLocked(ctx); err != nil {
-		return "", false, err
-	}
+	r.refreshLocked(ctx)
 	if target, ok = r.admin[name]; ok {
-		return target, true, nil
+		return target, true
 	}
 	target, ok = r.cfg.Static[name]
-	return target, ok, nil
+	return target, ok
 }
 
 // List returns every alias in effect, sorted by name.
-func (r *Resolver) List(ctx context.Context) ([]Entry, error) {
+func (r *Resolver) List(ctx context.Context) []Entry {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.refreshLocked(ctx); err != nil {
-		return nil, err
-	}
+	r.refreshLocked(ctx)
 	out := make([]Entry, 0, len(r.admin)+len(r.cfg.Static))
 	for name, target := range r.cfg.Static {
 		if _, over := r.admin[name]; !over {
@@ -109,7 +104,7 @@ func (r *Resolver) List(ctx context.Context) ([]Entry, error) {
 		out = append(out, Entry{Name: name, Target: target, Source: FromAdmin})
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return out
 }
 
 // Invalidate makes the next call reload the store's aliases: the
@@ -121,25 +116,25 @@ func (r *Resolver) Invalidate() {
 }
 
 // refreshLocked reloads the store's aliases when the snapshot is older
-// than TTL (or invalidated).
-func (r *Resolver) refreshLocked(ctx context.Context) error {
+// than TTL (or invalidated); on failure it keeps what it has.
+func (r *Resolver) refreshLocked(ctx context.Context) {
 	now := r.cfg.Now()
-	if r.loaded && !r.fetched.IsZero() && now.Sub(r.fetched) < r.cfg.TTL {
-		return nil
+	if !r.fetched.IsZero() && now.Sub(r.fetched) < r.cfg.TTL {
+		return
 	}
 	list, err := r.src.ListAliases(ctx)
 	if err != nil {
-		if !r.loaded {
-			return err
+		if r.loaded {
+			r.cfg.Logger.Warn("alias refresh failed; serving the previous snapshot", "age", now.Sub(r.good), "err", err)
+		} else {
+			r.cfg.Logger.Warn("alias load failed; serving the configured aliases only", "err", err)
 		}
-		r.cfg.Logger.Warn("alias refresh failed; serving the previous snapshot", "age", now.Sub(r.good), "err", err)
 		r.fetched = now // back off for one TTL
-		return nil
+		return
 	}
 	r.admin = make(map[string]string, len(list))
 	for _, a := range list {
 		r.admin[a.Name] = a.Target
 	}
 	r.fetched, r.good, r.loaded = now, now, true
-	return nil
 }

@@ -13,7 +13,10 @@
 // TTL (DefaultTTL), so a change made through any replica reaches every
 // replica within TTL; the replica that made the change calls Invalidate
 // and sees it at once. If a refresh fails the previous snapshot keeps
-// being served; only the first load can fail.
+// being served, and before the first successful load the configured
+// aliases alone: a store outage never refuses requests (DESIGN I13),
+// though an alias set through the admin API is unknown to a replica
+// that started during the outage until the store is back.
 //
 // An alias names a model, never another alias: resolution is one step.
 // A request to an alias is served as a request to its target in every

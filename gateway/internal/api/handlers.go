@@ -18,6 +18,22 @@ type wireModel struct {
 	OwnedBy                 string `json:"owned_by"`
 	ContextLength           int64  `json:"context_length"`
 	ConfiguredContextLength int64  `json:"configured_context_length"`
+	// Metadata is set for an alias: the model it names.
+	Metadata *modelMetadata `json:"metadata,omitempty"`
+}
+
+type modelMetadata struct {
+	AliasFor string `json:"alias_for"`
+}
+
+// toWireModel is a model as /v1/models lists it.
+func toWireModel(m Model) wireModel {
+	w := wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
+		ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength}
+	if m.AliasFor != "" {
+		w.Metadata = &modelMetadata{AliasFor: m.AliasFor}
+	}
+	return w
 }
 
 type modelList struct {
@@ -33,8 +49,7 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 	}
 	out := modelList{Object: "list", Data: make([]wireModel, 0, len(ms))}
 	for _, m := range ms {
-		out.Data = append(out.Data, wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
-			ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength})
+		out.Data = append(out.Data, toWireModel(m))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -53,8 +68,7 @@ func (s *server) model(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, m := range ms {
 		if m.ID == id {
-			writeJSON(w, http.StatusOK, wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
-				ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength})
+			writeJSON(w, http.StatusOK, toWireModel(m))
 			return
 		}
 	}

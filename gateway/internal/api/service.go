@@ -112,6 +112,9 @@ type Model struct {
 	ContextLength int64
 	// ConfiguredContextLength is the window set in configuration.
 	ConfiguredContextLength int64
+	// AliasFor is, for a model alias, the model it names (shown as
+	// metadata.alias_for); "" for a model.
+	AliasFor string
 }
 
 // Kind says which endpoint a request came from.
