@@ -20,7 +20,7 @@ func (mt *modelTokenizer) chatInput(req *api.GenerateRequest) ([]tokenizer.Messa
 	opts := tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: req.EnableThinking}
 	msgs := make([]tokenizer.Message, len(req.Messages))
 	for i, m := range req.Messages {
-		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content, ToolCallID: mt.callID(m.ToolCallID)}
+		msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Content, ToolCallID: mt.callID(m.ToolCallID), ReasoningContent: m.ReasoningContent}
 		for _, c := range m.ToolCalls {
 			msgs[i].ToolCalls = append(msgs[i].ToolCalls, tokenizer.ToolCall{ID: mt.callID(c.ID), Name: c.Name, Arguments: json.RawMessage(c.Arguments)})
 		}

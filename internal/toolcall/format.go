@@ -74,12 +74,12 @@ func (f Format) Serves() bool {
 
 // Markers are the format's markup tokens, which the output text must keep
 // for the parser to see them (tokenizers mark some of them special).
+// Llama's <|python_tag|> is not among them: the parser needs no marker
+// to read Llama's calls, so it stays out of the text as before.
 func (f Format) Markers() []string {
 	switch f {
 	case FormatHermes:
 		return []string{hermesOpen, hermesClose}
-	case FormatLlama3JSON:
-		return []string{pythonTag}
 	case FormatMistral:
 		return []string{mistralCalls, mistralArgs, mistralCallID}
 	}

@@ -39,7 +39,12 @@ func TestThinkingSwitches(t *testing.T) {
 			t.Errorf("%s: EnableThinking %v, want %v", tc.body, got, tc.want)
 		}
 	}
+	body := `{"model":"tiny","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"4","reasoning_content":"2+2"},{"role":"user","content":"ok"}]}`
+	if rec := do(h, "POST", "/v1/chat/completions", body, authJSON()); rec.Code != 200 || svc.lastRequest(t).Messages[1].ReasoningContent != "2+2" {
+		t.Fatalf("reasoning_content in the history: %d %+v", rec.Code, svc.lastRequest(t).Messages)
+	}
 	for _, tc := range []struct{ body, param, code string }{
+		{`{"model":"tiny","messages":[{"role":"assistant","content":"4","reasoning_content":4}]}`, "messages[0].reasoning_content", CodeInvalidType},
 		{chatWith(`"chat_template_kwargs":{"thinking":true}`), "chat_template_kwargs.thinking", CodeUnsupportedParameter},
 		{chatWith(`"chat_template_kwargs":{"enable_thinking":"yes"}`), "chat_template_kwargs.enable_thinking", CodeInvalidType},
 		{chatWith(`"chat_template_kwargs":[]`), "chat_template_kwargs", CodeInvalidType},

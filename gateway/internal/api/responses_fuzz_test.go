@@ -15,6 +15,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"model":"tiny","input":"hi","text":{"format":{"type":"text"},"verbosity":"medium"},"reasoning":{},"include":[]}`,
 		`{"model":"tiny","input":"hi","include":["message.output_text.logprobs"],"top_logprobs":4}`,
 		`{"model":"tiny","input":"hi","include":["reasoning.encrypted_content"]}`,
+		`{"model":"tiny","input":"hi","reasoning":{"effort":"low","summary":"auto"}}`,
 	) {
 		f.Add([]byte(s))
 	}

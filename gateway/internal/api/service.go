@@ -135,6 +135,9 @@ type Message struct {
 	ToolCalls []ToolCall
 	// ToolCallID is, in a tool message, the call it answers.
 	ToolCallID string
+	// ReasoningContent is an assistant's reasoning in an earlier turn
+	// (reasoning_content), passed to the chat template.
+	ReasoningContent string
 }
 
 // GenerateRequest is the validated, normalised form of both generation
