@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
 )
 
 // TestThinkingSwitches: chat_template_kwargs.enable_thinking and
@@ -146,6 +148,42 @@ func TestReasoningContent(t *testing.T) {
 		t.Fatalf("reasoning deltas %q, final %v", deltas.String(), final)
 	}
 	checkReasoningOutput(t, final)
+
+	// Asked for a summary (as the AI SDK's reasoningSummary asks), the
+	// reasoning is the summary too, streamed as summary events between
+	// the item's added and done events.
+	rp.Reasoning = shared.ReasoningParam{Summary: shared.ReasoningSummaryAuto}
+	r, err = client.Responses.New(ctx, rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Output[0].AsReasoning().Summary; len(s) != 1 || s[0].Text != "Let me think ü." || s[0].Type != "summary_text" {
+		t.Fatalf("summary: %s", r.RawJSON())
+	}
+	rs = client.Responses.NewStreaming(ctx, rp)
+	var order []string
+	var summary strings.Builder
+	for rs.Next() {
+		switch ev := rs.Current(); ev.Type {
+		case "response.reasoning_summary_text.delta":
+			summary.WriteString(ev.Delta)
+			if len(order) == 0 || order[len(order)-1] != ev.Type {
+				order = append(order, ev.Type)
+			}
+		case "response.output_item.added", "response.output_item.done":
+			order = append(order, ev.Type+":"+ev.Item.Type)
+		case "response.reasoning_summary_part.added", "response.reasoning_summary_part.done", "response.reasoning_summary_text.done":
+			order = append(order, ev.Type)
+		}
+	}
+	if err := rs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"response.output_item.added:reasoning", "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+		"response.reasoning_summary_text.done", "response.reasoning_summary_part.done", "response.output_item.done:reasoning"}
+	if summary.String() != "Let me think ü." || len(order) < len(want) || !slices.Equal(order[:len(want)], want) {
+		t.Fatalf("summary stream %q: %v", summary.String(), order)
+	}
 }
 
 func checkReasoningOutput(t *testing.T, r *responses.Response) {

@@ -14,7 +14,11 @@ import (
 // response.output_text.delta..., response.output_text.done,
 // (a reasoning item first when the model reasons:
 // response.output_item.added, response.reasoning_text.delta...,
-// response.reasoning_text.done, response.output_item.done),
+// response.reasoning_text.done, response.output_item.done; with
+// reasoning.summary also response.reasoning_summary_part.added,
+// response.reasoning_summary_text.delta... beside the text deltas,
+// response.reasoning_summary_text.done and
+// response.reasoning_summary_part.done),
 // response.content_part.done, response.output_item.done, and
 // response.completed or response.incomplete), each with a sequence_number;
 // there is no "data: [DONE]". A failure after the first event is one
@@ -58,12 +62,14 @@ type respCall struct {
 }
 
 // respReasoningItem is a reasoning output item: the model's reasoning
-// text as one reasoning_text part (warden writes no summaries).
+// text as one reasoning_text part, and, when the request asked for a
+// summary, the same text as its one summary_text part (warden has no
+// summarizer: the "summary" is the reasoning itself).
 type respReasoningItem struct {
 	Type    string          `json:"type"`
 	ID      string          `json:"id"`
 	Status  string          `json:"status"`
-	Summary []any           `json:"summary"`
+	Summary []reasoningPart `json:"summary"`
 	Content []reasoningPart `json:"content"`
 }
 
@@ -184,12 +190,18 @@ func (s *respShape) message(n int, status, text string, lps []TokenLogprob) resp
 // reasoningItem is the reasoning item (there is one at most: it comes
 // before any other output).
 func (s *respShape) reasoningItem(status, text string) respReasoningItem {
-	it := respReasoningItem{Type: "reasoning", ID: "rs_" + s.id, Status: status, Summary: []any{}, Content: []reasoningPart{}}
+	it := respReasoningItem{Type: "reasoning", ID: "rs_" + s.id, Status: status, Summary: []reasoningPart{}, Content: []reasoningPart{}}
 	if status != "in_progress" {
 		it.Content = append(it.Content, reasoningPart{Type: "reasoning_text", Text: text})
+		if s.summaries() {
+			it.Summary = append(it.Summary, reasoningPart{Type: "summary_text", Text: text})
+		}
 	}
 	return it
 }
+
+// summaries reports whether the request asked for reasoning summaries.
+func (s *respShape) summaries() bool { return s.params.reasoning.Summary != nil }
 
 func (s *respShape) msgID(n int) string {
 	if n == 0 {
@@ -262,9 +274,14 @@ func (r *respStream) closeItem(st string) []map[string]any {
 	switch {
 	case r.reasoning != nil:
 		text, item, idx := r.reasoning.String(), s.reasoningItem(st, r.reasoning.String()), len(r.items)
-		evs = append(evs,
-			s.event("response.reasoning_text.done", map[string]any{"item_id": item.ID, "output_index": idx, "content_index": 0, "text": text}),
-			s.event("response.output_item.done", map[string]any{"output_index": idx, "item": item}))
+		evs = append(evs, s.event("response.reasoning_text.done", map[string]any{"item_id": item.ID, "output_index": idx, "content_index": 0, "text": text}))
+		if s.summaries() {
+			part := reasoningPart{Type: "summary_text", Text: text}
+			evs = append(evs,
+				s.event("response.reasoning_summary_text.done", map[string]any{"item_id": item.ID, "output_index": idx, "summary_index": 0, "text": text}),
+				s.event("response.reasoning_summary_part.done", map[string]any{"item_id": item.ID, "output_index": idx, "summary_index": 0, "part": part}))
+		}
+		evs = append(evs, s.event("response.output_item.done", map[string]any{"output_index": idx, "item": item}))
 		r.items = append(r.items, item)
 		r.reasoning = nil
 	case r.text != nil:
@@ -302,10 +319,18 @@ func (r *respStream) add(ev Event) []map[string]any {
 			r.reasoning = &strings.Builder{}
 			evs = append(evs, s.event("response.output_item.added", map[string]any{"output_index": len(r.items),
 				"item": s.reasoningItem("in_progress", "")}))
+			if s.summaries() {
+				evs = append(evs, s.event("response.reasoning_summary_part.added", map[string]any{"item_id": "rs_" + s.id,
+					"output_index": len(r.items), "summary_index": 0, "part": reasoningPart{Type: "summary_text", Text: ""}}))
+			}
 		}
 		r.reasoning.WriteString(ev.ReasoningDelta)
 		evs = append(evs, s.event("response.reasoning_text.delta", map[string]any{"item_id": "rs_" + s.id,
 			"output_index": len(r.items), "content_index": 0, "delta": ev.ReasoningDelta}))
+		if s.summaries() {
+			evs = append(evs, s.event("response.reasoning_summary_text.delta", map[string]any{"item_id": "rs_" + s.id,
+				"output_index": len(r.items), "summary_index": 0, "delta": ev.ReasoningDelta}))
+		}
 	}
 	if ev.TextDelta != "" && r.text == nil {
 		waiting := r.lps

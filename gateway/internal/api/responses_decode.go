@@ -236,8 +236,10 @@ func (d *decoder) responsesOptions() *Error {
 }
 
 // responsesReasoning reads reasoning: effort switches the template's
-// thinking (see effort); summary may be "auto" only (warden writes no
-// summaries: the reasoning item carries the reasoning text itself).
+// thinking (see effort); summary ("auto", "concise" or "detailed", all
+// alike) asks for the reasoning text as the reasoning item's summary too
+// (warden has no summarizer; clients such as the AI SDK read only
+// summaries).
 func (d *decoder) responsesReasoning(p *responseParams) *Error {
 	raw := d.f.get("reasoning")
 	if raw == nil {
@@ -265,9 +267,9 @@ func (d *decoder) responsesReasoning(p *responseParams) *Error {
 		if e != nil {
 			return e
 		}
-		if v != "auto" {
-			return InvalidRequest("reasoning.summary", CodeUnsupportedValue,
-				"Unsupported value for 'reasoning.summary': only \"auto\" is supported by this server (it writes no summaries; reasoning items carry the reasoning text).")
+		if v != "auto" && v != "concise" && v != "detailed" {
+			return InvalidRequest("reasoning.summary", CodeInvalidValue,
+				"Invalid value for 'reasoning.summary': expected \"auto\", \"concise\" or \"detailed\".")
 		}
 		p.reasoning.Summary = &v
 	}

@@ -157,7 +157,7 @@ func TestResponsesRefusals(t *testing.T) {
 		{`{"model":"tiny","input":"hi","include":["file_search_call.results"]}`, "include[0]", CodeUnsupportedValue},
 		{`{"model":"tiny","input":"hi","top_logprobs":21}`, "top_logprobs", CodeIntegerTooLarge},
 		{`{"model":"tiny","input":"hi","truncation":"auto"}`, "truncation", CodeUnsupportedParameter},
-		{`{"model":"tiny","input":"hi","reasoning":{"summary":"detailed"}}`, "reasoning.summary", CodeUnsupportedValue},
+		{`{"model":"tiny","input":"hi","reasoning":{"summary":"long"}}`, "reasoning.summary", CodeInvalidValue},
 		{`{"model":"tiny","input":"hi","reasoning":{"effort":"max"}}`, "reasoning.effort", CodeInvalidValue},
 		{`{"model":"tiny","input":"hi","reasoning":{"generate_summary":"auto"}}`, "reasoning.generate_summary", CodeUnsupportedParameter},
 		{`{"model":"tiny","input":"hi","tools":[{"type":"web_search"}]}`, "tools[0].type", CodeUnsupportedValue},
