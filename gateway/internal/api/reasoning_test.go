@@ -45,6 +45,18 @@ func TestThinkingSwitches(t *testing.T) {
 	if rec := do(h, "POST", "/v1/chat/completions", body, authJSON()); rec.Code != 200 || svc.lastRequest(t).Messages[1].ReasoningContent != "2+2" {
 		t.Fatalf("reasoning_content in the history: %d %+v", rec.Code, svc.lastRequest(t).Messages)
 	}
+	// Responses: a reasoning item sent back is the reasoning of the
+	// assistant message after it.
+	body = `{"model":"tiny","input":[{"role":"user","content":"hi"},{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"2+2"}]},` +
+		`{"type":"message","role":"assistant","content":[{"type":"output_text","text":"4"}]},{"type":"reasoning","summary":[{"type":"summary_text","text":"call"}]},` +
+		`{"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f"}]}`
+	if rec := do(h, "POST", "/v1/responses", body, authJSON()); rec.Code != 200 {
+		t.Fatalf("reasoning items: %d %s", rec.Code, rec.Body.String())
+	}
+	if ms := svc.lastRequest(t).Messages; len(ms) != 4 || ms[1].ReasoningContent != "2+2" || ms[1].Content != "4" ||
+		ms[2].ReasoningContent != "call" || len(ms[2].ToolCalls) != 1 || ms[3].Role != "tool" {
+		t.Fatalf("reasoning items became %+v", ms)
+	}
 	for _, tc := range []struct{ body, param, code string }{
 		{`{"model":"tiny","messages":[{"role":"assistant","content":"4","reasoning_content":4}]}`, "messages[0].reasoning_content", CodeInvalidType},
 		{chatWith(`"chat_template_kwargs":{"thinking":true}`), "chat_template_kwargs.thinking", CodeUnsupportedParameter},

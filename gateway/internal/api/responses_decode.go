@@ -96,7 +96,8 @@ func (d *decoder) responsesInput(p *responseParams) *Error {
 // decodeInputItem reads one input item onto msgs: a message with a role
 // and text content, a function_call (a tool call of the assistant,
 // joined to the assistant message just before it, if any) or a
-// function_call_output (a tool message). Reasoning items, item references
+// function_call_output (a tool message), or a reasoning item (the
+// reasoning_content of the assistant message after it). Item references
 // and other tools' items are not supported.
 func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Message, *Error) {
 	f, e := decodeObject(raw, param)
@@ -122,7 +123,9 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Messa
 			return append(msgs, Message{Role: "assistant", ToolCalls: []ToolCall{c}}), nil
 		case "function_call_output":
 			return decodeCallOutput(msgs, f, param)
-		case "reasoning", "item_reference", "file_search_call",
+		case "reasoning":
+			return decodeReasoningItem(msgs, f, param)
+		case "item_reference", "file_search_call",
 			"web_search_call", "computer_call", "computer_call_output", "image_generation_call",
 			"code_interpreter_call", "local_shell_call", "local_shell_call_output", "mcp_call",
 			"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
@@ -131,7 +134,7 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Messa
 				"Unsupported input item type %q: this server supports message, function_call and function_call_output items only (no built-in tools, no stored items).", typ))
 		default:
 			return msgs, InvalidRequest(param+".type", CodeInvalidValue,
-				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", \"function_call\" or \"function_call_output\", got %q.", param, typ))
+				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", \"function_call\", \"function_call_output\" or \"reasoning\", got %q.", param, typ))
 		}
 	}
 	rawRole := f.get("role")
@@ -152,7 +155,36 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string) ([]Messa
 	if e != nil {
 		return msgs, e
 	}
+	if n := len(msgs); role == "assistant" && n > 0 && isReasoningOnly(msgs[n-1]) {
+		msgs[n-1].Content = content // the answer of the reasoning item before it
+		return msgs, nil
+	}
 	return append(msgs, Message{Role: role, Content: content}), nil
+}
+
+// decodeReasoningItem reads a reasoning item (one the server returned
+// earlier): its reasoning_text content, else its summary text, becomes
+// the reasoning_content of an assistant message that the message or
+// function_call items after it join. encrypted_content is ignored.
+func decodeReasoningItem(msgs []Message, f fields, param string) ([]Message, *Error) {
+	text := ""
+	for _, field := range []struct{ name, typ string }{{"content", "reasoning_text"}, {"summary", "summary_text"}} {
+		raw := f.get(field.name)
+		if raw == nil || text != "" {
+			continue
+		}
+		t, e := decodeTextParts(raw, param+"."+field.name, field.typ)
+		if e != nil {
+			return msgs, e
+		}
+		text = t
+	}
+	return append(msgs, Message{Role: "assistant", ReasoningContent: text}), nil
+}
+
+// isReasoningOnly reports whether m holds only a reasoning item's text.
+func isReasoningOnly(m Message) bool {
+	return m.Role == "assistant" && m.Content == "" && len(m.ToolCalls) == 0 && m.ReasoningContent != ""
 }
 
 // decodeCallOutput reads a function_call_output item: the tool message

@@ -166,7 +166,7 @@ func TestResponsesRefusals(t *testing.T) {
 		{`{"model":"tiny","input":"hi","store":"yes"}`, "store", CodeInvalidType},
 		{`{"model":"tiny"}`, "input", CodeMissingParameter},
 		{`{"model":"tiny","input":[]}`, "input", CodeEmptyArray},
-		{`{"model":"tiny","input":[{"type":"reasoning","summary":[]}]}`, "input[0].type", CodeUnsupportedValue},
+		{`{"model":"tiny","input":[{"type":"reasoning","summary":[{"type":"input_text","text":"x"}]}]}`, "input[0].summary[0].type", CodeInvalidValue},
 		{`{"model":"tiny","input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id", CodeMissingParameter},
 		{`{"model":"tiny","input":[{"role":"tool","content":"x"}]}`, "input[0].role", CodeInvalidValue},
 		{`{"model":"tiny","input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}`, "input[0].content[0].type", CodeUnsupportedValue},
