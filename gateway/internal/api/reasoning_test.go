@@ -57,6 +57,21 @@ func TestThinkingSwitches(t *testing.T) {
 		ms[2].ReasoningContent != "call" || len(ms[2].ToolCalls) != 1 || ms[3].Role != "tool" {
 		t.Fatalf("reasoning items became %+v", ms)
 	}
+	// Responses: vLLM's structured-output extensions, not chat's
+	// response_format, and not together with text.format.
+	if rec := do(h, "POST", "/v1/responses", `{"model":"tiny","input":"hi","structured_outputs":{"regex":"<think>[a-z]+</think>[a-z]+"}}`, authJSON()); rec.Code != 200 ||
+		svc.lastRequest(t).ConstraintParam != "structured_outputs" {
+		t.Fatalf("structured_outputs on responses: %d %s", rec.Code, rec.Body.String())
+	}
+	for _, tc := range []struct{ body, param string }{
+		{`{"model":"tiny","input":"hi","response_format":{"type":"json_object"}}`, "response_format"},
+		{`{"model":"tiny","input":"hi","guided_regex":"a+","text":{"format":{"type":"json_object"}}}`, "text.format"},
+	} {
+		rec := do(h, "POST", "/v1/responses", tc.body, authJSON())
+		if _, _, param, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 400 || param != tc.param {
+			t.Errorf("%s: %d %s", tc.body, rec.Code, rec.Body.String())
+		}
+	}
 	for _, tc := range []struct{ body, param, code string }{
 		{`{"model":"tiny","messages":[{"role":"assistant","content":"4","reasoning_content":4}]}`, "messages[0].reasoning_content", CodeInvalidType},
 		{chatWith(`"chat_template_kwargs":{"thinking":true}`), "chat_template_kwargs.thinking", CodeUnsupportedParameter},

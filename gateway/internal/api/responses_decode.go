@@ -38,7 +38,7 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 	}
 	for _, step := range []func() *Error{
 		d.model, func() *Error { return d.responsesInput(p) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
-		d.user, d.priority, d.responsesOptions, func() *Error { return d.responsesReasoning(p) }, d.otherFields,
+		d.user, d.priority, d.responsesConstraint, d.responsesOptions, func() *Error { return d.responsesReasoning(p) }, d.otherFields,
 	} {
 		if e := step(); e != nil {
 			return nil, nil, e
@@ -61,6 +61,20 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 		p.topP = *d.r.TopP
 	}
 	return d.r, p, nil
+}
+
+// responsesConstraint reads vLLM's structured-output extensions
+// (guided_json, guided_choice, guided_regex, structured_outputs) as on
+// chat; response_format is chat's own field, left to the field policy
+// (text.format is the Responses API's).
+func (d *decoder) responsesConstraint() *Error {
+	rf, had := d.f["response_format"]
+	delete(d.f, "response_format")
+	e := d.constraint()
+	if had {
+		d.f["response_format"] = rf
+	}
+	return e
 }
 
 // responsesInput reads instructions and input (a string, or an array of
@@ -365,6 +379,10 @@ func (d *decoder) textOptions() *Error {
 		spec, e := formatSpec(format, "text.format", true)
 		if e != nil {
 			return e
+		}
+		if spec != nil && d.r.Constraint != "" {
+			return InvalidRequest("text.format", CodeInvalidValue, fmt.Sprintf(
+				"Invalid 'text.format': '%s' already asks for structured output; send only one of them.", d.r.ConstraintParam))
 		}
 		if e := d.setConstraint(spec, "text.format"); e != nil {
 			return e
