@@ -3,6 +3,7 @@ package gateway
 import (
 	"strings"
 
+	"github.com/warden-ai/warden/internal/streamtext"
 	"github.com/warden-ai/warden/internal/tokenizer"
 )
 
@@ -81,27 +82,8 @@ func (s *textStream) release(pending string) (string, bool, error) {
 	}
 	hold := 0
 	for _, stop := range s.stops {
-		hold = max(hold, partialSuffix(pending, stop))
+		hold = max(hold, streamtext.PartialSuffix(pending, stop))
 	}
 	s.held = pending[len(pending)-hold:]
 	return pending[:len(pending)-hold], false, nil
-}
-
-// partialSuffix returns the length of the longest suffix of text that is a
-// proper, non-empty prefix of stop. Such a suffix starts with stop's first
-// byte, never a UTF-8 continuation byte, so cutting there keeps both parts
-// valid UTF-8.
-func partialSuffix(text, stop string) int {
-	start := max(len(text)-(len(stop)-1), 0)
-	for i := start; i < len(text); i++ {
-		j := strings.IndexByte(text[i:], stop[0])
-		if j < 0 {
-			return 0
-		}
-		i += j
-		if strings.HasPrefix(stop, text[i:]) {
-			return len(text) - i
-		}
-	}
-	return 0
 }

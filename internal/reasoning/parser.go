@@ -3,7 +3,8 @@ package reasoning
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/warden-ai/warden/internal/streamtext"
 )
 
 // Format is a model's reasoning output format.
@@ -164,7 +165,7 @@ func (p *Parser) next(out *Output, end bool) bool {
 	case stContent:
 		n := len(p.buf)
 		if !end {
-			n -= partialRune(p.buf)
+			n -= streamtext.PartialRune(p.buf)
 		}
 		out.Content += p.buf[:n]
 		p.buf = p.buf[n:]
@@ -187,36 +188,11 @@ func (p *Parser) think(out *Output, end bool) bool {
 		p.buf, p.scanned = "", 0
 		return false
 	}
-	keep := partialSuffix(p.buf, CloseTag)
+	keep := streamtext.PartialSuffix(p.buf, CloseTag)
 	n := len(strings.TrimRight(p.buf[:len(p.buf)-keep], space))
-	n -= partialRune(p.buf[:n])
+	n -= streamtext.PartialRune(p.buf[:n])
 	out.Reasoning += p.buf[:n]
 	p.buf = p.buf[n:]
 	p.scanned = len(p.buf)
 	return false
-}
-
-// partialSuffix returns the length of the longest suffix of text that is a
-// proper, non-empty prefix of tag.
-func partialSuffix(text, tag string) int {
-	for n := min(len(tag)-1, len(text)); n > 0; n-- {
-		if strings.HasPrefix(tag, text[len(text)-n:]) {
-			return n
-		}
-	}
-	return 0
-}
-
-// partialRune returns the length of an incomplete UTF-8 sequence at the
-// end of s (0 when s ends on a character boundary).
-func partialRune(s string) int {
-	for n := 1; n <= min(utf8.UTFMax-1, len(s)); n++ {
-		if c := s[len(s)-n]; utf8.RuneStart(c) {
-			if c >= utf8.RuneSelf && !utf8.FullRuneInString(s[len(s)-n:]) {
-				return n
-			}
-			return 0
-		}
-	}
-	return 0
 }

@@ -3,7 +3,8 @@ package toolcall
 import (
 	"encoding/json"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/warden-ai/warden/internal/streamtext"
 )
 
 // Delta is one step of one tool call as OpenAI streams it: the first delta
@@ -204,7 +205,7 @@ func (p *Parser) undecided(end bool) bool {
 func (p *Parser) text(out *Output, end bool) bool {
 	tag := map[Format]string{FormatHermes: hermesOpen, FormatMistral: mistralCalls}[p.o.Format]
 	if tag == "" {
-		p.consume(out, len(p.buf)-partialRune(p.buf), true)
+		p.consume(out, len(p.buf)-streamtext.PartialRune(p.buf), true)
 		return false
 	}
 	if i := strings.Index(p.buf, tag); i >= 0 {
@@ -230,9 +231,9 @@ func (p *Parser) text(out *Output, end bool) bool {
 		}
 		return false
 	}
-	keep := partialSuffix(p.buf, tag)
+	keep := streamtext.PartialSuffix(p.buf, tag)
 	n := len(strings.TrimRight(p.buf[:len(p.buf)-keep], space))
-	p.consume(out, n-partialRune(p.buf[:n]), true)
+	p.consume(out, n-streamtext.PartialRune(p.buf[:n]), true)
 	return false
 }
 
@@ -413,7 +414,7 @@ func (p *Parser) args(out *Output, end bool) bool {
 	}
 	p.held = stop
 	if n < 0 && !end {
-		stop -= partialRune(p.buf[:stop])
+		stop -= streamtext.PartialRune(p.buf[:stop])
 	}
 	if stop > 0 && !p.drop {
 		out.Calls = append(out.Calls, Delta{Index: p.calls - 1, Arguments: p.buf[:stop]})
@@ -441,7 +442,7 @@ func (p *Parser) tail(out *Output, end bool) bool {
 			p.st = stText
 			return true
 		}
-		p.consume(out, len(p.buf)-partialSuffix(p.buf, hermesClose), false)
+		p.consume(out, len(p.buf)-streamtext.PartialSuffix(p.buf, hermesClose), false)
 		if end {
 			p.consume(out, len(p.buf), false)
 		}
@@ -661,31 +662,6 @@ func (p *Parser) matchHead(text string) (name string, argsAt int, m headMatch) {
 
 func isNameByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
-}
-
-// partialSuffix returns the length of the longest suffix of text that is a
-// proper, non-empty prefix of tag.
-func partialSuffix(text, tag string) int {
-	for n := min(len(tag)-1, len(text)); n > 0; n-- {
-		if strings.HasPrefix(tag, text[len(text)-n:]) {
-			return n
-		}
-	}
-	return 0
-}
-
-// partialRune returns the length of an incomplete UTF-8 sequence at the
-// end of s (0 when s ends on a character boundary).
-func partialRune(s string) int {
-	for n := 1; n <= min(utf8.UTFMax-1, len(s)); n++ {
-		if c := s[len(s)-n]; utf8.RuneStart(c) {
-			if c >= utf8.RuneSelf && !utf8.FullRuneInString(s[len(s)-n:]) {
-				return n
-			}
-			return 0
-		}
-	}
-	return 0
 }
 
 // scanner finds the end of one JSON object fed in pieces, starting at its
