@@ -32,6 +32,7 @@ func TestThinkingSwitches(t *testing.T) {
 		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{"effort":"none","summary":"auto"}}`, &off},
 		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{"effort":"high"}}`, &on},
 		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{}}`, nil},
+		{"/v1/responses", `{"model":"tiny","input":"hi","reasoning":{"summary":"auto"},"include":["reasoning.encrypted_content"],"store":false}`, nil},
 	} {
 		if rec := do(h, "POST", tc.path, tc.body, authJSON()); rec.Code != 200 {
 			t.Fatalf("%s: %d %s", tc.body, rec.Code, rec.Body.String())

@@ -322,12 +322,18 @@ func (d *decoder) responsesReasoning(p *responseParams) *Error {
 	return nil
 }
 
-// includeLogprobs is the include item that asks for output text logprobs.
-const includeLogprobs = "message.output_text.logprobs"
+// The include items: output text logprobs, and encrypted reasoning
+// (accepted, never returned).
+const (
+	includeLogprobs           = "message.output_text.logprobs"
+	includeEncryptedReasoning = "reasoning.encrypted_content"
+)
 
-// responsesLogprobs reads include (only "message.output_text.logprobs" is
-// supported) and top_logprobs. Logprobs are returned when include asks
-// for them or top_logprobs is above 0.
+// responsesLogprobs reads include ("message.output_text.logprobs", and
+// "reasoning.encrypted_content", accepted and ignored: warden has no
+// encrypted reasoning, reasoning items carry their text, which clients
+// send back as is) and top_logprobs. Logprobs are returned when include
+// asks for them or top_logprobs is above 0.
 func (d *decoder) responsesLogprobs() *Error {
 	if raw := d.f.get("include"); raw != nil {
 		items, e := decodeArray(raw, "include", "an array of strings")
@@ -340,11 +346,14 @@ func (d *decoder) responsesLogprobs() *Error {
 			if e != nil {
 				return e
 			}
-			if v != includeLogprobs {
+			switch v {
+			case includeLogprobs:
+				d.r.Logprobs = true
+			case includeEncryptedReasoning:
+			default:
 				return InvalidRequest(param, CodeUnsupportedValue, fmt.Sprintf(
-					"Unsupported value for '%s': %q. This server supports only %q.", param, v, includeLogprobs))
+					"Unsupported value for '%s': %q. This server supports only %q and %q.", param, v, includeLogprobs, includeEncryptedReasoning))
 			}
-			d.r.Logprobs = true
 		}
 	}
 	raw := d.f.get("top_logprobs")
