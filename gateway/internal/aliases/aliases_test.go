@@ -2,13 +2,18 @@ package aliases
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warden-ai/warden/internal/redistest"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
+	"github.com/warden-ai/warden/tenant/redisstore"
 )
 
 // flaky is a store whose listing can be made to fail.
@@ -110,5 +115,47 @@ func TestResolver(t *testing.T) {
 	now = now.Add(DefaultTTL)
 	if target, _ := resolve("chat"); target != "qwen" {
 		t.Fatalf("after the outage: %q", target)
+	}
+}
+
+// TestResolverAcrossReplicas: two gateways' resolvers over one Redis
+// (two stores, as two replicas have): an alias repointed through one is
+// served by it at once and by the other within its TTL.
+func TestResolverAcrossReplicas(t *testing.T) {
+	ctx := context.Background()
+	addr := redistest.Addr(t)
+	prefix := fmt.Sprintf("warden:{aliases-%d}:", time.Now().UnixNano())
+	replica := func() (*redisstore.Store, *Resolver) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = rdb.Close() })
+		s, err := redisstore.New(rdb, []byte("0123456789abcdef0123456789abcdef"), redisstore.WithPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, New(s, Config{Static: map[string]string{"default": "llama"}, TTL: 50 * time.Millisecond})
+	}
+	storeA, a := replica()
+	_, b := replica()
+	for _, r := range []*Resolver{a, b} {
+		if target, _ := r.Resolve(ctx, "default"); target != "llama" {
+			t.Fatalf("configured alias: %q", target)
+		}
+	}
+	if err := storeA.SetAlias(ctx, tenant.Alias{Name: "default", Target: "qwen"}); err != nil {
+		t.Fatal(err)
+	}
+	a.Invalidate() // what the admin API does on the replica that set it
+	if target, _ := a.Resolve(ctx, "default"); target != "qwen" {
+		t.Fatalf("replica A right after the change: %q", target)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if target, _ := b.Resolve(ctx, "default"); target == "qwen" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("replica B never saw the repointed alias")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
