@@ -67,7 +67,8 @@ type promptDetails struct {
 }
 
 // completionDetails breaks down completion_tokens as OpenAI does; warden
-// has no reasoning or predicted-output tokens, so all are 0.
+// has no predicted outputs and does not yet count reasoning tokens apart
+// (they are in completion_tokens), so all are 0.
 type completionDetails struct {
 	ReasoningTokens          int64 `json:"reasoning_tokens"`
 	AcceptedPredictionTokens int64 `json:"accepted_prediction_tokens"`
