@@ -129,7 +129,7 @@ func (s service) withAliases(ctx context.Context, models []api.Model) []api.Mode
 		byID[m.ID] = m
 	}
 	for _, a := range as {
-		if m, ok := byID[a.Target]; ok {
+		if m, ok := byID[a.Target]; ok && !s.g.admission.Has(a.Name) {
 			m.ID, m.AliasFor = a.Name, a.Target
 			models = append(models, m)
 		}
@@ -139,8 +139,13 @@ func (s service) withAliases(ctx context.Context, models []api.Model) []api.Mode
 
 // resolveAlias points req at its model when it names an alias: the
 // request is then served as one to the target in every respect (limits,
-// usage, metrics, the model its response names).
+// usage, metrics, the model its response names). A model's own name is
+// never an alias (an admin alias set before a model of that name was
+// configured does not hide it).
 func (s service) resolveAlias(ctx context.Context, req *api.GenerateRequest) {
+	if s.g.admission.Has(req.Model) {
+		return
+	}
 	if target, ok := s.g.aliases.Resolve(ctx, req.Model); ok {
 		req.Model = target
 	}
