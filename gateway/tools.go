@@ -99,18 +99,27 @@ func (mt *modelTokenizer) newCallID(id string) string {
 }
 
 // reasoningParsers returns what starts the reasoning parser of choice k
-// of a chat request, or nil for a completion or a model without a
-// reasoning format. The output starts inside the thinking when the
-// rendered prompt ends with an open <think> (DeepSeek-R1 distills'
-// templates open it).
-func (mt *modelTokenizer) reasoningParsers(req *api.GenerateRequest, prompt []int32) func(k int) *reasoning.Parser {
-	if req.Kind != api.KindChat || mt.reasoning == "" || mt.reasoning == reasoning.FormatNone {
+// of a chat request, or nil for a completion, a model without a
+// reasoning format, or an output constrained from its first token to
+// something that holds no thinking (constrained: structured output, a
+// forced tool call), which is all answer. The output starts inside the
+// thinking when the rendered prompt ends with an open <think>
+// (DeepSeek-R1 distills' templates open it).
+func (mt *modelTokenizer) reasoningParsers(req *api.GenerateRequest, prompt []int32, constrained bool) func(k int) *reasoning.Parser {
+	if req.Kind != api.KindChat || mt.reasoning == "" || mt.reasoning == reasoning.FormatNone || constrained {
 		return nil
 	}
 	const tail = 16 // tokens: enough to hold "<think>" and whitespace in any tokenizer
 	text, _ := mt.tok.Decode(prompt[max(0, len(prompt)-tail):])
 	o := reasoning.Options{Format: mt.reasoning, InThinking: reasoning.PromptOpensThinking(string(text))}
 	return func(int) *reasoning.Parser { return reasoning.NewParser(o) }
+}
+
+// thinkingAllowed reports whether a constrained output may still think
+// first: only tool_choice auto with strict functions, whose constraint
+// allows any text before the calls.
+func thinkingAllowed(req *api.GenerateRequest, constraintParam string) bool {
+	return constraintParam == "tools" && req.ToolChoice.Mode != api.ToolChoiceFunction && req.ToolChoice.Mode != api.ToolChoiceRequired
 }
 
 // keptMarkers are the special tokens among the markup a request's parsers

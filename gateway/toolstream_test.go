@@ -335,14 +335,20 @@ func reasoningOf(t *testing.T, raw string) string {
 }
 
 // TestReasoningStartsInThinking: a DeepSeek-R1 distill's template opens
-// <think> in the prompt; its output is reasoning up to </think>.
+// <think> in the prompt; its output is reasoning up to </think>. An
+// output constrained from its first token (structured output) holds no
+// thinking: it is all content.
 func TestReasoningStartsInThinking(t *testing.T) {
-	tg := startGateway(t, testConfig())
-	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
-	w.assets.TokenizerConfigJson = tokenizerConfigWith(t,
-		"{%- for m in messages %}<｜User｜>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜><think>\n{% endif %}")
-	w.reply = "Okay, so 2+2 </thin is 4.\n</think>\n\nFour."
-	w.start()
+	r1 := func(reply string) *testGateway {
+		tg := startGateway(t, testConfig())
+		w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+		w.assets.TokenizerConfigJson = tokenizerConfigWith(t,
+			"{%- for m in messages %}<｜User｜>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜><think>\n{% endif %}")
+		w.reply = reply
+		w.start()
+		return tg
+	}
+	tg := r1("Okay, so 2+2 </thin is 4.\n</think>\n\nFour.")
 	resp, err := tg.openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "tiny",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")}})
 	if err != nil {
@@ -350,6 +356,15 @@ func TestReasoningStartsInThinking(t *testing.T) {
 	}
 	if m := resp.Choices[0].Message; reasoningOf(t, m.RawJSON()) != "Okay, so 2+2 </thin is 4." || m.Content != "Four." {
 		t.Fatalf("answer: %s", resp.RawJSON())
+	}
+	resp, err = r1(`{"answer": 4}`).openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "tiny",
+		Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")},
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.Choices[0].Message; reasoningOf(t, m.RawJSON()) != "" || m.Content != `{"answer": 4}` {
+		t.Fatalf("structured answer: %s", resp.RawJSON())
 	}
 }
 
