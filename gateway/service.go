@@ -290,7 +290,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		constraintParam: constraintParam,
 		stops:           req.Stop,
 		tools:           mt.toolParsers(req),
-		reason:          mt.reasoningParsers(req, prompt, constraint != "" && !thinkingAllowed(req, constraintParam)),
+		reason:          mt.reasoningParsers(req, prompt, constraint != "" && !thinkingAllowed(req, constraint, constraintParam)),
 		gen:             &generation{req: r, events: make(chan api.Event)},
 	}
 	d.markers = mt.keptMarkers(d.tools != nil, d.reason != nil)

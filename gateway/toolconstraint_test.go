@@ -144,3 +144,33 @@ func TestToolConstraintRefusals(t *testing.T) {
 		t.Fatalf("response_format with required: %v", err)
 	}
 }
+
+// TestThinkingAllowed: outputs constrained to a value from their first
+// token are not parsed for reasoning; a client's regex and tool_choice
+// auto are.
+func TestThinkingAllowed(t *testing.T) {
+	enc := func(s constrain.Spec) string {
+		w, err := s.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	auto, forced := &api.GenerateRequest{}, &api.GenerateRequest{ToolChoice: api.ToolChoice{Mode: api.ToolChoiceRequired}}
+	for _, tc := range []struct {
+		req        *api.GenerateRequest
+		constraint string
+		param      string
+		want       bool
+	}{
+		{auto, enc(constrain.Spec{Regex: "<think>[a-z]+</think>[a-z]+"}), "structured_outputs", true},
+		{auto, enc(constrain.Spec{JSONObject: true}), "response_format", false},
+		{auto, enc(constrain.Spec{Choice: []string{"a", "b"}}), "guided_choice", false},
+		{auto, enc(constrain.Spec{Regex: "x"}), "tools", true},
+		{forced, enc(constrain.Spec{Regex: "x"}), "tools", false},
+	} {
+		if got := thinkingAllowed(tc.req, tc.constraint, tc.param); got != tc.want {
+			t.Errorf("%s %s: %v, want %v", tc.param, tc.constraint, got, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/internal/constrain"
 	"github.com/warden-ai/warden/internal/reasoning"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/internal/toolcall"
@@ -115,11 +116,18 @@ func (mt *modelTokenizer) reasoningParsers(req *api.GenerateRequest, prompt []in
 	return func(int) *reasoning.Parser { return reasoning.NewParser(o) }
 }
 
-// thinkingAllowed reports whether a constrained output may still think
-// first: only tool_choice auto with strict functions, whose constraint
-// allows any text before the calls.
-func thinkingAllowed(req *api.GenerateRequest, constraintParam string) bool {
-	return constraintParam == "tools" && req.ToolChoice.Mode != api.ToolChoiceFunction && req.ToolChoice.Mode != api.ToolChoiceRequired
+// thinkingAllowed reports whether an output under constraint (wire form,
+// from field constraintParam) may still think first: tool_choice auto
+// with strict functions, whose constraint allows any text before the
+// calls, and a client's regular expression, which writes the whole
+// output's shape, thinking included if it wants. JSON, choices and forced
+// calls start with their value.
+func thinkingAllowed(req *api.GenerateRequest, constraint, constraintParam string) bool {
+	if constraintParam == "tools" {
+		return req.ToolChoice.Mode != api.ToolChoiceFunction && req.ToolChoice.Mode != api.ToolChoiceRequired
+	}
+	spec, err := constrain.DecodeSpec(constraint)
+	return err == nil && spec.Regex != ""
 }
 
 // keptMarkers are the special tokens among the markup a request's parsers
