@@ -336,6 +336,15 @@ type Model struct {
 	// MaxOutputTokens caps the output tokens of one request; 0 means no
 	// cap beyond the context window. Must be < ContextLength.
 	MaxOutputTokens int `yaml:"max_output_tokens"`
+	// ReasoningParser is how the model's reasoning is told apart from
+	// its answer in chat output: qwen3, deepseek_r1 or none; "" or auto
+	// detects it from the chat template (see internal/reasoning).
+	ReasoningParser string `yaml:"reasoning_parser"`
+	// Aliases are other names clients may use for the model (a stable
+	// "default", say). The admin API may add, repoint or override them
+	// (gateway/internal/aliases). Each follows the rules of Name and
+	// differs from every model's name and every other alias.
+	Aliases []string `yaml:"aliases"`
 }
 
 // Role is what a worker does.

@@ -572,3 +572,34 @@ func FuzzParseByteSize(f *testing.F) {
 		}
 	})
 }
+
+// TestModelAliasesAndReasoningParser: models[].aliases and
+// models[].reasoning_parser are read and checked.
+func TestModelAliasesAndReasoningParser(t *testing.T) {
+	c, err := LoadBytes([]byte("models:\n  - {name: a, context_length: 64, aliases: [default, x], reasoning_parser: qwen3}\n  - {name: b, context_length: 64, aliases: [y]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Aliases(); !reflect.DeepEqual(got, map[string]string{"default": "a", "x": "a", "y": "b"}) {
+		t.Errorf("Aliases() = %v", got)
+	}
+	c, err = LoadBytes([]byte("models:\n  - {name: a, context_length: 64, aliases: [b, x, 'no way'], reasoning_parser: qwen}\n  - {name: b, context_length: 64, aliases: [x]}\n"))
+	if err == nil {
+		err = c.ValidateGateway()
+	}
+	want := []string{
+		`models[0].reasoning_parser: must be qwen3, deepseek_r1, none or auto (got "qwen")`,
+		`models[0].aliases[0]: "b" is the name of models[1]`,
+		`models[0].aliases[2]: must be 1-128 characters of letters, digits and . _ - : /, starting with a letter or digit (got "no way")`,
+		`models[1].aliases[0]: duplicate of models[0].aliases[1] ("x")`,
+	}
+	var got []string
+	for _, p := range problems(t, err) {
+		if strings.HasPrefix(p, "models") {
+			got = append(got, p)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}

@@ -127,6 +127,9 @@ func (c *Config) normalize() {
 		if c.Models[i].ContextPolicy == "" {
 			c.Models[i].ContextPolicy = ContextClamp
 		}
+		if len(c.Models[i].Aliases) == 0 {
+			c.Models[i].Aliases = nil // "aliases: []" is no aliases, as when left out
+		}
 	}
 }
 

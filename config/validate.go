@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/warden-ai/warden/internal/reasoning"
 )
 
 // Validate checks that the configuration is consistent, whatever process
@@ -393,7 +395,43 @@ func (c *Config) validateModels(v *validator) {
 		if m.ContextLength > 0 && m.MaxOutputTokens >= m.ContextLength {
 			v.add(p+".max_output_tokens", "must be < context_length %d, or no prompt fits (got %d)", m.ContextLength, m.MaxOutputTokens)
 		}
+		if _, err := reasoning.ParseFormat(m.ReasoningParser); err != nil {
+			v.add(p+".reasoning_parser", "must be qwen3, deepseek_r1, none or auto (got %q)", m.ReasoningParser)
+		}
 	}
+	c.validateAliases(v, first)
+}
+
+// validateAliases checks models[].aliases: model names, each used once,
+// none a model's name.
+func (c *Config) validateAliases(v *validator, models map[string]int) {
+	seen := make(map[string]string)
+	for i, m := range c.Models {
+		for j, a := range m.Aliases {
+			p := fmt.Sprintf("models[%d].aliases[%d]", i, j)
+			switch k, isModel := models[a]; {
+			case !modelNameRE.MatchString(a):
+				v.add(p, "must be 1-128 characters of letters, digits and . _ - : /, starting with a letter or digit (got %q)", a)
+			case isModel:
+				v.add(p, "%q is the name of models[%d]", a, k)
+			case seen[a] != "":
+				v.add(p, "duplicate of %s (%q)", seen[a], a)
+			default:
+				seen[a] = p
+			}
+		}
+	}
+}
+
+// Aliases returns the configured aliases, alias → model.
+func (c *Config) Aliases() map[string]string {
+	out := make(map[string]string)
+	for _, m := range c.Models {
+		for _, a := range m.Aliases {
+			out[a] = m.Name
+		}
+	}
+	return out
 }
 
 func (c *Config) validateWorker(v *validator) {

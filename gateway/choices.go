@@ -6,15 +6,18 @@ import (
 
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/reasoning"
 	"github.com/warden-ai/warden/internal/toolcall"
 )
 
 // choice is one of a request's n choices as the relay sees it: its text
-// (stop strings apply per choice), its tool-call parser (nil without
-// tools), the tokens received for it, and whether it ended (a stop string
+// (stop strings apply per choice), its reasoning parser (nil for a model
+// without a reasoning format) and tool-call parser (nil without tools),
+// the tokens received for it, and whether it ended (a stop string
 // matched).
 type choice struct {
 	text     *textStream
+	reason   *reasoning.Parser
 	tools    *toolcall.Parser
 	received int64
 	ended    bool
@@ -24,9 +27,12 @@ type choice struct {
 func (d *driver) newChoices() []*choice {
 	cs := make([]*choice, d.n)
 	for k := range cs {
-		cs[k] = &choice{text: newTextStream(d.tok.tok, d.stops)}
+		cs[k] = &choice{text: newTextStream(d.tok.tok, d.stops, d.markers)}
 		if d.tools != nil {
 			cs[k].tools = d.tools(k)
+		}
+		if d.reason != nil {
+			cs[k].reason = d.reason(k)
 		}
 	}
 	return cs
@@ -106,7 +112,7 @@ func (d *driver) finishChoices(ctx context.Context, done *controlpb.Done, cs []*
 		if i == len(open)-1 {
 			u = usage
 		}
-		if err := d.emitLast(ctx, l.k, cs[l.k].tools, l.rest, nil, l.reason, u); err != nil {
+		if err := d.emitLast(ctx, l.k, cs[l.k], l.rest, nil, l.reason, u); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
+	"github.com/warden-ai/warden/gateway/internal/aliases"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
@@ -61,6 +62,7 @@ type Gateway struct {
 	// failover wraps a Redis store: degraded mode through its outages
 	// (nil with another store).
 	failover   *storefailover.Store
+	aliases    *aliases.Resolver // model aliases, resolved before anything else
 	admission  *admission.Controller
 	tokenizers *tokenizers
 	layouts    *layoutAgreement
@@ -202,6 +204,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		}
 	}
 	g.journal = tenant.NewReleaseJournal(tenant.JournalConfig{Logger: g.logger})
+	g.aliases = aliases.New(g.store, aliases.Config{Static: cfg.Aliases(), Logger: g.logger})
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
 	g.table = lifecycle.NewTable(lifecycle.Config{Logger: g.logger, AbortTimeout: cfg.Gateway.HeartbeatTimeout})
@@ -250,7 +253,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 
 	dial := append(cluster.dial, grpc.WithStatsHandler(obs.GRPCClientHandler(o.tracer)))
 	hostname, _ := os.Hostname()
-	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer), logger: g.logger}
+	g.tokenizers = &tokenizers{models: make(map[string]*modelTokenizer), logger: g.logger, reasoning: reasoningOverrides(cfg.Models)}
 	g.reg = registry.New(registry.Config{
 		GatewayID:        "gateway-" + hostname,
 		HeartbeatTimeout: cfg.Gateway.HeartbeatTimeout,

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -877,5 +878,156 @@ func TestDisabledTenantIsAbortedWithCauseQuota(t *testing.T) {
 	waitFor(t, "the quota abort", func() bool { return len(w.aborts(s.ID)) == 1 })
 	if got := w.aborts(s.ID)[0]; got != lifecycle.CauseQuota {
 		t.Fatalf("cause %q", got)
+	}
+}
+
+// adminSend sends a request with a JSON body to the admin API.
+func (tg *testGateway) adminSend(method, path, body string) (int, []byte) {
+	tg.t.Helper()
+	req, _ := http.NewRequest(method, "https://"+tg.AdminAddr().String()+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	_, _ = out.ReadFrom(resp.Body)
+	return resp.StatusCode, out.Bytes()
+}
+
+// TestModelAliases: with openai-go over HTTPS, a configured alias and
+// one the admin API sets are listed in /v1/models beside their targets
+// (metadata.alias_for) and serve their target's content; "default" is
+// repointed from one model to another while a request to it is in
+// flight, which ends on the old model while the next request gets the
+// new one; per-model limits follow the target; an unknown or deleted
+// alias is 404 model_not_found.
+func TestModelAliases(t *testing.T) {
+	cfg := testConfig()
+	cfg.Models = []config.Model{
+		{Name: "tiny", ContextLength: 2048, ContextPolicy: config.ContextClamp, Aliases: []string{"fast"}},
+		{Name: "big", ContextLength: 2048, ContextPolicy: config.ContextClamp},
+	}
+	tg := startGateway(t, cfg)
+	small := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	small.holdTokens = make(chan struct{})
+	small.start()
+	large := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	large.model, large.assets.Model, large.reply = "big", "big", "Big model here."
+	large.start()
+	client := tg.openai()
+	ctx := context.Background()
+	ask := func(model string) (*openai.ChatCompletion, error) {
+		p := chatParams(64)
+		p.Model = model
+		return client.Chat.Completions.New(ctx, p)
+	}
+
+	if code, body := tg.adminSend(http.MethodPut, "/admin/v1/aliases/default", `{"target": "tiny"}`); code != http.StatusOK ||
+		!strings.Contains(string(body), `"source":"admin"`) {
+		t.Fatalf("PUT alias: %d %s", code, body)
+	}
+	page, err := client.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{}
+	for _, m := range page.Data {
+		var meta struct {
+			Metadata struct {
+				AliasFor string `json:"alias_for"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal([]byte(m.RawJSON()), &meta); err != nil {
+			t.Fatal(err)
+		}
+		listed[m.ID] = meta.Metadata.AliasFor
+	}
+	if want := map[string]string{"tiny": "", "big": "", "fast": "tiny", "default": "tiny"}; fmt.Sprint(listed) != fmt.Sprint(want) {
+		t.Fatalf("/v1/models: %v, want %v", listed, want)
+	}
+
+	// A request to default, held in flight on tiny.
+	type answer struct {
+		resp *openai.ChatCompletion
+		err  error
+	}
+	held := make(chan answer, 1)
+	go func() {
+		r, err := ask("default")
+		held <- answer{r, err}
+	}()
+	waitFor(t, "the request to default in flight", func() bool { return tg.table.InFlight() == 1 })
+
+	// Repointed while it runs: the next request gets big.
+	if code, body := tg.adminSend(http.MethodPut, "/admin/v1/aliases/default", `{"target": "big"}`); code != http.StatusOK {
+		t.Fatalf("repoint: %d %s", code, body)
+	}
+	r, err := ask("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Choices[0].Message.Content != "Big model here." || r.Model != "big" {
+		t.Fatalf("default after the repoint: %s", r.RawJSON())
+	}
+	close(small.holdTokens)
+	a := <-held
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.resp.Choices[0].Message.Content != fakeReply || a.resp.Model != "tiny" {
+		t.Fatalf("the request in flight during the repoint: %s", a.resp.RawJSON())
+	}
+	if r, err := ask("fast"); err != nil || r.Choices[0].Message.Content != fakeReply {
+		t.Fatalf("configured alias: %v %v", r, err)
+	}
+	m, err := client.Models.Get(ctx, "default")
+	if err != nil || !strings.Contains(m.RawJSON(), `"alias_for":"big"`) {
+		t.Fatalf("GET /v1/models/default: %v %v", m, err)
+	}
+
+	// Per-model limits follow the target: big closed to acme closes default.
+	if code, body := tg.adminSend(http.MethodPut, "/admin/v1/model-limits/big", `{"allowed_tenants": ["someone-else"]}`); code != http.StatusOK {
+		t.Fatalf("model limits: %d %s", code, body)
+	}
+	_, direct := ask("big")
+	_, viaAlias := ask("default")
+	var de, ae *openai.Error
+	if !errors.As(direct, &de) || !errors.As(viaAlias, &ae) || de.StatusCode != ae.StatusCode || de.Code != ae.Code || de.StatusCode < 400 {
+		t.Fatalf("big closed to acme: direct %v, via the alias %v", direct, viaAlias)
+	}
+	if code, body := tg.adminSend(http.MethodDelete, "/admin/v1/model-limits/big", ""); code != http.StatusOK {
+		t.Fatalf("delete model limits: %d %s", code, body)
+	}
+
+	// Refusals, deletion, unknown aliases.
+	for _, tc := range []struct{ path, body, want string }{
+		{"/admin/v1/aliases/x", `{"target": "nope"}`, `"param":"target"`},
+		{"/admin/v1/aliases/x", `{}`, `"param":"target"`},
+		{"/admin/v1/aliases/big", `{"target": "tiny"}`, `"param":"name"`},
+		{"/admin/v1/aliases/x", `{"target": "tiny", "extra": 1}`, `"param":"extra"`},
+	} {
+		if code, body := tg.adminSend(http.MethodPut, tc.path, tc.body); code != http.StatusBadRequest || !strings.Contains(string(body), tc.want) {
+			t.Errorf("PUT %s %s: %d %s", tc.path, tc.body, code, body)
+		}
+	}
+	if code, body := tg.adminSend(http.MethodDelete, "/admin/v1/aliases/default", ""); code != http.StatusOK {
+		t.Fatalf("DELETE alias: %d %s", code, body)
+	}
+	if code, _ := tg.adminSend(http.MethodDelete, "/admin/v1/aliases/default", ""); code != http.StatusNotFound {
+		t.Fatalf("second DELETE: %d", code)
+	}
+	if code, body := tg.admin(http.MethodGet, "/admin/v1/aliases"); code != http.StatusOK ||
+		string(body) != `{"data":[{"name":"fast","target":"tiny","source":"config"}]}`+"\n" {
+		t.Fatalf("GET aliases: %d %s", code, body)
+	}
+	for _, name := range []string{"default", "nope"} {
+		_, err := ask(name)
+		var e *openai.Error
+		if !errors.As(err, &e) || e.StatusCode != http.StatusNotFound || e.Code != "model_not_found" {
+			t.Errorf("%s: %v, want 404 model_not_found", name, err)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/reasoning"
 	"github.com/warden-ai/warden/internal/toolcall"
 	"github.com/warden-ai/warden/tenant"
 )
@@ -80,7 +81,12 @@ type driver struct {
 	stops           []string
 	// tools starts the tool-call parser of choice k; nil without tools.
 	tools func(k int) *toolcall.Parser
-	pages int64 // KV pages the request needs on its decode worker
+	// reason starts the reasoning parser of choice k; nil when the
+	// output is not parsed for reasoning.
+	reason func(k int) *reasoning.Parser
+	// markers are the special tokens the parsers read, kept in the text.
+	markers map[int32]bool
+	pages   int64 // KV pages the request needs on its decode worker
 	// The prefix cache (prefixcache.go): the request's domain and whether
 	// it uses the cache.
 	domain  cachekey.Domain

@@ -15,11 +15,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/reasoning"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/internal/toolcall"
 	"github.com/warden-ai/warden/tenant"
@@ -33,6 +35,9 @@ type modelTokenizer struct {
 	addBOS bool
 	// tools is the tool-call format of the chat template (toolcall.Detect).
 	tools toolcall.Format
+	// reasoning is the model's reasoning format: models[].reasoning_parser,
+	// else reasoning.Detect of the chat template.
+	reasoning reasoning.Format
 }
 
 // tokenizers holds each model's tokenizer. A model's tokenizer is set by
@@ -42,6 +47,9 @@ type modelTokenizer struct {
 type tokenizers struct {
 	reg    *registry.Registry
 	logger *slog.Logger
+	// reasoning holds the configured reasoning formats
+	// (models[].reasoning_parser) of the models that set one.
+	reasoning map[string]reasoning.Format
 
 	mu     sync.Mutex
 	models map[string]*modelTokenizer
@@ -86,6 +94,9 @@ func (t *tokenizers) accept(ctx context.Context, info *controlpb.WorkerInfo, cli
 	if err != nil {
 		return refuse(refusedAssetsInvalid, codes.FailedPrecondition, "worker %s: %v", info.WorkerId, err)
 	}
+	if f := t.reasoning[info.Model]; f != "" {
+		mt.reasoning = f
+	}
 	t.logger.Info("model tokenizer loaded", "model", info.Model, "worker", info.WorkerId,
 		"bytes", len(assets.GetTokenizerJson()), "duration", time.Since(start), "tokenizer_sha256", mt.sha)
 	t.mu.Lock()
@@ -114,7 +125,19 @@ func parseAssets(info *controlpb.WorkerInfo, a *controlpb.ModelAssetsResponse) (
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	return &modelTokenizer{tok: tok, sha: sha, addBOS: wantsBOS(tok, a.GetTokenizerConfigJson()),
-		tools: toolcall.Detect(tok.ChatTemplate())}, nil
+		tools: toolcall.Detect(tok.ChatTemplate()), reasoning: reasoning.Detect(tok.ChatTemplate())}, nil
+}
+
+// reasoningOverrides are the reasoning formats the configuration sets
+// (validated: ParseFormat cannot fail), by model.
+func reasoningOverrides(models []config.Model) map[string]reasoning.Format {
+	out := make(map[string]reasoning.Format)
+	for _, m := range models {
+		if f, _ := reasoning.ParseFormat(m.ReasoningParser); f != "" {
+			out[m.Name] = f
+		}
+	}
+	return out
 }
 
 // wantsBOS decides whether completion prompts start with BOS: when the

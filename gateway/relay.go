@@ -14,7 +14,6 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/controlpb"
-	"github.com/warden-ai/warden/internal/toolcall"
 )
 
 // received is one Recv result of a Generate stream.
@@ -175,7 +174,7 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if stopped {
 			c.ended = true
 			if !allEnded(choices) {
-				return false, d.emitLast(ctx, k, c.tools, delta, lps, "stop", nil)
+				return false, d.emitLast(ctx, k, c, delta, lps, "stop", nil)
 			}
 			// Billed: the tokens received; the worker is told to stop
 			// (Finish with CauseStop).
@@ -184,9 +183,9 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 			if err != nil {
 				return false, err
 			}
-			return true, d.emitLast(ctx, k, c.tools, delta, lps, "stop", usage)
+			return true, d.emitLast(ctx, k, c, delta, lps, "stop", usage)
 		}
-		return false, d.emitText(ctx, k, c.tools, delta, lps)
+		return false, d.emitText(ctx, k, c, delta, lps)
 
 	case *controlpb.GenerateEvent_Done:
 		if state != lifecycle.Decoding {
@@ -263,14 +262,26 @@ func (d *driver) needsFirstLogprobs(ev *controlpb.GenerateEvent, choices []*choi
 }
 
 // emitText hands output text of choice k to the HTTP layer, through the
-// choice's tool-call parser when the request has tools.
-func (d *driver) emitText(ctx context.Context, k int, tools *toolcall.Parser, text string, lps []api.TokenLogprob) error {
-	ev := api.Event{TextDelta: text}
-	if tools != nil {
-		ev = toolEvent(tools.Add(text))
+// choice's reasoning parser (its reasoning apart, the rest on) and
+// tool-call parser when it has them.
+func (d *driver) emitText(ctx context.Context, k int, c *choice, text string, lps []api.TokenLogprob) error {
+	var thought string
+	if c.reason != nil {
+		out := c.reason.Add(text)
+		thought, text = out.Reasoning, out.Content
 	}
-	ev.Choice, ev.Logprobs = k, lps
-	if ev.TextDelta == "" && len(ev.ToolCalls) == 0 && len(ev.Logprobs) == 0 {
+	return d.emitParsed(ctx, k, c, thought, text, lps)
+}
+
+// emitParsed hands choice k's next reasoning and answer text, the answer
+// through the tool-call parser when the choice has one.
+func (d *driver) emitParsed(ctx context.Context, k int, c *choice, thought, text string, lps []api.TokenLogprob) error {
+	ev := api.Event{TextDelta: text}
+	if c.tools != nil {
+		ev = toolEvent(c.tools.Add(text))
+	}
+	ev.Choice, ev.Logprobs, ev.ReasoningDelta = k, lps, thought
+	if ev.TextDelta == "" && ev.ReasoningDelta == "" && len(ev.ToolCalls) == 0 && len(ev.Logprobs) == 0 {
 		return nil
 	}
 	return d.emit(ctx, ev)
@@ -279,15 +290,26 @@ func (d *driver) emitText(ctx context.Context, k int, tools *toolcall.Parser, te
 // emitLast hands choice k's last text and its finish ("tool_calls"
 // instead of "stop" when the output made tool calls), with usage when it
 // is the request's last event.
-func (d *driver) emitLast(ctx context.Context, k int, tools *toolcall.Parser, text string, lps []api.TokenLogprob, reason string, usage *api.Usage) error {
+func (d *driver) emitLast(ctx context.Context, k int, c *choice, text string, lps []api.TokenLogprob, reason string, usage *api.Usage) error {
 	ev := api.Event{TextDelta: text, Logprobs: lps}
-	if tools != nil {
-		if err := d.emitText(ctx, k, tools, text, lps); err != nil {
+	if c.reason != nil || c.tools != nil {
+		if err := d.emitText(ctx, k, c, text, lps); err != nil {
 			return err
 		}
-		ev = toolEvent(tools.End())
-		if reason == "stop" && tools.Calls() > 0 {
-			reason = "tool_calls"
+		ev = api.Event{}
+		if c.reason != nil {
+			out := c.reason.End()
+			if c.tools == nil {
+				ev = api.Event{ReasoningDelta: out.Reasoning, TextDelta: out.Content}
+			} else if err := d.emitParsed(ctx, k, c, out.Reasoning, out.Content, nil); err != nil {
+				return err
+			}
+		}
+		if c.tools != nil {
+			ev = toolEvent(c.tools.End())
+			if reason == "stop" && c.tools.Calls() > 0 {
+				reason = "tool_calls"
+			}
 		}
 	}
 	ev.Choice, ev.FinishReason, ev.Usage = k, reason, usage

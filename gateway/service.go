@@ -119,7 +119,39 @@ func (s service) Models(ctx context.Context, p api.Principal) ([]api.Model, erro
 		out = append(out, api.Model{ID: cur.Model, Created: g.started.Unix(), OwnedBy: "warden",
 			ContextLength: cur.Effective, ConfiguredContextLength: cur.Configured, DType: weightsDTypes(g.reg.Healthy(cur.Model))})
 	}
-	return out, nil
+	return s.withAliases(ctx, out), nil
+}
+
+// withAliases adds to models, the models a tenant may use, an entry for
+// each alias of one of them, like its target's but for its ID and
+// metadata.alias_for.
+func (s service) withAliases(ctx context.Context, models []api.Model) []api.Model {
+	as := s.g.aliases.List(ctx)
+	byID := make(map[string]api.Model, len(models))
+	for _, m := range models {
+		byID[m.ID] = m
+	}
+	for _, a := range as {
+		if m, ok := byID[a.Target]; ok && !s.g.admission.Has(a.Name) {
+			m.ID, m.AliasFor = a.Name, a.Target
+			models = append(models, m)
+		}
+	}
+	return models
+}
+
+// resolveAlias points req at its model when it names an alias: the
+// request is then served as one to the target in every respect (limits,
+// usage, metrics, the model its response names). A model's own name is
+// never an alias (an admin alias set before a model of that name was
+// configured does not hide it).
+func (s service) resolveAlias(ctx context.Context, req *api.GenerateRequest) {
+	if s.g.admission.Has(req.Model) {
+		return
+	}
+	if target, ok := s.g.aliases.Resolve(ctx, req.Model); ok {
+		req.Model = target
+	}
 }
 
 // weightsDTypes names the element types the workers compute with, sorted
@@ -147,6 +179,7 @@ func (s service) storeError(err error) error {
 // Every rejection happens here, before any worker is contacted (I1).
 func (s service) Generate(ctx context.Context, p api.Principal, req *api.GenerateRequest) (api.Generation, error) {
 	g := s.g
+	s.resolveAlias(ctx, req)
 	info := lifecycle.Info{ID: req.RequestID, Tenant: p.Tenant, Model: req.Model, Priority: req.Priority, Received: req.ReceivedAt}
 	if !info.Received.IsZero() {
 		info.Deadline = info.Received.Add(g.cfg.Gateway.RequestTimeout)
@@ -277,8 +310,10 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		constraintParam: constraintParam,
 		stops:           req.Stop,
 		tools:           mt.toolParsers(req),
+		reason:          mt.reasoningParsers(req, prompt, constraint != "" && !thinkingAllowed(req, constraint, constraintParam)),
 		gen:             &generation{req: r, events: make(chan api.Event)},
 	}
+	d.markers = mt.keptMarkers(d.tools != nil, d.reason != nil)
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
 	return d, nil
 }

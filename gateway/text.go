@@ -3,6 +3,7 @@ package gateway
 import (
 	"strings"
 
+	"github.com/warden-ai/warden/internal/streamtext"
 	"github.com/warden-ai/warden/internal/tokenizer"
 )
 
@@ -12,7 +13,8 @@ const maxStopBytes = 1024
 
 // textStream turns a request's output token IDs into text deltas: valid
 // UTF-8 only (a character split across tokens waits for its last byte),
-// special tokens (EOS and other control tokens) rendered as nothing, and
+// special tokens (EOS and other control tokens) rendered as nothing but
+// those the request's parsers read (keep: [TOOL_CALLS], <think>, …), and
 // stop strings applied. Text that could be the start of a stop string is
 // held back until it cannot be; on a match the text is cut before the
 // stop string and the stream ends.
@@ -20,12 +22,13 @@ type textStream struct {
 	tok   *tokenizer.Tokenizer
 	dec   *tokenizer.StreamDecoder
 	stops []string
-	held  string // decoded, not yet released
-	ended bool   // a stop string matched
+	keep  map[int32]bool // special tokens rendered as their text
+	held  string         // decoded, not yet released
+	ended bool           // a stop string matched
 }
 
-func newTextStream(tok *tokenizer.Tokenizer, stops []string) *textStream {
-	return &textStream{tok: tok, dec: tokenizer.NewStreamDecoder(tok), stops: stops}
+func newTextStream(tok *tokenizer.Tokenizer, stops []string, keep map[int32]bool) *textStream {
+	return &textStream{tok: tok, dec: tokenizer.NewStreamDecoder(tok), stops: stops, keep: keep}
 }
 
 // add decodes ids and returns the text that can be released. stopped is
@@ -38,7 +41,7 @@ func (s *textStream) add(ids []int32) (text string, stopped bool, err error) {
 	var b strings.Builder
 	b.WriteString(s.held)
 	for _, id := range ids {
-		if s.tok.IsSpecial(id) {
+		if s.tok.IsSpecial(id) && !s.keep[id] {
 			continue
 		}
 		piece, err := s.dec.Add(id)
@@ -79,27 +82,8 @@ func (s *textStream) release(pending string) (string, bool, error) {
 	}
 	hold := 0
 	for _, stop := range s.stops {
-		hold = max(hold, partialSuffix(pending, stop))
+		hold = max(hold, streamtext.PartialSuffix(pending, stop))
 	}
 	s.held = pending[len(pending)-hold:]
 	return pending[:len(pending)-hold], false, nil
-}
-
-// partialSuffix returns the length of the longest suffix of text that is a
-// proper, non-empty prefix of stop. Such a suffix starts with stop's first
-// byte, never a UTF-8 continuation byte, so cutting there keeps both parts
-// valid UTF-8.
-func partialSuffix(text, stop string) int {
-	start := max(len(text)-(len(stop)-1), 0)
-	for i := start; i < len(text); i++ {
-		j := strings.IndexByte(text[i:], stop[0])
-		if j < 0 {
-			return 0
-		}
-		i += j
-		if strings.HasPrefix(stop, text[i:]) {
-			return len(text) - i
-		}
-	}
-	return 0
 }

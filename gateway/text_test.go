@@ -36,7 +36,7 @@ func byteTokens(text string) []int32 {
 // released deltas, whether a stop string matched, and the final text.
 func run(t *testing.T, tok *tokenizer.Tokenizer, stops []string, ids []int32, chunk int) (deltas []string, stopped bool, text string) {
 	t.Helper()
-	s := newTextStream(tok, stops)
+	s := newTextStream(tok, stops, nil)
 	for len(ids) > 0 && !stopped {
 		n := min(chunk, len(ids))
 		d, st, err := s.add(ids[:n])
@@ -94,7 +94,7 @@ func TestTextStream(t *testing.T) {
 
 func TestTextStreamHoldsBackOnlyStopPrefixes(t *testing.T) {
 	tok := presetTokenizer(t)
-	s := newTextStream(tok, []string{"<END>"})
+	s := newTextStream(tok, []string{"<END>"}, nil)
 	for _, step := range []struct{ in, out string }{
 		{"Hello <", "Hello "}, // "<" may start the stop string
 		{"E", ""},
@@ -117,7 +117,7 @@ func TestTextStreamHoldsBackOnlyStopPrefixes(t *testing.T) {
 
 func TestTextStreamUnknownToken(t *testing.T) {
 	tok := presetTokenizer(t)
-	if _, _, err := newTextStream(tok, nil).add([]int32{1 << 20}); err == nil {
+	if _, _, err := newTextStream(tok, nil, nil).add([]int32{1 << 20}); err == nil {
 		t.Fatal("an unknown token ID was accepted")
 	}
 }
@@ -135,7 +135,7 @@ func FuzzTextStream(f *testing.F) {
 			return
 		}
 		ids := byteTokens(string(text))
-		s := newTextStream(tok, []string{stop})
+		s := newTextStream(tok, []string{stop}, nil)
 		var out strings.Builder
 		stopped := false
 		step := int(chunk%7) + 1
@@ -179,4 +179,23 @@ func decodeAll(t *testing.T, tok *tokenizer.Tokenizer, text string) string {
 		b.WriteString(s)
 	}
 	return b.String() + d.Flush()
+}
+
+// TestTextStreamKeepsMarkers: special tokens are dropped from the text
+// but those the request's parsers read, which are rendered as their text.
+func TestTextStreamKeepsMarkers(t *testing.T) {
+	tok := presetTokenizer(t)
+	eos := tok.EOS()[0]
+	ids := append(byteTokens("a"), eos)
+	ids = append(ids, byteTokens("b")...)
+	if got, _, _ := newTextStream(tok, nil, nil).add(ids); got != "ab" {
+		t.Fatalf("without markers: %q", got)
+	}
+	piece, err := tok.TokenBytes(eos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := newTextStream(tok, nil, map[int32]bool{eos: true}).add(ids); got != "a"+string(piece)+"b" {
+		t.Fatalf("with the marker kept: %q", got)
+	}
 }

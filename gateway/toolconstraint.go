@@ -45,8 +45,11 @@ func toolConstraint(req *api.GenerateRequest, f toolcall.Format, grammars *const
 			"Unsupported combination: structured output (response_format) together with tool_choice \"required\", a named function or strict functions; send one of them.")
 	}
 	prefix, suffix, argsKey := "", "", "parameters"
-	if f == toolcall.FormatHermes {
+	switch f {
+	case toolcall.FormatHermes:
 		prefix, suffix, argsKey = "<tool_call>\n", "\n</tool_call>", "arguments"
+	case toolcall.FormatMistral:
+		prefix, suffix, argsKey = "[TOOL_CALLS][", "]", "arguments"
 	}
 	// Each call's schema standalone (for expressions) and as a branch of
 	// an anyOf (references inside point to where the parameters sit).
@@ -130,7 +133,8 @@ func anyOf(schemas []json.RawMessage) json.RawMessage {
 }
 
 // callsRegex is one or more calls in the model's format: Hermes calls
-// one per line, Llama's separated by "; ".
+// one per line, Llama's separated by "; ", Mistral's each in its own
+// [TOOL_CALLS][...].
 func callsRegex(calls []json.RawMessage, prefix, suffix string, f toolcall.Format) (string, error) {
 	alts := make([]string, len(calls))
 	for i, c := range calls {
@@ -141,9 +145,9 @@ func callsRegex(calls []json.RawMessage, prefix, suffix string, f toolcall.Forma
 		alts[i] = re
 	}
 	one := regexp.QuoteMeta(prefix) + "(?:" + strings.Join(alts, "|") + ")" + regexp.QuoteMeta(suffix)
-	sep := "; "
-	if f == toolcall.FormatHermes {
-		sep = "\n"
+	sep := map[toolcall.Format]string{toolcall.FormatHermes: "\n", toolcall.FormatMistral: ""}[f]
+	if f == toolcall.FormatLlama3JSON {
+		sep = "; "
 	}
 	re := one + "(?:" + regexp.QuoteMeta(sep) + one + ")*"
 	if len(re) > constrain.MaxRegexBytes {
@@ -153,25 +157,30 @@ func callsRegex(calls []json.RawMessage, prefix, suffix string, f toolcall.Forma
 }
 
 // autoRegex is the text an answer may hold instead of (Llama) or before
-// (Hermes) calls, with strict functions and tool_choice auto: exactly the
-// text the parser does not take for a call. Llama: any text whose first
-// non-space character is not "{". Hermes: any text without "<tool_call>"
-// (every "<" starts a proper prefix of it that ends the text or is
-// followed by another "<", or one that turns away from it).
+// (Hermes, Mistral) calls, with strict functions and tool_choice auto:
+// exactly the text the parser does not take for a call. Llama: any text
+// whose first non-space character is not "{". Hermes and Mistral: any
+// text without the tag that starts calls, "<tool_call>" or "[TOOL_CALLS]"
+// (every occurrence of the tag's first character starts a proper prefix
+// of it that ends the text or is followed by that character again, or
+// one that turns away from it; the tags hold their first character once).
 func autoRegex(f toolcall.Format) string {
-	if f == toolcall.FormatLlama3JSON {
+	tag := "<tool_call>"
+	switch f {
+	case toolcall.FormatLlama3JSON:
 		return `[ \t\r\n]*(?:[^{ \t\r\n][\s\S]*)?`
+	case toolcall.FormatMistral:
+		tag = "[TOOL_CALLS]"
 	}
-	const tag = "<tool_call>"
 	c := func(i int) string { return regexp.QuoteMeta(tag[i : i+1]) }
-	last := len(tag) - 1
-	prefix, away := "", "[^"+c(last)+"<]"
+	first, last := c(0), len(tag)-1
+	prefix, away := "", "[^"+c(last)+first+"]"
 	for i := last - 1; i >= 1; i-- {
 		prefix = "(?:" + c(i) + prefix + ")?"
-		away = "(?:[^" + c(i) + "<]|" + c(i) + away + ")"
+		away = "(?:[^" + c(i) + first + "]|" + c(i) + away + ")"
 	}
-	p, m := "(?:<"+prefix+")", "(?:<"+away+")"
-	return "(?:[^<]|" + p + "*" + m + ")*" + p + "*"
+	p, m := "(?:"+first+prefix+")", "(?:"+first+away+")"
+	return "(?:[^" + first + "]|" + p + "*" + m + ")*" + p + "*"
 }
 
 // toolSchemaError maps a constraint error for tools[i] (i < 0: the tools

@@ -13,24 +13,26 @@ import (
 	"github.com/warden-ai/warden/internal/toolcall"
 )
 
-// TestAutoRegexHermes: the text allowed before Hermes calls is exactly
-// the text without "<tool_call>", checked on many strings over the tag's
-// own letters.
+// TestAutoRegexHermes: the text allowed before Hermes (Mistral) calls
+// is exactly the text without "<tool_call>" ("[TOOL_CALLS]"), checked on
+// many strings over the tag's own letters.
 func TestAutoRegexHermes(t *testing.T) {
-	re := regexp.MustCompile("^(?:" + autoRegex(toolcall.FormatHermes) + ")$")
-	rng := rand.New(rand.NewPCG(1, 2))
-	const letters = "<tool_ca>x\n"
-	for range 50000 {
-		b := make([]byte, rng.IntN(16))
-		for i := range b {
-			b[i] = letters[rng.IntN(len(letters))]
-		}
-		s := string(b)
-		if rng.IntN(4) == 0 {
-			s += "<tool_call>"[:rng.IntN(12)]
-		}
-		if got, want := re.MatchString(s), !strings.Contains(s, "<tool_call>"); got != want {
-			t.Fatalf("%q: matched %v, want %v", s, got, want)
+	for f, tag := range map[toolcall.Format]string{toolcall.FormatHermes: "<tool_call>", toolcall.FormatMistral: "[TOOL_CALLS]"} {
+		re := regexp.MustCompile("^(?:" + autoRegex(f) + ")$")
+		rng := rand.New(rand.NewPCG(1, 2))
+		letters := tag[:len(tag)-3] + "x\n"
+		for range 50000 {
+			b := make([]byte, rng.IntN(16))
+			for i := range b {
+				b[i] = letters[rng.IntN(len(letters))]
+			}
+			s := string(b)
+			if rng.IntN(4) == 0 {
+				s += tag[:rng.IntN(len(tag)+1)]
+			}
+			if got, want := re.MatchString(s), !strings.Contains(s, tag); got != want {
+				t.Fatalf("%s %q: matched %v, want %v", f, s, got, want)
+			}
 		}
 	}
 	llama := regexp.MustCompile("^(?:" + autoRegex(toolcall.FormatLlama3JSON) + ")$")
@@ -75,6 +77,14 @@ func TestToolConstraint(t *testing.T) {
 		{"hermes strict auto", toolcall.FormatHermes, api.ToolChoice{}, true, false,
 			[]string{"", "Just text <b>x</b>", "Let me see.<tool_call>\n" + weather + "\n</tool_call>"},
 			[]string{"<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{}}\n</tool_call>", "x<tool_call>{}"}},
+		{"mistral named", toolcall.FormatMistral, api.ToolChoice{Mode: api.ToolChoiceFunction, Name: "get_weather"}, false, false,
+			[]string{"[TOOL_CALLS][" + weather + "]"}, []string{weather, "[TOOL_CALLS][" + add + "]"}},
+		{"mistral required parallel", toolcall.FormatMistral, api.ToolChoice{Mode: api.ToolChoiceRequired}, false, false,
+			[]string{"[TOOL_CALLS][" + add + "]", "[TOOL_CALLS][" + weather + "][TOOL_CALLS][" + add + "]"},
+			[]string{"", "hello", "[TOOL_CALLS][{\"name\":\"add\",\"arguments\":{\"a\":\"x\",\"b\":1}}]"}},
+		{"mistral strict auto", toolcall.FormatMistral, api.ToolChoice{}, true, false,
+			[]string{"", "Just text [1, 2]", "Let me see.[TOOL_CALLS][" + weather + "]"},
+			[]string{"[TOOL_CALLS][{\"name\":\"get_weather\",\"arguments\":{}}]", "x[TOOL_CALLS]{}"}},
 		{"llama named", toolcall.FormatLlama3JSON, api.ToolChoice{Mode: api.ToolChoiceFunction, Name: "get_weather"}, false, false,
 			[]string{llamaWeather}, []string{weather}},
 		{"llama strict auto", toolcall.FormatLlama3JSON, api.ToolChoice{}, true, false,
@@ -132,5 +142,35 @@ func TestToolConstraintRefusals(t *testing.T) {
 	req.ToolChoice, req.Constraint = api.ToolChoice{Mode: api.ToolChoiceRequired}, `{"json_object":true}`
 	if _, err := toolConstraint(req, toolcall.FormatHermes, nil); !errors.As(err, &ae) || ae.Param != "tool_choice" {
 		t.Fatalf("response_format with required: %v", err)
+	}
+}
+
+// TestThinkingAllowed: outputs constrained to a value from their first
+// token are not parsed for reasoning; a client's regex and tool_choice
+// auto are.
+func TestThinkingAllowed(t *testing.T) {
+	enc := func(s constrain.Spec) string {
+		w, err := s.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	auto, forced := &api.GenerateRequest{}, &api.GenerateRequest{ToolChoice: api.ToolChoice{Mode: api.ToolChoiceRequired}}
+	for _, tc := range []struct {
+		req        *api.GenerateRequest
+		constraint string
+		param      string
+		want       bool
+	}{
+		{auto, enc(constrain.Spec{Regex: "<think>[a-z]+</think>[a-z]+"}), "structured_outputs", true},
+		{auto, enc(constrain.Spec{JSONObject: true}), "response_format", false},
+		{auto, enc(constrain.Spec{Choice: []string{"a", "b"}}), "guided_choice", false},
+		{auto, enc(constrain.Spec{Regex: "x"}), "tools", true},
+		{forced, enc(constrain.Spec{Regex: "x"}), "tools", false},
+	} {
+		if got := thinkingAllowed(tc.req, tc.constraint, tc.param); got != tc.want {
+			t.Errorf("%s %s: %v, want %v", tc.param, tc.constraint, got, tc.want)
+		}
 	}
 }

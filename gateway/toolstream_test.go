@@ -37,12 +37,19 @@ func hermesToolsWorker(t *testing.T, tg *testGateway) {
 // nothing of them but a line saying how to call them).
 func hermesTokenizerConfig(t testing.TB) []byte {
 	t.Helper()
+	return tokenizerConfigWith(t, "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"+
+		"{%- if tools %}Call tools as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n{% endif %}assistant: ")
+}
+
+// tokenizerConfigWith is the tiny model's tokenizer_config.json with
+// another chat template.
+func tokenizerConfigWith(t testing.TB, template string) []byte {
+	t.Helper()
 	var cfg map[string]any
 	if err := json.Unmarshal(tokFiles.configJSON, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["chat_template"] = "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}" +
-		"{%- if tools %}Call tools as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n{% endif %}assistant: "
+	cfg["chat_template"] = template
 	raw, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -221,4 +228,219 @@ func equalCalls(a, b []toolCallOut) bool {
 		}
 	}
 	return true
+}
+
+// thinkingWorker starts a both worker whose chat template reasons in
+// <think> (Qwen3 style, with tools in the Hermes format and the
+// enable_thinking switch) and whose reply thinks, says something and
+// calls tools (3 byte tokens an event, so the tags are cut everywhere).
+func thinkingWorker(t *testing.T, tg *testGateway) {
+	t.Helper()
+	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	w.assets.TokenizerConfigJson = tokenizerConfigWith(t, "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"+
+		"{%- if tools %}Call tools as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>\n{% endif %}assistant: "+
+		"{%- if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}")
+	w.reply = "<think>\nWeather first, then the sum: ü.\n</think>\n\n" + toolReply
+	w.start()
+}
+
+// TestReasoningContent: with openai-go, a reasoning model's thinking is
+// reasoning_content, apart from the content and the tool calls parsed
+// after it, in the non-streamed answer, in the stream's deltas (whose
+// cuts fall inside the tags) and as the Responses API's reasoning item;
+// chat_template_kwargs.enable_thinking reaches the template.
+func TestReasoningContent(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	thinkingWorker(t, tg)
+	client := tg.openai()
+	ctx := context.Background()
+	const thought = "Weather first, then the sum: ü."
+
+	resp, err := client.Chat.Completions.New(ctx, toolParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := resp.Choices[0].Message
+	var calls []toolCallOut
+	for _, c := range m.ToolCalls {
+		calls = append(calls, toolCallOut{c.Function.Name, c.Function.Arguments})
+	}
+	if reasoningOf(t, m.RawJSON()) != thought || m.Content != "Let me check." || !equalCalls(calls, toolReplyCalls) {
+		t.Fatalf("non-streamed answer: %s", resp.RawJSON())
+	}
+
+	stream := client.Chat.Completions.NewStreaming(ctx, toolParams())
+	var acc openai.ChatCompletionAccumulator
+	var reasoning strings.Builder
+	deltas := 0
+	for stream.Next() {
+		chunk := stream.Current()
+		acc.AddChunk(chunk)
+		for _, c := range chunk.Choices {
+			if r := reasoningOf(t, c.Delta.RawJSON()); r != "" {
+				reasoning.WriteString(r)
+				deltas++
+			}
+			if strings.Contains(c.Delta.Content, "think") {
+				t.Errorf("content delta %q leaks the reasoning", c.Delta.Content)
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	calls = nil
+	for _, c := range acc.Choices[0].Message.ToolCalls {
+		calls = append(calls, toolCallOut{c.Function.Name, c.Function.Arguments})
+	}
+	if reasoning.String() != thought || deltas < 5 || acc.Choices[0].Message.Content != "Let me check." || !equalCalls(calls, toolReplyCalls) {
+		t.Fatalf("streamed: reasoning %q in %d deltas, content %q, calls %+v", reasoning.String(), deltas, acc.Choices[0].Message.Content, calls)
+	}
+
+	r, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "tiny", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather?")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Output[0].Type != "reasoning" || r.Output[0].AsReasoning().Content[0].Text != thought || r.OutputText() != toolReply {
+		t.Fatalf("response: %s", r.RawJSON())
+	}
+
+	// enable_thinking false renders the empty thinking into the prompt.
+	on := toolParams()
+	off := toolParams()
+	off.SetExtraFields(map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}})
+	a, err := client.Chat.Completions.New(ctx, on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := client.Chat.Completions.New(ctx, off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Usage.PromptTokens <= a.Usage.PromptTokens {
+		t.Errorf("enable_thinking false: %d prompt tokens, default %d", b.Usage.PromptTokens, a.Usage.PromptTokens)
+	}
+}
+
+// reasoningOf is the reasoning_content of a message or delta's JSON.
+func reasoningOf(t *testing.T, raw string) string {
+	t.Helper()
+	var m struct {
+		ReasoningContent string `json:"reasoning_content"`
+	}
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m.ReasoningContent
+}
+
+// TestReasoningStartsInThinking: a DeepSeek-R1 distill's template opens
+// <think> in the prompt; its output is reasoning up to </think>. An
+// output constrained from its first token (structured output) holds no
+// thinking: it is all content.
+func TestReasoningStartsInThinking(t *testing.T) {
+	r1 := func(reply string) *testGateway {
+		tg := startGateway(t, testConfig())
+		w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+		w.assets.TokenizerConfigJson = tokenizerConfigWith(t,
+			"{%- for m in messages %}<｜User｜>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜><think>\n{% endif %}")
+		w.reply = reply
+		w.start()
+		return tg
+	}
+	tg := r1("Okay, so 2+2 </thin is 4.\n</think>\n\nFour.")
+	resp, err := tg.openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "tiny",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.Choices[0].Message; reasoningOf(t, m.RawJSON()) != "Okay, so 2+2 </thin is 4." || m.Content != "Four." {
+		t.Fatalf("answer: %s", resp.RawJSON())
+	}
+	resp, err = r1(`{"answer": 4}`).openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "tiny",
+		Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")},
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := resp.Choices[0].Message; reasoningOf(t, m.RawJSON()) != "" || m.Content != `{"answer": 4}` {
+		t.Fatalf("structured answer: %s", resp.RawJSON())
+	}
+}
+
+// mistralTemplate renders tool calls and results as Mistral's templates
+// do, and fails, as they do, on a call ID that is not 9 letters and
+// digits.
+const mistralTemplate = `{%- for m in messages %}
+{%- if m.role == 'user' %}[INST]{{ m.content }}[/INST]
+{%- elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS][
+{%- for c in m.tool_calls %}{%- if c.id is not string or c.id|length != 9 %}{{ raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}{% endif %}{"name": "{{ c.function.name }}", "id": "{{ c.id }}"}{% endfor %}]</s>
+{%- elif m.role == 'tool' %}{%- if m.tool_call_id|length != 9 %}{{ raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}{% endif %}[TOOL_RESULTS]{"call_id": "{{ m.tool_call_id }}", "content": {{ m.content|tojson }}}[/TOOL_RESULTS]
+{%- else %}{{ m.content }}{% endif %}
+{%- endfor %}{% if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}[/AVAILABLE_TOOLS]{% endif %}`
+
+// TestMistralToolCalls: a Mistral template's calls ([TOOL_CALLS] in both
+// forms) parse streamed and not, with 9-character call IDs that its
+// template takes back in the next turn, as it takes an OpenAI-style ID
+// (mapped to 9 characters).
+func TestMistralToolCalls(t *testing.T) {
+	for name, reply := range map[string]string{
+		"array": "Let me check. [TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\", \"days\": [1, 2]}}, " +
+			"{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": \"}\"}}]",
+		"named": "Let me check. [TOOL_CALLS]get_weather[ARGS]{\"city\": \"Zürich\", \"days\": [1, 2]}[TOOL_CALLS]add[ARGS]{\"a\": 1, \"b\": \"}\"}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			tg := startGateway(t, testConfig())
+			w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+			w.assets.TokenizerConfigJson = tokenizerConfigWith(t, mistralTemplate)
+			w.reply = reply
+			w.start()
+			client := tg.openai()
+			ctx := context.Background()
+			resp, err := client.Chat.Completions.New(ctx, toolParams())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := resp.Choices[0].Message
+			var calls []toolCallOut
+			for _, c := range m.ToolCalls {
+				calls = append(calls, toolCallOut{c.Function.Name, c.Function.Arguments})
+				if len(c.ID) != 9 || strings.Trim(c.ID, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != "" {
+					t.Errorf("call ID %q is not 9 letters and digits", c.ID)
+				}
+			}
+			if m.Content != "Let me check." || resp.Choices[0].FinishReason != "tool_calls" || !equalCalls(calls, toolReplyCalls) {
+				t.Fatalf("non-streamed: %s", resp.RawJSON())
+			}
+			stream := client.Chat.Completions.NewStreaming(ctx, toolParams())
+			var acc openai.ChatCompletionAccumulator
+			for stream.Next() {
+				acc.AddChunk(stream.Current())
+			}
+			if err := stream.Err(); err != nil {
+				t.Fatal(err)
+			}
+			got := acc.Choices[0].Message
+			calls = nil
+			for _, c := range got.ToolCalls {
+				calls = append(calls, toolCallOut{c.Function.Name, c.Function.Arguments})
+			}
+			if got.Content != "Let me check." || !equalCalls(calls, toolReplyCalls) {
+				t.Fatalf("streamed %q %+v", got.Content, calls)
+			}
+			// The next turn: the calls and their results, with our IDs and
+			// with another provider's.
+			for _, id := range []string{m.ToolCalls[0].ID, "call_abc123_0"} {
+				next := toolParams()
+				next.Messages = append(next.Messages,
+					openai.ChatCompletionMessageParamUnion{OfAssistant: &openai.ChatCompletionAssistantMessageParam{
+						ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+							ID: id, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "get_weather", Arguments: `{"city": "Bern"}`}}}}}},
+					openai.ToolMessage("sunny", id))
+				if _, err := client.Chat.Completions.New(ctx, next); err != nil {
+					t.Errorf("next turn with call ID %q: %v", id, err)
+				}
+			}
+		})
+	}
 }

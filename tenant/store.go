@@ -18,6 +18,7 @@ import (
 type Store interface {
 	Authenticator
 	ModelLimitsSource
+	AliasStore
 
 	// CreateTenant validates t, applies defaults, sets CreatedAt and a
 	// new Incarnation and stores it: ErrInvalid, ErrExists.

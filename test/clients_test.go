@@ -109,7 +109,7 @@ func TestClientConformance(t *testing.T) {
 		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s\nwarden up --single log:\n%s", err, out, info.log(), single.log())
 	}
 	for _, scenario := range []string{"node chat", "node tokenize", "node sampling controls", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
-		"node responses.create stream", "node responses chained", "ai-sdk generateText", "ai-sdk previousResponseId", "ai-sdk streamText", "node chat with tools",
+		"node responses.create stream", "node responses chained", "ai-sdk generateText", "ai-sdk previousResponseId", "ai-sdk streamText", "ai-sdk reasoning", "node chat with tools",
 		"ai-sdk generateText tools", "ai-sdk generateObject", "langchain bindTools", "langchain withStructuredOutput"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {
 			t.Errorf("scenario %q did not pass:\n%s", scenario, out)

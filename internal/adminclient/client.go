@@ -284,6 +284,25 @@ func (c *Client) DeleteModelLimits(ctx context.Context, model string) error {
 	return c.do(ctx, http.MethodDelete, "/model-limits/"+seg(model), nil, nil, nil)
 }
 
+// ListAliases returns the model aliases in effect, sorted by name.
+func (c *Client) ListAliases(ctx context.Context) ([]Alias, error) {
+	var out List[Alias]
+	err := c.do(ctx, http.MethodGet, "/aliases", nil, nil, &out)
+	return out.Data, err
+}
+
+// SetAlias creates alias name or points it at model target.
+func (c *Client) SetAlias(ctx context.Context, name, target string) (Alias, error) {
+	var out Alias
+	err := c.do(ctx, http.MethodPut, "/aliases/"+seg(name), nil, AliasSet{Target: target}, &out)
+	return out, err
+}
+
+// DeleteAlias removes an alias set through the admin API.
+func (c *Client) DeleteAlias(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/aliases/"+seg(name), nil, nil, nil)
+}
+
 // Usage returns a tenant's usage for the UTC days from..to, inclusive, as
 // "2006-01-02"; empty means today.
 func (c *Client) Usage(ctx context.Context, tenantID, from, to string) ([]tenant.Usage, error) {

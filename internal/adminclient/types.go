@@ -339,3 +339,18 @@ func (e *Error) Error() string {
 func (e *Error) Envelope() errenvelope.Envelope {
 	return errenvelope.New(e.Message, e.Type, e.Param, e.Code)
 }
+
+// Alias is one model alias in effect (GET/PUT /admin/v1/aliases/{name}):
+// requests naming Name are served by model Target. Source is "config"
+// (models[].aliases) or "admin" (set through this API, kept in the
+// tenant store; it overrides a configured alias of the same name).
+type Alias struct {
+	Name   string `json:"name"`
+	Target string `json:"target"`
+	Source string `json:"source"`
+}
+
+// AliasSet is the body of PUT /admin/v1/aliases/{name}.
+type AliasSet struct {
+	Target string `json:"target"`
+}

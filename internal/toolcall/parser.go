@@ -3,7 +3,8 @@ package toolcall
 import (
 	"encoding/json"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/warden-ai/warden/internal/streamtext"
 )
 
 // Delta is one step of one tool call as OpenAI streams it: the first delta
@@ -50,6 +51,17 @@ const (
 	stObjWhole                 // inside a Llama object without a streamable head: scanning to its end
 	stArgs                     // streaming the arguments of a recognised call
 	stTail                     // after a streamed call's arguments: the rest of its markup (dropped)
+	stMistral                  // after [TOOL_CALLS]: which form the calls take
+	stMistralName              // at name[ARGS]{ (Mistral's recent form): reading up to the arguments
+)
+
+// mistralForm is the form of the calls after one [TOOL_CALLS].
+type mistralForm int
+
+const (
+	mistralArray  mistralForm = iota // [{...}, {...}]
+	mistralObject                    // one {...}
+	mistralNamed                     // name[ARGS]{...}
 )
 
 // Parser splits a model's output, fed as it is generated, into content and
@@ -70,11 +82,12 @@ type Parser struct {
 
 	buf string // pending text, not yet released or dropped
 
-	calls     int     // calls released
-	committed bool    // Llama: a call of the sequence was released: the output is calls
-	drop      bool    // the streamed call is not released (Single, after the first)
-	held      int     // stHermesWhole/stSeq/stObjWhole/stArgs: offset in buf up to which the text was scanned
-	gap       string  // Hermes: the whitespace before <tool_call>
+	calls     int    // calls released
+	committed bool   // Llama: a call of the sequence was released: the output is calls (Mistral: of this [TOOL_CALLS])
+	drop      bool   // the streamed call is not released (Single, after the first)
+	held      int    // stHermesWhole/stSeq/stObjWhole/stArgs: offset in buf up to which the text was scanned
+	gap       string // Hermes, Mistral: the whitespace before <tool_call> or [TOOL_CALLS]
+	form      mistralForm
 	obj       int     // stObj/stObjWhole: offset in buf where the object starts
 	scan      scanner // stObjWhole/stArgs/stTail (Llama): the object being scanned
 }
@@ -144,6 +157,10 @@ func (p *Parser) step(out *Output, end bool) {
 			more = p.args(out, end)
 		case stTail:
 			more = p.tail(out, end)
+		case stMistral:
+			more = p.mistral(out, end)
+		case stMistralName:
+			more = p.mistralName(out, end)
 		}
 		if !more {
 			return
@@ -181,19 +198,29 @@ func (p *Parser) undecided(end bool) bool {
 	return false
 }
 
-// text releases content; in the Hermes format it stops at <tool_call>,
-// holding back a suffix that may be its start and trailing whitespace (the
-// whitespace before a call, or between calls, is no content).
+// text releases content; in the Hermes and Mistral formats it stops at
+// <tool_call> or [TOOL_CALLS], holding back a suffix that may be its start
+// and trailing whitespace (the whitespace before a call, or between
+// calls, is no content).
 func (p *Parser) text(out *Output, end bool) bool {
-	if p.o.Format != FormatHermes {
-		p.consume(out, len(p.buf)-partialRune(p.buf), true)
+	tag := map[Format]string{FormatHermes: hermesOpen, FormatMistral: mistralCalls}[p.o.Format]
+	if tag == "" {
+		p.consume(out, len(p.buf)-streamtext.PartialRune(p.buf), true)
 		return false
 	}
-	if i := strings.Index(p.buf, hermesOpen); i >= 0 {
+	if i := strings.Index(p.buf, tag); i >= 0 {
 		pre := strings.TrimRight(p.buf[:i], space)
 		out.Content += pre
 		p.gap = p.buf[len(pre):i]
-		p.consume(out, i+len(hermesOpen), false)
+		if p.o.Format == FormatMistral {
+			// The marker stays in buf until a call is released, so
+			// that text which is no call is content as written.
+			p.consume(out, i, false)
+			p.held, p.committed = len(tag), false
+			p.st = stMistral
+			return true
+		}
+		p.consume(out, i+len(tag), false)
 		p.st = stHermes
 		return true
 	}
@@ -204,9 +231,9 @@ func (p *Parser) text(out *Output, end bool) bool {
 		}
 		return false
 	}
-	keep := partialSuffix(p.buf, hermesOpen)
+	keep := streamtext.PartialSuffix(p.buf, tag)
 	n := len(strings.TrimRight(p.buf[:len(p.buf)-keep], space))
-	p.consume(out, n-partialRune(p.buf[:n]), true)
+	p.consume(out, n-streamtext.PartialRune(p.buf[:n]), true)
 	return false
 }
 
@@ -256,8 +283,12 @@ func (p *Parser) hermesWhole(out *Output, end bool) bool {
 
 // seq is between the objects of Llama's call sequence {...}; {...}.
 func (p *Parser) seq(out *Output, end bool) bool {
+	seps := " \t\r\n;"
+	if p.o.Format == FormatMistral {
+		seps = " \t\r\n,"
+	}
 	i := p.held
-	for i < len(p.buf) && strings.IndexByte(" \t\r\n;", p.buf[i]) >= 0 {
+	for i < len(p.buf) && strings.IndexByte(seps, p.buf[i]) >= 0 {
 		i++
 	}
 	if i == len(p.buf) {
@@ -271,6 +302,14 @@ func (p *Parser) seq(out *Output, end bool) bool {
 		p.obj, p.held = i, i
 		p.st = stObj
 		return true
+	case p.o.Format == FormatMistral:
+		if c == ']' && p.form == mistralArray && p.committed {
+			p.consume(out, i+1, false) // the end of the array
+			p.held = 0
+			p.st = stText
+			return true
+		}
+		return p.giveUp(out, i)
 	case c == '<' && strings.HasPrefix(pythonTag, p.buf[i:]) && !end:
 		return false // maybe <|python_tag|> before the next call
 	case c == '<' && strings.HasPrefix(p.buf[i:], pythonTag):
@@ -317,15 +356,34 @@ func (p *Parser) objectWhole(out *Output, end bool) bool {
 	p.committed = true
 	p.consume(out, stop, false)
 	p.held = 0
-	p.st = stSeq
+	p.st = p.afterObject()
 	return true
+}
+
+// afterObject is the state after one JSON object of a call sequence:
+// the next object or the end of Llama's sequence or Mistral's array, or
+// text after Mistral's single object.
+func (p *Parser) afterObject() state {
+	if p.o.Format == FormatMistral && p.form == mistralObject {
+		return stText
+	}
+	return stSeq
 }
 
 // giveUp ends a call sequence at offset at of buf, where the text is not
 // a call: before the first call all of the output is content; after it,
 // the rest from at is.
+//
+// In the Mistral format a give-up concerns one [TOOL_CALLS] only: before
+// its first call, the text from the marker to at is content as written,
+// and the text from at on is read again as text.
 func (p *Parser) giveUp(out *Output, at int) bool {
-	if p.committed {
+	switch {
+	case p.o.Format == FormatMistral && !p.committed:
+		out.Content += p.gap
+		p.gap = ""
+		p.consume(out, at, true)
+	case p.committed:
 		p.consume(out, at, false)
 	}
 	p.held = 0
@@ -356,7 +414,7 @@ func (p *Parser) args(out *Output, end bool) bool {
 	}
 	p.held = stop
 	if n < 0 && !end {
-		stop -= partialRune(p.buf[:stop])
+		stop -= streamtext.PartialRune(p.buf[:stop])
 	}
 	if stop > 0 && !p.drop {
 		out.Calls = append(out.Calls, Delta{Index: p.calls - 1, Arguments: p.buf[:stop]})
@@ -368,6 +426,9 @@ func (p *Parser) args(out *Output, end bool) bool {
 	}
 	p.held, p.scan = 0, scanner{depth: 1} // inside the call's object
 	p.st = stTail
+	if p.o.Format == FormatMistral && p.form == mistralNamed {
+		p.st = stText // name[ARGS]{...}: the arguments were all of the call
+	}
 	return true
 }
 
@@ -381,7 +442,7 @@ func (p *Parser) tail(out *Output, end bool) bool {
 			p.st = stText
 			return true
 		}
-		p.consume(out, len(p.buf)-partialSuffix(p.buf, hermesClose), false)
+		p.consume(out, len(p.buf)-streamtext.PartialSuffix(p.buf, hermesClose), false)
 		if end {
 			p.consume(out, len(p.buf), false)
 		}
@@ -394,8 +455,83 @@ func (p *Parser) tail(out *Output, end bool) bool {
 	}
 	p.consume(out, n, false)
 	p.held = 0
-	p.st = stSeq
+	p.st = p.afterObject()
 	return true
+}
+
+// mistral decides the form of the calls after [TOOL_CALLS] (buf starts
+// with the marker; held is where to read on).
+func (p *Parser) mistral(out *Output, end bool) bool {
+	i := p.held
+	for i < len(p.buf) && strings.IndexByte(space, p.buf[i]) >= 0 {
+		i++
+	}
+	if i == len(p.buf) {
+		if end {
+			return p.giveUp(out, i)
+		}
+		return false
+	}
+	switch c := p.buf[i]; {
+	case c == '[':
+		p.form, p.held = mistralArray, i+1
+		p.st = stSeq
+	case c == '{':
+		p.form, p.held = mistralObject, i
+		p.st = stSeq
+	case isNameByte(c):
+		p.form, p.obj = mistralNamed, i
+		p.st = stMistralName
+	default:
+		return p.giveUp(out, i)
+	}
+	return true
+}
+
+// mistralName reads name[ARGS]{ or name[CALL_ID]id[ARGS]{ from buf[obj]
+// (at most maxHead bytes); an offered name starts the call's stream at
+// the arguments' "{".
+func (p *Parser) mistralName(out *Output, end bool) bool {
+	text := p.buf[p.obj:min(len(p.buf), p.obj+maxHead)]
+	i := 0
+	for i < len(text) && isNameByte(text[i]) {
+		i++
+	}
+	name, m := text[:i], headYes
+	lit := func(s string) {
+		switch rest := text[i:]; {
+		case m != headYes:
+		case strings.HasPrefix(rest, s):
+			i += len(s)
+		case strings.HasPrefix(s, rest):
+			m = headMore
+		default:
+			m = headNo
+		}
+	}
+	switch rest := text[i:]; {
+	case strings.HasPrefix(rest, mistralCallID): // the model's own call ID, replaced by ours
+		i += len(mistralCallID)
+		for i < len(text) && isNameByte(text[i]) {
+			i++
+		}
+	case rest != "" && strings.HasPrefix(mistralCallID, rest):
+		m = headMore
+	}
+	lit(mistralArgs)
+	for m == headYes && i < len(text) && strings.IndexByte(space, text[i]) >= 0 {
+		i++
+	}
+	lit("{")
+	switch {
+	case m == headYes && p.names[name]:
+		p.committed = true
+		p.open(out, name, p.obj+i-1)
+		return true
+	case m == headMore && !end && len(text) < maxHead:
+		return false
+	}
+	return p.giveUp(out, p.obj)
 }
 
 // release parses one whole call's JSON text and, when it is a valid call
@@ -526,31 +662,6 @@ func (p *Parser) matchHead(text string) (name string, argsAt int, m headMatch) {
 
 func isNameByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-'
-}
-
-// partialSuffix returns the length of the longest suffix of text that is a
-// proper, non-empty prefix of tag.
-func partialSuffix(text, tag string) int {
-	for n := min(len(tag)-1, len(text)); n > 0; n-- {
-		if strings.HasPrefix(tag, text[len(text)-n:]) {
-			return n
-		}
-	}
-	return 0
-}
-
-// partialRune returns the length of an incomplete UTF-8 sequence at the
-// end of s (0 when s ends on a character boundary).
-func partialRune(s string) int {
-	for n := 1; n <= min(utf8.UTFMax-1, len(s)); n++ {
-		if c := s[len(s)-n]; utf8.RuneStart(c) {
-			if c >= utf8.RuneSelf && !utf8.FullRuneInString(s[len(s)-n:]) {
-				return n
-			}
-			return 0
-		}
-	}
-	return 0
 }
 
 // scanner finds the end of one JSON object fed in pieces, starting at its

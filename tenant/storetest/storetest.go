@@ -73,6 +73,7 @@ func Run(t *testing.T, newStores Factory) {
 		{"DeleteTenantRevokesKeys", day(2026, 3, 10, 12), testDeleteTenant},
 		{"AuthCacheRevocation", day(2026, 3, 10, 12), testAuthCacheRevocation},
 		{"ModelLimits", day(2026, 3, 10, 12), testModelLimits},
+		{"Aliases", day(2026, 3, 10, 12), testAliases},
 		{"AcquireChecks", day(2026, 3, 10, 12), testAcquireChecks},
 		{"RequestsPerMinute", day(2026, 3, 10, 12), testRequestsPerMinute},
 		{"TokensHoldAndReconcile", day(2026, 3, 10, 12), testTokens},

@@ -259,3 +259,38 @@ func testCachedTokenRate(e *env) {
 		wantErr(t, "Release with "+name, e.acquire(e.a, "plain", tok(0)).Release(e.ctx, c), tenant.ErrInvalid)
 	}
 }
+
+// testAliases: an alias set on one replica is listed on the other,
+// repointed, deleted; bad names are ErrInvalid.
+func testAliases(e *env) {
+	t := e.t
+	if list, err := e.a.ListAliases(e.ctx); err != nil || len(list) != 0 {
+		t.Fatalf("ListAliases on an empty store = %+v, %v", list, err)
+	}
+	for _, a := range []tenant.Alias{{Name: "default", Target: "org/llama-3.1:8b"}, {Name: "chat", Target: "a-model"}} {
+		if err := e.a.SetAlias(e.ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []tenant.Alias{{Name: "chat", Target: "a-model"}, {Name: "default", Target: "org/llama-3.1:8b"}}
+	if list, err := e.b.ListAliases(e.ctx); err != nil || !slices.Equal(list, want) {
+		t.Fatalf("ListAliases via replica = %+v, %v; want %+v", list, err, want)
+	}
+	if err := e.b.SetAlias(e.ctx, tenant.Alias{Name: "default", Target: "a-model"}); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := e.a.ListAliases(e.ctx); len(list) != 2 || list[1] != (tenant.Alias{Name: "default", Target: "a-model"}) {
+		t.Fatalf("repointed alias: %+v", list)
+	}
+	if err := e.a.DeleteAlias(e.ctx, "chat"); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "second DeleteAlias", e.b.DeleteAlias(e.ctx, "chat"), tenant.ErrNotFound, "chat")
+	if list, _ := e.b.ListAliases(e.ctx); len(list) != 1 || list[0].Name != "default" {
+		t.Fatalf("ListAliases after delete = %+v", list)
+	}
+	for _, bad := range []tenant.Alias{{Name: "", Target: "x"}, {Name: "a b", Target: "x"}, {Name: "x", Target: ""}, {Name: "x", Target: "x"}} {
+		wantErr(t, "SetAlias", e.a.SetAlias(e.ctx, bad), tenant.ErrInvalid)
+	}
+	wantErr(t, "DeleteAlias", e.a.DeleteAlias(e.ctx, "a b"), tenant.ErrInvalid)
+}

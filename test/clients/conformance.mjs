@@ -211,6 +211,30 @@ assert.equal(text, want);
 assert.ok(["length", "stop"].includes(await st.finishReason));
 ok("ai-sdk streamText");
 
+// AI SDK reasoning: the dev model's template reasons in <think> (parsed as
+// Qwen3's); vLLM's structured_outputs regex, added to the body by fetch,
+// makes the random-weight model think first. The SDK reads the reasoning
+// item's summary (reasoningSummary), whole and streamed.
+const thinking = createOpenAI({ baseURL, apiKey, fetch: async (url, init) => {
+  const body = JSON.parse(String(init.body));
+  body.structured_outputs = { regex: "<think>[a-z]{3,8}</think>[a-z]{2,6}" };
+  return fetch(url, { ...init, body: JSON.stringify(body) });
+} });
+const reasoningOptions = { openai: { forceReasoning: true, reasoningSummary: "auto", store: false } };
+const rg = await generateText({ model: thinking(model), prompt: "Think, then answer.", maxOutputTokens: 32, maxRetries: 0, providerOptions: reasoningOptions });
+assert.match(rg.reasoningText ?? "", /^[a-z]{3,8}$/, JSON.stringify(rg.reasoning));
+assert.match(rg.text, /^[a-z]{2,6}$/);
+const rs = streamText({ model: thinking(model), prompt: "Think, then answer.", maxOutputTokens: 32, maxRetries: 0, providerOptions: reasoningOptions,
+  onError: ({ error }) => { throw error; } });
+let streamedReasoning = "", streamedText = "";
+for await (const part of rs.fullStream) {
+  if (part.type === "reasoning-delta") streamedReasoning += part.text;
+  if (part.type === "text-delta") streamedText += part.text;
+}
+assert.match(streamedReasoning, /^[a-z]{3,8}$/);
+assert.match(streamedText, /^[a-z]{2,6}$/);
+ok("ai-sdk reasoning");
+
 // --- Tools and structured output ---
 
 const toolMax = 256;

@@ -34,6 +34,9 @@ type Config struct {
 	// the gateway's metrics name tenants, so they are never served where
 	// strangers can read them.
 	Metrics http.Handler
+	// Aliases serves the model aliases in effect; nil answers their
+	// routes 404.
+	Aliases Aliases
 }
 
 // Cluster is the gateway's view of its workers and models.
@@ -105,6 +108,7 @@ type server struct {
 	requests Requests
 	logger   *slog.Logger
 	reload   func() ([]string, error)
+	aliases  Aliases
 }
 
 // NewHandler returns the admin API (see the package comment for routes and
@@ -122,6 +126,7 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		requests: requests,
 		logger:   logger,
 		reload:   cfg.Reload,
+		aliases:  cfg.Aliases,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -156,6 +161,13 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		r.Get("/model-limits/*", s.handle("model_limits.get", s.getModelLimits))
 		r.Put("/model-limits/*", s.handle("model_limits.set", s.setModelLimits))
 		r.Delete("/model-limits/*", s.handle("model_limits.delete", s.deleteModelLimits))
+
+		if s.aliases != nil {
+			r.Get("/aliases", s.handle("alias.list", s.listAliases))
+			r.Get("/aliases/*", s.handle("alias.get", s.getAlias))
+			r.Put("/aliases/*", s.handle("alias.set", s.setAlias))
+			r.Delete("/aliases/*", s.handle("alias.delete", s.deleteAlias))
+		}
 
 		r.Get("/usage", s.handle("usage.get", s.usage))
 

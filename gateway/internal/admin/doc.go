@@ -19,6 +19,10 @@
 //	GET    /model-limits/{model}      one model's limits
 //	PUT    /model-limits/{model}      set a model's limits (context ceiling, max output, allowed tenants)
 //	DELETE /model-limits/{model}      remove a model's limits
+//	GET    /aliases                   model aliases in effect (configured and set here)
+//	GET    /aliases/{name}            one alias
+//	PUT    /aliases/{name}            create or repoint an alias ({"target": model}); kept in the tenant store
+//	DELETE /aliases/{name}            remove an alias set here
 //	GET    /usage?tenant=&from=&to=   usage per UTC day and model (days YYYY-MM-DD, default today)
 //	GET    /workers                   registered workers and their KV pools
 //	POST   /workers/{id}/cordon       stop new placements on a worker

@@ -24,7 +24,7 @@ func FuzzDecodeJSON(f *testing.F) {
 		`{"model":"tiny","max_context":4096,"max_output_tokens":512,"allowed_tenants":["a","b"]}`,
 		`{"limits":{"rpm":1}}`, `{"ID":"x"}`, `{"id":1}`, `{"weight":1e400}`, `{"id":"a"} {}`,
 		"{\"id\":\"\xff\"}", `{"limits":[{"x":1}]}`, `{"allowed_tenants":[{"a":1}]}`, `{"a":{"b":{"c":[1,2,{"d":null}]}}}`,
-		`{"name":"\u0000\ud800"}`, `  {"id" : "x" }  `,
+		`{"name":"\u0000\ud800"}`, `  {"id" : "x" }  `, `{"target":"tiny"}`, `{"target":["x"]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -33,6 +33,7 @@ func FuzzDecodeJSON(f *testing.F) {
 		func() any { return new(adminclient.TenantPatch) },
 		func() any { return new(adminclient.KeyCreate) },
 		func() any { return new(tenant.ModelLimits) },
+		func() any { return new(adminclient.AliasSet) },
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, newTarget := range targets {

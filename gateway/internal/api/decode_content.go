@@ -71,6 +71,11 @@ func decodeMessage(raw json.RawMessage, param string) (Message, *Error) {
 		}
 	}
 	m := Message{Role: role}
+	if raw := f.get("reasoning_content"); raw != nil && role == "assistant" {
+		if m.ReasoningContent, e = decodeString(raw, param+".reasoning_content"); e != nil {
+			return Message{}, e
+		}
+	}
 	rawContent := f.get("content")
 	if raw := f.get("tool_calls"); raw != nil && string(raw) != "[]" {
 		if role != "assistant" {

@@ -31,9 +31,9 @@ func (t *tracker) observe(ev Event) error {
 	switch {
 	case ev.Choice < 0 || ev.Choice >= len(t.finish):
 		return fmt.Errorf("%w: event of choice %d of %d", errBrokenContract, ev.Choice, len(t.finish))
-	case !utf8.ValidString(ev.TextDelta):
+	case !utf8.ValidString(ev.TextDelta) || !utf8.ValidString(ev.ReasoningDelta):
 		return fmt.Errorf("%w: text delta is not valid UTF-8", errBrokenContract)
-	case t.finish[ev.Choice] != "" && (ev.TextDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0 || len(ev.ToolCalls) > 0):
+	case t.finish[ev.Choice] != "" && (ev.TextDelta != "" || ev.ReasoningDelta != "" || ev.FinishReason != "" || len(ev.Logprobs) > 0 || len(ev.ToolCalls) > 0):
 		return fmt.Errorf("%w: event after the finish reason", errBrokenContract)
 	case ev.Usage != nil && (ev.Usage.PromptTokens < 0 || ev.Usage.CompletionTokens < 0 ||
 		ev.Usage.CachedTokens < 0 || ev.Usage.CachedTokens > ev.Usage.PromptTokens):

@@ -148,7 +148,8 @@ func checkTools(t *testing.T, req *GenerateRequest) {
 }
 
 func FuzzDecodeChatRequest(f *testing.F) {
-	for _, s := range fuzzSeeds() {
+	for _, s := range append(fuzzSeeds(),
+		`{"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"r"}],"chat_template_kwargs":{"enable_thinking":false},"reasoning_effort":"none"}`) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkDecoded(t, KindChat, body) })

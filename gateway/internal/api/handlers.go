@@ -19,11 +19,22 @@ type wireModel struct {
 	ContextLength           int64  `json:"context_length"`
 	ConfiguredContextLength int64  `json:"configured_context_length"`
 	DType                   string `json:"dtype,omitempty"`
+	// Metadata is set for an alias: the model it names.
+	Metadata *modelMetadata `json:"metadata,omitempty"`
 }
 
-func wireModelOf(m Model) wireModel {
-	return wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
+type modelMetadata struct {
+	AliasFor string `json:"alias_for"`
+}
+
+// toWireModel is a model as /v1/models lists it.
+func toWireModel(m Model) wireModel {
+	w := wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
 		ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength, DType: m.DType}
+	if m.AliasFor != "" {
+		w.Metadata = &modelMetadata{AliasFor: m.AliasFor}
+	}
+	return w
 }
 
 type modelList struct {
@@ -39,7 +50,7 @@ func (s *server) models(w http.ResponseWriter, r *http.Request) {
 	}
 	out := modelList{Object: "list", Data: make([]wireModel, 0, len(ms))}
 	for _, m := range ms {
-		out.Data = append(out.Data, wireModelOf(m))
+		out.Data = append(out.Data, toWireModel(m))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -58,7 +69,7 @@ func (s *server) model(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, m := range ms {
 		if m.ID == id {
-			writeJSON(w, http.StatusOK, wireModelOf(m))
+			writeJSON(w, http.StatusOK, toWireModel(m))
 			return
 		}
 	}
@@ -179,6 +190,7 @@ func (s *server) generate(kind Kind) http.HandlerFunc {
 func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation, n int) (result, bool) {
 	t := newTracker(n)
 	texts := make([]strings.Builder, len(t.finish))
+	reasoning := make([]strings.Builder, len(t.finish))
 	res := result{choices: make([]choiceOut, len(t.finish))}
 	for {
 		ev, done, err := t.next(r.Context(), gen)
@@ -189,12 +201,14 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation,
 		if done {
 			for k := range res.choices {
 				res.choices[k].text, res.choices[k].finish, res.choices[k].calls = texts[k].String(), t.finish[k], t.calls[k]
+				res.choices[k].reasoning = reasoning[k].String()
 			}
 			res.usage = *t.usage
 			return res, true
 		}
 		copyHeaders(w.Header(), ev.Headers)
 		texts[ev.Choice].WriteString(ev.TextDelta)
+		reasoning[ev.Choice].WriteString(ev.ReasoningDelta)
 		res.choices[ev.Choice].logprobs = append(res.choices[ev.Choice].logprobs, ev.Logprobs...)
 	}
 }

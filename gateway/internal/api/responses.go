@@ -12,6 +12,13 @@ import (
 // sequence of named events (response.created, response.in_progress,
 // response.output_item.added, response.content_part.added,
 // response.output_text.delta..., response.output_text.done,
+// (a reasoning item first when the model reasons:
+// response.output_item.added, response.reasoning_text.delta...,
+// response.reasoning_text.done, response.output_item.done; with
+// reasoning.summary also response.reasoning_summary_part.added,
+// response.reasoning_summary_text.delta... beside the text deltas,
+// response.reasoning_summary_text.done and
+// response.reasoning_summary_part.done),
 // response.content_part.done, response.output_item.done, and
 // response.completed or response.incomplete), each with a sequence_number;
 // there is no "data: [DONE]". A failure after the first event is one
@@ -54,6 +61,30 @@ type respCall struct {
 	Status    string `json:"status"`
 }
 
+// respReasoningItem is a reasoning output item: the model's reasoning
+// text as one reasoning_text part, and, when the request asked for a
+// summary, the same text as its one summary_text part (warden has no
+// summarizer: the "summary" is the reasoning itself).
+type respReasoningItem struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Status  string          `json:"status"`
+	Summary []reasoningPart `json:"summary"`
+	Content []reasoningPart `json:"content"`
+}
+
+type reasoningPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// respReasoning is the response object's reasoning configuration, as
+// asked for.
+type respReasoning struct {
+	Effort  *string `json:"effort"`
+	Summary *string `json:"summary"`
+}
+
 type respIncomplete struct {
 	Reason string `json:"reason"`
 }
@@ -79,6 +110,7 @@ type respObject struct {
 	Output             []any             `json:"output"` // respMessage and respCall items
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
 	PreviousResponseID *string           `json:"previous_response_id"`
+	Reasoning          respReasoning     `json:"reasoning"`
 	Store              bool              `json:"store"`
 	Temperature        float64           `json:"temperature"`
 	Text               respTextFormat    `json:"text"`
@@ -111,7 +143,7 @@ func (s *respShape) object(status string, output []any, reason string, u *Usage)
 	o := respObject{ID: "resp_" + s.id, Object: "response", CreatedAt: s.created, Status: status,
 		Instructions: s.params.instructions, MaxOutputTokens: s.params.maxOutput, Model: s.model,
 		Output: output, ParallelToolCalls: s.params.parallel, Temperature: s.params.temperature, ToolChoice: s.params.toolChoice,
-		Tools: s.params.tools, TopP: s.params.topP, Truncation: "disabled", Metadata: map[string]any{}}
+		Tools: s.params.tools, TopP: s.params.topP, Truncation: "disabled", Metadata: map[string]any{}, Reasoning: s.params.reasoning}
 	if s.params.previousID != "" {
 		o.PreviousResponseID = &s.params.previousID
 	}
@@ -140,6 +172,9 @@ func (s *respShape) final(res result) respObject {
 	r := res.choices[0] // the Responses API has no n
 	st := status(r.finish)
 	var output []any
+	if r.reasoning != "" {
+		output = append(output, s.reasoningItem(st, r.reasoning))
+	}
 	if r.text != "" || len(r.calls) == 0 {
 		output = append(output, s.message(0, st, r.text, r.logprobs))
 	}
@@ -166,6 +201,22 @@ func (s *respShape) message(n int, status, text string, lps []TokenLogprob) resp
 	}
 	return m
 }
+
+// reasoningItem is the reasoning item (there is one at most: it comes
+// before any other output).
+func (s *respShape) reasoningItem(status, text string) respReasoningItem {
+	it := respReasoningItem{Type: "reasoning", ID: "rs_" + s.id, Status: status, Summary: []reasoningPart{}, Content: []reasoningPart{}}
+	if status != "in_progress" {
+		it.Content = append(it.Content, reasoningPart{Type: "reasoning_text", Text: text})
+		if s.summaries() {
+			it.Summary = append(it.Summary, reasoningPart{Type: "summary_text", Text: text})
+		}
+	}
+	return it
+}
+
+// summaries reports whether the request asked for reasoning summaries.
+func (s *respShape) summaries() bool { return s.params.reasoning.Summary != nil }
 
 func (s *respShape) msgID(n int) string {
 	if n == 0 {
@@ -205,20 +256,19 @@ type respStream struct {
 	lps    []TokenLogprob
 	call   *respCall // the open function_call item
 	ncalls int
+	// reasoning is the open reasoning item's text; nil when none is open.
+	reasoning *strings.Builder
 }
 
-// opening returns the events sent first: with no tools, the message item
-// opens at once; with tools it opens at the first text.
+// opening returns the events sent first. Items open as their output
+// comes: a reasoning item at the first reasoning text, a message at the
+// first text.
 func (r *respStream) opening() []map[string]any {
 	s := r.sh
-	evs := []map[string]any{
+	return []map[string]any{
 		s.event("response.created", map[string]any{"response": s.object("in_progress", []any{}, "", nil)}),
 		s.event("response.in_progress", map[string]any{"response": s.object("in_progress", []any{}, "", nil)}),
 	}
-	if len(s.params.tools) == 0 {
-		evs = append(evs, r.openMessage()...)
-	}
-	return evs
 }
 
 func (r *respStream) openMessage() []map[string]any {
@@ -237,6 +287,18 @@ func (r *respStream) closeItem(st string) []map[string]any {
 	s := r.sh
 	var evs []map[string]any
 	switch {
+	case r.reasoning != nil:
+		text, item, idx := r.reasoning.String(), s.reasoningItem(st, r.reasoning.String()), len(r.items)
+		evs = append(evs, s.event("response.reasoning_text.done", map[string]any{"item_id": item.ID, "output_index": idx, "content_index": 0, "text": text}))
+		if s.summaries() {
+			part := reasoningPart{Type: "summary_text", Text: text}
+			evs = append(evs,
+				s.event("response.reasoning_summary_text.done", map[string]any{"item_id": item.ID, "output_index": idx, "summary_index": 0, "text": text}),
+				s.event("response.reasoning_summary_part.done", map[string]any{"item_id": item.ID, "output_index": idx, "summary_index": 0, "part": part}))
+		}
+		evs = append(evs, s.event("response.output_item.done", map[string]any{"output_index": idx, "item": item}))
+		r.items = append(r.items, item)
+		r.reasoning = nil
 	case r.text != nil:
 		text, id, idx := r.text.String(), s.msgID(r.msgs), len(r.items)
 		item := s.message(r.msgs, st, text, r.lps)
@@ -266,6 +328,25 @@ func (r *respStream) closeItem(st string) []map[string]any {
 func (r *respStream) add(ev Event) []map[string]any {
 	s := r.sh
 	var evs []map[string]any
+	if ev.ReasoningDelta != "" {
+		if r.reasoning == nil {
+			evs = append(evs, r.closeItem("completed")...)
+			r.reasoning = &strings.Builder{}
+			evs = append(evs, s.event("response.output_item.added", map[string]any{"output_index": len(r.items),
+				"item": s.reasoningItem("in_progress", "")}))
+			if s.summaries() {
+				evs = append(evs, s.event("response.reasoning_summary_part.added", map[string]any{"item_id": "rs_" + s.id,
+					"output_index": len(r.items), "summary_index": 0, "part": reasoningPart{Type: "summary_text", Text: ""}}))
+			}
+		}
+		r.reasoning.WriteString(ev.ReasoningDelta)
+		evs = append(evs, s.event("response.reasoning_text.delta", map[string]any{"item_id": "rs_" + s.id,
+			"output_index": len(r.items), "content_index": 0, "delta": ev.ReasoningDelta}))
+		if s.summaries() {
+			evs = append(evs, s.event("response.reasoning_summary_text.delta", map[string]any{"item_id": "rs_" + s.id,
+				"output_index": len(r.items), "summary_index": 0, "delta": ev.ReasoningDelta}))
+		}
+	}
 	if ev.TextDelta != "" && r.text == nil {
 		waiting := r.lps
 		evs = append(evs, r.closeItem("completed")...)
@@ -304,16 +385,29 @@ func (r *respStream) add(ev Event) []map[string]any {
 // then response.completed or response.incomplete with the whole response.
 func (r *respStream) closing(reason string, u Usage) []map[string]any {
 	st := status(reason)
-	if len(r.items) == 0 && r.text == nil && r.call == nil {
-		r.openMessage() // no output at all: one empty message, as without tools
+	var evs []map[string]any
+	if r.text == nil && r.call == nil && !r.answered() {
+		// No answer at all: one empty message.
+		evs = append(evs, r.closeItem(st)...)
+		evs = append(evs, r.openMessage()...)
 	}
-	evs := r.closeItem(st)
+	evs = append(evs, r.closeItem(st)...)
 	final := r.sh.stored(r.sh.object(st, r.items, reason, &u))
 	done := "response.completed"
 	if st == "incomplete" {
 		done = "response.incomplete"
 	}
 	return append(evs, r.sh.event(done, map[string]any{"response": final}))
+}
+
+// answered reports whether a message or call item was closed.
+func (r *respStream) answered() bool {
+	for _, it := range r.items {
+		if _, ok := it.(respReasoningItem); !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // responses serves POST /v1/responses.

@@ -25,6 +25,7 @@ type responseParams struct {
 	// conversation is the conversation without instructions, the
 	// previous response's included (continueFrom).
 	conversation []Message
+	reasoning    respReasoning
 }
 
 // decodeResponsesRequest parses and validates a /v1/responses body into
@@ -47,7 +48,7 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 	}
 	for _, step := range []func() *Error{
 		d.model, func() *Error { return d.responsesInput(p, items) }, func() *Error { return d.tools(true) }, d.maxOutputTokens, d.sampling, d.responsesStream,
-		d.user, d.priority, func() *Error { return d.responsesOptions(p) }, d.otherFields,
+		d.user, d.priority, d.responsesConstraint, func() *Error { return d.responsesOptions(p) }, func() *Error { return d.responsesReasoning(p) }, d.otherFields,
 	} {
 		if e := step(); e != nil {
 			return nil, nil, e
@@ -70,6 +71,20 @@ func decodeResponsesRequest(body []byte, maxTokens int64, grammars *constrain.Ca
 		p.topP = *d.r.TopP
 	}
 	return d.r, p, nil
+}
+
+// responsesConstraint reads vLLM's structured-output extensions
+// (guided_json, guided_choice, guided_regex, structured_outputs) as on
+// chat; response_format is chat's own field, left to the field policy
+// (text.format is the Responses API's).
+func (d *decoder) responsesConstraint() *Error {
+	rf, had := d.f["response_format"]
+	delete(d.f, "response_format")
+	e := d.constraint()
+	if had {
+		d.f["response_format"] = rf
+	}
+	return e
 }
 
 // responsesInput reads instructions and input (a string, or an array of
@@ -110,8 +125,9 @@ type itemLookup func(id, param string) (Message, *Error)
 // and text content, a function_call (a tool call of the assistant,
 // joined to the assistant message just before it, if any), an
 // item_reference to a stored response's output item (resolved by items,
-// and joined the same way) or a function_call_output (a tool message).
-// Reasoning items and other tools' items are not supported.
+// and joined the same way), a function_call_output (a tool message) or a
+// reasoning item (the reasoning_content of the assistant message after
+// it). Other tools' items are not supported.
 func decodeInputItem(msgs []Message, raw json.RawMessage, param string, items itemLookup) ([]Message, *Error) {
 	f, e := decodeObject(raw, param)
 	if e != nil {
@@ -150,7 +166,9 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string, items it
 			return appendAssistant(msgs, m), nil
 		case "function_call_output":
 			return decodeCallOutput(msgs, f, param)
-		case "reasoning", "file_search_call",
+		case "reasoning":
+			return decodeReasoningItem(msgs, f, param)
+		case "file_search_call",
 			"web_search_call", "computer_call", "computer_call_output", "image_generation_call",
 			"code_interpreter_call", "local_shell_call", "local_shell_call_output", "mcp_call",
 			"mcp_list_tools", "mcp_approval_request", "mcp_approval_response", "custom_tool_call",
@@ -159,7 +177,7 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string, items it
 				"Unsupported input item type %q: this server supports message, function_call and function_call_output items only (no built-in tools, no stored items).", typ))
 		default:
 			return msgs, InvalidRequest(param+".type", CodeInvalidValue,
-				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", \"function_call\" or \"function_call_output\", got %q.", param, typ))
+				fmt.Sprintf("Invalid value for '%s.type': expected \"message\", \"function_call\", \"function_call_output\" or \"reasoning\", got %q.", param, typ))
 		}
 	}
 	rawRole := f.get("role")
@@ -180,18 +198,59 @@ func decodeInputItem(msgs []Message, raw json.RawMessage, param string, items it
 	if e != nil {
 		return msgs, e
 	}
+	if n := len(msgs); role == "assistant" && n > 0 && isReasoningOnly(msgs[n-1]) {
+		msgs[n-1].Content = content // the answer of the reasoning item before it
+		return msgs, nil
+	}
 	return append(msgs, Message{Role: role, Content: content}), nil
 }
 
-// appendAssistant appends m, an assistant message, to msgs: its tool
-// calls join the assistant message just before it, if any (a message and
-// the calls after it are one turn).
+// appendAssistant appends m, an assistant message (a stored item or a
+// function_call), to msgs as one turn with the assistant message just
+// before it: its tool calls join that message, and its text answers a
+// reasoning item's message; a reasoning-only m starts a message of its
+// own, as a reasoning item does.
 func appendAssistant(msgs []Message, m Message) []Message {
-	if n := len(msgs); n > 0 && msgs[n-1].Role == "assistant" && m.Content == "" {
-		msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, m.ToolCalls...)
-		return msgs
+	n := len(msgs)
+	if isReasoningOnly(m) || n == 0 || msgs[n-1].Role != "assistant" {
+		return append(msgs, m)
 	}
-	return append(msgs, m)
+	last := &msgs[n-1]
+	switch {
+	case m.Content == "":
+		last.ToolCalls = append(last.ToolCalls, m.ToolCalls...)
+	case isReasoningOnly(*last):
+		last.Content = m.Content
+		last.ToolCalls = append(last.ToolCalls, m.ToolCalls...)
+	default:
+		return append(msgs, m)
+	}
+	return msgs
+}
+
+// decodeReasoningItem reads a reasoning item (one the server returned
+// earlier): its reasoning_text content, else its summary text, becomes
+// the reasoning_content of an assistant message that the message or
+// function_call items after it join. encrypted_content is ignored.
+func decodeReasoningItem(msgs []Message, f fields, param string) ([]Message, *Error) {
+	text := ""
+	for _, field := range []struct{ name, typ string }{{"content", "reasoning_text"}, {"summary", "summary_text"}} {
+		raw := f.get(field.name)
+		if raw == nil || text != "" {
+			continue
+		}
+		t, e := decodeTextParts(raw, param+"."+field.name, field.typ)
+		if e != nil {
+			return msgs, e
+		}
+		text = t
+	}
+	return append(msgs, Message{Role: "assistant", ReasoningContent: text}), nil
+}
+
+// isReasoningOnly reports whether m holds only a reasoning item's text.
+func isReasoningOnly(m Message) bool {
+	return m.Role == "assistant" && m.Content == "" && len(m.ToolCalls) == 0 && m.ReasoningContent != ""
 }
 
 // decodeCallOutput reads a function_call_output item: the tool message
@@ -269,7 +328,6 @@ func (d *decoder) responsesOptions(p *responseParams) *Error {
 	}{
 		{"background", []any{false}},
 		{"truncation", []any{"disabled"}},
-		{"reasoning", []any{map[string]any{}}},
 		{"prompt", nil},
 	}
 	for _, c := range checks {
@@ -284,12 +342,59 @@ func (d *decoder) responsesOptions(p *responseParams) *Error {
 	return d.textOptions()
 }
 
-// includeLogprobs is the include item that asks for output text logprobs.
-const includeLogprobs = "message.output_text.logprobs"
+// responsesReasoning reads reasoning: effort switches the template's
+// thinking (see effort); summary ("auto", "concise" or "detailed", all
+// alike) asks for the reasoning text as the reasoning item's summary too
+// (warden has no summarizer; clients such as the AI SDK read only
+// summaries).
+func (d *decoder) responsesReasoning(p *responseParams) *Error {
+	raw := d.f.get("reasoning")
+	if raw == nil {
+		return nil
+	}
+	r, e := decodeObject(raw, "reasoning")
+	if e != nil {
+		return e
+	}
+	for name := range r {
+		if name != "effort" && name != "summary" && r.get(name) != nil {
+			param := "reasoning." + name
+			return InvalidRequest(param, CodeUnsupportedParameter, fmt.Sprintf("Unsupported parameter: '%s'.", param))
+		}
+	}
+	if raw := r.get("effort"); raw != nil {
+		if e := d.effort(raw, "reasoning.effort"); e != nil {
+			return e
+		}
+		v, _ := decodeString(raw, "reasoning.effort")
+		p.reasoning.Effort = &v
+	}
+	if raw := r.get("summary"); raw != nil {
+		v, e := decodeString(raw, "reasoning.summary")
+		if e != nil {
+			return e
+		}
+		if v != "auto" && v != "concise" && v != "detailed" {
+			return InvalidRequest("reasoning.summary", CodeInvalidValue,
+				"Invalid value for 'reasoning.summary': expected \"auto\", \"concise\" or \"detailed\".")
+		}
+		p.reasoning.Summary = &v
+	}
+	return nil
+}
 
-// responsesLogprobs reads include (only "message.output_text.logprobs" is
-// supported) and top_logprobs. Logprobs are returned when include asks
-// for them or top_logprobs is above 0.
+// The include items: output text logprobs, and encrypted reasoning
+// (accepted, never returned).
+const (
+	includeLogprobs           = "message.output_text.logprobs"
+	includeEncryptedReasoning = "reasoning.encrypted_content"
+)
+
+// responsesLogprobs reads include ("message.output_text.logprobs", and
+// "reasoning.encrypted_content", accepted and ignored: warden has no
+// encrypted reasoning, reasoning items carry their text, which clients
+// send back as is) and top_logprobs. Logprobs are returned when include
+// asks for them or top_logprobs is above 0.
 func (d *decoder) responsesLogprobs() *Error {
 	if raw := d.f.get("include"); raw != nil {
 		items, e := decodeArray(raw, "include", "an array of strings")
@@ -302,11 +407,14 @@ func (d *decoder) responsesLogprobs() *Error {
 			if e != nil {
 				return e
 			}
-			if v != includeLogprobs {
+			switch v {
+			case includeLogprobs:
+				d.r.Logprobs = true
+			case includeEncryptedReasoning:
+			default:
 				return InvalidRequest(param, CodeUnsupportedValue, fmt.Sprintf(
-					"Unsupported value for '%s': %q. This server supports only %q.", param, v, includeLogprobs))
+					"Unsupported value for '%s': %q. This server supports only %q and %q.", param, v, includeLogprobs, includeEncryptedReasoning))
 			}
-			d.r.Logprobs = true
 		}
 	}
 	raw := d.f.get("top_logprobs")
@@ -341,6 +449,10 @@ func (d *decoder) textOptions() *Error {
 		spec, e := formatSpec(format, "text.format", true)
 		if e != nil {
 			return e
+		}
+		if spec != nil && d.r.Constraint != "" {
+			return InvalidRequest("text.format", CodeInvalidValue, fmt.Sprintf(
+				"Invalid 'text.format': '%s' already asks for structured output; send only one of them.", d.r.ConstraintParam))
 		}
 		if e := d.setConstraint(spec, "text.format"); e != nil {
 			return e

@@ -17,6 +17,7 @@ func FuzzDecodeResponsesRequest(f *testing.F) {
 		`{"model":"tiny","input":"hi","include":["reasoning.encrypted_content"]}`,
 		`{"model":"tiny","input":"hi","previous_response_id":"resp_abc-1_2","store":false}`,
 		`{"model":"tiny","input":"hi","previous_response_id":"resp_","store":null}`,
+		`{"model":"tiny","input":"hi","reasoning":{"effort":"low","summary":"auto"}}`,
 	) {
 		f.Add([]byte(s))
 	}

@@ -64,6 +64,10 @@ type Event struct {
 	// TextDelta is the next piece of output text. It must be valid UTF-8
 	// (the core decodes tokens incrementally); invalid text fails the request.
 	TextDelta string
+	// ReasoningDelta is the next piece of the model's reasoning (chat
+	// requests to a model with a reasoning format: the text between
+	// <think> and </think>); it comes before TextDelta. Valid UTF-8.
+	ReasoningDelta string
 	// Logprobs are the next generated tokens' log probabilities, in
 	// order, when the request asked for them (GenerateRequest.Logprobs).
 	// They need not arrive with the text of the same tokens (text may be
@@ -112,6 +116,9 @@ type Model struct {
 	// "bf16", "q8", ...), several joined by "," in order when they
 	// differ; "" when no worker says.
 	DType string
+	// AliasFor is, for a model alias, the model it names (shown as
+	// metadata.alias_for); "" for a model.
+	AliasFor string
 }
 
 // Kind says which endpoint a request came from.
@@ -132,6 +139,9 @@ type Message struct {
 	ToolCalls []ToolCall
 	// ToolCallID is, in a tool message, the call it answers.
 	ToolCallID string
+	// ReasoningContent is an assistant's reasoning in an earlier turn
+	// (reasoning_content), passed to the chat template.
+	ReasoningContent string
 }
 
 // GenerateRequest is the validated, normalised form of both generation
@@ -188,6 +198,11 @@ type GenerateRequest struct {
 	ToolChoice ToolChoice
 	// ParallelToolCalls allows several calls in one answer (default true).
 	ParallelToolCalls bool
+	// EnableThinking is passed to the chat template as enable_thinking
+	// (chat_template_kwargs.enable_thinking, reasoning_effort, or the
+	// Responses API's reasoning.effort); nil leaves the template's
+	// default.
+	EnableThinking *bool
 
 	// Constraint is the structured-output constraint (response_format,
 	// guided_*, text.format) in its wire form, constrain.Spec.Encode,

@@ -13,6 +13,9 @@ type shape interface {
 	first(choice int) any
 	// delta is the chunk of a choice's next text and its tokens' logprobs.
 	delta(choice int, text string, lps []TokenLogprob) any
+	// reasoningDelta is the chunk of a choice's next reasoning text (chat
+	// only).
+	reasoningDelta(choice int, text string) any
 	finish(choice int, reason string) any
 	// toolDelta is the chunk of one tool-call delta of a choice (chat
 	// only).
@@ -31,8 +34,10 @@ type result struct {
 
 // choiceOut is one whole choice of a non-streamed response.
 type choiceOut struct {
-	text  string
-	calls []ToolCall
+	text string
+	// reasoning is the model's reasoning, apart from text (chat only).
+	reasoning string
+	calls     []ToolCall
 	// logprobs are the generated tokens' log probabilities when asked.
 	logprobs []TokenLogprob
 	finish   string
@@ -62,7 +67,8 @@ type promptDetails struct {
 }
 
 // completionDetails breaks down completion_tokens as OpenAI does; warden
-// has no reasoning or predicted-output tokens, so all are 0.
+// has no predicted outputs and does not yet count reasoning tokens apart
+// (they are in completion_tokens), so all are 0.
 type completionDetails struct {
 	ReasoningTokens          int64 `json:"reasoning_tokens"`
 	AcceptedPredictionTokens int64 `json:"accepted_prediction_tokens"`
@@ -101,9 +107,12 @@ type chatShape struct {
 // chatMessage is the answer; content is null when the answer is only
 // tool calls, as OpenAI sends it.
 type chatMessage struct {
-	Role      string         `json:"role"`
-	Content   *string        `json:"content"`
-	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
+	Role    string  `json:"role"`
+	Content *string `json:"content"`
+	// ReasoningContent is the model's reasoning, as vLLM returns it;
+	// absent when the model did not reason.
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type wireFunction struct {
@@ -143,9 +152,10 @@ type chatCompletion struct {
 }
 
 type chatDelta struct {
-	Role      string          `json:"role,omitempty"`
-	Content   *string         `json:"content,omitempty"`
-	ToolCalls []wireToolDelta `json:"tool_calls,omitempty"`
+	Role             string          `json:"role,omitempty"`
+	Content          *string         `json:"content,omitempty"`
+	ReasoningContent *string         `json:"reasoning_content,omitempty"`
+	ToolCalls        []wireToolDelta `json:"tool_calls,omitempty"`
 }
 
 type chatChunkChoice struct {
@@ -178,6 +188,10 @@ func (s *chatShape) delta(choice int, text string, lps []TokenLogprob) any {
 	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{Content: &text}, Logprobs: chatLogprobsOf(s.logprobs, lps)}}, nil)
 }
 
+func (s *chatShape) reasoningDelta(choice int, text string) any {
+	return s.chunk([]chatChunkChoice{{Index: choice, Delta: chatDelta{ReasoningContent: &text}}}, nil)
+}
+
 func (s *chatShape) toolDelta(choice int, d ToolCallDelta) any {
 	w := wireToolDelta{Index: d.Index, ID: d.ID, Function: wireFunction{Name: d.Name, Arguments: d.Arguments}}
 	if d.ID != "" {
@@ -200,6 +214,9 @@ func (s *chatShape) response(r result) any {
 		m := chatMessage{Role: "assistant", Content: &c.text}
 		if len(c.calls) > 0 && c.text == "" {
 			m.Content = nil
+		}
+		if c.reasoning != "" {
+			m.ReasoningContent = &c.reasoning
 		}
 		for _, tc := range c.calls {
 			m.ToolCalls = append(m.ToolCalls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
@@ -257,6 +274,10 @@ func (s *completionShape) finish(choice int, reason string) any {
 func (s *completionShape) usage(u Usage) any {
 	return s.object([]textChoice{}, true, toWire(u))
 }
+
+// reasoningDelta is never called: completions are not parsed for
+// reasoning.
+func (s *completionShape) reasoningDelta(int, string) any { return nil }
 
 // toolDelta is never called: completions have no tools.
 func (s *completionShape) toolDelta(int, ToolCallDelta) any { return nil }

@@ -148,11 +148,15 @@ func (s *server) keeper(r *http.Request, p *responseParams) func(obj respObject,
 }
 
 // assistantOf is the assistant message of a response's output items: its
-// text and its function calls.
+// reasoning, text and function calls.
 func assistantOf(output []any) Message {
 	m := Message{Role: "assistant"}
 	for _, item := range output {
 		switch it := item.(type) {
+		case respReasoningItem:
+			for _, part := range it.Content {
+				m.ReasoningContent += part.Text
+			}
 		case respMessage:
 			for _, part := range it.Content {
 				m.Content += part.Text
@@ -204,8 +208,8 @@ func (s *server) deleteResponse(w http.ResponseWriter, r *http.Request) {
 
 // itemsOf resolves the item_reference input items of r's principal: an
 // output item of a stored response, found through the response its ID
-// names (msg_X, msg_X_n and fc_X_i belong to resp_X). nil without a
-// response store.
+// names (msg_X, msg_X_n, fc_X_i and rs_X belong to resp_X). nil without
+// a response store.
 func (s *server) itemsOf(r *http.Request) itemLookup {
 	if s.cfg.Responses == nil {
 		return nil
@@ -249,6 +253,12 @@ func (s *server) itemsOf(r *http.Request) itemLookup {
 				return m, nil
 			case "function_call":
 				return Message{Role: "assistant", ToolCalls: []ToolCall{{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}}}, nil
+			case "reasoning":
+				m := Message{Role: "assistant"}
+				for _, part := range it.Content {
+					m.ReasoningContent += part.Text
+				}
+				return m, nil
 			}
 		}
 		return Message{}, notFound
@@ -256,7 +266,7 @@ func (s *server) itemsOf(r *http.Request) itemLookup {
 }
 
 // storedItem is what itemsOf reads of a stored response's output item
-// (respMessage or respCall).
+// (respMessage, respCall or respReasoningItem).
 type storedItem struct {
 	Type      string `json:"type"`
 	ID        string `json:"id"`
@@ -276,6 +286,8 @@ func responseOfItem(id string) (string, bool) {
 		rest = id[len("msg_"):]
 	case strings.HasPrefix(id, "fc_"):
 		rest = id[len("fc_"):]
+	case strings.HasPrefix(id, "rs_"):
+		rest = id[len("rs_"):]
 	default:
 		return "", false
 	}

@@ -92,6 +92,9 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, rc *http.Respons
 				}
 			}
 		}
+		if c := sh.reasoningDelta(ev.Choice, ev.ReasoningDelta); err == nil && ev.ReasoningDelta != "" && c != nil {
+			err = sse.data(c)
+		}
 		if err == nil && (ev.TextDelta != "" || len(ev.Logprobs) > 0) {
 			err = sse.data(sh.delta(ev.Choice, ev.TextDelta, ev.Logprobs))
 		}

@@ -12,7 +12,7 @@ func TestEngineExtensionsRefused(t *testing.T) {
 	h := newTestHandler(&fakeService{})
 	for _, extra := range []string{
 		`"guided_grammar":"root ::= x"`, `"guided_whitespace_pattern":" "`,
-		`"chat_template_kwargs":{"enable_thinking":false}`, `"chat_template":"{{x}}"`,
+		`"chat_template":"{{x}}"`,
 		`"add_generation_prompt":false`, `"continue_final_message":true`, `"bad_words":["x"]`, `"skip_special_tokens":false`,
 		`"spaces_between_special_tokens":false`, `"include_stop_str_in_output":true`, `"allowed_token_ids":[1]`,
 		`"truncate_prompt_tokens":5`, `"prompt_logprobs":1`, `"use_beam_search":true`, `"length_penalty":2`,

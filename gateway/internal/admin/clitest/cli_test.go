@@ -18,6 +18,7 @@ import (
 	"github.com/warden-ai/warden/cmd/warden/cli"
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/admin/admintest"
+	"github.com/warden-ai/warden/gateway/internal/aliases"
 	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
@@ -45,7 +46,8 @@ func startGateway(t *testing.T, cluster *admintest.Cluster) *gateway {
 		t.Fatal(err)
 	}
 	g := &gateway{store: store, requests: admintest.NewRequests()}
-	srv := httptest.NewUnstartedServer(admin.NewHandler(admin.Config{Token: token}, store, cluster, g.requests, nil))
+	al := aliases.New(store, aliases.Config{Static: map[string]string{"fast": "tiny"}})
+	srv := httptest.NewUnstartedServer(admin.NewHandler(admin.Config{Token: token, Aliases: al}, store, cluster, g.requests, nil))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes refused on purpose
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -484,4 +486,28 @@ func TestCheck(t *testing.T) {
 			t.Fatalf("exit %d\n%s", code, errOut)
 		}
 	})
+}
+
+// TestAliases: `warden admin aliases` sets, repoints, lists and deletes
+// model aliases; a target that is no model is refused naming it.
+func TestAliases(t *testing.T) {
+	g := startGateway(t, admintest.NewCluster())
+	if rs := rows(g.ok(t, "aliases", "set", "default", "tiny")); len(rs) != 2 || strings.Join(rs[1], " ") != "default tiny admin" {
+		t.Fatalf("set: %v", rs)
+	}
+	g.ok(t, "aliases", "set", "default", "big/model")
+	rs := rows(g.ok(t, "aliases", "list"))
+	if len(rs) != 3 || strings.Join(rs[1], " ") != "default big/model admin" || strings.Join(rs[2], " ") != "fast tiny config" {
+		t.Fatalf("list: %v", rs)
+	}
+	if code, _, errOut := g.admin(t, "aliases", "set", "x", "nope"); code != 1 || !strings.Contains(errOut, "not a configured model") {
+		t.Fatalf("unknown target: %d %s", code, errOut)
+	}
+	g.ok(t, "aliases", "delete", "default")
+	if code, _, errOut := g.admin(t, "aliases", "delete", "default"); code != 1 || !strings.Contains(errOut, "404") {
+		t.Fatalf("second delete: %d %s", code, errOut)
+	}
+	if rs := rows(g.ok(t, "aliases", "list")); len(rs) != 2 {
+		t.Fatalf("list after delete: %v", rs)
+	}
 }
