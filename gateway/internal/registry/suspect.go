@@ -17,12 +17,18 @@ import (
 // registration.
 
 // NotSent reports whether err is a call that never reached the worker:
-// its connection could not be established (refused, unreachable), so the
-// worker received nothing and holds nothing for the call. Such a call may
-// be placed again on another worker.
+// its connection could not be established — refused or unreachable, or
+// reset during the TLS handshake (a worker killed while accepting), which
+// comes before any byte of a call — so the worker received nothing and
+// holds nothing for the call. Such a call may be placed again on another
+// worker.
 func NotSent(err error) bool {
 	st, ok := status.FromError(err)
-	return ok && st.Code() == codes.Unavailable && strings.Contains(st.Message(), "Error while dialing")
+	if !ok || st.Code() != codes.Unavailable {
+		return false
+	}
+	msg := st.Message()
+	return strings.Contains(msg, "Error while dialing") || strings.Contains(msg, "authentication handshake failed")
 }
 
 // Untouched reports whether the call that failed with err left nothing on
