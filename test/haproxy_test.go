@@ -21,129 +21,45 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/haproxyrun"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
 )
 
-// haproxyConfig runs HAProxy in TCP mode in front of the gateways: TLS
-// goes through to them, so a gateway's Connection: close reaches the
-// client, and each gateway is checked with GET /readyz over TLS (the dev
-// CA) every 500ms, out after two failures and back after two passes. A
-// connection that cannot be made is tried again on the other gateway.
-const haproxyConfig = `global
-    maxconn 512
-    stats socket %[1]s level admin
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 5m
-    timeout server 5m
-    timeout check 5s
-    retries 3
-    option redispatch
-frontend api
-    bind %[2]s
-    default_backend gateways
-backend gateways
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 500ms fall 2 rise 2 check check-ssl verify required ca-file %[3]s
-%[4]s`
-
-// haproxy is an HAProxy child process.
-type haproxy struct {
-	addr, sock string
-	cmd        *exec.Cmd
-}
-
-// startHAProxy runs HAProxy in front of gateways on a free loopback port.
+// startHAProxy runs HAProxy (internal/haproxyrun) in front of gateways.
 // It is skipped when haproxy is missing, except under CI (scripts/test.sh
 // installs Debian's package).
-func startHAProxy(t *testing.T, gateways []*harness.Gateway, caFile string) *haproxy {
+func startHAProxy(t *testing.T, gateways []*harness.Gateway, caFile string) *haproxyrun.Proxy {
 	t.Helper()
-	bin, err := exec.LookPath("haproxy")
+	bin, err := haproxyrun.Find("")
 	if err != nil {
 		if os.Getenv("CI") == "" {
-			t.Skip("haproxy is not installed (apt-get install haproxy)")
+			t.Skip(err)
 		}
-		t.Fatal("haproxy is not installed; scripts/test.sh installs it")
+		t.Fatalf("%v; scripts/test.sh installs it", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var servers []string
+	for _, g := range gateways {
+		servers = append(servers, strings.TrimPrefix(g.APIURL, "https://"))
+	}
+	lb, err := haproxyrun.Start(haproxyrun.Options{Bin: bin, Dir: t.TempDir(), Servers: servers, CAFile: caFile})
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	dir := t.TempDir()
-	var servers strings.Builder
-	for i, g := range gateways {
-		fmt.Fprintf(&servers, "    server g%d %s\n", i, strings.TrimPrefix(g.APIURL, "https://"))
-	}
-	h := &haproxy{addr: addr, sock: filepath.Join(dir, "stats.sock")}
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, h.sock, addr, caFile, servers.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.cmd = exec.Command(bin, "-db", "-f", cfg)
-	h.cmd.Stdout, h.cmd.Stderr = logf, logf
-	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = h.cmd.Process.Kill()
-		_ = h.cmd.Wait()
-		logf.Close()
+		lb.Close()
 		if t.Failed() {
-			out, _ := os.ReadFile(logf.Name())
+			out, _ := os.ReadFile(lb.LogPath)
 			t.Logf("haproxy log:\n%s", out)
 		}
 	})
-	return h
+	return lb
 }
 
-// up reports which servers HAProxy sees UP (from "show stat" on its
-// stats socket).
-func (h *haproxy) up() (map[string]bool, error) {
-	c, err := net.DialTimeout("unix", h.sock, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("show stat\n")); err != nil {
-		return nil, err
-	}
-	out := map[string]bool{}
-	sc := bufio.NewScanner(c)
-	for sc.Scan() {
-		f := strings.Split(sc.Text(), ",")
-		// pxname, svname, ..., status is the 18th field.
-		if len(f) > 17 && f[0] == "gateways" && f[1] != "BACKEND" {
-			out[f[1]] = strings.HasPrefix(f[17], "UP")
-		}
-	}
-	return out, sc.Err()
-}
-
-// waitUp waits until HAProxy sees every gateway UP.
-func (h *haproxy) waitUp(t *testing.T, n int) {
+// waitHAProxyUp waits until HAProxy sees every gateway UP.
+func waitHAProxyUp(t *testing.T, lb *haproxyrun.Proxy) {
 	t.Helper()
-	waitUntil(t, "haproxy to see every gateway up", func() error {
-		up, err := h.up()
-		if err != nil {
-			return err
-		}
-		for i := range n {
-			if !up[fmt.Sprintf("g%d", i)] {
-				return fmt.Errorf("servers %v", up)
-			}
-		}
-		return nil
-	})
+	waitUntil(t, "haproxy to see every gateway up", lb.AllUp)
 }
 
 // TestRollingRestartHAProxy puts HAProxy with /readyz health checks in
@@ -177,7 +93,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	}
 	c.WaitReady(t)
 	lb := startHAProxy(t, c.Gateways, c.Gateways[0].Config.Cluster.CAFile)
-	lb.waitUp(t, len(c.Gateways))
+	waitHAProxyUp(t, lb)
 	key := c.NewKey(t, "haproxy")
 
 	prompts := []string{"Tell me a story.", "Count to ten.", "Name three colours.", "Say hello."}
@@ -195,7 +111,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	}
 	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 8
 	defer client.CloseIdleConnections()
-	url := "https://" + lb.addr + "/v1/chat/completions"
+	url := "https://" + lb.Addr + "/v1/chat/completions"
 
 	var (
 		stop    = make(chan struct{})
@@ -257,7 +173,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.WaitGatewayReady(t, g)
-		lb.waitUp(t, len(c.Gateways))
+		waitHAProxyUp(t, lb)
 		servedSince("load after restarting "+g.Name, 16)
 	}
 	close(stop)
