@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -29,7 +30,7 @@ const benchShutdownDelay = 3 * 2 * haproxyrun.CheckInterval
 // runBenchRolling restarts a fleet of 2 gateways, 2 prefill and 2 decode
 // workers behind HAProxy, process by process, under streaming clients.
 func runBenchRolling(ctx context.Context, e *env, args []string) (err error) {
-	fs := newFlags(e, "bench rolling", "bench rolling [--duration 2m] [--clients 8] [--haproxy PATH] [--transfer tcp|shm] [--redis ADDR] [--state-dir DIR] [--keep]")
+	fs := newFlags(e, "bench rolling", "bench rolling [--duration 2m] [--clients 8] [--haproxy PATH] [--transfer tcp|shm] [--redis ADDR] [--state-dir DIR] [--keep] [--json]")
 	duration := fs.Duration("duration", 2*time.Minute, "how long to keep restarting: rounds (every worker, then every gateway) repeat until it has passed; at least one")
 	clients := fs.Int("clients", 8, "streaming clients")
 	haproxy := fs.String("haproxy", "", "haproxy binary (default: haproxy on $PATH)")
@@ -40,6 +41,7 @@ func runBenchRolling(ctx context.Context, e *env, args []string) (err error) {
 	threads := fs.Int("threads", 1, "compute threads per worker")
 	maxTokens := fs.Int("max-tokens", 24, "max_tokens of every request")
 	stepTimeout := fs.Duration("step-timeout", 2*time.Minute, "longest wait for one step: a process ready, a worker drained, a gateway back in HAProxy")
+	asJSON := fs.Bool("json", false, "write the report as JSON instead of text")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -102,8 +104,16 @@ func runBenchRolling(ctx context.Context, e *env, args []string) (err error) {
 	say("2 gateways (Redis %s), 2 prefill and 2 decode workers (transfer %s) behind haproxy, %d clients, %v; logs in %s",
 		*redisAddr, *transfer, *clients, *duration, filepath.Join(f.plan.stateDir, upLogDir))
 	rep, err := rolling.Run(ctx, o)
-	fmt.Fprintln(e.stdout, "## warden bench rolling")
-	rep.WriteText(e.stdout)
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(rep); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else {
+		fmt.Fprintln(e.stdout, "## warden bench rolling")
+		rep.WriteText(e.stdout)
+	}
 	if err != nil {
 		return err
 	}

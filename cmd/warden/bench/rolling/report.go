@@ -36,7 +36,7 @@ type Answer struct {
 // Report is what a run counted.
 type Report struct {
 	// Elapsed is how long the clients ran; Clients how many there were.
-	Elapsed time.Duration
+	Elapsed time.Duration `json:"elapsed_ns"`
 	Clients int
 	// Rounds is the number of restart rounds completed.
 	Rounds int
@@ -46,6 +46,8 @@ type Report struct {
 	// Requests counts client requests (one each, however many attempts);
 	// Attempts counts every request sent, retries included.
 	Requests, Attempts int64
+	// Lost counts requests that did not complete: Requests - Completed.
+	Lost int64
 	// Completed streams ended with [DONE].
 	Completed int64
 	// Retries counts retried attempts by reason (an error code, or
@@ -67,20 +69,17 @@ type Report struct {
 // maxMismatches bounds Report.Mismatches.
 const maxMismatches = 5
 
-// Lost is the number of requests that did not complete.
-func (r *Report) Lost() int64 { return r.Requests - r.Completed }
-
 // ErrLost is wrapped by OK when a request was lost, cut or answered
 // differently from the reference.
 var ErrLost = errors.New("rolling restart was not free")
 
 // OK returns nil when every request completed and equalled its reference.
 func (r *Report) OK() error {
-	if r.Lost() == 0 && r.Cut == 0 && r.Mismatched == 0 {
+	if r.Lost == 0 && r.Cut == 0 && r.Mismatched == 0 {
 		return nil
 	}
 	return fmt.Errorf("%w: %d lost (%d cut mid-stream), %d of %d answers differ from the reference",
-		ErrLost, r.Lost(), r.Cut, r.Mismatched, r.Compared)
+		ErrLost, r.Lost, r.Cut, r.Mismatched, r.Compared)
 }
 
 // tally counts outcomes from every client at once.
@@ -140,6 +139,7 @@ func (t *tally) report() Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.rep
+	r.Lost = r.Requests - r.Completed
 	r.Restarts, r.Retries, r.Errors = maps.Clone(r.Restarts), maps.Clone(r.Retries), maps.Clone(r.Errors)
 	r.Mismatches = slices.Clone(r.Mismatches)
 	return r
@@ -154,7 +154,7 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "retries:     %s\n", counts(r.Retries))
 	fmt.Fprintf(w, "errors:      %s\n", counts(r.Errors))
 	fmt.Fprintf(w, "cut:         %d\n", r.Cut)
-	fmt.Fprintf(w, "lost:        %d\n", r.Lost())
+	fmt.Fprintf(w, "lost:        %d\n", r.Lost)
 	fmt.Fprintf(w, "compared:    %d with the reference, %d mismatched\n", r.Compared, r.Mismatched)
 	for _, m := range r.Mismatches {
 		fmt.Fprintf(w, "  mismatch:  %s\n", m)
