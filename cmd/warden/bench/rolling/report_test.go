@@ -10,8 +10,8 @@ func TestTallyCounts(t *testing.T) {
 	tl := newTally([]Answer{{Text: "a", Finish: "stop"}, {Text: "b", Finish: "length"}})
 	tl.add(Outcome{Prompt: 0, Text: "a", Finish: "stop"})
 	tl.add(Outcome{Prompt: 1, Text: "b", Finish: "length", Retries: []string{"not_ready", "connection closed"}})
-	tl.add(Outcome{Prompt: 1, Text: "b", Finish: "stop"})           // finish differs
-	tl.add(Outcome{Prompt: 0, Text: "x", Finish: "stop"})           // text differs
+	tl.add(Outcome{Prompt: 1, Text: "b", Finish: "stop"}) // finish differs
+	tl.add(Outcome{Prompt: 0, Text: "x", Finish: "stop"}) // text differs
 	tl.add(Outcome{Prompt: 0, Cut: true, Retries: []string{"not_ready"}})
 	tl.add(Outcome{Prompt: 1, Error: "503 worker_unavailable"})
 	tl.add(Outcome{Prompt: 1, Error: "503 worker_unavailable"})
