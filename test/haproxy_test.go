@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warden-ai/warden/cmd/warden/bench/rolling"
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/haproxyrun"
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -67,10 +64,10 @@ func waitHAProxyUp(t *testing.T, lb *haproxyrun.Proxy) {
 // one only once HAProxy has the restarted one back. Every stream
 // completes and equals the reference: 0 lost, 0 cut mid-stream. The
 // clients follow the documented retry rules (docs/operations.md,
-// "Zero-downtime operations") and nothing more: they retry a 503 with
-// retry-after that says the request was never admitted (not_ready,
-// shutting_down), and a request whose reused connection was closed before
-// any byte of the answer.
+// "Zero-downtime operations") and nothing more (rolling.Stream, the
+// client of `warden bench rolling`): they retry a 503 with retry-after
+// whose code says the request was never admitted, a refused connection,
+// and a reused connection closed before any byte of the answer.
 func TestRollingRestartHAProxy(t *testing.T) {
 	drain := func(c *config.Config) { c.Worker.DrainTimeout = harness.WaitTimeout }
 	spec := func(role config.Role) harness.WorkerSpec {
@@ -126,14 +123,22 @@ func TestRollingRestartHAProxy(t *testing.T) {
 				default:
 				}
 				p := (i + n) % len(prompts)
-				text, finish, why, err := streamThrough(client, url, key, prompts[p], maxTokens)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*harness.WaitTimeout)
+				o := rolling.Stream(ctx, client, url, key, rolling.ChatBody(harness.ModelTiny, prompts[p], maxTokens))
+				cancel()
 				mu.Lock()
-				for _, w := range why {
+				for _, w := range o.Retries {
 					retries[w]++
 				}
 				mu.Unlock()
-				if err == nil && (text != want[p].Text || finish != want[p].Finish) {
-					err = fmt.Errorf("%q (%s), want the reference %q (%s)", text, finish, want[p].Text, want[p].Finish)
+				var err error
+				switch {
+				case o.Cut:
+					err = errors.New("cut mid-stream")
+				case o.Error != "":
+					err = errors.New(o.Error)
+				case o.Text != want[p].Text || o.Finish != want[p].Finish:
+					err = fmt.Errorf("%q (%s), want the reference %q (%s)", o.Text, o.Finish, want[p].Text, want[p].Finish)
 				}
 				if err != nil {
 					mu.Lock()
@@ -179,81 +184,4 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	}
 	t.Logf("%d streams served through haproxy, %d lost, retried (never admitted, or a reused connection closed before any answer): %v",
 		served.Load(), len(lost), retries)
-}
-
-// errRetry marks an answer the retry rules let a client send again.
-var errRetry = errors.New("retry")
-
-// streamThrough sends a streaming chat completion to url, retrying as the
-// documented rules allow, and returns the streamed text, the finish
-// reason and why it retried (one entry a retry).
-func streamThrough(client *http.Client, url, key, prompt string, maxTokens int) (text, finish string, why []string, err error) {
-	body, _ := json.Marshal(map[string]any{"model": harness.ModelTiny, "max_tokens": maxTokens, "temperature": 0, "stream": true,
-		"messages": []map[string]string{{"role": "user", "content": prompt}}})
-	for len(why) < 20 {
-		var reason string
-		text, finish, reason, err = streamOnce(client, url, key, body)
-		if !errors.Is(err, errRetry) {
-			return text, finish, why, err
-		}
-		why = append(why, reason)
-		// At once, not after retry-after: the health checks have taken
-		// the gateway that refused out of HAProxy's rotation.
-	}
-	return "", "", why, fmt.Errorf("still refused after %d retries: %w", len(why), err)
-}
-
-// streamOnce sends one streaming request; reason says why an errRetry
-// may be retried.
-func streamOnce(client *http.Client, url, key string, body []byte) (text, finish, reason string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*harness.WaitTimeout)
-	defer cancel()
-	var reused bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := client.Do(req)
-	if err != nil {
-		if reused || strings.Contains(err.Error(), "connection refused") {
-			// Closed before any byte of the answer: never admitted.
-			return "", "", "connection closed", fmt.Errorf("%w: %v", errRetry, err)
-		}
-		return "", "", "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(resp.Body)
-		var v completionOut
-		_ = json.Unmarshal(data, &v)
-		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && v.Error != nil &&
-			(v.Error.Code == "not_ready" || v.Error.Code == "shutting_down") {
-			return "", "", v.Error.Code, fmt.Errorf("%w: %s", errRetry, v.Error.Code)
-		}
-		return "", "", "", fmt.Errorf("%s: %.300s", resp.Status, data)
-	}
-	sse := harness.NewSSE(resp.Body)
-	var b strings.Builder
-	for {
-		data, err := sse.Next()
-		if err != nil {
-			return "", "", "", fmt.Errorf("cut mid-stream after %q: %w", b.String(), err)
-		}
-		if data == "[DONE]" {
-			return b.String(), finish, "", nil
-		}
-		var ch chunk
-		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return "", "", "", fmt.Errorf("event %q: %w", data, err)
-		}
-		if ch.Error != nil {
-			return "", "", "", fmt.Errorf("error event after %q: %+v", b.String(), *ch.Error)
-		}
-		if len(ch.Choices) > 0 {
-			b.WriteString(ch.Choices[0].Delta.Content)
-			if fr := ch.Choices[0].FinishReason; fr != nil && *fr != "" {
-				finish = *fr
-			}
-		}
-	}
 }
