@@ -242,6 +242,13 @@ func (r *run) restartGateway(ctx context.Context, g Gateway) error {
 	if err := r.waitGateway(ctx, g); err != nil {
 		return err
 	}
+	// /readyz needs a worker of each role, not every worker: wait until
+	// all have registered again, so that the next cordon finds them.
+	for _, w := range r.o.Workers {
+		if err := r.waitWorker(ctx, w.ID, "registered with "+g.Name, func(v adminclient.WorkerView) bool { return v.Healthy }); err != nil {
+			return err
+		}
+	}
 	if err := r.waitLB(ctx); err != nil {
 		return err
 	}
