@@ -102,6 +102,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return Report{}, err
 		}
 	}
+	if err := r.waitWorkers(ctx); err != nil {
+		return Report{}, err
+	}
 	var servers []string
 	for _, g := range o.Gateways {
 		servers = append(servers, g.APIAddr)
@@ -242,12 +245,8 @@ func (r *run) restartGateway(ctx context.Context, g Gateway) error {
 	if err := r.waitGateway(ctx, g); err != nil {
 		return err
 	}
-	// /readyz needs a worker of each role, not every worker: wait until
-	// all have registered again, so that the next cordon finds them.
-	for _, w := range r.o.Workers {
-		if err := r.waitWorker(ctx, w.ID, "registered with "+g.Name, func(v adminclient.WorkerView) bool { return v.Healthy }); err != nil {
-			return err
-		}
+	if err := r.waitWorkers(ctx); err != nil {
+		return err
 	}
 	if err := r.waitLB(ctx); err != nil {
 		return err
@@ -289,6 +288,18 @@ func (r *run) waitWorker(ctx context.Context, id, what string, ok func(adminclie
 		}
 		return nil
 	})
+}
+
+// waitWorkers waits until every worker is registered and healthy on
+// every gateway. A gateway's /readyz needs one worker of each role, not
+// every one; a cordon needs the worker registered.
+func (r *run) waitWorkers(ctx context.Context) error {
+	for _, w := range r.o.Workers {
+		if err := r.waitWorker(ctx, w.ID, "registered", func(v adminclient.WorkerView) bool { return v.Healthy }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitGateway waits until g's /readyz answers 200.
