@@ -96,8 +96,12 @@ func runBenchRolling(ctx context.Context, e *env, args []string) (err error) {
 		return err
 	}
 	stops = append(stops, func() {
+		// Workers first, then the gateways; each is killed if it has not
+		// stopped within upStopGrace.
 		for i := len(procs) - 1; i >= 0; i-- {
-			_ = procs[i].Stop(context.Background())
+			stopCtx, cancel := context.WithTimeout(context.Background(), upStopGrace)
+			_ = procs[i].Stop(stopCtx)
+			cancel()
 		}
 	})
 	o.HAProxy, o.Duration, o.Clients, o.MaxTokens, o.Prompts, o.Progress = bin, *duration, *clients, *maxTokens, rolling.DefaultPrompts, say
