@@ -1,149 +1,58 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/warden-ai/warden/cmd/warden/bench/rolling"
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/haproxyrun"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
 )
 
-// haproxyConfig runs HAProxy in TCP mode in front of the gateways: TLS
-// goes through to them, so a gateway's Connection: close reaches the
-// client, and each gateway is checked with GET /readyz over TLS (the dev
-// CA) every 500ms, out after two failures and back after two passes. A
-// connection that cannot be made is tried again on the other gateway.
-const haproxyConfig = `global
-    maxconn 512
-    stats socket %[1]s level admin
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 5m
-    timeout server 5m
-    timeout check 5s
-    retries 3
-    option redispatch
-frontend api
-    bind %[2]s
-    default_backend gateways
-backend gateways
-    balance roundrobin
-    option httpchk GET /readyz
-    http-check expect status 200
-    default-server inter 500ms fall 2 rise 2 check check-ssl verify required ca-file %[3]s
-%[4]s`
-
-// haproxy is an HAProxy child process.
-type haproxy struct {
-	addr, sock string
-	cmd        *exec.Cmd
-}
-
-// startHAProxy runs HAProxy in front of gateways on a free loopback port.
+// startHAProxy runs HAProxy (internal/haproxyrun) in front of gateways.
 // It is skipped when haproxy is missing, except under CI (scripts/test.sh
 // installs Debian's package).
-func startHAProxy(t *testing.T, gateways []*harness.Gateway, caFile string) *haproxy {
+func startHAProxy(t *testing.T, gateways []*harness.Gateway, caFile string) *haproxyrun.Proxy {
 	t.Helper()
-	bin, err := exec.LookPath("haproxy")
+	bin, err := haproxyrun.Find("")
 	if err != nil {
 		if os.Getenv("CI") == "" {
-			t.Skip("haproxy is not installed (apt-get install haproxy)")
+			t.Skip(err)
 		}
-		t.Fatal("haproxy is not installed; scripts/test.sh installs it")
+		t.Fatalf("%v; scripts/test.sh installs it", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var servers []string
+	for _, g := range gateways {
+		servers = append(servers, strings.TrimPrefix(g.APIURL, "https://"))
+	}
+	lb, err := haproxyrun.Start(haproxyrun.Options{Bin: bin, Dir: t.TempDir(), Servers: servers, CAFile: caFile})
 	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	dir := t.TempDir()
-	var servers strings.Builder
-	for i, g := range gateways {
-		fmt.Fprintf(&servers, "    server g%d %s\n", i, strings.TrimPrefix(g.APIURL, "https://"))
-	}
-	h := &haproxy{addr: addr, sock: filepath.Join(dir, "stats.sock")}
-	cfg := filepath.Join(dir, "haproxy.cfg")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, haproxyConfig, h.sock, addr, caFile, servers.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(filepath.Join(dir, "haproxy.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.cmd = exec.Command(bin, "-db", "-f", cfg)
-	h.cmd.Stdout, h.cmd.Stderr = logf, logf
-	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = h.cmd.Process.Kill()
-		_ = h.cmd.Wait()
-		logf.Close()
+		lb.Close()
 		if t.Failed() {
-			out, _ := os.ReadFile(logf.Name())
+			out, _ := os.ReadFile(lb.LogPath)
 			t.Logf("haproxy log:\n%s", out)
 		}
 	})
-	return h
+	return lb
 }
 
-// up reports which servers HAProxy sees UP (from "show stat" on its
-// stats socket).
-func (h *haproxy) up() (map[string]bool, error) {
-	c, err := net.DialTimeout("unix", h.sock, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("show stat\n")); err != nil {
-		return nil, err
-	}
-	out := map[string]bool{}
-	sc := bufio.NewScanner(c)
-	for sc.Scan() {
-		f := strings.Split(sc.Text(), ",")
-		// pxname, svname, ..., status is the 18th field.
-		if len(f) > 17 && f[0] == "gateways" && f[1] != "BACKEND" {
-			out[f[1]] = strings.HasPrefix(f[17], "UP")
-		}
-	}
-	return out, sc.Err()
-}
-
-// waitUp waits until HAProxy sees every gateway UP.
-func (h *haproxy) waitUp(t *testing.T, n int) {
+// waitHAProxyUp waits until HAProxy sees every gateway UP.
+func waitHAProxyUp(t *testing.T, lb *haproxyrun.Proxy) {
 	t.Helper()
-	waitUntil(t, "haproxy to see every gateway up", func() error {
-		up, err := h.up()
-		if err != nil {
-			return err
-		}
-		for i := range n {
-			if !up[fmt.Sprintf("g%d", i)] {
-				return fmt.Errorf("servers %v", up)
-			}
-		}
-		return nil
-	})
+	waitUntil(t, "haproxy to see every gateway up", lb.AllUp)
 }
 
 // TestRollingRestartHAProxy puts HAProxy with /readyz health checks in
@@ -155,10 +64,10 @@ func (h *haproxy) waitUp(t *testing.T, n int) {
 // one only once HAProxy has the restarted one back. Every stream
 // completes and equals the reference: 0 lost, 0 cut mid-stream. The
 // clients follow the documented retry rules (docs/operations.md,
-// "Zero-downtime operations") and nothing more: they retry a 503 with
-// retry-after that says the request was never admitted (not_ready,
-// shutting_down), and a request whose reused connection was closed before
-// any byte of the answer.
+// "Zero-downtime operations") and nothing more (rolling.Stream, the
+// client of `warden bench rolling`): they retry a 503 with retry-after
+// whose code says the request was never admitted, a refused connection,
+// and a reused connection closed before any byte of the answer.
 func TestRollingRestartHAProxy(t *testing.T) {
 	drain := func(c *config.Config) { c.Worker.DrainTimeout = harness.WaitTimeout }
 	spec := func(role config.Role) harness.WorkerSpec {
@@ -177,7 +86,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	}
 	c.WaitReady(t)
 	lb := startHAProxy(t, c.Gateways, c.Gateways[0].Config.Cluster.CAFile)
-	lb.waitUp(t, len(c.Gateways))
+	waitHAProxyUp(t, lb)
 	key := c.NewKey(t, "haproxy")
 
 	prompts := []string{"Tell me a story.", "Count to ten.", "Name three colours.", "Say hello."}
@@ -195,7 +104,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	}
 	client.Transport.(*http.Transport).MaxIdleConnsPerHost = 8
 	defer client.CloseIdleConnections()
-	url := "https://" + lb.addr + "/v1/chat/completions"
+	url := "https://" + lb.Addr + "/v1/chat/completions"
 
 	var (
 		stop    = make(chan struct{})
@@ -214,14 +123,22 @@ func TestRollingRestartHAProxy(t *testing.T) {
 				default:
 				}
 				p := (i + n) % len(prompts)
-				text, finish, why, err := streamThrough(client, url, key, prompts[p], maxTokens)
+				ctx, cancel := context.WithTimeout(context.Background(), 2*harness.WaitTimeout)
+				o := rolling.Stream(ctx, client, url, key, rolling.ChatBody(harness.ModelTiny, prompts[p], maxTokens))
+				cancel()
 				mu.Lock()
-				for _, w := range why {
+				for _, w := range o.Retries {
 					retries[w]++
 				}
 				mu.Unlock()
-				if err == nil && (text != want[p].Text || finish != want[p].Finish) {
-					err = fmt.Errorf("%q (%s), want the reference %q (%s)", text, finish, want[p].Text, want[p].Finish)
+				var err error
+				switch {
+				case o.Cut:
+					err = errors.New("cut mid-stream")
+				case o.Error != "":
+					err = errors.New(o.Error)
+				case o.Text != want[p].Text || o.Finish != want[p].Finish:
+					err = fmt.Errorf("%q (%s), want the reference %q (%s)", o.Text, o.Finish, want[p].Text, want[p].Finish)
 				}
 				if err != nil {
 					mu.Lock()
@@ -257,7 +174,7 @@ func TestRollingRestartHAProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.WaitGatewayReady(t, g)
-		lb.waitUp(t, len(c.Gateways))
+		waitHAProxyUp(t, lb)
 		servedSince("load after restarting "+g.Name, 16)
 	}
 	close(stop)
@@ -267,81 +184,4 @@ func TestRollingRestartHAProxy(t *testing.T) {
 	}
 	t.Logf("%d streams served through haproxy, %d lost, retried (never admitted, or a reused connection closed before any answer): %v",
 		served.Load(), len(lost), retries)
-}
-
-// errRetry marks an answer the retry rules let a client send again.
-var errRetry = errors.New("retry")
-
-// streamThrough sends a streaming chat completion to url, retrying as the
-// documented rules allow, and returns the streamed text, the finish
-// reason and why it retried (one entry a retry).
-func streamThrough(client *http.Client, url, key, prompt string, maxTokens int) (text, finish string, why []string, err error) {
-	body, _ := json.Marshal(map[string]any{"model": harness.ModelTiny, "max_tokens": maxTokens, "temperature": 0, "stream": true,
-		"messages": []map[string]string{{"role": "user", "content": prompt}}})
-	for len(why) < 20 {
-		var reason string
-		text, finish, reason, err = streamOnce(client, url, key, body)
-		if !errors.Is(err, errRetry) {
-			return text, finish, why, err
-		}
-		why = append(why, reason)
-		// At once, not after retry-after: the health checks have taken
-		// the gateway that refused out of HAProxy's rotation.
-	}
-	return "", "", why, fmt.Errorf("still refused after %d retries: %w", len(why), err)
-}
-
-// streamOnce sends one streaming request; reason says why an errRetry
-// may be retried.
-func streamOnce(client *http.Client, url, key string, body []byte) (text, finish, reason string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*harness.WaitTimeout)
-	defer cancel()
-	var reused bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := client.Do(req)
-	if err != nil {
-		if reused || strings.Contains(err.Error(), "connection refused") {
-			// Closed before any byte of the answer: never admitted.
-			return "", "", "connection closed", fmt.Errorf("%w: %v", errRetry, err)
-		}
-		return "", "", "", err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(resp.Body)
-		var v completionOut
-		_ = json.Unmarshal(data, &v)
-		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && v.Error != nil &&
-			(v.Error.Code == "not_ready" || v.Error.Code == "shutting_down") {
-			return "", "", v.Error.Code, fmt.Errorf("%w: %s", errRetry, v.Error.Code)
-		}
-		return "", "", "", fmt.Errorf("%s: %.300s", resp.Status, data)
-	}
-	sse := harness.NewSSE(resp.Body)
-	var b strings.Builder
-	for {
-		data, err := sse.Next()
-		if err != nil {
-			return "", "", "", fmt.Errorf("cut mid-stream after %q: %w", b.String(), err)
-		}
-		if data == "[DONE]" {
-			return b.String(), finish, "", nil
-		}
-		var ch chunk
-		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return "", "", "", fmt.Errorf("event %q: %w", data, err)
-		}
-		if ch.Error != nil {
-			return "", "", "", fmt.Errorf("error event after %q: %+v", b.String(), *ch.Error)
-		}
-		if len(ch.Choices) > 0 {
-			b.WriteString(ch.Choices[0].Delta.Content)
-			if fr := ch.Choices[0].FinishReason; fr != nil && *fr != "" {
-				finish = *fr
-			}
-		}
-	}
 }

@@ -22,14 +22,14 @@ import (
 func runBench(ctx context.Context, e *env, args []string) error {
 	subs := map[string]func(context.Context, *env, []string) error{
 		"engine": runBenchEngine, "gateway": runBenchGateway, "tenants": runBenchTenants, "pd": runBenchPD,
-		"prefix": runBenchPrefix, "fleet": runBenchFleet, "serve": runBenchServe,
+		"prefix": runBenchPrefix, "fleet": runBenchFleet, "serve": runBenchServe, "rolling": runBenchRolling,
 	}
 	if len(args) > 0 {
 		if run, ok := subs[args[0]]; ok {
 			return run(ctx, e, args[1:])
 		}
 	}
-	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet|serve [flags]\n\nRun 'warden bench <benchmark> -h' for its flags.")
+	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet|serve|rolling [flags]\n\nRun 'warden bench <benchmark> -h' for its flags.")
 	return groupUsageResult(args)
 }
 

@@ -106,14 +106,19 @@ func writeSecret(path, s string) error {
 // name secrets).
 func (pl *upPlan) writeConfigs() error {
 	for _, p := range append([]upProcess{pl.gateway}, pl.workers...) {
-		data, err := yaml.Marshal(p.cfg)
-		if err != nil {
-			return fmt.Errorf("%s config: %w", p.name, err)
-		}
-		header := "# Written by `warden up` for its " + p.name + "; rewritten at every start.\n"
-		if err := os.WriteFile(pl.configPath(p), append([]byte(header), data...), 0o600); err != nil {
+		if err := pl.writeConfig(p); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeConfig writes p's config file.
+func (pl *upPlan) writeConfig(p upProcess) error {
+	data, err := yaml.Marshal(p.cfg)
+	if err != nil {
+		return fmt.Errorf("%s config: %w", p.name, err)
+	}
+	header := "# Written by `warden up` for its " + p.name + "; rewritten at every start.\n"
+	return os.WriteFile(pl.configPath(p), append([]byte(header), data...), 0o600)
 }
