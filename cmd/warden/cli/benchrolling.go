@@ -140,6 +140,7 @@ func planRollingFleet(o upOptions, say func(string, ...any)) (*rollingFleet, err
 	if err != nil {
 		return nil, err
 	}
+	pl.ports.release() // the fleet's processes start long after the plan
 	f := &rollingFleet{plan: pl, gateways: []upProcess{pl.gateway}}
 	var pp portPicker
 	defer pp.release()

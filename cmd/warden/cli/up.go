@@ -71,6 +71,7 @@ func runUp(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	defer pl.ports.release()
 	if err := pl.writeConfigs(); err != nil {
 		return err
 	}
@@ -163,6 +164,10 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 		return err
 	}
 	env := childEnv()
+	// Each process's ports are freed right before it starts and binds
+	// them (the pinned ones with the gateway's).
+	pl.ports.releaseFor("")
+	pl.ports.releaseFor(pl.gateway.file)
 	if u.gateway, err = startChild(pl.gateway.name, exe, []string{"gateway", "--config", pl.configPath(pl.gateway)}, env, pl.logPath(pl.gateway)); err != nil {
 		return err
 	}
@@ -170,6 +175,7 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 	for _, p := range pl.workers {
 		// A refused registration ends the worker with the gateway's
 		// cause, which the wait below reports at once.
+		pl.ports.releaseFor(p.file)
 		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p), "--exit-on-refusal"}, env, pl.logPath(p))
 		if err != nil {
 			return err

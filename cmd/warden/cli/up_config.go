@@ -67,6 +67,9 @@ type upPlan struct {
 	// config brings its own certificate (or serves plain HTTP).
 	caFile         string
 	adminTokenFile string
+	// ports holds the picked ports until each process starts (start
+	// releases them process by process); release frees what is left.
+	ports *portPicker
 }
 
 // configPath returns where p's config file is written.
@@ -113,10 +116,13 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 	if err := os.MkdirAll(filepath.Join(stateDir, upLogDir), 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	pl = &upPlan{stateDir: stateDir}
-
-	var pp portPicker
-	defer pp.release()
+	pp := &portPicker{}
+	pl = &upPlan{stateDir: stateDir, ports: pp}
+	defer func() {
+		if err != nil {
+			pp.release()
+		}
+	}()
 	gw := &cfg.Gateway
 	// Ctrl-C stops the gateway first and kills it after upStopGrace: its
 	// drain must end well before, so that what still runs is aborted
@@ -154,6 +160,7 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 			}
 		}
 	}
+	pp.owner = "gateway" // the gateway's upProcess file
 	if gw.AdminListen, err = pp.resolve(gw.AdminListen, pn.set("gateway", "admin_listen"), "gateway.admin_listen"); err != nil {
 		return nil, err
 	}
@@ -254,7 +261,8 @@ func planUp(o upOptions, lookupEnv func(string) (string, bool), log func(format 
 		roles = []config.Role{config.RoleBoth}
 	}
 	for _, role := range roles {
-		wc, err := workerConfig(cfg, role, pn, &pp, workerPKI)
+		pp.owner = "worker-" + string(role) // as its upProcess file below
+		wc, err := workerConfig(cfg, role, pn, pp, workerPKI)
 		if err != nil {
 			return nil, err
 		}

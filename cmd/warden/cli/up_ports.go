@@ -6,12 +6,24 @@ import (
 )
 
 // portPicker hands out free loopback ports. It keeps every port it picked,
-// and every pinned address it checked, bound until release, so that no
-// two collide; the processes that use them bind them right after release.
+// and every pinned address it checked, bound until it is released, so
+// that no two collide. The ports picked while owner names a process are
+// that process's: releaseFor frees them right before it starts and binds
+// them, so that the time another program on the machine could take one
+// of them is that process's own start, not the whole plan's.
 type portPicker struct {
-	held []net.Listener
+	held []heldPort
 	// pinned are the pinned addresses held (hold).
 	pinned map[string]bool
+	// owner is the process the ports picked now are for ("": released
+	// by release only).
+	owner string
+}
+
+// heldPort is a bound port and the process it is for.
+type heldPort struct {
+	ln    net.Listener
+	owner string
 }
 
 // pick returns host:port with a port that is free on host now.
@@ -20,7 +32,7 @@ func (pp *portPicker) pick(host string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding a free port on %s: %w", host, err)
 	}
-	pp.held = append(pp.held, ln)
+	pp.held = append(pp.held, heldPort{ln, pp.owner})
 	return ln.Addr().String(), nil
 }
 
@@ -55,14 +67,27 @@ func (pp *portPicker) hold(addr, hint string) error {
 		pp.pinned = map[string]bool{}
 	}
 	pp.pinned[addr] = true
-	pp.held = append(pp.held, ln)
+	pp.held = append(pp.held, heldPort{ln, ""})
 	return nil
 }
 
-// release unbinds every picked port.
+// releaseFor unbinds the ports picked for owner.
+func (pp *portPicker) releaseFor(owner string) {
+	kept := pp.held[:0]
+	for _, h := range pp.held {
+		if h.owner == owner {
+			_ = h.ln.Close()
+		} else {
+			kept = append(kept, h)
+		}
+	}
+	pp.held = kept
+}
+
+// release unbinds every port still held.
 func (pp *portPicker) release() {
-	for _, ln := range pp.held {
-		_ = ln.Close()
+	for _, h := range pp.held {
+		_ = h.ln.Close()
 	}
 	pp.held, pp.pinned = nil, nil
 }

@@ -29,6 +29,7 @@ func planIn(t *testing.T, o upOptions, env func(string) (string, bool)) *upPlan 
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl.ports.release() // the tests start no process
 	if err := pl.writeConfigs(); err != nil {
 		t.Fatal(err)
 	}

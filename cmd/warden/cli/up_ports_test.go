@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"net"
+	"testing"
+)
+
+// TestPortsReleasedPerProcess: releaseFor frees only the named process's
+// picked ports; the others stay bound until their turn or release.
+func TestPortsReleasedPerProcess(t *testing.T) {
+	var pp portPicker
+	defer pp.release()
+	pp.owner = "gateway"
+	gw, err := pp.pick("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp.owner = "worker-decode"
+	wk, err := pp.pick("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := func(addr string) bool {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		ln.Close()
+		return true
+	}
+	pp.releaseFor("gateway")
+	if !free(gw) || free(wk) {
+		t.Fatalf("after releasing the gateway's ports: gateway's %s free %v, worker's %s free %v; want true, false", gw, free(gw), wk, free(wk))
+	}
+	pp.release()
+	if !free(wk) {
+		t.Fatalf("the worker's port %s is still held after release", wk)
+	}
+}
