@@ -15,18 +15,16 @@ package probe
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/bits"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/internal/tokenizer"
 )
 
@@ -288,22 +286,11 @@ func planFor(cfg Config) []PlanItem {
 }
 
 func httpClient(caFile string) (*http.Client, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 64
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, err
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	tr, err := adminclient.NewTransport(caFile)
+	if err != nil {
+		return nil, err
 	}
+	tr.MaxIdleConnsPerHost = 64
 	return &http.Client{Transport: tr, Timeout: 5 * time.Minute}, nil
 }
 

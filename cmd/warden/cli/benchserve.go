@@ -2,14 +2,13 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/warden-ai/warden/cmd/warden/bench/serve"
+	"github.com/warden-ai/warden/internal/adminclient"
 )
 
 // runBenchServe drives one OpenAI-compatible endpoint, or two in one
@@ -84,19 +83,10 @@ func runBenchServe(ctx context.Context, e *env, args []string) error {
 // clientTrusting is an HTTP client that also trusts the CA in caFile and
 // keeps up to conns idle connections per host.
 func clientTrusting(caFile string, conns int) (*http.Client, error) {
-	pem, err := os.ReadFile(caFile)
+	tr, err := adminclient.NewTransport(caFile)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("no PEM certificate in %s", caFile)
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	tr.MaxIdleConnsPerHost = conns
 	return &http.Client{Transport: tr}, nil
 }
