@@ -16,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/redistest"
 	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/tenant/redisstore"
 )
 
 // modelContext returns tiny's context_length on /v1/models (0 when the
@@ -334,9 +337,11 @@ func TestStoreClusterFailover(t *testing.T) {
 		r.Cluster, r.Addrs = true, append(slices.Clone(cluster.Addrs), cluster.Replicas...)
 	})
 	prefix := gws[0].cfg.Tenants.Redis.KeyPrefix
+	var failedOver time.Time
 	underFailover(t, gws, func(ctx context.Context) (string, error) {
 		old := cluster.KillMasterOf(t, prefix+"x")
 		master, err := cluster.WaitFailover(ctx, prefix+"x", old)
+		failedOver = time.Now()
 		return fmt.Sprintf("master %s failed over to %s", old, master), err
 	})
 
@@ -400,12 +405,30 @@ func TestStoreClusterFailover(t *testing.T) {
 		chatReply(t, a.code, a.body)
 	}
 
-	// No lease leaked: acme's concurrency set empties.
+	// No lease leaked: every lease acme took after the failover is
+	// released. Redis replicates asynchronously, so a release the old
+	// master took in its last moments may not have reached the replica
+	// that replaced it: such a lease (at most one per client in flight at
+	// the kill, each taken before the failover) holds its slot until its
+	// TTL, as docs/tenants.md says.
 	cl := cluster.NewClient(t)
-	waitFor(t, "acme's leases to be released", func() bool {
-		n, err := cl.ZCard(context.Background(), prefix+"cc:acme").Result()
-		return err == nil && n == 0
+	var left []redis.Z
+	waitFor(t, "acme's leases taken after the failover to be released", func() bool {
+		var err error
+		left, err = cl.ZRangeWithScores(context.Background(), prefix+"cc:acme", 0, -1).Result()
+		if err != nil || len(left) > 4 {
+			return false
+		}
+		for _, z := range left {
+			if expires := time.UnixMilli(int64(z.Score)); expires.After(failedOver.Add(redisstore.DefaultLeaseTTL + time.Second)) {
+				return false
+			}
+		}
+		return true
 	})
+	if len(left) > 0 {
+		t.Logf("%d lease(s) of acme taken before the failover lost their release with the old master; they expire at their TTL", len(left))
+	}
 }
 
 // underFailover runs four clients through gws (two each) while fail
