@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
@@ -24,6 +23,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/internal/obs"
+	"github.com/warden-ai/warden/internal/syncbuf"
 	"github.com/warden-ai/warden/worker"
 )
 
@@ -107,24 +107,10 @@ func events(s sdktrace.ReadOnlySpan) []string {
 	return out
 }
 
-// lockedBuffer collects log lines from several loggers.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON log records written so far.
-func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logLines returns the JSON log records in logs.
+func logLines(t *testing.T, logs *syncbuf.Buffer) []map[string]any {
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var m map[string]any
@@ -134,12 +120,6 @@ func (b *lockedBuffer) lines(t *testing.T) []map[string]any {
 		out = append(out, m)
 	}
 	return out
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestTraceFollowsRequest serves one P/D request and one that the client
@@ -160,7 +140,7 @@ func (b *lockedBuffer) String() string {
 // prompt nor output text.
 func TestTraceFollowsRequest(t *testing.T) {
 	tr := newTraced(t)
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	logger, err := obs.NewLogger(&logs, "info", "json")
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +311,7 @@ func TestTraceFollowsRequest(t *testing.T) {
 	// trace, and no line carries the prompt or the generated text.
 	traces := map[string]string{requestID: clientTrace.String(), aborted.ID: abortTrace.String()}
 	scoped := map[string]int{}
-	for _, m := range logs.lines(t) {
+	for _, m := range logLines(t, &logs) {
 		id, _ := m[obs.KeyRequestID].(string)
 		want, ours := traces[id]
 		if !ours {

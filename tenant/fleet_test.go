@@ -1,15 +1,14 @@
 package tenant_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/warden-ai/warden/internal/syncbuf"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
 	"github.com/warden-ai/warden/tenant/storetest"
@@ -27,24 +26,6 @@ func (s *outageSharer) ShareInFlight(ctx context.Context, r tenant.InFlightRepor
 		return nil, tenant.ErrUnavailable
 	}
 	return s.InFlightSharer.ShareInFlight(ctx, r)
-}
-
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }
 
 func wantInFlight(t *testing.T, what string, f *tenant.FleetInFlight, id string, here, elsewhere int64) {
@@ -68,7 +49,7 @@ func TestFleetInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &outageSharer{InFlightSharer: mem}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	r1 := tenant.NewFleetInFlight(store, tenant.FleetConfig{Replica: "gw-1", Interval: time.Second, Logger: log})
 	r2 := tenant.NewFleetInFlight(mem, tenant.FleetConfig{Logger: log}) // a generated replica ID

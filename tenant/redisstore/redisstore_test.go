@@ -1,18 +1,17 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/warden-ai/warden/internal/redistest"
+	"github.com/warden-ai/warden/internal/syncbuf"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/redisstore"
 	"github.com/warden-ai/warden/tenant/storetest"
@@ -109,24 +108,6 @@ func TestServerClock(t *testing.T) {
 	}
 }
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // TestRedisOutage kills a private redis-server in the middle of traffic and
 // restarts it: nothing panics, authentication serves recently verified keys
 // for the grace period, admission fails closed (or open when configured),
@@ -139,7 +120,7 @@ func TestRedisOutage(t *testing.T) {
 	})
 	defer rdb.Close()
 	// Separate logs, to count the outage reports of one store.
-	var logs, openLogs syncBuffer
+	var logs, openLogs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	// Frozen store clock: the token arithmetic below must not depend on how
 	// long the outage takes. The auth cache has its own clock.

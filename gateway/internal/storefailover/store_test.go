@@ -1,18 +1,17 @@
 package storefailover
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warden-ai/warden/internal/syncbuf"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
 )
@@ -68,38 +67,20 @@ func (o *outage) ShareInFlight(ctx context.Context, r tenant.InFlightReport) (ma
 
 func (o *outage) Replicas(context.Context) (int, error) { return o.replicas, o.err() }
 
-// syncBuffer collects log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 type fixture struct {
 	t     *testing.T
 	ctx   context.Context
 	inner *outage
 	s     *Store
 	now   time.Time
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	reg   *prometheus.Registry
 }
 
 // newFixture wraps a memory store seen by two live gateways, on a fake
 // clock.
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{t: t, ctx: context.Background(), now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), logs: &syncBuffer{},
+	f := &fixture{t: t, ctx: context.Background(), now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), logs: &syncbuf.Buffer{},
 		reg: prometheus.NewRegistry()}
 	ms, err := memstore.New([]byte("0123456789abcdef0123456789abcdef"), memstore.WithClock(func() time.Time { return f.now }))
 	if err != nil {
