@@ -68,6 +68,9 @@ type Owner struct {
 	Tenant  string
 	Request string
 	Epoch   uint64
+	// Adapter is the LoRA adapter's content hash, empty for the base
+	// model (kvpool.Owner.Adapter).
+	Adapter string
 }
 
 // Ticket authorises one transfer of one request's prompt KV into pages

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/kvtransfer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -20,8 +21,10 @@ func ownerFrom(o *controlpb.Owner) (kvpool.Owner, error) {
 		return kvpool.Owner{}, invalid("owner needs a tenant and a request_id")
 	case len(o.GetTenant()) > maxIDLen || len(o.GetRequestId()) > maxIDLen:
 		return kvpool.Owner{}, invalid("owner tenant and request_id are limited to %d bytes", maxIDLen)
+	case o.GetAdapter() != "" && !lora.ValidHash(o.GetAdapter()):
+		return kvpool.Owner{}, invalid("owner adapter must be an adapter's content hash (64 lowercase hex digits)")
 	}
-	return kvpool.Owner{Tenant: o.GetTenant(), Request: o.GetRequestId(), Epoch: o.GetEpoch()}, nil
+	return kvpool.Owner{Tenant: o.GetTenant(), Request: o.GetRequestId(), Epoch: o.GetEpoch(), Adapter: o.GetAdapter()}, nil
 }
 
 // samplingFrom checks and converts sampling parameters.
@@ -87,7 +90,7 @@ func checkPrompt(prompt []int32) error {
 func ticketToProto(t *kvtransfer.Ticket, workerID string) *controlpb.Ticket {
 	return &controlpb.Ticket{
 		TransferId:      t.TransferID.String(),
-		Owner:           &controlpb.Owner{Tenant: t.Owner.Tenant, RequestId: t.Owner.Request, Epoch: t.Owner.Epoch},
+		Owner:           &controlpb.Owner{Tenant: t.Owner.Tenant, RequestId: t.Owner.Request, Epoch: t.Owner.Epoch, Adapter: t.Owner.Adapter},
 		Pages:           t.Pages,
 		PageTokens:      t.PageTokens,
 		PromptTokens:    t.PromptTokens,
@@ -113,7 +116,7 @@ func ticketFrom(p *controlpb.Ticket) (*kvtransfer.Ticket, error) {
 	o := p.GetOwner()
 	t := &kvtransfer.Ticket{
 		TransferID:   id,
-		Owner:        kvtransfer.Owner{Tenant: o.GetTenant(), Request: o.GetRequestId(), Epoch: o.GetEpoch()},
+		Owner:        kvtransfer.Owner{Tenant: o.GetTenant(), Request: o.GetRequestId(), Epoch: o.GetEpoch(), Adapter: o.GetAdapter()},
 		Pages:        p.GetPages(),
 		PageTokens:   p.GetPageTokens(),
 		PromptTokens: p.GetPromptTokens(),

@@ -704,6 +704,7 @@ type HeartbeatRequest struct {
 	// prefix_cache carries the prefix pages sealed and evicted since the
 	// previous heartbeat (like llm-d's KV events), bounded.
 	PrefixCache   *PrefixCacheReport `protobuf:"bytes,50,opt,name=prefix_cache,json=prefixCache,proto3" json:"prefix_cache,omitempty"`
+	Adapters      *AdapterMemory     `protobuf:"bytes,70,opt,name=adapters,proto3" json:"adapters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +777,13 @@ func (x *HeartbeatRequest) GetDraining() bool {
 func (x *HeartbeatRequest) GetPrefixCache() *PrefixCacheReport {
 	if x != nil {
 		return x.PrefixCache
+	}
+	return nil
+}
+
+func (x *HeartbeatRequest) GetAdapters() *AdapterMemory {
+	if x != nil {
+		return x.Adapters
 	}
 	return nil
 }
@@ -1022,10 +1030,15 @@ func (x *ModelAssetsResponse) GetChatTemplateJinja() []byte {
 
 // Owner identifies who a request's KV pages belong to.
 type Owner struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Tenant    string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	RequestId string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// adapter is the content hash (lowercase hex SHA-256, internal/lora.Hash)
+	// of the LoRA adapter the request's KV is computed under; empty for the
+	// base model. It is part of the owner: a page written under one adapter
+	// never verifies for a request under another or the base model.
+	Adapter       string `protobuf:"bytes,4,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1081,6 +1094,270 @@ func (x *Owner) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *Owner) GetAdapter() string {
+	if x != nil {
+		return x.Adapter
+	}
+	return ""
+}
+
+// AdapterRef names the LoRA adapter a request runs under. The worker runs
+// the request only with the adapter whose content hash is hash; when it
+// does not hold it, the call fails with FAILED_PRECONDITION and the
+// message "adapter not loaded: <hash>", and the gateway pushes it with
+// LoadAdapter and calls again.
+type AdapterRef struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the registry's name (base:adapter), for logs and metrics.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Hash          string `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdapterRef) Reset() {
+	*x = AdapterRef{}
+	mi := &file_control_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdapterRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdapterRef) ProtoMessage() {}
+
+func (x *AdapterRef) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdapterRef.ProtoReflect.Descriptor instead.
+func (*AdapterRef) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AdapterRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AdapterRef) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+// AdapterPart is one message of a LoadAdapter stream: the first carries
+// ref, config_json (adapter_config.json) and weights_size; every message
+// may carry the next bytes of adapter_model.safetensors (weights). The
+// worker checks the hash of the whole against ref.hash.
+type AdapterPart struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Ref         *AdapterRef            `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	ConfigJson  []byte                 `protobuf:"bytes,2,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	WeightsSize int64                  `protobuf:"varint,3,opt,name=weights_size,json=weightsSize,proto3" json:"weights_size,omitempty"`
+	Weights     []byte                 `protobuf:"bytes,4,opt,name=weights,proto3" json:"weights,omitempty"`
+	// pin keeps the adapter in the worker's adapter memory (never evicted
+	// for another) until a later LoadAdapter of it says otherwise.
+	Pin           bool `protobuf:"varint,5,opt,name=pin,proto3" json:"pin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdapterPart) Reset() {
+	*x = AdapterPart{}
+	mi := &file_control_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdapterPart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdapterPart) ProtoMessage() {}
+
+func (x *AdapterPart) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdapterPart.ProtoReflect.Descriptor instead.
+func (*AdapterPart) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AdapterPart) GetRef() *AdapterRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *AdapterPart) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+func (x *AdapterPart) GetWeightsSize() int64 {
+	if x != nil {
+		return x.WeightsSize
+	}
+	return 0
+}
+
+func (x *AdapterPart) GetWeights() []byte {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+func (x *AdapterPart) GetPin() bool {
+	if x != nil {
+		return x.Pin
+	}
+	return false
+}
+
+type LoadAdapterResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bytes is the adapter's size in the worker's adapter memory.
+	Bytes         int64 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadAdapterResponse) Reset() {
+	*x = LoadAdapterResponse{}
+	mi := &file_control_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadAdapterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadAdapterResponse) ProtoMessage() {}
+
+func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
+func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *LoadAdapterResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+// AdapterMemory reports a worker's adapter memory in its registration and
+// heartbeats: the gateway's routing prefers workers holding a request's
+// adapter, and admission counts the memory a load would take.
+type AdapterMemory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CapacityBytes int64                  `protobuf:"varint,1,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	UsedBytes     int64                  `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// loaded: content hashes of the adapters held now; pinned is a subset.
+	Loaded        []string `protobuf:"bytes,3,rep,name=loaded,proto3" json:"loaded,omitempty"`
+	Pinned        []string `protobuf:"bytes,4,rep,name=pinned,proto3" json:"pinned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdapterMemory) Reset() {
+	*x = AdapterMemory{}
+	mi := &file_control_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdapterMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdapterMemory) ProtoMessage() {}
+
+func (x *AdapterMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdapterMemory.ProtoReflect.Descriptor instead.
+func (*AdapterMemory) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AdapterMemory) GetCapacityBytes() int64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *AdapterMemory) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *AdapterMemory) GetLoaded() []string {
+	if x != nil {
+		return x.Loaded
+	}
+	return nil
+}
+
+func (x *AdapterMemory) GetPinned() []string {
+	if x != nil {
+		return x.Pinned
+	}
+	return nil
+}
+
 type SamplingParams struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Temperature float32                `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
@@ -1128,7 +1405,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1417,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1430,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1286,7 +1563,7 @@ type LogitBias struct {
 
 func (x *LogitBias) Reset() {
 	*x = LogitBias{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1575,7 @@ func (x *LogitBias) String() string {
 func (*LogitBias) ProtoMessage() {}
 
 func (x *LogitBias) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1588,7 @@ func (x *LogitBias) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogitBias.ProtoReflect.Descriptor instead.
 func (*LogitBias) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogitBias) GetToken() int32 {
@@ -1355,7 +1632,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1644,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1657,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1491,14 +1768,17 @@ type ReserveRequest struct {
 	// own pages after them (its copy of the partial last prompt page and
 	// its output). The ticket's transfer fills the first choice's prompt
 	// pages.
-	Choices       int32 `protobuf:"varint,100,opt,name=choices,proto3" json:"choices,omitempty"`
+	Choices int32 `protobuf:"varint,100,opt,name=choices,proto3" json:"choices,omitempty"`
+	// adapter: the LoRA adapter the request runs under (absent: the base
+	// model); its hash equals owner.adapter.
+	Adapter       *AdapterRef `protobuf:"bytes,120,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1790,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1803,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1568,6 +1848,13 @@ func (x *ReserveRequest) GetChoices() int32 {
 	return 0
 }
 
+func (x *ReserveRequest) GetAdapter() *AdapterRef {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
 type ReserveResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Ticket *Ticket                `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
@@ -1582,7 +1869,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1881,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1894,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1635,7 +1922,7 @@ type RenewReservationRequest struct {
 
 func (x *RenewReservationRequest) Reset() {
 	*x = RenewReservationRequest{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1934,7 @@ func (x *RenewReservationRequest) String() string {
 func (*RenewReservationRequest) ProtoMessage() {}
 
 func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1947,7 @@ func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
 func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RenewReservationRequest) GetOwner() *Owner {
@@ -1687,7 +1974,7 @@ type RenewReservationResponse struct {
 
 func (x *RenewReservationResponse) Reset() {
 	*x = RenewReservationResponse{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1986,7 @@ func (x *RenewReservationResponse) String() string {
 func (*RenewReservationResponse) ProtoMessage() {}
 
 func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1999,7 @@ func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
 func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewReservationResponse) GetLeaseMs() int64 {
@@ -1730,14 +2017,17 @@ type PrefillRequest struct {
 	Ticket   *Ticket                `protobuf:"bytes,4,opt,name=ticket,proto3" json:"ticket,omitempty"`
 	// trace context (W3C traceparent) also travels in gRPC metadata; this is
 	// copied into transfer frames.
-	Traceparent   string `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,5,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// adapter: the LoRA adapter the request runs under (absent: the base
+	// model); its hash equals owner.adapter.
+	Adapter       *AdapterRef `protobuf:"bytes,120,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +2039,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +2052,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -1800,6 +2090,13 @@ func (x *PrefillRequest) GetTraceparent() string {
 	return ""
 }
 
+func (x *PrefillRequest) GetAdapter() *AdapterRef {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
 type PrefillResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
@@ -1824,7 +2121,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2133,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2146,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -1914,7 +2211,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2223,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2236,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -1974,14 +2271,17 @@ type GenerateRequest struct {
 	// decode checks first_tokens[0] against the verified transfer and forks
 	// the n choices from the one prompt. The gateway sends such a Generate
 	// once the Prefill call returned.
-	FirstTokens   []int32 `protobuf:"varint,100,rep,packed,name=first_tokens,json=firstTokens,proto3" json:"first_tokens,omitempty"`
+	FirstTokens []int32 `protobuf:"varint,100,rep,packed,name=first_tokens,json=firstTokens,proto3" json:"first_tokens,omitempty"`
+	// adapter: the LoRA adapter the request runs under (absent: the base
+	// model); its hash equals owner.adapter.
+	Adapter       *AdapterRef `protobuf:"bytes,120,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1993,7 +2293,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2006,7 +2306,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -2051,6 +2351,13 @@ func (x *GenerateRequest) GetFirstTokens() []int32 {
 	return nil
 }
 
+func (x *GenerateRequest) GetAdapter() *AdapterRef {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
+}
+
 type GenerateEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -2065,7 +2372,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2384,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2397,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -2160,7 +2467,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2479,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2492,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -2211,7 +2518,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2530,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2543,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -2276,7 +2583,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2595,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2608,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -2341,7 +2648,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2660,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2673,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -2408,7 +2715,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2727,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2740,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2462,7 +2769,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2781,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2794,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2524,7 +2831,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2843,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2856,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2587,7 +2894,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2906,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2919,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -2646,7 +2953,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2965,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2978,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -2703,7 +3010,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2715,7 +3022,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2728,7 +3035,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{37}
 }
 
 type WorkerStatus struct {
@@ -2744,7 +3051,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +3063,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +3076,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -2821,7 +3128,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3140,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3153,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -2875,7 +3182,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2887,7 +3194,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2900,7 +3207,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -2931,7 +3238,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3250,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3263,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{37}
+	return file_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -3030,14 +3337,15 @@ const file_control_proto_rawDesc = "" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xfa\x01\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\"\xb8\x02\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x120\n" +
 	"\x04pool\x18\x02 \x01(\v2\x1c.warden.control.v1.PoolStatsR\x04pool\x12\x18\n" +
 	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x18\n" +
 	"\awaiting\x18\x04 \x01(\x05R\awaiting\x12\x1a\n" +
 	"\bdraining\x18< \x01(\bR\bdraining\x12G\n" +
-	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\"a\n" +
+	"\fprefix_cache\x182 \x01(\v2$.warden.control.v1.PrefixCacheReportR\vprefixCache\x12<\n" +
+	"\badapters\x18F \x01(\v2 .warden.control.v1.AdapterMemoryR\badapters\"a\n" +
 	"\x11PrefixCacheReport\x12\x16\n" +
 	"\x06sealed\x182 \x03(\fR\x06sealed\x12\x18\n" +
 	"\aevicted\x183 \x03(\fR\aevicted\x12\x1a\n" +
@@ -3053,12 +3361,32 @@ const file_control_proto_rawDesc = "" +
 	"\x15tokenizer_config_json\x18\x03 \x01(\fR\x13tokenizerConfigJson\x124\n" +
 	"\x16generation_config_json\x18\x04 \x01(\fR\x14generationConfigJson\x12)\n" +
 	"\x10tokenizer_sha256\x18\x05 \x01(\tR\x0ftokenizerSha256\x12.\n" +
-	"\x13chat_template_jinja\x18\x06 \x01(\fR\x11chatTemplateJinja\"T\n" +
+	"\x13chat_template_jinja\x18\x06 \x01(\fR\x11chatTemplateJinja\"n\n" +
 	"\x05Owner\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xd3\x04\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\aadapter\x18\x04 \x01(\tR\aadapter\"4\n" +
+	"\n" +
+	"AdapterRef\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash\"\xae\x01\n" +
+	"\vAdapterPart\x12/\n" +
+	"\x03ref\x18\x01 \x01(\v2\x1d.warden.control.v1.AdapterRefR\x03ref\x12\x1f\n" +
+	"\vconfig_json\x18\x02 \x01(\fR\n" +
+	"configJson\x12!\n" +
+	"\fweights_size\x18\x03 \x01(\x03R\vweightsSize\x12\x18\n" +
+	"\aweights\x18\x04 \x01(\fR\aweights\x12\x10\n" +
+	"\x03pin\x18\x05 \x01(\bR\x03pin\"+\n" +
+	"\x13LoadAdapterResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\"\x85\x01\n" +
+	"\rAdapterMemory\x12%\n" +
+	"\x0ecapacity_bytes\x18\x01 \x01(\x03R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x16\n" +
+	"\x06loaded\x18\x03 \x03(\tR\x06loaded\x12\x16\n" +
+	"\x06pinned\x18\x04 \x03(\tR\x06pinned\"\xd3\x04\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -3104,7 +3432,7 @@ const file_control_proto_rawDesc = "" +
 	" \x01(\x03R\tpageBytes\x12(\n" +
 	"\x10decode_worker_id\x18\v \x01(\tR\x0edecodeWorkerId\x12\x1d\n" +
 	"\n" +
-	"held_pages\x18( \x01(\x05R\theldPages\"\xd9\x01\n" +
+	"held_pages\x18( \x01(\x05R\theldPages\"\x92\x02\n" +
 	"\x0eReserveRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12!\n" +
@@ -3112,7 +3440,8 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x16\n" +
 	"\x06prompt\x18( \x03(\x05R\x06prompt\x12\x18\n" +
-	"\achoices\x18d \x01(\x05R\achoices\"_\n" +
+	"\achoices\x18d \x01(\x05R\achoices\x127\n" +
+	"\aadapter\x18x \x01(\v2\x1d.warden.control.v1.AdapterRefR\aadapter\"_\n" +
 	"\x0fReserveResponse\x121\n" +
 	"\x06ticket\x18\x01 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12\x19\n" +
 	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\"j\n" +
@@ -3121,13 +3450,14 @@ const file_control_proto_rawDesc = "" +
 	"\vtransfer_id\x18\x02 \x01(\tR\n" +
 	"transferId\"5\n" +
 	"\x18RenewReservationResponse\x12\x19\n" +
-	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"\xec\x01\n" +
+	"\blease_ms\x18\x01 \x01(\x03R\aleaseMs\"\xa5\x02\n" +
 	"\x0ePrefillRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12 \n" +
-	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\"\xc8\x02\n" +
+	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\x127\n" +
+	"\aadapter\x18x \x01(\v2\x1d.warden.control.v1.AdapterRefR\aadapter\"\xc8\x02\n" +
 	"\x0fPrefillResponse\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12\x1f\n" +
 	"\vfirst_token\x18\x02 \x01(\x05R\n" +
@@ -3141,14 +3471,15 @@ const file_control_proto_rawDesc = "" +
 	"\achoices\x18d \x03(\v2\x1e.warden.control.v1.ChoiceFirstR\achoices\"a\n" +
 	"\vChoiceFirst\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x05R\x05token\x12<\n" +
-	"\blogprobs\x18\x02 \x01(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\"\x93\x02\n" +
+	"\blogprobs\x18\x02 \x01(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\"\xcc\x02\n" +
 	"\x0fGenerateRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12\x16\n" +
 	"\x06prompt\x18\x02 \x03(\x05R\x06prompt\x12=\n" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12#\n" +
 	"\rtenant_weight\x18n \x01(\x05R\ftenantWeight\x12!\n" +
-	"\ffirst_tokens\x18d \x03(\x05R\vfirstTokens\"\xae\x01\n" +
+	"\ffirst_tokens\x18d \x03(\x05R\vfirstTokens\x127\n" +
+	"\aadapter\x18x \x01(\v2\x1d.warden.control.v1.AdapterRefR\aadapter\"\xae\x01\n" +
 	"\rGenerateEvent\x120\n" +
 	"\x05ready\x18\x01 \x01(\v2\x18.warden.control.v1.ReadyH\x00R\x05ready\x123\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x19.warden.control.v1.TokensH\x00R\x06tokens\x12-\n" +
@@ -3210,7 +3541,7 @@ const file_control_proto_rawDesc = "" +
 	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
-	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xb8\x06\n" +
+	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\x91\a\n" +
 	"\x06Worker\x12\\\n" +
 	"\vModelAssets\x12%.warden.control.v1.ModelAssetsRequest\x1a&.warden.control.v1.ModelAssetsResponse\x12P\n" +
 	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12k\n" +
@@ -3220,7 +3551,8 @@ const file_control_proto_rawDesc = "" +
 	"\x05Abort\x12\x1f.warden.control.v1.AbortRequest\x1a .warden.control.v1.AbortResponse\x12b\n" +
 	"\rWriterDrained\x12'.warden.control.v1.WriterDrainedRequest\x1a(.warden.control.v1.WriterDrainedResponse\x12K\n" +
 	"\x06Status\x12 .warden.control.v1.StatusRequest\x1a\x1f.warden.control.v1.WorkerStatus\x12n\n" +
-	"\x11EvictCacheDomains\x12+.warden.control.v1.EvictCacheDomainsRequest\x1a,.warden.control.v1.EvictCacheDomainsResponseB0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
+	"\x11EvictCacheDomains\x12+.warden.control.v1.EvictCacheDomainsRequest\x1a,.warden.control.v1.EvictCacheDomainsResponse\x12W\n" +
+	"\vLoadAdapter\x12\x1e.warden.control.v1.AdapterPart\x1a&.warden.control.v1.LoadAdapterResponse(\x01B0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -3235,7 +3567,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
 	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
@@ -3250,32 +3582,36 @@ var file_control_proto_goTypes = []any{
 	(*ModelAssetsRequest)(nil),        // 10: warden.control.v1.ModelAssetsRequest
 	(*ModelAssetsResponse)(nil),       // 11: warden.control.v1.ModelAssetsResponse
 	(*Owner)(nil),                     // 12: warden.control.v1.Owner
-	(*SamplingParams)(nil),            // 13: warden.control.v1.SamplingParams
-	(*LogitBias)(nil),                 // 14: warden.control.v1.LogitBias
-	(*Ticket)(nil),                    // 15: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 16: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 17: warden.control.v1.ReserveResponse
-	(*RenewReservationRequest)(nil),   // 18: warden.control.v1.RenewReservationRequest
-	(*RenewReservationResponse)(nil),  // 19: warden.control.v1.RenewReservationResponse
-	(*PrefillRequest)(nil),            // 20: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 21: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 22: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 23: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 24: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 25: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 26: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 27: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 28: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 29: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 30: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 31: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 32: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 33: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 34: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 35: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 36: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 37: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 38: warden.control.v1.WriterDrainedResponse
+	(*AdapterRef)(nil),                // 13: warden.control.v1.AdapterRef
+	(*AdapterPart)(nil),               // 14: warden.control.v1.AdapterPart
+	(*LoadAdapterResponse)(nil),       // 15: warden.control.v1.LoadAdapterResponse
+	(*AdapterMemory)(nil),             // 16: warden.control.v1.AdapterMemory
+	(*SamplingParams)(nil),            // 17: warden.control.v1.SamplingParams
+	(*LogitBias)(nil),                 // 18: warden.control.v1.LogitBias
+	(*Ticket)(nil),                    // 19: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 20: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 21: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),   // 22: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 23: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 24: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 25: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 26: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 27: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 28: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 29: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 30: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 31: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 32: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 33: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 34: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 35: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 36: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 37: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 38: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 39: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 40: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 41: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 42: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -3286,59 +3622,66 @@ var file_control_proto_depIdxs = []int32{
 	8,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
 	1,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
 	8,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	14, // 8: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
-	12, // 9: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	12, // 10: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	15, // 11: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	12, // 12: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 13: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 14: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	15, // 15: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	27, // 16: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	22, // 17: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	27, // 18: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	12, // 19: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 20: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	15, // 21: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	25, // 22: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	26, // 23: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	28, // 24: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	27, // 25: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	29, // 26: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	12, // 27: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	36, // 28: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	8,  // 29: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 30: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 31: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	12, // 32: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	36, // 33: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	5,  // 34: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	7,  // 35: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	10, // 36: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	16, // 37: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	18, // 38: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	20, // 39: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	23, // 40: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	30, // 41: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	37, // 42: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	34, // 43: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	32, // 44: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	6,  // 45: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	9,  // 46: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	11, // 47: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	17, // 48: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	19, // 49: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	21, // 50: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	24, // 51: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	31, // 52: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	38, // 53: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	35, // 54: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	33, // 55: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	45, // [45:56] is the sub-list for method output_type
-	34, // [34:45] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	16, // 8: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
+	13, // 9: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
+	18, // 10: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
+	12, // 11: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	12, // 12: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 13: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	19, // 14: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	12, // 15: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	12, // 16: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	17, // 17: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	19, // 18: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	13, // 19: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	31, // 20: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	26, // 21: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	31, // 22: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	12, // 23: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	17, // 24: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	19, // 25: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	13, // 26: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	29, // 27: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	30, // 28: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	32, // 29: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	31, // 30: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	33, // 31: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	12, // 32: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	40, // 33: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	8,  // 34: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 35: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 36: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	12, // 37: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	40, // 38: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	5,  // 39: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	7,  // 40: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	10, // 41: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	20, // 42: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	22, // 43: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	24, // 44: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	27, // 45: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	34, // 46: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	41, // 47: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	38, // 48: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	36, // 49: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	14, // 50: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
+	6,  // 51: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	9,  // 52: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	11, // 53: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	21, // 54: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	23, // 55: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	25, // 56: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	28, // 57: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	35, // 58: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	42, // 59: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	39, // 60: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	37, // 61: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	15, // 62: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
+	51, // [51:63] is the sub-list for method output_type
+	39, // [39:51] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3346,8 +3689,8 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[12].OneofWrappers = []any{}
-	file_control_proto_msgTypes[23].OneofWrappers = []any{
+	file_control_proto_msgTypes[16].OneofWrappers = []any{}
+	file_control_proto_msgTypes[27].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -3358,7 +3701,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   38,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -179,6 +179,7 @@ const (
 	Worker_WriterDrained_FullMethodName     = "/warden.control.v1.Worker/WriterDrained"
 	Worker_Status_FullMethodName            = "/warden.control.v1.Worker/Status"
 	Worker_EvictCacheDomains_FullMethodName = "/warden.control.v1.Worker/EvictCacheDomains"
+	Worker_LoadAdapter_FullMethodName       = "/warden.control.v1.Worker/LoadAdapter"
 )
 
 // WorkerClient is the client API for Worker service.
@@ -240,6 +241,10 @@ type WorkerClient interface {
 	// it never reached still cannot serve the old pages to a re-created
 	// tenant, whose incarnation derives other domains.
 	EvictCacheDomains(ctx context.Context, in *EvictCacheDomainsRequest, opts ...grpc.CallOption) (*EvictCacheDomainsResponse, error)
+	// LoadAdapter puts a LoRA adapter into the worker's adapter memory
+	// (evicting unpinned adapters no request uses, least recently used
+	// first); the gateway streams it when a call failed for want of it.
+	LoadAdapter(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[AdapterPart, LoadAdapterResponse], error)
 }
 
 type workerClient struct {
@@ -349,6 +354,19 @@ func (c *workerClient) EvictCacheDomains(ctx context.Context, in *EvictCacheDoma
 	return out, nil
 }
 
+func (c *workerClient) LoadAdapter(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[AdapterPart, LoadAdapterResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Worker_ServiceDesc.Streams[1], Worker_LoadAdapter_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[AdapterPart, LoadAdapterResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Worker_LoadAdapterClient = grpc.ClientStreamingClient[AdapterPart, LoadAdapterResponse]
+
 // WorkerServer is the server API for Worker service.
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
@@ -408,6 +426,10 @@ type WorkerServer interface {
 	// it never reached still cannot serve the old pages to a re-created
 	// tenant, whose incarnation derives other domains.
 	EvictCacheDomains(context.Context, *EvictCacheDomainsRequest) (*EvictCacheDomainsResponse, error)
+	// LoadAdapter puts a LoRA adapter into the worker's adapter memory
+	// (evicting unpinned adapters no request uses, least recently used
+	// first); the gateway streams it when a call failed for want of it.
+	LoadAdapter(grpc.ClientStreamingServer[AdapterPart, LoadAdapterResponse]) error
 	mustEmbedUnimplementedWorkerServer()
 }
 
@@ -444,6 +466,9 @@ func (UnimplementedWorkerServer) Status(context.Context, *StatusRequest) (*Worke
 }
 func (UnimplementedWorkerServer) EvictCacheDomains(context.Context, *EvictCacheDomainsRequest) (*EvictCacheDomainsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method EvictCacheDomains not implemented")
+}
+func (UnimplementedWorkerServer) LoadAdapter(grpc.ClientStreamingServer[AdapterPart, LoadAdapterResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method LoadAdapter not implemented")
 }
 func (UnimplementedWorkerServer) mustEmbedUnimplementedWorkerServer() {}
 func (UnimplementedWorkerServer) testEmbeddedByValue()                {}
@@ -621,6 +646,13 @@ func _Worker_EvictCacheDomains_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Worker_LoadAdapter_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(WorkerServer).LoadAdapter(&grpc.GenericServerStream[AdapterPart, LoadAdapterResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Worker_LoadAdapterServer = grpc.ClientStreamingServer[AdapterPart, LoadAdapterResponse]
+
 // Worker_ServiceDesc is the grpc.ServiceDesc for Worker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -666,6 +698,11 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Generate",
 			Handler:       _Worker_Generate_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "LoadAdapter",
+			Handler:       _Worker_LoadAdapter_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "control.proto",

@@ -14,18 +14,26 @@ type PageID int32
 const NoPage PageID = -1
 
 // Owner identifies whose data a page holds: a tenant, one of its requests,
-// and the epoch of that request's current attempt.
+// the epoch of that request's current attempt, and the LoRA adapter its
+// KV is computed under.
 type Owner struct {
 	Tenant  string
 	Request string
 	Epoch   uint64
+	// Adapter is the adapter's content hash (lora.Hash), empty for the
+	// base model: K/V computed under one adapter are wrong under another,
+	// so pages written under it verify only for the same adapter.
+	Adapter string
 }
 
-// String formats o as tenant/request@epoch, or "none" for the zero Owner
-// (the owner of a free page).
+// String formats o as tenant/request@epoch (with +adapter-prefix under an
+// adapter), or "none" for the zero Owner (the owner of a free page).
 func (o Owner) String() string {
 	if o == (Owner{}) {
 		return "none"
+	}
+	if o.Adapter != "" {
+		return fmt.Sprintf("%s/%s@%d+%.12s", o.Tenant, o.Request, o.Epoch, o.Adapter)
 	}
 	return fmt.Sprintf("%s/%s@%d", o.Tenant, o.Request, o.Epoch)
 }

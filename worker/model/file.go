@@ -51,7 +51,7 @@ func OpenSafetensors(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model: mapping %s: %w", path, err)
 	}
-	tensors, metadata, err := parseSafetensors(mapping)
+	tensors, metadata, err := ParseSafetensors(mapping)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("model: %s: %w", path, err), unix.Munmap(mapping))
 	}

@@ -85,9 +85,10 @@ type headerEntry struct {
 	DataOffsets []uint64 `json:"data_offsets"`
 }
 
-// parseSafetensors validates a whole safetensors file image and returns
-// its tensors, in data order, with Data aliasing b, plus the header's
-// __metadata__ (nil when absent).
+// ParseSafetensors validates a whole safetensors image (a mapped file or
+// an upload held in memory) and returns its tensors, in data order, with
+// Data aliasing b, plus the header's __metadata__ (nil when absent).
+// Errors wrap ErrInvalidSafetensors.
 //
 // Layout: 8-byte little-endian header length N, N bytes of JSON header
 // (an object mapping tensor names to {dtype, shape, data_offsets} plus an
@@ -95,7 +96,7 @@ type headerEntry struct {
 // data section. Offsets are relative to the data section; like the
 // reference implementation, tensors must tile it exactly, with no gap,
 // overlap or trailing bytes.
-func parseSafetensors(b []byte) ([]*Tensor, map[string]string, error) {
+func ParseSafetensors(b []byte) ([]*Tensor, map[string]string, error) {
 	if len(b) < 8 {
 		return nil, nil, invalidf("file is %d bytes, shorter than the 8-byte header length (truncated)", len(b))
 	}

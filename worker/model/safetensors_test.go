@@ -48,7 +48,7 @@ func TestParseSafetensorsValid(t *testing.T) {
 		{Name: "ids", DType: "I64", Shape: []int{1}, Data: make([]byte, 8)},
 	}
 	img := encodeTensors(t, ts, map[string]string{"format": "pt"})
-	got, meta, err := parseSafetensors(img)
+	got, meta, err := ParseSafetensors(img)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +106,13 @@ func TestParseSafetensorsErrors(t *testing.T) {
 		{"bad metadata", rawFile(`{"__metadata__":{"format":1}}`, nil), "header __metadata__: want a map of strings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := parseSafetensors(tc.file)
+			_, _, err := ParseSafetensors(tc.file)
 			if !errors.Is(err, ErrInvalidSafetensors) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %v\nwant ErrInvalidSafetensors containing %q", err, tc.msg)
 			}
 		})
 	}
-	_, _, err := parseSafetensors(rawFile(`{"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}}`, []byte{0}))
+	_, _, err := ParseSafetensors(rawFile(`{"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}}`, []byte{0}))
 	if !errors.Is(err, ErrUnsupportedDType) || !strings.Contains(err.Error(), `tensor a has dtype "F4"`) {
 		t.Fatalf("unknown dtype: %v", err)
 	}
@@ -201,7 +201,7 @@ func FuzzParseSafetensors(f *testing.F) {
 	f.Add(binary.LittleEndian.AppendUint64(nil, math.MaxUint64))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ts, meta, err := parseSafetensors(b)
+		ts, meta, err := ParseSafetensors(b)
 		if err != nil {
 			return
 		}
@@ -221,7 +221,7 @@ func FuzzParseSafetensors(f *testing.F) {
 			t.Fatalf("tensors cover %d bytes of a %d-byte file", covered, len(b))
 		}
 		img := encodeTensors(t, ts, meta)
-		ts2, meta2, err := parseSafetensors(img)
+		ts2, meta2, err := ParseSafetensors(img)
 		if err != nil {
 			t.Fatalf("re-encoded file rejected: %v", err)
 		}

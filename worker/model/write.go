@@ -89,6 +89,16 @@ func WriteSafetensors(path string, tensors []*Tensor, metadata map[string]string
 	return writeSafetensors(path, ts, metadata)
 }
 
+// EncodeSafetensors writes the file image WriteSafetensors would write to
+// w (an upload, a hash).
+func EncodeSafetensors(w io.Writer, tensors []*Tensor, metadata map[string]string) error {
+	ts, err := sortedOutTensors(tensors)
+	if err != nil {
+		return err
+	}
+	return encodeSafetensors(w, ts, metadata)
+}
+
 // WriteWeights writes a model's tensors into dir: one model.safetensors
 // when maxShardBytes is 0 or everything fits in it, else shards named
 // model-00001-of-0000N.safetensors of at most maxShardBytes tensor bytes
