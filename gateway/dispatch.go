@@ -278,5 +278,5 @@ func (p decodeParticipant) WriterDrained(ctx context.Context, owner lifecycle.Ow
 }
 
 func ownerPB(o lifecycle.Owner) *controlpb.Owner {
-	return &controlpb.Owner{Tenant: o.Tenant, RequestId: o.RequestID, Epoch: o.Epoch}
+	return &controlpb.Owner{Tenant: o.Tenant, RequestId: o.RequestID, Epoch: o.Epoch, Adapter: o.Adapter}
 }

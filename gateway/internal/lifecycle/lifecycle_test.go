@@ -279,7 +279,7 @@ func TestAbortReachesEveryWorkerForEachCause(t *testing.T) {
 				}
 				for _, w := range want {
 					got := w.got()
-					if len(got) != 1 || got[0].cause != cause || got[0].owner != (Owner{"acme", "req_abc", Epoch}) {
+					if len(got) != 1 || got[0].cause != cause || got[0].owner != (Owner{Tenant: "acme", RequestID: "req_abc", Epoch: Epoch}) {
 						t.Errorf("worker %s got aborts %+v, want one for req_abc with cause %s", w.id, got, cause)
 					}
 				}

@@ -60,9 +60,10 @@ func (r *Request) ID() string { return r.info.ID }
 // Info returns what the request was started with.
 func (r *Request) Info() Info { return r.info }
 
-// Owner returns the request's KV owner tag: tenant, request ID and Epoch.
+// Owner returns the request's KV owner tag: tenant, request ID, Epoch and
+// adapter.
 func (r *Request) Owner() Owner {
-	return Owner{Tenant: r.info.Tenant, RequestID: r.info.ID, Epoch: Epoch}
+	return Owner{Tenant: r.info.Tenant, RequestID: r.info.ID, Epoch: Epoch, Adapter: r.info.Adapter}
 }
 
 // State returns the current state.

@@ -37,6 +37,9 @@ type Owner struct {
 	Tenant    string
 	RequestID string
 	Epoch     uint64
+	// Adapter is the LoRA adapter's content hash, empty for the base
+	// model (Info.Adapter).
+	Adapter string
 }
 
 // Participant is a worker a request involves.
@@ -79,6 +82,10 @@ type Info struct {
 	ClientRequestID string
 	Tenant          string
 	Model           string
+	// Adapter is the content hash of the LoRA adapter the request runs
+	// under (lora.Hash), empty for the base model; it is part of the
+	// request's KV owner.
+	Adapter string
 	// Priority is the scheduling priority the request asked for (and its
 	// tenant may use).
 	Priority int
