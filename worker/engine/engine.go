@@ -49,6 +49,9 @@ type Config struct {
 	// ChunkTokens bounds the prompt tokens one step prefills across all
 	// sequences (chunked prefill).
 	ChunkTokens int
+	// ArrivalOrder gives ChunkTokens to prompts in admission order; by
+	// default the least served go first (step).
+	ArrivalOrder bool
 	// MaxBatch bounds the sequences running at once.
 	MaxBatch int
 	// EOS lists the model's end-of-sequence token ids.
@@ -545,7 +548,7 @@ func (e *Engine) step(ctx context.Context) {
 	// a prompt is split (chunk invariance). Every fcfsEvery-th step keeps
 	// admission order, so a long prompt progresses under a stream of short
 	// ones.
-	if e.steps.Load()%fcfsEvery != fcfsEvery-1 {
+	if !e.cfg.ArrivalOrder && e.steps.Load()%fcfsEvery != fcfsEvery-1 {
 		slices.SortStableFunc(e.prefilling, func(a, b *sequence) int {
 			return cmp.Compare(int64(a.pos-a.cached)*weightOf(b), int64(b.pos-b.cached)*weightOf(a))
 		})

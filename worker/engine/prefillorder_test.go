@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -44,12 +45,29 @@ func (b *chunkLog) Forward(ctx context.Context, batch []engine.Chunk) error {
 
 // TestShortPromptNotBlockedByLongPrefill: a short prompt arriving while a
 // long one prefills gets its chunk in the next step (least attained
-// service first), finishing its prefill long before the long prompt's —
-// where admission order would have made it wait for the whole long
-// prefill — and both produce exactly their tokens run alone.
+// service first), finishing its prefill long before the long prompt's;
+// with worker.prefill_order arrival it waits for the whole long prefill.
+// Both produce exactly their tokens run alone either way.
 func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
+	for _, arrival := range []bool{false, true} {
+		t.Run(fmt.Sprint("arrival=", arrival), func(t *testing.T) {
+			shortDone, longDone := prefillOrder(t, arrival)
+			if !arrival && (shortDone != 1 || longDone <= shortDone) {
+				t.Fatalf("the short prompt's prefill ended in step %d, the long one's in step %d: want the short one in step 1, the next after its arrival", shortDone, longDone)
+			}
+			if arrival && shortDone < longDone {
+				t.Fatalf("in arrival order the short prompt's prefill ended in step %d, before the long one's in step %d", shortDone, longDone)
+			}
+		})
+	}
+}
+
+// prefillOrder runs a 200-token prompt, then a 9-token one submitted
+// during the long one's first step, with a 32-token chunk budget, and
+// returns the steps in which each prompt's prefill ended.
+func prefillOrder(t *testing.T, arrival bool) (shortDone, longDone int) {
 	log := &chunkLog{first: newHold(nil)}
-	r := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
+	r := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4, arrival: arrival, wrap: func(b engine.Backend) engine.Backend {
 		log.Backend = b
 		return log
 	}})
@@ -64,7 +82,7 @@ func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
 	close(log.first.release)
 	lo, so := collect(t, ls), collect(t, ss)
 
-	shortDone, longDone := -1, -1
+	shortDone, longDone = -1, -1
 	log.mu.Lock()
 	for i, st := range log.steps {
 		for _, c := range st {
@@ -77,9 +95,6 @@ func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
 		}
 	}
 	log.mu.Unlock()
-	if shortDone != 1 || longDone <= shortDone {
-		t.Fatalf("the short prompt's prefill ended in step %d, the long one's in step %d: want the short one in step 1, the next after its arrival", shortDone, longDone)
-	}
 
 	alone := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4})
 	for _, c := range []struct {
@@ -92,4 +107,5 @@ func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
 			t.Errorf("%s: %v, alone %v", c.name, c.got.tokens, want.tokens)
 		}
 	}
+	return shortDone, longDone
 }
