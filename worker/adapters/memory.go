@@ -246,8 +246,9 @@ func (e *NotLoadedError) Error() string { return notLoadedPrefix + e.Hash }
 // Is makes errors.Is(err, ErrNotLoaded) hold.
 func (e *NotLoadedError) Is(target error) bool { return target == ErrNotLoaded }
 
-// GRPCStatus is the error's gRPC status, so that a handler returning it
-// (wrapped or not, through status.FromError) answers FAILED_PRECONDITION.
+// GRPCStatus is the error's gRPC status: FAILED_PRECONDITION with the
+// message IsNotLoaded recognises (a handler returns Status(err).Err(), as
+// a wrapping error's message would prefix it).
 func (e *NotLoadedError) GRPCStatus() *status.Status {
 	return status.New(codes.FailedPrecondition, e.Error())
 }
