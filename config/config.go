@@ -480,6 +480,17 @@ type Worker struct {
 	Speculative Speculative `yaml:"speculative"`
 	// Transfer configures the KV data plane between prefill and decode.
 	Transfer Transfer `yaml:"transfer"`
+	// Adapters sizes the worker's LoRA adapter memory.
+	Adapters Adapters `yaml:"adapters"`
+}
+
+// Adapters sizes a worker's LoRA adapter memory (worker/adapters).
+type Adapters struct {
+	// Memory is the budget of the adapters held at once, in their
+	// compute form (float32 A and B matrices); least recently used
+	// adapters no request runs under are evicted for new ones. 0 disables
+	// adapters: requests naming one are refused. Default 256MiB.
+	Memory ByteSize `yaml:"memory"`
 }
 
 // KV sizes and hardens a worker's paged KV pool.

@@ -91,6 +91,10 @@ type Request struct {
 	// Prefix, when set, reuses and publishes sealed prefix pages; see
 	// Prefix.
 	Prefix *Prefix
+	// Adapter is the LoRA adapter the request runs under, nil for the
+	// base model; its Hash must equal Owner.Adapter. The caller keeps it
+	// loaded until the request's stream ends.
+	Adapter Adapter
 }
 
 // Stats are cumulative engine counters.
@@ -288,6 +292,12 @@ func (e *Engine) validate(req *Request) error {
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if h := adapterHash(req.Adapter); h != req.Owner.Adapter {
+		return fmt.Errorf("%w: the request runs under adapter %q but its KV owner names adapter %q", ErrBadRequest, h, req.Owner.Adapter)
+	}
+	if _, ok := e.backend.(AdapterBackend); req.Adapter != nil && !ok {
+		return fmt.Errorf("%w: the backend does not serve LoRA adapters", ErrBadRequest)
 	}
 	if lb := req.Sampling.LogitBias; len(lb) > 0 && int(lb[len(lb)-1].Token) >= e.cfg.VocabSize {
 		return fmt.Errorf("%w: logit_bias token %d is outside the vocabulary (%d)", ErrBadRequest, lb[len(lb)-1].Token, e.cfg.VocabSize)
@@ -586,7 +596,7 @@ func (e *Engine) step(ctx context.Context) {
 // ownership check, with a logits row when the chunk ends the prompt or
 // decodes.
 func (e *Engine) add(s *sequence, c Chunk) {
-	c.Owner, c.Pages, c.Shared = s.req.Owner, s.req.Pages, s.tags[:s.shared]
+	c.Owner, c.Pages, c.Shared, c.Adapter = s.req.Owner, s.req.Pages, s.tags[:s.shared], s.req.Adapter
 	if err := e.checkPages(s, c); err != nil {
 		e.violation(s, err)
 		return
