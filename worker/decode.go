@@ -46,7 +46,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		// behind the gateway's admission).
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
-	px, tags, err := w.reservePrefix(ctx, req)
+	px, tags, err := w.reservePrefix(ctx, owner, req)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, pro
 	if px != nil {
 		// The last prompt token is always computed: its logits give the
 		// first output token.
-		tags = kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
+		tags = kvpool.Tags(px.Domain, px.Version, owner.Adapter, prompt[:len(prompt)-1], w.capacity.PageTokens)
 	}
 	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)
 	if err != nil {
