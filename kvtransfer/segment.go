@@ -49,11 +49,11 @@ type Segment struct {
 }
 
 const (
-	segMagic          = "WARDENKV"
-	segVersion        = 2
-	segHeaderSize     = 4096
-	pageHeaderSize    = 128
-	pageHeaderMagic   = 0x48504b57 // "WKPH"
+	segMagic        = "WARDENKV"
+	segVersion      = 2
+	segHeaderSize   = 4096
+	pageHeaderSize  = 128
+	pageHeaderMagic = 0x48504b57 // "WKPH"
 	// pageHeaderVersion 3 added the adapter to the owner tag.
 	pageHeaderVersion = 3
 	// sealOffset is where a page header's seal word sits (8-byte aligned).
@@ -209,7 +209,6 @@ func tagOf(o Owner) ownerTag {
 	copy(t.adapter[:], h.Sum(nil))
 	return t
 }
-
 
 func (s *Segment) pageHeaderBytes(id int32) []byte {
 	off := int(id) * pageHeaderSize

@@ -166,19 +166,19 @@ type CPage struct {
 
 // CReq is one request of the cache model.
 type CReq struct {
-	Ph       uint8
-	Page     int8
-	Shared   bool // the holding shares a sealed page
-	Hit      bool // shared at reservation: the ticket holds the page
-	Fenced   bool
-	W        uint8
+	Ph     uint8
+	Page   int8
+	Shared bool // the holding shares a sealed page
+	Hit    bool // shared at reservation: the ticket holds the page
+	Fenced bool
+	W      uint8
 	// Misrouted: the writer computes under the other adapter.
 	Misrouted bool
 	Wrote     bool // the writer's one write happened
-	Verified bool
-	Failed   bool
-	Read     bool
-	BadRead  bool // ghost: a read saw a page it must not
+	Verified  bool
+	Failed    bool
+	Read      bool
+	BadRead   bool // ghost: a read saw a page it must not
 	// ghost: a read saw KV computed under another adapter
 	AdapterRead bool
 	StaleHit    bool // ghost: reserved after the eviction, hit the evicted domain
