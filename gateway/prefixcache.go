@@ -78,13 +78,14 @@ func labelledSecret(keySecret []byte, label string) []byte {
 	return m.Sum(nil)
 }
 
-// of returns the domain of a request of p under the tenant's mode, and
+// of returns the domain of a request of p under the tenant's mode and the
+// LoRA adapter whose content hash is adapter ("" for the base model), and
 // false for no cache.
-func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode) (cachekey.Domain, bool) {
+func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode, adapter string) (cachekey.Domain, bool) {
 	if c == nil {
 		return cachekey.Domain{}, false
 	}
-	return cachekey.Derive(c.secret, mode, cachekey.Scope{Tenant: p.Tenant, Incarnation: p.Incarnation, KeyID: p.KeyID})
+	return cachekey.Derive(c.secret, mode, cachekey.Scope{Tenant: p.Tenant, Incarnation: p.Incarnation, KeyID: p.KeyID, Adapter: adapter})
 }
 
 // evictor returns the evictor of these domains (domainevict): it calls
@@ -168,7 +169,7 @@ func (d *driver) pick(model string, total int64) (registry.Route, error) {
 	if c == nil || (!d.cacheOn && !c.roundRobin) {
 		return d.g.reg.Pick(model, total)
 	}
-	req := &routing.Request{Model: model, Domain: d.domain, Cached: d.cacheOn, Prompt: d.prompt}
+	req := &routing.Request{Model: model, Domain: d.domain, Adapter: d.req.Info().Adapter, Cached: d.cacheOn, Prompt: d.prompt}
 	rt, err := d.g.reg.PickScored(model, total, func(cand registry.Candidate) float64 { return c.router.Score(req, cand) })
 	if err == nil && rt.Busy && c.router.Admits(req, rt.Decode.Candidate()) {
 		rt.Busy = false

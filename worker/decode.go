@@ -46,7 +46,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		// behind the gateway's admission).
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
-	px, tags, err := w.reservePrefix(ctx, req)
+	px, tags, err := w.reservePrefix(ctx, owner, req)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, pro
 	if px != nil {
 		// The last prompt token is always computed: its logits give the
 		// first output token.
-		tags = kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
+		tags = kvpool.Tags(px.Domain, px.Version, owner.Adapter, prompt[:len(prompt)-1], w.capacity.PageTokens)
 	}
 	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)
 	if err != nil {
@@ -194,8 +194,9 @@ func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, pro
 }
 
 // claimReservationLocked checks a Generate of n choices against the
-// reservation it decodes from (I4: the prompt must be the one the ticket
-// covers; the reservation is for n choices, each with a first token).
+// reservation it decodes from (I4: the owner, adapter included, and the
+// prompt must be the ones the ticket covers; the reservation is for n
+// choices, each with a first token).
 // Called with w.mu held.
 func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, req *controlpb.GenerateRequest, prompt, maxTokens, n int) error {
 	if err := w.tombs.check(e.key, owner.Epoch); err != nil {
@@ -207,6 +208,10 @@ func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, req *contr
 		return status.Error(codes.Unavailable, "worker is shutting down")
 	case owner.Epoch != e.epoch:
 		return invalid("request %s/%s is reserved at epoch %d, Generate is for epoch %d", owner.Tenant, owner.Request, e.epoch, owner.Epoch)
+	case owner.Adapter != e.owner.Adapter:
+		// The reserved pages take KV computed under the reservation's
+		// adapter only (DESIGN I8a).
+		return invalid("request %s/%s is reserved under adapter %q, Generate is for adapter %q", owner.Tenant, owner.Request, e.owner.Adapter, owner.Adapter)
 	case e.handler:
 		return status.Errorf(codes.AlreadyExists, "request %s/%s is already being generated", owner.Tenant, owner.Request)
 	case ticket != nil && ticket.GetTransferId() != t.TransferID.String():

@@ -74,7 +74,7 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt), w.prefillTags(px, prompt))
+	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt), w.prefillTags(px, owner, prompt))
 	if err != nil {
 		return nil, err
 	}

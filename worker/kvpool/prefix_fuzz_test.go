@@ -58,7 +58,7 @@ func FuzzPrefixPool(f *testing.F) {
 				for j := range prompt {
 					prompt[j] = int32(j + int(arg>>5)*(j/3))
 				}
-				a.tags = kvpool.Tags(doms[a.owner.Tenant].Domain, 1, prompt, pt)
+				a.tags = kvpool.Tags(doms[a.owner.Tenant].Domain, 1, "", prompt, pt)
 				var hit int
 				a.pages, hit, err = p.ReservePrefix(a.owner, len(prompt)+1, a.tags[:min(len(a.tags), (len(prompt)-1)/pt)])
 				if errors.Is(err, kvpool.ErrNoSpace) {

@@ -31,7 +31,7 @@ func (s Store) DeleteTenant(ctx context.Context, id string) error {
 	if err := s.Store.DeleteTenant(ctx, id); err != nil {
 		return err
 	}
-	s.ev.Evict(ctx, controlpb.EvictTenantDeleted, s.ev.tenantDomains(t.ID, t.Incarnation, keys))
+	s.ev.Evict(ctx, controlpb.EvictTenantDeleted, s.ev.tenantDomains(ctx, t.ID, t.Incarnation, keys))
 	return nil
 }
 
@@ -54,7 +54,7 @@ func (s Store) UpdateTenant(ctx context.Context, t tenant.Tenant) (tenant.Tenant
 		reason = controlpb.EvictPrefixCacheChanged
 	}
 	if reason != "" {
-		s.ev.Evict(ctx, reason, s.ev.tenantDomains(old.ID, old.Incarnation, keys))
+		s.ev.Evict(ctx, reason, s.ev.tenantDomains(ctx, old.ID, old.Incarnation, keys))
 	}
 	return upd, nil
 }
@@ -77,10 +77,25 @@ func (s Store) RevokeKey(ctx context.Context, keyID string) error {
 		if err != nil || mode(t.PrefixCache) != cachekey.ModeKey {
 			return nil // the tenant is gone (its deletion evicted) or shares one domain
 		}
-		if d, ok := s.ev.cfg.Derive(cachekey.ModeKey, cachekey.Scope{Tenant: t.ID, Incarnation: t.Incarnation, KeyID: keyID}); ok {
-			s.ev.Evict(ctx, controlpb.EvictKeyRevoked, []cachekey.Domain{d})
-		}
+		s.ev.Evict(ctx, controlpb.EvictKeyRevoked, s.ev.keyDomains(ctx, t.ID, t.Incarnation, keyID))
 	}
+	return nil
+}
+
+// EvictAdapter evicts the cache domains of tenant id's requests under the
+// LoRA adapter whose content hash is adapter (the tenant domain's and
+// every key's): the adapter registry calls it once the tenant may no
+// longer use the adapter (deleted, or no longer shared with the tenant).
+// A tenant that is gone has nothing left to evict (its deletion did).
+func (s Store) EvictAdapter(ctx context.Context, id, adapter string) error {
+	if adapter == "" {
+		return fmt.Errorf("evict adapter domains of tenant %q: no adapter", id)
+	}
+	t, keys, err := s.current(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.ev.Evict(ctx, controlpb.EvictAdapterRemoved, s.ev.scopeDomains(t.ID, t.Incarnation, keys, adapter))
 	return nil
 }
 
