@@ -5,19 +5,59 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/cpu"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
-// Two LoRA adapters' content hashes (the form of lora.Hash).
-var (
-	adapterA = strings.Repeat("a", 64)
-	adapterB = strings.Repeat("b", 64)
-)
+// adapter draws a LoRA adapter for the rig's model, prepares it on the
+// rig's backend (requests whose owner names its hash run under it) and
+// returns it parsed, for the reference.
+func (r *rig) adapter(t *testing.T, c lora.Config, seed uint64) *lora.Adapter {
+	t.Helper()
+	cj, w, err := lora.Random(&r.m.Config, c, 0.12, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := lora.Parse(cj, w, &r.m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.be.PrepareAdapter(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.adapters[a.Hash] = p
+	return a
+}
+
+// referenceGreedy is n greedy tokens after p from the float64 forward of
+// the rig's model with a merged into its weights (nil: the base model).
+func (r *rig) referenceGreedy(a *lora.Adapter, p []int32, n int) []int32 {
+	spec := cpu.SpecFor(&r.m.Config)
+	seq := slices.Clone(p)
+	for range n {
+		var logits [][]float64
+		if a != nil {
+			logits = cpu.ReferenceAdapter(spec, r.w, a, seq)
+		} else {
+			logits = cpu.Reference(spec, r.w, seq)
+		}
+		last := logits[len(logits)-1]
+		best := 0
+		for i, x := range last {
+			if x > last[best] {
+				best = i
+			}
+		}
+		seq = append(seq, int32(best))
+	}
+	return seq[len(p):]
+}
 
 // adapterDomain is tenant's cache domain for requests under adapter, as
 // the gateway derives it.
@@ -33,8 +73,9 @@ func adapterDomain(t *testing.T, tenant, adapter string) cachekey.Domain {
 
 // TestPrefixNeverCrossesAdapters (DESIGN I8a) with the cpu backend: one
 // tenant sends the same prompt under adapter A, adapter B and the base
-// model, with the prefix cache warm for each in turn; each answer equals
-// an uncached run under its own adapter. Whether the caller
+// model, with the prefix cache warm for each in turn; the three answers
+// differ, and each equals the float64 forward with its adapter merged
+// into the weights and an uncached run under its own adapter. Whether the caller
 // passes each adapter's own domain (as the gateway derives it) or one
 // domain for all three, the engine's tags cover the owner's adapter: no
 // request reuses another adapter's pages (CachedTokens 0), each seals
@@ -44,7 +85,14 @@ func adapterDomain(t *testing.T, tenant, adapter string) cachekey.Domain {
 func TestPrefixNeverCrossesAdapters(t *testing.T) {
 	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
 	p := prompt(90, 3*pageTokens+2, r.m.Config.VocabSize)
+	loraA := r.adapter(t, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 1)
+	loraB := r.adapter(t, lora.Config{Rank: 8, Alpha: 16, Targets: []lora.Module{lora.Q, lora.V, lora.Down}}, 2)
+	adapterA, adapterB := loraA.Hash, loraB.Hash
 	adapters := []string{adapterA, adapterB, ""}
+	want := [][]int32{r.referenceGreedy(loraA, p, 4), r.referenceGreedy(loraB, p, 4), r.referenceGreedy(nil, p, 4)}
+	if slices.Equal(want[0], want[1]) || slices.Equal(want[0], want[2]) || slices.Equal(want[1], want[2]) {
+		t.Fatalf("the adapters do not change the reference's greedy tokens: %v", want)
+	}
 	// Another tenant's, so that its base-model request finds nothing of
 	// the first run's.
 	shared := adapterDomain(t, "u", "")
@@ -62,6 +110,9 @@ func TestPrefixNeverCrossesAdapters(t *testing.T) {
 				o := owner(fmt.Sprint(c.name[:3], "-", i))
 				o.Adapter = a
 				got := r.runCached(t, o, c.domain(a), p, greedy(4))
+				if !slices.Equal(got.tokens, want[i]) {
+					t.Fatalf("adapter %d: tokens %v, the float64 forward with the adapter merged %v", i, got.tokens, want[i])
+				}
 				ref := owner(fmt.Sprint(c.name[:3], "-ref-", i))
 				ref.Adapter = a
 				if want := r.run(t, ref, p, greedy(4)); !slices.Equal(got.tokens, want.tokens) {

@@ -51,6 +51,12 @@ type rig struct {
 	eng  *engine.Engine
 	pool *kvpool.Pool
 	m    *model.Model
+	// be is the cpu backend (unwrapped) and w its weights.
+	be *cpu.Backend
+	w  cpu.Weights
+	// adapters are the LoRA adapters prepared on be (rig.adapter), by
+	// hash: a request whose owner names one runs under it.
+	adapters map[string]engine.Adapter
 }
 
 type rigOptions struct {
@@ -112,7 +118,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &rig{eng: eng, pool: pool, m: m}
+	return &rig{eng: eng, pool: pool, m: m, be: be, w: w, adapters: map[string]engine.Adapter{}}
 }
 
 type outcome struct {
@@ -171,7 +177,7 @@ func (r *rig) submit(t testing.TB, o kvpool.Owner, prompt []int32, s engine.Samp
 	if err := r.pool.Activate(o); err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s})
+	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s, Adapter: r.adapters[o.Adapter]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +305,7 @@ func TestPrefillThenDecodeEqualsWholeRun(t *testing.T) {
 // counted by the pool.
 func expectViolation(t *testing.T, r *rig, req engine.Request) {
 	t.Helper()
+	req.Adapter = r.adapters[req.Owner.Adapter]
 	before := r.pool.Stats().Violations
 	st, err := r.eng.Submit(context.Background(), req)
 	if err != nil {
