@@ -319,7 +319,8 @@ func TestGeneratedTLSValues(t *testing.T) {
 // TestGeneratedTLSStable: an upgrade (lookup finds the Secrets of the
 // install) renders the same certificates and the same pod checksums, so
 // nothing rotates or restarts; without the CA's Secret everything is
-// new; without a leaf's Secret that leaf alone is re-issued by the kept CA.
+// new; without a leaf's Secret (or its key) that leaf alone is re-issued
+// by the kept CA, and the pods' checksum changes.
 func TestGeneratedTLSStable(t *testing.T) {
 	file := filepath.Join(chart, "ci", "default-values.yaml")
 	install, _, _ := renderValues(t, file)
@@ -356,6 +357,17 @@ func TestGeneratedTLSStable(t *testing.T) {
 	roots.AddCert(parseSecret(t, install, genCA).cert)
 	if _, err := parseSecret(t, renewed, genWorker).cert.Verify(x509.VerifyOptions{Roots: roots}); err != nil {
 		t.Errorf("re-issued %s does not chain to the kept CA: %v", genWorker, err)
+	}
+
+	// A leaf Secret without its key (damaged by hand) is re-issued, not
+	// rendered half.
+	damaged := clusterOf(install, func(string, *corev1.Secret) bool { return true })
+	keyless := damaged["rel-warden-cluster-gateway"].DeepCopy()
+	delete(keyless.Data, "tls.key")
+	damaged[keyless.Name] = keyless
+	repaired, _, _ := renderIn(t, file, damaged)
+	if fixed := parseSecret(t, repaired, genGateway); fixed.cert.Equal(parseSecret(t, install, genGateway).cert) {
+		t.Errorf("%s without tls.key kept its certificate", genGateway)
 	}
 
 	newCA, _, _ := renderIn(t, file, clusterOf(install, func(id string, _ *corev1.Secret) bool { return id != genCA }))
