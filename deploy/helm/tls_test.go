@@ -35,6 +35,9 @@ const (
 	genGateway = "Secret/rel-warden-cluster-gateway"
 	genWorker  = "Secret/rel-warden-cluster-worker"
 	genAPI     = "Secret/rel-warden-api-tls"
+	// notAfterKey is the annotation of a generated leaf that records its
+	// expiry, for the upgrade that renews it.
+	notAfterKey = "warden-ai.github.io/not-after"
 )
 
 // fakeCluster answers the chart's lookups as a cluster holding these
@@ -215,6 +218,10 @@ func TestGeneratedTLS(t *testing.T) {
 			t.Errorf("%s: a CA certificate", id)
 		}
 		checkValidity(t, id, leaf.cert, certDays)
+		notAfter, err := time.Parse(time.RFC3339, get[corev1.Secret](t, objs, id).Annotations[notAfterKey])
+		if d := notAfter.Sub(leaf.cert.NotAfter); err != nil || d < -time.Minute || d > time.Minute {
+			t.Errorf("%s: annotation %s = %v (%v), the certificate expires at %v", id, notAfterKey, notAfter, err, leaf.cert.NotAfter)
+		}
 		for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth} {
 			if _, err := leaf.cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 				t.Errorf("%s: does not chain to the CA for key usage %v: %v", id, usage, err)
@@ -273,13 +280,19 @@ func TestGeneratedTLS(t *testing.T) {
 func TestGeneratedTLSValues(t *testing.T) {
 	file := filepath.Join(chart, "ci", "default-values.yaml")
 	t.Run("validity", func(t *testing.T) {
-		objs, _, _ := renderIn(t, file, nil, "generatedTLS.caValidityDays=400", "generatedTLS.certValidityDays=30")
+		objs, _, _ := renderIn(t, file, nil, "generatedTLS.caValidityDays=400", "generatedTLS.certValidityDays=30", "generatedTLS.renewBeforeDays=7")
 		checkValidity(t, genCA, parseSecret(t, objs, genCA).cert, 400)
 		checkValidity(t, genWorker, parseSecret(t, objs, genWorker).cert, 30)
 	})
 	t.Run("a certificate outliving its CA is refused", func(t *testing.T) {
 		msg := renderFails(t, file, "generatedTLS.caValidityDays=30", "generatedTLS.certValidityDays=31")
 		if !strings.Contains(msg, "generatedTLS.certValidityDays (31) exceeds generatedTLS.caValidityDays (30)") {
+			t.Errorf("error %q", msg)
+		}
+	})
+	t.Run("renewal window as long as the certificate is refused", func(t *testing.T) {
+		msg := renderFails(t, file, "generatedTLS.certValidityDays=30", "generatedTLS.renewBeforeDays=30")
+		if !strings.Contains(msg, "generatedTLS.renewBeforeDays (30) must be less than generatedTLS.certValidityDays (30)") {
 			t.Errorf("error %q", msg)
 		}
 	})
@@ -319,11 +332,12 @@ func TestGeneratedTLSValues(t *testing.T) {
 // TestGeneratedTLSStable: an upgrade (lookup finds the Secrets of the
 // install) renders the same certificates and the same pod checksums, so
 // nothing rotates or restarts; without the CA's Secret everything is
-// new; without a leaf's Secret (or its key) that leaf alone is re-issued
-// by the kept CA, and the pods' checksum changes.
+// new; without a leaf's Secret (or its key), or near the leaf's expiry,
+// that leaf alone is re-issued by the kept CA, and the pods' checksum
+// changes.
 func TestGeneratedTLSStable(t *testing.T) {
 	file := filepath.Join(chart, "ci", "default-values.yaml")
-	install, _, _ := renderValues(t, file)
+	install, vals, _ := renderValues(t, file)
 	all := clusterOf(install, func(string, *corev1.Secret) bool { return true })
 	upgrade, _, _ := renderIn(t, file, all)
 	for _, id := range []string{genCA, genGateway, genWorker, genAPI} {
@@ -357,6 +371,41 @@ func TestGeneratedTLSStable(t *testing.T) {
 	roots.AddCert(parseSecret(t, install, genCA).cert)
 	if _, err := parseSecret(t, renewed, genWorker).cert.Verify(x509.VerifyOptions{Roots: roots}); err != nil {
 		t.Errorf("re-issued %s does not chain to the kept CA: %v", genWorker, err)
+	}
+
+	// A leaf whose recorded expiry is within renewBeforeDays is renewed by
+	// the kept CA; one further away, or without the annotation (a Secret
+	// made before it existed), is kept.
+	days := vals["generatedTLS"].(map[string]any)["renewBeforeDays"].(float64)
+	renewBefore := time.Duration(days) * 24 * time.Hour
+	for _, c := range []struct {
+		name    string
+		expiry  string // the annotation; "" removes it
+		renewed bool
+	}{
+		{"expiring within renewBeforeDays", time.Now().Add(renewBefore - 24*time.Hour).Format(time.RFC3339), true},
+		{"expiring later", time.Now().Add(renewBefore + 24*time.Hour).Format(time.RFC3339), false},
+		{"expiry unknown", "", false},
+		{"expiry unreadable", "soon", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl := clusterOf(install, func(string, *corev1.Secret) bool { return true })
+			s := cl["rel-warden-cluster-worker"].DeepCopy()
+			if c.expiry == "" {
+				delete(s.Annotations, notAfterKey)
+			} else {
+				s.Annotations[notAfterKey] = c.expiry
+			}
+			cl[s.Name] = s
+			up, _, _ := renderIn(t, file, cl)
+			if renewed := !parseSecret(t, up, genWorker).cert.Equal(parseSecret(t, install, genWorker).cert); renewed != c.renewed {
+				t.Errorf("%s annotated %q: renewed %v, want %v", genWorker, c.expiry, renewed, c.renewed)
+			}
+			if !parseSecret(t, up, genGateway).cert.Equal(parseSecret(t, install, genGateway).cert) ||
+				!parseSecret(t, up, genCA).cert.Equal(parseSecret(t, install, genCA).cert) {
+				t.Errorf("the CA or %s changed with %s", genGateway, genWorker)
+			}
+		})
 	}
 
 	// A leaf Secret without its key (damaged by hand) is re-issued, not

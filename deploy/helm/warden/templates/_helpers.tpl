@@ -134,12 +134,15 @@ cert-manager, no gateway.tls.secretName, not plaintext. */}}
 
 {{/* generatedTLS: the CA and certificates the chart generates without
 cert-manager (tls-generated.yaml) as JSON: {"ca": {"tls.crt", "tls.key"},
-"secrets": [{"name", "data": {"tls.crt", "tls.key", "ca.crt"}}]},
-base64 as in a Secret's data; {} when nothing is generated. Computed once
-per render and kept in .Values (every template sees the same values), so
-the Secrets and the pods' checksum/tls annotation describe the same keys.
-A Secret `lookup` finds is used as it is: an upgrade renders what the
-install made. A leaf whose ca.crt is not the CA's is re-issued. */}}
+"secrets": [{"name", "notAfter", "data": {"tls.crt", "tls.key",
+"ca.crt"}}]}, base64 as in a Secret's data; {} when nothing is
+generated. Computed once per render and kept in .Values (every template
+sees the same values), so the Secrets and the pods' checksum/tls
+annotation describe the same keys. A Secret `lookup` finds is used as it
+is: an upgrade renders what the install made. A leaf is re-issued by the
+CA when its ca.crt is not the CA's, a key is missing, or its expiry (the
+annotation warden-ai.github.io/not-after, written at issue; Helm cannot
+parse certificates) is less than generatedTLS.renewBeforeDays away. */}}
 {{- define "warden.generatedTLS" -}}
 {{- if not (hasKey .Values "_generatedTLS") }}
 {{- $out := dict }}
@@ -152,6 +155,11 @@ install made. A leaf whose ca.crt is not the CA's is re-issued. */}}
 {{- if gt (int $g.certValidityDays) (int $g.caValidityDays) }}
 {{- fail (printf "generatedTLS.certValidityDays (%d) exceeds generatedTLS.caValidityDays (%d): a certificate cannot outlive its CA" (int $g.certValidityDays) (int $g.caValidityDays)) }}
 {{- end }}
+{{- if ge (int $g.renewBeforeDays) (int $g.certValidityDays) }}
+{{- fail (printf "generatedTLS.renewBeforeDays (%d) must be less than generatedTLS.certValidityDays (%d), or every upgrade re-issues the certificates" (int $g.renewBeforeDays) (int $g.certValidityDays)) }}
+{{- end }}
+{{- $layout := "2006-01-02T15:04:05Z07:00" }}
+{{- $renewBefore := printf "-%dh" (mul 24 (int $g.renewBeforeDays)) }}
 {{- $caSecret := lookup "v1" "Secret" $ns (printf "%s-generated-ca" $full) }}
 {{- $ca := dict }}
 {{- if $caSecret }}
@@ -175,15 +183,21 @@ install made. A leaf whose ca.crt is not the CA's is re-issued. */}}
 {{- end }}
 {{- $secrets := list }}
 {{- range $leaf := $leaves }}
-{{- $old := (lookup "v1" "Secret" $ns $leaf.name).data | default dict }}
+{{- $oldSecret := lookup "v1" "Secret" $ns $leaf.name }}
+{{- $old := $oldSecret.data | default dict }}
+{{- $notAfter := "" }}
+{{- with $oldSecret.metadata }}{{ with .annotations }}{{ $notAfter = index . "warden-ai.github.io/not-after" | default "" }}{{ end }}{{ end }}
+{{- /* No annotation (made by hand, or before it existed): no known expiry, kept. An unparsable one is the zero time: re-issued. */}}
+{{- $due := and $notAfter ((dateModify $renewBefore (toDate $layout $notAfter)).Before now) }}
 {{- $data := dict }}
-{{- if and (eq (index $old "ca.crt" | default "") $caCrt) (index $old "tls.crt") (index $old "tls.key") }}
+{{- if and (eq (index $old "ca.crt" | default "") $caCrt) (index $old "tls.crt") (index $old "tls.key") (not $due) }}
 {{- $data = dict "tls.crt" (index $old "tls.crt") "tls.key" (index $old "tls.key") "ca.crt" $caCrt }}
 {{- else }}
+{{- $notAfter = dateModify (printf "%dh" (mul 24 (int $g.certValidityDays))) now | date $layout }}
 {{- $c := genSignedCertWithKey $leaf.cn $leaf.ips $leaf.dns (int $g.certValidityDays) $ca (genPrivateKey "ecdsa") }}
 {{- $data = dict "tls.crt" ($c.Cert | b64enc) "tls.key" ($c.Key | b64enc) "ca.crt" $caCrt }}
 {{- end }}
-{{- $secrets = append $secrets (dict "name" $leaf.name "data" $data) }}
+{{- $secrets = append $secrets (dict "name" $leaf.name "notAfter" $notAfter "data" $data) }}
 {{- end }}
 {{- $out = dict "ca" (dict "tls.crt" $caCrt "tls.key" ($ca.Key | b64enc)) "secrets" $secrets }}
 {{- end }}
