@@ -179,8 +179,14 @@ type Handle struct {
 	once sync.Once
 }
 
-// Adapter is the prepared adapter, for engine.Request.Adapter.
-func (h *Handle) Adapter() engine.Adapter { return h.ad }
+// Adapter is the prepared adapter, for engine.Request.Adapter; nil for a
+// nil Handle (the base model).
+func (h *Handle) Adapter() engine.Adapter {
+	if h == nil {
+		return nil
+	}
+	return h.ad
+}
 
 // Release lets the adapter be evicted again as far as this handle is
 // concerned. It is idempotent; a nil Handle (the base model) is a no-op.
