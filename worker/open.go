@@ -152,6 +152,9 @@ func (w *Worker) openRuntime() error {
 	}
 	w.rt, w.capacity = rt, rt.Capacity
 	w.adapters = adapters.New(int64(wc.Adapters.Memory), &rt.Model.Config, rt.PrepareAdapter)
+	if wc.Adapters.Memory > 0 && rt.PrepareAdapter == nil {
+		w.log.Warn("the compute backend does not compute LoRA adapters: requests naming one are refused", "backend", wc.Backend)
+	}
 	return nil
 }
 

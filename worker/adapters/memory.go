@@ -23,7 +23,7 @@ import (
 var (
 	// ErrDisabled: the worker has no adapter memory (worker.adapters.memory
 	// is 0) or its backend does not serve adapters.
-	ErrDisabled = errors.New("adapters: this worker serves no LoRA adapters")
+	ErrDisabled = errors.New("adapters: this worker serves no LoRA adapters (worker.adapters.memory is 0, or its compute backend does not compute them: cuda)")
 	// ErrNotLoaded: a request names an adapter the worker does not hold.
 	// Its message, "adapter not loaded", prefixes the gRPC status message
 	// the gateway recognises (NotLoadedError, IsNotLoaded).

@@ -10,6 +10,8 @@ import (
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/adapters"
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/internal/kernels"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // LoRABenchOptions shape the LoRA benchmark.
@@ -24,6 +26,9 @@ type LoRABenchOptions struct {
 	// Rounds alternates base and adapter runs this many times; the best
 	// of each is reported.
 	Rounds int
+	// BF16 draws adapters whose values are all bfloat16 (as PEFT saves an
+	// adapter trained in bf16), which the cpu backend holds in bf16.
+	BF16 bool
 }
 
 // LoRABenchReport compares a batch mixing adapters with the same batch on
@@ -31,6 +36,7 @@ type LoRABenchOptions struct {
 // adapter.
 type LoRABenchReport struct {
 	Adapters, Rank, Batch int
+	BF16                  bool
 	// AdapterBytes is one adapter's size in the adapter memory.
 	AdapterBytes int64
 	// Load is the time to load one adapter (hash, parse, checks against
@@ -51,7 +57,11 @@ func (r LoRABenchReport) PrefillRatio() float64 { return r.LoRAPrefill / r.BaseP
 // WriteTable prints the report as a Markdown table.
 func (r LoRABenchReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| figure | value |\n|---|---|\n")
-	fmt.Fprintf(w, "| batch | %d sequences, %d adapters of rank %d (all projections) |\n", r.Batch, r.Adapters, r.Rank)
+	dt := "f32"
+	if r.BF16 {
+		dt = "bf16"
+	}
+	fmt.Fprintf(w, "| batch | %d sequences, %d adapters of rank %d (all projections, %s values) |\n", r.Batch, r.Adapters, r.Rank, dt)
 	fmt.Fprintf(w, "| adapter size | %.2f MB |\n", float64(r.AdapterBytes)/1e6)
 	fmt.Fprintf(w, "| load one adapter | %.1f ms |\n", float64(r.Load.Microseconds())/1e3)
 	fmt.Fprintf(w, "| prefill, base / adapters | %.1f / %.1f tokens/s = **%.2f×** |\n", r.BasePrefill, r.LoRAPrefill, r.PrefillRatio())
@@ -63,7 +73,7 @@ func (r LoRABenchReport) WriteTable(w io.Writer) {
 // over the adapters, alternating, opt.Rounds times. Run must be running
 // on r.
 func (r *Runtime) BenchLoRA(ctx context.Context, opt LoRABenchOptions) (LoRABenchReport, error) {
-	rep := LoRABenchReport{Adapters: opt.Adapters, Rank: opt.Rank, Batch: opt.Batch}
+	rep := LoRABenchReport{Adapters: opt.Adapters, Rank: opt.Rank, Batch: opt.Batch, BF16: opt.BF16}
 	if opt.Adapters < 1 || opt.Rank < 1 || opt.Batch < 1 || opt.PromptTokens < 1 || opt.DecodeTokens < 2 || opt.Rounds < 1 {
 		return rep, fmt.Errorf("runtime: bench lora needs adapters, rank, batch, prompt and rounds ≥ 1 and decode ≥ 2")
 	}
@@ -74,7 +84,7 @@ func (r *Runtime) BenchLoRA(ctx context.Context, opt LoRABenchOptions) (LoRABenc
 	mem := adapters.New(1<<40, c, r.PrepareAdapter)
 	ads := make([]engine.Adapter, opt.Adapters)
 	for i := range ads {
-		cj, w, err := lora.Random(c, lora.Config{Rank: opt.Rank, Alpha: 2 * float64(opt.Rank), Targets: lora.Modules[:]}, 0.02, uint64(i+1))
+		cj, w, err := benchAdapter(c, opt, uint64(i+1))
 		if err != nil {
 			return rep, err
 		}
@@ -115,6 +125,29 @@ func (r *Runtime) BenchLoRA(ctx context.Context, opt LoRABenchOptions) (LoRABenc
 		}
 	}
 	return rep, nil
+}
+
+// benchAdapter draws one adapter's files: rank opt.Rank on every
+// projection, values rounded to bfloat16 with opt.BF16.
+func benchAdapter(c *model.Config, opt LoRABenchOptions, seed uint64) (configJSON, weights []byte, err error) {
+	cj, w, err := lora.Random(c, lora.Config{Rank: opt.Rank, Alpha: 2 * float64(opt.Rank), Targets: lora.Modules[:]}, 0.02, seed)
+	if err != nil || !opt.BF16 {
+		return cj, w, err
+	}
+	a, err := lora.Parse(cj, w, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range a.Layers {
+		for _, p := range l {
+			for _, v := range [][]float32{p.A, p.B} {
+				u := make([]uint16, len(v))
+				kernels.F32ToBF16(u, v)
+				kernels.BF16ToF32(v, u)
+			}
+		}
+	}
+	return lora.Encode(a.Config, a.Layers)
 }
 
 // prefillRate submits batch copies of prompt at once, sequence i under

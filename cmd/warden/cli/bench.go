@@ -182,7 +182,7 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 }
 
 func runBenchLoRA(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench lora", "bench lora [--model-dir DIR] [--threads N] [--adapters 8] [--rank 16] [--batch 16] [--prompt N] [--decode N] [--rounds N]")
+	fs := newFlags(e, "bench lora", "bench lora [--model-dir DIR] [--threads N] [--adapters 8] [--rank 16] [--adapter-dtype bf16|f32] [--batch 16] [--prompt N] [--decode N] [--rounds N]")
 	dir := fs.String("model-dir", "", "model directory (default: the small preset, generated into the user cache on first use)")
 	threads := fs.Int("threads", goruntime.NumCPU(), "compute threads")
 	o := runtime.LoRABenchOptions{}
@@ -192,9 +192,14 @@ func runBenchLoRA(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.PromptTokens, "prompt", 64, "prompt length of every sequence")
 	fs.IntVar(&o.DecodeTokens, "decode", 32, "tokens generated per sequence")
 	fs.IntVar(&o.Rounds, "rounds", 3, "base and adapter runs alternate this many times; the best of each counts")
+	dtype := fs.String("adapter-dtype", "bf16", "values of the adapters: bf16 (held in bf16, as a bf16-trained PEFT adapter) or f32")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if *dtype != "bf16" && *dtype != "f32" {
+		return fmt.Errorf("bench lora: --adapter-dtype %q: want bf16 or f32", *dtype)
+	}
+	o.BF16 = *dtype == "bf16"
 	if *dir == "" {
 		var err error
 		if *dir, err = cachedPreset(e, model.PresetSmall, model.F32); err != nil {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
@@ -17,13 +18,16 @@ import (
 //	y[j] = fma(Scale, u[j], y[j])
 //
 // after the base product. Every t and u element is one canonical Dot of
-// the row's own values (kernels.MatMulTStrided), whatever the blocks the
+// the row's own values (kernels.MatMulTMatrix), whatever the blocks the
 // pool splits the work into, so a row's result depends
 // only on its input and its adapter: batch invariance holds as for the
 // base model, and the base rows of a mixed batch are untouched.
 
 // Adapter is a LoRA adapter prepared for the cpu backend (PrepareAdapter):
-// float32 A and B matrices per layer and projection.
+// A and B matrices per layer and projection, each in the most compact of
+// bf16, f16 and f32 that holds its values exactly (an adapter saved in
+// bf16, as PEFT saves one trained in bf16, takes half the memory and
+// bandwidth of f32, with the same products).
 type Adapter struct {
 	hash   string
 	bytes  int64
@@ -32,9 +36,9 @@ type Adapter struct {
 	layers [][numModules]*loraPair
 }
 
-// loraPair is one projection's A (rank×in) and B (out×rank), row-major.
+// loraPair is one projection's A (rank×in) and B (out×rank).
 type loraPair struct {
-	a, b    []float32
+	a, b    *kernels.Matrix
 	out, in int
 }
 
@@ -83,11 +87,43 @@ func (b *Backend) PrepareAdapter(a *lora.Adapter) (engine.Adapter, error) {
 				return nil, fmt.Errorf("%w: adapter %.12s layer %d %s: A has %d and B %d elements, want %d and %d (r %d)",
 					ErrShape, a.Hash, l, m, len(pair.A), len(pair.B), r*in, out*r, r)
 			}
-			p.layers[l][i] = &loraPair{a: pair.A, b: pair.B, out: out, in: in}
-			p.bytes += int64(len(pair.A)+len(pair.B)) * 4
+			lp := &loraPair{a: exact(r, in, pair.A), b: exact(out, r, pair.B), out: out, in: in}
+			p.layers[l][i] = lp
+			p.bytes += lp.a.Bytes() + lp.b.Bytes()
 		}
 	}
 	return p, nil
+}
+
+// exact returns v (rows×cols) as a matrix in bf16 or f16 when every value
+// is one exactly, else in f32 (v used in place).
+func exact(rows, cols int, v []float32) *kernels.Matrix {
+	m := kernels.NewF32(rows, cols, v)
+	u := make([]uint16, len(v))
+	back := make([]float32, len(v))
+	for _, f := range []kernels.Format{kernels.BF16, kernels.F16} {
+		if f == kernels.BF16 {
+			kernels.F32ToBF16(u, v)
+			kernels.BF16ToF32(back, u)
+		} else {
+			kernels.F32ToF16(u, v)
+			kernels.F16ToF32(back, u)
+		}
+		same := true
+		for i, x := range v {
+			if math.Float32bits(back[i]) != math.Float32bits(x) {
+				same = false
+				break
+			}
+		}
+		if same {
+			c, err := m.Convert(f)
+			if err == nil {
+				return c
+			}
+		}
+	}
+	return m
 }
 
 // loraRowBlock is the most gathered rows one task takes: the gemm
@@ -252,9 +288,9 @@ func (j *loraJob) block(bi int) {
 		if p == nil {
 			continue
 		}
-		kernels.MatMulTStrided(t, r, xg, n, k, p.a, r, k)
+		kernels.MatMulTMatrix(t, r, xg, n, p.a)
 		u := st.u[blk.lo*st.widest:]
-		kernels.MatMulTStrided(u, p.out, t, n, r, p.b, p.out, r)
+		kernels.MatMulTMatrix(u, p.out, t, n, p.b)
 		out := j.outs[mi]
 		for i, row := range st.rows[blk.lo:blk.hi] {
 			kernels.Axpy(blk.ad.scale, u[i*p.out:(i+1)*p.out], out[int(row)*p.out:(int(row)+1)*p.out])
