@@ -2,86 +2,182 @@ package worker
 
 import (
 	"context"
-	"strings"
-	"sync"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/lora"
+	"github.com/warden-ai/warden/worker/adapters"
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/model"
+	"github.com/warden-ai/warden/worker/runtime"
 )
 
-// Two LoRA adapters' content hashes (the form of lora.Hash).
-var (
-	adapterA = strings.Repeat("a", 64)
-	adapterB = strings.Repeat("b", 64)
-)
+// testAdapter is a LoRA adapter of the test model, as its two files.
+type testAdapter struct {
+	ref           *controlpb.AdapterRef
+	config, files []byte
+	bytes         int64
+}
 
-func adapterOwner(tenant, req, adapter string) *controlpb.Owner {
+// newTestAdapter draws adapter seed for the test model: rank 4 on every
+// projection.
+func newTestAdapter(t *testing.T, seed uint64) *testAdapter {
+	t.Helper()
+	m, err := model.Load(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cj, w, err := lora.Random(&m.Config, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 0.12, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := lora.Parse(cj, w, &m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testAdapter{ref: &controlpb.AdapterRef{Name: "tiny:test", Hash: a.Hash}, config: cj, files: w, bytes: a.Bytes}
+}
+
+// prepare parses the adapter for rt's backend.
+func (a *testAdapter) prepare(t *testing.T, rt *runtime.Runtime) engine.Adapter {
+	t.Helper()
+	p, err := lora.Parse(a.config, a.files, &rt.Model.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ad, err := rt.PrepareAdapter(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ad
+}
+
+// load streams the adapter to c in three parts, as the gateway does.
+func (a *testAdapter) load(c controlpb.WorkerClient, pin bool) (*controlpb.LoadAdapterResponse, error) {
+	st, err := c.LoadAdapter(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	third := len(a.files) / 3
+	parts := []*controlpb.AdapterPart{
+		{Ref: a.ref, ConfigJson: a.config, WeightsSize: int64(len(a.files)), Weights: a.files[:third], Pin: pin},
+		{Weights: a.files[third : 2*third]},
+		{Weights: a.files[2*third:]},
+	}
+	for _, p := range parts {
+		if err := st.Send(p); err != nil {
+			break // the worker answered early; CloseAndRecv has its status
+		}
+	}
+	return st.CloseAndRecv()
+}
+
+func (a *testAdapter) owner(tenant, req string) *controlpb.Owner {
 	o := owner(tenant, req, 1)
-	o.Adapter = adapter
+	o.Adapter = a.ref.Hash
 	return o
 }
 
-// TestAdapterIsPartOfTheOwner (DESIGN I8a) over tcp and shm: decode
-// reserves for a request under adapter A. The same tenant and request
-// under adapter B or the base model is another owner everywhere: prefill
-// refuses the ticket, decode refuses the Generate (the reservation
-// survives both), and a prefill that computed under B with a ticket
-// doctored to say B (transfer ID and token intact) is refused by decode's
-// transfer handshake: the request fails with no token and no page is
-// written.
-func TestAdapterIsPartOfTheOwner(t *testing.T) {
+// TestGenerateUnderAdapter: a Generate naming an adapter the worker does
+// not hold fails with FAILED_PRECONDITION "adapter not loaded: <hash>";
+// after LoadAdapter the same call gives the engine's tokens under the
+// adapter (which the cpu backend's tests hold to the float64 reference
+// with the adapter merged), unlike the base model's; the heartbeat's
+// statistics list it; and a request holds it until it ends.
+func TestGenerateUnderAdapter(t *testing.T) {
+	a, b := newTestAdapter(t, 1), newTestAdapter(t, 2)
+	cfg := testConfig(t, config.RoleBoth, config.TransferTCP, testPages)
+	cfg.Worker.Adapters.Memory = config.ByteSize(a.bytes) // room for one adapter
+	w := startWorker(t, cfg)
+	p := promptsOf([]int{40})
+	sp := greedy(8)
+	want := runReferenceUnder(t, a, p, sp)[0]
+	base := runReference(t, p, sp)[0]
+	if slices.Equal(want.tokens, base.tokens) {
+		t.Fatalf("the adapter does not change the output %v", base.tokens)
+	}
+
+	req := &controlpb.GenerateRequest{Owner: a.owner("acme", "r1"), Prompt: p[0], Sampling: sp, Adapter: a.ref}
+	got := generate(t, w.client, req)
+	if h, ok := adapters.IsNotLoaded(got.err); !ok || h != a.ref.Hash || code(got.err) != codes.FailedPrecondition {
+		t.Fatalf("Generate under an adapter not loaded: %v, want FAILED_PRECONDITION adapter not loaded: %s", got.err, a.ref.Hash)
+	}
+	resp, err := a.load(w.client, false)
+	if err != nil {
+		t.Fatalf("LoadAdapter: %v", err)
+	}
+	if resp.GetBytes() != a.bytes {
+		t.Fatalf("LoadAdapter: %d bytes, want %d", resp.GetBytes(), a.bytes)
+	}
+	if s := w.adapters.Stats(); !slices.Equal(s.Loaded, []string{a.ref.Hash}) || s.UsedBytes != a.bytes || s.CapacityBytes != a.bytes {
+		t.Fatalf("heartbeat statistics %v", s)
+	}
+	req.Owner = a.owner("acme", "r2")
+	checkAgainst(t, "under the adapter", generate(t, w.client, req), want)
+	checkAgainst(t, "the base model", generate(t, w.client, &controlpb.GenerateRequest{Owner: owner("acme", "r3", 1), Prompt: p[0], Sampling: sp}), base)
+
+	// The ref must name the owner's adapter.
+	bad := &controlpb.GenerateRequest{Owner: owner("acme", "r4", 1), Prompt: p[0], Sampling: sp, Adapter: a.ref}
+	if got := generate(t, w.client, bad); code(got.err) != codes.InvalidArgument {
+		t.Fatalf("an adapter ref without the owner's adapter: %v, want INVALID_ARGUMENT", got.err)
+	}
+
+	// While a request runs under a, b cannot take its room; once it
+	// ended, b evicts a.
+	stall := w.stallTokens(t)
+	req.Owner = a.owner("acme", "r5")
+	held := make(chan outcome, 1)
+	go func() { held <- generate(t, w.client, req) }()
+	wait(t, stall.reached, "the request under the adapter to produce its first token")
+	if _, err := b.load(w.client, false); code(err) != codes.ResourceExhausted {
+		t.Fatalf("loading over an adapter in use: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	stall.unblock()
+	checkAgainst(t, "under the adapter, held", <-held, want)
+	waitQuiet(t, w)
+	if _, err := b.load(w.client, false); err != nil {
+		t.Fatalf("loading once the request ended: %v", err)
+	}
+	if s := w.adapters.Stats(); !slices.Equal(s.Loaded, []string{b.ref.Hash}) {
+		t.Fatalf("loaded %v, want only %s", s.Loaded, b.ref.Hash)
+	}
+}
+
+// TestPrefillDecodeUnderAdapter: through P/D (tcp and shm) a request
+// under an adapter gets the engine's tokens under it; decode refuses the
+// reservation while it does not hold the adapter, so the gateway can load
+// it before the transfer.
+func TestPrefillDecodeUnderAdapter(t *testing.T) {
+	a := newTestAdapter(t, 3)
+	p := promptsOf([]int{pageTokens + 1, 70})
+	sp := greedy(6)
+	want := runReferenceUnder(t, a, p, sp)
 	for _, backend := range []config.TransferBackend{config.TransferTCP, config.TransferSHM} {
 		t.Run(string(backend), func(t *testing.T) {
 			s := startPD(t, backend)
-			bg := context.Background()
-			dec, pre := s.decode.client, s.prefill.client
-			p := prompt(2*pageTokens+3, 5)
-			underA := adapterOwner("acme", "r1", adapterA)
-			res, err := dec.Reserve(bg, &controlpb.ReserveRequest{Owner: underA, PromptTokens: int64(len(p)), TotalTokens: int64(len(p)) + 4})
-			if err != nil {
-				t.Fatal(err)
+			s.adapter = a.ref
+			_, err := s.decode.client.Reserve(context.Background(), &controlpb.ReserveRequest{Owner: a.owner("acme", "early"),
+				PromptTokens: 4, TotalTokens: 8, Adapter: a.ref})
+			if h, ok := adapters.IsNotLoaded(err); !ok || h != a.ref.Hash {
+				t.Fatalf("Reserve under an adapter not loaded: %v", err)
 			}
-			if res.GetTicket().GetOwner().GetAdapter() != adapterA {
-				t.Fatalf("ticket owner %v, want adapter A", res.GetTicket().GetOwner())
-			}
-			for _, other := range []string{adapterB, ""} {
-				o := adapterOwner("acme", "r1", other)
-				_, err := pre.Prefill(bg, &controlpb.PrefillRequest{Owner: o, Prompt: p, Sampling: greedy(4), Ticket: res.GetTicket()})
-				if code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "ticket is for") {
-					t.Errorf("Prefill under adapter %q with adapter A's ticket: %v", other, err)
-				}
-				got := generate(t, dec, &controlpb.GenerateRequest{Owner: o, Prompt: p, Sampling: greedy(4), Ticket: res.GetTicket()})
-				if code(got.err) != codes.InvalidArgument || !strings.Contains(got.err.Error(), "reserved under adapter") || len(got.tokens) > 0 {
-					t.Errorf("Generate under adapter %q of adapter A's reservation: %d tokens, %v", other, len(got.tokens), got.err)
+			for _, w := range []*started{s.prefill, s.decode} {
+				if _, err := a.load(w.client, true); err != nil {
+					t.Fatalf("LoadAdapter on %s: %v", w.id, err)
 				}
 			}
-			if st := s.prefill.rt.Pool.Stats(); st.Free != st.Total {
-				t.Errorf("prefill after refused Prefills: %+v", st)
+			for i, pr := range p {
+				r := s.run(t, nil, a.owner("acme", string(rune('a'+i))), pr, sp)
+				if r.prefillErr != nil {
+					t.Fatalf("Prefill: %v", r.prefillErr)
+				}
+				checkAgainst(t, "P/D under the adapter", r.gen, want[i])
 			}
-
-			// Prefill computes under B for a ticket doctored to say B.
-			underB := adapterOwner("acme", "r1", adapterB)
-			doctored := proto.Clone(res.GetTicket()).(*controlpb.Ticket)
-			doctored.Owner = underB
-			var prefillErr error
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				_, prefillErr = pre.Prefill(bg, &controlpb.PrefillRequest{Owner: underB, Prompt: p, Sampling: greedy(4), Ticket: doctored})
-			})
-			got := generate(t, dec, &controlpb.GenerateRequest{Owner: underA, Prompt: p, Sampling: greedy(4), Ticket: res.GetTicket()})
-			wg.Wait()
-			if code(got.err) != codes.DataLoss || !strings.Contains(got.err.Error(), "owner mismatch") || len(got.tokens) > 0 || got.ready >= 0 {
-				t.Errorf("decode after a prefill under another adapter: ready %d, %d tokens, %v; want DataLoss (owner mismatch) and nothing",
-					got.ready, len(got.tokens), got.err)
-			}
-			if prefillErr == nil || !strings.Contains(prefillErr.Error(), "owner mismatch") {
-				t.Errorf("Prefill under adapter B into adapter A's reservation: %v, want an owner mismatch", prefillErr)
-			}
-			s.abortBoth(t, underA)
 			waitQuiet(t, s.prefill, s.decode)
 		})
 	}

@@ -23,7 +23,7 @@ import (
 var (
 	// ErrDisabled: the worker has no adapter memory (worker.adapters.memory
 	// is 0) or its backend does not serve adapters.
-	ErrDisabled = errors.New("adapters: this worker serves no LoRA adapters")
+	ErrDisabled = errors.New("adapters: this worker serves no LoRA adapters (worker.adapters.memory is 0, or its compute backend does not compute them: cuda)")
 	// ErrNotLoaded: a request names an adapter the worker does not hold.
 	// Its message, "adapter not loaded", prefixes the gRPC status message
 	// the gateway recognises (NotLoadedError, IsNotLoaded).
@@ -179,8 +179,14 @@ type Handle struct {
 	once sync.Once
 }
 
-// Adapter is the prepared adapter, for engine.Request.Adapter.
-func (h *Handle) Adapter() engine.Adapter { return h.ad }
+// Adapter is the prepared adapter, for engine.Request.Adapter; nil for a
+// nil Handle (the base model).
+func (h *Handle) Adapter() engine.Adapter {
+	if h == nil {
+		return nil
+	}
+	return h.ad
+}
 
 // Release lets the adapter be evicted again as far as this handle is
 // concerned. It is idempotent; a nil Handle (the base model) is a no-op.

@@ -226,7 +226,7 @@ func TestNotLoaded(t *testing.T) {
 		errors.New("adapter not loaded: " + a.ref.Hash),
 		status.Error(codes.NotFound, "adapter not loaded: "+a.ref.Hash),
 		status.Error(codes.FailedPrecondition, "adapter not loaded: xyz"),
-		status.Error(codes.FailedPrecondition, "adapters: this worker serves no LoRA adapters"),
+		status.Error(codes.FailedPrecondition, ErrDisabled.Error()),
 	} {
 		if _, ok := IsNotLoaded(e); ok {
 			t.Errorf("IsNotLoaded(%v) holds", e)

@@ -55,8 +55,8 @@ type Backend struct {
 	// LoRA scratch (lora.go), allocated by the first adapter that needs
 	// it: the shrink results (loraRank floats per row) and the unfused
 	// gate and up outputs.
-	loraT, gateBuf, upBuf cu.DevicePtr
-	loraRank              int
+	loraT, gateBuf, upBuf             cu.DevicePtr
+	loraRank                          int
 	ropeCos, ropeSin, geomBuf, errRec cu.DevicePtr
 	allocs                            []cu.DevicePtr
 	// outHost (pinned) receives the error record, then logits or tokens.
@@ -248,6 +248,11 @@ func (b *Backend) check(batch []engine.Chunk, greedy bool) error {
 			if t < 0 || int(t) >= s.Vocab {
 				return fmt.Errorf("cuda: token %d outside the vocabulary", t)
 			}
+		}
+		if c.Adapter != nil {
+			// The backend is not an engine.AdapterBackend: serving the
+			// base model for an adapter's request would be wrong output.
+			return fmt.Errorf("cuda: chunk %d: LoRA adapters are not computed on the cuda backend", i)
 		}
 		if n := len(c.Logits) / s.Vocab; !greedy && c.Logits != nil && (len(c.Logits)%s.Vocab != 0 || n < 1 || n > len(c.Tokens)) {
 			return fmt.Errorf("cuda: logits buffer has %d entries, want 1 to %d rows of %d", len(c.Logits), len(c.Tokens), s.Vocab)

@@ -15,6 +15,7 @@ import (
 	goruntime "runtime"
 	"strings"
 
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/cpu"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -78,6 +79,9 @@ type Runtime struct {
 	// with Options.Quantize, else Options.DType or the file's, lower case
 	// ("f32", "f16", "bf16").
 	WeightsDType string
+	// PrepareAdapter converts a LoRA adapter into the backend's form; nil
+	// when the backend serves no adapters.
+	PrepareAdapter func(*lora.Adapter) (engine.Adapter, error)
 
 	backend interface{ Close() }
 }
@@ -186,8 +190,12 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan,
-		WeightsDType: weightsDType(m, opt), backend: be}, nil
+	rt := &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan,
+		WeightsDType: weightsDType(m, opt), backend: be}
+	if ab, ok := be.(engine.AdapterBackend); ok {
+		rt.PrepareAdapter = ab.PrepareAdapter
+	}
+	return rt, nil
 }
 
 // weightsDType names the element type the backend computes with (see

@@ -300,4 +300,18 @@ func checkDecodeAllocs(t *testing.T, s Spec) {
 	if allocs != 0 {
 		t.Fatalf("a decode step allocates %.1f times", allocs)
 	}
+	// Nor under adapters, mixed with the base model.
+	for i, ad := range prepare(t, b, testAdapters(t, specConfig(s))) {
+		batch[i].Adapter = ad
+	}
+	if err := b.Forward(ctx, batch); err != nil { // sizes the adapter scratch
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(20, func() {
+		if err := b.Forward(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("a decode step under adapters allocates %.1f times", allocs)
+	}
 }

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
@@ -17,13 +18,16 @@ import (
 //	y[j] = fma(Scale, u[j], y[j])
 //
 // after the base product. Every t and u element is one canonical Dot of
-// the row's own values (kernels.MatMulTStrided), whatever the blocks and
-// column chunks the pool splits the work into, so a row's result depends
+// the row's own values (kernels.MatMulTMatrix), whatever the blocks the
+// pool splits the work into, so a row's result depends
 // only on its input and its adapter: batch invariance holds as for the
 // base model, and the base rows of a mixed batch are untouched.
 
 // Adapter is a LoRA adapter prepared for the cpu backend (PrepareAdapter):
-// float32 A and B matrices per layer and projection.
+// A and B matrices per layer and projection, each in the most compact of
+// bf16, f16 and f32 that holds its values exactly (an adapter saved in
+// bf16, as PEFT saves one trained in bf16, takes half the memory and
+// bandwidth of f32, with the same products).
 type Adapter struct {
 	hash   string
 	bytes  int64
@@ -32,9 +36,9 @@ type Adapter struct {
 	layers [][numModules]*loraPair
 }
 
-// loraPair is one projection's A (rank×in) and B (out×rank), row-major.
+// loraPair is one projection's A (rank×in) and B (out×rank).
 type loraPair struct {
-	a, b    []float32
+	a, b    *kernels.Matrix
 	out, in int
 }
 
@@ -83,20 +87,49 @@ func (b *Backend) PrepareAdapter(a *lora.Adapter) (engine.Adapter, error) {
 				return nil, fmt.Errorf("%w: adapter %.12s layer %d %s: A has %d and B %d elements, want %d and %d (r %d)",
 					ErrShape, a.Hash, l, m, len(pair.A), len(pair.B), r*in, out*r, r)
 			}
-			p.layers[l][i] = &loraPair{a: pair.A, b: pair.B, out: out, in: in}
-			p.bytes += int64(len(pair.A)+len(pair.B)) * 4
+			lp := &loraPair{a: exact(r, in, pair.A), b: exact(out, r, pair.B), out: out, in: in}
+			p.layers[l][i] = lp
+			p.bytes += lp.a.Bytes() + lp.b.Bytes()
 		}
 	}
 	return p, nil
 }
 
-// loraRowBlock is the most gathered rows one shrink or expand task takes
-// (the gemm kernels' 4-row tiles, several of them); loraCols the most
-// output columns of one expand task.
-const (
-	loraRowBlock = 16
-	loraCols     = 256
-)
+// exact returns v (rows×cols) as a matrix in bf16 or f16 when every value
+// is one exactly, else in f32 (v used in place).
+func exact(rows, cols int, v []float32) *kernels.Matrix {
+	m := kernels.NewF32(rows, cols, v)
+	u := make([]uint16, len(v))
+	back := make([]float32, len(v))
+	for _, f := range []kernels.Format{kernels.BF16, kernels.F16} {
+		if f == kernels.BF16 {
+			kernels.F32ToBF16(u, v)
+			kernels.BF16ToF32(back, u)
+		} else {
+			kernels.F32ToF16(u, v)
+			kernels.F16ToF32(back, u)
+		}
+		same := true
+		for i, x := range v {
+			if math.Float32bits(back[i]) != math.Float32bits(x) {
+				same = false
+				break
+			}
+		}
+		if same {
+			c, err := m.Convert(f)
+			if err == nil {
+				return c
+			}
+		}
+	}
+	return m
+}
+
+// loraRowBlock is the most gathered rows one task takes: the gemm
+// kernels' 4-row tiles, several of them, few enough that a prefill under
+// one adapter still spreads over the threads.
+const loraRowBlock = 16
 
 // loraBlock is a run of gathered rows [lo, hi) under one adapter.
 type loraBlock struct {
@@ -112,24 +145,25 @@ type loraState struct {
 	maxRank  int
 
 	xg []float32 // gathered input rows
-	t  []float32 // shrink results: [module of the stage][gathered row][maxRank]
-	u  []float32 // expand results: [module of the stage][gathered row][out]
+	t  []float32 // shrink results: [gathered row][maxRank]
+	u  []float32 // expand results: [gathered row][widest]
+	// widest is the widest input or output of a projection: a block's
+	// rows of xg and u start at lo·widest, whatever the stage's widths,
+	// so blocks working on different projections never share scratch.
+	widest int
 
 	// The stage in progress, read by the pool's workers.
 	job loraJob
 }
 
-// loraJob is the pool's loop body for one stage's shrink or expand.
+// loraJob is the pool's loop body for one stage: one task per block.
 type loraJob struct {
-	b      *Backend
-	layer  int
-	expand bool
-	in     []float32 // the stage's input, batch rows of inDim
-	inDim  int
-	mods   []int       // the stage's projections
-	outs   [][]float32 // their outputs, batch rows of the module's out
-	chunks []int       // column chunks of each module
-	per    int         // expand tasks per block: the sum of chunks
+	b     *Backend
+	layer int
+	in    []float32 // the stage's input, batch rows of inDim
+	inDim int
+	mods  []int       // the stage's projections
+	outs  [][]float32 // their outputs, batch rows of the module's out
 }
 
 // The projections of each stage: those sharing one input.
@@ -178,11 +212,10 @@ func (b *Backend) planLoRA(batch []engine.Chunk) error {
 	}
 	s := &b.spec
 	n := len(st.rows)
-	widest := max(s.Hidden, s.Heads*s.HeadDim, s.Intermediate)
-	outs := max(s.Heads*s.HeadDim+2*s.KVDim(), 2*s.Intermediate, s.Hidden)
-	grow(&st.xg, n*widest)
-	grow(&st.t, 3*n*st.maxRank)
-	grow(&st.u, n*outs)
+	st.widest = max(s.Hidden, s.Heads*s.HeadDim, s.Intermediate)
+	grow(&st.xg, n*st.widest)
+	grow(&st.t, n*st.maxRank)
+	grow(&st.u, n*st.widest)
 	return nil
 }
 
@@ -203,24 +236,18 @@ func grow(buf *[]float32, n int) {
 }
 
 // applyLoRA adds the batch's adapter updates of layer l's projections
-// mods (outputs outs, batch rows) to in's rows (inDim wide). Projections
-// an adapter does not target are left as they are for its rows.
+// mods (outputs outs, batch rows) to their rows, from the stage's input
+// in (batch rows of inDim). Projections an adapter does not target are
+// left as they are for its rows. One pool loop per stage: a block's
+// shrink and expand run in one task.
 func (b *Backend) applyLoRA(l int, in []float32, inDim int, mods []int, outs [][]float32) {
 	st := &b.lora
 	if len(st.blocks) == 0 {
 		return
 	}
-	j := &st.job
-	*j = loraJob{b: b, layer: l, in: in, inDim: inDim, mods: mods, outs: outs, chunks: j.chunks[:0]}
-	for i := range mods {
-		c := (b.outDim(mods[i]) + loraCols - 1) / loraCols
-		j.chunks = append(j.chunks, c)
-		j.per += c
-	}
-	b.pool.Do(len(st.blocks), 1, j)
-	j.expand = true
-	b.pool.Do(len(st.blocks)*j.per, 1, j)
-	j.in, j.outs = nil, nil
+	st.job = loraJob{b: b, layer: l, in: in, inDim: inDim, mods: mods, outs: outs}
+	b.pool.Do(len(st.blocks), 1, &st.job)
+	st.job = loraJob{}
 }
 
 // outDim is the output width of projection m.
@@ -238,68 +265,35 @@ func (b *Backend) outDim(m int) int {
 }
 
 func (j *loraJob) Range(lo, hi int) {
-	for i := lo; i < hi; i++ {
-		if j.expand {
-			j.expandTask(i/j.per, i%j.per)
-		} else {
-			j.shrinkTask(i)
-		}
+	for bi := lo; bi < hi; bi++ {
+		j.block(bi)
 	}
 }
 
-// shrinkTask gathers block bi's input rows and computes t = x·Aᵀ for each
-// of the stage's projections its adapter targets; t's rows lie rank
-// apart within the block's maxRank-wide rows, so each block's t is one
-// contiguous matrix for the expand.
-func (j *loraJob) shrinkTask(bi int) {
+// block gathers block bi's input rows, and for each of the stage's
+// projections its adapter targets computes t = x·Aᵀ, u = t·Bᵀ and adds
+// Scale·u to the rows' outputs. The block's t and u take its own rows of
+// the scratch, so blocks run in parallel.
+func (j *loraJob) block(bi int) {
 	st := &j.b.lora
 	blk := st.blocks[bi]
-	n, k := blk.hi-blk.lo, j.inDim
-	xg := st.xg[blk.lo*k : blk.hi*k]
-	for i, r := range st.rows[blk.lo:blk.hi] {
-		copy(xg[i*k:(i+1)*k], j.in[int(r)*k:(int(r)+1)*k])
+	n, k, r := blk.hi-blk.lo, j.inDim, blk.ad.rank
+	xg := st.xg[blk.lo*st.widest : blk.lo*st.widest+n*k]
+	for i, row := range st.rows[blk.lo:blk.hi] {
+		copy(xg[i*k:(i+1)*k], j.in[int(row)*k:(int(row)+1)*k])
 	}
-	rows := len(st.rows)
+	t := st.t[blk.lo*st.maxRank:]
 	for mi, m := range j.mods {
 		p := blk.ad.layers[j.layer][m]
 		if p == nil {
 			continue
 		}
-		t := st.t[(mi*rows+blk.lo)*st.maxRank:]
-		kernels.MatMulTStrided(t, blk.ad.rank, xg, n, k, p.a, blk.ad.rank, k)
-	}
-}
-
-// expandTask computes u = t·Bᵀ for column chunk ci of the stage's
-// projections (chunks in module order) over block bi, and adds Scale·u
-// to the block's output rows.
-func (j *loraJob) expandTask(bi, ci int) {
-	st := &j.b.lora
-	blk := st.blocks[bi]
-	mi := 0
-	for ci >= j.chunks[mi] {
-		ci -= j.chunks[mi]
-		mi++
-	}
-	p := blk.ad.layers[j.layer][j.mods[mi]]
-	if p == nil {
-		return
-	}
-	r, n, rows := blk.ad.rank, blk.hi-blk.lo, len(st.rows)
-	c0 := ci * loraCols
-	w := min(loraCols, p.out-c0)
-	t := st.t[(mi*rows+blk.lo)*st.maxRank:]
-	// u rows of the whole block for these columns, out apart; the modules
-	// of a stage take disjoint row ranges of u.
-	uOff := 0
-	for _, m := range j.mods[:mi] {
-		uOff += rows * j.b.outDim(m)
-	}
-	u := st.u[uOff+blk.lo*p.out:]
-	kernels.MatMulTStrided(u[c0:], p.out, t, n, r, p.b[c0*r:], w, r)
-	out := j.outs[mi]
-	for i, row := range st.rows[blk.lo:blk.hi] {
-		y := out[int(row)*p.out+c0 : int(row)*p.out+c0+w]
-		kernels.Axpy(blk.ad.scale, u[i*p.out+c0:i*p.out+c0+w], y)
+		kernels.MatMulTMatrix(t, r, xg, n, p.a)
+		u := st.u[blk.lo*st.widest:]
+		kernels.MatMulTMatrix(u, p.out, t, n, p.b)
+		out := j.outs[mi]
+		for i, row := range st.rows[blk.lo:blk.hi] {
+			kernels.Axpy(blk.ad.scale, u[i*p.out:(i+1)*p.out], out[int(row)*p.out:(int(row)+1)*p.out])
+		}
 	}
 }
