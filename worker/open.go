@@ -122,6 +122,7 @@ func (w *Worker) openRuntime() error {
 		KVFraction:     wc.KV.MemoryFraction,
 		MemoryHeadroom: int64(wc.KV.MemoryHeadroom),
 		ChunkTokens:    wc.PrefillChunkTokens,
+		ArrivalOrder:   wc.PrefillOrder == config.PrefillArrival,
 		MaxBatch:       wc.MaxBatch,
 		Speculation: engine.Speculation{On: wc.Speculative.Method == config.SpeculativeNgram,
 			K: wc.Speculative.K, NgramMax: wc.Speculative.NgramMax, NgramMin: wc.Speculative.NgramMin},

@@ -63,6 +63,8 @@ type rigOptions struct {
 	model *model.Model
 	// spec configures speculative decoding.
 	spec engine.Speculation
+	// arrival gives the prefill budget in admission order.
+	arrival bool
 	// edit, if set, changes the weights before the backend is built.
 	edit func(*cpu.Weights)
 }
@@ -102,7 +104,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		backend = o.wrap(be)
 	}
 	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, MaxBatch: o.maxBatch,
-		EOS: m.EOSTokenIDs(), Speculation: o.spec}, backend, pool, nil)
+		EOS: m.EOSTokenIDs(), Speculation: o.spec, ArrivalOrder: o.arrival}, backend, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
+	// ArrivalOrder gives the prefill chunk budget in admission order
+	// rather than least served first (engine.Config.ArrivalOrder).
+	ArrivalOrder bool
 	// Speculation configures the engine's n-gram speculative decoding.
 	Speculation engine.Speculation
 	// ZeroOnRelease and PoisonOnReserve harden the pool (I9).
@@ -172,12 +175,13 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}
 	eng, err := engine.New(engine.Config{
-		PageTokens:  opt.PageTokens,
-		ChunkTokens: opt.ChunkTokens,
-		MaxBatch:    opt.MaxBatch,
-		EOS:         m.EOSTokenIDs(),
-		VocabSize:   m.Config.VocabSize,
-		Speculation: opt.Speculation,
+		PageTokens:   opt.PageTokens,
+		ChunkTokens:  opt.ChunkTokens,
+		MaxBatch:     opt.MaxBatch,
+		ArrivalOrder: opt.ArrivalOrder,
+		EOS:          m.EOSTokenIDs(),
+		VocabSize:    m.Config.VocabSize,
+		Speculation:  opt.Speculation,
 	}, be, pool, opt.Logger)
 	if err != nil {
 		return nil, err
