@@ -29,10 +29,10 @@ func adapterOwner(tenant, req, adapter string) *controlpb.Owner {
 // reserves for a request under adapter A. The same tenant and request
 // under adapter B or the base model is another owner everywhere: prefill
 // refuses the ticket, decode refuses the Generate (the reservation
-// survives both), and a prefill that computed under B with a ticket
-// doctored to say B (transfer ID and token intact) is refused by decode's
-// transfer handshake: the request fails with no token and no page is
-// written.
+// survives both), and a prefill that computed on the base model with a
+// ticket doctored to say so (transfer ID and token intact) is refused by
+// decode's transfer handshake: the request fails with no token and no
+// page is written.
 func TestAdapterIsPartOfTheOwner(t *testing.T) {
 	for _, backend := range []config.TransferBackend{config.TransferTCP, config.TransferSHM} {
 		t.Run(string(backend), func(t *testing.T) {
@@ -63,14 +63,15 @@ func TestAdapterIsPartOfTheOwner(t *testing.T) {
 				t.Errorf("prefill after refused Prefills: %+v", st)
 			}
 
-			// Prefill computes under B for a ticket doctored to say B.
-			underB := adapterOwner("acme", "r1", adapterB)
+			// Prefill computes on the base model for a ticket doctored to
+			// say so.
+			base := adapterOwner("acme", "r1", "")
 			doctored := proto.Clone(res.GetTicket()).(*controlpb.Ticket)
-			doctored.Owner = underB
+			doctored.Owner = base
 			var prefillErr error
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				_, prefillErr = pre.Prefill(bg, &controlpb.PrefillRequest{Owner: underB, Prompt: p, Sampling: greedy(4), Ticket: doctored})
+				_, prefillErr = pre.Prefill(bg, &controlpb.PrefillRequest{Owner: base, Prompt: p, Sampling: greedy(4), Ticket: doctored})
 			})
 			got := generate(t, dec, &controlpb.GenerateRequest{Owner: underA, Prompt: p, Sampling: greedy(4), Ticket: res.GetTicket()})
 			wg.Wait()
@@ -79,7 +80,7 @@ func TestAdapterIsPartOfTheOwner(t *testing.T) {
 					got.ready, len(got.tokens), got.err)
 			}
 			if prefillErr == nil || !strings.Contains(prefillErr.Error(), "owner mismatch") {
-				t.Errorf("Prefill under adapter B into adapter A's reservation: %v, want an owner mismatch", prefillErr)
+				t.Errorf("Prefill on the base model into adapter A's reservation: %v, want an owner mismatch", prefillErr)
 			}
 			s.abortBoth(t, underA)
 			waitQuiet(t, s.prefill, s.decode)

@@ -5,19 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/warden-ai/warden/internal/cachekey"
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
-// Two LoRA adapters' content hashes (the form of lora.Hash).
-var (
-	adapterA = strings.Repeat("a", 64)
-	adapterB = strings.Repeat("b", 64)
-)
+// prepareAdapters draws two random LoRA adapters for the rig's model,
+// prepares them on its backend, registers them for requests whose owner
+// names them and returns their content hashes.
+func (r *rig) prepareAdapters(t *testing.T) (a, b string) {
+	t.Helper()
+	r.adapters = map[string]engine.Adapter{}
+	var hashes []string
+	for i, c := range []lora.Config{
+		{Rank: 4, Alpha: 8, Targets: lora.Modules[:]},
+		{Rank: 2, Alpha: 4, Targets: []lora.Module{lora.Q, lora.V, lora.Down}},
+	} {
+		cj, wt, err := lora.Random(&r.m.Config, c, 0.12, uint64(7+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := lora.Parse(cj, wt, &r.m.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prepared, err := r.backend.PrepareAdapter(parsed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.adapters[parsed.Hash] = prepared
+		hashes = append(hashes, parsed.Hash)
+	}
+	return hashes[0], hashes[1]
+}
 
 // adapterDomain is tenant's cache domain for requests under adapter, as
 // the gateway derives it.
@@ -33,8 +56,9 @@ func adapterDomain(t *testing.T, tenant, adapter string) cachekey.Domain {
 
 // TestPrefixNeverCrossesAdapters (DESIGN I8a) with the cpu backend: one
 // tenant sends the same prompt under adapter A, adapter B and the base
-// model, with the prefix cache warm for each in turn; each answer equals
-// an uncached run under its own adapter. Whether the caller
+// model, with the prefix cache warm for each in turn; the three answers
+// differ and each equals an uncached run under its own adapter. Whether
+// the caller
 // passes each adapter's own domain (as the gateway derives it) or one
 // domain for all three, the engine's tags cover the owner's adapter: no
 // request reuses another adapter's pages (CachedTokens 0), each seals
@@ -43,6 +67,7 @@ func adapterDomain(t *testing.T, tenant, adapter string) cachekey.Domain {
 // up with A's tags) is an owner violation with no output.
 func TestPrefixNeverCrossesAdapters(t *testing.T) {
 	r := newRig(t, rigOptions{threads: 2, chunk: 64, maxBatch: 4})
+	adapterA, adapterB := r.prepareAdapters(t)
 	p := prompt(90, 3*pageTokens+2, r.m.Config.VocabSize)
 	adapters := []string{adapterA, adapterB, ""}
 	// Another tenant's, so that its base-model request finds nothing of
@@ -58,15 +83,22 @@ func TestPrefixNeverCrossesAdapters(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			seals := r.pool.Stats().Seals
 			var tags [][]kvpool.Tag
+			var answers [][]int32
 			for i, a := range adapters {
 				o := owner(fmt.Sprint(c.name[:3], "-", i))
 				o.Adapter = a
-				got := r.runCached(t, o, c.domain(a), p, greedy(4))
+				got := r.runCached(t, o, c.domain(a), p, greedy(8))
 				ref := owner(fmt.Sprint(c.name[:3], "-ref-", i))
 				ref.Adapter = a
-				if want := r.run(t, ref, p, greedy(4)); !slices.Equal(got.tokens, want.tokens) {
+				if want := r.run(t, ref, p, greedy(8)); !slices.Equal(got.tokens, want.tokens) {
 					t.Fatalf("adapter %d: tokens %v, uncached reference under the same adapter %v", i, got.tokens, want.tokens)
 				}
+				for j, prev := range answers {
+					if slices.Equal(prev, got.tokens) {
+						t.Fatalf("adapters %d and %d answer alike (%v): the adapter is not applied", j, i, got.tokens)
+					}
+				}
+				answers = append(answers, got.tokens)
 				if got.res.CachedTokens != 0 {
 					t.Fatalf("the request under adapter %d reused %d tokens of another adapter's pages", i, got.res.CachedTokens)
 				}
@@ -109,7 +141,7 @@ func TestPrefixNeverCrossesAdapters(t *testing.T) {
 			t.Fatal(err)
 		}
 		expectViolation(t, r, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: greedy(4),
-			Prefix: &engine.Prefix{Domain: shared, Version: 1, Hit: hit}})
+			Prefix: &engine.Prefix{Domain: shared, Version: 1, Hit: hit}, Adapter: r.adapters[other]})
 		if _, err := r.pool.Release(o); err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +160,7 @@ func TestPrefixNeverCrossesAdapters(t *testing.T) {
 	}
 	underB := underA
 	underB.Adapter = adapterB
-	expectViolation(t, r, engine.Request{Owner: underB, Pages: pages, Prompt: p, Sampling: greedy(4)})
+	expectViolation(t, r, engine.Request{Owner: underB, Pages: pages, Prompt: p, Sampling: greedy(4), Adapter: r.adapters[adapterB]})
 	var v *kvpool.ViolationError
 	if err := r.pool.Verify(underB, pages, 0); !errors.As(err, &v) || v.Reason != kvpool.ReasonForeignAdapter {
 		t.Fatalf("adapter A's pages verified under B: %v, want foreign_adapter", err)

@@ -48,9 +48,13 @@ func tinyModel(t testing.TB) *model.Model {
 }
 
 type rig struct {
-	eng  *engine.Engine
-	pool *kvpool.Pool
-	m    *model.Model
+	eng     *engine.Engine
+	pool    *kvpool.Pool
+	m       *model.Model
+	backend *cpu.Backend
+	// adapters are the prepared LoRA adapters by content hash: a request
+	// whose owner names one runs under it (prepareAdapters).
+	adapters map[string]engine.Adapter
 }
 
 type rigOptions struct {
@@ -112,7 +116,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &rig{eng: eng, pool: pool, m: m}
+	return &rig{eng: eng, pool: pool, m: m, backend: be}
 }
 
 type outcome struct {
@@ -171,7 +175,7 @@ func (r *rig) submit(t testing.TB, o kvpool.Owner, prompt []int32, s engine.Samp
 	if err := r.pool.Activate(o); err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s})
+	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s, Adapter: r.adapters[o.Adapter]})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func (r *rig) runCached(t *testing.T, o kvpool.Owner, d cachekey.Domain, p []int
 		t.Fatal(err)
 	}
 	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: s,
-		Prefix: &engine.Prefix{Domain: d, Version: 1, Hit: hit}})
+		Prefix: &engine.Prefix{Domain: d, Version: 1, Hit: hit}, Adapter: r.adapters[o.Adapter]})
 	if err != nil {
 		t.Fatal(err)
 	}
