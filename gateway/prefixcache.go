@@ -26,9 +26,9 @@ import (
 // holding): 1<<16 entries of ~100 bytes.
 const indexEntries = 1 << 16
 
-// cacheDomains derives each request's prefix-cache domain (DESIGN I3, I8):
-// HMAC of a server-side secret and the tenant (or, if the tenant narrowed
-// it, the API key). Nothing a client sends enters it, so no client can
+// cacheDomains derives each request's prefix-cache domain (DESIGN I3, I8,
+// I8a): HMAC of a server-side secret and the tenant (or, if the tenant
+// narrowed it, the API key), and the request's LoRA adapter if any. Nothing a client sends enters it, so no client can
 // choose or widen the set of requests it shares KV pages with. The secret
 // is derived from tenants.key_secret_file when one is set, so that the
 // gateway replicas of one fleet (which share that file) and a restarted

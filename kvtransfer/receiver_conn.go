@@ -86,6 +86,12 @@ func (r *Receiver) serveOne(raw, conn net.Conn, reused bool) bool {
 		if errors.Is(err, ErrUnauthenticated) {
 			r.stats.authFailures.Add(1)
 		}
+		if errors.Is(err, ErrOwnerMismatch) {
+			// An authenticated sender with another owner's KV (tenant,
+			// request or adapter): an isolation event, not noise.
+			r.log.Warn("kvtransfer: transfer refused: the sender's KV is for another owner", "remote", raw.RemoteAddr(), "err", err)
+			return false
+		}
 		r.log.Debug("kvtransfer: handshake failed", "remote", raw.RemoteAddr(), "err", err)
 		return false
 	}
