@@ -127,6 +127,20 @@ type Gateway struct {
 	Routing Routing `yaml:"routing"`
 	// Responses configures the Responses API's stored responses.
 	Responses StoredResponses `yaml:"responses"`
+	// Adapters configures the LoRA adapter registry.
+	Adapters Adapters `yaml:"adapters"`
+}
+
+// MaxAdapterBytes is the most gateway.adapters.max_bytes may be.
+const MaxAdapterBytes = 4 << 30
+
+// Adapters configures the registry of LoRA adapters (admin API
+// /admin/v1/adapters, gateway/internal/adapters).
+type Adapters struct {
+	// MaxBytes bounds one adapter's files (adapter_config.json plus
+	// adapter_model.safetensors) as uploaded. Default 256MiB; at most
+	// 4GiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
 }
 
 // StoredResponses bounds the stored responses of the Responses API
