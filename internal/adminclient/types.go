@@ -310,6 +310,8 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeRequestTooLarge  = "request_too_large"
 	CodeStoreUnavailable = "store_unavailable"
+	CodeInvalidAdapter   = "invalid_adapter"
+	CodeBaseUnavailable  = "base_model_unavailable"
 	CodeInternal         = "internal_error"
 )
 
@@ -349,6 +351,26 @@ type Alias struct {
 	Target string `json:"target"`
 	Source string `json:"source"`
 }
+
+// AdapterPatch is the body of PATCH /admin/v1/adapters/{name}: omitted
+// fields keep their value.
+type AdapterPatch struct {
+	// SharedWith replaces the tenants the adapter is shared with.
+	SharedWith *[]string `json:"shared_with,omitempty"`
+	Pinned     *bool     `json:"pinned,omitempty"`
+}
+
+// Adapter upload form (POST /admin/v1/adapters, multipart/form-data):
+// the fields and the two files.
+const (
+	AdapterFieldBase       = "base"
+	AdapterFieldName       = "name"
+	AdapterFieldOwner      = "owner"
+	AdapterFieldSharedWith = "shared_with" // repeated, one tenant each
+	AdapterFieldPin        = "pin"         // "true" or "false"
+	AdapterFileConfig      = "adapter_config.json"
+	AdapterFileWeights     = "adapter_model.safetensors"
+)
 
 // AliasSet is the body of PUT /admin/v1/aliases/{name}.
 type AliasSet struct {

@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/cmd/warden/cli"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/admin/admintest"
 	"github.com/warden-ai/warden/gateway/internal/aliases"
 	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 const token = "cli-test-admin-token-42"
@@ -47,7 +49,8 @@ func startGateway(t *testing.T, cluster *admintest.Cluster) *gateway {
 	}
 	g := &gateway{store: store, requests: admintest.NewRequests()}
 	al := aliases.New(store, aliases.Config{Static: map[string]string{"fast": "tiny"}})
-	srv := httptest.NewUnstartedServer(admin.NewHandler(admin.Config{Token: token, Aliases: al}, store, cluster, g.requests, nil))
+	reg := adapters.New(store, func(base string) (*model.Config, bool) { return tinyShape, base == "tiny" }, 1<<20)
+	srv := httptest.NewUnstartedServer(admin.NewHandler(admin.Config{Token: token, Aliases: al, Adapters: reg}, store, cluster, g.requests, nil))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes refused on purpose
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
