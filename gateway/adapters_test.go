@@ -203,3 +203,66 @@ func TestAdapterRegisterChecksShape(t *testing.T) {
 		t.Fatalf("Register on an unserved base: %v", err)
 	}
 }
+
+// setAdapterMemory makes w's heartbeats report m and waits until the
+// gateway has it.
+func setAdapterMemory(t *testing.T, tg *testGateway, w *fakeWorker, m *controlpb.AdapterMemory) {
+	t.Helper()
+	w.mu.Lock()
+	w.adapterMem = m
+	for _, h := range m.Loaded {
+		w.adapters[h] = true
+	}
+	w.mu.Unlock()
+	waitFor(t, w.id+"'s adapter memory at the gateway", func() bool {
+		rw, ok := tg.reg.Get(w.id)
+		if !ok {
+			return false
+		}
+		got := rw.Snapshot().Adapters
+		return got.Reported && got.Capacity == m.CapacityBytes && got.Used == m.UsedBytes && len(got.Loaded) == len(m.Loaded) &&
+			len(got.Pinned) == len(m.Pinned)
+	})
+}
+
+// TestAdapterRouting: placement prefers the worker holding the adapter
+// (no load needed), and leaves out one whose adapter memory has no room
+// for it.
+func TestAdapterRouting(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	holder, other := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil), newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	holder.adapters, other.adapters = map[string]bool{}, map[string]bool{}
+	holder.start()
+	other.start()
+	a, _, _ := registerAdapter(t, tg, "ad", "acme", 4)
+	setAdapterMemory(t, tg, holder, &controlpb.AdapterMemory{CapacityBytes: 64 << 20, UsedBytes: a.Bytes, Loaded: []string{a.Hash}})
+	setAdapterMemory(t, tg, other, &controlpb.AdapterMemory{CapacityBytes: 64 << 20})
+	for range 3 {
+		if status, _, body := tg.post("/v1/chat/completions", adapterChat("tiny:ad")); status != 200 {
+			t.Fatalf("chat: %d %s", status, body)
+		}
+	}
+	if n, m := len(holder.requestCalls()), len(other.requestCalls()); n != 3 || m != 0 {
+		t.Fatalf("holder served %d requests, the other %d; want all 3 on the holder", n, m)
+	}
+	if len(holder.loads)+len(other.loads) != 0 {
+		t.Fatalf("adapter loaded %d+%d times, want never", len(holder.loads), len(other.loads))
+	}
+
+	// Nobody holds it now: the worker whose memory is full of pinned
+	// adapters is left out, the other one receives it.
+	b, cfgB, weightsB := registerAdapter(t, tg, "ad2", "acme", 5)
+	setAdapterMemory(t, tg, holder, &controlpb.AdapterMemory{CapacityBytes: 64 << 20, UsedBytes: 64<<20 - b.Bytes/2,
+		Loaded: []string{a.Hash}, Pinned: []string{a.Hash}})
+	if status, _, body := tg.post("/v1/chat/completions", adapterChat("tiny:ad2")); status != 200 {
+		t.Fatalf("chat with tiny:ad2: %d %s", status, body)
+	}
+	if len(holder.loads) != 0 || len(other.requestCalls()) != 2 {
+		t.Fatalf("full worker received %d loads; the other %d calls, want the refused Generate and its retry", len(holder.loads), len(other.requestCalls()))
+	}
+	other.mu.Lock()
+	defer other.mu.Unlock()
+	if len(other.loads) != 1 || !bytes.Equal(other.loads[0].weights, weightsB) || !bytes.Equal(other.loads[0].first.GetConfigJson(), cfgB) {
+		t.Fatalf("the worker with room received %d loads, want tiny:ad2's files", len(other.loads))
+	}
+}

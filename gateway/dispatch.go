@@ -291,7 +291,7 @@ func (d *driver) withAdapter(ctx context.Context, w *registry.Worker, call func(
 	if d.adapter == nil {
 		return call()
 	}
-	return d.g.adapters.Retry(ctx, w.Client(), d.adapter, call)
+	return d.g.adapters.Retry(ctx, w.Client(), d.adapter, call, func(n int64) { w.AdapterLoaded(d.adapter.Hash, n) })
 }
 
 // adapterMissing handles a both worker's refusal of the request's
@@ -306,9 +306,11 @@ func (d *driver) adapterMissing(ctx context.Context, w *registry.Worker, err err
 		d.adapterPushed = make(map[string]bool)
 	}
 	d.adapterPushed[w.ID()] = true
-	if _, err := d.g.adapters.Push(ctx, w.Client(), *d.adapter); err != nil {
+	n, err := d.g.adapters.Push(ctx, w.Client(), *d.adapter)
+	if err != nil {
 		return false, d.workerError("load adapter", w, err)
 	}
+	w.AdapterLoaded(d.adapter.Hash, n)
 	return true, nil
 }
 

@@ -84,9 +84,10 @@ func (r *Registry) Push(ctx context.Context, client controlpb.WorkerClient, a te
 }
 
 // Retry runs call, and when the worker of client refuses it because it
-// does not hold a's adapter, pushes the adapter and runs call once more.
-// With a nil (the base model) it only runs call.
-func (r *Registry) Retry(ctx context.Context, client controlpb.WorkerClient, a *tenant.Adapter, call func() error) error {
+// does not hold a's adapter, pushes the adapter, reports the loaded size
+// to loaded and runs call once more. With a nil (the base model) it only
+// runs call.
+func (r *Registry) Retry(ctx context.Context, client controlpb.WorkerClient, a *tenant.Adapter, call func() error, loaded func(bytes int64)) error {
 	err := call()
 	if a == nil {
 		return err
@@ -94,8 +95,10 @@ func (r *Registry) Retry(ctx context.Context, client controlpb.WorkerClient, a *
 	if h, ok := NotLoaded(err); !ok || h != a.Hash {
 		return err
 	}
-	if _, err := r.Push(ctx, client, *a); err != nil {
+	n, err := r.Push(ctx, client, *a)
+	if err != nil {
 		return err
 	}
+	loaded(n)
 	return call()
 }

@@ -26,6 +26,10 @@ type Request struct {
 	// Cached is false when the request uses no prefix cache.
 	Cached bool
 	Prompt []int32
+	// Adapter is the content hash of the request's LoRA adapter ("" for
+	// none), AdapterBytes its size in a worker's adapter memory.
+	Adapter      string
+	AdapterBytes int64
 
 	mu     sync.Mutex
 	chains map[chainKey][]cachekey.Hash
@@ -121,14 +125,17 @@ const (
 	DefaultPrefixWeight    = 2
 	DefaultLoadWeight      = 1
 	DefaultFreePagesWeight = 1
+	DefaultAdapterWeight   = 1
 )
 
-// Default is the router the gateway uses: HolderQueue, then expected
-// prefix hit, load and free pages with the default weights.
+// Default is the router the gateway uses: HolderQueue and AdapterFit,
+// then expected prefix hit, load, free pages and holding the request's
+// LoRA adapter with the default weights.
 func Default(ix *Index) *Router {
-	return &Router{Filters: []Filter{HolderQueue{Index: ix, Share: DefaultHolderQueueShare}}, Scorers: []Weighted{
+	return &Router{Filters: []Filter{HolderQueue{Index: ix, Share: DefaultHolderQueueShare}, AdapterFit{}}, Scorers: []Weighted{
 		{Scorer: PrefixScorer{Index: ix}, Weight: DefaultPrefixWeight},
 		{Scorer: LoadScorer{}, Weight: DefaultLoadWeight},
 		{Scorer: FreePagesScorer{}, Weight: DefaultFreePagesWeight},
+		{Scorer: AdapterScorer{}, Weight: DefaultAdapterWeight},
 	}}
 }
