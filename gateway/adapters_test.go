@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -237,6 +238,11 @@ func TestAdapterRouting(t *testing.T) {
 	a, _, _ := registerAdapter(t, tg, "ad", "acme", 4)
 	setAdapterMemory(t, tg, holder, &controlpb.AdapterMemory{CapacityBytes: 64 << 20, UsedBytes: a.Bytes, Loaded: []string{a.Hash}})
 	setAdapterMemory(t, tg, other, &controlpb.AdapterMemory{CapacityBytes: 64 << 20})
+	// The admin API's worker view (what warden check prints) shows it.
+	if status, body := tg.admin("GET", "/admin/v1/workers"); status != 200 ||
+		!strings.Contains(string(body), `"adapters":{"capacity_bytes":67108864,"used_bytes":`+strconv.FormatInt(a.Bytes, 10)+`,"loaded":["`+a.Hash+`"],"pinned":null}`) {
+		t.Fatalf("admin workers view: %d %s", status, body)
+	}
 	for range 3 {
 		if status, _, body := tg.post("/v1/chat/completions", adapterChat("tiny:ad")); status != 200 {
 			t.Fatalf("chat: %d %s", status, body)

@@ -56,6 +56,18 @@ type WorkerView struct {
 	// last heartbeat showed nothing running or waiting. A cordoned idle
 	// worker is drained: it may be stopped.
 	Idle bool `json:"idle"`
+	// Adapters is the worker's LoRA adapter memory; nil if it reports
+	// none (it serves no adapters).
+	Adapters *AdapterMemoryView `json:"adapters,omitempty"`
+}
+
+// AdapterMemoryView is a worker's LoRA adapter memory as last reported.
+type AdapterMemoryView struct {
+	CapacityBytes int64 `json:"capacity_bytes"`
+	UsedBytes     int64 `json:"used_bytes"`
+	// Loaded and Pinned are content hashes of the adapters it holds.
+	Loaded []string `json:"loaded"`
+	Pinned []string `json:"pinned"`
 }
 
 // PoolView is a worker's KV pool accounting, as last reported. At a quiet
@@ -118,6 +130,8 @@ type WorkerCapacity struct {
 	WeightsDType string `json:"weights_dtype,omitempty"`
 	// Memory is how the worker sized its KV pool; nil if it does not say.
 	Memory *MemoryPlan `json:"memory,omitempty"`
+	// Adapters is its LoRA adapter memory, as in WorkerView.
+	Adapters *AdapterMemoryView `json:"adapters,omitempty"`
 }
 
 // MemoryPlan is how a worker chose its KV pool's budget.

@@ -429,6 +429,8 @@ func TestCheck(t *testing.T) {
 			"WEIGHTS", "KV BUDGET", "MEMORY LIMIT (source)",
 			"f16  ", "536.9 MB", "4.3 GB (cgroup v2, headroom 268.4 MB)",
 			"bf16  ", "31.1 GB", "64.4 GB (meminfo)",
+			// Adapter memory: the decode worker's, none on prefill.
+			"ADAPTERS (used/capacity)", "314.6 MB/1.1 GB, 2 loaded (1 pinned)",
 		} {
 			if !strings.Contains(out, s) {
 				t.Fatalf("output lacks %q:\n%s", s, out)
