@@ -111,10 +111,21 @@ func TestAdapterSingle(t *testing.T) {
 	if s := tg.only(); s.Model != "tiny" {
 		t.Fatalf("request ran on model %q, want the base tiny", s.Model)
 	}
+	// The Responses API resolves it alike (the worker holds it now).
+	status, _, body = tg.post("/v1/responses", map[string]any{"model": "tiny:ad", "input": "Say hello.", "max_output_tokens": 100})
+	if status != 200 || !strings.Contains(string(body), `"model":"tiny:ad"`) || !strings.Contains(string(body), `"text":"`+fakeReply+`"`) {
+		t.Fatalf("acme's response with its adapter: %d %s", status, body)
+	}
+	// /tokenize of an adapter tokenizes as its base.
+	_, _, viaAdapter := tg.post("/tokenize", map[string]any{"model": "tiny:ad", "prompt": "Say hello."})
+	_, _, viaBase := tg.post("/tokenize", map[string]any{"model": "tiny", "prompt": "Say hello."})
+	if !strings.Contains(string(viaAdapter), `"tokens":[`) || string(viaAdapter) != string(viaBase) {
+		t.Fatalf("/tokenize of tiny:ad: %s\nof tiny: %s", viaAdapter, viaBase)
+	}
 	now := time.Now()
 	u, err := tg.Store().Usage(t.Context(), "acme", now, now)
-	if err != nil || len(u) != 1 || u[0].Model != "tiny:ad" || u[0].CompletionTokens == 0 {
-		t.Fatalf("acme's usage %+v, %v; want it under tiny:ad", u, err)
+	if err != nil || len(u) != 2 || u[1].Model != "tiny:ad" || u[1].Requests != 3 || u[0].Model != "tiny" || u[0].Requests != 1 {
+		t.Fatalf("acme's usage %+v, %v; want its 3 requests of tiny:ad under it, 1 under tiny", u, err)
 	}
 
 	beta := tg.as("beta")

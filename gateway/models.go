@@ -243,16 +243,24 @@ var _ tokenize.Models = tokenizeModels{}
 
 // Open implements tokenize.Models: the model must be one p may use (as
 // /v1/models lists them) and served; the call counts as one request
-// against p's request rate and concurrency, billed no tokens.
+// against p's request rate and concurrency, billed no tokens. A LoRA
+// adapter p may use tokenizes as its base model.
 func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string) (tokenize.Tokenizer, int64, error) {
 	g := m.g
+	// name is what p asked for, which errors name; model is what serves it.
+	name, ar := model, tenant.AcquireRequest{Model: model}
+	if ad, err := (service{g}).resolveAdapter(ctx, p.Tenant, name); err != nil {
+		return nil, 0, err
+	} else if ad != nil {
+		model, ar.Model, ar.UsageModel = ad.BaseModel, ad.BaseModel, name
+	}
 	if !g.admission.Has(model) || !g.auth.info(p.Tenant).allowed.Allows(model) {
-		return nil, 0, api.ModelNotFound(model)
+		return nil, 0, api.ModelNotFound(name)
 	}
 	if ml, found, err := g.modelLimits.Get(ctx, model); err != nil {
 		return nil, 0, service{g}.storeError(err)
 	} else if found && !ml.Allows(p.Tenant) {
-		return nil, 0, api.ModelNotFound(model)
+		return nil, 0, api.ModelNotFound(name)
 	}
 	if err := g.startingError(model); err != nil {
 		return nil, 0, err
@@ -261,10 +269,9 @@ func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string)
 	if mt == nil {
 		return nil, 0, api.ModelUnavailable(model, "no worker serving it has registered yet")
 	}
-	ar := tenant.AcquireRequest{Model: model}
 	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
 	if err != nil {
-		return nil, 0, limitError(model, ar, "model", err)
+		return nil, 0, limitError(name, ar, "model", err)
 	}
 	g.releaseLease(lease, "", tenant.Consumed{})
 	st, _, err := g.admission.State(ctx, model)
