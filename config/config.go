@@ -127,6 +127,20 @@ type Gateway struct {
 	Routing Routing `yaml:"routing"`
 	// Responses configures the Responses API's stored responses.
 	Responses StoredResponses `yaml:"responses"`
+	// Adapters configures the LoRA adapter registry.
+	Adapters AdapterRegistry `yaml:"adapters"`
+}
+
+// MaxAdapterBytes is the most gateway.adapters.max_bytes may be.
+const MaxAdapterBytes = 4 << 30
+
+// AdapterRegistry configures the registry of LoRA adapters (admin API
+// /admin/v1/adapters, gateway/internal/adapters).
+type AdapterRegistry struct {
+	// MaxBytes bounds one adapter's files (adapter_config.json plus
+	// adapter_model.safetensors) as uploaded. Default 256MiB; at most
+	// 4GiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
 }
 
 // StoredResponses bounds the stored responses of the Responses API
@@ -481,11 +495,11 @@ type Worker struct {
 	// Transfer configures the KV data plane between prefill and decode.
 	Transfer Transfer `yaml:"transfer"`
 	// Adapters sizes the worker's LoRA adapter memory.
-	Adapters Adapters `yaml:"adapters"`
+	Adapters AdapterMemory `yaml:"adapters"`
 }
 
-// Adapters sizes a worker's LoRA adapter memory (worker/adapters).
-type Adapters struct {
+// AdapterMemory sizes a worker's LoRA adapter memory (worker/adapters).
+type AdapterMemory struct {
 	// Memory is the budget of the adapters held at once, in their
 	// compute form (float32 A and B matrices); least recently used
 	// adapters no request runs under are evicted for new ones. 0 disables

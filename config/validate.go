@@ -260,6 +260,9 @@ func (g *Gateway) validate(v *validator) {
 	if g.Responses.MaxTenantBytes <= 0 {
 		v.add("gateway.responses.max_tenant_bytes", "must be > 0 (got %d)", int64(g.Responses.MaxTenantBytes))
 	}
+	if g.Adapters.MaxBytes <= 0 || g.Adapters.MaxBytes > MaxAdapterBytes {
+		v.add("gateway.adapters.max_bytes", "must be > 0 and at most 4GiB (got %d)", int64(g.Adapters.MaxBytes))
+	}
 	v.nonNegativeInt("gateway.queue.max_waiting", g.Queue.MaxWaiting)
 	if g.Queue.MaxWaiting > 0 {
 		v.positiveDuration("gateway.queue.max_wait", g.Queue.MaxWait)

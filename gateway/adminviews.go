@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
+	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
@@ -38,7 +40,18 @@ func workerView(w registry.Snapshot) admin.WorkerView {
 		},
 		Running: int(w.Running), Waiting: int(w.Waiting), InFlightBudget: w.InFlightBudget,
 		Cordoned: w.Cordoned, Draining: w.Draining, Assigned: w.Assigned, Idle: w.Idle(),
+		Adapters: adapterMemoryView(w.Adapters),
 	}
+}
+
+// adapterMemoryView is a worker's adapter memory for the admin API; nil
+// when it reports none.
+func adapterMemoryView(m registry.AdapterMemory) *adminclient.AdapterMemoryView {
+	if !m.Reported {
+		return nil
+	}
+	return &adminclient.AdapterMemoryView{CapacityBytes: m.Capacity, UsedBytes: m.Used,
+		Loaded: slices.Clone(m.Loaded), Pinned: slices.Clone(m.Pinned)}
 }
 
 // Cordon implements admin.Cluster.
@@ -63,7 +76,8 @@ func (c clusterView) Models() []admin.ModelView {
 		for j, w := range s.Workers {
 			snap := snaps[w.ID]
 			ws[j] = admin.WorkerCapacity{ID: w.ID, Role: w.Role, CapacityTokens: w.CapacityTokens,
-				UsableTokens: w.CapacityTokens - w.UnusableTokens, WeightsDType: snap.WeightsDType, Memory: memoryPlan(snap.Memory)}
+				UsableTokens: w.CapacityTokens - w.UnusableTokens, WeightsDType: snap.WeightsDType, Memory: memoryPlan(snap.Memory),
+				Adapters: adapterMemoryView(snap.Adapters)}
 		}
 		out[i] = admin.ModelView{
 			Name: s.Model, ConfiguredContext: s.Configured, EffectiveContext: s.Effective,

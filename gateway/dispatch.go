@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -40,6 +41,7 @@ func (d *driver) runSingle(ctx context.Context, w *registry.Worker) error {
 	}
 	stream, err := w.Client().Generate(d.withDomain(sctx), &controlpb.GenerateRequest{
 		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling, TenantWeight: int32(d.weight),
+		Adapter: adapters.Ref(d.adapter),
 	})
 	if err != nil {
 		return d.workerError("generate", w, err)
@@ -82,7 +84,7 @@ func (d *driver) runPD(ctx context.Context, rt registry.Route, ticket *controlpb
 	}
 	stream, err := rt.Decode.Client().Generate(sctx, &controlpb.GenerateRequest{
 		Owner: ownerPB(d.req.Owner()), Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, TenantWeight: int32(d.weight),
-		FirstTokens: d.firstTokens,
+		FirstTokens: d.firstTokens, Adapter: adapters.Ref(d.adapter),
 	})
 	if err != nil {
 		return d.workerError("generate", rt.Decode, err)
@@ -193,8 +195,13 @@ func (d *driver) prefill(ctx context.Context, rt registry.Route, ticket *control
 	w := rt.Prefill
 	ctx = d.withDomain(ctx) // prefill reuses its own cache too
 	for {
-		resp, err := w.Client().Prefill(ctx, &controlpb.PrefillRequest{
-			Owner: ticket.GetOwner(), Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(ctx),
+		var resp *controlpb.PrefillResponse
+		err := d.withAdapter(ctx, w, func() (err error) {
+			resp, err = w.Client().Prefill(ctx, &controlpb.PrefillRequest{
+				Owner: ticket.GetOwner(), Prompt: d.prompt, Sampling: d.sampling, Ticket: ticket, Traceparent: obs.Traceparent(ctx),
+				Adapter: adapters.Ref(d.adapter),
+			})
+			return err
 		})
 		switch {
 		case err == nil && resp.GetPromptTokens() != int64(len(d.prompt)):
@@ -275,6 +282,36 @@ func (p decodeParticipant) WriterDrained(ctx context.Context, owner lifecycle.Ow
 		Owner: ownerPB(owner), Drain: &controlpb.Drain{TransferId: d.TransferID, Epoch: d.Epoch},
 	})
 	return err
+}
+
+// withAdapter runs call on w; when w refuses it for lack of the request's
+// LoRA adapter, pushes the adapter there and runs call once more
+// (adapters.Registry.Retry).
+func (d *driver) withAdapter(ctx context.Context, w *registry.Worker, call func() error) error {
+	if d.adapter == nil {
+		return call()
+	}
+	return d.g.adapters.Retry(ctx, w.Client(), d.adapter, call, func(n int64) { w.AdapterLoaded(d.adapter.Hash, n) })
+}
+
+// adapterMissing handles a both worker's refusal of the request's
+// Generate for lack of its LoRA adapter: it pushes the adapter there,
+// once per worker, and reports whether the request may be placed again
+// (errRetry); a failed push is the request's failure.
+func (d *driver) adapterMissing(ctx context.Context, w *registry.Worker, err error) (retry bool, _ error) {
+	if h, ok := adapters.NotLoaded(err); !ok || d.adapter == nil || h != d.adapter.Hash || d.adapterPushed[w.ID()] {
+		return false, nil
+	}
+	if d.adapterPushed == nil {
+		d.adapterPushed = make(map[string]bool)
+	}
+	d.adapterPushed[w.ID()] = true
+	n, err := d.g.adapters.Push(ctx, w.Client(), *d.adapter)
+	if err != nil {
+		return false, d.workerError("load adapter", w, err)
+	}
+	w.AdapterLoaded(d.adapter.Hash, n)
+	return true, nil
 }
 
 func ownerPB(o lifecycle.Owner) *controlpb.Owner {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -57,6 +59,9 @@ const (
 	// causeConstraintRefused: a worker refused the request's constraint
 	// (over its limits): a 400, the client's to change.
 	causeConstraintRefused = "constraint_refused"
+	// causeAdapterNoRoom: no worker had room in its adapter memory for
+	// the request's LoRA adapter.
+	causeAdapterNoRoom = "adapter_no_room"
 )
 
 // workerUnavailable is the client error of a request whose worker failed
@@ -113,6 +118,9 @@ func (d *driver) workerError(call string, w *registry.Worker, err error) error {
 // worker.
 func workerFailure(err error, constraintParam string) (cause string, client *api.Error) {
 	st, _ := status.FromError(err)
+	if errors.Is(err, adapters.ErrNoRoom) {
+		return causeAdapterNoRoom, workerUnavailable("No worker serving the model has room for the request's adapter now; retry the request.")
+	}
 	if reason, ok := controlpb.ConstraintRefusal(err); ok {
 		// Admission checks the constraint against the limits of the
 		// model's workers, so this takes a worker with smaller limits

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/internal/constrain"
@@ -44,6 +46,7 @@ func TestOneErrorPerCause(t *testing.T) {
 		{"owner violation", status.Error(codes.Internal, "kv owner violation: "+internals), internal},
 		{"other worker error", status.Error(codes.Internal, "engine: "+internals), internal},
 		{"other invalid argument", status.Error(codes.InvalidArgument, "ticket is for another owner "+internals), internal},
+		{"no room for the adapter", fmt.Errorf("%w: load m:a: %v", adapters.ErrNoRoom, status.Error(codes.ResourceExhausted, "adapter memory full "+internals)), unavailable},
 		{"constraint refused", controlpb.ConstraintRefused(&constrain.LimitError{Limit: "choices", Size: 9, Max: 5, Unit: "strings"}), want{400, api.CodeInvalidValue, false}},
 	} {
 		_, e := workerFailure(c.err, "guided_choice")

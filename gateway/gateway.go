@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/aliases"
 	"github.com/warden-ai/warden/gateway/internal/api"
@@ -54,15 +55,20 @@ type Gateway struct {
 	// evictor evicts a tenant's cache domains from the workers when the
 	// admin API deletes or disables it, revokes a per-key domain's key or
 	// changes its prefix_cache setting (DESIGN I8).
-	evictor     *domainevict.Evictor
-	grammars    grammarCache // compiled structured-output constraints
-	closeStore  func() error
-	auth        *authenticator
-	modelLimits *tenant.ModelLimitsCache
+	evictor    *domainevict.Evictor
+	grammars   grammarCache // compiled structured-output constraints
+	closeStore func() error
+	// adapterStore is the tenant store's tenant.AdapterStore, if it is one.
+	adapterStore tenant.AdapterStore
+	auth         *authenticator
+	modelLimits  *tenant.ModelLimitsCache
 	// failover wraps a Redis store: degraded mode through its outages
 	// (nil with another store).
-	failover   *storefailover.Store
-	aliases    *aliases.Resolver // model aliases, resolved before anything else
+	failover *storefailover.Store
+	aliases  *aliases.Resolver // model aliases, resolved before anything else
+	// adapters is the LoRA adapter registry; nil when the tenant store
+	// holds no adapters (tenant.AdapterStore).
+	adapters   *adapters.Registry
 	admission  *admission.Controller
 	tokenizers *tokenizers
 	layouts    *layoutAgreement
@@ -205,6 +211,9 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 	}
 	g.journal = tenant.NewReleaseJournal(tenant.JournalConfig{Logger: g.logger})
 	g.aliases = aliases.New(g.store, aliases.Config{Static: cfg.Aliases(), Logger: g.logger})
+	if g.adapterStore != nil {
+		g.adapters = adapters.New(g.adapterStore, g.modelShape, int64(cfg.Gateway.Adapters.MaxBytes))
+	}
 	// A worker that cannot be told to abort within the heartbeat timeout
 	// is declared lost anyway.
 	g.table = lifecycle.NewTable(lifecycle.Config{Logger: g.logger, AbortTimeout: cfg.Gateway.HeartbeatTimeout})

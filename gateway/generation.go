@@ -87,6 +87,11 @@ type driver struct {
 	// markers are the special tokens the parsers read, kept in the text.
 	markers map[int32]bool
 	pages   int64 // KV pages the request needs on its decode worker
+	// adapter is the LoRA adapter the request runs under (nil: the base
+	// model); adapterPushed, the workers it was pushed to after they
+	// refused the request without it (once each).
+	adapter       *tenant.Adapter
+	adapterPushed map[string]bool
 	// The prefix cache (prefixcache.go): the request's domain and whether
 	// it uses the cache.
 	domain  cachekey.Domain

@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
@@ -381,6 +382,14 @@ type fakeWorker struct {
 	// Done, as a real worker does, so the gateway's next request finds
 	// them free as soon as this one ended.
 	releaseBeforeDone bool
+	// adapters, when set, makes the fake refuse a Reserve, Prefill or
+	// Generate under a LoRA adapter it does not hold, as a worker does;
+	// LoadAdapter then loads it (loads records each). adapterMem, when
+	// set, is the adapter memory its heartbeats report.
+	adapters   map[string]bool
+	loads      []*loadedAdapter
+	adapterMem *controlpb.AdapterMemory
+	refusals   []string // "<method> <hash>" of each call refused for its adapter
 
 	mu          sync.Mutex
 	total       int64
@@ -436,7 +445,7 @@ func newFake(tg *testGateway, role controlpb.Role, pages int64, fab *fabric) *fa
 		fabric: fab, reply: "Hello, wörld 🌍!", total: pages, free: pages,
 		reserved: make(map[string]int64), cancels: make(map[string]context.CancelFunc),
 		assets: &controlpb.ModelAssetsResponse{Model: "tiny", TokenizerJson: tokFiles.tokenizerJSON,
-			TokenizerConfigJson: tokFiles.configJSON, TokenizerSha256: sha},
+			TokenizerConfigJson: tokFiles.configJSON, TokenizerSha256: sha, Shape: fakeShape},
 	}
 	return w
 }
@@ -519,7 +528,7 @@ func (w *fakeWorker) registerAt(addr string) error {
 			}
 			w.hbMu.Lock()
 			if !w.hbPaused {
-				resp, err := reg.Heartbeat(hctx, &controlpb.HeartbeatRequest{WorkerId: w.id, Pool: w.pool()})
+				resp, err := reg.Heartbeat(hctx, &controlpb.HeartbeatRequest{WorkerId: w.id, Pool: w.pool(), Adapters: w.adapterMemory()})
 				if err == nil && resp.Reregister {
 					_, _ = reg.Register(hctx, &controlpb.RegisterRequest{Worker: w.info(addr), Pool: w.pool()})
 				}
@@ -648,9 +657,74 @@ func (w *fakeWorker) ModelAssets(context.Context, *controlpb.ModelAssetsRequest)
 	return w.assets, nil
 }
 
+// fakeShape is the layer geometry fakes report for their model: what
+// adapters registered in tests are checked against.
+var fakeShape = &controlpb.ModelShape{NumHiddenLayers: 2, HiddenSize: 512, IntermediateSize: 1024,
+	NumAttentionHeads: 8, NumKeyValueHeads: 2, HeadDim: 64}
+
+// loadedAdapter is one LoadAdapter stream a fake received.
+type loadedAdapter struct {
+	first   *controlpb.AdapterPart // without its weights
+	weights []byte
+	parts   int
+}
+
+// adapterMemory is what the fake's heartbeats report of its adapters.
+func (w *fakeWorker) adapterMemory() *controlpb.AdapterMemory {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return proto.Clone(w.adapterMem).(*controlpb.AdapterMemory)
+}
+
+// needAdapter refuses a call under an adapter the fake does not hold.
+func (w *fakeWorker) needAdapter(method string, ref *controlpb.AdapterRef, owner *controlpb.Owner) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ref.GetHash() != owner.GetAdapter() {
+		return status.Errorf(codes.InvalidArgument, "adapter %q and owner.adapter %q differ", ref.GetHash(), owner.GetAdapter())
+	}
+	if w.adapters == nil || ref == nil || w.adapters[ref.GetHash()] {
+		return nil
+	}
+	w.refusals = append(w.refusals, method+" "+ref.GetHash())
+	return status.Error(codes.FailedPrecondition, "adapter not loaded: "+ref.GetHash())
+}
+
+// LoadAdapter implements controlpb.WorkerServer: it keeps the files'
+// bytes as received and holds the adapter from then on.
+func (w *fakeWorker) LoadAdapter(srv grpc.ClientStreamingServer[controlpb.AdapterPart, controlpb.LoadAdapterResponse]) error {
+	var l loadedAdapter
+	for {
+		p, err := srv.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if l.parts == 0 {
+			l.first = proto.Clone(p).(*controlpb.AdapterPart)
+			l.first.Weights = nil
+		}
+		l.parts++
+		l.weights = append(l.weights, p.GetWeights()...)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.first == nil || int64(len(l.weights)) != l.first.GetWeightsSize() {
+		return status.Error(codes.InvalidArgument, "incomplete adapter")
+	}
+	w.loads = append(w.loads, &l)
+	w.adapters[l.first.GetRef().GetHash()] = true
+	return srv.SendAndClose(&controlpb.LoadAdapterResponse{Bytes: int64(len(l.weights))})
+}
+
 // Reserve implements controlpb.WorkerServer.
 func (w *fakeWorker) Reserve(_ context.Context, req *controlpb.ReserveRequest) (*controlpb.ReserveResponse, error) {
 	w.record("Reserve", req.Owner, "")
+	if err := w.needAdapter("Reserve", req.Adapter, req.Owner); err != nil {
+		return nil, err
+	}
 	if err := w.reserve(req.Owner, req.TotalTokens); err != nil {
 		return nil, err
 	}
@@ -662,6 +736,9 @@ func (w *fakeWorker) Reserve(_ context.Context, req *controlpb.ReserveRequest) (
 // Prefill implements controlpb.WorkerServer.
 func (w *fakeWorker) Prefill(ctx context.Context, req *controlpb.PrefillRequest) (*controlpb.PrefillResponse, error) {
 	w.record("Prefill", req.Owner, "")
+	if err := w.needAdapter("Prefill", req.Adapter, req.Owner); err != nil {
+		return nil, err
+	}
 	if w.failPrefill != nil {
 		return nil, w.failPrefill
 	}
@@ -685,6 +762,9 @@ func (w *fakeWorker) Abort(_ context.Context, req *controlpb.AbortRequest) (*con
 // Generate implements controlpb.WorkerServer.
 func (w *fakeWorker) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStreamingServer[controlpb.GenerateEvent]) error {
 	w.record("Generate", req.Owner, "")
+	if err := w.needAdapter("Generate", req.Adapter, req.Owner); err != nil {
+		return err
+	}
 	if c := req.Sampling.GetConstraint(); w.enforce != nil && c != "" {
 		if _, err := w.enforce.Accept(nil, c); err != nil {
 			return controlpb.ConstraintRefused(err)

@@ -79,7 +79,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		if g.adminLn, err = net.Listen("tcp", gw.AdminListen); err != nil {
 			return fmt.Errorf("gateway: admin listener (gateway.admin_listen): %w", err)
 		}
-		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token, Reload: g.adminReload(), Metrics: promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}), Aliases: g.aliases}, domainevict.Wrap(storedresp.Purging(g.store, g.responses, g.logger), g.evictor), clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
+		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token, Reload: g.adminReload(), Metrics: promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}), Aliases: g.aliases, Adapters: g.adapters}, domainevict.Wrap(storedresp.Purging(g.store, g.responses, g.logger), g.evictor), clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
 	} else {
 		g.logger.Warn("no admin token configured: the admin API is not served")
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/internal/toolcall"
 	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // modelTokenizer is the tokenizer of one model as its workers ship it.
@@ -38,6 +39,33 @@ type modelTokenizer struct {
 	// reasoning is the model's reasoning format: models[].reasoning_parser,
 	// else reasoning.Detect of the chat template.
 	reasoning reasoning.Format
+	// shape is the model's layer geometry (ModelAssetsResponse.shape),
+	// what LoRA adapters are checked against; nil when the worker sent
+	// none.
+	shape *model.Config
+}
+
+// modelShape implements adapters.Shapes with the shape the model's
+// workers reported.
+func (g *Gateway) modelShape(base string) (*model.Config, bool) {
+	mt := g.tokenizers.get(base)
+	if mt == nil || mt.shape == nil {
+		return nil, false
+	}
+	return mt.shape, true
+}
+
+// shapeConfig is the configuration a ModelShape describes, nil when it
+// describes no model.
+func shapeConfig(s *controlpb.ModelShape) *model.Config {
+	c := &model.Config{NumHiddenLayers: int(s.GetNumHiddenLayers()), HiddenSize: int(s.GetHiddenSize()),
+		IntermediateSize: int(s.GetIntermediateSize()), NumAttentionHeads: int(s.GetNumAttentionHeads()),
+		NumKeyValueHeads: int(s.GetNumKeyValueHeads()), HeadDim: int(s.GetHeadDim())}
+	if c.NumHiddenLayers <= 0 || c.HiddenSize <= 0 || c.IntermediateSize <= 0 || c.NumAttentionHeads <= 0 ||
+		c.NumKeyValueHeads <= 0 || c.HeadDim <= 0 {
+		return nil
+	}
+	return c
 }
 
 // tokenizers holds each model's tokenizer. A model's tokenizer is set by
@@ -125,7 +153,7 @@ func parseAssets(info *controlpb.WorkerInfo, a *controlpb.ModelAssetsResponse) (
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	return &modelTokenizer{tok: tok, sha: sha, addBOS: wantsBOS(tok, a.GetTokenizerConfigJson()),
-		tools: toolcall.Detect(tok.ChatTemplate()), reasoning: reasoning.Detect(tok.ChatTemplate())}, nil
+		tools: toolcall.Detect(tok.ChatTemplate()), reasoning: reasoning.Detect(tok.ChatTemplate()), shape: shapeConfig(a.GetShape())}, nil
 }
 
 // reasoningOverrides are the reasoning formats the configuration sets
@@ -215,16 +243,24 @@ var _ tokenize.Models = tokenizeModels{}
 
 // Open implements tokenize.Models: the model must be one p may use (as
 // /v1/models lists them) and served; the call counts as one request
-// against p's request rate and concurrency, billed no tokens.
+// against p's request rate and concurrency, billed no tokens. A LoRA
+// adapter p may use tokenizes as its base model.
 func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string) (tokenize.Tokenizer, int64, error) {
 	g := m.g
+	// name is what p asked for, which errors name; model is what serves it.
+	name, ar := model, tenant.AcquireRequest{Model: model}
+	if ad, err := (service{g}).resolveAdapter(ctx, p.Tenant, name); err != nil {
+		return nil, 0, err
+	} else if ad != nil {
+		model, ar.Model, ar.UsageModel = ad.BaseModel, ad.BaseModel, name
+	}
 	if !g.admission.Has(model) || !g.auth.info(p.Tenant).allowed.Allows(model) {
-		return nil, 0, api.ModelNotFound(model)
+		return nil, 0, api.ModelNotFound(name)
 	}
 	if ml, found, err := g.modelLimits.Get(ctx, model); err != nil {
 		return nil, 0, service{g}.storeError(err)
 	} else if found && !ml.Allows(p.Tenant) {
-		return nil, 0, api.ModelNotFound(model)
+		return nil, 0, api.ModelNotFound(name)
 	}
 	if err := g.startingError(model); err != nil {
 		return nil, 0, err
@@ -233,10 +269,9 @@ func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string)
 	if mt == nil {
 		return nil, 0, api.ModelUnavailable(model, "no worker serving it has registered yet")
 	}
-	ar := tenant.AcquireRequest{Model: model}
 	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
 	if err != nil {
-		return nil, 0, limitError(model, ar, "model", err)
+		return nil, 0, limitError(name, ar, "model", err)
 	}
 	g.releaseLease(lease, "", tenant.Consumed{})
 	st, _, err := g.admission.State(ctx, model)

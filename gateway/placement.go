@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/fairqueue"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
@@ -208,8 +209,13 @@ func (d *driver) reserve(ctx context.Context, rt registry.Route) (*controlpb.Res
 	}
 	// With a cache domain, decode looks up the prompt's pages it holds
 	// sealed for the domain; the ticket names them (held_pages).
-	rctx, req.Prompt = d.withDomain(rctx), d.cachePrompt()
-	return rt.Decode.Client().Reserve(rctx, req)
+	rctx, req.Prompt, req.Adapter = d.withDomain(rctx), d.cachePrompt(), adapters.Ref(d.adapter)
+	var resp *controlpb.ReserveResponse
+	err := d.withAdapter(rctx, rt.Decode, func() (err error) {
+		resp, err = rt.Decode.Client().Reserve(rctx, req)
+		return err
+	})
+	return resp, err
 }
 
 // releaseRoute gives back the routing load of the current attempt.

@@ -157,19 +157,23 @@ func (d *driver) cachePrompt() []int32 {
 	return d.prompt
 }
 
-// pick routes the request: with a cache domain, the workers are scored by
-// routing.Default (saturated workers aside unless they hold the prefix
-// with a short queue; expected prefix hit, load, free pages) and the
+// pick routes the request: with a cache domain or a LoRA adapter, the
+// workers are scored by routing.Default (saturated workers aside unless
+// they hold the prefix with a short queue, and those without room for the
+// adapter; expected prefix hit, load, free pages, holding the adapter) and the
 // registry's order decides between equals; without, the registry's order
 // alone. Under gateway.routing round_robin every request takes the
 // workers in turn. A decode worker whose budget is used up but that the
 // router admits (a holder, routing.HolderQueue) takes the request now.
 func (d *driver) pick(model string, total int64) (registry.Route, error) {
 	c := d.g.domains
-	if c == nil || (!d.cacheOn && !c.roundRobin) {
+	if c == nil || (!d.cacheOn && !c.roundRobin && d.adapter == nil) {
 		return d.g.reg.Pick(model, total)
 	}
-	req := &routing.Request{Model: model, Domain: d.domain, Adapter: d.req.Info().Adapter, Cached: d.cacheOn, Prompt: d.prompt}
+	req := &routing.Request{Model: model, Domain: d.domain, Cached: d.cacheOn, Prompt: d.prompt}
+	if d.adapter != nil {
+		req.Adapter, req.AdapterBytes = d.adapter.Hash, d.adapter.Bytes
+	}
 	rt, err := d.g.reg.PickScored(model, total, func(cand registry.Candidate) float64 { return c.router.Score(req, cand) })
 	if err == nil && rt.Busy && c.router.Admits(req, rt.Decode.Candidate()) {
 		rt.Busy = false

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,11 @@ func (d *driver) relay(ctx context.Context, w *registry.Worker, events <-chan re
 			if errors.Is(r.err, io.EOF) {
 				return failed(causeProtocol, workerUnavailable("The worker ended the request without finishing it; retry the request."),
 					fmt.Errorf("worker %s ended the Generate stream without Done", w.ID()))
+			}
+			if retryable && d.req.State() == lifecycle.Prefilling {
+				if retry, err := d.adapterMissing(ctx, w, r.err); retry || err != nil {
+					return cmp.Or(err, errRetry) // pushed: place it again
+				}
 			}
 			if retryable && status.Code(r.err) == codes.ResourceExhausted && d.req.State() == lifecycle.Prefilling {
 				// Nothing is held: a both worker reserves all or nothing.

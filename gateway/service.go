@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
@@ -119,7 +120,33 @@ func (s service) Models(ctx context.Context, p api.Principal) ([]api.Model, erro
 		out = append(out, api.Model{ID: cur.Model, Created: g.started.Unix(), OwnedBy: "warden",
 			ContextLength: cur.Effective, ConfiguredContextLength: cur.Configured, DType: weightsDTypes(g.reg.Healthy(cur.Model))})
 	}
+	out, err := s.withAdapters(ctx, p.Tenant, out)
+	if err != nil {
+		return nil, err
+	}
 	return s.withAliases(ctx, out), nil
+}
+
+// withAdapters adds to models, the models a tenant may use, the LoRA
+// adapters it may use on them: like their base's entry but for the ID
+// and parent (the base), as vLLM lists LoRA modules.
+func (s service) withAdapters(ctx context.Context, tenantID string, models []api.Model) ([]api.Model, error) {
+	if s.g.adapters == nil {
+		return models, nil
+	}
+	as, err := s.g.adapters.Usable(ctx, tenantID)
+	if err != nil {
+		return nil, s.storeError(err)
+	}
+	n := len(models)
+	for _, a := range as {
+		if i := slices.IndexFunc(models[:n], func(m api.Model) bool { return m.ID == a.BaseModel }); i >= 0 {
+			m := models[i]
+			m.ID, m.Parent = a.Name, a.BaseModel
+			models = append(models, m)
+		}
+	}
+	return models, nil
 }
 
 // withAliases adds to models, the models a tenant may use, an entry for
@@ -180,7 +207,13 @@ func (s service) storeError(err error) error {
 func (s service) Generate(ctx context.Context, p api.Principal, req *api.GenerateRequest) (api.Generation, error) {
 	g := s.g
 	s.resolveAlias(ctx, req)
+	// A LoRA adapter's request runs on its base model under the adapter;
+	// the response and the usage name the adapter (req.Model).
+	ad, adErr := s.resolveAdapter(ctx, p.Tenant, req.Model)
 	info := lifecycle.Info{ID: req.RequestID, Tenant: p.Tenant, Model: req.Model, Priority: req.Priority, Received: req.ReceivedAt}
+	if ad != nil {
+		info.Model, info.Adapter = ad.BaseModel, ad.Hash
+	}
 	if !info.Received.IsZero() {
 		info.Deadline = info.Received.Add(g.cfg.Gateway.RequestTimeout)
 	}
@@ -196,7 +229,9 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 	}
 	var d *driver
 	if g.begin() {
-		if d, err = s.admit(ctx, r, p, req); err != nil {
+		if adErr != nil {
+			err = adErr
+		} else if d, err = s.admit(ctx, r, p, req, ad); err != nil {
 			g.running.Done()
 		}
 	} else {
@@ -221,24 +256,49 @@ func (s service) Generate(ctx context.Context, p api.Principal, req *api.Generat
 	return d.gen, nil
 }
 
-// admit checks req and returns its driver, or the rejection.
-func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principal, req *api.GenerateRequest) (*driver, error) {
+// resolveAdapter returns the LoRA adapter a request for model names, nil
+// for a model (or a name nothing serves: admission answers it 404). An
+// adapter the tenant may not use, or whose base model is not configured,
+// is nil too: the same 404 as for a model that does not exist.
+func (s service) resolveAdapter(ctx context.Context, tenantID, model string) (*tenant.Adapter, error) {
 	g := s.g
+	if g.adapters == nil || g.admission.Has(model) {
+		return nil, nil
+	}
+	a, err := g.adapters.Resolve(ctx, tenantID, model)
+	switch {
+	case errors.Is(err, adapters.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, s.storeError(err)
+	case !g.admission.Has(a.BaseModel):
+		return nil, nil
+	}
+	return &a, nil
+}
+
+// admit checks req and returns its driver, or the rejection. ad is the
+// LoRA adapter req runs under (nil: none): then the model served is its
+// base, whose limits and capacity apply, and usage is recorded under
+// req.Model.
+func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principal, req *api.GenerateRequest, ad *tenant.Adapter) (*driver, error) {
+	g := s.g
+	model := r.Info().Model
 	for _, stop := range req.Stop {
 		if len(stop) > maxStopBytes {
 			return nil, api.InvalidRequest("stop", api.CodeInvalidValue,
 				fmt.Sprintf("Stop sequences are limited to %d bytes.", maxStopBytes))
 		}
 	}
-	if !g.admission.Has(req.Model) {
+	if !g.admission.Has(model) {
 		return nil, api.ModelNotFound(req.Model)
 	}
-	if err := g.startingError(req.Model); err != nil {
+	if err := g.startingError(model); err != nil {
 		return nil, err
 	}
-	mt := g.tokenizers.get(req.Model)
+	mt := g.tokenizers.get(model)
 	if mt == nil {
-		return nil, api.ModelUnavailable(req.Model, "no worker serving it has registered yet")
+		return nil, api.ModelUnavailable(model, "no worker serving it has registered yet")
 	}
 	prompt, err := mt.encodePrompt(req)
 	if err != nil {
@@ -258,7 +318,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	// check each runs, against the smallest limits they advertised): one
 	// over a limit is a 400 naming it, before anything is reserved.
 	if constraint != "" {
-		if _, err := g.reg.ConstraintLimits(req.Model).Accept(g.grammars.Cache, constraint); err != nil {
+		if _, err := g.reg.ConstraintLimits(model).Accept(g.grammars.Cache, constraint); err != nil {
 			return nil, api.ConstraintError(constraintParam, err)
 		}
 	}
@@ -267,7 +327,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		param = "messages"
 	}
 	dec, err := g.admission.Admit(ctx, admission.Request{
-		Model: req.Model, PromptTokens: int64(len(prompt)), MaxTokens: req.MaxTokens, PromptParam: param,
+		Model: model, PromptTokens: int64(len(prompt)), MaxTokens: req.MaxTokens, PromptParam: param,
 	})
 	if err != nil {
 		return nil, s.storeError(err)
@@ -277,7 +337,10 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	// n choices share one prefill: the prompt counts once, the output
 	// n times.
 	n := int64(max(req.N, 1))
-	ar := tenant.AcquireRequest{Model: req.Model, Tokens: int64(len(prompt)) + n*dec.MaxTokens, Priority: req.Priority}
+	ar := tenant.AcquireRequest{Model: model, Tokens: int64(len(prompt)) + n*dec.MaxTokens, Priority: req.Priority}
+	if ad != nil {
+		ar.UsageModel = req.Model
+	}
 	if req.MaxTokens == nil {
 		// No max_tokens: the output gets what the tenant can still spend
 		// (token rate, budget), at least one token a choice; it ends
@@ -302,6 +365,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	d := &driver{
 		g: g, req: r, lease: lease, weight: g.auth.info(p.Tenant).weight, priority: lease.Info().Priority, tok: mt,
 		log:             g.logger.With("model", req.Model),
+		adapter:         ad,
 		prompt:          prompt,
 		promptParam:     param,
 		maxTokens:       dec.MaxTokens,

@@ -23,6 +23,7 @@ func (g *Gateway) openStore(given tenant.Store) error {
 	var responses storedresp.Backend = storedresp.NewMemory(nil)
 	if given != nil {
 		g.store = given
+		g.adapterStore, _ = given.(tenant.AdapterStore)
 	} else {
 		if t.KeySecretFile != "" {
 			b, err := os.ReadFile(t.KeySecretFile)
@@ -43,7 +44,7 @@ func (g *Gateway) openStore(given tenant.Store) error {
 			if err != nil {
 				return fmt.Errorf("gateway: memory tenant store: %w", err)
 			}
-			g.store = s
+			g.store, g.adapterStore = s, s
 		case config.StoreRedis:
 			rdb, err := storefailover.NewClient(&t.Redis)
 			if err != nil {
@@ -57,7 +58,7 @@ func (g *Gateway) openStore(given tenant.Store) error {
 			}
 			g.modelLimits = tenant.NewModelLimitsCache(s, tenant.ModelLimitsCacheConfig{Logger: g.logger})
 			g.failover = storefailover.New(s, storefailover.Config{Models: g.modelLimits, Logger: g.logger})
-			g.store, g.closeStore = g.failover, rdb.Close
+			g.store, g.closeStore, g.adapterStore = g.failover, rdb.Close, s
 			responses = storedresp.NewRedis(rdb, t.Redis.KeyPrefix)
 		default:
 			return fmt.Errorf("gateway: unknown tenants.store %q", t.Store)

@@ -115,8 +115,14 @@ func (f KeyFilter) Validate() error {
 
 // AcquireRequest describes the request being admitted.
 type AcquireRequest struct {
-	// Model is the requested model.
+	// Model is the requested model: the limits checked are the tenant's
+	// allowed_models and the model limits of Model.
 	Model string
+	// UsageModel, when set, is the name the lease and its usage are
+	// recorded under instead of Model: a LoRA adapter's request
+	// ("base:adapter") is admitted against its base model's limits and
+	// billed under its own name.
+	UsageModel string
 	// Tokens is prompt tokens plus max output tokens: the most the request
 	// can consume. It is held against the token rate and the budget until
 	// Release reconciles it with the actual count.
@@ -139,6 +145,11 @@ func (r AcquireRequest) Validate() error {
 	if err := ValidateModelName(r.Model); err != nil {
 		return err
 	}
+	if r.UsageModel != "" {
+		if err := ValidateModelName(r.UsageModel); err != nil {
+			return fmt.Errorf("usage model: %w", err)
+		}
+	}
 	if err := validateCount("tokens", r.Tokens); err != nil {
 		return err
 	}
@@ -149,6 +160,15 @@ func (r AcquireRequest) Validate() error {
 		return fmt.Errorf("%w: priority must be >= 0, got %d", ErrInvalid, r.Priority)
 	}
 	return nil
+}
+
+// Recorded is the model name the lease and its usage are recorded
+// under: UsageModel, else Model.
+func (r AcquireRequest) Recorded() string {
+	if r.UsageModel != "" {
+		return r.UsageModel
+	}
+	return r.Model
 }
 
 // Quota is the state of the requests and tokens rate limits after an

@@ -42,7 +42,11 @@ func loadAssets(m *model.Model, modelName string) (*controlpb.ModelAssetsRespons
 		}
 		return b, nil
 	}
-	a := &controlpb.ModelAssetsResponse{Model: modelName}
+	c := &m.Config
+	a := &controlpb.ModelAssetsResponse{Model: modelName, Shape: &controlpb.ModelShape{
+		NumHiddenLayers: int32(c.NumHiddenLayers), HiddenSize: int32(c.HiddenSize), IntermediateSize: int32(c.IntermediateSize),
+		NumAttentionHeads: int32(c.NumAttentionHeads), NumKeyValueHeads: int32(c.NumKeyValueHeads), HeadDim: int32(c.HeadDim),
+	}}
 	tj, tc, isGGUF, err := m.TokenizerFiles()
 	switch {
 	case err != nil:

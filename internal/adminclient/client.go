@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,21 +126,28 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		target += "?" + query.Encode()
 	}
 	var body io.Reader
+	contentType := ""
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		body, contentType = bytes.NewReader(b), "application/json"
 	}
+	return c.send(ctx, method, path, target, body, contentType, out)
+}
+
+// send sends one request with body of contentType ("" for none) to
+// target and decodes the answer into out (if not nil).
+func (c *Client) send(ctx context.Context, method, path, target string, body io.Reader, contentType string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -282,6 +291,79 @@ func (c *Client) SetModelLimits(ctx context.Context, m tenant.ModelLimits) (tena
 // DeleteModelLimits removes a model's limits.
 func (c *Client) DeleteModelLimits(ctx context.Context, model string) error {
 	return c.do(ctx, http.MethodDelete, "/model-limits/"+seg(model), nil, nil, nil)
+}
+
+// AdapterUpload is a LoRA adapter to register (CreateAdapter).
+type AdapterUpload struct {
+	// Base is the served model; Name the adapter's name on it (the
+	// registry name is Base:Name).
+	Base, Name string
+	Owner      string
+	SharedWith []string
+	Pin        bool
+	// ConfigJSON and Weights are adapter_config.json and
+	// adapter_model.safetensors.
+	ConfigJSON, Weights []byte
+}
+
+// CreateAdapter uploads and registers an adapter (multipart/form-data).
+func (c *Client) CreateAdapter(ctx context.Context, u AdapterUpload) (tenant.Adapter, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fields := [][2]string{{AdapterFieldBase, u.Base}, {AdapterFieldName, u.Name}, {AdapterFieldOwner, u.Owner},
+		{AdapterFieldPin, strconv.FormatBool(u.Pin)}}
+	for _, t := range u.SharedWith {
+		fields = append(fields, [2]string{AdapterFieldSharedWith, t})
+	}
+	for _, f := range fields {
+		if err := mw.WriteField(f[0], f[1]); err != nil {
+			return tenant.Adapter{}, fmt.Errorf("encode upload: %w", err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{AdapterFileConfig, u.ConfigJSON}, {AdapterFileWeights, u.Weights}} {
+		fw, err := mw.CreateFormFile(f.name, f.name)
+		if err == nil {
+			_, err = fw.Write(f.data)
+		}
+		if err != nil {
+			return tenant.Adapter{}, fmt.Errorf("encode upload: %w", err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		return tenant.Adapter{}, fmt.Errorf("encode upload: %w", err)
+	}
+	var out tenant.Adapter
+	err := c.send(ctx, http.MethodPost, "/adapters", c.base.String()+apiPrefix+"/adapters", &buf, mw.FormDataContentType(), &out)
+	return out, err
+}
+
+// ListAdapters returns every registered adapter, sorted by name.
+func (c *Client) ListAdapters(ctx context.Context) ([]tenant.Adapter, error) {
+	var out List[tenant.Adapter]
+	err := c.do(ctx, http.MethodGet, "/adapters", nil, nil, &out)
+	return out.Data, err
+}
+
+// GetAdapter returns the adapter named name (base:adapter).
+func (c *Client) GetAdapter(ctx context.Context, name string) (tenant.Adapter, error) {
+	var out tenant.Adapter
+	err := c.do(ctx, http.MethodGet, "/adapters/"+seg(name), nil, nil, &out)
+	return out, err
+}
+
+// UpdateAdapter changes the tenants an adapter is shared with and its pin.
+func (c *Client) UpdateAdapter(ctx context.Context, name string, p AdapterPatch) (tenant.Adapter, error) {
+	var out tenant.Adapter
+	err := c.do(ctx, http.MethodPatch, "/adapters/"+seg(name), nil, p, &out)
+	return out, err
+}
+
+// DeleteAdapter removes an adapter.
+func (c *Client) DeleteAdapter(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/adapters/"+seg(name), nil, nil, nil)
 }
 
 // ListAliases returns the model aliases in effect, sorted by name.

@@ -56,6 +56,18 @@ type WorkerView struct {
 	// last heartbeat showed nothing running or waiting. A cordoned idle
 	// worker is drained: it may be stopped.
 	Idle bool `json:"idle"`
+	// Adapters is the worker's LoRA adapter memory; nil if it reports
+	// none (it serves no adapters).
+	Adapters *AdapterMemoryView `json:"adapters,omitempty"`
+}
+
+// AdapterMemoryView is a worker's LoRA adapter memory as last reported.
+type AdapterMemoryView struct {
+	CapacityBytes int64 `json:"capacity_bytes"`
+	UsedBytes     int64 `json:"used_bytes"`
+	// Loaded and Pinned are content hashes of the adapters it holds.
+	Loaded []string `json:"loaded"`
+	Pinned []string `json:"pinned"`
 }
 
 // PoolView is a worker's KV pool accounting, as last reported. At a quiet
@@ -118,6 +130,8 @@ type WorkerCapacity struct {
 	WeightsDType string `json:"weights_dtype,omitempty"`
 	// Memory is how the worker sized its KV pool; nil if it does not say.
 	Memory *MemoryPlan `json:"memory,omitempty"`
+	// Adapters is its LoRA adapter memory, as in WorkerView.
+	Adapters *AdapterMemoryView `json:"adapters,omitempty"`
 }
 
 // MemoryPlan is how a worker chose its KV pool's budget.
@@ -310,6 +324,8 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeRequestTooLarge  = "request_too_large"
 	CodeStoreUnavailable = "store_unavailable"
+	CodeInvalidAdapter   = "invalid_adapter"
+	CodeBaseUnavailable  = "base_model_unavailable"
 	CodeInternal         = "internal_error"
 )
 
@@ -349,6 +365,26 @@ type Alias struct {
 	Target string `json:"target"`
 	Source string `json:"source"`
 }
+
+// AdapterPatch is the body of PATCH /admin/v1/adapters/{name}: omitted
+// fields keep their value.
+type AdapterPatch struct {
+	// SharedWith replaces the tenants the adapter is shared with.
+	SharedWith *[]string `json:"shared_with,omitempty"`
+	Pinned     *bool     `json:"pinned,omitempty"`
+}
+
+// Adapter upload form (POST /admin/v1/adapters, multipart/form-data):
+// the fields and the two files.
+const (
+	AdapterFieldBase       = "base"
+	AdapterFieldName       = "name"
+	AdapterFieldOwner      = "owner"
+	AdapterFieldSharedWith = "shared_with" // repeated, one tenant each
+	AdapterFieldPin        = "pin"         // "true" or "false"
+	AdapterFileConfig      = "adapter_config.json"
+	AdapterFileWeights     = "adapter_model.safetensors"
+)
 
 // AliasSet is the body of PUT /admin/v1/aliases/{name}.
 type AliasSet struct {

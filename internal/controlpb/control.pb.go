@@ -952,8 +952,12 @@ type ModelAssetsResponse struct {
 	// chat_template_jinja is chat_template.jinja when the directory has one
 	// (newer Hugging Face layouts keep the template there).
 	ChatTemplateJinja []byte `protobuf:"bytes,6,opt,name=chat_template_jinja,json=chatTemplateJinja,proto3" json:"chat_template_jinja,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// shape is the model's layer geometry: the gateway's adapter registry
+	// checks a LoRA adapter against it (internal/lora.Parse) before it
+	// registers the adapter for the model.
+	Shape         *ModelShape `protobuf:"bytes,50,opt,name=shape,proto3" json:"shape,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelAssetsResponse) Reset() {
@@ -1028,6 +1032,99 @@ func (x *ModelAssetsResponse) GetChatTemplateJinja() []byte {
 	return nil
 }
 
+func (x *ModelAssetsResponse) GetShape() *ModelShape {
+	if x != nil {
+		return x.Shape
+	}
+	return nil
+}
+
+// ModelShape is the part of a model's configuration a LoRA adapter's
+// tensors must fit (the shapes of the q/k/v/o and MLP projections).
+type ModelShape struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	NumHiddenLayers   int32                  `protobuf:"varint,1,opt,name=num_hidden_layers,json=numHiddenLayers,proto3" json:"num_hidden_layers,omitempty"`
+	HiddenSize        int32                  `protobuf:"varint,2,opt,name=hidden_size,json=hiddenSize,proto3" json:"hidden_size,omitempty"`
+	IntermediateSize  int32                  `protobuf:"varint,3,opt,name=intermediate_size,json=intermediateSize,proto3" json:"intermediate_size,omitempty"`
+	NumAttentionHeads int32                  `protobuf:"varint,4,opt,name=num_attention_heads,json=numAttentionHeads,proto3" json:"num_attention_heads,omitempty"`
+	NumKeyValueHeads  int32                  `protobuf:"varint,5,opt,name=num_key_value_heads,json=numKeyValueHeads,proto3" json:"num_key_value_heads,omitempty"`
+	HeadDim           int32                  `protobuf:"varint,6,opt,name=head_dim,json=headDim,proto3" json:"head_dim,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ModelShape) Reset() {
+	*x = ModelShape{}
+	mi := &file_control_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelShape) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelShape) ProtoMessage() {}
+
+func (x *ModelShape) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelShape.ProtoReflect.Descriptor instead.
+func (*ModelShape) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ModelShape) GetNumHiddenLayers() int32 {
+	if x != nil {
+		return x.NumHiddenLayers
+	}
+	return 0
+}
+
+func (x *ModelShape) GetHiddenSize() int32 {
+	if x != nil {
+		return x.HiddenSize
+	}
+	return 0
+}
+
+func (x *ModelShape) GetIntermediateSize() int32 {
+	if x != nil {
+		return x.IntermediateSize
+	}
+	return 0
+}
+
+func (x *ModelShape) GetNumAttentionHeads() int32 {
+	if x != nil {
+		return x.NumAttentionHeads
+	}
+	return 0
+}
+
+func (x *ModelShape) GetNumKeyValueHeads() int32 {
+	if x != nil {
+		return x.NumKeyValueHeads
+	}
+	return 0
+}
+
+func (x *ModelShape) GetHeadDim() int32 {
+	if x != nil {
+		return x.HeadDim
+	}
+	return 0
+}
+
 // Owner identifies who a request's KV pages belong to.
 type Owner struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1045,7 +1142,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1154,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1167,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Owner) GetTenant() string {
@@ -1117,7 +1214,7 @@ type AdapterRef struct {
 
 func (x *AdapterRef) Reset() {
 	*x = AdapterRef{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1226,7 @@ func (x *AdapterRef) String() string {
 func (*AdapterRef) ProtoMessage() {}
 
 func (x *AdapterRef) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1239,7 @@ func (x *AdapterRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterRef.ProtoReflect.Descriptor instead.
 func (*AdapterRef) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AdapterRef) GetName() string {
@@ -1178,7 +1275,7 @@ type AdapterPart struct {
 
 func (x *AdapterPart) Reset() {
 	*x = AdapterPart{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1287,7 @@ func (x *AdapterPart) String() string {
 func (*AdapterPart) ProtoMessage() {}
 
 func (x *AdapterPart) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1300,7 @@ func (x *AdapterPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterPart.ProtoReflect.Descriptor instead.
 func (*AdapterPart) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AdapterPart) GetRef() *AdapterRef {
@@ -1251,7 +1348,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1360,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1373,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadAdapterResponse) GetBytes() int64 {
@@ -1302,7 +1399,7 @@ type AdapterMemory struct {
 
 func (x *AdapterMemory) Reset() {
 	*x = AdapterMemory{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1411,7 @@ func (x *AdapterMemory) String() string {
 func (*AdapterMemory) ProtoMessage() {}
 
 func (x *AdapterMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1424,7 @@ func (x *AdapterMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterMemory.ProtoReflect.Descriptor instead.
 func (*AdapterMemory) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AdapterMemory) GetCapacityBytes() int64 {
@@ -1405,7 +1502,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1514,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1527,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1563,7 +1660,7 @@ type LogitBias struct {
 
 func (x *LogitBias) Reset() {
 	*x = LogitBias{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1672,7 @@ func (x *LogitBias) String() string {
 func (*LogitBias) ProtoMessage() {}
 
 func (x *LogitBias) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1685,7 @@ func (x *LogitBias) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogitBias.ProtoReflect.Descriptor instead.
 func (*LogitBias) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LogitBias) GetToken() int32 {
@@ -1632,7 +1729,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1741,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1754,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -1778,7 +1875,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1887,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1900,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -1869,7 +1966,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1881,7 +1978,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1894,7 +1991,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -1922,7 +2019,7 @@ type RenewReservationRequest struct {
 
 func (x *RenewReservationRequest) Reset() {
 	*x = RenewReservationRequest{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2031,7 @@ func (x *RenewReservationRequest) String() string {
 func (*RenewReservationRequest) ProtoMessage() {}
 
 func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2044,7 @@ func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
 func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewReservationRequest) GetOwner() *Owner {
@@ -1974,7 +2071,7 @@ type RenewReservationResponse struct {
 
 func (x *RenewReservationResponse) Reset() {
 	*x = RenewReservationResponse{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2083,7 @@ func (x *RenewReservationResponse) String() string {
 func (*RenewReservationResponse) ProtoMessage() {}
 
 func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2096,7 @@ func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
 func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenewReservationResponse) GetLeaseMs() int64 {
@@ -2027,7 +2124,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2136,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2149,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -2121,7 +2218,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2230,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2243,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -2211,7 +2308,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2320,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2333,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -2281,7 +2378,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2390,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2403,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -2372,7 +2469,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2481,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2494,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -2467,7 +2564,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2576,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2589,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -2518,7 +2615,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2627,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2640,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -2583,7 +2680,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2692,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2705,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -2648,7 +2745,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2660,7 +2757,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2673,7 +2770,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -2715,7 +2812,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2727,7 +2824,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2740,7 +2837,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -2769,7 +2866,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2878,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2891,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -2831,7 +2928,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2940,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2953,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -2894,7 +2991,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3003,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3016,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -2953,7 +3050,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3062,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3075,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -3010,7 +3107,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3119,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3132,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{37}
+	return file_control_proto_rawDescGZIP(), []int{38}
 }
 
 type WorkerStatus struct {
@@ -3051,7 +3148,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3160,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3173,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{38}
+	return file_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -3128,7 +3225,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3237,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3250,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{39}
+	return file_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -3182,7 +3279,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3291,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3304,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{40}
+	return file_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -3238,7 +3335,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3347,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3360,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{41}
+	return file_control_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -3354,14 +3451,24 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"reregister\x18\x01 \x01(\bR\n" +
 	"reregister\"\x14\n" +
-	"\x12ModelAssetsRequest\"\x97\x02\n" +
+	"\x12ModelAssetsRequest\"\xcc\x02\n" +
 	"\x13ModelAssetsResponse\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12%\n" +
 	"\x0etokenizer_json\x18\x02 \x01(\fR\rtokenizerJson\x122\n" +
 	"\x15tokenizer_config_json\x18\x03 \x01(\fR\x13tokenizerConfigJson\x124\n" +
 	"\x16generation_config_json\x18\x04 \x01(\fR\x14generationConfigJson\x12)\n" +
 	"\x10tokenizer_sha256\x18\x05 \x01(\tR\x0ftokenizerSha256\x12.\n" +
-	"\x13chat_template_jinja\x18\x06 \x01(\fR\x11chatTemplateJinja\"n\n" +
+	"\x13chat_template_jinja\x18\x06 \x01(\fR\x11chatTemplateJinja\x123\n" +
+	"\x05shape\x182 \x01(\v2\x1d.warden.control.v1.ModelShapeR\x05shape\"\x80\x02\n" +
+	"\n" +
+	"ModelShape\x12*\n" +
+	"\x11num_hidden_layers\x18\x01 \x01(\x05R\x0fnumHiddenLayers\x12\x1f\n" +
+	"\vhidden_size\x18\x02 \x01(\x05R\n" +
+	"hiddenSize\x12+\n" +
+	"\x11intermediate_size\x18\x03 \x01(\x05R\x10intermediateSize\x12.\n" +
+	"\x13num_attention_heads\x18\x04 \x01(\x05R\x11numAttentionHeads\x12-\n" +
+	"\x13num_key_value_heads\x18\x05 \x01(\x05R\x10numKeyValueHeads\x12\x19\n" +
+	"\bhead_dim\x18\x06 \x01(\x05R\aheadDim\"n\n" +
 	"\x05Owner\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
 	"\n" +
@@ -3567,7 +3674,7 @@ func file_control_proto_rawDescGZIP() []byte {
 }
 
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
 	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
@@ -3581,37 +3688,38 @@ var file_control_proto_goTypes = []any{
 	(*HeartbeatResponse)(nil),         // 9: warden.control.v1.HeartbeatResponse
 	(*ModelAssetsRequest)(nil),        // 10: warden.control.v1.ModelAssetsRequest
 	(*ModelAssetsResponse)(nil),       // 11: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                     // 12: warden.control.v1.Owner
-	(*AdapterRef)(nil),                // 13: warden.control.v1.AdapterRef
-	(*AdapterPart)(nil),               // 14: warden.control.v1.AdapterPart
-	(*LoadAdapterResponse)(nil),       // 15: warden.control.v1.LoadAdapterResponse
-	(*AdapterMemory)(nil),             // 16: warden.control.v1.AdapterMemory
-	(*SamplingParams)(nil),            // 17: warden.control.v1.SamplingParams
-	(*LogitBias)(nil),                 // 18: warden.control.v1.LogitBias
-	(*Ticket)(nil),                    // 19: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 20: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 21: warden.control.v1.ReserveResponse
-	(*RenewReservationRequest)(nil),   // 22: warden.control.v1.RenewReservationRequest
-	(*RenewReservationResponse)(nil),  // 23: warden.control.v1.RenewReservationResponse
-	(*PrefillRequest)(nil),            // 24: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 25: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 26: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 27: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 28: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 29: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 30: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 31: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 32: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 33: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 34: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 35: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 36: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 37: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 38: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 39: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 40: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 41: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 42: warden.control.v1.WriterDrainedResponse
+	(*ModelShape)(nil),                // 12: warden.control.v1.ModelShape
+	(*Owner)(nil),                     // 13: warden.control.v1.Owner
+	(*AdapterRef)(nil),                // 14: warden.control.v1.AdapterRef
+	(*AdapterPart)(nil),               // 15: warden.control.v1.AdapterPart
+	(*LoadAdapterResponse)(nil),       // 16: warden.control.v1.LoadAdapterResponse
+	(*AdapterMemory)(nil),             // 17: warden.control.v1.AdapterMemory
+	(*SamplingParams)(nil),            // 18: warden.control.v1.SamplingParams
+	(*LogitBias)(nil),                 // 19: warden.control.v1.LogitBias
+	(*Ticket)(nil),                    // 20: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 21: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 22: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),   // 23: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 24: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 25: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 26: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 27: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 28: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 29: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 30: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 31: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 32: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 33: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 34: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 35: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 36: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 37: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 38: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 39: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 40: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 41: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 42: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 43: warden.control.v1.WriterDrainedResponse
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
@@ -3622,66 +3730,67 @@ var file_control_proto_depIdxs = []int32{
 	8,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
 	1,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
 	8,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	16, // 8: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
-	13, // 9: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
-	18, // 10: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
-	12, // 11: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	12, // 12: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 13: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	19, // 14: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	12, // 15: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
-	12, // 16: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	17, // 17: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	19, // 18: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	13, // 19: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	31, // 20: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	26, // 21: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	31, // 22: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	12, // 23: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	17, // 24: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	19, // 25: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	13, // 26: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	29, // 27: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	30, // 28: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	32, // 29: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	31, // 30: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	33, // 31: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	12, // 32: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	40, // 33: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	8,  // 34: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 35: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 36: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	12, // 37: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	40, // 38: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	5,  // 39: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	7,  // 40: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	10, // 41: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	20, // 42: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	22, // 43: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	24, // 44: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	27, // 45: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	34, // 46: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	41, // 47: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	38, // 48: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	36, // 49: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	14, // 50: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
-	6,  // 51: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	9,  // 52: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	11, // 53: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	21, // 54: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	23, // 55: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	25, // 56: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	28, // 57: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	35, // 58: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	42, // 59: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	39, // 60: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	37, // 61: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	15, // 62: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
-	51, // [51:63] is the sub-list for method output_type
-	39, // [39:51] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	17, // 8: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
+	12, // 9: warden.control.v1.ModelAssetsResponse.shape:type_name -> warden.control.v1.ModelShape
+	14, // 10: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
+	19, // 11: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
+	13, // 12: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	13, // 13: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	14, // 14: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	20, // 15: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	13, // 16: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 17: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	18, // 18: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	20, // 19: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	14, // 20: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	32, // 21: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	27, // 22: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	32, // 23: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	13, // 24: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	18, // 25: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	20, // 26: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	14, // 27: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	30, // 28: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	31, // 29: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	33, // 30: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	32, // 31: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	34, // 32: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	13, // 33: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	41, // 34: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	8,  // 35: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 36: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	1,  // 37: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	13, // 38: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	41, // 39: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	5,  // 40: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	7,  // 41: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	10, // 42: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	21, // 43: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	23, // 44: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	25, // 45: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	28, // 46: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	35, // 47: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	42, // 48: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	39, // 49: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	37, // 50: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	15, // 51: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
+	6,  // 52: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	9,  // 53: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	11, // 54: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	22, // 55: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	24, // 56: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	26, // 57: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	29, // 58: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	36, // 59: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	43, // 60: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	40, // 61: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	38, // 62: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	16, // 63: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
+	52, // [52:64] is the sub-list for method output_type
+	40, // [40:52] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3689,8 +3798,8 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[16].OneofWrappers = []any{}
-	file_control_proto_msgTypes[27].OneofWrappers = []any{
+	file_control_proto_msgTypes[17].OneofWrappers = []any{}
+	file_control_proto_msgTypes[28].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
@@ -3701,7 +3810,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

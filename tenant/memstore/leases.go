@@ -119,7 +119,7 @@ func (s *Store) Acquire(_ context.Context, tenantID string, req tenant.AcquireRe
 	setQuota(rq, tk)
 	st.budgetPeriod, st.budgetStart, st.budgetUsed = lim.BudgetPeriod, start, used+held
 	info := tenant.LeaseInfo{
-		ID: rand.Text(), TenantID: tenantID, Model: req.Model, HeldTokens: held,
+		ID: rand.Text(), TenantID: tenantID, Model: req.Recorded(), HeldTokens: held,
 		Priority: req.Priority, AcquiredAt: time.UnixMicro(nowUS).UTC(),
 		ExpiresAt: time.UnixMicro(nowUS).Add(s.leaseTTL).UTC(), Quota: quota,
 	}

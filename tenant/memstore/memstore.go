@@ -42,11 +42,14 @@ type Store struct {
 	limiters map[string]*limiter // by tenant ID
 	usage    map[tenantDay]map[string]*tenant.Usage
 	reports  map[string]inFlightReport // by replica
+	adapters map[string]tenant.Adapter // by name
+	blobs    map[string]adapterFiles   // by content hash
 }
 
 var (
 	_ tenant.Store        = (*Store)(nil)
 	_ tenant.LeaseBackend = (*Store)(nil)
+	_ tenant.AdapterStore = (*Store)(nil)
 )
 
 // New returns an empty store whose API keys are hashed with secret (at least
@@ -67,6 +70,8 @@ func New(secret []byte, opts ...Option) (*Store, error) {
 		limiters: make(map[string]*limiter),
 		usage:    make(map[tenantDay]map[string]*tenant.Usage),
 		reports:  make(map[string]inFlightReport),
+		adapters: make(map[string]tenant.Adapter),
+		blobs:    make(map[string]adapterFiles),
 	}
 	for _, o := range opts {
 		o(s)

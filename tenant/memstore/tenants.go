@@ -86,6 +86,7 @@ func (s *Store) DeleteTenant(_ context.Context, id string) error {
 	}
 	delete(s.tenants, id)
 	delete(s.limiters, id)
+	s.dropTenantAdapters(id)
 	return nil
 }
 

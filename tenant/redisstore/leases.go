@@ -66,7 +66,7 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 	switch v(0) {
 	case acqOK:
 		return tenant.NewLease(tenant.LeaseInfo{
-			ID: leaseID, TenantID: tenantID, Model: req.Model, HeldTokens: v(15), Priority: req.Priority,
+			ID: leaseID, TenantID: tenantID, Model: req.Recorded(), HeldTokens: v(15), Priority: req.Priority,
 			AcquiredAt: time.UnixMicro(v(13)).UTC(), ExpiresAt: time.UnixMicro(v(14)).UTC(), Quota: quota,
 		}, s), nil
 	case acqNoTenant:
@@ -92,7 +92,7 @@ func (s *Store) degradedLease(tenantID string, req tenant.AcquireRequest) *tenan
 	// Unchecked admission grants no privilege: the request waits at
 	// priority 0, whatever it asked for (its max_priority is unknown).
 	return tenant.NewLease(tenant.LeaseInfo{
-		ID: rand.Text(), TenantID: tenantID, Model: req.Model,
+		ID: rand.Text(), TenantID: tenantID, Model: req.Recorded(),
 		AcquiredAt: now, ExpiresAt: now.Add(s.leaseTTL), Degraded: true,
 	}, s)
 }

@@ -188,5 +188,5 @@ func (s *Store) DeleteTenant(ctx context.Context, id string) error {
 	if n != 0 {
 		return fmt.Errorf("tenant %q: %w", id, tenant.ErrNotFound)
 	}
-	return nil
+	return s.dropTenantAdapters(ctx, id)
 }

@@ -89,6 +89,9 @@ func Run(t *testing.T, newStores Factory) {
 		{"Unlimited", day(2026, 3, 10, 12), testUnlimited},
 		{"ExactAcrossReplicas", day(2026, 3, 10, 12), testExactAcrossReplicas},
 		{"InFlightShares", day(2026, 3, 10, 12), testInFlightShares},
+		{"Adapters", day(2026, 3, 10, 12), testAdapters},
+		{"AdapterTenantDeletion", day(2026, 3, 10, 12), testAdapterTenantDeletion},
+		{"UsageModel", day(2026, 3, 10, 12), testUsageModel},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

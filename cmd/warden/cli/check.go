@@ -145,7 +145,7 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 			continue
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  WORKER\tROLE\tPOOL CAPACITY (tokens)\tUSABLE NOW\tWEIGHTS\tKV BUDGET\tMEMORY LIMIT (source)")
+		fmt.Fprintln(tw, "  WORKER\tROLE\tPOOL CAPACITY (tokens)\tUSABLE NOW\tWEIGHTS\tKV BUDGET\tMEMORY LIMIT (source)\tADAPTERS (used/capacity)")
 		for _, wc := range m.Workers {
 			note := ""
 			if wc.CapacityTokens < m.ConfiguredContext {
@@ -157,8 +157,8 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 			if p := wc.Memory; p != nil {
 				budget, limit = formatSize(p.BudgetBytes), memoryLimit(p)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", wc.ID, wc.Role, wc.CapacityTokens, wc.UsableTokens,
-				orDash(wc.WeightsDType), budget, limit, note)
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", wc.ID, wc.Role, wc.CapacityTokens, wc.UsableTokens,
+				orDash(wc.WeightsDType), budget, limit, adapterMemory(wc.Adapters), note)
 		}
 		_ = tw.Flush()
 	}
@@ -169,6 +169,15 @@ func printCheck(w io.Writer, url string, models []adminclient.ModelView, finding
 	if !anyPrefix(findings, "FAIL") {
 		fmt.Fprintln(w, "OK    every model's configured context fits the KV pool of every worker serving it")
 	}
+}
+
+// adapterMemory describes a worker's LoRA adapter memory: used of
+// capacity and how many adapters it holds (pinned); "-" without one.
+func adapterMemory(m *adminclient.AdapterMemoryView) string {
+	if m == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s/%s, %d loaded (%d pinned)", formatSize(m.UsedBytes), formatSize(m.CapacityBytes), len(m.Loaded), len(m.Pinned))
 }
 
 // memoryLimit describes the bound a worker sized its KV pool within: the

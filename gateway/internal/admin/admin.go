@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/tenant"
@@ -37,6 +38,8 @@ type Config struct {
 	// Aliases serves the model aliases in effect; nil answers their
 	// routes 404.
 	Aliases Aliases
+	// Adapters is the LoRA adapter registry; nil answers its routes 404.
+	Adapters *adapters.Registry
 }
 
 // Cluster is the gateway's view of its workers and models.
@@ -109,6 +112,7 @@ type server struct {
 	logger   *slog.Logger
 	reload   func() ([]string, error)
 	aliases  Aliases
+	adapters *adapters.Registry
 }
 
 // NewHandler returns the admin API (see the package comment for routes and
@@ -127,6 +131,7 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 		logger:   logger,
 		reload:   cfg.Reload,
 		aliases:  cfg.Aliases,
+		adapters: cfg.Adapters,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -167,6 +172,14 @@ func NewHandler(cfg Config, store tenant.Store, cluster Cluster, requests Reques
 			r.Get("/aliases/*", s.handle("alias.get", s.getAlias))
 			r.Put("/aliases/*", s.handle("alias.set", s.setAlias))
 			r.Delete("/aliases/*", s.handle("alias.delete", s.deleteAlias))
+		}
+
+		if s.adapters != nil {
+			r.Post("/adapters", s.handle("adapter.create", s.createAdapter))
+			r.Get("/adapters", s.handle("adapter.list", s.listAdapters))
+			r.Get("/adapters/*", s.handle("adapter.get", s.getAdapter))
+			r.Patch("/adapters/*", s.handle("adapter.update", s.updateAdapter))
+			r.Delete("/adapters/*", s.handle("adapter.delete", s.deleteAdapter))
 		}
 
 		r.Get("/usage", s.handle("usage.get", s.usage))

@@ -68,12 +68,16 @@ func (s *server) setAlias(w http.ResponseWriter, r *http.Request) error {
 	for _, m := range s.cluster.Models() {
 		models[m.Name] = true
 	}
+	isAdapter, err := s.adapterTarget(r, body.Target)
+	if err != nil {
+		return err
+	}
 	switch {
 	case body.Target == "":
 		return apiErr(http.StatusBadRequest, adminclient.CodeMissingParameter, "target", "The body must name the alias's target model.")
-	case !models[body.Target]:
+	case !models[body.Target] && !isAdapter:
 		return apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, "target",
-			"The target %q is not a configured model (an alias points at a model, never at another alias).", body.Target)
+			"The target %q is not a configured model or a registered adapter (an alias points at a model or an adapter, never at another alias).", body.Target)
 	case models[name]:
 		return apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, "name", "%q is the name of a configured model.", name)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -101,4 +102,38 @@ func TestUnknownFieldPaths(t *testing.T) {
 			t.Errorf("%s into %T: %q, want %q", tc.body, tc.v, got, tc.want)
 		}
 	}
+}
+
+// FuzzParseUpload feeds arbitrary bytes to the adapter upload reader as a
+// multipart body. It must never panic; it either refuses with a 4xx
+// envelope or yields an upload with every required part, within the
+// bound.
+func FuzzParseUpload(f *testing.F) {
+	const boundary = "b0undary"
+	part := func(name, data string) string {
+		return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + name + "\"\r\n\r\n" + data + "\r\n"
+	}
+	valid := part("base", "tiny") + part("name", "ad") + part("owner", "acme") + part("shared_with", "beta") + part("pin", "true") +
+		part("adapter_config.json", `{"r":1}`) + part("adapter_model.safetensors", "\x08\x00") + "--" + boundary + "--\r\n"
+	for _, seed := range []string{"", valid, valid[:len(valid)/2], part("base", "x") + part("base", "y"), "--" + boundary + "--",
+		part("pin", "maybe"), part("\xff", "x"), strings.Repeat(part("shared_with", "t"), 70)} {
+		f.Add([]byte(seed))
+	}
+	const maxBytes = 256
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u, err := parseUpload(bytes.NewReader(data), "multipart/form-data; boundary="+boundary, maxBytes)
+		if err != nil {
+			e, ok := err.(*adminclient.Error)
+			if !ok || e.Status/100 != 4 || e.Code == "" || e.Message == "" || !utf8.ValidString(e.Message) {
+				t.Fatalf("bad refusal %#v for %q", err, data)
+			}
+			return
+		}
+		if u.ConfigJSON == nil || u.Weights == nil {
+			t.Fatalf("accepted an upload without its parts: %q", data)
+		}
+		if n := len(u.Base) + len(u.Name) + len(u.Owner) + len(u.ConfigJSON) + len(u.Weights); n > maxBytes {
+			t.Fatalf("accepted %d bytes over the bound %d", n, maxBytes)
+		}
+	})
 }

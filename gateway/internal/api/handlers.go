@@ -19,6 +19,8 @@ type wireModel struct {
 	ContextLength           int64  `json:"context_length"`
 	ConfiguredContextLength int64  `json:"configured_context_length"`
 	DType                   string `json:"dtype,omitempty"`
+	// Parent is set for a LoRA adapter: its base model.
+	Parent string `json:"parent,omitempty"`
 	// Metadata is set for an alias: the model it names.
 	Metadata *modelMetadata `json:"metadata,omitempty"`
 }
@@ -30,7 +32,7 @@ type modelMetadata struct {
 // toWireModel is a model as /v1/models lists it.
 func toWireModel(m Model) wireModel {
 	w := wireModel{ID: m.ID, Object: "model", Created: m.Created, OwnedBy: m.OwnedBy,
-		ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength, DType: m.DType}
+		ContextLength: m.ContextLength, ConfiguredContextLength: m.ConfiguredContextLength, DType: m.DType, Parent: m.Parent}
 	if m.AliasFor != "" {
 		w.Metadata = &modelMetadata{AliasFor: m.AliasFor}
 	}

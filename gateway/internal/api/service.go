@@ -119,6 +119,9 @@ type Model struct {
 	// AliasFor is, for a model alias, the model it names (shown as
 	// metadata.alias_for); "" for a model.
 	AliasFor string
+	// Parent is, for a LoRA adapter, its base model (shown as parent, as
+	// vLLM lists LoRA modules); "" for a model.
+	Parent string
 }
 
 // Kind says which endpoint a request came from.

@@ -123,6 +123,7 @@ func (r *Registry) Register(ctx context.Context, req *controlpb.RegisterRequest)
 	w.conn, w.client = conn, client
 	w.info, w.pool = info, req.Pool
 	w.running, w.waiting, w.slots = 0, 0, 0
+	w.adapters = nil // a registering worker holds no adapter; its heartbeats say what it has
 	w.healthy, w.lastHeartbeat, w.registeredAt, w.lostAt = true, now, now, time.Time{}
 	w.draining = req.Draining
 	w.pendingPages = 0
@@ -158,6 +159,7 @@ func (r *Registry) Heartbeat(_ context.Context, req *controlpb.HeartbeatRequest)
 	startsDraining := req.Draining && !w.draining
 	w.draining = req.Draining
 	w.pool, w.running, w.waiting = req.Pool, req.Running, req.Waiting
+	w.adapters = req.GetAdapters()
 	w.learnSlots()
 	w.lastHeartbeat = r.cfg.Now()
 	w.pendingPages = 0

@@ -27,6 +27,8 @@ type Candidate struct {
 	CacheVersion uint64
 	// Role is the worker's role.
 	Role controlpb.Role
+	// Adapters is its LoRA adapter memory.
+	Adapters AdapterMemory
 }
 
 // Room reports whether the candidate's in-flight budget admits one more
@@ -68,6 +70,6 @@ func candidateOf(w *Worker) Candidate {
 		ID: w.id, FreePages: w.pool.GetFreePages() - w.pendingPages, TotalPages: w.pool.GetTotalPages(),
 		PageTokens: w.pool.GetPageTokens(), Load: max(int64(w.running)+int64(w.waiting), w.assigned),
 		InFlight: w.assigned, Budget: w.budgetLocked(), Slots: w.slots,
-		CacheVersion: w.info.GetPrefixCacheVersion(), Role: w.info.GetRole(),
+		CacheVersion: w.info.GetPrefixCacheVersion(), Role: w.info.GetRole(), Adapters: adapterMemoryOf(w.adapters),
 	}
 }

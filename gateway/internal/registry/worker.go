@@ -29,11 +29,12 @@ type Worker struct {
 	lastHeartbeat time.Time
 	registeredAt  time.Time
 	lostAt        time.Time
-	assigned      int64            // requests this gateway routed here, not yet done
-	byTenant      map[string]int64 // assigned, per tenant (BeginFor)
-	pendingPages  int64            // pages routed here since the last heartbeat
-	reports       uint64           // registrations and heartbeats received
-	slots         int32            // learned batch size, 0 until seen (budget.go)
+	assigned      int64                    // requests this gateway routed here, not yet done
+	byTenant      map[string]int64         // assigned, per tenant (BeginFor)
+	pendingPages  int64                    // pages routed here since the last heartbeat
+	reports       uint64                   // registrations and heartbeats received
+	slots         int32                    // learned batch size, 0 until seen (budget.go)
+	adapters      *controlpb.AdapterMemory // LoRA adapter memory of the last heartbeat
 
 	reg *Registry
 }
@@ -165,6 +166,8 @@ type Snapshot struct {
 	LastHeartbeat, RegisteredAt time.Time
 	Assigned                    int64
 
+	// Adapters is its LoRA adapter memory.
+	Adapters AdapterMemory
 	// Slots is the learned batch size, 0 until the worker was seen
 	// saturated; InFlightBudget the most requests this gateway places
 	// there at once (0: no bound). See budget.go.
@@ -189,7 +192,7 @@ func (w *Worker) snapshotLocked() Snapshot {
 		WeightsDType: i.GetWeightsDtype(), Memory: i.GetMemory(),
 		ModelMaxContext: i.GetModelMaxContext(),
 		Pool:            poolOf(w.pool), Running: w.running, Waiting: w.waiting,
-		Slots: w.slots, InFlightBudget: w.budgetLocked(),
+		Slots: w.slots, InFlightBudget: w.budgetLocked(), Adapters: adapterMemoryOf(w.adapters),
 		Healthy: w.healthy, Cordoned: w.cordoned, Draining: w.draining, LastHeartbeat: w.lastHeartbeat, RegisteredAt: w.registeredAt, Assigned: w.assigned,
 	}
 }

@@ -52,5 +52,5 @@ func (rr *RoundRobin) Score(req *Request, c registry.Candidate) float64 {
 // workers with room in their in-flight budget first (HolderQueue without
 // an index), then in turn.
 func RoundRobinRouter() *Router {
-	return &Router{Filters: []Filter{HolderQueue{}}, Scorers: []Weighted{{Scorer: &RoundRobin{}, Weight: 1}}}
+	return &Router{Filters: []Filter{HolderQueue{}, AdapterFit{}}, Scorers: []Weighted{{Scorer: &RoundRobin{}, Weight: 1}}}
 }

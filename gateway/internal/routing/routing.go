@@ -23,12 +23,14 @@ import (
 type Request struct {
 	Model  string
 	Domain cachekey.Domain
-	// Adapter is the content hash of the request's LoRA adapter, "" for
-	// the base model: the workers' chain hashes cover it (DESIGN I8a).
-	Adapter string
 	// Cached is false when the request uses no prefix cache.
 	Cached bool
 	Prompt []int32
+	// Adapter is the content hash of the request's LoRA adapter, "" for
+	// the base model (the workers' chain hashes cover it, DESIGN I8a);
+	// AdapterBytes its size in a worker's adapter memory.
+	Adapter      string
+	AdapterBytes int64
 
 	mu     sync.Mutex
 	chains map[chainKey][]cachekey.Hash
@@ -125,14 +127,17 @@ const (
 	DefaultPrefixWeight    = 2
 	DefaultLoadWeight      = 1
 	DefaultFreePagesWeight = 1
+	DefaultAdapterWeight   = 1
 )
 
-// Default is the router the gateway uses: HolderQueue, then expected
-// prefix hit, load and free pages with the default weights.
+// Default is the router the gateway uses: HolderQueue and AdapterFit,
+// then expected prefix hit, load, free pages and holding the request's
+// LoRA adapter with the default weights.
 func Default(ix *Index) *Router {
-	return &Router{Filters: []Filter{HolderQueue{Index: ix, Share: DefaultHolderQueueShare}}, Scorers: []Weighted{
+	return &Router{Filters: []Filter{HolderQueue{Index: ix, Share: DefaultHolderQueueShare}, AdapterFit{}}, Scorers: []Weighted{
 		{Scorer: PrefixScorer{Index: ix}, Weight: DefaultPrefixWeight},
 		{Scorer: LoadScorer{}, Weight: DefaultLoadWeight},
 		{Scorer: FreePagesScorer{}, Weight: DefaultFreePagesWeight},
+		{Scorer: AdapterScorer{}, Weight: DefaultAdapterWeight},
 	}}
 }

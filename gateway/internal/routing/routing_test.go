@@ -159,7 +159,7 @@ func TestRouterWeighsScorers(t *testing.T) {
 	}
 	// Both have room: each is raised by the sum of the weights, plus 1.
 	want := DefaultPrefixWeight*1 + DefaultLoadWeight*0.25 + DefaultFreePagesWeight*0.1 +
-		(DefaultPrefixWeight + DefaultLoadWeight + DefaultFreePagesWeight + 1)
+		(DefaultPrefixWeight + DefaultLoadWeight + DefaultFreePagesWeight + DefaultAdapterWeight + 1)
 	if got := rt.Score(r, hot); got != want {
 		t.Fatalf("weighted score %v, want %v", got, want)
 	}

@@ -6,10 +6,12 @@ package admintest
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/warden-ai/warden/gateway/internal/admin"
+	"github.com/warden-ai/warden/internal/adminclient"
 )
 
 // Epoch is the time of the sample data.
@@ -60,7 +62,9 @@ func NewCluster() *Cluster {
 						Memory: &admin.MemoryPlan{Source: "cgroup v2", LimitBytes: 4 << 30, AvailableBytes: 3 << 30, HeadroomBytes: 256 << 20,
 							WeightsBytes: 2 << 30, BudgetBytes: 512 << 20}},
 					{ID: "w-decode", Role: "decode", CapacityTokens: 4096, WeightsDType: "bf16",
-						Memory: &admin.MemoryPlan{Source: "meminfo", LimitBytes: 60 << 30, AvailableBytes: 60 << 30, WeightsBytes: 2 << 30, BudgetBytes: 29 << 30}},
+						Memory: &admin.MemoryPlan{Source: "meminfo", LimitBytes: 60 << 30, AvailableBytes: 60 << 30, WeightsBytes: 2 << 30, BudgetBytes: 29 << 30},
+						Adapters: &adminclient.AdapterMemoryView{CapacityBytes: 1 << 30, UsedBytes: 300 << 20,
+							Loaded: []string{strings.Repeat("a", 64), strings.Repeat("b", 64)}, Pinned: []string{strings.Repeat("a", 64)}}},
 				}},
 			{Name: "big/model", ConfiguredContext: 1024, EffectiveContext: 1024, Policy: "refuse", Serving: true, Verdict: admin.VerdictAgree,
 				Workers: []admin.WorkerCapacity{{ID: "w-both", Role: "both", CapacityTokens: 65536}}},

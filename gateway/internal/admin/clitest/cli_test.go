@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/cmd/warden/cli"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/admin/admintest"
 	"github.com/warden-ai/warden/gateway/internal/aliases"
 	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 const token = "cli-test-admin-token-42"
@@ -47,7 +49,8 @@ func startGateway(t *testing.T, cluster *admintest.Cluster) *gateway {
 	}
 	g := &gateway{store: store, requests: admintest.NewRequests()}
 	al := aliases.New(store, aliases.Config{Static: map[string]string{"fast": "tiny"}})
-	srv := httptest.NewUnstartedServer(admin.NewHandler(admin.Config{Token: token, Aliases: al}, store, cluster, g.requests, nil))
+	reg := adapters.New(store, func(base string) (*model.Config, bool) { return tinyShape, base == "tiny" }, 1<<20)
+	srv := httptest.NewUnstartedServer(admin.NewHandler(admin.Config{Token: token, Aliases: al, Adapters: reg}, store, cluster, g.requests, nil))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes refused on purpose
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -426,6 +429,8 @@ func TestCheck(t *testing.T) {
 			"WEIGHTS", "KV BUDGET", "MEMORY LIMIT (source)",
 			"f16  ", "536.9 MB", "4.3 GB (cgroup v2, headroom 268.4 MB)",
 			"bf16  ", "31.1 GB", "64.4 GB (meminfo)",
+			// Adapter memory: the decode worker's, none on prefill.
+			"ADAPTERS (used/capacity)", "314.6 MB/1.1 GB, 2 loaded (1 pinned)",
 		} {
 			if !strings.Contains(out, s) {
 				t.Fatalf("output lacks %q:\n%s", s, out)
