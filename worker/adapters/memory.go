@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -247,7 +246,7 @@ type NotLoadedError struct {
 	Hash string
 }
 
-func (e *NotLoadedError) Error() string { return notLoadedPrefix + e.Hash }
+func (e *NotLoadedError) Error() string { return e.GRPCStatus().Message() }
 
 // Is makes errors.Is(err, ErrNotLoaded) hold.
 func (e *NotLoadedError) Is(target error) bool { return target == ErrNotLoaded }
@@ -256,11 +255,8 @@ func (e *NotLoadedError) Is(target error) bool { return target == ErrNotLoaded }
 // message IsNotLoaded recognises (a handler returns Status(err).Err(), as
 // a wrapping error's message would prefix it).
 func (e *NotLoadedError) GRPCStatus() *status.Status {
-	return status.New(codes.FailedPrecondition, e.Error())
+	return controlpb.AdapterNotLoaded(e.Hash)
 }
-
-// notLoadedPrefix is the message prefix of a NotLoadedError's status.
-const notLoadedPrefix = "adapter not loaded: "
 
 // IsNotLoaded reports whether err (a gRPC status error from a worker, or
 // a NotLoadedError) says the worker does not hold an adapter, and which:
@@ -270,11 +266,7 @@ func IsNotLoaded(err error) (hash string, ok bool) {
 	if errors.As(err, &nl) {
 		return nl.Hash, true
 	}
-	st, isStatus := status.FromError(err)
-	if !isStatus || st.Code() != codes.FailedPrecondition {
-		return "", false
-	}
-	h, found := strings.CutPrefix(st.Message(), notLoadedPrefix)
+	h, found := controlpb.IsAdapterNotLoaded(err)
 	if !found || !lora.ValidHash(h) {
 		return "", false
 	}
