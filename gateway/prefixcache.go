@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -90,9 +91,22 @@ func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode, adapter string) (
 
 // evictor returns the evictor of these domains (domainevict): it calls
 // every worker of reg, within timeout, and the routing index forgets what
-// they acknowledge evicting.
-func (c *cacheDomains) evictor(reg *registry.Registry, timeout time.Duration, log *slog.Logger) *domainevict.Evictor {
+// they acknowledge evicting. A tenant's domains include those under each
+// adapter of ads it may use (nil: no adapter registry).
+func (c *cacheDomains) evictor(reg *registry.Registry, ads *adapters.Registry, timeout time.Duration, log *slog.Logger) *domainevict.Evictor {
+	var usable func(ctx context.Context, id string) ([]string, error)
+	if ads != nil {
+		usable = func(ctx context.Context, id string) ([]string, error) {
+			as, err := ads.Usable(ctx, id)
+			hashes := make([]string, len(as))
+			for i, a := range as {
+				hashes[i] = a.Hash
+			}
+			return hashes, err
+		}
+	}
 	return domainevict.New(domainevict.Config{
+		Adapters: usable,
 		Workers: func() []domainevict.Worker {
 			var out []domainevict.Worker
 			for _, s := range reg.Workers() {

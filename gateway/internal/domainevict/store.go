@@ -22,16 +22,18 @@ type Store struct {
 func Wrap(s tenant.Store, ev *Evictor) Store { return Store{Store: s, ev: ev} }
 
 // DeleteTenant implements tenant.Store: the tenant's domains are evicted
-// after the deletion.
+// after the deletion. They are listed before it, while the adapters the
+// tenant owns (deleted with it) are still there to list.
 func (s Store) DeleteTenant(ctx context.Context, id string) error {
 	t, keys, err := s.current(ctx, id)
 	if err != nil {
 		return err
 	}
+	domains := s.ev.tenantDomains(ctx, t.ID, t.Incarnation, keys)
 	if err := s.Store.DeleteTenant(ctx, id); err != nil {
 		return err
 	}
-	s.ev.Evict(ctx, controlpb.EvictTenantDeleted, s.ev.tenantDomains(ctx, t.ID, t.Incarnation, keys))
+	s.ev.Evict(ctx, controlpb.EvictTenantDeleted, domains)
 	return nil
 }
 
