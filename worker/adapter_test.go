@@ -182,3 +182,27 @@ func TestPrefillDecodeUnderAdapter(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptersDisabled: with worker.adapters.memory 0 (as on a backend
+// that does not compute adapters) a request naming an adapter and a load
+// are refused with FAILED_PRECONDITION that is not "adapter not loaded",
+// so the gateway does not push the adapter here; base requests run.
+func TestAdaptersDisabled(t *testing.T) {
+	a := newTestAdapter(t, 5)
+	cfg := testConfig(t, config.RoleBoth, config.TransferTCP, testPages)
+	cfg.Worker.Adapters.Memory = 0
+	w := startWorker(t, cfg)
+	p := promptsOf([]int{9})
+	got := generate(t, w.client, &controlpb.GenerateRequest{Owner: a.owner("acme", "off"), Prompt: p[0], Sampling: greedy(3), Adapter: a.ref})
+	if _, notLoaded := adapters.IsNotLoaded(got.err); notLoaded || code(got.err) != codes.FailedPrecondition {
+		t.Fatalf("Generate under an adapter with adapters off: %v, want FAILED_PRECONDITION (not \"adapter not loaded\")", got.err)
+	}
+	if _, err := a.load(w.client, false); code(err) != codes.FailedPrecondition {
+		t.Fatalf("LoadAdapter with adapters off: %v, want FAILED_PRECONDITION", err)
+	}
+	checkAgainst(t, "base model", generate(t, w.client, &controlpb.GenerateRequest{Owner: owner("acme", "base", 1), Prompt: p[0], Sampling: greedy(3)}),
+		runReference(t, p, greedy(3))[0])
+	if s := w.adapters.Stats(); s.CapacityBytes != 0 || len(s.Loaded) != 0 {
+		t.Fatalf("heartbeat statistics %v, want an empty memory of capacity 0", s)
+	}
+}

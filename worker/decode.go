@@ -51,16 +51,15 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 	if err != nil {
 		return nil, err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.admitLocked(owner); err != nil {
+		return nil, err
+	}
 	// The reservation holds its adapter from now to its release: the
 	// Generate after the transfer finds it loaded.
 	h, err := w.adapters.ForRequest(req.GetAdapter(), owner.Adapter)
 	if err != nil {
-		return nil, err
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.admitLocked(owner); err != nil {
-		h.Release()
 		return nil, err
 	}
 	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)

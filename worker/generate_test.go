@@ -201,8 +201,36 @@ func TestSpeculativeGenerateMatchesEngine(t *testing.T) {
 		}
 	}
 	waitQuiet(t, w)
-	if s := w.rt.Engine.Stats(); s.SpecProposed == 0 {
-		t.Errorf("no token was proposed: %+v", s)
+	before := w.rt.Engine.Stats()
+	if before.SpecProposed == 0 {
+		t.Errorf("no token was proposed: %+v", before)
+	}
+	// Under a LoRA adapter, batched with base-model requests: the
+	// verification steps' logits rows are the adapter's too.
+	a := newTestAdapter(t, 4)
+	if _, err := a.load(w.client, false); err != nil {
+		t.Fatal(err)
+	}
+	sp := greedy(40)
+	want, base := runReferenceUnder(t, a, prompts, sp), runReference(t, prompts, sp)
+	got := make([]outcome, 2*len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Go(func() {
+			got[i] = generate(t, w.client, &controlpb.GenerateRequest{Owner: a.owner("acme", fmt.Sprint("spec-lora-", i)), Prompt: p, Sampling: sp, Adapter: a.ref})
+		})
+		wg.Go(func() {
+			got[len(prompts)+i] = generate(t, w.client, &controlpb.GenerateRequest{Owner: owner("acme", fmt.Sprint("spec-base-", i), 1), Prompt: p, Sampling: sp})
+		})
+	}
+	wg.Wait()
+	for i := range prompts {
+		checkAgainst(t, fmt.Sprintf("adapter, prompt %d", i), got[i], want[i])
+		checkAgainst(t, fmt.Sprintf("base beside the adapter, prompt %d", i), got[len(prompts)+i], base[i])
+	}
+	waitQuiet(t, w)
+	if s := w.rt.Engine.Stats(); s.SpecProposed == before.SpecProposed {
+		t.Errorf("no token was proposed beside the adapter: %+v", s)
 	}
 }
 

@@ -18,9 +18,14 @@ var (
 )
 
 // headerAllowance is what a safetensors file may hold besides the tensor
-// data, which takes at most the bytes it takes prepared (float32 of
-// float32, float16 or bfloat16 elements).
+// data. The data takes at most twice the bytes of the prepared form (f32
+// values that are all bf16 are held in bf16), so weights over twice the
+// capacity plus this allowance cannot fit.
 const headerAllowance = 1 << 20
+
+// maxWeights is the largest weights_size a memory of capacity bytes
+// accepts.
+func maxWeights(capacity int64) int64 { return 2*capacity + headerAllowance }
 
 // Upload is an assembled LoadAdapter stream.
 type Upload struct {
@@ -32,9 +37,9 @@ type Upload struct {
 
 // Assemble reads a LoadAdapter stream until io.EOF: the first part names
 // the adapter (ref with a content hash), carries adapter_config.json (at
-// most lora.MaxConfigBytes) and declares weights_size, at most capacity
-// (the adapter memory's) plus a header allowance, before any weights are
-// buffered; every part may carry the next bytes of the weights, which
+// most lora.MaxConfigBytes) and declares weights_size, at most what
+// could fit capacity (the adapter memory's; maxWeights), before any
+// weights are buffered; every part may carry the next bytes of the weights, which
 // must add up to weights_size exactly. A later part that names an
 // adapter, a config or a size is refused. recv is the stream's Recv.
 func Assemble(recv func() (*controlpb.AdapterPart, error), capacity int64) (*Upload, error) {
@@ -53,7 +58,7 @@ func Assemble(recv func() (*controlpb.AdapterPart, error), capacity int64) (*Upl
 		return nil, fmt.Errorf("%w: the first part must carry adapter_config.json of 1 to %d bytes", ErrStream, lora.MaxConfigBytes)
 	case size <= 0:
 		return nil, fmt.Errorf("%w: weights_size must be positive", ErrStream)
-	case size > capacity+headerAllowance:
+	case size > maxWeights(capacity):
 		return nil, fmt.Errorf("%w: weights of %d bytes, the memory holds %d", ErrTooLarge, size, capacity)
 	}
 	u := &Upload{Ref: ref, ConfigJSON: first.GetConfigJson(), Pin: first.GetPin(), Weights: make([]byte, 0, size)}

@@ -53,7 +53,7 @@ func TestAssemble(t *testing.T) {
 		"bad hash":     {parts(&controlpb.AdapterPart{Ref: &controlpb.AdapterRef{Hash: "abc"}, ConfigJson: a.cfg, WeightsSize: n}), ErrStream},
 		"no config":    {parts(&controlpb.AdapterPart{Ref: a.ref, WeightsSize: n}), ErrStream},
 		"no size":      {parts(withSize(first(), 0)), ErrStream},
-		"over memory":  {parts(withSize(first(), 3<<20)), ErrTooLarge},
+		"over memory":  {parts(withSize(first(), 4<<20)), ErrTooLarge},
 		"short":        {parts(first()), ErrStream},
 		"long":         {parts(first(), &controlpb.AdapterPart{Weights: a.weight[half-1:]}), ErrStream},
 		"second ref":   {parts(first(), &controlpb.AdapterPart{Ref: a.ref, Weights: a.weight[half:]}), ErrStream},
@@ -85,7 +85,7 @@ func FuzzAssemble(f *testing.F) {
 			}
 			return
 		}
-		if int64(len(u.Weights)) != size || size > capacity+headerAllowance || !bytes.Equal(u.Weights, append(append([]byte{}, w1...), w2...)) {
+		if int64(len(u.Weights)) != size || size > maxWeights(capacity) || !bytes.Equal(u.Weights, append(append([]byte{}, w1...), w2...)) {
 			t.Fatalf("assembled %d bytes for a declared %d", len(u.Weights), size)
 		}
 	})

@@ -54,7 +54,6 @@ type Memory struct {
 }
 
 type entry struct {
-	name     string
 	ad       engine.Adapter
 	bytes    int64
 	pinned   bool
@@ -110,7 +109,7 @@ func (m *Memory) Load(ctx context.Context, ref *controlpb.AdapterRef, configJSON
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", lora.ErrInvalid, err)
 	}
-	return m.insert(hash, ref.GetName(), ad, pin)
+	return m.insert(hash, ad, pin)
 }
 
 // touch updates the pin and recency of an adapter already held.
@@ -128,7 +127,7 @@ func (m *Memory) touch(hash string, pin bool) (int64, bool) {
 }
 
 // insert adds a prepared adapter, making room first.
-func (m *Memory) insert(hash, name string, ad engine.Adapter, pin bool) (int64, error) {
+func (m *Memory) insert(hash string, ad engine.Adapter, pin bool) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.entries[hash]; e != nil { // a concurrent load won
@@ -164,7 +163,7 @@ func (m *Memory) insert(hash, name string, ad engine.Adapter, pin bool) (int64, 
 		}
 	}
 	m.clock++
-	m.entries[hash] = &entry{name: name, ad: ad, bytes: need, pinned: pin, lastUsed: m.clock}
+	m.entries[hash] = &entry{ad: ad, bytes: need, pinned: pin, lastUsed: m.clock}
 	m.used += need
 	m.loads++
 	return need, nil

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -266,4 +267,40 @@ func collect(t *testing.T, m *Memory) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestConcurrentUse: requests acquiring and releasing while loads evict
+// leave the accounting exact: what is held adds up to used, and every
+// adapter a handle was taken on stayed loaded until its release.
+func TestConcurrentUse(t *testing.T) {
+	fs := []files{adapter(t, 1), adapter(t, 2), adapter(t, 3), adapter(t, 4)}
+	m := New(2*fs[0].bytes, base(t), prepare)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				f := fs[(g+i)%len(fs)]
+				if _, err := m.Load(context.Background(), f.ref, f.cfg, f.weight, false); err != nil && !errors.Is(err, ErrFull) {
+					t.Error(err)
+					return
+				}
+				h, err := m.Acquire(f.ref.Hash)
+				if err != nil {
+					continue // evicted by another load before this acquire
+				}
+				if !slices.Contains(m.Stats().Loaded, f.ref.Hash) {
+					t.Errorf("adapter %s evicted while held", f.ref.Hash)
+				}
+				h.Release()
+			}
+		})
+	}
+	wg.Wait()
+	s := m.Stats()
+	if s.UsedBytes != int64(len(s.Loaded))*fs[0].bytes || s.UsedBytes > m.Capacity() {
+		t.Fatalf("used %d for %d adapters of %d bytes (capacity %d)", s.UsedBytes, len(s.Loaded), fs[0].bytes, m.Capacity())
+	}
+	// Nothing is held any more: two new loads fit by evicting.
+	mustLoad(t, m, adapter(t, 5), false)
+	mustLoad(t, m, adapter(t, 6), false)
 }

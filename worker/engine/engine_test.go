@@ -607,6 +607,10 @@ func TestSubmitRejectsInconsistentRequests(t *testing.T) {
 		"negative temperature": {Owner: o, Pages: pages, Prompt: []int32{1},
 			Sampling: engine.Sampling{Temperature: -1, MaxTokens: 1}},
 		"prefilled without first token": {Owner: o, Pages: pages, Prompt: []int32{1}, Sampling: greedy(1), Prefilled: true, FirstToken: -1},
+		// The adapter computed with must be the one the KV owner names.
+		"adapter not the owner's": {Owner: o, Pages: pages, Prompt: []int32{1}, Sampling: greedy(1), Adapter: hashAdapter("a1")},
+		"owner's adapter missing": {Owner: kvpool.Owner{Tenant: o.Tenant, Request: o.Request, Epoch: o.Epoch, Adapter: "a1"},
+			Pages: pages, Prompt: []int32{1}, Sampling: greedy(1)},
 	}
 	for name, req := range cases {
 		if _, err := r.eng.Submit(context.Background(), req); !errors.Is(err, engine.ErrBadRequest) {
@@ -808,3 +812,9 @@ func TestNoPreemptionBelowWeightedShare(t *testing.T) {
 		t.Fatalf("preemptions %d, want 0", p)
 	}
 }
+
+// hashAdapter is an engine.Adapter that only has a hash.
+type hashAdapter string
+
+func (h hashAdapter) Hash() string { return string(h) }
+func (hashAdapter) Bytes() int64   { return 0 }

@@ -19,9 +19,9 @@ import (
 //
 // after the base product. Every t and u element is one canonical Dot of
 // the row's own values (kernels.MatMulTMatrix), whatever the blocks the
-// pool splits the work into, so a row's result depends
-// only on its input and its adapter: batch invariance holds as for the
-// base model, and the base rows of a mixed batch are untouched.
+// pool splits the work into, so a row's result depends only on its input
+// and its adapter: batch invariance holds as for the base model, and the
+// base rows of a mixed batch are untouched.
 
 // Adapter is a LoRA adapter prepared for the cpu backend (PrepareAdapter):
 // A and B matrices per layer and projection, each in the most compact of
@@ -38,8 +38,8 @@ type Adapter struct {
 
 // loraPair is one projection's A (rank×in) and B (out×rank).
 type loraPair struct {
-	a, b    *kernels.Matrix
-	out, in int
+	a, b *kernels.Matrix
+	out  int
 }
 
 var _ engine.Adapter = (*Adapter)(nil)
@@ -87,7 +87,7 @@ func (b *Backend) PrepareAdapter(a *lora.Adapter) (engine.Adapter, error) {
 				return nil, fmt.Errorf("%w: adapter %.12s layer %d %s: A has %d and B %d elements, want %d and %d (r %d)",
 					ErrShape, a.Hash, l, m, len(pair.A), len(pair.B), r*in, out*r, r)
 			}
-			lp := &loraPair{a: exact(r, in, pair.A), b: exact(out, r, pair.B), out: out, in: in}
+			lp := &loraPair{a: exact(r, in, pair.A), b: exact(out, r, pair.B), out: out}
 			p.layers[l][i] = lp
 			p.bytes += lp.a.Bytes() + lp.b.Bytes()
 		}
@@ -248,20 +248,6 @@ func (b *Backend) applyLoRA(l int, in []float32, inDim int, mods []int, outs [][
 	st.job = loraJob{b: b, layer: l, in: in, inDim: inDim, mods: mods, outs: outs}
 	b.pool.Do(len(st.blocks), 1, &st.job)
 	st.job = loraJob{}
-}
-
-// outDim is the output width of projection m.
-func (b *Backend) outDim(m int) int {
-	s := &b.spec
-	switch m {
-	case modQ:
-		return s.Heads * s.HeadDim
-	case modK, modV:
-		return s.KVDim()
-	case modGate, modUp:
-		return s.Intermediate
-	}
-	return s.Hidden
 }
 
 func (j *loraJob) Range(lo, hi int) {
