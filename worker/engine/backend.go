@@ -36,6 +36,15 @@ type Backend interface {
 	MaxBatchTokens() int
 }
 
+// HiddenStates is implemented by a Backend that fills Chunk.Hidden: the
+// model's final hidden states, after the final norm, which embedding
+// requests pool (Request.Embed). The engine refuses embedding requests
+// on a backend without it (ErrNoEmbeddings).
+type HiddenStates interface {
+	// HiddenSize is the length of one hidden-state row.
+	HiddenSize() int
+}
+
 // Chunk is one sequence's slice of work in a forward step.
 type Chunk struct {
 	// Owner is the sequence's owner; a backend that checks page tags on
@@ -59,4 +68,11 @@ type Chunk struct {
 	// logits the engine verifies); nil when the chunk is an intermediate
 	// prefill chunk.
 	Logits []float32
+	// Hidden, when non-nil (only on a backend implementing HiddenStates),
+	// receives the final hidden states (after the model's final norm,
+	// before the LM head) of the chunk's last m positions, m rows of
+	// HiddenSize in position order, m = len(Hidden)/HiddenSize between 1
+	// and len(Tokens). Like Logits, each row must not depend on the batch
+	// or on how the prompt was split into chunks.
+	Hidden []float32
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/kernels"
 )
 
@@ -12,23 +13,59 @@ import (
 // every head before RoPE) when the spec has them. It is the independent
 // reference the backends and the engine are tested against.
 func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
-	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
-	qDim, kvDim := s.Heads*hd, s.KVDim()
-	matmul := func(x [][]float64, wm *kernels.Matrix, out, in int) [][]float64 {
-		wt := dense(wm)
-		y := make([][]float64, len(x))
-		for i := range x {
-			y[i] = make([]float64, out)
-			for o := 0; o < out; o++ {
-				var acc float64
-				for j := 0; j < in; j++ {
-					acc += x[i][j] * float64(wt[o*in+j])
-				}
-				y[i][o] = acc
+	return refMatMul(ReferenceHidden(s, w, tokens), w.LMHead, s.Vocab, s.Hidden)
+}
+
+// ReferenceEmbedding is the float64 reference of an embedding request:
+// the final hidden states (ReferenceHidden) pooled as p says (the last
+// position's, or the mean of all) and divided by their L2 norm.
+func ReferenceEmbedding(s Spec, w Weights, tokens []int32, p engine.Pooling) []float64 {
+	h := ReferenceHidden(s, w, tokens)
+	v := make([]float64, s.Hidden)
+	switch p {
+	case engine.PoolingLast:
+		copy(v, h[len(h)-1])
+	case engine.PoolingMean:
+		for _, row := range h {
+			for j, x := range row {
+				v[j] += x / float64(len(h))
 			}
 		}
-		return y
 	}
+	var ss float64
+	for _, x := range v {
+		ss += x * x
+	}
+	for j := range v {
+		v[j] /= math.Sqrt(ss)
+	}
+	return v
+}
+
+// refMatMul is x times wm transposed ([out, in]), in float64.
+func refMatMul(x [][]float64, wm *kernels.Matrix, out, in int) [][]float64 {
+	wt := dense(wm)
+	y := make([][]float64, len(x))
+	for i := range x {
+		y[i] = make([]float64, out)
+		for o := 0; o < out; o++ {
+			var acc float64
+			for j := 0; j < in; j++ {
+				acc += x[i][j] * float64(wt[o*in+j])
+			}
+			y[i][o] = acc
+		}
+	}
+	return y
+}
+
+// ReferenceHidden computes every position's final hidden state in
+// float64, after the model's final norm (the LM head's input), with the
+// forward pass Reference describes.
+func ReferenceHidden(s Spec, w Weights, tokens []int32) [][]float64 {
+	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
+	qDim, kvDim := s.Heads*hd, s.KVDim()
+	matmul := refMatMul
 	rms := func(x [][]float64, wt []float32) [][]float64 {
 		y := make([][]float64, len(x))
 		for i, row := range x {
@@ -141,7 +178,7 @@ func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 			}
 		}
 	}
-	return matmul(rms(x, w.Norm), w.LMHead, s.Vocab, hid)
+	return rms(x, w.Norm)
 }
 
 // dense returns m's rows as float32 (exact but for Q8).
