@@ -48,6 +48,11 @@ func (s *server) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	return s.w.generate(req, srv)
 }
 
+// Embed implements controlpb.WorkerServer.
+func (s *server) Embed(ctx context.Context, req *controlpb.EmbedRequest) (*controlpb.EmbedResponse, error) {
+	return s.w.embed(ctx, req)
+}
+
 // Abort implements controlpb.WorkerServer.
 func (s *server) Abort(ctx context.Context, req *controlpb.AbortRequest) (*controlpb.AbortResponse, error) {
 	return s.w.abort(ctx, req)

@@ -51,6 +51,11 @@ func ParsePooling(s string) (Pooling, error) {
 // implement HiddenStates), so embedding requests are refused.
 var ErrNoEmbeddings = errors.New("engine: this backend does not compute embeddings")
 
+// HiddenSize is the width of the embeddings the engine computes: the
+// backend's hidden size, 0 when it computes no hidden states (embedding
+// requests are refused).
+func (e *Engine) HiddenSize() int { return e.hidden }
+
 // normEps is the smallest norm an embedding is divided by
 // (torch.nn.functional.normalize's eps, which vLLM's pooler uses).
 const normEps = 1e-12
