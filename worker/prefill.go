@@ -118,12 +118,19 @@ func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseF
 			return nil, poolStatus(err, int64(tokens), w.capacity.Tokens)
 		}
 		// The pool has no change notification (it never calls out under
-		// its lock): poll its version, backing off.
+		// its lock): poll its version, backing off; an Abort meanwhile
+		// (it finds no entry yet, only leaves a tomb) ends the wait.
 		for pool.Version() == seen {
 			select {
 			case <-ctx.Done():
 				return nil, status.FromContextError(context.Cause(ctx)).Err()
 			case <-time.After(wait):
+			}
+			w.mu.Lock()
+			err := w.tombs.check(reqKey{owner.Tenant, owner.Request}, owner.Epoch)
+			w.mu.Unlock()
+			if err != nil {
+				return nil, err
 			}
 		}
 	}
