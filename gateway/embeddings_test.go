@@ -15,6 +15,7 @@ import (
 
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/tokenizer"
+	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/worker/engine"
 	float64ref "github.com/warden-ai/warden/worker/reference"
 )
@@ -66,7 +67,10 @@ func completionTokens(t *testing.T, text string) []int32 {
 // 400 (404 for an unknown model) in the error envelope naming the field,
 // and bill nothing.
 func TestRealEmbeddings(t *testing.T) {
-	tg := startGateway(t, testConfig())
+	cfg := testConfig()
+	cfg.Models[0].Aliases = []string{"embedder"}
+	cfg.Tenants.AuthCacheTTL = 0 // limit changes apply at once
+	tg := startGateway(t, cfg)
 	w := startReal(t, workerConfig(t, "both-embed", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
 	ctx := context.Background()
 	client := tg.openai()
@@ -131,10 +135,11 @@ func TestRealEmbeddings(t *testing.T) {
 	if err != nil || len(one.Data) != 1 || !slices.Equal(one.Data[0].Embedding, floats[1]) {
 		t.Fatalf("one token array: %v, %+v", err, one)
 	}
-	single, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "tiny",
+	// Through an alias: the model it names serves it.
+	single, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "embedder",
 		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String(texts[0])}})
 	if err != nil || len(single.Data) != 1 || !slices.Equal(single.Data[0].Embedding, floats[0]) ||
-		single.Usage.PromptTokens != int64(len(tokens[0])) {
+		single.Usage.PromptTokens != int64(len(tokens[0])) || single.Model != "tiny" {
 		t.Fatalf("one string: %v, %+v", err, single)
 	}
 	billed := 2*total + int64(len(tokens[1])+len(tokens[0]))
@@ -175,6 +180,17 @@ func TestRealEmbeddings(t *testing.T) {
 	usage, err := tg.Store().Usage(ctx, "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
 	if err != nil || len(usage) != 1 || usage[0].PromptTokens != billed || usage[0].CompletionTokens != 0 || usage[0].Requests != 4 {
 		t.Fatalf("store usage %+v, %v; want 4 requests, %d prompt tokens", usage, err, billed)
+	}
+	if n := tg.metric("warden_tokens_total", map[string]string{"kind": "prompt", "tenant": "acme"}); n != float64(billed) {
+		t.Errorf("warden_tokens_total{prompt} = %v, want %d", n, billed)
+	}
+	// The tenant's token limits admit the inputs' tokens.
+	if _, err := tg.Store().UpdateTenant(ctx, tenant.Tenant{ID: "acme", Limits: tenant.Limits{TokensPerMinute: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, body := tg.post("/v1/embeddings", map[string]any{"model": "tiny", "input": texts[:2]})
+	if e := decodeEnvelope(t, body); code != 400 || str(e.Error.Code) != "request_too_large" || str(e.Error.Param) != "input" {
+		t.Fatalf("inputs above the tenant's token rate: %d %s", code, body)
 	}
 	w.poolQuiet()
 }

@@ -328,6 +328,7 @@ func (s embedService) Embed(ctx context.Context, p api.Principal, requestID stri
 		used.PromptTokens = total
 	}
 	g.releaseLease(lease, requestID, used)
+	g.metrics.billed(p.Tenant, used.PromptTokens, 0)
 	if err != nil {
 		return nil, err
 	}
