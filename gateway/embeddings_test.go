@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/worker/engine"
@@ -237,4 +239,26 @@ func toInt64(ids []int32) []int64 {
 		out[i] = int64(id)
 	}
 	return out
+}
+
+// TestEmbeddingsUnsupportedBackend: a model whose workers answer Embed
+// Unimplemented (a backend without hidden states: cuda) is a 400 naming
+// the model, and bills nothing.
+func TestEmbeddingsUnsupportedBackend(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil).start()
+	code, _, body := tg.post("/v1/embeddings", map[string]any{"model": "tiny", "input": "hello"})
+	if e := decodeEnvelope(t, body); code != 400 || str(e.Error.Param) != "model" || str(e.Error.Code) != "unsupported_value" ||
+		!strings.Contains(e.Error.Message, "does not compute embeddings") {
+		t.Fatalf("embeddings on a backend without them: %d %s", code, body)
+	}
+	usage, err := tg.Store().Usage(context.Background(), "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
+	for _, u := range usage {
+		if u.PromptTokens != 0 || u.BilledTokens != 0 {
+			err = fmt.Errorf("billed %+v", u)
+		}
+	}
+	if err != nil {
+		t.Fatalf("store usage: %v; want no token billed", err)
+	}
 }
