@@ -322,7 +322,11 @@ func (s embedService) Embed(ctx context.Context, p api.Principal, requestID stri
 	if g.pooling(req.Model) == config.PoolingMean {
 		pooling = controlpb.Pooling_POOLING_MEAN
 	}
-	vectors, err := s.run(ctx, p, requestID, req.Model, pooling, inputs)
+	// Bounded like a generation (gateway.request_timeout): a worker
+	// waiting for pages gives up then.
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.RequestTimeout)
+	vectors, err := s.run(rctx, p, requestID, req.Model, pooling, inputs)
+	cancel()
 	var used tenant.Consumed
 	if err == nil {
 		used.PromptTokens = total
@@ -381,6 +385,9 @@ func (s embedService) run(ctx context.Context, p api.Principal, requestID, model
 
 // workerError maps a failed Embed call on w to the client's error.
 func (s embedService) workerError(ctx context.Context, w *registry.Worker, model string, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return abortedError(lifecycle.CauseDeadline, s.g.cfg.Gateway.RequestTimeout)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err() // the client went away
 	}
