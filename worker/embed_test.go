@@ -101,7 +101,7 @@ func TestEmbedAbort(t *testing.T) {
 		ctx, cancel := context.WithCancel(bg)
 		done := make(chan error, 1)
 		go func() {
-			_, err := w.client.Embed(ctx, &controlpb.EmbedRequest{Owner: o, Inputs: embedInputs(5*tinyPageTokens), Pooling: controlpb.Pooling_POOLING_LAST})
+			_, err := w.client.Embed(ctx, &controlpb.EmbedRequest{Owner: o, Inputs: embedInputs(5 * tinyPageTokens), Pooling: controlpb.Pooling_POOLING_LAST})
 			done <- err
 		}()
 		want := codes.Canceled

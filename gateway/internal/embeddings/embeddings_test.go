@@ -16,11 +16,11 @@ import (
 // rejections, each naming its field.
 func TestDecodeShapes(t *testing.T) {
 	for body, want := range map[string]*Request{
-		`{"model":"m","input":"hi"}`:                                      {Model: "m", Inputs: []Input{{Text: "hi"}}},
-		`{"model":"m","input":["a","b"],"encoding_format":"base64"}`:      {Model: "m", Inputs: []Input{{Text: "a"}, {Text: "b"}}, Base64: true},
-		`{"model":"m","input":[1, 2 ,3],"encoding_format":"float"}`:       {Model: "m", Inputs: []Input{{Tokens: []int32{1, 2, 3}}}},
+		`{"model":"m","input":"hi"}`:                                     {Model: "m", Inputs: []Input{{Text: "hi"}}},
+		`{"model":"m","input":["a","b"],"encoding_format":"base64"}`:     {Model: "m", Inputs: []Input{{Text: "a"}, {Text: "b"}}, Base64: true},
+		`{"model":"m","input":[1, 2 ,3],"encoding_format":"float"}`:      {Model: "m", Inputs: []Input{{Tokens: []int32{1, 2, 3}}}},
 		`{"model":"m","input":[[1],[2,3]],"user":"u","dimensions":null}`: {Model: "m", Inputs: []Input{{Tokens: []int32{1}}, {Tokens: []int32{2, 3}}}},
-		`{"model":"m","input":"x","extra":{"ignored":true}}`:              {Model: "m", Inputs: []Input{{Text: "x"}}},
+		`{"model":"m","input":"x","extra":{"ignored":true}}`:             {Model: "m", Inputs: []Input{{Text: "x"}}},
 	} {
 		got, e := Decode([]byte(body))
 		if e != nil || !reflect.DeepEqual(got, want) {
