@@ -26,6 +26,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Role int32
+
+const (
+	Role_ROLE_UNSPECIFIED Role = 0
+	Role_ROLE_PREFILL     Role = 1
+	Role_ROLE_DECODE      Role = 2
+	Role_ROLE_BOTH        Role = 3
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_UNSPECIFIED",
+		1: "ROLE_PREFILL",
+		2: "ROLE_DECODE",
+		3: "ROLE_BOTH",
+	}
+	Role_value = map[string]int32{
+		"ROLE_UNSPECIFIED": 0,
+		"ROLE_PREFILL":     1,
+		"ROLE_DECODE":      2,
+		"ROLE_BOTH":        3,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_control_proto_enumTypes[0].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_control_proto_enumTypes[0]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{0}
+}
+
 // Pooling is how an embedding turns an input's final hidden states
 // (after the model's final norm) into one vector; it is then
 // L2-normalised.
@@ -65,11 +117,11 @@ func (x Pooling) String() string {
 }
 
 func (Pooling) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_proto_enumTypes[0].Descriptor()
+	return file_control_proto_enumTypes[1].Descriptor()
 }
 
 func (Pooling) Type() protoreflect.EnumType {
-	return &file_control_proto_enumTypes[0]
+	return &file_control_proto_enumTypes[1]
 }
 
 func (x Pooling) Number() protoreflect.EnumNumber {
@@ -78,273 +130,7 @@ func (x Pooling) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Pooling.Descriptor instead.
 func (Pooling) EnumDescriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{0}
-}
-
-type Role int32
-
-const (
-	Role_ROLE_UNSPECIFIED Role = 0
-	Role_ROLE_PREFILL     Role = 1
-	Role_ROLE_DECODE      Role = 2
-	Role_ROLE_BOTH        Role = 3
-)
-
-// Enum value maps for Role.
-var (
-	Role_name = map[int32]string{
-		0: "ROLE_UNSPECIFIED",
-		1: "ROLE_PREFILL",
-		2: "ROLE_DECODE",
-		3: "ROLE_BOTH",
-	}
-	Role_value = map[string]int32{
-		"ROLE_UNSPECIFIED": 0,
-		"ROLE_PREFILL":     1,
-		"ROLE_DECODE":      2,
-		"ROLE_BOTH":        3,
-	}
-)
-
-func (x Role) Enum() *Role {
-	p := new(Role)
-	*p = x
-	return p
-}
-
-func (x Role) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (Role) Descriptor() protoreflect.EnumDescriptor {
-	return file_control_proto_enumTypes[1].Descriptor()
-}
-
-func (Role) Type() protoreflect.EnumType {
-	return &file_control_proto_enumTypes[1]
-}
-
-func (x Role) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use Role.Descriptor instead.
-func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_control_proto_rawDescGZIP(), []int{1}
-}
-
-type EmbedRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
-	// inputs are tokenized inputs, each at least one token; the worker
-	// bounds their count and total length by its pool.
-	Inputs  []*EmbedInput `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
-	Pooling Pooling       `protobuf:"varint,3,opt,name=pooling,proto3,enum=warden.control.v1.Pooling" json:"pooling,omitempty"`
-	// tenant_weight is the owner's fair-scheduling weight (0 means 1).
-	TenantWeight  int32 `protobuf:"varint,4,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *EmbedRequest) Reset() {
-	*x = EmbedRequest{}
-	mi := &file_control_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *EmbedRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*EmbedRequest) ProtoMessage() {}
-
-func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
-func (*EmbedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *EmbedRequest) GetOwner() *Owner {
-	if x != nil {
-		return x.Owner
-	}
-	return nil
-}
-
-func (x *EmbedRequest) GetInputs() []*EmbedInput {
-	if x != nil {
-		return x.Inputs
-	}
-	return nil
-}
-
-func (x *EmbedRequest) GetPooling() Pooling {
-	if x != nil {
-		return x.Pooling
-	}
-	return Pooling_POOLING_UNSPECIFIED
-}
-
-func (x *EmbedRequest) GetTenantWeight() int32 {
-	if x != nil {
-		return x.TenantWeight
-	}
-	return 0
-}
-
-type EmbedInput struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tokens        []int32                `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *EmbedInput) Reset() {
-	*x = EmbedInput{}
-	mi := &file_control_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *EmbedInput) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*EmbedInput) ProtoMessage() {}
-
-func (x *EmbedInput) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use EmbedInput.ProtoReflect.Descriptor instead.
-func (*EmbedInput) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *EmbedInput) GetTokens() []int32 {
-	if x != nil {
-		return x.Tokens
-	}
-	return nil
-}
-
-type EmbedResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// embeddings, one per input in input order.
-	Embeddings []*Embedding `protobuf:"bytes,1,rep,name=embeddings,proto3" json:"embeddings,omitempty"`
-	// prompt_tokens is the number of positions computed (all inputs).
-	PromptTokens  int64 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *EmbedResponse) Reset() {
-	*x = EmbedResponse{}
-	mi := &file_control_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *EmbedResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*EmbedResponse) ProtoMessage() {}
-
-func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
-func (*EmbedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *EmbedResponse) GetEmbeddings() []*Embedding {
-	if x != nil {
-		return x.Embeddings
-	}
-	return nil
-}
-
-func (x *EmbedResponse) GetPromptTokens() int64 {
-	if x != nil {
-		return x.PromptTokens
-	}
-	return 0
-}
-
-// Embedding is one normalised vector (the model's hidden size).
-type Embedding struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Embedding) Reset() {
-	*x = Embedding{}
-	mi := &file_control_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Embedding) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Embedding) ProtoMessage() {}
-
-func (x *Embedding) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
-func (*Embedding) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *Embedding) GetValues() []float32 {
-	if x != nil {
-		return x.Values
-	}
-	return nil
 }
 
 type PoolStats struct {
@@ -369,7 +155,7 @@ type PoolStats struct {
 
 func (x *PoolStats) Reset() {
 	*x = PoolStats{}
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +167,7 @@ func (x *PoolStats) String() string {
 func (*PoolStats) ProtoMessage() {}
 
 func (x *PoolStats) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[4]
+	mi := &file_control_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +180,7 @@ func (x *PoolStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolStats.ProtoReflect.Descriptor instead.
 func (*PoolStats) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{4}
+	return file_control_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *PoolStats) GetTotalPages() int64 {
@@ -508,7 +294,7 @@ type WorkerInfo struct {
 
 func (x *WorkerInfo) Reset() {
 	*x = WorkerInfo{}
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +306,7 @@ func (x *WorkerInfo) String() string {
 func (*WorkerInfo) ProtoMessage() {}
 
 func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[5]
+	mi := &file_control_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +319,7 @@ func (x *WorkerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerInfo.ProtoReflect.Descriptor instead.
 func (*WorkerInfo) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{5}
+	return file_control_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *WorkerInfo) GetWorkerId() string {
@@ -689,7 +475,7 @@ type MemoryPlan struct {
 
 func (x *MemoryPlan) Reset() {
 	*x = MemoryPlan{}
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +487,7 @@ func (x *MemoryPlan) String() string {
 func (*MemoryPlan) ProtoMessage() {}
 
 func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[6]
+	mi := &file_control_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +500,7 @@ func (x *MemoryPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoryPlan.ProtoReflect.Descriptor instead.
 func (*MemoryPlan) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{6}
+	return file_control_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MemoryPlan) GetSource() string {
@@ -779,7 +565,7 @@ type ConstraintLimits struct {
 
 func (x *ConstraintLimits) Reset() {
 	*x = ConstraintLimits{}
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +577,7 @@ func (x *ConstraintLimits) String() string {
 func (*ConstraintLimits) ProtoMessage() {}
 
 func (x *ConstraintLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[7]
+	mi := &file_control_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +590,7 @@ func (x *ConstraintLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConstraintLimits.ProtoReflect.Descriptor instead.
 func (*ConstraintLimits) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{7}
+	return file_control_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConstraintLimits) GetSpecBytes() int64 {
@@ -852,7 +638,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +650,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[8]
+	mi := &file_control_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +663,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{8}
+	return file_control_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterRequest) GetWorker() *WorkerInfo {
@@ -919,7 +705,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +717,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[9]
+	mi := &file_control_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +730,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{9}
+	return file_control_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterResponse) GetHeartbeatIntervalMs() int64 {
@@ -980,7 +766,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +778,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[10]
+	mi := &file_control_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +791,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{10}
+	return file_control_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -1079,7 +865,7 @@ type PrefixCacheReport struct {
 
 func (x *PrefixCacheReport) Reset() {
 	*x = PrefixCacheReport{}
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +877,7 @@ func (x *PrefixCacheReport) String() string {
 func (*PrefixCacheReport) ProtoMessage() {}
 
 func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[11]
+	mi := &file_control_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +890,7 @@ func (x *PrefixCacheReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixCacheReport.ProtoReflect.Descriptor instead.
 func (*PrefixCacheReport) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{11}
+	return file_control_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PrefixCacheReport) GetSealed() [][]byte {
@@ -1139,7 +925,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +937,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[12]
+	mi := &file_control_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +950,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{12}
+	return file_control_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HeartbeatResponse) GetReregister() bool {
@@ -1182,7 +968,7 @@ type ModelAssetsRequest struct {
 
 func (x *ModelAssetsRequest) Reset() {
 	*x = ModelAssetsRequest{}
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +980,7 @@ func (x *ModelAssetsRequest) String() string {
 func (*ModelAssetsRequest) ProtoMessage() {}
 
 func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[13]
+	mi := &file_control_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +993,7 @@ func (x *ModelAssetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsRequest.ProtoReflect.Descriptor instead.
 func (*ModelAssetsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{13}
+	return file_control_proto_rawDescGZIP(), []int{9}
 }
 
 type ModelAssetsResponse struct {
@@ -1227,7 +1013,7 @@ type ModelAssetsResponse struct {
 
 func (x *ModelAssetsResponse) Reset() {
 	*x = ModelAssetsResponse{}
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1025,7 @@ func (x *ModelAssetsResponse) String() string {
 func (*ModelAssetsResponse) ProtoMessage() {}
 
 func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[14]
+	mi := &file_control_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1038,7 @@ func (x *ModelAssetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelAssetsResponse.ProtoReflect.Descriptor instead.
 func (*ModelAssetsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{14}
+	return file_control_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ModelAssetsResponse) GetModel() string {
@@ -1314,7 +1100,7 @@ type Owner struct {
 
 func (x *Owner) Reset() {
 	*x = Owner{}
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1112,7 @@ func (x *Owner) String() string {
 func (*Owner) ProtoMessage() {}
 
 func (x *Owner) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[15]
+	mi := &file_control_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1125,7 @@ func (x *Owner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Owner.ProtoReflect.Descriptor instead.
 func (*Owner) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{15}
+	return file_control_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Owner) GetTenant() string {
@@ -1386,7 +1172,7 @@ type AdapterRef struct {
 
 func (x *AdapterRef) Reset() {
 	*x = AdapterRef{}
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1184,7 @@ func (x *AdapterRef) String() string {
 func (*AdapterRef) ProtoMessage() {}
 
 func (x *AdapterRef) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[16]
+	mi := &file_control_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1197,7 @@ func (x *AdapterRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterRef.ProtoReflect.Descriptor instead.
 func (*AdapterRef) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{16}
+	return file_control_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AdapterRef) GetName() string {
@@ -1447,7 +1233,7 @@ type AdapterPart struct {
 
 func (x *AdapterPart) Reset() {
 	*x = AdapterPart{}
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1245,7 @@ func (x *AdapterPart) String() string {
 func (*AdapterPart) ProtoMessage() {}
 
 func (x *AdapterPart) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[17]
+	mi := &file_control_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1258,7 @@ func (x *AdapterPart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterPart.ProtoReflect.Descriptor instead.
 func (*AdapterPart) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{17}
+	return file_control_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AdapterPart) GetRef() *AdapterRef {
@@ -1520,7 +1306,7 @@ type LoadAdapterResponse struct {
 
 func (x *LoadAdapterResponse) Reset() {
 	*x = LoadAdapterResponse{}
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1318,7 @@ func (x *LoadAdapterResponse) String() string {
 func (*LoadAdapterResponse) ProtoMessage() {}
 
 func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[18]
+	mi := &file_control_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1331,7 @@ func (x *LoadAdapterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadAdapterResponse.ProtoReflect.Descriptor instead.
 func (*LoadAdapterResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{18}
+	return file_control_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadAdapterResponse) GetBytes() int64 {
@@ -1571,7 +1357,7 @@ type AdapterMemory struct {
 
 func (x *AdapterMemory) Reset() {
 	*x = AdapterMemory{}
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1369,7 @@ func (x *AdapterMemory) String() string {
 func (*AdapterMemory) ProtoMessage() {}
 
 func (x *AdapterMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[19]
+	mi := &file_control_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1382,7 @@ func (x *AdapterMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdapterMemory.ProtoReflect.Descriptor instead.
 func (*AdapterMemory) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{19}
+	return file_control_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AdapterMemory) GetCapacityBytes() int64 {
@@ -1674,7 +1460,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1686,7 +1472,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[20]
+	mi := &file_control_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1699,7 +1485,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{20}
+	return file_control_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -1832,7 +1618,7 @@ type LogitBias struct {
 
 func (x *LogitBias) Reset() {
 	*x = LogitBias{}
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +1630,7 @@ func (x *LogitBias) String() string {
 func (*LogitBias) ProtoMessage() {}
 
 func (x *LogitBias) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[21]
+	mi := &file_control_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +1643,7 @@ func (x *LogitBias) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogitBias.ProtoReflect.Descriptor instead.
 func (*LogitBias) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{21}
+	return file_control_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogitBias) GetToken() int32 {
@@ -1901,7 +1687,7 @@ type Ticket struct {
 
 func (x *Ticket) Reset() {
 	*x = Ticket{}
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +1699,7 @@ func (x *Ticket) String() string {
 func (*Ticket) ProtoMessage() {}
 
 func (x *Ticket) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[22]
+	mi := &file_control_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +1712,7 @@ func (x *Ticket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ticket.ProtoReflect.Descriptor instead.
 func (*Ticket) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{22}
+	return file_control_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Ticket) GetTransferId() string {
@@ -2047,7 +1833,7 @@ type ReserveRequest struct {
 
 func (x *ReserveRequest) Reset() {
 	*x = ReserveRequest{}
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +1845,7 @@ func (x *ReserveRequest) String() string {
 func (*ReserveRequest) ProtoMessage() {}
 
 func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[23]
+	mi := &file_control_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +1858,7 @@ func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
 func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{23}
+	return file_control_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReserveRequest) GetOwner() *Owner {
@@ -2138,7 +1924,7 @@ type ReserveResponse struct {
 
 func (x *ReserveResponse) Reset() {
 	*x = ReserveResponse{}
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +1936,7 @@ func (x *ReserveResponse) String() string {
 func (*ReserveResponse) ProtoMessage() {}
 
 func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[24]
+	mi := &file_control_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +1949,7 @@ func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
 func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{24}
+	return file_control_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReserveResponse) GetTicket() *Ticket {
@@ -2191,7 +1977,7 @@ type RenewReservationRequest struct {
 
 func (x *RenewReservationRequest) Reset() {
 	*x = RenewReservationRequest{}
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +1989,7 @@ func (x *RenewReservationRequest) String() string {
 func (*RenewReservationRequest) ProtoMessage() {}
 
 func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[25]
+	mi := &file_control_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2002,7 @@ func (x *RenewReservationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationRequest.ProtoReflect.Descriptor instead.
 func (*RenewReservationRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{25}
+	return file_control_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RenewReservationRequest) GetOwner() *Owner {
@@ -2243,7 +2029,7 @@ type RenewReservationResponse struct {
 
 func (x *RenewReservationResponse) Reset() {
 	*x = RenewReservationResponse{}
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2041,7 @@ func (x *RenewReservationResponse) String() string {
 func (*RenewReservationResponse) ProtoMessage() {}
 
 func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[26]
+	mi := &file_control_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2054,7 @@ func (x *RenewReservationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewReservationResponse.ProtoReflect.Descriptor instead.
 func (*RenewReservationResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{26}
+	return file_control_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewReservationResponse) GetLeaseMs() int64 {
@@ -2296,7 +2082,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2094,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[27]
+	mi := &file_control_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2107,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{27}
+	return file_control_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrefillRequest) GetOwner() *Owner {
@@ -2390,7 +2176,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2188,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[28]
+	mi := &file_control_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2201,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{28}
+	return file_control_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrefillResponse) GetPromptTokens() int64 {
@@ -2480,7 +2266,7 @@ type ChoiceFirst struct {
 
 func (x *ChoiceFirst) Reset() {
 	*x = ChoiceFirst{}
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +2278,7 @@ func (x *ChoiceFirst) String() string {
 func (*ChoiceFirst) ProtoMessage() {}
 
 func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[29]
+	mi := &file_control_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +2291,7 @@ func (x *ChoiceFirst) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChoiceFirst.ProtoReflect.Descriptor instead.
 func (*ChoiceFirst) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{29}
+	return file_control_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChoiceFirst) GetToken() int32 {
@@ -2550,7 +2336,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2348,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[30]
+	mi := &file_control_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2361,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{30}
+	return file_control_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GenerateRequest) GetOwner() *Owner {
@@ -2641,7 +2427,7 @@ type GenerateEvent struct {
 
 func (x *GenerateEvent) Reset() {
 	*x = GenerateEvent{}
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2439,7 @@ func (x *GenerateEvent) String() string {
 func (*GenerateEvent) ProtoMessage() {}
 
 func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[31]
+	mi := &file_control_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2452,7 @@ func (x *GenerateEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateEvent.ProtoReflect.Descriptor instead.
 func (*GenerateEvent) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{31}
+	return file_control_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GenerateEvent) GetEvent() isGenerateEvent_Event {
@@ -2736,7 +2522,7 @@ type Ready struct {
 
 func (x *Ready) Reset() {
 	*x = Ready{}
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2534,7 @@ func (x *Ready) String() string {
 func (*Ready) ProtoMessage() {}
 
 func (x *Ready) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[32]
+	mi := &file_control_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2547,7 @@ func (x *Ready) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ready.ProtoReflect.Descriptor instead.
 func (*Ready) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{32}
+	return file_control_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Ready) GetPromptTokens() int64 {
@@ -2787,7 +2573,7 @@ type Tokens struct {
 
 func (x *Tokens) Reset() {
 	*x = Tokens{}
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +2585,7 @@ func (x *Tokens) String() string {
 func (*Tokens) ProtoMessage() {}
 
 func (x *Tokens) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[33]
+	mi := &file_control_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +2598,7 @@ func (x *Tokens) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tokens.ProtoReflect.Descriptor instead.
 func (*Tokens) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{33}
+	return file_control_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Tokens) GetIds() []int32 {
@@ -2852,7 +2638,7 @@ type LogprobsToken struct {
 
 func (x *LogprobsToken) Reset() {
 	*x = LogprobsToken{}
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2650,7 @@ func (x *LogprobsToken) String() string {
 func (*LogprobsToken) ProtoMessage() {}
 
 func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[34]
+	mi := &file_control_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2663,7 @@ func (x *LogprobsToken) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogprobsToken.ProtoReflect.Descriptor instead.
 func (*LogprobsToken) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{34}
+	return file_control_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LogprobsToken) GetLogprob() float64 {
@@ -2917,7 +2703,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +2715,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[35]
+	mi := &file_control_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +2728,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{35}
+	return file_control_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Done) GetFinishReason() string {
@@ -2984,7 +2770,7 @@ type NChoicesDone struct {
 
 func (x *NChoicesDone) Reset() {
 	*x = NChoicesDone{}
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +2782,7 @@ func (x *NChoicesDone) String() string {
 func (*NChoicesDone) ProtoMessage() {}
 
 func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[36]
+	mi := &file_control_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +2795,7 @@ func (x *NChoicesDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NChoicesDone.ProtoReflect.Descriptor instead.
 func (*NChoicesDone) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{36}
+	return file_control_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NChoicesDone) GetFinishReason() string {
@@ -3038,7 +2824,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +2836,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[37]
+	mi := &file_control_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +2849,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{37}
+	return file_control_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *AbortRequest) GetOwner() *Owner {
@@ -3100,7 +2886,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +2898,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[38]
+	mi := &file_control_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +2911,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{38}
+	return file_control_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AbortResponse) GetFound() bool {
@@ -3163,7 +2949,7 @@ type EvictCacheDomainsRequest struct {
 
 func (x *EvictCacheDomainsRequest) Reset() {
 	*x = EvictCacheDomainsRequest{}
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +2961,7 @@ func (x *EvictCacheDomainsRequest) String() string {
 func (*EvictCacheDomainsRequest) ProtoMessage() {}
 
 func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[39]
+	mi := &file_control_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +2974,7 @@ func (x *EvictCacheDomainsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsRequest.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{39}
+	return file_control_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EvictCacheDomainsRequest) GetDomains() [][]byte {
@@ -3222,7 +3008,7 @@ type EvictCacheDomainsResponse struct {
 
 func (x *EvictCacheDomainsResponse) Reset() {
 	*x = EvictCacheDomainsResponse{}
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3020,7 @@ func (x *EvictCacheDomainsResponse) String() string {
 func (*EvictCacheDomainsResponse) ProtoMessage() {}
 
 func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[40]
+	mi := &file_control_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3033,7 @@ func (x *EvictCacheDomainsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EvictCacheDomainsResponse.ProtoReflect.Descriptor instead.
 func (*EvictCacheDomainsResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{40}
+	return file_control_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EvictCacheDomainsResponse) GetFreedPages() int64 {
@@ -3279,7 +3065,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3077,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[41]
+	mi := &file_control_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3090,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{41}
+	return file_control_proto_rawDescGZIP(), []int{37}
 }
 
 type WorkerStatus struct {
@@ -3320,7 +3106,7 @@ type WorkerStatus struct {
 
 func (x *WorkerStatus) Reset() {
 	*x = WorkerStatus{}
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3332,7 +3118,7 @@ func (x *WorkerStatus) String() string {
 func (*WorkerStatus) ProtoMessage() {}
 
 func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[42]
+	mi := &file_control_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3345,7 +3131,7 @@ func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
 func (*WorkerStatus) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{42}
+	return file_control_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WorkerStatus) GetWorker() *WorkerInfo {
@@ -3397,7 +3183,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3195,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[43]
+	mi := &file_control_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3208,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{43}
+	return file_control_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Drain) GetTransferId() string {
@@ -3451,7 +3237,7 @@ type WriterDrainedRequest struct {
 
 func (x *WriterDrainedRequest) Reset() {
 	*x = WriterDrainedRequest{}
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3249,7 @@ func (x *WriterDrainedRequest) String() string {
 func (*WriterDrainedRequest) ProtoMessage() {}
 
 func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[44]
+	mi := &file_control_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3262,7 @@ func (x *WriterDrainedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedRequest.ProtoReflect.Descriptor instead.
 func (*WriterDrainedRequest) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{44}
+	return file_control_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriterDrainedRequest) GetOwner() *Owner {
@@ -3507,7 +3293,7 @@ type WriterDrainedResponse struct {
 
 func (x *WriterDrainedResponse) Reset() {
 	*x = WriterDrainedResponse{}
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3305,7 @@ func (x *WriterDrainedResponse) String() string {
 func (*WriterDrainedResponse) ProtoMessage() {}
 
 func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_control_proto_msgTypes[45]
+	mi := &file_control_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3318,7 @@ func (x *WriterDrainedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriterDrainedResponse.ProtoReflect.Descriptor instead.
 func (*WriterDrainedResponse) Descriptor() ([]byte, []int) {
-	return file_control_proto_rawDescGZIP(), []int{45}
+	return file_control_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriterDrainedResponse) GetApplied() bool {
@@ -3542,26 +3328,225 @@ func (x *WriterDrainedResponse) GetApplied() bool {
 	return false
 }
 
+type EmbedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// inputs are tokenized inputs, each at least one token; the worker
+	// bounds their count and total length by its pool.
+	Inputs  []*EmbedInput `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Pooling Pooling       `protobuf:"varint,3,opt,name=pooling,proto3,enum=warden.control.v1.Pooling" json:"pooling,omitempty"`
+	// tenant_weight is the owner's fair-scheduling weight (0 means 1).
+	TenantWeight  int32 `protobuf:"varint,4,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_control_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *EmbedRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetInputs() []*EmbedInput {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetPooling() Pooling {
+	if x != nil {
+		return x.Pooling
+	}
+	return Pooling_POOLING_UNSPECIFIED
+}
+
+func (x *EmbedRequest) GetTenantWeight() int32 {
+	if x != nil {
+		return x.TenantWeight
+	}
+	return 0
+}
+
+type EmbedInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []int32                `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedInput) Reset() {
+	*x = EmbedInput{}
+	mi := &file_control_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedInput) ProtoMessage() {}
+
+func (x *EmbedInput) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedInput.ProtoReflect.Descriptor instead.
+func (*EmbedInput) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *EmbedInput) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type EmbedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// embeddings, one per input in input order.
+	Embeddings []*Embedding `protobuf:"bytes,1,rep,name=embeddings,proto3" json:"embeddings,omitempty"`
+	// prompt_tokens is the number of positions computed (all inputs).
+	PromptTokens  int64 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedResponse) Reset() {
+	*x = EmbedResponse{}
+	mi := &file_control_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedResponse) ProtoMessage() {}
+
+func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
+func (*EmbedResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *EmbedResponse) GetEmbeddings() []*Embedding {
+	if x != nil {
+		return x.Embeddings
+	}
+	return nil
+}
+
+func (x *EmbedResponse) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+// Embedding is one normalised vector (the model's hidden size).
+type Embedding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_control_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Embedding) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
 	"\n" +
-	"\rcontrol.proto\x12\x11warden.control.v1\"\xd0\x01\n" +
-	"\fEmbedRequest\x12.\n" +
-	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x125\n" +
-	"\x06inputs\x18\x02 \x03(\v2\x1d.warden.control.v1.EmbedInputR\x06inputs\x124\n" +
-	"\apooling\x18\x03 \x01(\x0e2\x1a.warden.control.v1.PoolingR\apooling\x12#\n" +
-	"\rtenant_weight\x18\x04 \x01(\x05R\ftenantWeight\"$\n" +
-	"\n" +
-	"EmbedInput\x12\x16\n" +
-	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\"r\n" +
-	"\rEmbedResponse\x12<\n" +
-	"\n" +
-	"embeddings\x18\x01 \x03(\v2\x1c.warden.control.v1.EmbeddingR\n" +
-	"embeddings\x12#\n" +
-	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\"#\n" +
-	"\tEmbedding\x12\x16\n" +
-	"\x06values\x18\x01 \x03(\x02R\x06values\"\xd9\x02\n" +
+	"\rcontrol.proto\x12\x11warden.control.v1\"\xd9\x02\n" +
 	"\tPoolStats\x12\x1f\n" +
 	"\vtotal_pages\x18\x01 \x01(\x03R\n" +
 	"totalPages\x12\x1d\n" +
@@ -3817,16 +3802,31 @@ const file_control_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12.\n" +
 	"\x05drain\x18\x02 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"1\n" +
 	"\x15WriterDrainedResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied*F\n" +
-	"\aPooling\x12\x17\n" +
-	"\x13POOLING_UNSPECIFIED\x10\x00\x12\x10\n" +
-	"\fPOOLING_LAST\x10\x01\x12\x10\n" +
-	"\fPOOLING_MEAN\x10\x02*N\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xd0\x01\n" +
+	"\fEmbedRequest\x12.\n" +
+	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x125\n" +
+	"\x06inputs\x18\x02 \x03(\v2\x1d.warden.control.v1.EmbedInputR\x06inputs\x124\n" +
+	"\apooling\x18\x03 \x01(\x0e2\x1a.warden.control.v1.PoolingR\apooling\x12#\n" +
+	"\rtenant_weight\x18\x04 \x01(\x05R\ftenantWeight\"$\n" +
+	"\n" +
+	"EmbedInput\x12\x16\n" +
+	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\"r\n" +
+	"\rEmbedResponse\x12<\n" +
+	"\n" +
+	"embeddings\x18\x01 \x03(\v2\x1c.warden.control.v1.EmbeddingR\n" +
+	"embeddings\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\"#\n" +
+	"\tEmbedding\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PREFILL\x10\x01\x12\x0f\n" +
 	"\vROLE_DECODE\x10\x02\x12\r\n" +
-	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
+	"\tROLE_BOTH\x10\x03*F\n" +
+	"\aPooling\x12\x17\n" +
+	"\x13POOLING_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fPOOLING_LAST\x10\x01\x12\x10\n" +
+	"\fPOOLING_MEAN\x10\x022\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
 	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xdd\a\n" +
@@ -3858,125 +3858,125 @@ func file_control_proto_rawDescGZIP() []byte {
 var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_control_proto_goTypes = []any{
-	(Pooling)(0),                      // 0: warden.control.v1.Pooling
-	(Role)(0),                         // 1: warden.control.v1.Role
-	(*EmbedRequest)(nil),              // 2: warden.control.v1.EmbedRequest
-	(*EmbedInput)(nil),                // 3: warden.control.v1.EmbedInput
-	(*EmbedResponse)(nil),             // 4: warden.control.v1.EmbedResponse
-	(*Embedding)(nil),                 // 5: warden.control.v1.Embedding
-	(*PoolStats)(nil),                 // 6: warden.control.v1.PoolStats
-	(*WorkerInfo)(nil),                // 7: warden.control.v1.WorkerInfo
-	(*MemoryPlan)(nil),                // 8: warden.control.v1.MemoryPlan
-	(*ConstraintLimits)(nil),          // 9: warden.control.v1.ConstraintLimits
-	(*RegisterRequest)(nil),           // 10: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 11: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 12: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),         // 13: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),         // 14: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),        // 15: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),       // 16: warden.control.v1.ModelAssetsResponse
-	(*Owner)(nil),                     // 17: warden.control.v1.Owner
-	(*AdapterRef)(nil),                // 18: warden.control.v1.AdapterRef
-	(*AdapterPart)(nil),               // 19: warden.control.v1.AdapterPart
-	(*LoadAdapterResponse)(nil),       // 20: warden.control.v1.LoadAdapterResponse
-	(*AdapterMemory)(nil),             // 21: warden.control.v1.AdapterMemory
-	(*SamplingParams)(nil),            // 22: warden.control.v1.SamplingParams
-	(*LogitBias)(nil),                 // 23: warden.control.v1.LogitBias
-	(*Ticket)(nil),                    // 24: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 25: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 26: warden.control.v1.ReserveResponse
-	(*RenewReservationRequest)(nil),   // 27: warden.control.v1.RenewReservationRequest
-	(*RenewReservationResponse)(nil),  // 28: warden.control.v1.RenewReservationResponse
-	(*PrefillRequest)(nil),            // 29: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 30: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 31: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 32: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 33: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 34: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 35: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 36: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 37: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 38: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 39: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 40: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 41: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 42: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 43: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 44: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 45: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 46: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 47: warden.control.v1.WriterDrainedResponse
+	(Role)(0),                         // 0: warden.control.v1.Role
+	(Pooling)(0),                      // 1: warden.control.v1.Pooling
+	(*PoolStats)(nil),                 // 2: warden.control.v1.PoolStats
+	(*WorkerInfo)(nil),                // 3: warden.control.v1.WorkerInfo
+	(*MemoryPlan)(nil),                // 4: warden.control.v1.MemoryPlan
+	(*ConstraintLimits)(nil),          // 5: warden.control.v1.ConstraintLimits
+	(*RegisterRequest)(nil),           // 6: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 7: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 8: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),         // 9: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),         // 10: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),        // 11: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),       // 12: warden.control.v1.ModelAssetsResponse
+	(*Owner)(nil),                     // 13: warden.control.v1.Owner
+	(*AdapterRef)(nil),                // 14: warden.control.v1.AdapterRef
+	(*AdapterPart)(nil),               // 15: warden.control.v1.AdapterPart
+	(*LoadAdapterResponse)(nil),       // 16: warden.control.v1.LoadAdapterResponse
+	(*AdapterMemory)(nil),             // 17: warden.control.v1.AdapterMemory
+	(*SamplingParams)(nil),            // 18: warden.control.v1.SamplingParams
+	(*LogitBias)(nil),                 // 19: warden.control.v1.LogitBias
+	(*Ticket)(nil),                    // 20: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 21: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 22: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),   // 23: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 24: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 25: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 26: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 27: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 28: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 29: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 30: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 31: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 32: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 33: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 34: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 35: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 36: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 37: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 38: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 39: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 40: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 41: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 42: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 43: warden.control.v1.WriterDrainedResponse
+	(*EmbedRequest)(nil),              // 44: warden.control.v1.EmbedRequest
+	(*EmbedInput)(nil),                // 45: warden.control.v1.EmbedInput
+	(*EmbedResponse)(nil),             // 46: warden.control.v1.EmbedResponse
+	(*Embedding)(nil),                 // 47: warden.control.v1.Embedding
 }
 var file_control_proto_depIdxs = []int32{
-	17, // 0: warden.control.v1.EmbedRequest.owner:type_name -> warden.control.v1.Owner
-	3,  // 1: warden.control.v1.EmbedRequest.inputs:type_name -> warden.control.v1.EmbedInput
-	0,  // 2: warden.control.v1.EmbedRequest.pooling:type_name -> warden.control.v1.Pooling
-	5,  // 3: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
-	1,  // 4: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
-	9,  // 5: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
-	8,  // 6: warden.control.v1.WorkerInfo.memory:type_name -> warden.control.v1.MemoryPlan
-	7,  // 7: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
-	6,  // 8: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	13, // 9: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	6,  // 10: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	13, // 11: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	21, // 12: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
-	18, // 13: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
-	23, // 14: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
-	17, // 15: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	17, // 16: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	18, // 17: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	24, // 18: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	17, // 19: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
-	17, // 20: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	22, // 21: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	24, // 22: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	18, // 23: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	36, // 24: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	31, // 25: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	36, // 26: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	17, // 27: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	22, // 28: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	24, // 29: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	18, // 30: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	34, // 31: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	35, // 32: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	37, // 33: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	36, // 34: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	38, // 35: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	17, // 36: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	45, // 37: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	13, // 38: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	7,  // 39: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	6,  // 40: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	17, // 41: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	45, // 42: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	10, // 43: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	12, // 44: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	15, // 45: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	25, // 46: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	27, // 47: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	29, // 48: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	32, // 49: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	39, // 50: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	46, // 51: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	43, // 52: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	41, // 53: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	19, // 54: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
-	2,  // 55: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
-	11, // 56: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	14, // 57: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	16, // 58: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	26, // 59: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	28, // 60: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	30, // 61: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	33, // 62: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	40, // 63: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	47, // 64: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	44, // 65: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	42, // 66: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	20, // 67: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
-	4,  // 68: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
+	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
+	5,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
+	4,  // 2: warden.control.v1.WorkerInfo.memory:type_name -> warden.control.v1.MemoryPlan
+	3,  // 3: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
+	2,  // 4: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
+	9,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	9,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	17, // 8: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
+	14, // 9: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
+	19, // 10: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
+	13, // 11: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	13, // 12: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	14, // 13: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	20, // 14: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	13, // 15: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	13, // 16: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	18, // 17: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	20, // 18: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	14, // 19: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	32, // 20: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	27, // 21: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	32, // 22: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	13, // 23: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	18, // 24: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	20, // 25: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	14, // 26: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	30, // 27: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	31, // 28: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	33, // 29: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	32, // 30: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	34, // 31: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	13, // 32: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	41, // 33: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	9,  // 34: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	3,  // 35: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	2,  // 36: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	13, // 37: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	41, // 38: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	13, // 39: warden.control.v1.EmbedRequest.owner:type_name -> warden.control.v1.Owner
+	45, // 40: warden.control.v1.EmbedRequest.inputs:type_name -> warden.control.v1.EmbedInput
+	1,  // 41: warden.control.v1.EmbedRequest.pooling:type_name -> warden.control.v1.Pooling
+	47, // 42: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
+	6,  // 43: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	8,  // 44: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	11, // 45: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	21, // 46: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	23, // 47: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	25, // 48: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	28, // 49: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	35, // 50: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	42, // 51: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	39, // 52: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	37, // 53: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	15, // 54: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
+	44, // 55: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
+	7,  // 56: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	10, // 57: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	12, // 58: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	22, // 59: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	24, // 60: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	26, // 61: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	29, // 62: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	36, // 63: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	43, // 64: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	40, // 65: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	38, // 66: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	16, // 67: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
+	46, // 68: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
 	56, // [56:69] is the sub-list for method output_type
 	43, // [43:56] is the sub-list for method input_type
 	43, // [43:43] is the sub-list for extension type_name
@@ -3989,8 +3989,8 @@ func file_control_proto_init() {
 	if File_control_proto != nil {
 		return
 	}
-	file_control_proto_msgTypes[20].OneofWrappers = []any{}
-	file_control_proto_msgTypes[31].OneofWrappers = []any{
+	file_control_proto_msgTypes[16].OneofWrappers = []any{}
+	file_control_proto_msgTypes[27].OneofWrappers = []any{
 		(*GenerateEvent_Ready)(nil),
 		(*GenerateEvent_Tokens)(nil),
 		(*GenerateEvent_Done)(nil),
