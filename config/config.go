@@ -354,12 +354,25 @@ type Model struct {
 	// its answer in chat output: qwen3, deepseek_r1 or none; "" or auto
 	// detects it from the chat template (see internal/reasoning).
 	ReasoningParser string `yaml:"reasoning_parser"`
+	// Pooling is how /v1/embeddings pools the model's final hidden
+	// states: last (the last position's; "" means last, vLLM's default for
+	// a decoder-only model served for embeddings) or mean.
+	Pooling Pooling `yaml:"pooling"`
 	// Aliases are other names clients may use for the model (a stable
 	// "default", say). The admin API may add, repoint or override them
 	// (gateway/internal/aliases). Each follows the rules of Name and
 	// differs from every model's name and every other alias.
 	Aliases []string `yaml:"aliases"`
 }
+
+// Pooling is a model's embedding pooling (Model.Pooling).
+type Pooling string
+
+// Poolings.
+const (
+	PoolingLast Pooling = "last"
+	PoolingMean Pooling = "mean"
+)
 
 // Role is what a worker does.
 type Role string

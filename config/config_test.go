@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestDefaultsValidate(t *testing.T) {
 		c.Worker.KV.PageTokens != 16 || c.Observability.Tracing.SampleRatio != 1 {
 		t.Errorf("unexpected defaults: %+v", c)
 	}
-	want := []Model{{Name: "tiny", ContextLength: 8192, ContextPolicy: ContextClamp}}
+	want := []Model{{Name: "tiny", ContextLength: 8192, ContextPolicy: ContextClamp, Pooling: PoolingLast}}
 	if !reflect.DeepEqual(c.Models, want) {
 		t.Errorf("models = %+v, want %+v", c.Models, want)
 	}
@@ -601,5 +602,25 @@ func TestModelAliasesAndReasoningParser(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestModelPooling: models[].pooling is last (also when omitted) or mean;
+// anything else names the field.
+func TestModelPooling(t *testing.T) {
+	c, err := LoadBytes([]byte("models:\n  - {name: a, context_length: 64, pooling: mean}\n  - {name: b, context_length: 64}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Models[0].Pooling != PoolingMean || c.Models[1].Pooling != "" {
+		t.Fatalf("pooling = %q, %q; want mean, \"\"", c.Models[0].Pooling, c.Models[1].Pooling)
+	}
+	c, err = LoadBytes([]byte("models:\n  - {name: a, context_length: 64, pooling: cls}\n"))
+	if err == nil {
+		err = c.ValidateGateway()
+	}
+	got := problems(t, err)
+	if !slices.Contains(got, `models[0].pooling: must be one of last, mean (got "cls")`) {
+		t.Fatalf("problems %q lack the pooling one", got)
 	}
 }

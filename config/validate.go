@@ -401,6 +401,9 @@ func (c *Config) validateModels(v *validator) {
 		if _, err := reasoning.ParseFormat(m.ReasoningParser); err != nil {
 			v.add(p+".reasoning_parser", "must be qwen3, deepseek_r1, none or auto (got %q)", m.ReasoningParser)
 		}
+		if m.Pooling != "" {
+			oneOf(v, p+".pooling", m.Pooling, PoolingLast, PoolingMean)
+		}
 	}
 	c.validateAliases(v, first)
 }

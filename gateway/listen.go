@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/admin"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
+	"github.com/warden-ai/warden/gateway/internal/embeddings"
 	"github.com/warden-ai/warden/gateway/internal/storedresp"
 	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
@@ -37,6 +39,15 @@ func (g *Gateway) adminToken() (string, error) {
 		return "", fmt.Errorf("gateway: gateway.admin_token_file: %w", err)
 	}
 	return string(bytes.TrimSpace(b)), nil
+}
+
+// endpoints merges the JSON endpoints of several packages.
+func endpoints(sets ...map[string]api.JSONEndpoint) map[string]api.JSONEndpoint {
+	out := make(map[string]api.JSONEndpoint)
+	for _, set := range sets {
+		maps.Copy(out, set)
+	}
+	return out
 }
 
 // listen binds every listener and builds the servers.
@@ -63,7 +74,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		StoreResponsesByDefault: gw.Responses.StoreByDefault,
 		Ready:                   func(context.Context) error { return g.Ready() },
 		OnError:                 g.metrics.rejected,
-		Endpoints:               tokenize.Endpoints(tokenizeModels{g}),
+		Endpoints:               endpoints(tokenize.Endpoints(tokenizeModels{g}), embeddings.Endpoints(embedService{g})),
 		// Logged as client_request_id only when trusted.
 		TrustClientRequestID: gw.TrustClientRequestID,
 	}, g.auth, service{g}, g.logger)

@@ -18,6 +18,8 @@ import (
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
+	"github.com/warden-ai/warden/gateway/internal/embeddings"
+	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
@@ -254,20 +256,9 @@ func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string)
 	} else if ad != nil {
 		model, ar.Model, ar.UsageModel = ad.BaseModel, ad.BaseModel, name
 	}
-	if !g.admission.Has(model) || !g.auth.info(p.Tenant).allowed.Allows(model) {
-		return nil, 0, api.ModelNotFound(name)
-	}
-	if ml, found, err := g.modelLimits.Get(ctx, model); err != nil {
-		return nil, 0, service{g}.storeError(err)
-	} else if found && !ml.Allows(p.Tenant) {
-		return nil, 0, api.ModelNotFound(name)
-	}
-	if err := g.startingError(model); err != nil {
+	mt, err := g.openModel(ctx, p, model, name)
+	if err != nil {
 		return nil, 0, err
-	}
-	mt := g.tokenizers.get(model)
-	if mt == nil {
-		return nil, 0, api.ModelUnavailable(model, "no worker serving it has registered yet")
 	}
 	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
 	if err != nil {
@@ -279,6 +270,185 @@ func (m tokenizeModels) Open(ctx context.Context, p api.Principal, model string)
 		return nil, 0, service{g}.storeError(err)
 	}
 	return mt, st.Effective, nil
+}
+
+// openModel returns the tokenizer of model (asked for as name, which
+// errors name: an adapter is served by its base), which must be one p may use
+// (as /v1/models lists them) and served. Rejections are *api.Error.
+func (g *Gateway) openModel(ctx context.Context, p api.Principal, model, name string) (*modelTokenizer, error) {
+	if !g.admission.Has(model) || !g.auth.info(p.Tenant).allowed.Allows(model) {
+		return nil, api.ModelNotFound(name)
+	}
+	if ml, found, err := g.modelLimits.Get(ctx, model); err != nil {
+		return nil, service{g}.storeError(err)
+	} else if found && !ml.Allows(p.Tenant) {
+		return nil, api.ModelNotFound(name)
+	}
+	if err := g.startingError(model); err != nil {
+		return nil, err
+	}
+	mt := g.tokenizers.get(model)
+	if mt == nil {
+		return nil, api.ModelUnavailable(model, "no worker serving it has registered yet")
+	}
+	return mt, nil
+}
+
+// embedService serves /v1/embeddings (gateway/internal/embeddings).
+type embedService struct{ g *Gateway }
+
+var _ embeddings.Service = embedService{}
+
+// Embed implements embeddings.Service: an alias is resolved, the model
+// checked as for any request, the inputs tokenized (strings as a
+// completion prompt) and each held to the model's context window; the
+// tenant's limits admit the inputs' tokens, which are billed as prompt
+// tokens once the vectors are computed (nothing on a failure).
+func (s embedService) Embed(ctx context.Context, p api.Principal, requestID string, req *embeddings.Request) (*embeddings.Result, error) {
+	g := s.g
+	if !g.admission.Has(req.Model) {
+		if target, ok := g.aliases.Resolve(ctx, req.Model); ok {
+			req.Model = target
+		}
+	}
+	mt, err := g.openModel(ctx, p, req.Model, req.Model)
+	if err != nil {
+		return nil, err
+	}
+	if e := embeddings.CheckVocab(req, mt.tok.VocabSize()); e != nil {
+		return nil, e
+	}
+	st, _, err := g.admission.State(ctx, req.Model)
+	if err != nil {
+		return nil, service{g}.storeError(err)
+	}
+	if !st.Serving {
+		return nil, api.ModelUnavailable(req.Model, st.Reason)
+	}
+	inputs := make([]*controlpb.EmbedInput, len(req.Inputs))
+	var total int64
+	for i, in := range req.Inputs {
+		ids, param := in.Tokens, embeddings.InputParam(req, i)
+		if ids == nil {
+			if ids, err = mt.Encode(&api.GenerateRequest{Kind: api.KindCompletion, Model: req.Model, Prompt: in.Text}, true, true); err != nil {
+				var e *api.Error
+				if errors.As(err, &e) {
+					e.Param = param
+				}
+				return nil, err
+			}
+		}
+		if n := int64(len(ids)); n > st.Effective {
+			return nil, api.InvalidRequest(param, api.CodeContextLength, fmt.Sprintf(
+				"This model's maximum context length is %d tokens; '%s' has %d tokens.", st.Effective, param, n))
+		}
+		inputs[i] = &controlpb.EmbedInput{Tokens: ids}
+		total += int64(len(ids))
+	}
+	if !g.begin() {
+		return nil, abortedError(lifecycle.CauseShutdown, 0)
+	}
+	defer g.running.Done()
+	ar := tenant.AcquireRequest{Model: req.Model, Tokens: total}
+	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
+	if err != nil {
+		return nil, limitError(req.Model, ar, "input", err)
+	}
+	pooling := controlpb.Pooling_POOLING_LAST
+	if g.pooling(req.Model) == config.PoolingMean {
+		pooling = controlpb.Pooling_POOLING_MEAN
+	}
+	// Bounded like a generation (gateway.request_timeout): a worker
+	// waiting for pages gives up then.
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.RequestTimeout)
+	vectors, err := s.run(rctx, p, requestID, req.Model, pooling, inputs)
+	cancel()
+	var used tenant.Consumed
+	if err == nil {
+		used.PromptTokens = total
+	}
+	g.releaseLease(lease, requestID, used)
+	g.metrics.billed(p.Tenant, used.PromptTokens, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &embeddings.Result{Model: req.Model, Vectors: vectors, PromptTokens: total}, nil
+}
+
+// run computes the inputs' embeddings on workers that prefill: as many
+// inputs in one Embed call (one engine batch) as the chosen worker's pool
+// holds at once, the next ones in the next call.
+func (s embedService) run(ctx context.Context, p api.Principal, requestID, model string, pooling controlpb.Pooling, inputs []*controlpb.EmbedInput) ([][]float32, error) {
+	g := s.g
+	out := make([][]float32, 0, len(inputs))
+	for call := uint64(1); len(inputs) > 0; call++ {
+		w, err := g.reg.PickPrefiller(model, int64(len(inputs[0].GetTokens())))
+		if err != nil {
+			return nil, api.ModelUnavailable(model, "no worker that computes it is available")
+		}
+		pool := w.Snapshot().Pool
+		pt := int64(max(pool.PageTokens, 1))
+		n, pages := 0, int64(0)
+		for ; n < len(inputs); n++ {
+			np := (int64(len(inputs[n].GetTokens())) + pt - 1) / pt
+			if n > 0 && (pages+np)*pt > pool.UsableTokens() {
+				break
+			}
+			pages += np
+		}
+		done := w.BeginFor(p.Tenant, pages)
+		// Each call is its own attempt (epoch) of the request's owner.
+		resp, err := w.Client().Embed(ctx, &controlpb.EmbedRequest{
+			Owner:  &controlpb.Owner{Tenant: p.Tenant, RequestId: requestID, Epoch: call},
+			Inputs: inputs[:n], Pooling: pooling, TenantWeight: int32(g.auth.info(p.Tenant).weight),
+		})
+		done()
+		if err != nil {
+			return nil, s.workerError(ctx, w, model, err)
+		}
+		if len(resp.GetEmbeddings()) != n {
+			g.logger.ErrorContext(ctx, "worker answered Embed with the wrong number of vectors", "worker", w.ID(),
+				"want", n, "got", len(resp.GetEmbeddings()))
+			return nil, api.Internal()
+		}
+		for _, e := range resp.GetEmbeddings() {
+			out = append(out, e.GetValues())
+		}
+		inputs = inputs[n:]
+	}
+	return out, nil
+}
+
+// workerError maps a failed Embed call on w to the client's error.
+func (s embedService) workerError(ctx context.Context, w *registry.Worker, model string, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return abortedError(lifecycle.CauseDeadline, s.g.cfg.Gateway.RequestTimeout)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err() // the client went away
+	}
+	if registry.ConnectionLost(err) {
+		s.g.reg.Suspect(w.ID(), err)
+	}
+	if status.Code(err) == codes.Unimplemented {
+		return api.InvalidRequest("model", api.CodeUnsupportedValue, fmt.Sprintf(
+			"The model %q is served by workers whose backend does not compute embeddings.", model))
+	}
+	_, client := workerFailure(err, "")
+	if client.Status >= 500 {
+		s.g.logger.WarnContext(ctx, "Embed failed", "worker", w.ID(), "err", err)
+	}
+	return client
+}
+
+// pooling is model's configured embedding pooling (last by default).
+func (g *Gateway) pooling(model string) config.Pooling {
+	for _, m := range g.cfg.Models {
+		if m.Name == model && m.Pooling != "" {
+			return m.Pooling
+		}
+	}
+	return config.PoolingLast
 }
 
 // capacities converts a model's healthy workers for admission.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/test/harness"
+	"github.com/warden-ai/warden/worker/engine"
 )
 
 // Pinned client libraries for TestClientConformance, installed by
@@ -27,7 +28,9 @@ var clientPackages = []string{"openai@7.55.0", "ai@7.0.173", "@ai-sdk/openai@4.0
 // previous_response_id (Node SDK and AI SDK) and item references (the AI
 // SDK with store on), generateText and streamText, and
 // /tokenize and /detokenize (the ids of the reference render, the
-// prefilled count), logit_bias forcing a token and greedy output with the
+// prefilled count), /v1/embeddings (Node SDK base64 and float, AI SDK
+// embedMany: the float64 reference's vector, the tokenized count),
+// logit_bias forcing a token and greedy output with the
 // penalties, top_k and min_p equal to the reference engine's; chat with
 // logprobs (the engine's own values), which
 // must see exactly the text of the float64 reference model (greedy); then
@@ -98,18 +101,27 @@ func TestClientConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantEmb, err := ref.Embedding(prompt, engine.PoolingLast) // the default models[].pooling
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEmbJSON, err := json.Marshal(wantEmb)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := harness.NodeCommand(t, filepath.Join("clients", "conformance.mjs"), modules)
 	cmd.Env = append(os.Environ(), "WARDEN_BASE_URL="+info.baseURL, "WARDEN_API_KEY="+info.key, "WARDEN_MODEL="+harness.ModelTiny,
 		"WARDEN_WANT="+want.Text, "WARDEN_WANT_LOGPROBS="+string(wantLogprobs), "NODE_EXTRA_CA_CERTS="+cas,
 		"WARDEN_SINGLE_BASE_URL="+single.baseURL, "WARDEN_SINGLE_API_KEY="+single.key,
 		"WARDEN_WANT_PROMPT="+string(wantPrompt), "WARDEN_WANT_PENALIZED="+penalized.Text,
-		"WARDEN_FORCED_TOKEN="+strconv.Itoa(int(forced[0])), "WARDEN_FORCED_TEXT="+forcedText)
+		"WARDEN_FORCED_TOKEN="+strconv.Itoa(int(forced[0])), "WARDEN_FORCED_TEXT="+forcedText,
+		"WARDEN_WANT_EMBEDDING="+string(wantEmbJSON))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("client conformance failed: %v\n%s\nwarden up log:\n%s\nwarden up --single log:\n%s", err, out, info.log(), single.log())
 	}
-	for _, scenario := range []string{"node chat", "node tokenize", "node sampling controls", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
-		"node responses.create stream", "node responses chained", "ai-sdk generateText", "ai-sdk previousResponseId", "ai-sdk streamText", "ai-sdk reasoning", "node chat with tools",
+	for _, scenario := range []string{"node chat", "node tokenize", "node embeddings", "node sampling controls", "node logprobs", "node n: 3", "node models.retrieve", "node typed errors", "node responses.create",
+		"node responses.create stream", "node responses chained", "ai-sdk embedMany", "ai-sdk generateText", "ai-sdk previousResponseId", "ai-sdk streamText", "ai-sdk reasoning", "node chat with tools",
 		"ai-sdk generateText tools", "ai-sdk generateObject", "langchain bindTools", "langchain withStructuredOutput"} {
 		if !strings.Contains(string(out), "ok "+scenario+"\n") {
 			t.Errorf("scenario %q did not pass:\n%s", scenario, out)

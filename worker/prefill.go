@@ -125,12 +125,19 @@ func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseF
 			return nil, poolStatus(err, int64(tokens), w.capacity.Tokens)
 		}
 		// The pool has no change notification (it never calls out under
-		// its lock): poll its version, backing off.
+		// its lock): poll its version, backing off; an Abort meanwhile
+		// (it finds no entry yet, only leaves a tomb) ends the wait.
 		for pool.Version() == seen {
 			select {
 			case <-ctx.Done():
 				return nil, status.FromContextError(context.Cause(ctx)).Err()
 			case <-time.After(wait):
+			}
+			w.mu.Lock()
+			err := w.tombs.check(reqKey{owner.Tenant, owner.Request}, owner.Epoch)
+			w.mu.Unlock()
+			if err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -357,4 +364,122 @@ func sendStatus(ctx context.Context, err error) error {
 		return stoppedStatus(ctx)
 	}
 	return transferStatus(err)
+}
+
+// maxEmbedInputs bounds the inputs of one Embed call (the gateway's own
+// bound is the same: OpenAI's 2048).
+const maxEmbedInputs = 2048
+
+// embed handles Embed (prefill, both): every input is prefilled as its
+// own sequence (submitted together, so the engine batches them) into
+// pages reserved for the call, pooled into a normalised embedding, and
+// the pages are freed on every path. Like a prefill it waits for pages
+// when the pool is momentarily full.
+func (w *Worker) embed(ctx context.Context, req *controlpb.EmbedRequest) (_ *controlpb.EmbedResponse, err error) {
+	if w.role == config.RoleDecode {
+		return nil, status.Error(codes.FailedPrecondition, "Embed: this is a decode worker")
+	}
+	if w.rt.Engine.HiddenSize() == 0 {
+		return nil, status.Errorf(codes.Unimplemented, "Embed: %v", engine.ErrNoEmbeddings)
+	}
+	owner, err := ownerFrom(req.GetOwner())
+	if err != nil {
+		return nil, err
+	}
+	if owner.Adapter != "" {
+		return nil, invalid("Embed runs on the base model: owner adapter must be empty")
+	}
+	var pooling engine.Pooling
+	switch req.GetPooling() {
+	case controlpb.Pooling_POOLING_LAST:
+		pooling = engine.PoolingLast
+	case controlpb.Pooling_POOLING_MEAN:
+		pooling = engine.PoolingMean
+	default:
+		return nil, invalid("pooling must be last or mean, got %v", req.GetPooling())
+	}
+	inputs := req.GetInputs()
+	if len(inputs) == 0 || len(inputs) > maxEmbedInputs {
+		return nil, invalid("an Embed call takes 1 to %d inputs, got %d", maxEmbedInputs, len(inputs))
+	}
+	pt := w.capacity.PageTokens
+	var tokens, positions int64
+	for i, in := range inputs {
+		n := len(in.GetTokens())
+		if n == 0 {
+			return nil, invalid("input %d is empty", i)
+		}
+		positions += int64(n)
+		tokens += int64((n+pt-1)/pt) * int64(pt)
+	}
+	if tokens > w.capacity.Tokens {
+		return nil, neverFits(tokens, w.capacity.Tokens)
+	}
+	ctx = requestContext(ctx, owner)
+	ctx, span := w.startSpan(ctx, spanPrefill, obs.OperationPrefill, owner, trace.SpanKindInternal,
+		obs.AttrInputTokens.Int64(positions))
+	defer func() { endSpan(span, err) }()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e, err := w.reservePrefill(ctx, cancel, owner, int(tokens), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	e.weight = int(req.GetTenantWeight())
+	resp, err := w.runEmbed(ctx, e, inputs, pooling)
+	w.finish(e, err)
+	return resp, err
+}
+
+// runEmbed submits an Embed call's inputs over e's pages (each input its
+// own leading pages, in order) and collects their embeddings. On failure
+// or abort it returns only once every sequence has stopped.
+func (w *Worker) runEmbed(ctx context.Context, e *entry, inputs []*controlpb.EmbedInput, pooling engine.Pooling) (*controlpb.EmbedResponse, error) {
+	if err := w.rt.Pool.Activate(e.owner); err != nil {
+		return nil, status.Errorf(codes.Internal, "activating pages: %v", err)
+	}
+	pt := w.capacity.PageTokens
+	streams := make([]*engine.Stream, 0, len(inputs))
+	stopAll := func() {
+		for _, es := range streams {
+			stopSequence(es)
+		}
+	}
+	at := 0
+	for _, in := range inputs {
+		np := (len(in.GetTokens()) + pt - 1) / pt
+		es, err := w.rt.Engine.Submit(ctx, engine.Request{
+			Owner: e.owner, Weight: e.weight, Pages: e.pages[at : at+np], Prompt: in.GetTokens(), Embed: pooling,
+		})
+		if err != nil {
+			stopAll()
+			return nil, engineStatus(err)
+		}
+		streams = append(streams, es)
+		at += np
+	}
+	resp := &controlpb.EmbedResponse{Embeddings: make([]*controlpb.Embedding, len(streams))}
+	for i, es := range streams {
+		for resp.Embeddings[i] == nil {
+			ev, err := es.Next(ctx)
+			if err != nil {
+				stopAll()
+				return nil, stoppedStatus(ctx)
+			}
+			if ev.Kind != engine.EventDone {
+				continue
+			}
+			if r := ev.Result; r.Finish != engine.FinishEmbedded {
+				stopAll()
+				if ctx.Err() != nil {
+					return nil, stoppedStatus(ctx)
+				}
+				w.logEngineFailure(ctx, e, r.Err)
+				return nil, engineStatus(r.Err)
+			}
+			resp.Embeddings[i] = &controlpb.Embedding{Values: ev.Result.Embedding}
+			resp.PromptTokens += int64(ev.Result.PromptTokens)
+		}
+	}
+	return resp, nil
 }

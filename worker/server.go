@@ -57,6 +57,11 @@ func (s *server) LoadAdapter(srv grpc.ClientStreamingServer[controlpb.AdapterPar
 	return srv.SendAndClose(resp)
 }
 
+// Embed implements controlpb.WorkerServer.
+func (s *server) Embed(ctx context.Context, req *controlpb.EmbedRequest) (*controlpb.EmbedResponse, error) {
+	return s.w.embed(ctx, req)
+}
+
 // Abort implements controlpb.WorkerServer.
 func (s *server) Abort(ctx context.Context, req *controlpb.AbortRequest) (*controlpb.AbortResponse, error) {
 	return s.w.abort(ctx, req)

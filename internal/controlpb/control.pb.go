@@ -78,6 +78,61 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_control_proto_rawDescGZIP(), []int{0}
 }
 
+// Pooling is how an embedding turns an input's final hidden states
+// (after the model's final norm) into one vector; it is then
+// L2-normalised.
+type Pooling int32
+
+const (
+	// POOLING_UNSPECIFIED is refused.
+	Pooling_POOLING_UNSPECIFIED Pooling = 0
+	// POOLING_LAST: the last position's hidden state.
+	Pooling_POOLING_LAST Pooling = 1
+	// POOLING_MEAN: the mean of every position's hidden state.
+	Pooling_POOLING_MEAN Pooling = 2
+)
+
+// Enum value maps for Pooling.
+var (
+	Pooling_name = map[int32]string{
+		0: "POOLING_UNSPECIFIED",
+		1: "POOLING_LAST",
+		2: "POOLING_MEAN",
+	}
+	Pooling_value = map[string]int32{
+		"POOLING_UNSPECIFIED": 0,
+		"POOLING_LAST":        1,
+		"POOLING_MEAN":        2,
+	}
+)
+
+func (x Pooling) Enum() *Pooling {
+	p := new(Pooling)
+	*p = x
+	return p
+}
+
+func (x Pooling) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Pooling) Descriptor() protoreflect.EnumDescriptor {
+	return file_control_proto_enumTypes[1].Descriptor()
+}
+
+func (Pooling) Type() protoreflect.EnumType {
+	return &file_control_proto_enumTypes[1]
+}
+
+func (x Pooling) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Pooling.Descriptor instead.
+func (Pooling) EnumDescriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{1}
+}
+
 type PoolStats struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	TotalPages       int64                  `protobuf:"varint,1,opt,name=total_pages,json=totalPages,proto3" json:"total_pages,omitempty"`
@@ -3370,6 +3425,220 @@ func (x *WriterDrainedResponse) GetApplied() bool {
 	return false
 }
 
+type EmbedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Owner *Owner                 `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// inputs are tokenized inputs, each at least one token; the worker
+	// bounds their count and total length by its pool.
+	Inputs  []*EmbedInput `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
+	Pooling Pooling       `protobuf:"varint,3,opt,name=pooling,proto3,enum=warden.control.v1.Pooling" json:"pooling,omitempty"`
+	// tenant_weight is the owner's fair-scheduling weight (0 means 1).
+	TenantWeight  int32 `protobuf:"varint,4,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedRequest) Reset() {
+	*x = EmbedRequest{}
+	mi := &file_control_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedRequest) ProtoMessage() {}
+
+func (x *EmbedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedRequest.ProtoReflect.Descriptor instead.
+func (*EmbedRequest) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *EmbedRequest) GetOwner() *Owner {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetInputs() []*EmbedInput {
+	if x != nil {
+		return x.Inputs
+	}
+	return nil
+}
+
+func (x *EmbedRequest) GetPooling() Pooling {
+	if x != nil {
+		return x.Pooling
+	}
+	return Pooling_POOLING_UNSPECIFIED
+}
+
+func (x *EmbedRequest) GetTenantWeight() int32 {
+	if x != nil {
+		return x.TenantWeight
+	}
+	return 0
+}
+
+type EmbedInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []int32                `protobuf:"varint,1,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedInput) Reset() {
+	*x = EmbedInput{}
+	mi := &file_control_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedInput) ProtoMessage() {}
+
+func (x *EmbedInput) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedInput.ProtoReflect.Descriptor instead.
+func (*EmbedInput) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *EmbedInput) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type EmbedResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// embeddings, one per input in input order.
+	Embeddings []*Embedding `protobuf:"bytes,1,rep,name=embeddings,proto3" json:"embeddings,omitempty"`
+	// prompt_tokens is the number of positions computed (all inputs).
+	PromptTokens  int64 `protobuf:"varint,2,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EmbedResponse) Reset() {
+	*x = EmbedResponse{}
+	mi := &file_control_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EmbedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EmbedResponse) ProtoMessage() {}
+
+func (x *EmbedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EmbedResponse.ProtoReflect.Descriptor instead.
+func (*EmbedResponse) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *EmbedResponse) GetEmbeddings() []*Embedding {
+	if x != nil {
+		return x.Embeddings
+	}
+	return nil
+}
+
+func (x *EmbedResponse) GetPromptTokens() int64 {
+	if x != nil {
+		return x.PromptTokens
+	}
+	return 0
+}
+
+// Embedding is one normalised vector (the model's hidden size).
+type Embedding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Values        []float32              `protobuf:"fixed32,1,rep,packed,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Embedding) Reset() {
+	*x = Embedding{}
+	mi := &file_control_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Embedding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Embedding) ProtoMessage() {}
+
+func (x *Embedding) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Embedding.ProtoReflect.Descriptor instead.
+func (*Embedding) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Embedding) GetValues() []float32 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
@@ -3640,15 +3909,34 @@ const file_control_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12.\n" +
 	"\x05drain\x18\x02 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"1\n" +
 	"\x15WriterDrainedResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied*N\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xd0\x01\n" +
+	"\fEmbedRequest\x12.\n" +
+	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x125\n" +
+	"\x06inputs\x18\x02 \x03(\v2\x1d.warden.control.v1.EmbedInputR\x06inputs\x124\n" +
+	"\apooling\x18\x03 \x01(\x0e2\x1a.warden.control.v1.PoolingR\apooling\x12#\n" +
+	"\rtenant_weight\x18\x04 \x01(\x05R\ftenantWeight\"$\n" +
+	"\n" +
+	"EmbedInput\x12\x16\n" +
+	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\"r\n" +
+	"\rEmbedResponse\x12<\n" +
+	"\n" +
+	"embeddings\x18\x01 \x03(\v2\x1c.warden.control.v1.EmbeddingR\n" +
+	"embeddings\x12#\n" +
+	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\"#\n" +
+	"\tEmbedding\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\x02R\x06values*N\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_PREFILL\x10\x01\x12\x0f\n" +
 	"\vROLE_DECODE\x10\x02\x12\r\n" +
-	"\tROLE_BOTH\x10\x032\xb7\x01\n" +
+	"\tROLE_BOTH\x10\x03*F\n" +
+	"\aPooling\x12\x17\n" +
+	"\x13POOLING_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fPOOLING_LAST\x10\x01\x12\x10\n" +
+	"\fPOOLING_MEAN\x10\x022\xb7\x01\n" +
 	"\bRegistry\x12S\n" +
 	"\bRegister\x12\".warden.control.v1.RegisterRequest\x1a#.warden.control.v1.RegisterResponse\x12V\n" +
-	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\x91\a\n" +
+	"\tHeartbeat\x12#.warden.control.v1.HeartbeatRequest\x1a$.warden.control.v1.HeartbeatResponse2\xdd\a\n" +
 	"\x06Worker\x12\\\n" +
 	"\vModelAssets\x12%.warden.control.v1.ModelAssetsRequest\x1a&.warden.control.v1.ModelAssetsResponse\x12P\n" +
 	"\aReserve\x12!.warden.control.v1.ReserveRequest\x1a\".warden.control.v1.ReserveResponse\x12k\n" +
@@ -3659,7 +3947,8 @@ const file_control_proto_rawDesc = "" +
 	"\rWriterDrained\x12'.warden.control.v1.WriterDrainedRequest\x1a(.warden.control.v1.WriterDrainedResponse\x12K\n" +
 	"\x06Status\x12 .warden.control.v1.StatusRequest\x1a\x1f.warden.control.v1.WorkerStatus\x12n\n" +
 	"\x11EvictCacheDomains\x12+.warden.control.v1.EvictCacheDomainsRequest\x1a,.warden.control.v1.EvictCacheDomainsResponse\x12W\n" +
-	"\vLoadAdapter\x12\x1e.warden.control.v1.AdapterPart\x1a&.warden.control.v1.LoadAdapterResponse(\x01B0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
+	"\vLoadAdapter\x12\x1e.warden.control.v1.AdapterPart\x1a&.warden.control.v1.LoadAdapterResponse(\x01\x12J\n" +
+	"\x05Embed\x12\x1f.warden.control.v1.EmbedRequest\x1a .warden.control.v1.EmbedResponseB0Z.github.com/warden-ai/warden/internal/controlpbb\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -3673,124 +3962,135 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_control_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_control_proto_goTypes = []any{
 	(Role)(0),                         // 0: warden.control.v1.Role
-	(*PoolStats)(nil),                 // 1: warden.control.v1.PoolStats
-	(*WorkerInfo)(nil),                // 2: warden.control.v1.WorkerInfo
-	(*MemoryPlan)(nil),                // 3: warden.control.v1.MemoryPlan
-	(*ConstraintLimits)(nil),          // 4: warden.control.v1.ConstraintLimits
-	(*RegisterRequest)(nil),           // 5: warden.control.v1.RegisterRequest
-	(*RegisterResponse)(nil),          // 6: warden.control.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),          // 7: warden.control.v1.HeartbeatRequest
-	(*PrefixCacheReport)(nil),         // 8: warden.control.v1.PrefixCacheReport
-	(*HeartbeatResponse)(nil),         // 9: warden.control.v1.HeartbeatResponse
-	(*ModelAssetsRequest)(nil),        // 10: warden.control.v1.ModelAssetsRequest
-	(*ModelAssetsResponse)(nil),       // 11: warden.control.v1.ModelAssetsResponse
-	(*ModelShape)(nil),                // 12: warden.control.v1.ModelShape
-	(*Owner)(nil),                     // 13: warden.control.v1.Owner
-	(*AdapterRef)(nil),                // 14: warden.control.v1.AdapterRef
-	(*AdapterPart)(nil),               // 15: warden.control.v1.AdapterPart
-	(*LoadAdapterResponse)(nil),       // 16: warden.control.v1.LoadAdapterResponse
-	(*AdapterMemory)(nil),             // 17: warden.control.v1.AdapterMemory
-	(*SamplingParams)(nil),            // 18: warden.control.v1.SamplingParams
-	(*LogitBias)(nil),                 // 19: warden.control.v1.LogitBias
-	(*Ticket)(nil),                    // 20: warden.control.v1.Ticket
-	(*ReserveRequest)(nil),            // 21: warden.control.v1.ReserveRequest
-	(*ReserveResponse)(nil),           // 22: warden.control.v1.ReserveResponse
-	(*RenewReservationRequest)(nil),   // 23: warden.control.v1.RenewReservationRequest
-	(*RenewReservationResponse)(nil),  // 24: warden.control.v1.RenewReservationResponse
-	(*PrefillRequest)(nil),            // 25: warden.control.v1.PrefillRequest
-	(*PrefillResponse)(nil),           // 26: warden.control.v1.PrefillResponse
-	(*ChoiceFirst)(nil),               // 27: warden.control.v1.ChoiceFirst
-	(*GenerateRequest)(nil),           // 28: warden.control.v1.GenerateRequest
-	(*GenerateEvent)(nil),             // 29: warden.control.v1.GenerateEvent
-	(*Ready)(nil),                     // 30: warden.control.v1.Ready
-	(*Tokens)(nil),                    // 31: warden.control.v1.Tokens
-	(*LogprobsToken)(nil),             // 32: warden.control.v1.LogprobsToken
-	(*Done)(nil),                      // 33: warden.control.v1.Done
-	(*NChoicesDone)(nil),              // 34: warden.control.v1.NChoicesDone
-	(*AbortRequest)(nil),              // 35: warden.control.v1.AbortRequest
-	(*AbortResponse)(nil),             // 36: warden.control.v1.AbortResponse
-	(*EvictCacheDomainsRequest)(nil),  // 37: warden.control.v1.EvictCacheDomainsRequest
-	(*EvictCacheDomainsResponse)(nil), // 38: warden.control.v1.EvictCacheDomainsResponse
-	(*StatusRequest)(nil),             // 39: warden.control.v1.StatusRequest
-	(*WorkerStatus)(nil),              // 40: warden.control.v1.WorkerStatus
-	(*Drain)(nil),                     // 41: warden.control.v1.Drain
-	(*WriterDrainedRequest)(nil),      // 42: warden.control.v1.WriterDrainedRequest
-	(*WriterDrainedResponse)(nil),     // 43: warden.control.v1.WriterDrainedResponse
+	(Pooling)(0),                      // 1: warden.control.v1.Pooling
+	(*PoolStats)(nil),                 // 2: warden.control.v1.PoolStats
+	(*WorkerInfo)(nil),                // 3: warden.control.v1.WorkerInfo
+	(*MemoryPlan)(nil),                // 4: warden.control.v1.MemoryPlan
+	(*ConstraintLimits)(nil),          // 5: warden.control.v1.ConstraintLimits
+	(*RegisterRequest)(nil),           // 6: warden.control.v1.RegisterRequest
+	(*RegisterResponse)(nil),          // 7: warden.control.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),          // 8: warden.control.v1.HeartbeatRequest
+	(*PrefixCacheReport)(nil),         // 9: warden.control.v1.PrefixCacheReport
+	(*HeartbeatResponse)(nil),         // 10: warden.control.v1.HeartbeatResponse
+	(*ModelAssetsRequest)(nil),        // 11: warden.control.v1.ModelAssetsRequest
+	(*ModelAssetsResponse)(nil),       // 12: warden.control.v1.ModelAssetsResponse
+	(*ModelShape)(nil),                // 13: warden.control.v1.ModelShape
+	(*Owner)(nil),                     // 14: warden.control.v1.Owner
+	(*AdapterRef)(nil),                // 15: warden.control.v1.AdapterRef
+	(*AdapterPart)(nil),               // 16: warden.control.v1.AdapterPart
+	(*LoadAdapterResponse)(nil),       // 17: warden.control.v1.LoadAdapterResponse
+	(*AdapterMemory)(nil),             // 18: warden.control.v1.AdapterMemory
+	(*SamplingParams)(nil),            // 19: warden.control.v1.SamplingParams
+	(*LogitBias)(nil),                 // 20: warden.control.v1.LogitBias
+	(*Ticket)(nil),                    // 21: warden.control.v1.Ticket
+	(*ReserveRequest)(nil),            // 22: warden.control.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 23: warden.control.v1.ReserveResponse
+	(*RenewReservationRequest)(nil),   // 24: warden.control.v1.RenewReservationRequest
+	(*RenewReservationResponse)(nil),  // 25: warden.control.v1.RenewReservationResponse
+	(*PrefillRequest)(nil),            // 26: warden.control.v1.PrefillRequest
+	(*PrefillResponse)(nil),           // 27: warden.control.v1.PrefillResponse
+	(*ChoiceFirst)(nil),               // 28: warden.control.v1.ChoiceFirst
+	(*GenerateRequest)(nil),           // 29: warden.control.v1.GenerateRequest
+	(*GenerateEvent)(nil),             // 30: warden.control.v1.GenerateEvent
+	(*Ready)(nil),                     // 31: warden.control.v1.Ready
+	(*Tokens)(nil),                    // 32: warden.control.v1.Tokens
+	(*LogprobsToken)(nil),             // 33: warden.control.v1.LogprobsToken
+	(*Done)(nil),                      // 34: warden.control.v1.Done
+	(*NChoicesDone)(nil),              // 35: warden.control.v1.NChoicesDone
+	(*AbortRequest)(nil),              // 36: warden.control.v1.AbortRequest
+	(*AbortResponse)(nil),             // 37: warden.control.v1.AbortResponse
+	(*EvictCacheDomainsRequest)(nil),  // 38: warden.control.v1.EvictCacheDomainsRequest
+	(*EvictCacheDomainsResponse)(nil), // 39: warden.control.v1.EvictCacheDomainsResponse
+	(*StatusRequest)(nil),             // 40: warden.control.v1.StatusRequest
+	(*WorkerStatus)(nil),              // 41: warden.control.v1.WorkerStatus
+	(*Drain)(nil),                     // 42: warden.control.v1.Drain
+	(*WriterDrainedRequest)(nil),      // 43: warden.control.v1.WriterDrainedRequest
+	(*WriterDrainedResponse)(nil),     // 44: warden.control.v1.WriterDrainedResponse
+	(*EmbedRequest)(nil),              // 45: warden.control.v1.EmbedRequest
+	(*EmbedInput)(nil),                // 46: warden.control.v1.EmbedInput
+	(*EmbedResponse)(nil),             // 47: warden.control.v1.EmbedResponse
+	(*Embedding)(nil),                 // 48: warden.control.v1.Embedding
 }
 var file_control_proto_depIdxs = []int32{
 	0,  // 0: warden.control.v1.WorkerInfo.role:type_name -> warden.control.v1.Role
-	4,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
-	3,  // 2: warden.control.v1.WorkerInfo.memory:type_name -> warden.control.v1.MemoryPlan
-	2,  // 3: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 4: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
-	8,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	1,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
-	8,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
-	17, // 8: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
-	12, // 9: warden.control.v1.ModelAssetsResponse.shape:type_name -> warden.control.v1.ModelShape
-	14, // 10: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
-	19, // 11: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
-	13, // 12: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
-	13, // 13: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
-	14, // 14: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	20, // 15: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
-	13, // 16: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
-	13, // 17: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
-	18, // 18: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	20, // 19: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
-	14, // 20: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	32, // 21: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
-	27, // 22: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	32, // 23: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	13, // 24: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	18, // 25: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	20, // 26: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	14, // 27: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	30, // 28: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	31, // 29: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	33, // 30: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	32, // 31: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	34, // 32: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	13, // 33: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	41, // 34: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	8,  // 35: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	2,  // 36: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	1,  // 37: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	13, // 38: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	41, // 39: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	5,  // 40: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	7,  // 41: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	10, // 42: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	21, // 43: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	23, // 44: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	25, // 45: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	28, // 46: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	35, // 47: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	42, // 48: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	39, // 49: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	37, // 50: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	15, // 51: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
-	6,  // 52: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	9,  // 53: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	11, // 54: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	22, // 55: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	24, // 56: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	26, // 57: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	29, // 58: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	36, // 59: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	43, // 60: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	40, // 61: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	38, // 62: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	16, // 63: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
-	52, // [52:64] is the sub-list for method output_type
-	40, // [40:52] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	5,  // 1: warden.control.v1.WorkerInfo.constraint_limits:type_name -> warden.control.v1.ConstraintLimits
+	4,  // 2: warden.control.v1.WorkerInfo.memory:type_name -> warden.control.v1.MemoryPlan
+	3,  // 3: warden.control.v1.RegisterRequest.worker:type_name -> warden.control.v1.WorkerInfo
+	2,  // 4: warden.control.v1.RegisterRequest.pool:type_name -> warden.control.v1.PoolStats
+	9,  // 5: warden.control.v1.RegisterRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	2,  // 6: warden.control.v1.HeartbeatRequest.pool:type_name -> warden.control.v1.PoolStats
+	9,  // 7: warden.control.v1.HeartbeatRequest.prefix_cache:type_name -> warden.control.v1.PrefixCacheReport
+	18, // 8: warden.control.v1.HeartbeatRequest.adapters:type_name -> warden.control.v1.AdapterMemory
+	13, // 9: warden.control.v1.ModelAssetsResponse.shape:type_name -> warden.control.v1.ModelShape
+	15, // 10: warden.control.v1.AdapterPart.ref:type_name -> warden.control.v1.AdapterRef
+	20, // 11: warden.control.v1.SamplingParams.logit_bias:type_name -> warden.control.v1.LogitBias
+	14, // 12: warden.control.v1.Ticket.owner:type_name -> warden.control.v1.Owner
+	14, // 13: warden.control.v1.ReserveRequest.owner:type_name -> warden.control.v1.Owner
+	15, // 14: warden.control.v1.ReserveRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	21, // 15: warden.control.v1.ReserveResponse.ticket:type_name -> warden.control.v1.Ticket
+	14, // 16: warden.control.v1.RenewReservationRequest.owner:type_name -> warden.control.v1.Owner
+	14, // 17: warden.control.v1.PrefillRequest.owner:type_name -> warden.control.v1.Owner
+	19, // 18: warden.control.v1.PrefillRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	21, // 19: warden.control.v1.PrefillRequest.ticket:type_name -> warden.control.v1.Ticket
+	15, // 20: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	33, // 21: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
+	28, // 22: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
+	33, // 23: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	14, // 24: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	19, // 25: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	21, // 26: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	15, // 27: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	31, // 28: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	32, // 29: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	34, // 30: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	33, // 31: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	35, // 32: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	14, // 33: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	42, // 34: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	9,  // 35: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	3,  // 36: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	2,  // 37: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	14, // 38: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	42, // 39: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	14, // 40: warden.control.v1.EmbedRequest.owner:type_name -> warden.control.v1.Owner
+	46, // 41: warden.control.v1.EmbedRequest.inputs:type_name -> warden.control.v1.EmbedInput
+	1,  // 42: warden.control.v1.EmbedRequest.pooling:type_name -> warden.control.v1.Pooling
+	48, // 43: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
+	6,  // 44: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	8,  // 45: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	11, // 46: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	22, // 47: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	24, // 48: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	26, // 49: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	29, // 50: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	36, // 51: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	43, // 52: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	40, // 53: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	38, // 54: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	16, // 55: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
+	45, // 56: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
+	7,  // 57: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	10, // 58: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	12, // 59: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	23, // 60: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	25, // 61: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	27, // 62: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	30, // 63: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	37, // 64: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	44, // 65: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	41, // 66: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	39, // 67: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	17, // 68: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
+	47, // 69: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
+	57, // [57:70] is the sub-list for method output_type
+	44, // [44:57] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -3809,8 +4109,8 @@ func file_control_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   43,
+			NumEnums:      2,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

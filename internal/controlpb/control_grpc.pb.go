@@ -180,6 +180,7 @@ const (
 	Worker_Status_FullMethodName            = "/warden.control.v1.Worker/Status"
 	Worker_EvictCacheDomains_FullMethodName = "/warden.control.v1.Worker/EvictCacheDomains"
 	Worker_LoadAdapter_FullMethodName       = "/warden.control.v1.Worker/LoadAdapter"
+	Worker_Embed_FullMethodName             = "/warden.control.v1.Worker/Embed"
 )
 
 // WorkerClient is the client API for Worker service.
@@ -247,6 +248,13 @@ type WorkerClient interface {
 	// (evicting unpinned adapters no request uses, least recently used
 	// first); the gateway streams it when a call failed for want of it.
 	LoadAdapter(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[AdapterPart, LoadAdapterResponse], error)
+	// Embed (prefill or both) computes the embeddings of one or more inputs
+	// in one engine batch: each input is prefilled into pages reserved for
+	// the call under owner (like a prefill-only request: no output
+	// positions), nothing is sampled, cached or transferred, and the pages
+	// are released when the call returns. Cancelling the call aborts it. A
+	// worker whose backend computes no hidden states answers Unimplemented.
+	Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error)
 }
 
 type workerClient struct {
@@ -369,6 +377,16 @@ func (c *workerClient) LoadAdapter(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Worker_LoadAdapterClient = grpc.ClientStreamingClient[AdapterPart, LoadAdapterResponse]
 
+func (c *workerClient) Embed(ctx context.Context, in *EmbedRequest, opts ...grpc.CallOption) (*EmbedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EmbedResponse)
+	err := c.cc.Invoke(ctx, Worker_Embed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WorkerServer is the server API for Worker service.
 // All implementations must embed UnimplementedWorkerServer
 // for forward compatibility.
@@ -434,6 +452,13 @@ type WorkerServer interface {
 	// (evicting unpinned adapters no request uses, least recently used
 	// first); the gateway streams it when a call failed for want of it.
 	LoadAdapter(grpc.ClientStreamingServer[AdapterPart, LoadAdapterResponse]) error
+	// Embed (prefill or both) computes the embeddings of one or more inputs
+	// in one engine batch: each input is prefilled into pages reserved for
+	// the call under owner (like a prefill-only request: no output
+	// positions), nothing is sampled, cached or transferred, and the pages
+	// are released when the call returns. Cancelling the call aborts it. A
+	// worker whose backend computes no hidden states answers Unimplemented.
+	Embed(context.Context, *EmbedRequest) (*EmbedResponse, error)
 	mustEmbedUnimplementedWorkerServer()
 }
 
@@ -473,6 +498,9 @@ func (UnimplementedWorkerServer) EvictCacheDomains(context.Context, *EvictCacheD
 }
 func (UnimplementedWorkerServer) LoadAdapter(grpc.ClientStreamingServer[AdapterPart, LoadAdapterResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method LoadAdapter not implemented")
+}
+func (UnimplementedWorkerServer) Embed(context.Context, *EmbedRequest) (*EmbedResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Embed not implemented")
 }
 func (UnimplementedWorkerServer) mustEmbedUnimplementedWorkerServer() {}
 func (UnimplementedWorkerServer) testEmbeddedByValue()                {}
@@ -657,6 +685,24 @@ func _Worker_LoadAdapter_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Worker_LoadAdapterServer = grpc.ClientStreamingServer[AdapterPart, LoadAdapterResponse]
 
+func _Worker_Embed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EmbedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WorkerServer).Embed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Worker_Embed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WorkerServer).Embed(ctx, req.(*EmbedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Worker_ServiceDesc is the grpc.ServiceDesc for Worker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -695,6 +741,10 @@ var Worker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EvictCacheDomains",
 			Handler:    _Worker_EvictCacheDomains_Handler,
+		},
+		{
+			MethodName: "Embed",
+			Handler:    _Worker_Embed_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { createOpenAI } from "@ai-sdk/openai";
-import { generateObject, generateText, stepCountIs, streamText, tool } from "ai";
+import { embedMany, generateObject, generateText, stepCountIs, streamText, tool } from "ai";
 import { ChatOpenAI } from "@langchain/openai";
 import { tool as lcTool } from "@langchain/core/tools";
 import { z } from "zod";
@@ -54,6 +54,40 @@ const [badStatus, badIds] = await post("/detokenize", { model, tokens: [-1] });
 assert.equal(badStatus, 400);
 assert.equal(badIds.error.param, "tokens[0]");
 ok("node tokenize");
+
+// Embeddings: the Node SDK asks for base64 unless told otherwise and
+// decodes it; the vectors are the float answer's (float32 values), the
+// prompt's is the float64 reference's (WARDEN_WANT_EMBEDDING: the last
+// position's normalised final hidden state), and usage counts the inputs
+// as /tokenize counts completion prompts.
+const embInputs = [prompt, "x"];
+const emb = await client.embeddings.create({ model, input: embInputs });
+const embFloat = await client.embeddings.create({ model, input: embInputs, encoding_format: "float" });
+let embTokens = 0;
+for (const input of embInputs) {
+  const [s, t] = await post("/tokenize", { model, prompt: input });
+  assert.equal(s, 200, JSON.stringify(t));
+  embTokens += t.count;
+}
+assert.equal(emb.usage.prompt_tokens, embTokens);
+assert.equal(emb.usage.total_tokens, embTokens);
+assert.equal(emb.data.length, 2);
+const wantEmb = JSON.parse(process.env.WARDEN_WANT_EMBEDDING);
+const checkEmbedding = (got, what) => {
+  assert.equal(got.length, wantEmb.length, `${what}: dimensions`);
+  let dot = 0, gg = 0, ww = 0, maxDiff = 0;
+  got.forEach((v, j) => {
+    dot += v * wantEmb[j]; gg += v * v; ww += wantEmb[j] * wantEmb[j];
+    maxDiff = Math.max(maxDiff, Math.abs(v - wantEmb[j]));
+  });
+  assert.ok(dot / Math.sqrt(gg * ww) > 0.9999 && maxDiff < 1e-4, `${what}: cosine ${dot / Math.sqrt(gg * ww)}, max error ${maxDiff}`);
+};
+emb.data.forEach((d, i) => {
+  assert.equal(d.index, i);
+  assert.deepEqual(Array.from(d.embedding), embFloat.data[i].embedding.map(Math.fround), `embedding ${i}: base64 and float differ`);
+});
+checkEmbedding(Array.from(emb.data[0].embedding), "node embeddings");
+ok("node embeddings");
 
 // Sampling controls: logit_bias forces a token (WARDEN_FORCED_TOKEN, whose
 // text is WARDEN_FORCED_TEXT), and greedy output with frequency and
@@ -180,6 +214,13 @@ ok("node responses chained");
 
 // The Vercel AI SDK's default provider calls /v1/responses.
 const openai = createOpenAI({ baseURL, apiKey });
+
+// The AI SDK's embedMany (float on the wire) gets the same vectors.
+const many = await embedMany({ model: openai.embedding(model), values: embInputs, maxRetries: 0 });
+assert.equal(many.embeddings.length, 2);
+many.embeddings.forEach((e, i) => assert.deepEqual(e.map(Math.fround), Array.from(emb.data[i].embedding), `ai-sdk embedding ${i}`));
+assert.equal(many.usage.tokens, embTokens);
+ok("ai-sdk embedMany");
 const gen = await generateText({ model: openai(model), prompt, maxOutputTokens: max, temperature: 0, maxRetries: 0 });
 assert.equal(gen.text, want);
 assert.equal(gen.usage.inputTokens, chat.usage.prompt_tokens);

@@ -13,6 +13,7 @@ import (
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
+	"github.com/warden-ai/warden/worker/reference"
 	"github.com/warden-ai/warden/worker/runtime"
 )
 
@@ -25,6 +26,7 @@ const referenceKV = 64 << 20
 // served by warden must return. It is safe for concurrent use (sequences
 // run one at a time).
 type Reference struct {
+	dir    string // the model directory
 	tok    *tokenizer.Tokenizer
 	addBOS bool
 	rt     *runtime.Runtime
@@ -67,7 +69,7 @@ func NewReference(dir string) (*Reference, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Reference{tok: tok, addBOS: addBOS, rt: rt, stop: cancel, done: make(chan struct{})}
+	r := &Reference{dir: dir, tok: tok, addBOS: addBOS, rt: rt, stop: cancel, done: make(chan struct{})}
 	go func() {
 		_ = rt.Run(ctx)
 		close(r.done)
@@ -124,6 +126,17 @@ func (r *Reference) CompletionPrompt(prompt string) ([]int32, error) {
 		ids = append([]int32{bos}, ids...)
 	}
 	return ids, nil
+}
+
+// Embedding is the float64 reference embedding of a completion-style
+// input as /v1/embeddings computes it: prompt tokenized as a completion
+// prompt, its final hidden states pooled with p and L2-normalised.
+func (r *Reference) Embedding(prompt string, p engine.Pooling) ([]float64, error) {
+	ids, err := r.CompletionPrompt(prompt)
+	if err != nil {
+		return nil, err
+	}
+	return reference.Embedding(r.dir, ids, p)
 }
 
 // Chat is the greedy output for chat messages with maxTokens.

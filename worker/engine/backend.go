@@ -36,6 +36,15 @@ type Backend interface {
 	MaxBatchTokens() int
 }
 
+// HiddenStates is implemented by a Backend that fills Chunk.Hidden: the
+// model's final hidden states, after the final norm, which embedding
+// requests pool (Request.Embed). The engine refuses embedding requests
+// on a backend without it (ErrNoEmbeddings).
+type HiddenStates interface {
+	// HiddenSize is the length of one hidden-state row.
+	HiddenSize() int
+}
+
 // Chunk is one sequence's slice of work in a forward step.
 type Chunk struct {
 	// Owner is the sequence's owner; a backend that checks page tags on
@@ -64,4 +73,11 @@ type Chunk struct {
 	// nil for the base model. A backend adds the adapter's update to the
 	// chunk's rows only: the chunk's result is the one it gets alone.
 	Adapter Adapter
+	// Hidden, when non-nil (only on a backend implementing HiddenStates),
+	// receives the final hidden states (after the model's final norm,
+	// before the LM head) of the chunk's last m positions, m rows of
+	// HiddenSize in position order, m = len(Hidden)/HiddenSize between 1
+	// and len(Tokens). Like Logits, each row must not depend on the batch
+	// or on how the prompt was split into chunks.
+	Hidden []float32
 }

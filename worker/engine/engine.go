@@ -95,6 +95,13 @@ type Request struct {
 	// base model; its Hash must equal Owner.Adapter. The caller keeps it
 	// loaded until the request's stream ends.
 	Adapter Adapter
+	// Embed, when not PoolingNone, makes this an embedding request
+	// (embed.go): the prompt is prefilled into Pages (which need hold
+	// only the prompt), nothing is sampled (Sampling is ignored), and the
+	// sequence finishes with FinishEmbedded and the pooled, normalised
+	// final hidden state in Result.Embedding. The backend must implement
+	// HiddenStates.
+	Embed Pooling
 }
 
 // Stats are cumulative engine counters.
@@ -137,8 +144,11 @@ type Engine struct {
 	running []*sequence
 	batch   []Chunk
 	members []*sequence
-	// prefilling collects a step's sequences still in their prompt.
+	// prefilling collects a step's sequences still in their prompt;
+	// hiddenAt is the step's next free row of hidden-state scratch
+	// (embedding requests, embed.go).
 	prefilling []*sequence
+	hiddenAt   int
 	logits     [][]float32
 	sampler    sampler
 	lps        logprobScratch
@@ -150,6 +160,10 @@ type Engine struct {
 	specProposed, specAccepted         atomic.Uint64
 	// specLogits holds the logits rows of the step's speculative chunks.
 	specLogits []float32
+	// hidden is the backend's hidden-state width (HiddenStates), 0 when
+	// it computes none; hiddenBuf holds the step's Chunk.Hidden rows.
+	hidden    int
+	hiddenBuf []float32
 	// masked is the scratch copy of a logits row a constrained sequence
 	// masks and samples from (pick).
 	masked             []float32
@@ -198,6 +212,11 @@ type sequence struct {
 	// specSkip is how many more decode steps go without a proposal, and
 	// specBackoff the current length of such a pause (backOff).
 	specSkip, specBackoff int
+
+	// Embedding requests (embed.go): the running sum (mean) or the last
+	// row (last) of the prompt's hidden states, then the result.
+	pooled    []float64
+	embedding []float32
 }
 
 // New creates an engine over backend and pool.
@@ -231,6 +250,9 @@ func New(cfg Config, backend Backend, pool *kvpool.Pool, logger *slog.Logger) (*
 	}
 	for i := range e.logits {
 		e.logits[i] = make([]float32, backend.VocabSize())
+	}
+	if hs, ok := backend.(HiddenStates); ok {
+		e.hidden = hs.HiddenSize()
 	}
 	return e, nil
 }
@@ -289,6 +311,9 @@ func (e *Engine) validate(req *Request) error {
 		if t < 0 || int(t) >= e.cfg.VocabSize {
 			return fmt.Errorf("%w: prompt token %d at position %d is outside the vocabulary (%d)", ErrBadRequest, t, i, e.cfg.VocabSize)
 		}
+	}
+	if req.Embed != PoolingNone {
+		return e.validateEmbed(req)
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
@@ -536,6 +561,7 @@ func (e *Engine) step(ctx context.Context) {
 	e.batch = e.batch[:0]
 	e.members = e.members[:0]
 	e.prefilling = e.prefilling[:0]
+	e.hiddenAt = 0
 	for _, s := range e.running {
 		if s.ctx.Err() != nil || s.stream.isClosed() {
 			e.finish(s, FinishError, ErrAborted)
@@ -594,14 +620,17 @@ func (e *Engine) step(ctx context.Context) {
 
 // add puts s's chunk c into the step's batch once its pages pass the
 // ownership check, with a logits row when the chunk ends the prompt or
-// decodes.
+// decodes (hidden-state rows for an embedding request).
 func (e *Engine) add(s *sequence, c Chunk) {
 	c.Owner, c.Pages, c.Shared, c.Adapter = s.req.Owner, s.req.Pages, s.tags[:s.shared], s.req.Adapter
 	if err := e.checkPages(s, c); err != nil {
 		e.violation(s, err)
 		return
 	}
-	if (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt) {
+	switch {
+	case s.req.Embed != PoolingNone:
+		e.hiddenAt = e.hiddenRows(s, &c, e.hiddenAt)
+	case (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt):
 		c.Logits = e.logits[len(e.batch)]
 	}
 	e.batch = append(e.batch, c)
@@ -684,6 +713,10 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 		}
 	} else {
 		e.decodeTokens.Add(1)
+	}
+	if s.req.Embed != PoolingNone {
+		e.poolHidden(s, c)
+		return
 	}
 	if c.Logits == nil {
 		return
@@ -773,6 +806,7 @@ func (e *Engine) finish(s *sequence, reason FinishReason, err error) {
 		CachedTokens:     min(s.cached, s.prompt),
 		CompletionTokens: s.generated,
 		FirstToken:       s.first,
+		Embedding:        s.embedding,
 		Err:              err,
 	}})
 	s.stream = nil

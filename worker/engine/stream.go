@@ -31,6 +31,9 @@ const (
 	// FinishPrefilled: a PrefillOnly request finished its prompt and
 	// sampled its first token.
 	FinishPrefilled FinishReason = "prefilled"
+	// FinishEmbedded: an embedding request (Request.Embed) pooled its
+	// prompt's hidden states; Result.Embedding holds the vector.
+	FinishEmbedded FinishReason = "embedded"
 	// FinishError: the sequence failed or was aborted; Result.Err says why.
 	FinishError FinishReason = "error"
 )
@@ -61,6 +64,9 @@ type Result struct {
 	CompletionTokens int
 	// FirstToken is the first sampled token (-1 if none was sampled).
 	FirstToken int32
+	// Embedding is, for FinishEmbedded, the pooled and L2-normalised
+	// final hidden state (Request.Embed).
+	Embedding []float32
 	// Err is set when Finish is FinishError.
 	Err error
 }

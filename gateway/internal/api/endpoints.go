@@ -59,3 +59,12 @@ func DecodeInput(body []byte) (*GenerateRequest, map[string]json.RawMessage, *Er
 	}
 	return d.r, f, nil
 }
+
+// RequestID is the gateway's ID of the request ctx serves (the
+// x-request-id it answers with), for a JSONEndpoint; "" outside one.
+func RequestID(ctx context.Context) string {
+	if info := infoFrom(ctx); info != nil {
+		return info.id
+	}
+	return ""
+}

@@ -145,7 +145,10 @@ type Backend struct {
 	outs             [3][]float32 // a layer's product outputs, reused
 }
 
-var _ engine.Backend = (*Backend)(nil)
+var (
+	_ engine.Backend      = (*Backend)(nil)
+	_ engine.HiddenStates = (*Backend)(nil)
+)
 
 // ErrShape reports weights that do not match the Spec.
 var ErrShape = errors.New("cpu: weight shape mismatch")
@@ -203,6 +206,9 @@ func (b *Backend) Close() { b.pool.Close() }
 
 // VocabSize implements engine.Backend.
 func (b *Backend) VocabSize() int { return b.spec.Vocab }
+
+// HiddenSize implements engine.HiddenStates.
+func (b *Backend) HiddenSize() int { return b.spec.Hidden }
 
 // MaxBatchTokens implements engine.Backend.
 func (b *Backend) MaxBatchTokens() int { return b.opt.MaxBatchTokens }
@@ -293,6 +299,9 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 		if need := (c.Start + len(c.Tokens) + b.opt.PageTokens - 1) / b.opt.PageTokens; len(c.Pages) < need {
 			return fmt.Errorf("cpu: chunk %d has %d pages, needs %d", i, len(c.Pages), need)
 		}
+		if n := len(c.Hidden) / s.Hidden; c.Hidden != nil && (len(c.Hidden)%s.Hidden != 0 || n < 1 || n > len(c.Tokens)) {
+			return fmt.Errorf("cpu: chunk %d's hidden buffer has %d entries, want 1 to %d rows of %d", i, len(c.Hidden), len(c.Tokens), s.Hidden)
+		}
 		rows += len(c.Tokens)
 	}
 	if rows > b.opt.MaxBatchTokens {
@@ -358,7 +367,8 @@ func (b *Backend) layerForward(l, rows int) {
 }
 
 // computeLogits normalises the rows of every chunk that wants logits (its
-// last len(Logits)/Vocab positions) and multiplies them by the LM head.
+// last len(Logits)/Vocab positions) and multiplies them by the LM head;
+// the normalised rows a chunk's Hidden asks for go there.
 func (b *Backend) computeLogits(batch []engine.Chunk) error {
 	s := &b.spec
 	hid := s.Hidden
@@ -366,6 +376,12 @@ func (b *Backend) computeLogits(batch []engine.Chunk) error {
 	r := 0
 	for _, c := range batch {
 		r += len(c.Tokens)
+		if c.Hidden != nil {
+			n := len(c.Hidden) / hid
+			for i, row := 0, r-n; row < r; i, row = i+1, row+1 {
+				kernels.RMSNorm(c.Hidden[i*hid:(i+1)*hid], b.x[row*hid:(row+1)*hid], b.w.Norm, s.RMSNormEps)
+			}
+		}
 		if c.Logits == nil {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/warden-ai/warden/internal/lora"
+	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/kernels"
 )
 
@@ -20,6 +21,58 @@ func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 // model), merged into the weights in float64: every projection the
 // adapter targets is computed with W + Scale·B·A.
 func ReferenceAdapter(s Spec, w Weights, a *lora.Adapter, tokens []int32) [][]float64 {
+	lm := merged(w.LMHead, nil, 0, "")
+	h := referenceHidden(s, w, a, tokens)
+	y := make([][]float64, len(h))
+	for i, x := range h {
+		y[i] = make([]float64, s.Vocab)
+		for o := range s.Vocab {
+			var acc float64
+			for j, v := range x {
+				acc += v * lm[o*s.Hidden+j]
+			}
+			y[i][o] = acc
+		}
+	}
+	return y
+}
+
+// ReferenceEmbedding is the float64 reference of an embedding request:
+// the final hidden states (ReferenceHidden) pooled as p says (the last
+// position's, or the mean of all) and divided by their L2 norm.
+func ReferenceEmbedding(s Spec, w Weights, tokens []int32, p engine.Pooling) []float64 {
+	h := ReferenceHidden(s, w, tokens)
+	v := make([]float64, s.Hidden)
+	switch p {
+	case engine.PoolingLast:
+		copy(v, h[len(h)-1])
+	case engine.PoolingMean:
+		for _, row := range h {
+			for j, x := range row {
+				v[j] += x / float64(len(h))
+			}
+		}
+	}
+	var ss float64
+	for _, x := range v {
+		ss += x * x
+	}
+	for j := range v {
+		v[j] /= math.Sqrt(ss)
+	}
+	return v
+}
+
+// ReferenceHidden computes every position's final hidden state in
+// float64, after the model's final norm (the LM head's input), with the
+// forward pass Reference describes.
+func ReferenceHidden(s Spec, w Weights, tokens []int32) [][]float64 {
+	return referenceHidden(s, w, nil, tokens)
+}
+
+// referenceHidden is ReferenceHidden under adapter a (nil: the base
+// model), merged into the weights as ReferenceAdapter says.
+func referenceHidden(s Spec, w Weights, a *lora.Adapter, tokens []int32) [][]float64 {
 	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
 	qDim, kvDim := s.Heads*hd, s.KVDim()
 	layer := 0
@@ -151,7 +204,7 @@ func ReferenceAdapter(s Spec, w Weights, a *lora.Adapter, tokens []int32) [][]fl
 			}
 		}
 	}
-	return matmul(rms(x, w.Norm), w.LMHead, "", s.Vocab, hid)
+	return rms(x, w.Norm)
 }
 
 // merged returns m, layer l's projection mod, in float64 with adapter
