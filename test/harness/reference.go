@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -148,6 +149,29 @@ func (r *Reference) Chat(ctx context.Context, msgs []tokenizer.Message, maxToken
 	return r.Run(ctx, p, Greedy(maxTokens))
 }
 
+// ChatUnder is Chat under the LoRA adapter whose PEFT files are
+// configJSON (adapter_config.json) and weights
+// (adapter_model.safetensors), computed by the same engine as warden's
+// workers.
+func (r *Reference) ChatUnder(ctx context.Context, configJSON, weights []byte, msgs []tokenizer.Message, maxTokens int) (Output, error) {
+	a, err := lora.Parse(configJSON, weights, &r.rt.Model.Config)
+	if err != nil {
+		return Output{}, fmt.Errorf("reference: %w", err)
+	}
+	if r.rt.PrepareAdapter == nil {
+		return Output{}, fmt.Errorf("reference: the backend serves no adapters")
+	}
+	ad, err := r.rt.PrepareAdapter(a)
+	if err != nil {
+		return Output{}, fmt.Errorf("reference: %w", err)
+	}
+	p, err := r.ChatPrompt(msgs)
+	if err != nil {
+		return Output{}, err
+	}
+	return r.run(ctx, p, Greedy(maxTokens), ad)
+}
+
 // Completion is the greedy output for a completion prompt with maxTokens.
 func (r *Reference) Completion(ctx context.Context, prompt string, maxTokens int) (Output, error) {
 	p, err := r.CompletionPrompt(prompt)
@@ -167,16 +191,24 @@ func Greedy(maxTokens int) engine.Sampling {
 // For seeded sampling pass the request's temperature, top_p and seed: the
 // engine's draws depend only on (seed, token index).
 func (r *Reference) Run(ctx context.Context, prompt []int32, s engine.Sampling) (Output, error) {
+	return r.run(ctx, prompt, s, nil)
+}
+
+// run is Run under adapter ad (nil: the base model).
+func (r *Reference) run(ctx context.Context, prompt []int32, s engine.Sampling, ad engine.Adapter) (Output, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
 	owner := kvpool.Owner{Tenant: "reference", Request: fmt.Sprint(r.n), Epoch: 1}
+	if ad != nil {
+		owner.Adapter = ad.Hash()
+	}
 	pages, err := r.rt.Pool.Reserve(owner, len(prompt)+s.MaxTokens)
 	if err != nil {
 		return Output{}, fmt.Errorf("reference: %w", err)
 	}
 	defer func() { _, _ = r.rt.Pool.Release(owner) }()
-	stream, err := r.rt.Engine.Submit(ctx, engine.Request{Owner: owner, Pages: pages, Prompt: prompt, Sampling: s})
+	stream, err := r.rt.Engine.Submit(ctx, engine.Request{Owner: owner, Pages: pages, Prompt: prompt, Sampling: s, Adapter: ad})
 	if err != nil {
 		return Output{}, fmt.Errorf("reference: %w", err)
 	}
