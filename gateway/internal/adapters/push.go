@@ -29,7 +29,10 @@ func NotLoaded(err error) (hash string, ok bool) {
 	if err == nil || !isStatus || st.Code() != codes.FailedPrecondition {
 		return "", false
 	}
-	return strings.CutPrefix(st.Message(), notLoadedPrefix)
+	if hash, ok := strings.CutPrefix(st.Message(), notLoadedPrefix); ok {
+		return hash, true
+	}
+	return "", false
 }
 
 // ChunkBytes is the most weights bytes one AdapterPart carries.
