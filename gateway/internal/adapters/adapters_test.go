@@ -46,7 +46,7 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Name != "m:ad" || a.Rank != 2 || a.Bytes != 2*4*(2*32+32*2) || len(a.Targets) != 1 || a.Targets[0] != "v_proj" {
+	if a.Name != "m:ad" || a.Rank != 2 || a.Bytes != 2*4*(2*32+16*2) || len(a.Targets) != 1 || a.Targets[0] != "v_proj" {
 		t.Fatalf("registered %+v", a)
 	}
 	for _, id := range []string{"acme", "beta"} {
