@@ -387,6 +387,7 @@ type fakeWorker struct {
 	// LoadAdapter then loads it (loads records each). adapterMem, when
 	// set, is the adapter memory its heartbeats report.
 	adapters   map[string]bool
+	refuseLoad bool // LoadAdapter answers RESOURCE_EXHAUSTED: no room
 	loads      []*loadedAdapter
 	adapterMem *controlpb.AdapterMemory
 	refusals   []string // "<method> <hash>" of each call refused for its adapter
@@ -711,6 +712,9 @@ func (w *fakeWorker) LoadAdapter(srv grpc.ClientStreamingServer[controlpb.Adapte
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.refuseLoad {
+		return status.Error(codes.ResourceExhausted, "adapter memory full of pinned adapters")
+	}
 	if l.first == nil || int64(len(l.weights)) != l.first.GetWeightsSize() {
 		return status.Error(codes.InvalidArgument, "incomplete adapter")
 	}
