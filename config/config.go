@@ -128,15 +128,15 @@ type Gateway struct {
 	// Responses configures the Responses API's stored responses.
 	Responses StoredResponses `yaml:"responses"`
 	// Adapters configures the LoRA adapter registry.
-	Adapters Adapters `yaml:"adapters"`
+	Adapters AdapterRegistry `yaml:"adapters"`
 }
 
 // MaxAdapterBytes is the most gateway.adapters.max_bytes may be.
 const MaxAdapterBytes = 4 << 30
 
-// Adapters configures the registry of LoRA adapters (admin API
+// AdapterRegistry configures the registry of LoRA adapters (admin API
 // /admin/v1/adapters, gateway/internal/adapters).
-type Adapters struct {
+type AdapterRegistry struct {
 	// MaxBytes bounds one adapter's files (adapter_config.json plus
 	// adapter_model.safetensors) as uploaded. Default 256MiB; at most
 	// 4GiB.
@@ -484,6 +484,9 @@ type Worker struct {
 	// PrefillChunkTokens is how many prompt tokens one prefill step
 	// processes. Default 512.
 	PrefillChunkTokens int `yaml:"prefill_chunk_tokens"`
+	// PrefillOrder is which prompts get a step's prefill_chunk_tokens
+	// first. Default least_served.
+	PrefillOrder PrefillOrder `yaml:"prefill_order"`
 	// MaxBatch is the most sequences in one batched step. Default 32.
 	MaxBatch int `yaml:"max_batch"`
 	// Speculative configures exact speculative decoding without a draft
@@ -491,6 +494,17 @@ type Worker struct {
 	Speculative Speculative `yaml:"speculative"`
 	// Transfer configures the KV data plane between prefill and decode.
 	Transfer Transfer `yaml:"transfer"`
+	// Adapters sizes the worker's LoRA adapter memory.
+	Adapters AdapterMemory `yaml:"adapters"`
+}
+
+// AdapterMemory sizes a worker's LoRA adapter memory (worker/adapters).
+type AdapterMemory struct {
+	// Memory is the budget of the adapters held at once, in their
+	// compute form (float32 A and B matrices); least recently used
+	// adapters no request runs under are evicted for new ones. 0 disables
+	// adapters: requests naming one are refused. Default 256MiB.
+	Memory ByteSize `yaml:"memory"`
 }
 
 // KV sizes and hardens a worker's paged KV pool.
@@ -538,6 +552,19 @@ type Speculative struct {
 	NgramMax int `yaml:"ngram_max"`
 	NgramMin int `yaml:"ngram_min"`
 }
+
+// PrefillOrder names how the engine shares a step's prompt tokens.
+type PrefillOrder string
+
+// Prefill orders.
+const (
+	// PrefillLeastServed: the prompt with the fewest positions computed
+	// per tenant weight first (admission order one step in four), so a
+	// short prompt behind a long one starts at once.
+	PrefillLeastServed PrefillOrder = "least_served"
+	// PrefillArrival: admission order (first come, first served).
+	PrefillArrival PrefillOrder = "arrival"
+)
 
 // SpeculativeMethod names a speculative decoding method.
 type SpeculativeMethod string

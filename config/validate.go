@@ -477,10 +477,14 @@ func (c *Config) validateWorker(v *validator) {
 	if w.KV.MemoryHeadroom < 0 {
 		v.add("worker.kv.memory_headroom", "must be >= 0 (got %d)", int64(w.KV.MemoryHeadroom))
 	}
+	if w.Adapters.Memory < 0 {
+		v.add("worker.adapters.memory", "must be >= 0 (got %d)", int64(w.Adapters.Memory))
+	}
 	if !(w.KV.MemoryFraction > 0 && w.KV.MemoryFraction <= 1) {
 		v.add("worker.kv.memory_fraction", "must be in (0, 1] (got %g)", w.KV.MemoryFraction)
 	}
 	v.positiveInt("worker.prefill_chunk_tokens", w.PrefillChunkTokens)
+	oneOf(v, "worker.prefill_order", w.PrefillOrder, PrefillLeastServed, PrefillArrival)
 	v.positiveInt("worker.max_batch", w.MaxBatch)
 	sp := &w.Speculative
 	oneOf(v, "worker.speculative.method", sp.Method, SpeculativeOff, SpeculativeNgram)

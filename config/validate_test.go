@@ -152,6 +152,8 @@ func TestValidationRules(t *testing.T) {
 			[]string{`worker.kv.memory_bytes: must be >= 0 (got -1)`}},
 		{"memory headroom", func(c *Config) { c.Worker.KV.MemoryHeadroom = -1 },
 			[]string{`worker.kv.memory_headroom: must be >= 0 (got -1)`}},
+		{"adapter memory", func(c *Config) { c.Worker.Adapters.Memory = -1 },
+			[]string{`worker.adapters.memory: must be >= 0 (got -1)`}},
 		{"memory fraction", func(c *Config) { c.Worker.KV.MemoryFraction = 1.5 },
 			[]string{`worker.kv.memory_fraction: must be in (0, 1] (got 1.5)`}},
 		{"prefill chunk", func(c *Config) { c.Worker.PrefillChunkTokens = 0 },

@@ -299,7 +299,7 @@ func (d *driver) withAdapter(ctx context.Context, w *registry.Worker, call func(
 // once per worker, and reports whether the request may be placed again
 // (errRetry); a failed push is the request's failure.
 func (d *driver) adapterMissing(ctx context.Context, w *registry.Worker, err error) (retry bool, _ error) {
-	if h, ok := adapters.NotLoaded(err); !ok || d.adapter == nil || h != d.adapter.Hash || d.adapterPushed[w.ID()] {
+	if h, ok := controlpb.IsAdapterNotLoaded(err); !ok || d.adapter == nil || h != d.adapter.Hash || d.adapterPushed[w.ID()] {
 		return false, nil
 	}
 	if d.adapterPushed == nil {

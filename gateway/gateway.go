@@ -274,7 +274,7 @@ func New(cfg *config.Config, opts ...Option) (g *Gateway, err error) {
 		Logger:           g.logger,
 	})
 	g.tokenizers.reg = g.reg
-	g.evictor = g.domains.evictor(g.reg, cfg.Gateway.HeartbeatTimeout, g.logger)
+	g.evictor = g.domains.evictor(g.reg, g.adapters, cfg.Gateway.HeartbeatTimeout, g.logger)
 	if err := g.promReg.Register(g.evictor); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}

@@ -688,7 +688,7 @@ func (w *fakeWorker) needAdapter(method string, ref *controlpb.AdapterRef, owner
 		return nil
 	}
 	w.refusals = append(w.refusals, method+" "+ref.GetHash())
-	return status.Error(codes.FailedPrecondition, "adapter not loaded: "+ref.GetHash())
+	return controlpb.AdapterNotLoaded(ref.GetHash()).Err()
 }
 
 // LoadAdapter implements controlpb.WorkerServer: it keeps the files'

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/domainevict"
 	"github.com/warden-ai/warden/gateway/internal/registry"
@@ -26,9 +27,9 @@ import (
 // holding): 1<<16 entries of ~100 bytes.
 const indexEntries = 1 << 16
 
-// cacheDomains derives each request's prefix-cache domain (DESIGN I3, I8):
-// HMAC of a server-side secret and the tenant (or, if the tenant narrowed
-// it, the API key). Nothing a client sends enters it, so no client can
+// cacheDomains derives each request's prefix-cache domain (DESIGN I3, I8,
+// I8a): HMAC of a server-side secret and the tenant (or, if the tenant
+// narrowed it, the API key), and the request's LoRA adapter if any. Nothing a client sends enters it, so no client can
 // choose or widen the set of requests it shares KV pages with. The secret
 // is derived from tenants.key_secret_file when one is set, so that the
 // gateway replicas of one fleet (which share that file) and a restarted
@@ -78,20 +79,34 @@ func labelledSecret(keySecret []byte, label string) []byte {
 	return m.Sum(nil)
 }
 
-// of returns the domain of a request of p under the tenant's mode, and
+// of returns the domain of a request of p under the tenant's mode and the
+// LoRA adapter whose content hash is adapter ("" for the base model), and
 // false for no cache.
-func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode) (cachekey.Domain, bool) {
+func (c *cacheDomains) of(p api.Principal, mode cachekey.Mode, adapter string) (cachekey.Domain, bool) {
 	if c == nil {
 		return cachekey.Domain{}, false
 	}
-	return cachekey.Derive(c.secret, mode, cachekey.Scope{Tenant: p.Tenant, Incarnation: p.Incarnation, KeyID: p.KeyID})
+	return cachekey.Derive(c.secret, mode, cachekey.Scope{Tenant: p.Tenant, Incarnation: p.Incarnation, KeyID: p.KeyID, Adapter: adapter})
 }
 
 // evictor returns the evictor of these domains (domainevict): it calls
 // every worker of reg, within timeout, and the routing index forgets what
-// they acknowledge evicting.
-func (c *cacheDomains) evictor(reg *registry.Registry, timeout time.Duration, log *slog.Logger) *domainevict.Evictor {
+// they acknowledge evicting. A tenant's domains include those under each
+// adapter of ads it may use (nil: no adapter registry).
+func (c *cacheDomains) evictor(reg *registry.Registry, ads *adapters.Registry, timeout time.Duration, log *slog.Logger) *domainevict.Evictor {
+	var usable func(ctx context.Context, id string) ([]string, error)
+	if ads != nil {
+		usable = func(ctx context.Context, id string) ([]string, error) {
+			as, err := ads.Usable(ctx, id)
+			hashes := make([]string, len(as))
+			for i, a := range as {
+				hashes[i] = a.Hash
+			}
+			return hashes, err
+		}
+	}
 	return domainevict.New(domainevict.Config{
+		Adapters: usable,
 		Workers: func() []domainevict.Worker {
 			var out []domainevict.Worker
 			for _, s := range reg.Workers() {

@@ -363,7 +363,7 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, ok := tg.domains.of(api.Principal{Tenant: "acme", Incarnation: acme.Incarnation}, cachekey.ModeTenant)
+		d, ok := tg.domains.of(api.Principal{Tenant: "acme", Incarnation: acme.Incarnation}, cachekey.ModeTenant, "")
 		if !ok {
 			t.Fatal("no cache domain")
 		}
@@ -394,7 +394,7 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 // another key secret, or none (a secret drawn at start-up), shares none.
 func TestDomainsFollowTheKeySecret(t *testing.T) {
 	domain := func(keySecret []byte) cachekey.Domain {
-		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme", Incarnation: "i1"}, cachekey.ModeTenant)
+		d, ok := newCacheDomains(slog.New(slog.DiscardHandler), config.RoutingCacheAware, keySecret).of(api.Principal{Tenant: "acme", Incarnation: "i1"}, cachekey.ModeTenant, "")
 		if !ok {
 			t.Fatal("no cache domain")
 		}

@@ -378,7 +378,7 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 		gen:             &generation{req: r, events: make(chan api.Event)},
 	}
 	d.markers = mt.keptMarkers(d.tools != nil, d.reason != nil)
-	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache)
+	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache, r.Info().Adapter)
 	return d, nil
 }
 

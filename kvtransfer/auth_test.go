@@ -121,8 +121,8 @@ func TestUnauthenticatedSenders(t *testing.T) {
 		tk := h.ticket(8, 4, 0)
 		first := raw(t, h)
 		ch := challenge(t, first)
-		hello := wire.Hello{Version: wire.Version, Backend: TCP.code(), TransferID: tk.TransferID}
-		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace)
+		hello := wire.Hello{Version: wire.Version, Backend: TCP.code(), TransferID: tk.TransferID, Owner: tagOf(tk.Owner).wire()}
+		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace, hello.Owner)
 		first.Close()
 		second := raw(t, h)
 		challenge(t, second)
@@ -133,13 +133,33 @@ func TestUnauthenticatedSenders(t *testing.T) {
 		}
 		assertUntouched(t, h, 2)
 	})
+	t.Run("owner tag changed after the proof", func(t *testing.T) {
+		// The proof covers the owner tag: a Hello whose tag was swapped
+		// (say, to the reservation's adapter) after the proof is refused
+		// without an answer.
+		h := newHarness(t, TCP, 8, 1024, harnessOpts{})
+		tk := h.ticket(8, 4, 0)
+		conn := raw(t, h)
+		ch := challenge(t, conn)
+		other := tk.Owner
+		other.Adapter = "bbbb"
+		hello := wire.Hello{Version: wire.Version, Backend: TCP.code(), TransferID: tk.TransferID, Owner: tagOf(other).wire()}
+		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace, hello.Owner)
+		hello.Owner = tagOf(tk.Owner).wire()
+		b := hello.Marshal()
+		conn.Write(b[:])
+		if n := drained(conn); n != 0 {
+			t.Errorf("receiver answered a Hello with a swapped owner tag with %d bytes", n)
+		}
+		assertUntouched(t, h, 1)
+	})
 	t.Run("unsupported version", func(t *testing.T) {
 		h := newHarness(t, TCP, 8, 1024, harnessOpts{})
 		tk := h.ticket(8, 4, 0)
 		conn := raw(t, h)
 		ch := challenge(t, conn)
 		hello := wire.Hello{Version: 9, Backend: TCP.code(), TransferID: tk.TransferID}
-		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace)
+		hello.ClientProof = wire.ClientProof(tk.AuthToken, tk.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace, hello.Owner)
 		b := hello.Marshal()
 		conn.Write(b[:])
 		if n := drained(conn); n != 0 {

@@ -27,7 +27,8 @@
 //   - shm: decode's KV slab is a shared-memory Segment (CreateSegment,
 //     mode 0600). Prefill maps it (OpenSegment) and copies pages directly
 //     into decode's memory (one-sided, like RDMA), hashing each page while
-//     it is in cache, then writes the page's header (owner tag, epoch,
+//     it is in cache, then writes the page's header (owner tag with the
+//     adapter, epoch,
 //     transfer ID, bytes written, checksum) and last its seal word. Decode
 //     verifies sealed pages — header, then checksum recomputed over its own
 //     memory — while later ones are still being written (receiver_shm.go);
@@ -46,6 +47,11 @@
 // Open's context: trace ID, span ID, flags), covered by the proof, so that
 // the receiver's span for the transfer (ReceiverConfig.OnTransfer) joins
 // the request's trace; it is telemetry only and decides nothing.
+// It carries, covered by the proof too, the owner tag of the KV the
+// sender computed (its ticket's owner: tenant, request and LoRA adapter,
+// DESIGN I8a); the receiver refuses a tag other than its reservation's
+// (Accept status ErrOwnerMismatch, Sink.Fail) before a byte lands, so KV
+// computed under another adapter never enters decode's pages.
 // Every frame header then carries a sequence number and a truncated
 // HMAC-SHA-256 under a per-direction session key; control payloads
 // (COMPLETE's checksums and token count, RESULT, …) are covered by the MAC

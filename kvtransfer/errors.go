@@ -22,7 +22,9 @@ var (
 	ErrTokenCount = errors.New("kvtransfer: token count mismatch")
 	// ErrDuplicate: a frame or byte range arrived twice.
 	ErrDuplicate = errors.New("kvtransfer: duplicate frame")
-	// ErrOwnerMismatch: an shm page header names another owner or transfer.
+	// ErrOwnerMismatch: the sender's Hello or an shm page header names
+	// another owner (tenant, request or LoRA adapter) than the
+	// reservation's.
 	ErrOwnerMismatch = errors.New("kvtransfer: page owner mismatch")
 	// ErrProtocol: a malformed or unexpected message.
 	ErrProtocol = errors.New("kvtransfer: protocol violation")

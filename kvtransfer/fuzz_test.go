@@ -11,7 +11,7 @@ import (
 // fuzzTicket is a fixed ticket the fuzz targets' receivers know.
 func fuzzTicket(b Backend, path string) *Ticket {
 	return &Ticket{
-		TransferID: TransferID{0xaa, 1}, Owner: Owner{Tenant: "t", Request: "r", Epoch: 3},
+		TransferID: TransferID{0xaa, 1}, Owner: Owner{Tenant: "t", Request: "r", Epoch: 3, Adapter: testAdapterA},
 		Pages: []int32{2, 0, 3}, PageTokens: 4, PromptTokens: 10, PageBytes: 256,
 		AuthToken: make([]byte, AuthTokenSize), Addr: "127.0.0.1:1", Backend: b, ShmPath: path,
 	}
@@ -22,9 +22,14 @@ func fuzzTicket(b Backend, path string) *Ticket {
 // touching a page or deciding a transfer.
 func FuzzServerHandshake(f *testing.F) {
 	tk := fuzzTicket(TCP, "")
-	hello := wire.Hello{Version: wire.Version, Backend: TCP.code(), TransferID: tk.TransferID}
+	hello := wire.Hello{Version: wire.Version, Backend: TCP.code(), TransferID: tk.TransferID, Owner: tagOf(tk.Owner).wire()}
 	hb := hello.Marshal()
 	f.Add(hb[:])
+	other := tk.Owner
+	other.Adapter = testAdapterB
+	hello.Owner = tagOf(other).wire()
+	hb2 := hello.Marshal()
+	f.Add(hb2[:])
 	f.Add(append(hb[:], validFrames(tk, true)...))
 	f.Add([]byte("garbage"))
 	f.Fuzz(func(t *testing.T, in []byte) {

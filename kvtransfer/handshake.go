@@ -16,8 +16,9 @@ import (
 //
 //	S→C Challenge  version, server nonce (sent on accept)
 //	C→S Hello      version, backend, transfer ID, client nonce, the
-//	               sender's trace context (telemetry only),
-//	               HMAC(token, "client proof"‖id‖nc‖ns‖trace)
+//	               sender's trace context (telemetry only), the owner tag
+//	               of the KV it computed (tenant, request, adapter),
+//	               HMAC(token, "client proof"‖id‖nc‖ns‖trace‖owner)
 //	S→C Accept     status, shm segment ID; MAC'd with the S→C session key
 //
 // Session keys are HMAC(token, label‖id‖nc‖ns), one per direction; they
@@ -25,6 +26,12 @@ import (
 // unknown transfer, a wrong proof or garbage gets the connection closed
 // without another byte. The receiver claims the transfer only after the
 // proof verified; the sender writes nothing before a valid Accept.
+//
+// The owner tag is the sender's ticket's owner: the prefill worker checks
+// that it is the request whose KV it computes, adapter included. The
+// receiver refuses (Accept status ErrOwnerMismatch, the transfer fails)
+// a tag other than its reservation's: KV computed for another tenant,
+// request or LoRA adapter never enters decode's pages (I4, I8a).
 // One and a half round trips after connect; one on a reused connection,
 // where the receiver sent the Challenge when the previous transfer ended.
 
@@ -49,9 +56,9 @@ func clientHandshake(rw io.ReadWriter, t *Ticket, tc wire.TraceContext) (clientS
 	if ch.Version != wire.Version {
 		return cs, fmt.Errorf("%w: receiver speaks version %d, we %d", ErrProtocol, ch.Version, wire.Version)
 	}
-	hello := wire.Hello{Version: wire.Version, Backend: t.Backend.code(), TransferID: t.TransferID, Trace: tc}
+	hello := wire.Hello{Version: wire.Version, Backend: t.Backend.code(), TransferID: t.TransferID, Trace: tc, Owner: tagOf(t.Owner).wire()}
 	rand.Read(hello.ClientNonce[:])
-	hello.ClientProof = wire.ClientProof(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce, tc)
+	hello.ClientProof = wire.ClientProof(t.AuthToken, t.TransferID, hello.ClientNonce, ch.ServerNonce, tc, hello.Owner)
 	hb := hello.Marshal()
 	if _, err := rw.Write(hb[:]); err != nil {
 		return cs, errIO{err}
@@ -79,6 +86,9 @@ type serverSession struct {
 	in, out *wire.MAC
 	backend uint8
 	trace   wire.TraceContext // the sender's, as its proof vouched
+	// owner is the tag of the owner whose KV the sender computed, as its
+	// proof vouched.
+	owner [wire.OwnerTagSize]byte
 }
 
 // serverAuthenticate runs the receiver's side up to and including the
@@ -109,12 +119,13 @@ func serverAuthenticate(rw io.ReadWriter, lookup func(TransferID) (*Ticket, bool
 	if !ok || len(t.AuthToken) != AuthTokenSize {
 		return ss, fmt.Errorf("%w: unknown transfer %v", ErrUnauthenticated, id)
 	}
-	want := wire.ClientProof(t.AuthToken, hello.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace)
+	want := wire.ClientProof(t.AuthToken, hello.TransferID, hello.ClientNonce, ch.ServerNonce, hello.Trace, hello.Owner)
 	if !hmac.Equal(want[:], hello.ClientProof[:]) {
 		return ss, fmt.Errorf("%w: sender did not prove the token of transfer %v", ErrUnauthenticated, id)
 	}
 	c2s, s2c := wire.SessionKeys(t.AuthToken, hello.TransferID, hello.ClientNonce, ch.ServerNonce)
 	ss.t, ss.in, ss.out, ss.backend, ss.trace = t, wire.NewMAC(c2s[:]), wire.NewMAC(s2c[:]), hello.Backend, hello.Trace
+	ss.owner = hello.Owner
 	return ss, nil
 }
 
@@ -129,4 +140,13 @@ func sendAccept(w io.Writer, out *wire.MAC, status error, segmentID [16]byte) er
 		return errIO{err}
 	}
 	return nil
+}
+
+// wire is t as the Hello carries it.
+func (t ownerTag) wire() [wire.OwnerTagSize]byte {
+	var b [wire.OwnerTagSize]byte
+	copy(b[0:16], t.tenant[:])
+	copy(b[16:32], t.request[:])
+	copy(b[32:48], t.adapter[:])
+	return b
 }

@@ -86,6 +86,12 @@ func (r *Receiver) serveOne(raw, conn net.Conn, reused bool) bool {
 		if errors.Is(err, ErrUnauthenticated) {
 			r.stats.authFailures.Add(1)
 		}
+		if errors.Is(err, ErrOwnerMismatch) {
+			// An authenticated sender with another owner's KV (tenant,
+			// request or adapter): an isolation event, not noise.
+			r.log.Warn("kvtransfer: transfer refused: the sender's KV is for another owner", "remote", raw.RemoteAddr(), "err", err)
+			return false
+		}
 		r.log.Debug("kvtransfer: handshake failed", "remote", raw.RemoteAddr(), "err", err)
 		return false
 	}
@@ -113,19 +119,24 @@ func (r *Receiver) accept(raw, conn net.Conn) (*rtransfer, *session, error) {
 	}
 	rec, err := r.admit(ss, raw, conn)
 	var segID [16]byte
-	var aerr error
 	if err != nil {
-		aerr = sendAccept(conn, ss.out, err, segID)
-	} else {
-		if rec.backend == SHM {
-			segID = r.cfg.Segment.ID()
-		}
-		// Abort may already write an ABORT frame with the same MAC.
-		rec.writeMu.Lock()
-		aerr = sendAccept(conn, ss.out, nil, segID)
-		rec.writeMu.Unlock()
+		sendAccept(conn, ss.out, err, segID)
+		return nil, nil, err
 	}
-	if aerr != nil && err == nil {
+	// The sender computed its KV for the owner its tag names; pages of
+	// another tenant, request or adapter are refused before a byte lands,
+	// and the transfer fails (I4, I8a).
+	var refused error
+	if ss.owner != tagOf(rec.t.Owner).wire() {
+		refused = fmt.Errorf("%w: transfer %v: the sender's KV is not %v's (tenant, request or adapter differ)", ErrOwnerMismatch, rec.id, rec.t.Owner)
+	} else if rec.backend == SHM {
+		segID = r.cfg.Segment.ID()
+	}
+	// Abort may already write an ABORT frame with the same MAC.
+	rec.writeMu.Lock()
+	aerr := sendAccept(conn, ss.out, refused, segID)
+	rec.writeMu.Unlock()
+	if aerr != nil || refused != nil {
 		// The sender never got the go-ahead, so it wrote nothing.
 		r.mu.Lock()
 		rec.done, rec.drained = true, true
@@ -136,11 +147,11 @@ func (r *Receiver) accept(raw, conn net.Conn) (*rtransfer, *session, error) {
 			r.dr.Ack(rec.id, rec.epoch)
 		}
 		r.stats.failed.Add(1)
-		r.sink.Fail(rec.t, fmt.Errorf("%w: sending accept: %w", ErrIncomplete, aerr))
-		return nil, nil, aerr
-	}
-	if err != nil {
-		return nil, nil, err
+		if refused == nil {
+			refused = fmt.Errorf("%w: sending accept: %w", ErrIncomplete, aerr)
+		}
+		r.sink.Fail(rec.t, refused)
+		return nil, nil, refused
 	}
 	r.stats.transfers.Add(1)
 	return rec, r.newSession(rec, ss.in, ss.trace), nil

@@ -20,8 +20,8 @@ import (
 //	[4096, 4096+128*N)   one 128-byte page header per page
 //	[dataOffset, end)    N pages of PageBytes each; dataOffset is 2 MiB-aligned
 //
-// A page header records who last wrote the page: the owner tag (tenant
-// and request hashes), epoch, transfer ID, bytes written and the page
+// A page header records who last wrote the page: the owner tag (tenant,
+// request and LoRA adapter hashes), epoch, transfer ID, bytes written and the page
 // checksum, and a seal word. The sender fills it after the page's data and
 // stores the seal last (atomically, a release): a seal matching the
 // transfer and epoch says the page is complete and will not be written
@@ -49,12 +49,13 @@ type Segment struct {
 }
 
 const (
-	segMagic          = "WARDENKV"
-	segVersion        = 2
-	segHeaderSize     = 4096
-	pageHeaderSize    = 128
-	pageHeaderMagic   = 0x48504b57 // "WKPH"
-	pageHeaderVersion = 2
+	segMagic        = "WARDENKV"
+	segVersion      = 2
+	segHeaderSize   = 4096
+	pageHeaderSize  = 128
+	pageHeaderMagic = 0x48504b57 // "WKPH"
+	// pageHeaderVersion 3 added the adapter to the owner tag.
+	pageHeaderVersion = 3
 	// sealOffset is where a page header's seal word sits (8-byte aligned).
 	sealOffset = 80
 	// dataAlign aligns the data region for huge pages.
@@ -178,12 +179,16 @@ func sealOf(id TransferID, epoch uint64) uint64 {
 	return s | 1
 }
 
-// ownerTag identifies an owner in a fixed size: truncated SHA-256 of the
-// tenant, and of tenant and request (so equal request IDs of different
-// tenants differ).
+// ownerTag identifies an owner but its epoch in a fixed size: truncated
+// SHA-256 of the tenant, of tenant and request (so equal request IDs of
+// different tenants differ), and of the LoRA adapter's content hash (KV
+// computed under one adapter is another owner's under another adapter or
+// the base model, DESIGN I8a). It is what shm page headers and the Hello
+// carry (wire.OwnerTagSize bytes).
 type ownerTag struct {
 	tenant  [16]byte
 	request [16]byte
+	adapter [16]byte
 }
 
 func tagOf(o Owner) ownerTag {
@@ -198,6 +203,10 @@ func tagOf(o Owner) ownerTag {
 	h.Write([]byte(o.Tenant))
 	h.Write([]byte(o.Request))
 	copy(t.request[:], h.Sum(nil))
+	h.Reset()
+	h.Write([]byte("warden-kv adapter\x00"))
+	h.Write([]byte(o.Adapter))
+	copy(t.adapter[:], h.Sum(nil))
 	return t
 }
 
@@ -231,6 +240,7 @@ func (s *Segment) writePageHeader(id int32, h *pageHeader) {
 	copy(b[48:64], h.tag.request[:])
 	binary.LittleEndian.PutUint64(b[64:], h.written)
 	binary.LittleEndian.PutUint64(b[72:], h.checksum)
+	copy(b[88:104], h.tag.adapter[:]) // after the seal word at 80
 }
 
 // readPageHeader decodes a page header; ok is false when the page was never
@@ -247,6 +257,7 @@ func readPageHeader(b []byte) (h pageHeader, ok bool) {
 	copy(h.tag.request[:], b[48:64])
 	h.written = binary.LittleEndian.Uint64(b[64:])
 	h.checksum = binary.LittleEndian.Uint64(b[72:])
+	copy(h.tag.adapter[:], b[88:104])
 	h.seal = binary.NativeEndian.Uint64(b[sealOffset:]) // stored atomically, in native order
 	return h, true
 }

@@ -116,6 +116,7 @@ report() {
 		echo "| greedy equivalence with cpu, every family (Llama f32/f16, Llama/Mistral/Qwen2/Qwen3 bf16; logits and logprobs) | $(verdict TestGreedyMatchesCPU): $(marks EQUIV -v '^q8/') |"
 		echo "| q8 weights vs the cpu q8 backend (teacher-forced greedy tokens, logits, top-5 logprobs) | $(verdict TestQ8MatchesCPU): $(marks EQUIV '^q8/') |"
 		echo "| determinism (batch and chunk invariance, Greedy = argmax) | $(verdict TestBatchInvariance) |"
+		echo "| LoRA adapters: base + 3 adapters in one batch = cpu backend, every family; bit-identical alone and in a mixed batch | $(verdict TestLoRAMatchesCPU) / $(verdict TestLoRABatchInvariance) |"
 		echo "| engine via worker/runtime (file weights and q8) | $(verdict TestCUDARuntimeMatchesCPU) |"
 		echo "| prefix cache on the device: hits equal misses | $(verdict TestPrefixCacheHitsEqualMisses) $(marks PREFIX) |"
 		echo "| sealed-page violation caught (domain / chain-hash bit flipped in the device tag, foreign domain presented, sealed page written or read as owned) | $(verdict TestSealedPageChecksOnDevice) |"
@@ -154,7 +155,7 @@ run() {
 	step kernels 60 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 60s \
 		-test.run '^(TestLinear|TestEmbed|TestRMSNorm|TestQKVPrep|TestArgmax|TestRopeKVAttention|TestTagsAndFill|TestDeviceOwnerCheck)$'
 	step equivalence 75 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 75s \
-		-test.run '^(TestGreedyMatchesCPU|TestQ8MatchesCPU|TestBatchInvariance|TestOwnerViolation|TestPageCopies|TestPoolFill|TestBadInput)$'
+		-test.run '^(TestGreedyMatchesCPU|TestQ8MatchesCPU|TestBatchInvariance|TestLoRAMatchesCPU|TestLoRABatchInvariance|TestOwnerViolation|TestPageCopies|TestPoolFill|TestBadInput)$'
 	step engine 90 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 90s \
 		-test.run '^(TestPrefixCacheHitsEqualMisses|TestSealedPageChecksOnDevice|TestMaskedRequestsOnDevice|TestChoicesOnDevice)$'
 	step runtime 45 worker/runtime "$bin/runtime.test" "${t[@]}" -test.timeout 45s -test.run CUDA

@@ -16,6 +16,7 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/adapters"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
@@ -46,7 +47,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		// behind the gateway's admission).
 		return nil, neverFits(total, w.capacity.Tokens)
 	}
-	px, tags, err := w.reservePrefix(ctx, req)
+	px, tags, err := w.reservePrefix(ctx, owner, req)
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +56,15 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 	if err := w.admitLocked(owner); err != nil {
 		return nil, err
 	}
+	// The reservation holds its adapter from now to its release: the
+	// Generate after the transfer finds it loaded.
+	h, err := w.adapters.ForRequest(req.GetAdapter(), owner.Adapter)
+	if err != nil {
+		return nil, err
+	}
 	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)
 	if err != nil {
+		h.Release()
 		return nil, poolStatus(err, total, w.capacity.Tokens)
 	}
 	if px != nil {
@@ -81,7 +89,7 @@ func (w *Worker) reserve(ctx context.Context, req *controlpb.ReserveRequest) (*c
 		t.ShmPath = w.segment.Path()
 	}
 	e := newEntry(requestContext(ctx, owner), owner, pages, int(total), stageReserved)
-	e.ticket, e.prefix, e.live, e.transferred, e.choices = t, px, true, make(chan struct{}), n
+	e.ticket, e.prefix, e.live, e.transferred, e.choices, e.adapter = t, px, true, make(chan struct{}), n, h
 	w.reqs[e.key] = e
 	w.byTransfer[t.TransferID] = e
 	e.lease = w.reserveTimeoutFor(req.GetTimeoutMs())
@@ -145,12 +153,18 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 			w.mu.Unlock()
 			return err
 		}
-		e, err = w.reserveLocalLocked(ctx, owner, prompt, sp.MaxTokens, n, px)
+		h, err := w.adapters.ForRequest(req.GetAdapter(), owner.Adapter)
 		if err != nil {
 			w.mu.Unlock()
 			return err
 		}
-		e.handler, e.cancel, e.weight = true, cancel, int(req.GetTenantWeight())
+		e, err = w.reserveLocalLocked(ctx, owner, prompt, sp.MaxTokens, n, px)
+		if err != nil {
+			w.mu.Unlock()
+			h.Release()
+			return err
+		}
+		e.handler, e.cancel, e.weight, e.adapter = true, cancel, int(req.GetTenantWeight()), h
 		w.mu.Unlock()
 		return w.runLocal(ctx, e, prompt, sp, n, px, srv)
 	}
@@ -179,7 +193,7 @@ func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, pro
 	if px != nil {
 		// The last prompt token is always computed: its logits give the
 		// first output token.
-		tags = kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
+		tags = kvpool.Tags(px.Domain, px.Version, owner.Adapter, prompt[:len(prompt)-1], w.capacity.PageTokens)
 	}
 	pages, hit, err := w.rt.Pool.ReservePrefix(owner, int(total), tags)
 	if err != nil {
@@ -194,11 +208,15 @@ func (w *Worker) reserveLocalLocked(ctx context.Context, owner kvpool.Owner, pro
 }
 
 // claimReservationLocked checks a Generate of n choices against the
-// reservation it decodes from (I4: the prompt must be the one the ticket
-// covers; the reservation is for n choices, each with a first token).
+// reservation it decodes from (I4: the owner, adapter included, and the
+// prompt must be the ones the ticket covers; the reservation is for n
+// choices, each with a first token).
 // Called with w.mu held.
 func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, req *controlpb.GenerateRequest, prompt, maxTokens, n int) error {
 	if err := w.tombs.check(e.key, owner.Epoch); err != nil {
+		return err
+	}
+	if err := adapters.CheckRef(req.GetAdapter(), owner.Adapter); err != nil {
 		return err
 	}
 	t, ticket := e.ticket, req.GetTicket()
@@ -207,6 +225,10 @@ func (w *Worker) claimReservationLocked(e *entry, owner kvpool.Owner, req *contr
 		return status.Error(codes.Unavailable, "worker is shutting down")
 	case owner.Epoch != e.epoch:
 		return invalid("request %s/%s is reserved at epoch %d, Generate is for epoch %d", owner.Tenant, owner.Request, e.epoch, owner.Epoch)
+	case owner.Adapter != e.owner.Adapter:
+		// The reserved pages take KV computed under the reservation's
+		// adapter only (DESIGN I8a).
+		return invalid("request %s/%s is reserved under adapter %q, Generate is for adapter %q", owner.Tenant, owner.Request, e.owner.Adapter, owner.Adapter)
 	case e.handler:
 		return status.Errorf(codes.AlreadyExists, "request %s/%s is already being generated", owner.Tenant, owner.Request)
 	case ticket != nil && ticket.GetTransferId() != t.TransferID.String():
@@ -278,7 +300,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 	// prompt pages: the transfer is verified by now.
 	req := engine.Request{
 		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt,
-		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp, Prefix: e.prefix,
+		Prefilled: true, FirstToken: c.FirstToken, Sampling: sp, Prefix: e.prefix, Adapter: e.adapter.Adapter(),
 	}
 	if e.choices > 1 {
 		req.FirstTokens = firstTokens
@@ -310,6 +332,7 @@ func (w *Worker) runLocal(ctx context.Context, e *entry, prompt []int32, sp engi
 	}
 	req := engine.Request{
 		Owner: e.owner, Weight: e.weight, Pages: e.pages, Prompt: prompt, Sampling: sp, ReportProgress: true, Prefix: px,
+		Adapter: e.adapter.Adapter(),
 	}
 	if n > 1 {
 		return w.submitChoices(ctx, e, req, n, srv, true)

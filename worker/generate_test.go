@@ -35,6 +35,13 @@ type reference struct {
 // outside any worker, one at a time and with another prefill chunk size.
 func runReference(t *testing.T, prompts [][]int32, sp *controlpb.SamplingParams) []reference {
 	t.Helper()
+	return runReferenceUnder(t, nil, prompts, sp)
+}
+
+// runReferenceUnder is runReference under LoRA adapter ad (nil: the base
+// model).
+func runReferenceUnder(t *testing.T, ad *testAdapter, prompts [][]int32, sp *controlpb.SamplingParams) []reference {
+	t.Helper()
 	rt, err := runtime.Open(runtime.Options{ModelDir: modelDir, Threads: 1, PageTokens: pageTokens,
 		KVBytes: testPages * tinyPageSize, ChunkTokens: 64, MaxBatch: 1})
 	if err != nil {
@@ -52,14 +59,21 @@ func runReference(t *testing.T, prompts [][]int32, sp *controlpb.SamplingParams)
 	if sampling.Constraint, err = cons.starter(rt.Model, sp.GetConstraint()); err != nil {
 		t.Fatal(err)
 	}
+	var prepared engine.Adapter
+	if ad != nil {
+		prepared = ad.prepare(t, rt)
+	}
 	out := make([]reference, len(prompts))
 	for i, p := range prompts {
 		o := kvpool.Owner{Tenant: "ref", Request: fmt.Sprint(i), Epoch: 1}
+		if ad != nil {
+			o.Adapter = ad.ref.Hash
+		}
 		pages, err := rt.Pool.Reserve(o, len(p)+sampling.MaxTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := rt.Engine.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: sampling})
+		s, err := rt.Engine.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: sampling, Adapter: prepared})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,8 +201,36 @@ func TestSpeculativeGenerateMatchesEngine(t *testing.T) {
 		}
 	}
 	waitQuiet(t, w)
-	if s := w.rt.Engine.Stats(); s.SpecProposed == 0 {
-		t.Errorf("no token was proposed: %+v", s)
+	before := w.rt.Engine.Stats()
+	if before.SpecProposed == 0 {
+		t.Errorf("no token was proposed: %+v", before)
+	}
+	// Under a LoRA adapter, batched with base-model requests: the
+	// verification steps' logits rows are the adapter's too.
+	a := newTestAdapter(t, 4)
+	if _, err := a.load(w.client, false); err != nil {
+		t.Fatal(err)
+	}
+	sp := greedy(40)
+	want, base := runReferenceUnder(t, a, prompts, sp), runReference(t, prompts, sp)
+	got := make([]outcome, 2*len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Go(func() {
+			got[i] = generate(t, w.client, &controlpb.GenerateRequest{Owner: a.owner("acme", fmt.Sprint("spec-lora-", i)), Prompt: p, Sampling: sp, Adapter: a.ref})
+		})
+		wg.Go(func() {
+			got[len(prompts)+i] = generate(t, w.client, &controlpb.GenerateRequest{Owner: owner("acme", fmt.Sprint("spec-base-", i), 1), Prompt: p, Sampling: sp})
+		})
+	}
+	wg.Wait()
+	for i := range prompts {
+		checkAgainst(t, fmt.Sprintf("adapter, prompt %d", i), got[i], want[i])
+		checkAgainst(t, fmt.Sprintf("base beside the adapter, prompt %d", i), got[len(prompts)+i], base[i])
+	}
+	waitQuiet(t, w)
+	if s := w.rt.Engine.Stats(); s.SpecProposed == before.SpecProposed {
+		t.Errorf("no token was proposed beside the adapter: %+v", s)
 	}
 }
 
@@ -243,6 +285,9 @@ func TestModelAssets(t *testing.T) {
 // pd is a prefill worker and a decode worker over one transfer backend.
 type pd struct {
 	prefill, decode *started
+	// adapter, when set, is the LoRA adapter run names in its calls (the
+	// owner's adapter must be its hash).
+	adapter *controlpb.AdapterRef
 }
 
 // startPD starts a prefill worker (with a smaller pool than decode's, so
@@ -270,16 +315,17 @@ func (s pd) run(t *testing.T, ctx context.Context, o *controlpb.Owner, p []int32
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	res, err := s.decode.client.Reserve(ctx, &controlpb.ReserveRequest{Owner: o, PromptTokens: int64(len(p)), TotalTokens: int64(len(p)) + int64(sp.GetMaxTokens())})
+	res, err := s.decode.client.Reserve(ctx, &controlpb.ReserveRequest{Owner: o, PromptTokens: int64(len(p)), TotalTokens: int64(len(p)) + int64(sp.GetMaxTokens()),
+		Adapter: s.adapter})
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
 	var r pdRun
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		r.prefill, r.prefillErr = s.prefill.client.Prefill(ctx, &controlpb.PrefillRequest{Owner: o, Prompt: p, Sampling: sp, Ticket: res.GetTicket()})
+		r.prefill, r.prefillErr = s.prefill.client.Prefill(ctx, &controlpb.PrefillRequest{Owner: o, Prompt: p, Sampling: sp, Ticket: res.GetTicket(), Adapter: s.adapter})
 	})
-	stream, err := s.decode.client.Generate(ctx, &controlpb.GenerateRequest{Owner: o, Prompt: p, Sampling: sp, Ticket: res.GetTicket()})
+	stream, err := s.decode.client.Generate(ctx, &controlpb.GenerateRequest{Owner: o, Prompt: p, Sampling: sp, Ticket: res.GetTicket(), Adapter: s.adapter})
 	r.gen = collect(t, stream, err)
 	wg.Wait()
 	return r

@@ -19,6 +19,7 @@ import (
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/adapters"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/model"
 	"github.com/warden-ai/warden/worker/runtime"
@@ -66,6 +67,9 @@ func (w *Worker) open(o options, hostname string) (err error) {
 	if err := w.metrics.register(w.registry, sources{pool: w.rt.Pool, engine: w.rt.Engine, receiver: w.receiver, sender: w.sender},
 		w.gpu, w.infoLabels()); err != nil {
 		return err
+	}
+	if err := w.registry.Register(w.adapters); err != nil {
+		return fmt.Errorf("worker: registering metrics: %w", err)
 	}
 	w.server = grpc.NewServer(append(w.auth.control,
 		grpc.StatsHandler(obs.GRPCServerHandler(o.tracer)),
@@ -122,6 +126,7 @@ func (w *Worker) openRuntime() error {
 		KVFraction:     wc.KV.MemoryFraction,
 		MemoryHeadroom: int64(wc.KV.MemoryHeadroom),
 		ChunkTokens:    wc.PrefillChunkTokens,
+		ArrivalOrder:   wc.PrefillOrder == config.PrefillArrival,
 		MaxBatch:       wc.MaxBatch,
 		Speculation: engine.Speculation{On: wc.Speculative.Method == config.SpeculativeNgram,
 			K: wc.Speculative.K, NgramMax: wc.Speculative.NgramMax, NgramMin: wc.Speculative.NgramMin},
@@ -147,6 +152,10 @@ func (w *Worker) openRuntime() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.rt, w.capacity = rt, rt.Capacity
+	w.adapters = adapters.New(int64(wc.Adapters.Memory), &rt.Model.Config, rt.PrepareAdapter)
+	if wc.Adapters.Memory > 0 && rt.PrepareAdapter == nil {
+		w.log.Warn("the compute backend does not compute LoRA adapters: requests naming one are refused", "backend", wc.Backend)
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/adapters"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
@@ -74,8 +75,13 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
-	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt), w.prefillTags(px, prompt))
+	h, err := w.adapters.ForRequest(req.GetAdapter(), owner.Adapter)
 	if err != nil {
+		return nil, err
+	}
+	e, err := w.reservePrefill(ctx, cancel, owner, len(prompt), w.prefillTags(px, owner, prompt), h)
+	if err != nil {
+		h.Release()
 		return nil, err
 	}
 	if px != nil {
@@ -92,11 +98,12 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 
 // reservePrefill reserves local pages for a prompt and records the
 // request (cancel ends its handler on an abort); the leading pages found
-// sealed under tags (prefillTags) are shared, e.hit says how many. Prefill pages are held only while a prompt is computed and
+// sealed under tags (prefillTags) are shared, e.hit says how many; the
+// entry holds adapter (nil: the base model) until its release. Prefill pages are held only while a prompt is computed and
 // sent, so when the pool is momentarily full (a finished request's pages
 // wait for decode's verdict) the call waits for pages, until ctx ends,
 // instead of failing a request that fits.
-func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseFunc, owner kvpool.Owner, tokens int, tags []kvpool.Tag) (*entry, error) {
+func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseFunc, owner kvpool.Owner, tokens int, tags []kvpool.Tag, adapter *adapters.Handle) (*entry, error) {
 	pool := w.rt.Pool
 	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
 		w.mu.Lock()
@@ -108,7 +115,7 @@ func (w *Worker) reservePrefill(ctx context.Context, cancel context.CancelCauseF
 		pages, hit, err := pool.ReservePrefix(owner, tokens, tags)
 		if err == nil {
 			e := newEntry(ctx, owner, pages, tokens, stagePrefilling)
-			e.handler, e.cancel, e.hit = true, cancel, hit
+			e.handler, e.cancel, e.hit, e.adapter = true, cancel, hit, adapter
 			w.reqs[e.key] = e
 			w.mu.Unlock()
 			return e, nil
@@ -148,7 +155,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	}
 	streams, err := w.submitPrefill(ctx, engine.Request{
 		Owner: e.owner, Pages: e.pages, Prompt: prompt, Sampling: sp,
-		PrefillOnly: true, ReportProgress: true, Prefix: px,
+		PrefillOnly: true, ReportProgress: true, Prefix: px, Adapter: e.adapter.Adapter(),
 	}, n)
 	if err != nil {
 		return nil, engineStatus(err)

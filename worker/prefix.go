@@ -94,8 +94,9 @@ func (w *Worker) prefixFor(ctx context.Context) (*engine.Prefix, error) {
 // with a cache domain and the prompt's tokens, the engine's prefix
 // settings and the chain tags of every full prompt page (decode computes
 // no prompt position: the transfer and the first token come from
-// prefill, so every full page may be held). Nil, nil without a cache.
-func (w *Worker) reservePrefix(ctx context.Context, req *controlpb.ReserveRequest) (*engine.Prefix, []kvpool.Tag, error) {
+// prefill, so every full page may be held), under owner's adapter. Nil,
+// nil without a cache.
+func (w *Worker) reservePrefix(ctx context.Context, owner kvpool.Owner, req *controlpb.ReserveRequest) (*engine.Prefix, []kvpool.Tag, error) {
 	px, err := w.prefixFor(ctx)
 	prompt := req.GetPrompt()
 	switch {
@@ -108,17 +109,18 @@ func (w *Worker) reservePrefix(ctx context.Context, req *controlpb.ReserveReques
 	case px == nil:
 		return nil, nil, nil
 	}
-	return px, kvpool.Tags(px.Domain, px.Version, prompt, w.capacity.PageTokens), nil
+	return px, kvpool.Tags(px.Domain, px.Version, owner.Adapter, prompt, w.capacity.PageTokens), nil
 }
 
 // prefillTags is what a prefill worker looks up in its own prefix cache
-// for prompt: the tags of the full pages of prompt[:len-1] (the last
-// position is always computed: its logits give the first token).
-func (w *Worker) prefillTags(px *engine.Prefix, prompt []int32) []kvpool.Tag {
+// for prompt under owner's adapter: the tags of the full pages of
+// prompt[:len-1] (the last position is always computed: its logits give
+// the first token).
+func (w *Worker) prefillTags(px *engine.Prefix, owner kvpool.Owner, prompt []int32) []kvpool.Tag {
 	if px == nil {
 		return nil
 	}
-	return kvpool.Tags(px.Domain, px.Version, prompt[:len(prompt)-1], w.capacity.PageTokens)
+	return kvpool.Tags(px.Domain, px.Version, owner.Adapter, prompt[:len(prompt)-1], w.capacity.PageTokens)
 }
 
 // Outcomes of warden_kv_prefix_domain_evicted_pages_total.

@@ -159,7 +159,7 @@ func (w *Worker) heartbeat(ctx context.Context, client controlpb.RegistryClient,
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout(interval))
 		resp, err := client.Heartbeat(cctx, &controlpb.HeartbeatRequest{
 			WorkerId: w.id, Pool: w.poolStats(), Running: int32(es.Running), Waiting: int32(es.Waiting), Draining: draining,
-			PrefixCache: report,
+			PrefixCache: report, Adapters: w.adapters.Stats(),
 		})
 		cancel()
 		if err != nil {

@@ -108,6 +108,10 @@ func TestRegisterAndHeartbeat(t *testing.T) {
 	first := g.registers[0]
 	hb := lastHeartbeat(g.heartbeats)
 	g.mu.Unlock()
+	// Heartbeats carry the adapter memory (empty, the default capacity).
+	if a := hb.GetAdapters(); !proto.Equal(a, &controlpb.AdapterMemory{CapacityBytes: int64(cfg.Worker.Adapters.Memory)}) || a.GetCapacityBytes() != 256<<20 {
+		t.Errorf("heartbeat adapters %v, want an empty memory of 256MiB", a)
+	}
 
 	tok, err := os.ReadFile(filepath.Join(modelDir, "tokenizer.json"))
 	if err != nil {

@@ -48,6 +48,15 @@ func (s *server) Generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	return s.w.generate(req, srv)
 }
 
+// LoadAdapter implements controlpb.WorkerServer (worker/adapters).
+func (s *server) LoadAdapter(srv grpc.ClientStreamingServer[controlpb.AdapterPart, controlpb.LoadAdapterResponse]) error {
+	resp, err := s.w.adapters.LoadStream(srv.Context(), s.w.log, srv.Recv)
+	if err != nil {
+		return err
+	}
+	return srv.SendAndClose(resp)
+}
+
 // Abort implements controlpb.WorkerServer.
 func (s *server) Abort(ctx context.Context, req *controlpb.AbortRequest) (*controlpb.AbortResponse, error) {
 	return s.w.abort(ctx, req)

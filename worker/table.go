@@ -13,6 +13,7 @@ import (
 	"github.com/warden-ai/warden/internal/brokenmode"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/adapters"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
@@ -63,6 +64,9 @@ type entry struct {
 	// hit (prefill): how many leading pages the reservation shares from
 	// this worker's prefix cache.
 	hit int
+	// adapter keeps the LoRA adapter the request runs under loaded until
+	// the entry is released (nil: the base model).
+	adapter *adapters.Handle
 	// transferred is closed when the ticket's transfer completed or failed.
 	transferred chan struct{}
 	// gone is closed when teardown finished: the pages are released, or
@@ -168,6 +172,7 @@ func (w *Worker) finish(e *entry, tomb error) {
 // shm, the sender's drain (I5). It must not be called with w.mu held.
 func (w *Worker) releaseEntry(e *entry, transferCompleted, fence bool) {
 	defer close(e.gone)
+	e.adapter.Release()
 	pool := w.rt.Pool
 	owner := e.owner
 	if fence {

@@ -20,6 +20,7 @@ import (
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
+	"github.com/warden-ai/warden/worker/adapters"
 	"github.com/warden-ai/warden/worker/kvpool"
 	"github.com/warden-ai/warden/worker/runtime"
 )
@@ -33,6 +34,7 @@ type Worker struct {
 	role     config.Role
 	log      *slog.Logger
 	rt       *runtime.Runtime
+	adapters *adapters.Memory // LoRA adapters (worker/adapters)
 	capacity kvpool.Capacity
 	segment  *kvtransfer.Segment  // shm backend on decode/both
 	receiver *kvtransfer.Receiver // decode, both

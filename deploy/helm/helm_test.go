@@ -70,11 +70,11 @@ func readValues(t *testing.T, file string) map[string]any {
 	return vals
 }
 
-// renderFiles renders the chart with a values file (renderChart),
-// failing the test on an error.
-func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) {
+// renderFiles renders the chart with a values file and --set values
+// (renderChartIn), failing the test on an error.
+func renderFiles(t *testing.T, file string, cluster engine.ClientProvider, set ...string) (map[string]string, map[string]any) {
 	t.Helper()
-	files, vals, err := renderChart(file)
+	files, vals, err := renderChartIn(file, cluster, set...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +86,16 @@ func renderFiles(t *testing.T, file string) (map[string]string, map[string]any) 
 // release's values (chart defaults coalesced with the file and the --set
 // values, checked against the chart's values.schema.json), then every
 // template. Nothing reaches a cluster: lookup finds nothing, as under
-// `helm template`, Argo CD or Flux. It returns the rendered manifests by
+// `helm template` or Argo CD. It returns the rendered manifests by
 // template path (NOTES.txt among them) and the release's values.
 func renderChart(file string, set ...string) (map[string]string, map[string]any, error) {
+	return renderChartIn(file, nil, set...)
+}
+
+// renderChartIn is renderChart with lookup answered by cluster (as in
+// `helm upgrade`, which looks up in the cluster); nil: lookup finds
+// nothing.
+func renderChartIn(file string, cluster engine.ClientProvider, set ...string) (map[string]string, map[string]any, error) {
 	ch, err := loader.Load(chart)
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading the chart: %w", err)
@@ -114,7 +121,12 @@ func renderChart(file string, set ...string) (map[string]string, map[string]any,
 	if err != nil {
 		return nil, nil, fmt.Errorf("values %s %v: %w", file, set, err)
 	}
-	files, err := engine.Render(ch, vals)
+	var files map[string]string
+	if cluster != nil {
+		files, err = engine.RenderWithClientProvider(ch, vals, cluster)
+	} else {
+		files, err = engine.Render(ch, vals)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("rendering with %s %v: %w", file, set, err)
 	}
@@ -220,7 +232,14 @@ func render(t *testing.T, values string) map[string]object {
 // NOTES.txt (what the chart tells whoever installs it) too.
 func renderValues(t *testing.T, values string) (map[string]object, map[string]any, string) {
 	t.Helper()
-	files, vals := renderFiles(t, values)
+	return renderIn(t, values, nil)
+}
+
+// renderIn is renderValues with lookup answered by cluster (nil:
+// nothing found) and --set values.
+func renderIn(t *testing.T, values string, cluster engine.ClientProvider, set ...string) (map[string]object, map[string]any, string) {
+	t.Helper()
+	files, vals := renderFiles(t, values, cluster, set...)
 	names := slices.Sorted(maps.Keys(files))
 	var docs []string
 	var notes string

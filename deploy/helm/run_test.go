@@ -45,7 +45,9 @@ const (
 
 // TestRun renders the chart and runs what it renders as local processes
 // (localCluster: the pods' commands, arguments, environments and mounted
-// files as rendered, Service names resolved to local addresses), then
+// files as rendered, Service names resolved to local addresses; with the
+// default values the mTLS pair and the API certificate are the ones the
+// chart generates, with production-values.yaml the operator's), then
 // checks the probes against the processes and drives traffic through the
 // rendered gateway Service: a chat and a stream of two tenants, created
 // through the rendered admin Service with the rendered admin token, each
@@ -93,7 +95,7 @@ func runRelease(t *testing.T, file string) {
 	}
 
 	api, admin := gatewayServices(t, c)
-	transport := c.transport(t, pki)
+	transport := c.transport(t)
 	token, err := tlsutil.LoadSecretFile(gatewayPod(t, c).config.Gateway.AdminTokenFile)
 	if err != nil {
 		t.Fatal(err)
@@ -370,21 +372,21 @@ func workerModel(t *testing.T, c *localCluster) string {
 	return ""
 }
 
-// transport is an in-cluster client's: cluster DNS, and trust in the
-// gateways' API certificate (the chart's self-signed one, or the
-// operator's CA).
-func (c *localCluster) transport(t *testing.T, pki tlsutil.PKI) *http.Transport {
+// transport is an in-cluster client's: cluster DNS, and trust in the CA
+// of the gateways' API certificate: the ca.crt of its Secret (the
+// chart's generated CA, cert-manager's, or the operator's).
+func (c *localCluster) transport(t *testing.T) *http.Transport {
 	t.Helper()
 	pool := x509.NewCertPool()
-	for _, f := range []string{pki.CACert, gatewayPod(t, c).config.Gateway.TLS.CertFile} {
-		if f == "" {
-			continue
-		}
-		pem, err := os.ReadFile(f)
+	if cert := gatewayPod(t, c).config.Gateway.TLS.CertFile; cert != "" {
+		ca := filepath.Join(filepath.Dir(cert), "ca.crt")
+		pem, err := os.ReadFile(ca)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pool.AppendCertsFromPEM(pem)
+		if !pool.AppendCertsFromPEM(pem) {
+			t.Fatalf("%s holds no certificate", ca)
+		}
 	}
 	return &http.Transport{DialContext: c.dial, ForceAttemptHTTP2: true,
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}

@@ -14,6 +14,15 @@
 // version and tokens [0, (i+1)·pageTokens), so equal hashes mean equal KV
 // in one domain and one model, and two domains never produce the same
 // hash for the same tokens.
+//
+// A LoRA adapter changes the KV of every token (DESIGN I8a), so the
+// adapter's content hash enters both: the domain (Scope.Adapter) and, on
+// its own, the chain hash, so that pages computed under one adapter never
+// match a request of another adapter or of the base model even where a
+// caller presents the same domain. Both mix the adapter in only when
+// there is one: base-model domains and hashes are those of before, so
+// workers and gateways of one prefix-cache version agree whatever their
+// build.
 package cachekey
 
 import (
@@ -70,10 +79,13 @@ func ParseMode(s string) (Mode, error) {
 const MinSecretBytes = 16
 
 // Scope is what a domain is derived from, all of it server-side: the
-// tenant's ID and incarnation (from its stored record) and the ID of the
-// API key the request was authenticated with.
+// tenant's ID and incarnation (from its stored record), the ID of the
+// API key the request was authenticated with, and the content hash of the
+// LoRA adapter the request runs under (lora.Hash; "" for the base model),
+// which the gateway resolved from its registry.
 type Scope struct {
 	Tenant, Incarnation, KeyID string
+	Adapter                    string
 }
 
 // Derive returns the cache domain of a request in scope s under mode, and
@@ -85,7 +97,7 @@ func Derive(secret []byte, mode Mode, s Scope) (Domain, bool) {
 		return Domain{}, false
 	}
 	if brokenmode.On(brokenmode.SharedCache) {
-		s = Scope{"every-tenant", "every-incarnation", "every-key"} // test-only build: see internal/brokenmode
+		s = Scope{"every-tenant", "every-incarnation", "every-key", ""} // test-only build: see internal/brokenmode
 	}
 	mac := hmac.New(sha256.New, secret)
 	switch mode {
@@ -104,6 +116,12 @@ func Derive(secret []byte, mode Mode, s Scope) (Domain, bool) {
 	default:
 		return Domain{}, false
 	}
+	if s.Adapter != "" {
+		// Last and labelled: a base-model domain stays what it was, and
+		// no adapter domain equals a base one or another adapter's.
+		writeField(mac, "adapter")
+		writeField(mac, s.Adapter)
+	}
 	var d Domain
 	mac.Sum(d[:0])
 	return d, true
@@ -117,20 +135,37 @@ func writeField(w interface{ Write([]byte) (int, error) }, s string) {
 	w.Write([]byte(s))
 }
 
+// Chain labels: the first page's hash input starts with one of them, so
+// a base-model chain and an adapter's never share an input.
+const (
+	chainLabel        = "warden-prefix-v1"
+	chainAdapterLabel = "warden-prefix-a1"
+)
+
 // Chain returns the chain hashes of the full pages of tokens: element i
 // covers tokens [0, (i+1)·pageTokens) in domain d under model/format
-// version. A trailing partial page has no hash. pageTokens must be > 0.
-func Chain(d Domain, version uint64, tokens []int32, pageTokens int) []Hash {
+// version and the LoRA adapter whose content hash is adapter ("" for the
+// base model, whose hashes do not depend on adapters at all). A trailing
+// partial page has no hash. pageTokens must be > 0.
+func Chain(d Domain, version uint64, adapter string, tokens []int32, pageTokens int) []Hash {
 	n := len(tokens) / pageTokens
 	out := make([]Hash, n)
 	var prev Hash
-	buf := make([]byte, 0, 32+8+4*pageTokens)
+	buf := make([]byte, 0, 16+32+8+8+len(adapter)+4*pageTokens)
 	for i := range n {
 		buf = buf[:0]
 		if i == 0 {
-			buf = append(buf, "warden-prefix-v1"...)
+			if adapter == "" {
+				buf = append(buf, chainLabel...)
+			} else {
+				buf = append(buf, chainAdapterLabel...)
+			}
 			buf = append(buf, d[:]...)
 			buf = binary.LittleEndian.AppendUint64(buf, version)
+			if adapter != "" {
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(len(adapter)))
+				buf = append(buf, adapter...)
+			}
 		} else {
 			buf = append(buf, prev[:]...)
 		}

@@ -2979,8 +2979,8 @@ func (x *AbortResponse) GetDrain() *Drain {
 
 // EvictCacheDomainsRequest names the cache domains to evict (32 bytes
 // each, at most MaxEvictDomains) and why, for the worker's log and
-// metric: "tenant_deleted", "tenant_disabled", "key_revoked" or
-// "prefix_cache_changed".
+// metric: "tenant_deleted", "tenant_disabled", "key_revoked",
+// "prefix_cache_changed" or "adapter_removed".
 type EvictCacheDomainsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Domains       [][]byte               `protobuf:"bytes,1,rep,name=domains,proto3" json:"domains,omitempty"`

@@ -229,7 +229,9 @@ type WorkerClient interface {
 	// EvictCacheDomains drops the sealed prefix pages of the given cache
 	// domains (DESIGN I8): the gateway calls it on every worker when a
 	// tenant is deleted or disabled, a key of a per-key tenant is revoked,
-	// or a tenant's prefix_cache setting changes. Unreferenced pages are
+	// a tenant's prefix_cache setting changes, or a tenant may no longer
+	// use a LoRA adapter (the domains of its requests under that adapter,
+	// DESIGN I8a). Unreferenced pages are
 	// freed at once; pages a running request references leave the cache
 	// index at once (no new request can hit them) and are freed when their
 	// last reader releases them. For tenant_deleted and key_revoked the
@@ -414,7 +416,9 @@ type WorkerServer interface {
 	// EvictCacheDomains drops the sealed prefix pages of the given cache
 	// domains (DESIGN I8): the gateway calls it on every worker when a
 	// tenant is deleted or disabled, a key of a per-key tenant is revoked,
-	// or a tenant's prefix_cache setting changes. Unreferenced pages are
+	// a tenant's prefix_cache setting changes, or a tenant may no longer
+	// use a LoRA adapter (the domains of its requests under that adapter,
+	// DESIGN I8a). Unreferenced pages are
 	// freed at once; pages a running request references leave the cache
 	// index at once (no new request can hit them) and are freed when their
 	// last reader releases them. For tenant_deleted and key_revoked the

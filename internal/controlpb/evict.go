@@ -10,7 +10,12 @@ const (
 	EvictTenantDisabled     = "tenant_disabled"
 	EvictKeyRevoked         = "key_revoked"
 	EvictPrefixCacheChanged = "prefix_cache_changed"
+	// EvictAdapterRemoved: a tenant may no longer use a LoRA adapter (it
+	// was deleted, or no longer shared with the tenant); the domains of
+	// the tenant's requests under it go. Not for good: the same adapter
+	// content may be allowed again.
+	EvictAdapterRemoved = "adapter_removed"
 )
 
 // EvictReasons lists every reason, for metric labels.
-var EvictReasons = []string{EvictTenantDeleted, EvictTenantDisabled, EvictKeyRevoked, EvictPrefixCacheChanged}
+var EvictReasons = []string{EvictTenantDeleted, EvictTenantDisabled, EvictKeyRevoked, EvictPrefixCacheChanged, EvictAdapterRemoved}

@@ -46,8 +46,9 @@ func ServerTLSConfig(certFile, keyFile string) (*tls.Config, error) {
 // ClusterServerConfig returns a server configuration for a cluster
 // endpoint (worker control, worker transfer, gateway registry). It
 // presents certFile/keyFile and completes a handshake only with a client
-// whose certificate chains to the CA in caFile and carries the URI SAN
-// IdentityURI(allowedPeer); anyone else is refused during the handshake.
+// whose certificate chains to the CA in caFile and names allowedPeer
+// (the URI SAN IdentityURI or the DNS SAN IdentityDNSName); anyone else
+// is refused during the handshake.
 func ClusterServerConfig(caFile, certFile, keyFile string, allowedPeer string) (*tls.Config, error) {
 	if allowedPeer == "" {
 		return nil, errors.New("tlsutil: cluster server needs an allowed peer identity")
@@ -60,13 +61,12 @@ func ClusterServerConfig(caFile, certFile, keyFile string, allowedPeer string) (
 	if err != nil {
 		return nil, err
 	}
-	want := IdentityURI(allowedPeer)
 	cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	cfg.ClientCAs = pool
 	// The chain has been verified against ClientCAs by now; only the
 	// identity remains to check.
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		return checkIdentity(cs.PeerCertificates, want)
+		return checkIdentity(cs.PeerCertificates, allowedPeer)
 	}
 	return cfg, nil
 }
@@ -75,7 +75,7 @@ func ClusterServerConfig(caFile, certFile, keyFile string, allowedPeer string) (
 // cluster endpoint. It presents certFile/keyFile (both may be empty when
 // the cluster uses a shared secret instead of client certificates) and
 // accepts only a server whose certificate chains to the CA in caFile and
-// carries the URI SAN IdentityURI(expectPeer).
+// names expectPeer (IdentityURI or IdentityDNSName).
 //
 // The server's hostname is deliberately not checked: peers are
 // authorised by identity, and workers are dialled at addresses that
@@ -88,7 +88,6 @@ func ClusterClientConfig(caFile, certFile, keyFile string, expectPeer string) (*
 	if err != nil {
 		return nil, err
 	}
-	want := IdentityURI(expectPeer)
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		CipherSuites: slices.Clone(modernCipherSuites),
@@ -100,7 +99,7 @@ func ClusterClientConfig(caFile, certFile, keyFile string, expectPeer string) (*
 			if err := verifyChain(cs.PeerCertificates, pool); err != nil {
 				return err
 			}
-			return checkIdentity(cs.PeerCertificates, want)
+			return checkIdentity(cs.PeerCertificates, expectPeer)
 		},
 	}
 	if certFile != "" || keyFile != "" {
@@ -133,28 +132,33 @@ func verifyChain(certs []*x509.Certificate, roots *x509.CertPool) error {
 	return nil
 }
 
-// checkIdentity requires the leaf of certs to carry the URI SAN want.
+// checkIdentity requires the leaf of certs to name the peer want
+// (hasIdentity).
 func checkIdentity(certs []*x509.Certificate, want string) error {
 	if len(certs) == 0 {
 		return errors.New("tlsutil: cluster peer sent no certificate")
 	}
 	if !hasIdentity(certs[0], want) {
-		got := make([]string, len(certs[0].URIs))
-		for i, u := range certs[0].URIs {
-			got[i] = u.String()
+		got := make([]string, 0, len(certs[0].URIs)+len(certs[0].DNSNames))
+		for _, u := range certs[0].URIs {
+			got = append(got, u.String())
 		}
-		return fmt.Errorf("%w: want %s, certificate has %v", ErrPeerIdentity, want, got)
+		got = append(got, certs[0].DNSNames...)
+		return fmt.Errorf("%w: want %s or %s, certificate has %v", ErrPeerIdentity, IdentityURI(want), IdentityDNSName(want), got)
 	}
 	return nil
 }
 
+// hasIdentity reports whether cert names the cluster peer want by its
+// URI SAN (IdentityURI) or its DNS SAN (IdentityDNSName).
 func hasIdentity(cert *x509.Certificate, want string) bool {
+	uri := IdentityURI(want)
 	for _, u := range cert.URIs {
-		if u.String() == want {
+		if u.String() == uri {
 			return true
 		}
 	}
-	return false
+	return slices.Contains(cert.DNSNames, IdentityDNSName(want))
 }
 
 // loadCAPool reads a PEM bundle of CA certificates.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -209,4 +211,69 @@ func TestServerTLSConfig(t *testing.T) {
 			t.Errorf("served certificate has %v: not reloaded", seen.DNSNames)
 		}
 	})
+}
+
+// dnsLeaf issues a leaf of p's CA with DNS SANs only (as Helm's
+// genSignedCert does) and both key usages, written to dir; it returns
+// the certificate and key files.
+func dnsLeaf(t *testing.T, p PKI, dir string, names ...string) (cert, key string) {
+	t.Helper()
+	ca, err := ensureCA(p.CACert, p.CAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := leafSpec{cn: names[0], usage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	certPEM, keyPEM, err := issueLeaf(ca, spec, names, nil, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key = filepath.Join(dir, names[0]+".pem"), filepath.Join(dir, names[0]+"-key.pem")
+	if err := os.WriteFile(cert, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// TestClusterMTLSDNSIdentity: a cluster certificate may name its peer
+// with the DNS SAN IdentityDNSName instead of the URI SAN (the chart's
+// generated certificates); a DNS SAN that is not exactly that name is no
+// identity.
+func TestClusterMTLSDNSIdentity(t *testing.T) {
+	p := mustPKI(t, t.TempDir())
+	dir := t.TempDir()
+	gwCert, gwKey := dnsLeaf(t, p, dir, IdentityDNSName(PeerGateway), "rel-warden-gateway-0.rel-warden-gateway-headless")
+	wkCert, wkKey := dnsLeaf(t, p, dir, IdentityDNSName(PeerWorker))
+	worker := mustServer(t, p.CACert, wkCert, wkKey, PeerGateway)
+
+	t.Run("gateway accepted by a worker", func(t *testing.T) {
+		srvErr, cliErr := handshake(t, worker, mustClient(t, p.CACert, gwCert, gwKey, PeerWorker))
+		if srvErr != nil || cliErr != nil {
+			t.Fatalf("server: %v, client: %v", srvErr, cliErr)
+		}
+	})
+	t.Run("worker accepted by the registry, URI and DNS forms mixed", func(t *testing.T) {
+		registry := mustServer(t, p.CACert, gwCert, gwKey, PeerWorker)
+		srvErr, cliErr := handshake(t, registry, mustClient(t, p.CACert, p.WorkerCert, p.WorkerKey, PeerGateway))
+		if srvErr != nil || cliErr != nil {
+			t.Fatalf("server: %v, client: %v", srvErr, cliErr)
+		}
+	})
+	t.Run("wrong client identity", func(t *testing.T) {
+		srvErr, cliErr := handshake(t, worker, mustClient(t, p.CACert, wkCert, wkKey, PeerWorker))
+		if !errors.Is(srvErr, ErrPeerIdentity) || cliErr == nil || !strings.Contains(srvErr.Error(), IdentityDNSName(PeerWorker)) {
+			t.Fatalf("server: %v, client: %v; want ErrPeerIdentity naming the certificate's %s", srvErr, cliErr, IdentityDNSName(PeerWorker))
+		}
+	})
+	for _, name := range []string{PeerGateway, "warden-gateway", "gateway.identity.warden", "gateway.identity.warden.invalid.example", "x.gateway.identity.warden.invalid"} {
+		t.Run("not an identity: "+name, func(t *testing.T) {
+			cert, key := dnsLeaf(t, p, t.TempDir(), name)
+			srvErr, cliErr := handshake(t, worker, mustClient(t, p.CACert, cert, key, PeerWorker))
+			if !errors.Is(srvErr, ErrPeerIdentity) || cliErr == nil {
+				t.Fatalf("server: %v, client: %v; want ErrPeerIdentity", srvErr, cliErr)
+			}
+		})
+	}
 }

@@ -17,6 +17,13 @@
 // for the expected identity. Operators using their own CA issue
 // certificates with these URI SANs and both client and server key usage.
 //
+// A CA that can issue only DNS and IP SANs (Helm's genSignedCert, which
+// the chart uses when cert-manager is not there) names the peer with the
+// DNS SAN gateway.identity.warden.invalid or worker.identity.warden.invalid
+// (IdentityDNSName) instead. Either form is an identity, not a host: the
+// reserved .invalid domain never resolves and no public CA issues it, and
+// the cluster CA alone decides who holds it.
+//
 // Who accepts whom:
 //
 //	worker control server   ClusterServerConfig(..., PeerGateway)

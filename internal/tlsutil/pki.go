@@ -50,6 +50,16 @@ func IdentityURI(name string) string {
 	return "spiffe://warden/" + name
 }
 
+// IdentityDNSName returns the DNS SAN that names a cluster peer as
+// IdentityURI does, for CAs that can issue only DNS and IP SANs (Helm's
+// genSignedCert, which the chart uses without cert-manager):
+// name + ".identity.warden.invalid". The ".invalid" top-level domain is
+// reserved (RFC 6761): the name never resolves and no public CA issues
+// it, so it cannot be a host that a peer is dialled at.
+func IdentityDNSName(name string) string {
+	return name + ".identity.warden.invalid"
+}
+
 // DevCAName is the common name of the development CA.
 const DevCAName = "warden dev CA"
 
@@ -268,7 +278,7 @@ func leafUsable(certFile, keyFile string, ca *devCA, spec leafSpec, names []stri
 			return false
 		}
 	}
-	return spec.identity == "" || hasIdentity(leaf, IdentityURI(spec.identity))
+	return spec.identity == "" || hasIdentity(leaf, spec.identity)
 }
 
 // issueLeaf creates a key and a certificate signed by ca.

@@ -42,9 +42,12 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 	r, err := s.sc.acquire.Run(ctx, s.rdb, keys, s.now(), tenantID, req.Model, req.Tokens, req.Priority,
 		leaseID, s.leaseTTL.Microseconds(), tenant.ConcurrencyRetryAfter.Milliseconds(), req.MinTokens).Int64Slice()
 	if err != nil {
+		if mayHaveRun(err) {
+			s.voids.add(voidLease{tenantID: tenantID, id: leaseID, held: minHeld(req), acquired: s.wallNow()})
+		}
 		err = s.fail(ctx, "acquire", err)
 		if s.failOpen && errors.Is(err, tenant.ErrUnavailable) {
-			return s.degradedLease(leaseID, tenantID, req), nil
+			return s.degradedLease(tenantID, req), nil
 		}
 		return nil, err
 	}
@@ -81,29 +84,34 @@ func (s *Store) Acquire(ctx context.Context, tenantID string, req tenant.Acquire
 	return nil, fmt.Errorf("redisstore: acquire: unexpected reply %v", r)
 }
 
-// degradedLease admits a request without checks while Redis is down.
-func (s *Store) degradedLease(id, tenantID string, req tenant.AcquireRequest) *tenant.Lease {
+// degradedLease admits a request without checks while Redis is down. Its
+// ID is not the failed acquire's: that one is voided on its own.
+func (s *Store) degradedLease(tenantID string, req tenant.AcquireRequest) *tenant.Lease {
 	now := s.wallNow()
 	s.log.Warn("admitting request without limits: redis unavailable and fail-open set", "tenant", tenantID)
 	// Unchecked admission grants no privilege: the request waits at
 	// priority 0, whatever it asked for (its max_priority is unknown).
 	return tenant.NewLease(tenant.LeaseInfo{
-		ID: id, TenantID: tenantID, Model: req.Recorded(),
+		ID: rand.Text(), TenantID: tenantID, Model: req.Recorded(),
 		AcquiredAt: now, ExpiresAt: now.Add(s.leaseTTL), Degraded: true,
 	}, s)
 }
 
 // ReleaseLease implements tenant.LeaseBackend.
 func (s *Store) ReleaseLease(ctx context.Context, info tenant.LeaseInfo, used tenant.Consumed) error {
-	keys := []string{s.key("t", info.TenantID), s.key("rl", info.TenantID), s.key("bg", info.TenantID), s.key("cc", info.TenantID)}
-	err := s.sc.release.Run(ctx, s.rdb, keys, s.now(), info.ID, info.HeldTokens, info.AcquiredAt.UnixMicro(),
-		used.PromptTokens, used.CompletionTokens, info.Model, s.key("u", info.TenantID, ""),
-		s.usageTTL.Milliseconds(), used.CachedTokens, used.Billed()).Err()
-	if err != nil {
+	if err := s.runRelease(ctx, info, used, ""); err != nil {
 		return s.fail(ctx, "release", err)
 	}
 	s.ok()
 	return nil
+}
+
+// runRelease runs the release script; void "1" voids the lease instead.
+func (s *Store) runRelease(ctx context.Context, info tenant.LeaseInfo, used tenant.Consumed, void string) error {
+	keys := []string{s.key("t", info.TenantID), s.key("rl", info.TenantID), s.key("bg", info.TenantID), s.key("cc", info.TenantID)}
+	return s.sc.release.Run(ctx, s.rdb, keys, s.now(), info.ID, info.HeldTokens, info.AcquiredAt.UnixMicro(),
+		used.PromptTokens, used.CompletionTokens, info.Model, s.key("u", info.TenantID, ""),
+		s.usageTTL.Milliseconds(), used.CachedTokens, used.Billed(), void).Err()
 }
 
 // RenewLease implements tenant.LeaseBackend.

@@ -31,6 +31,7 @@ func (s *Store) ok() {
 	if s.down.Load() && s.down.Swap(false) {
 		s.log.Info("redis available again")
 	}
+	s.flushVoids()
 }
 
 // unavailable reports whether err means Redis cannot serve now. Every error

@@ -93,6 +93,7 @@ type Store struct {
 	failOpen bool
 	log      *slog.Logger
 	down     atomic.Bool
+	voids    voids
 }
 
 var (

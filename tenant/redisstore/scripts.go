@@ -200,14 +200,20 @@ return {0, 0, 0, 0, 0, 0, 0, q[1], q[2], q[3], q[4], q[5], q[6], now, now + ttl,
 // actual count in the token bucket and the budget (if still in the period
 // of admission), and records usage for the current UTC day.
 //
+// With ARGV[12] = '1' it voids a lease whose acquire lost its reply: if
+// the acquire did take the slot it is freed and the held tokens refunded
+// (billed 0), and no usage is recorded (the request was admitted by other
+// means and records its own); if it did not, nothing changes.
+//
 // KEYS: tenant record, rate state, budget state, leases.
 // ARGV: clock, lease ID, held tokens, acquired (us), prompt tokens,
 // completion tokens, model, usage key prefix, usage retention (ms), cached
 // prompt tokens, billed tokens (tenant.Consumed.Billed: what the token
-// bucket and the budget are charged).
+// bucket and the budget are charged), void ('1' or '').
 const releaseSrc = prelude + `
 local now = clock(ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[2])
+local void = ARGV[12] == '1'
+if redis.call('ZREM', KEYS[4], ARGV[2]) == 0 and void then return -1 end
 local delta = tonumber(ARGV[11]) - tonumber(ARGV[3])
 local raw = redis.call('GET', KEYS[1])
 if raw and delta ~= 0 then
@@ -231,6 +237,7 @@ if raw and delta ~= 0 then
     redis.call('HSET', KEYS[3], 'u', int(u))
   end
 end
+if void then return now end
 local y, m, d = civil(math.floor(now / DAY))
 local key = ARGV[8] .. string.format('%04d-%02d-%02d', y, m, d)
 redis.call('HINCRBY', key, 'r:' .. ARGV[7], 1)

@@ -52,6 +52,11 @@ type Backend struct {
 	// Device scratch, sized for MaxBatchTokens rows (logits and next for
 	// MaxLogitRows).
 	x, h, qkv, att, mlp, logits, next cu.DevicePtr
+	// LoRA scratch (lora.go), allocated by the first adapter that needs
+	// it: the shrink results (loraRank floats per row) and the unfused
+	// gate and up outputs.
+	loraT, gateBuf, upBuf             cu.DevicePtr
+	loraRank                          int
 	ropeCos, ropeSin, geomBuf, errRec cu.DevicePtr
 	allocs                            []cu.DevicePtr
 	// outHost (pinned) receives the error record, then logits or tokens.
@@ -244,6 +249,11 @@ func (b *Backend) check(batch []engine.Chunk, greedy bool) error {
 				return fmt.Errorf("cuda: token %d outside the vocabulary", t)
 			}
 		}
+		if c.Adapter != nil {
+			// The backend is not an engine.AdapterBackend: serving the
+			// base model for an adapter's request would be wrong output.
+			return fmt.Errorf("cuda: chunk %d: LoRA adapters are not computed on the cuda backend", i)
+		}
 		if n := len(c.Logits) / s.Vocab; !greedy && c.Logits != nil && (len(c.Logits)%s.Vocab != 0 || n < 1 || n > len(c.Tokens)) {
 			return fmt.Errorf("cuda: logits buffer has %d entries, want 1 to %d rows of %d", len(c.Logits), len(c.Tokens), s.Vocab)
 		}
@@ -270,6 +280,9 @@ func (b *Backend) step(ctx context.Context, batch []engine.Chunk, next []int32) 
 	}
 	if b.pool == nil {
 		return fmt.Errorf("cuda: no KV pool (call NewPool first)")
+	}
+	if err := b.planLoRA(batch); err != nil {
+		return err
 	}
 	b.buildPlan(batch, next != nil)
 	return b.dev.do(func() error { return b.run(ctx, batch, next) })
@@ -353,6 +366,9 @@ func (b *Backend) layer(s cu.Stream, a stepArgs, l, rows int) error {
 	if err := k.linearOut(s, w.qkv.t, b.qkv, b.h, w.qkv.p, 0, rows, int(b.geom.QKVDim), hid, modeStore); err != nil {
 		return err
 	}
+	if err := b.loraAdd(s, l, loraQKV, b.qkv, b.h, int(b.geom.QKVDim), hid); err != nil {
+		return err
+	}
 	if w.prep() {
 		if err := k.qkvPrepRows(s, b.qkv, w.qkvBias, w.qNorm, w.kNorm, a.geom, rows, sp.Heads+2*sp.KVHeads); err != nil {
 			return err
@@ -367,13 +383,19 @@ func (b *Backend) layer(s cu.Stream, a stepArgs, l, rows int) error {
 	if err := k.linearOut(s, w.o.t, b.x, b.att, w.o.p, 0, rows, hid, qDim, modeAdd); err != nil {
 		return err
 	}
+	if err := b.loraAdd(s, l, loraO, b.x, b.att, hid, qDim); err != nil {
+		return err
+	}
 	if err := k.rmsNorm(s, b.h, b.x, w.mlpNorm, 0, rows, hid, eps); err != nil {
 		return err
 	}
-	if err := k.linearOut(s, w.gate.t, b.mlp, b.h, w.gate.p, w.up.p, rows, inter, hid, modeSwiGLU); err != nil {
+	if err := b.mlpIn(s, l, rows); err != nil {
 		return err
 	}
-	return k.linearOut(s, w.down.t, b.x, b.mlp, w.down.p, 0, rows, hid, inter, modeAdd)
+	if err := k.linearOut(s, w.down.t, b.x, b.mlp, w.down.p, 0, rows, hid, inter, modeAdd); err != nil {
+		return err
+	}
+	return b.loraAdd(s, l, loraDown, b.x, b.mlp, hid, inter)
 }
 
 // logitsPass enqueues the final norm and LM head for n rows listed at
@@ -469,6 +491,11 @@ func (b *Backend) Close() {
 		b.closePages()
 		for _, p := range b.allocs {
 			cu.MemFree(p)
+		}
+		for _, p := range []cu.DevicePtr{b.loraT, b.gateBuf, b.upBuf} {
+			if p != 0 {
+				cu.MemFree(p)
+			}
 		}
 		if b.w != nil {
 			cu.MemFree(b.w.buf)

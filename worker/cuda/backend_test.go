@@ -73,11 +73,23 @@ type seq struct {
 	forced []int32
 	tokens []int32
 	logits []float32
+	// adapter is the LoRA adapter the sequence runs under, nil for the
+	// base model.
+	adapter engine.Adapter
 }
 
 func newSeq(t *testing.T, pool *kvpool.Pool, tenant, request string, prompt []int32, maxNew int) *seq {
 	t.Helper()
+	return newSeqUnder(t, pool, tenant, request, prompt, maxNew, nil)
+}
+
+// newSeqUnder is newSeq under adapter ad (nil: the base model).
+func newSeqUnder(t *testing.T, pool *kvpool.Pool, tenant, request string, prompt []int32, maxNew int, ad engine.Adapter) *seq {
+	t.Helper()
 	o := kvpool.Owner{Tenant: tenant, Request: request, Epoch: 1}
+	if ad != nil {
+		o.Adapter = ad.Hash()
+	}
 	pages, err := pool.Reserve(o, len(prompt)+maxNew)
 	if err != nil {
 		t.Fatal(err)
@@ -85,13 +97,13 @@ func newSeq(t *testing.T, pool *kvpool.Pool, tenant, request string, prompt []in
 	if err := pool.Activate(o); err != nil {
 		t.Fatal(err)
 	}
-	return &seq{owner: o, pages: pages, prompt: prompt}
+	return &seq{owner: o, pages: pages, prompt: prompt, adapter: ad}
 }
 
 // chunk returns the sequence's next chunk: up to limit prompt tokens, or
 // its decode token.
 func (s *seq) chunk(limit, vocab int) engine.Chunk {
-	c := engine.Chunk{Owner: s.owner, Start: s.pos, Pages: s.pages}
+	c := engine.Chunk{Owner: s.owner, Start: s.pos, Pages: s.pages, Adapter: s.adapter}
 	if s.pos < len(s.prompt) {
 		end := min(len(s.prompt), s.pos+limit)
 		c.Tokens = s.prompt[s.pos:end]

@@ -55,7 +55,7 @@ type kernels struct {
 	linear [numWTypes][2]cu.Function
 	embed  [numFloatTypes]cu.Function
 
-	rmsnorm, qkvPrep, ropeKV, attention, argmax, applyTags, fillPages cu.Function
+	rmsnorm, qkvPrep, ropeKV, attention, argmax, applyTags, fillPages, swigluFn cu.Function
 }
 
 // loadKernels loads the PTX for arch ("sm_80" or "sm_90"); the driver
@@ -101,6 +101,7 @@ func loadKernels(arch string) (*kernels, error) {
 	k.argmax = get("argmax")
 	k.applyTags = get("apply_tags")
 	k.fillPages = get("fill_pages")
+	k.swigluFn = get("swiglu")
 	if missing != nil {
 		k.unload()
 		return nil, missing
@@ -141,6 +142,12 @@ func (k *kernels) linearOut(s cu.Stream, t wtype, y, x, w, w2 cu.DevicePtr, rows
 	}
 	return launch(fn, dim3{ceilDiv(rows, perWarp), gy, 1}, dim3{linearThreads, 1, 1}, s,
 		ptr(y), ptr(x), ptr(w), ptr(w2), i64(rows), i64(n), i64(kDim), i64(mode))
+}
+
+// swiglu computes y = silu(g) ⊙ u over n floats, rounding as the linear
+// kernel's modeSwiGLU epilogue does.
+func (k *kernels) swiglu(s cu.Stream, y, g, u cu.DevicePtr, n int) error {
+	return launch(k.swigluFn, dim3{ceilDiv(n, rowThreads), 1, 1}, dim3{rowThreads, 1, 1}, s, ptr(y), ptr(g), ptr(u), i64(n))
 }
 
 // embedRows gathers rows embedding rows of hidden elements for tokens.

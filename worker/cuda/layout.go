@@ -121,8 +121,11 @@ func poolReason(code int32, info kvpool.PageInfo, want kvpool.Owner) kvpool.Reas
 		}
 		return kvpool.ReasonFree
 	case reasonForeign:
-		if info.Owner.Tenant != want.Tenant {
+		switch {
+		case info.Owner.Tenant != want.Tenant:
 			return kvpool.ReasonForeignTenant
+		case info.Owner.Request == want.Request && info.Owner.Adapter != want.Adapter:
+			return kvpool.ReasonForeignAdapter
 		}
 		return kvpool.ReasonForeignRequest
 	case reasonEpoch:

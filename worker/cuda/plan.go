@@ -32,6 +32,10 @@ type stepPlan struct {
 	logitRows   []int32
 	logitChunks []int
 	logitAt     []int
+	// lora are the runs of rows under an adapter (planLoRA); loraGateUp
+	// says whether one of them updates gate or up.
+	lora       []loraSpan
+	loraGateUp bool
 	// Owner-tag updates and pages to fill before the step.
 	updIDs []int32
 	upd    []devTag

@@ -115,7 +115,7 @@ func (g *gpuEngine) reserve(t *testing.T, o kvpool.Owner, d *cachekey.Domain, pr
 		err   error
 	)
 	if d != nil {
-		tags := kvpool.Tags(*d, 1, prompt[:len(prompt)-1], testPageTokens)
+		tags := kvpool.Tags(*d, 1, "", prompt[:len(prompt)-1], testPageTokens)
 		var hit int
 		pages, hit, err = g.pool.ReservePrefix(o, tokens, tags)
 		px = &engine.Prefix{Domain: *d, Version: 1, Hit: hit}
@@ -327,7 +327,7 @@ func TestSealedPageChecksOnDevice(t *testing.T) {
 	}{
 		{"chunk of another domain presents its own tags", kvpool.ReasonForeignDomain, func(r kvpool.Owner, pages, sealed []kvpool.PageID) engine.Chunk {
 			return engine.Chunk{Owner: r, Tokens: p[2*testPageTokens : 2*testPageTokens+1], Start: 2 * testPageTokens,
-				Pages: append(slices.Clone(sealed[:2]), pages[2:]...), Shared: kvpool.Tags(db, 1, p, testPageTokens)[:2],
+				Pages: append(slices.Clone(sealed[:2]), pages[2:]...), Shared: kvpool.Tags(db, 1, "", p, testPageTokens)[:2],
 				Logits: make([]float32, vocab)}
 		}},
 		{"sealed page written", kvpool.ReasonSealed, func(r kvpool.Owner, pages, sealed []kvpool.PageID) engine.Chunk {
@@ -350,7 +350,7 @@ func TestSealedPageChecksOnDevice(t *testing.T) {
 				t.Fatalf("%d sealed pages after the writer, want 3", len(sealed))
 			}
 			ordered := make([]kvpool.PageID, 0, 3)
-			for _, tag := range kvpool.Tags(da, 1, p, testPageTokens) {
+			for _, tag := range kvpool.Tags(da, 1, "", p, testPageTokens) {
 				for _, id := range sealed {
 					if info, _ := g.pool.Page(id); info.Tag == tag {
 						ordered = append(ordered, id)

@@ -47,12 +47,14 @@ func newTagMirror(pages int) (m *tagMirror, initial []devTag) {
 }
 
 // ownerKey is what the tag hash covers; the epoch is compared on its own.
-type ownerKey struct{ tenant, request string }
+// The adapter is part of the owner (DESIGN I8a): a page written under one
+// LoRA adapter is foreign to the same request under another.
+type ownerKey struct{ tenant, request, adapter string }
 
-// hash is the keyed 64-bit hash of owner's tenant and request. The seed is
-// random per backend, so no client can aim for a collision.
+// hash is the keyed 64-bit hash of owner's tenant, request and adapter.
+// The seed is random per backend, so no client can aim for a collision.
 func (m *tagMirror) hash(o kvpool.Owner) uint64 {
-	return maphash.Comparable(m.seed, ownerKey{o.Tenant, o.Request})
+	return maphash.Comparable(m.seed, ownerKey{o.Tenant, o.Request, o.Adapter})
 }
 
 // sealedHashes are the keyed hashes of a sealed page's prefix tag and of

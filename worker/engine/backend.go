@@ -59,4 +59,9 @@ type Chunk struct {
 	// logits the engine verifies); nil when the chunk is an intermediate
 	// prefill chunk.
 	Logits []float32
+	// Adapter is the LoRA adapter the chunk is computed under (the
+	// sequence's Request.Adapter, made by this backend's PrepareAdapter),
+	// nil for the base model. A backend adds the adapter's update to the
+	// chunk's rows only: the chunk's result is the one it gets alone.
+	Adapter Adapter
 }

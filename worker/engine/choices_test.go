@@ -36,7 +36,7 @@ func (r *rig) submitChoices(t *testing.T, o kvpool.Owner, p []int32, s engine.Sa
 	total, tables := engine.ChoicePages(pageTokens, len(p), s.MaxTokens, n)
 	var tags []kvpool.Tag
 	if px != nil {
-		tags = kvpool.Tags(px.Domain, px.Version, p[:len(p)-1], pageTokens)
+		tags = kvpool.Tags(px.Domain, px.Version, "", p[:len(p)-1], pageTokens)
 	}
 	pages, hit, err := r.pool.ReservePrefix(o, total*pageTokens, tags)
 	if err != nil {

@@ -49,6 +49,9 @@ type Config struct {
 	// ChunkTokens bounds the prompt tokens one step prefills across all
 	// sequences (chunked prefill).
 	ChunkTokens int
+	// ArrivalOrder gives ChunkTokens to prompts in admission order; by
+	// default the least served go first (step).
+	ArrivalOrder bool
 	// MaxBatch bounds the sequences running at once.
 	MaxBatch int
 	// EOS lists the model's end-of-sequence token ids.
@@ -88,6 +91,10 @@ type Request struct {
 	// Prefix, when set, reuses and publishes sealed prefix pages; see
 	// Prefix.
 	Prefix *Prefix
+	// Adapter is the LoRA adapter the request runs under, nil for the
+	// base model; its Hash must equal Owner.Adapter. The caller keeps it
+	// loaded until the request's stream ends.
+	Adapter Adapter
 }
 
 // Stats are cumulative engine counters.
@@ -130,9 +137,11 @@ type Engine struct {
 	running []*sequence
 	batch   []Chunk
 	members []*sequence
-	logits  [][]float32
-	sampler sampler
-	lps     logprobScratch
+	// prefilling collects a step's sequences still in their prompt.
+	prefilling []*sequence
+	logits     [][]float32
+	sampler    sampler
+	lps        logprobScratch
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
 	cachedTokens                       atomic.Uint64
@@ -283,6 +292,12 @@ func (e *Engine) validate(req *Request) error {
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if h := adapterHash(req.Adapter); h != req.Owner.Adapter {
+		return fmt.Errorf("%w: the request runs under adapter %q but its KV owner names adapter %q", ErrBadRequest, h, req.Owner.Adapter)
+	}
+	if _, ok := e.backend.(AdapterBackend); req.Adapter != nil && !ok {
+		return fmt.Errorf("%w: the backend does not serve LoRA adapters", ErrBadRequest)
 	}
 	if lb := req.Sampling.LogitBias; len(lb) > 0 && int(lb[len(lb)-1].Token) >= e.cfg.VocabSize {
 		return fmt.Errorf("%w: logit_bias token %d is outside the vocabulary (%d)", ErrBadRequest, lb[len(lb)-1].Token, e.cfg.VocabSize)
@@ -510,13 +525,17 @@ func (e *Engine) preempt(s *sequence) bool {
 	return true
 }
 
+// fcfsEvery: one step in fcfsEvery gives the chunk budget in admission
+// order rather than least served first (step).
+const fcfsEvery = 4
+
 // step builds one batch — every decoding sequence contributes one token,
-// prefilling sequences share the chunk budget in arrival order — checks
+// prompts share the chunk budget least served first (prefill) — checks
 // ownership, runs the backend and samples.
 func (e *Engine) step(ctx context.Context) {
 	e.batch = e.batch[:0]
 	e.members = e.members[:0]
-	budget := e.cfg.ChunkTokens
+	e.prefilling = e.prefilling[:0]
 	for _, s := range e.running {
 		if s.ctx.Err() != nil || s.stream.isClosed() {
 			e.finish(s, FinishError, ErrAborted)
@@ -525,27 +544,33 @@ func (e *Engine) step(ctx context.Context) {
 		if s.awaiting {
 			continue
 		}
-		var c Chunk
-		if s.pos >= len(s.req.Prompt) {
-			c = Chunk{Tokens: s.next[:], Start: s.pos}
-		} else {
-			if budget == 0 {
-				continue
-			}
-			n := min(len(s.req.Prompt)-s.pos, budget)
-			budget -= n
-			c = Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos}
-		}
-		c.Owner, c.Pages, c.Shared = s.req.Owner, s.req.Pages, s.tags[:s.shared]
-		if err := e.checkPages(s, c); err != nil {
-			e.violation(s, err)
+		if s.pos < len(s.req.Prompt) {
+			e.prefilling = append(e.prefilling, s)
 			continue
 		}
-		if (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt) {
-			c.Logits = e.logits[len(e.batch)]
+		e.add(s, Chunk{Tokens: s.next[:], Start: s.pos})
+	}
+	// The prompt that has had the fewest positions computed per tenant
+	// weight goes first (least attained service; admission order among
+	// equals): a short prompt arriving behind a long one gets its chunk
+	// at once rather than after the long one's whole prefill, and so does
+	// a light tenant's behind a heavy one's. Outputs do not depend on how
+	// a prompt is split (chunk invariance). Every fcfsEvery-th step keeps
+	// admission order, so a long prompt progresses under a stream of short
+	// ones.
+	if !e.cfg.ArrivalOrder && e.steps.Load()%fcfsEvery != fcfsEvery-1 {
+		slices.SortStableFunc(e.prefilling, func(a, b *sequence) int {
+			return cmp.Compare(int64(a.pos-a.cached)*weightOf(b), int64(b.pos-b.cached)*weightOf(a))
+		})
+	}
+	budget := e.cfg.ChunkTokens
+	for _, s := range e.prefilling {
+		if budget == 0 {
+			break
 		}
-		e.batch = append(e.batch, c)
-		e.members = append(e.members, s)
+		n := min(len(s.req.Prompt)-s.pos, budget)
+		budget -= n
+		e.add(s, Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos})
 	}
 	e.compact()
 	e.speculate(budget)
@@ -565,6 +590,22 @@ func (e *Engine) step(ctx context.Context) {
 		e.advance(s, e.batch[i])
 	}
 	e.compact()
+}
+
+// add puts s's chunk c into the step's batch once its pages pass the
+// ownership check, with a logits row when the chunk ends the prompt or
+// decodes.
+func (e *Engine) add(s *sequence, c Chunk) {
+	c.Owner, c.Pages, c.Shared, c.Adapter = s.req.Owner, s.req.Pages, s.tags[:s.shared], s.req.Adapter
+	if err := e.checkPages(s, c); err != nil {
+		e.violation(s, err)
+		return
+	}
+	if (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt) {
+		c.Logits = e.logits[len(e.batch)]
+	}
+	e.batch = append(e.batch, c)
+	e.members = append(e.members, s)
 }
 
 // forwardFailed handles a step the backend did not complete. A refusal by

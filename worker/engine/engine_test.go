@@ -51,6 +51,12 @@ type rig struct {
 	eng  *engine.Engine
 	pool *kvpool.Pool
 	m    *model.Model
+	// be is the cpu backend (unwrapped) and w its weights.
+	be *cpu.Backend
+	w  cpu.Weights
+	// adapters are the LoRA adapters prepared on be (rig.adapter), by
+	// hash: a request whose owner names one runs under it.
+	adapters map[string]engine.Adapter
 }
 
 type rigOptions struct {
@@ -63,6 +69,8 @@ type rigOptions struct {
 	model *model.Model
 	// spec configures speculative decoding.
 	spec engine.Speculation
+	// arrival gives the prefill budget in admission order.
+	arrival bool
 	// edit, if set, changes the weights before the backend is built.
 	edit func(*cpu.Weights)
 }
@@ -102,7 +110,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		backend = o.wrap(be)
 	}
 	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, MaxBatch: o.maxBatch,
-		EOS: m.EOSTokenIDs(), Speculation: o.spec}, backend, pool, nil)
+		EOS: m.EOSTokenIDs(), Speculation: o.spec, ArrivalOrder: o.arrival}, backend, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +118,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	done := make(chan struct{})
 	go func() { eng.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &rig{eng: eng, pool: pool, m: m}
+	return &rig{eng: eng, pool: pool, m: m, be: be, w: w, adapters: map[string]engine.Adapter{}}
 }
 
 type outcome struct {
@@ -169,7 +177,7 @@ func (r *rig) submit(t testing.TB, o kvpool.Owner, prompt []int32, s engine.Samp
 	if err := r.pool.Activate(o); err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s})
+	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: prompt, Sampling: s, Adapter: r.adapters[o.Adapter]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +305,7 @@ func TestPrefillThenDecodeEqualsWholeRun(t *testing.T) {
 // counted by the pool.
 func expectViolation(t *testing.T, r *rig, req engine.Request) {
 	t.Helper()
+	req.Adapter = r.adapters[req.Owner.Adapter]
 	before := r.pool.Stats().Violations
 	st, err := r.eng.Submit(context.Background(), req)
 	if err != nil {
@@ -598,6 +607,10 @@ func TestSubmitRejectsInconsistentRequests(t *testing.T) {
 		"negative temperature": {Owner: o, Pages: pages, Prompt: []int32{1},
 			Sampling: engine.Sampling{Temperature: -1, MaxTokens: 1}},
 		"prefilled without first token": {Owner: o, Pages: pages, Prompt: []int32{1}, Sampling: greedy(1), Prefilled: true, FirstToken: -1},
+		// The adapter computed with must be the one the KV owner names.
+		"adapter not the owner's": {Owner: o, Pages: pages, Prompt: []int32{1}, Sampling: greedy(1), Adapter: hashAdapter("a1")},
+		"owner's adapter missing": {Owner: kvpool.Owner{Tenant: o.Tenant, Request: o.Request, Epoch: o.Epoch, Adapter: "a1"},
+			Pages: pages, Prompt: []int32{1}, Sampling: greedy(1)},
 	}
 	for name, req := range cases {
 		if _, err := r.eng.Submit(context.Background(), req); !errors.Is(err, engine.ErrBadRequest) {
@@ -799,3 +812,9 @@ func TestNoPreemptionBelowWeightedShare(t *testing.T) {
 		t.Fatalf("preemptions %d, want 0", p)
 	}
 }
+
+// hashAdapter is an engine.Adapter that only has a hash.
+type hashAdapter string
+
+func (h hashAdapter) Hash() string { return string(h) }
+func (hashAdapter) Bytes() int64   { return 0 }

@@ -11,7 +11,8 @@ import (
 // caller reserved the sequence's pages with kvpool.ReservePrefix; the
 // engine then
 //   - computes the chain tags of the prompt's full pages itself, from the
-//     prompt it runs and Domain (never from what the caller looked up),
+//     prompt it runs, Domain and its owner's adapter (never from what the
+//     caller looked up),
 //     and presents them to kvpool.VerifyPrefix for the shared pages before
 //     every step: a shared page with any other tag is an owner violation;
 //   - prefills only the positions after the Hit shared pages (the result
@@ -56,7 +57,7 @@ func (e *Engine) startPrefix(s *sequence) error {
 	if px.Hit < 0 || px.Hit > limit || px.Hit > len(s.req.Pages) {
 		return fmt.Errorf("%w: %d cached prefix pages for a %d-token prompt in pages of %d", ErrBadRequest, px.Hit, len(s.req.Prompt), pt)
 	}
-	s.tags = kvpool.Tags(px.Domain, px.Version, s.req.Prompt, pt)
+	s.tags = kvpool.Tags(px.Domain, px.Version, s.req.Owner.Adapter, s.req.Prompt, pt)
 	s.shared = px.Hit
 	s.cached = px.Hit * pt
 	if !s.req.Prefilled {

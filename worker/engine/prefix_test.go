@@ -22,10 +22,11 @@ func cacheDomain(t *testing.T, tenant string) cachekey.Domain {
 }
 
 // runCached runs one request through the prefix cache of domain d as a
-// both worker does: reserve with the tags of prompt[:len-1], run, release.
+// both worker does: reserve with the tags of prompt[:len-1] under o's
+// adapter, run, release.
 func (r *rig) runCached(t *testing.T, o kvpool.Owner, d cachekey.Domain, p []int32, s engine.Sampling) outcome {
 	t.Helper()
-	tags := kvpool.Tags(d, 1, p[:len(p)-1], pageTokens)
+	tags := kvpool.Tags(d, 1, o.Adapter, p[:len(p)-1], pageTokens)
 	pages, hit, err := r.pool.ReservePrefix(o, len(p)+s.MaxTokens, tags)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func (r *rig) runCached(t *testing.T, o kvpool.Owner, d cachekey.Domain, p []int
 		t.Fatal(err)
 	}
 	st, err := r.eng.Submit(context.Background(), engine.Request{Owner: o, Pages: pages, Prompt: p, Sampling: s,
-		Prefix: &engine.Prefix{Domain: d, Version: 1, Hit: hit}})
+		Prefix: &engine.Prefix{Domain: d, Version: 1, Hit: hit}, Adapter: r.adapters[o.Adapter]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestPrefixReaderPresentsItsOwnTags(t *testing.T) {
 	da := cacheDomain(t, "a")
 	r.runCached(t, owner("seed"), da, p, greedy(2))
 	reserveHit := func(o kvpool.Owner) []kvpool.PageID {
-		pages, hit, err := r.pool.ReservePrefix(o, len(p)+4, kvpool.Tags(da, 1, p[:len(p)-1], pageTokens))
+		pages, hit, err := r.pool.ReservePrefix(o, len(p)+4, kvpool.Tags(da, 1, "", p[:len(p)-1], pageTokens))
 		if err != nil || hit != 2 {
 			t.Fatalf("hit %d, %v", hit, err)
 		}
@@ -183,7 +184,7 @@ func TestConcurrentSamePrefixIsCorrect(t *testing.T) {
 	var reserved [][]kvpool.PageID
 	for i := range 3 {
 		o := owner(fmt.Sprint("c", i))
-		pages, hit, err := r.pool.ReservePrefix(o, len(p)+5, kvpool.Tags(d, 1, p[:len(p)-1], pageTokens))
+		pages, hit, err := r.pool.ReservePrefix(o, len(p)+5, kvpool.Tags(d, 1, "", p[:len(p)-1], pageTokens))
 		if err != nil || hit != 0 {
 			t.Fatalf("hit %d, %v", hit, err)
 		}

@@ -120,6 +120,8 @@ func ownerFault(owner Owner, m *page) Reason {
 		return ReasonForeignTenant
 	case h.owner.Request != owner.Request:
 		return ReasonForeignRequest
+	case h.owner.Adapter != owner.Adapter:
+		return ReasonForeignAdapter
 	case h.owner.Epoch != owner.Epoch:
 		return ReasonStaleEpoch
 	}

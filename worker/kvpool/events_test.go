@@ -30,7 +30,7 @@ func sameSet(a, b []cachekey.Hash) bool {
 func TestCacheEventsReportSealsAndEvictions(t *testing.T) {
 	p := small(t) // 8 pages × 4 tokens
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	tags := kvpool.Tags(domain(t, "a"), 1, prompt, 4)
+	tags := kvpool.Tags(domain(t, "a"), 1, "", prompt, 4)
 	a1 := kvpool.Owner{Tenant: "a", Request: "1", Epoch: 1}
 	prefixOwner(t, p, a1, 12, tags, 0xA1)
 	snap, c1 := p.CacheSnapshot()
@@ -81,7 +81,7 @@ func TestCacheEventsOverflowBecomesASnapshot(t *testing.T) {
 	for i := range prompt {
 		prompt[i] = int32(i)
 	}
-	tags := kvpool.Tags(domain(t, "a"), 1, prompt, 1)
+	tags := kvpool.Tags(domain(t, "a"), 1, "", prompt, 1)
 	o := kvpool.Owner{Tenant: "a", Request: "1", Epoch: 1}
 	prefixOwner(t, p, o, n, tags, 1)
 	_, c := p.CacheSnapshot()

@@ -18,9 +18,9 @@ import (
 func TestEvictDomains(t *testing.T) {
 	p := newPool(t, kvpool.Config{Pages: 16, PageTokens: 4, PageBytes: 16})
 	da, db := domain(t, "a"), domain(t, "b")
-	tagsP := kvpool.Tags(da, 1, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 4)
-	tagsQ := kvpool.Tags(da, 1, []int32{9, 8, 7, 6, 5, 4, 3, 2, 1}, 4)
-	tagsB := kvpool.Tags(db, 1, []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 4)
+	tagsP := kvpool.Tags(da, 1, "", []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 4)
+	tagsQ := kvpool.Tags(da, 1, "", []int32{9, 8, 7, 6, 5, 4, 3, 2, 1}, 4)
+	tagsB := kvpool.Tags(db, 1, "", []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 4)
 	seal := func(o kvpool.Owner, tags []kvpool.Tag, fill byte) []kvpool.PageID {
 		t.Helper()
 		pages, _ := prefixOwner(t, p, o, 12, tags, fill)
@@ -103,7 +103,7 @@ func TestEvictDomains(t *testing.T) {
 	}
 	// Another domain (a re-created tenant: a new incarnation) caches as usual.
 	dn, _ := cachekey.Derive(testSecret, cachekey.ModeTenant, cachekey.Scope{Tenant: "a", Incarnation: "i2"})
-	tagsN := kvpool.Tags(dn, 1, []int32{9, 8, 7, 6, 5, 4, 3, 2, 1}, 4)
+	tagsN := kvpool.Tags(dn, 1, "", []int32{9, 8, 7, 6, 5, 4, 3, 2, 1}, 4)
 	n1 := kvpool.Owner{Tenant: "a", Request: "4", Epoch: 1}
 	seal(n1, tagsN, 0xA4)
 	release(n1)
@@ -120,14 +120,14 @@ func TestEvictedDomainsAreBounded(t *testing.T) {
 	p := small(t)
 	first := domain(t, "first")
 	p.EvictDomains([]cachekey.Domain{first}, true)
-	tags := kvpool.Tags(first, 1, []int32{1, 2, 3, 4}, 4)
+	tags := kvpool.Tags(first, 1, "", []int32{1, 2, 3, 4}, 4)
 	o := kvpool.Owner{Tenant: "first", Request: "1", Epoch: 1}
 	prefixOwner(t, p, o, 4, tags, 1)
 	if n, _ := p.Seal(o, tags); n != 0 {
 		t.Fatalf("sealed %d pages of a domain just evicted", n)
 	}
 	again := domain(t, "again")
-	tagsAgain := kvpool.Tags(again, 1, []int32{1, 2, 3, 4}, 4)
+	tagsAgain := kvpool.Tags(again, 1, "", []int32{1, 2, 3, 4}, 4)
 	a := kvpool.Owner{Tenant: "again", Request: "1", Epoch: 1}
 	prefixOwner(t, p, a, 4, tagsAgain, 2)
 	p.EvictDomains([]cachekey.Domain{again}, false)

@@ -194,12 +194,16 @@ func (p *Pool) ReleaseQuarantined(owner Owner) (int, error) {
 	return p.freeHolding(h), nil
 }
 
-// holder returns owner's holding, matching tenant, request and epoch.
-// Called with mu held.
+// holder returns owner's holding, matching tenant, request, adapter and
+// epoch. Called with mu held.
 func (p *Pool) holder(owner Owner) (*holding, error) {
 	h, ok := p.holders[owner.key()]
 	if !ok {
 		return nil, fmt.Errorf("%w: %v", ErrNotHeld, owner)
+	}
+	if h.owner.Adapter != owner.Adapter {
+		// The pages were computed under other weights: not this owner's.
+		return nil, fmt.Errorf("%w: %v, the request's pages are held under adapter %q", ErrNotHeld, owner, h.owner.Adapter)
 	}
 	if h.owner.Epoch != owner.Epoch {
 		return nil, fmt.Errorf("%w: %v, pages are at epoch %d", ErrStaleEpoch, owner, h.owner.Epoch)

@@ -50,7 +50,7 @@ func key(o kvpool.Owner) [2]string { return [2]string{o.Tenant, o.Request} }
 func (m *model) held(o kvpool.Owner) ([]kvpool.PageID, string) {
 	t, ok := m.tables[key(o)]
 	switch {
-	case !ok:
+	case !ok, m.pages[t[0]].owner.Adapter != o.Adapter:
 		return nil, "not_held"
 	case m.pages[t[0]].owner.Epoch != o.Epoch:
 		return nil, "stale_epoch"
@@ -91,6 +91,8 @@ func (m *model) fault(o kvpool.Owner, id kvpool.PageID) string {
 		return "foreign_tenant"
 	case pg.owner.Request != o.Request:
 		return "foreign_request"
+	case pg.owner.Adapter != o.Adapter:
+		return "foreign_adapter"
 	case pg.owner.Epoch != o.Epoch:
 		return "stale_epoch"
 	}
@@ -189,19 +191,25 @@ func (s *source) intn(n int) int {
 var (
 	tenants  = []string{"a", "b"}
 	requests = []string{"r1", "r2", "r3"}
+	// adapters: the base model and two LoRA adapters' content hashes.
+	adapters = []string{"", "aaaa", "bbbb"}
 )
 
 // owner picks an owner: mostly a current or nearly current epoch of one of
-// six (tenant, request) pairs, sometimes an invalid one.
+// six (tenant, request) pairs, under the adapter it holds pages with or,
+// now and then, another one, sometimes an invalid owner.
 func (m *model) owner(s *source) kvpool.Owner {
 	k := s.intn(7)
 	if k == 6 {
 		return kvpool.Owner{Request: "r1", Epoch: 1}
 	}
-	o := kvpool.Owner{Tenant: tenants[k/3], Request: requests[k%3], Epoch: uint64(s.intn(3))}
+	o := kvpool.Owner{Tenant: tenants[k/3], Request: requests[k%3], Epoch: uint64(s.intn(3)), Adapter: adapters[s.intn(len(adapters))]}
 	if t, ok := m.tables[key(o)]; ok {
-		cur := m.pages[t[0]].owner.Epoch
-		o.Epoch = []uint64{cur, cur, cur, cur + 1, cur + 2}[s.intn(5)]
+		held := m.pages[t[0]].owner
+		o.Epoch = []uint64{held.Epoch, held.Epoch, held.Epoch, held.Epoch + 1, held.Epoch + 2}[s.intn(5)]
+		if s.intn(4) != 0 {
+			o.Adapter = held.Adapter
+		}
 	}
 	return o
 }

@@ -17,10 +17,14 @@ type Tag struct {
 }
 
 // Tags returns the tags of the full pages of tokens in domain d under
-// version, page i first: what a sequence with these tokens presents for
-// its shared pages, computed from its own tokens.
-func Tags(d cachekey.Domain, version uint64, tokens []int32, pageTokens int) []Tag {
-	hs := cachekey.Chain(d, version, tokens, pageTokens)
+// version and the LoRA adapter whose content hash is adapter ("" for the
+// base model; Owner.Adapter of the sequence), page i first: what a
+// sequence with these tokens presents for its shared pages, computed from
+// its own tokens. The chain hashes cover the adapter (DESIGN I8a), so
+// pages sealed under one adapter match no other adapter's or the base
+// model's request even in the same domain.
+func Tags(d cachekey.Domain, version uint64, adapter string, tokens []int32, pageTokens int) []Tag {
+	hs := cachekey.Chain(d, version, adapter, tokens, pageTokens)
 	out := make([]Tag, len(hs))
 	for i, h := range hs {
 		out[i] = Tag{Domain: d, Version: version, Hash: h}

@@ -11,21 +11,24 @@ import (
 
 // prefixActor is one fuzzed owner: its tenant, prompt tags and table.
 type prefixActor struct {
-	owner kvpool.Owner
-	tags  []kvpool.Tag
-	pages []kvpool.PageID
-	held  bool
+	owner  kvpool.Owner
+	prompt []int32
+	tags   []kvpool.Tag
+	pages  []kvpool.PageID
+	held   bool
 }
 
 // FuzzPrefixPool drives the prefix cache with arbitrary sequences of
 // reservations with prefixes, writes, seals, releases, epoch bumps,
 // quarantines and domain evictions (for good or not) by owners of two
-// tenants, and after every operation checks
+// tenants, one of whose requests runs under a LoRA adapter in the same
+// domain as its base-model ones, and after every operation checks
 // the accounting identity, that every shared page carries exactly the tag
-// its holder computed from its own tokens and domain (so never another
-// domain's page), that reference counts match the holdings, and that a
-// reader presenting another domain is refused, and that nothing of a
-// domain evicted for good is in the cache any more.
+// its holder computed from its own tokens, domain and adapter (so never
+// another domain's or another adapter's page), that reference counts
+// match the holdings, that a reader presenting another domain or another
+// adapter's tags is refused, and that nothing of a domain evicted for
+// good is in the cache any more.
 func FuzzPrefixPool(f *testing.F) {
 	f.Add([]byte{0, 1, 3, 2, 1, 0, 3, 0, 1, 2, 4, 9, 7, 0, 0, 5, 2, 6, 3, 8})
 	f.Add([]byte{0, 0, 2, 1, 0, 2, 0, 2, 0, 3, 0, 0, 1, 2, 1, 2, 3, 0, 4, 2, 5, 1, 6, 2, 7, 0})
@@ -43,7 +46,8 @@ func FuzzPrefixPool(f *testing.F) {
 		for i := range actors {
 			actors[i] = &prefixActor{owner: kvpool.Owner{Tenant: []string{"a", "b"}[i%2], Request: fmt.Sprint(i), Epoch: 1}}
 		}
-		gone := map[string]bool{} // tenants whose domain was evicted for good
+		actors[2].owner.Adapter = adapterA // tenant a's domain, under an adapter
+		gone := map[string]bool{}          // tenants whose domain was evicted for good
 		for len(data) >= 2 {
 			op, arg := data[0]%9, data[1]
 			data = data[2:]
@@ -58,7 +62,8 @@ func FuzzPrefixPool(f *testing.F) {
 				for j := range prompt {
 					prompt[j] = int32(j + int(arg>>5)*(j/3))
 				}
-				a.tags = kvpool.Tags(doms[a.owner.Tenant].Domain, 1, prompt, pt)
+				a.prompt = prompt
+				a.tags = kvpool.Tags(doms[a.owner.Tenant].Domain, 1, a.owner.Adapter, prompt, pt)
 				var hit int
 				a.pages, hit, err = p.ReservePrefix(a.owner, len(prompt)+1, a.tags[:min(len(a.tags), (len(prompt)-1)/pt)])
 				if errors.Is(err, kvpool.ErrNoSpace) {
@@ -116,11 +121,14 @@ func FuzzPrefixPool(f *testing.F) {
 						t.Fatalf("%v's tags still hit after its domain's eviction", c.owner)
 					}
 				}
-			default: // a reader of the other domain presents its tags
+			default: // a reader of the other domain, or of another adapter, presents its tags
 				if a.held && shared(p, a) > 0 {
 					other := a.tags[0]
 					other.Domain = doms[map[string]string{"a": "b", "b": "a"}[a.owner.Tenant]].Domain
 					wantReason(t, p.VerifyPrefix(a.owner, a.pages, pt, []kvpool.Tag{other}), kvpool.ReasonForeignDomain)
+					otherAdapter := map[string]string{"": adapterA, adapterA: ""}[a.owner.Adapter]
+					wrong := kvpool.Tags(a.tags[0].Domain, 1, otherAdapter, a.prompt[:pt], pt)
+					wantReason(t, p.VerifyPrefix(a.owner, a.pages, pt, wrong), kvpool.ReasonTagMismatch)
 				}
 			}
 			if err != nil {

@@ -53,7 +53,7 @@ func wantReason(t *testing.T, err error, r kvpool.Reason) {
 func TestSealedPagesAreSharedWithinADomainOnly(t *testing.T) {
 	p := small(t) // 8 pages × 4 tokens
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}
-	tagsA := kvpool.Tags(domain(t, "a"), 1, prompt, 4)
+	tagsA := kvpool.Tags(domain(t, "a"), 1, "", prompt, 4)
 	a1 := kvpool.Owner{Tenant: "a", Request: "1", Epoch: 1}
 	pages, hit := prefixOwner(t, p, a1, 12, tagsA, 0xA1)
 	if hit != 0 {
@@ -95,7 +95,7 @@ func TestSealedPagesAreSharedWithinADomainOnly(t *testing.T) {
 	}
 
 	// Another tenant with the same tokens gets its own copy.
-	tagsB := kvpool.Tags(domain(t, "b"), 1, prompt, 4)
+	tagsB := kvpool.Tags(domain(t, "b"), 1, "", prompt, 4)
 	b1 := kvpool.Owner{Tenant: "b", Request: "1", Epoch: 1}
 	pb, hit := prefixOwner(t, p, b1, 12, tagsB, 0xB1)
 	if hit != 0 {
@@ -122,7 +122,7 @@ func TestSealedPagesAreSharedWithinADomainOnly(t *testing.T) {
 func TestTamperedTagsAreOwnerViolations(t *testing.T) {
 	p := small(t)
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
-	tags := kvpool.Tags(domain(t, "a"), 7, prompt, 4)
+	tags := kvpool.Tags(domain(t, "a"), 7, "", prompt, 4)
 	o := kvpool.Owner{Tenant: "a", Request: "1", Epoch: 1}
 	pages, _ := prefixOwner(t, p, o, 12, tags, 1)
 	if _, err := p.Seal(o, tags); err != nil {
@@ -166,7 +166,7 @@ func TestTamperedTagsAreOwnerViolations(t *testing.T) {
 func TestSealOnlyCompletePages(t *testing.T) {
 	p := small(t)
 	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8}
-	tags := kvpool.Tags(domain(t, "a"), 1, prompt, 4)
+	tags := kvpool.Tags(domain(t, "a"), 1, "", prompt, 4)
 	o := kvpool.Owner{Tenant: "a", Request: "1", Epoch: 1}
 	pages := reserve(t, p, o, 8)
 	if err := p.MarkTokensWritten(o, pages, 6); err != nil {
@@ -204,7 +204,7 @@ func TestEvictionLeastRecentlyUsedPoisonsAndZeroes(t *testing.T) {
 			var sealedPages [][]kvpool.PageID
 			for i := range 3 {
 				prompt := []int32{int32(i), 1, 2, 3}
-				tags := kvpool.Tags(d, 1, prompt, 4)
+				tags := kvpool.Tags(d, 1, "", prompt, 4)
 				o := kvpool.Owner{Tenant: "a", Request: fmt.Sprint(i), Epoch: 1}
 				pages, _ := prefixOwner(t, p, o, 4, tags, byte(0x10+i))
 				if n, err := p.Seal(o, tags); n != 1 || err != nil {
@@ -216,7 +216,7 @@ func TestEvictionLeastRecentlyUsedPoisonsAndZeroes(t *testing.T) {
 				sealedPages = append(sealedPages, pages)
 			}
 			// Touch prompt 0 again, so prompt 1 is now the oldest.
-			t0 := kvpool.Tags(d, 1, []int32{0, 1, 2, 3}, 4)
+			t0 := kvpool.Tags(d, 1, "", []int32{0, 1, 2, 3}, 4)
 			r := kvpool.Owner{Tenant: "a", Request: "r", Epoch: 1}
 			if _, hit := prefixOwner(t, p, r, 4, t0, 0); hit != 1 {
 				t.Fatal("no hit")
@@ -231,7 +231,7 @@ func TestEvictionLeastRecentlyUsedPoisonsAndZeroes(t *testing.T) {
 			if s.Evictions != 2 || s.Cached != 1 || s.Reserved != 3 {
 				t.Fatalf("%+v", s)
 			}
-			if p.Lookup(t0) != 1 || p.Lookup(kvpool.Tags(d, 1, []int32{1, 1, 2, 3}, 4)) != 0 {
+			if p.Lookup(t0) != 1 || p.Lookup(kvpool.Tags(d, 1, "", []int32{1, 1, 2, 3}, 4)) != 0 {
 				t.Fatal("eviction was not least recently used first")
 			}
 			for _, id := range got {
@@ -280,7 +280,7 @@ func TestPrefixStress(t *testing.T) {
 				for j := range prompt {
 					prompt[j] = int32(j/pt + r.IntN(2)*(j/(2*pt)))
 				}
-				tags := kvpool.Tags(d, 1, prompt, pt)
+				tags := kvpool.Tags(d, 1, "", prompt, pt)
 				o := kvpool.Owner{Tenant: ten, Request: fmt.Sprintf("%d-%d", g, i), Epoch: 1}
 				pages, hit, err := p.ReservePrefix(o, len(prompt)+pt, tags[:min(len(tags), (len(prompt)-1)/pt)])
 				if errors.Is(err, kvpool.ErrNoSpace) {
@@ -392,7 +392,7 @@ func TestPrefixStressKilledWriters(t *testing.T) {
 				for j := range prompt {
 					prompt[j] = int32(j/pt + r.IntN(2)*(j/(2*pt)) + 7*r.IntN(2)*(j/(3*pt)))
 				}
-				tags := kvpool.Tags(d, 1, prompt, pt)
+				tags := kvpool.Tags(d, 1, "", prompt, pt)
 				o := kvpool.Owner{Tenant: ten, Request: fmt.Sprintf("%d-%d", g, i), Epoch: 1}
 				pages, hit, err := p.ReservePrefix(o, len(prompt)+pt, tags[:min(len(tags), len(prompt)/pt)])
 				if errors.Is(err, kvpool.ErrNoSpace) {

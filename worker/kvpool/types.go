@@ -95,6 +95,10 @@ const (
 	// ReasonForeignRequest: the page belongs to another request of the
 	// same tenant.
 	ReasonForeignRequest
+	// ReasonForeignAdapter: the page belongs to the same request under
+	// another LoRA adapter (or the base model): its K/V are not valid for
+	// the reader's weights (DESIGN I8a).
+	ReasonForeignAdapter
 	// ReasonStaleEpoch: the page belongs to the same request at another
 	// epoch (it was fenced by BumpEpoch).
 	ReasonStaleEpoch
@@ -131,6 +135,7 @@ var reasonNames = [...]string{
 	ReasonQuarantined:    "quarantined",
 	ReasonForeignTenant:  "foreign_tenant",
 	ReasonForeignRequest: "foreign_request",
+	ReasonForeignAdapter: "foreign_adapter",
 	ReasonStaleEpoch:     "stale_epoch",
 	ReasonFencing:        "fencing",
 	ReasonUnwritten:      "unwritten",
@@ -165,7 +170,8 @@ var (
 	// ErrOwnerExists: the (tenant, request) already holds pages, at
 	// whatever epoch.
 	ErrOwnerExists = errors.New("kvpool: owner already holds pages")
-	// ErrNotHeld: the (tenant, request) holds no pages.
+	// ErrNotHeld: the (tenant, request) holds no pages, or holds them under
+	// another adapter.
 	ErrNotHeld = errors.New("kvpool: owner holds no pages")
 	// ErrStaleEpoch: the (tenant, request) holds pages, but at another
 	// epoch than the one given.

@@ -79,7 +79,7 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	prompt := BenchPromptIDs(opt.PromptTokens, c.VocabSize)
 	// Prefill: one prompt, timed to its first token.
 	start := time.Now()
-	if _, _, err := r.generate(ctx, "prefill", prompt, 1, true); err != nil {
+	if _, _, err := r.generate(ctx, "prefill", prompt, 1, true, nil); err != nil {
 		return rep, err
 	}
 	el := time.Since(start).Seconds()
@@ -90,14 +90,14 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	rep.PrefillOfPeak = rep.PrefillFLOPs / rep.FMAPeak
 
 	short := prompt[:16]
-	tps, ids, err := r.decodeRate(ctx, short, 1, opt.DecodeTokens)
+	tps, ids, err := r.decodeRate(ctx, short, 1, opt.DecodeTokens, nil)
 	if err != nil {
 		return rep, err
 	}
 	rep.Decode1TokensPerSec, rep.GreedyIDs = tps, ids
 	roofline := float64(rep.WeightBytesPerToken) / rep.CopyBandwidth
 	rep.Decode1OfRoofline = roofline * tps
-	if rep.DecodeNTokensPerSec, _, err = r.decodeRate(ctx, short, opt.Batch, opt.DecodeTokens); err != nil {
+	if rep.DecodeNTokensPerSec, _, err = r.decodeRate(ctx, short, opt.Batch, opt.DecodeTokens, nil); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -124,8 +124,9 @@ var _ streamingBackend = (*cpu.Backend)(nil)
 
 // decodeRate runs batch sequences of tokens each and returns generated
 // tokens per second, excluding their prefill, and the tokens of one
-// sequence (all sequences run the same greedy request).
-func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens int) (float64, []int32, error) {
+// sequence (all sequences run the same greedy request). Sequence i runs
+// under adapters[i%len(adapters)] (none: the base model).
+func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens int, adapters []engine.Adapter) (float64, []int32, error) {
 	type result struct {
 		d   time.Duration
 		ids []int32
@@ -133,8 +134,12 @@ func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens 
 	}
 	results := make(chan result, batch)
 	for i := range batch {
+		var ad engine.Adapter
+		if len(adapters) > 0 {
+			ad = adapters[i%len(adapters)]
+		}
 		go func() {
-			d, ids, err := r.generate(ctx, fmt.Sprint("decode-", batch, "-", i), prompt, tokens, false)
+			d, ids, err := r.generate(ctx, fmt.Sprint("decode-", batch, "-", i), prompt, tokens, false, ad)
 			results <- result{d, ids, err}
 		}()
 	}
@@ -150,11 +155,14 @@ func (r *Runtime) decodeRate(ctx context.Context, prompt []int32, batch, tokens 
 	return float64(batch*(tokens-1)) / longest.Seconds(), ids, nil
 }
 
-// generate runs one greedy sequence and returns the time from its first
-// token to its last (or to the first token, when fromSubmit) and the
-// tokens it generated.
-func (r *Runtime) generate(ctx context.Context, name string, prompt []int32, tokens int, fromSubmit bool) (time.Duration, []int32, error) {
+// generate runs one greedy sequence, under adapter ad (nil: the base
+// model), and returns the time from its first token to its last (or to
+// the first token, when fromSubmit) and the tokens it generated.
+func (r *Runtime) generate(ctx context.Context, name string, prompt []int32, tokens int, fromSubmit bool, ad engine.Adapter) (time.Duration, []int32, error) {
 	o := kvpool.Owner{Tenant: "bench", Request: name, Epoch: 1}
+	if ad != nil {
+		o.Adapter = ad.Hash()
+	}
 	pages, err := r.Pool.Reserve(o, len(prompt)+tokens)
 	if err != nil {
 		return 0, nil, err
@@ -162,7 +170,7 @@ func (r *Runtime) generate(ctx context.Context, name string, prompt []int32, tok
 	defer r.Pool.Release(o)
 	submitted := time.Now()
 	st, err := r.Engine.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: prompt,
-		Sampling: engine.Sampling{MaxTokens: tokens, IgnoreEOS: true}})
+		Sampling: engine.Sampling{MaxTokens: tokens, IgnoreEOS: true}, Adapter: ad})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -89,7 +89,7 @@ func (r *Runtime) prefixTurn(ctx context.Context, name string, d cachekey.Domain
 	o := kvpool.Owner{Tenant: "bench", Request: name, Epoch: 1}
 	submitted := time.Now()
 	pt := r.Capacity.PageTokens
-	pages, hit, err := r.Pool.ReservePrefix(o, len(prompt)+tokens, kvpool.Tags(d, 1, prompt[:len(prompt)-1], pt))
+	pages, hit, err := r.Pool.ReservePrefix(o, len(prompt)+tokens, kvpool.Tags(d, 1, "", prompt[:len(prompt)-1], pt))
 	if err != nil {
 		return 0, nil, 0, err
 	}

@@ -15,6 +15,7 @@ import (
 	goruntime "runtime"
 	"strings"
 
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/cpu"
 	"github.com/warden-ai/warden/worker/kvpool"
@@ -50,6 +51,9 @@ type Options struct {
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
+	// ArrivalOrder gives the prefill chunk budget in admission order
+	// rather than least served first (engine.Config.ArrivalOrder).
+	ArrivalOrder bool
 	// Speculation configures the engine's n-gram speculative decoding.
 	Speculation engine.Speculation
 	// ZeroOnRelease and PoisonOnReserve harden the pool (I9).
@@ -75,6 +79,9 @@ type Runtime struct {
 	// with Options.Quantize, else Options.DType or the file's, lower case
 	// ("f32", "f16", "bf16").
 	WeightsDType string
+	// PrepareAdapter converts a LoRA adapter into the backend's form; nil
+	// when the backend serves no adapters.
+	PrepareAdapter func(*lora.Adapter) (engine.Adapter, error)
 
 	backend interface{ Close() }
 }
@@ -172,18 +179,23 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}
 	eng, err := engine.New(engine.Config{
-		PageTokens:  opt.PageTokens,
-		ChunkTokens: opt.ChunkTokens,
-		MaxBatch:    opt.MaxBatch,
-		EOS:         m.EOSTokenIDs(),
-		VocabSize:   m.Config.VocabSize,
-		Speculation: opt.Speculation,
+		PageTokens:   opt.PageTokens,
+		ChunkTokens:  opt.ChunkTokens,
+		MaxBatch:     opt.MaxBatch,
+		ArrivalOrder: opt.ArrivalOrder,
+		EOS:          m.EOSTokenIDs(),
+		VocabSize:    m.Config.VocabSize,
+		Speculation:  opt.Speculation,
 	}, be, pool, opt.Logger)
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan,
-		WeightsDType: weightsDType(m, opt), backend: be}, nil
+	rt := &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan,
+		WeightsDType: weightsDType(m, opt), backend: be}
+	if ab, ok := be.(engine.AdapterBackend); ok {
+		rt.PrepareAdapter = ab.PrepareAdapter
+	}
+	return rt, nil
 }
 
 // weightsDType names the element type the backend computes with (see

@@ -23,13 +23,14 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	subs := map[string]func(context.Context, *env, []string) error{
 		"engine": runBenchEngine, "gateway": runBenchGateway, "tenants": runBenchTenants, "pd": runBenchPD,
 		"prefix": runBenchPrefix, "fleet": runBenchFleet, "serve": runBenchServe, "rolling": runBenchRolling,
+		"lora": runBenchLoRA,
 	}
 	if len(args) > 0 {
 		if run, ok := subs[args[0]]; ok {
 			return run(ctx, e, args[1:])
 		}
 	}
-	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet|serve|rolling [flags]\n\nRun 'warden bench <benchmark> -h' for its flags.")
+	fmt.Fprintln(e.stderr, "usage: warden bench engine|gateway|tenants|pd|prefix|fleet|serve|rolling|lora [flags]\n\nRun 'warden bench <benchmark> -h' for its flags.")
 	return groupUsageResult(args)
 }
 
@@ -176,6 +177,48 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "warden bench engine — model %s\n\n", *dir)
+	rep.WriteTable(e.stdout)
+	return nil
+}
+
+func runBenchLoRA(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "bench lora", "bench lora [--model-dir DIR] [--threads N] [--adapters 8] [--rank 16] [--adapter-dtype bf16|f32] [--batch 16] [--prompt N] [--decode N] [--rounds N]")
+	dir := fs.String("model-dir", "", "model directory (default: the small preset, generated into the user cache on first use)")
+	threads := fs.Int("threads", goruntime.NumCPU(), "compute threads")
+	o := runtime.LoRABenchOptions{}
+	fs.IntVar(&o.Adapters, "adapters", 8, "different adapters in the batch")
+	fs.IntVar(&o.Rank, "rank", 16, "rank of every adapter (all seven projections targeted)")
+	fs.IntVar(&o.Batch, "batch", 16, "sequences in the batch")
+	fs.IntVar(&o.PromptTokens, "prompt", 64, "prompt length of every sequence")
+	fs.IntVar(&o.DecodeTokens, "decode", 32, "tokens generated per sequence")
+	fs.IntVar(&o.Rounds, "rounds", 3, "base and adapter runs alternate this many times; the best of each counts")
+	dtype := fs.String("adapter-dtype", "bf16", "values of the adapters: bf16 (held in bf16, as a bf16-trained PEFT adapter) or f32")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *dtype != "bf16" && *dtype != "f32" {
+		return fmt.Errorf("bench lora: --adapter-dtype %q: want bf16 or f32", *dtype)
+	}
+	o.BF16 = *dtype == "bf16"
+	if *dir == "" {
+		var err error
+		if *dir, err = cachedPreset(e, model.PresetSmall, model.F32); err != nil {
+			return err
+		}
+	}
+	var rep runtime.LoRABenchReport
+	err := withRuntime(ctx, runtime.Options{
+		ModelDir: *dir, Threads: *threads, PageTokens: 16,
+		KVBytes:     int64(o.Batch+1) * int64(o.PromptTokens+o.DecodeTokens+16) * 1 << 17,
+		ChunkTokens: max(o.PromptTokens, 512), MaxBatch: max(o.Batch, 1),
+	}, func(rt *runtime.Runtime) (err error) {
+		rep, err = rt.BenchLoRA(ctx, o)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "warden bench lora — model %s\n\n", *dir)
 	rep.WriteTable(e.stdout)
 	return nil
 }

@@ -280,7 +280,7 @@ func TestHelpEverywhere(t *testing.T) {
 		paths = append(paths, []string{"model", sub})
 	}
 	paths = append(paths, []string{"config", "print"})
-	for _, sub := range []string{"engine", "gateway", "tenants", "pd", "prefix", "fleet", "serve"} {
+	for _, sub := range []string{"engine", "gateway", "tenants", "pd", "prefix", "fleet", "serve", "lora"} {
 		paths = append(paths, []string{"bench", sub})
 	}
 	for _, p := range paths {

@@ -3,11 +3,13 @@ package adapters
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/tenant/memstore"
@@ -89,33 +91,28 @@ func TestRegisterRefuses(t *testing.T) {
 	}
 }
 
-// TestNotLoadedAndRetry: only FAILED_PRECONDITION "adapter not loaded:
-// <hash>" of the request's adapter triggers a push; anything else is
-// returned as it is, without one.
-func TestNotLoadedAndRetry(t *testing.T) {
-	const h = "ab"
-	for _, c := range []struct {
-		err  error
-		hash string
-		ok   bool
-	}{
-		{status.Error(codes.FailedPrecondition, "adapter not loaded: "+h), h, true},
-		{status.Error(codes.FailedPrecondition, "draining"), "", false},
-		{status.Error(codes.NotFound, "adapter not loaded: "+h), "", false},
-		{errors.New("adapter not loaded: " + h), "", false},
-		{nil, "", false},
+// TestRetry: only the worker's "adapter not loaded" refusal of the
+// request's own adapter triggers a push (here failing: the registry has
+// no files of that hash); anything else is returned as it is.
+func TestRetry(t *testing.T) {
+	r := newRegistry(t, 1<<20)
+	a := tenant.Adapter{Name: "m:ad", Hash: strings.Repeat("c", 64)}
+	noLoad := func(int64) { t.Error("loaded called") }
+	for _, refusal := range []error{
+		controlpb.AdapterNotLoaded(strings.Repeat("e", 64)).Err(),
+		status.Error(codes.FailedPrecondition, "draining"),
+		status.Error(codes.NotFound, "adapter not loaded: "+a.Hash),
 	} {
-		if got, ok := NotLoaded(c.err); got != c.hash || ok != c.ok {
-			t.Errorf("NotLoaded(%v) = %q, %v; want %q, %v", c.err, got, ok, c.hash, c.ok)
+		calls := 0
+		err := r.Retry(context.Background(), nil, &a, func() error { calls++; return refusal }, noLoad)
+		if err != refusal || calls != 1 {
+			t.Errorf("Retry on %v: %v after %d calls, want the refusal after 1", refusal, err, calls)
 		}
 	}
-	r := newRegistry(t, 1<<20)
-	a := tenant.Adapter{Name: "m:ad", Hash: "cd"}
 	calls := 0
-	other := status.Error(codes.FailedPrecondition, "adapter not loaded: ef")
-	err := r.Retry(context.Background(), nil, &a, func() error { calls++; return other }, func(int64) { t.Error("loaded called") })
-	if err != other || calls != 1 {
-		t.Fatalf("Retry on another adapter's refusal: %v after %d calls", err, calls)
+	err := r.Retry(context.Background(), nil, &a, func() error { calls++; return controlpb.AdapterNotLoaded(a.Hash).Err() }, noLoad)
+	if !errors.Is(err, tenant.ErrNotFound) || !strings.Contains(err.Error(), "files of m:ad") || calls != 1 {
+		t.Fatalf("Retry on its own adapter's refusal: %v after %d calls, want the push's failure", err, calls)
 	}
 	calls = 0
 	if err := r.Retry(context.Background(), nil, nil, func() error { calls++; return nil }, nil); err != nil || calls != 1 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,23 +16,6 @@ import (
 // ErrNoRoom: a worker refused to load an adapter for lack of adapter
 // memory (its pinned adapters and those in use fill it).
 var ErrNoRoom = errors.New("adapters: no room for the adapter on the worker")
-
-// notLoadedPrefix starts the message of a worker's refusal of a call
-// whose adapter it does not hold.
-const notLoadedPrefix = "adapter not loaded: "
-
-// NotLoaded reports whether err is a worker's refusal of a call because
-// it does not hold the adapter, and which (its hash).
-func NotLoaded(err error) (hash string, ok bool) {
-	st, isStatus := status.FromError(err)
-	if err == nil || !isStatus || st.Code() != codes.FailedPrecondition {
-		return "", false
-	}
-	if hash, ok := strings.CutPrefix(st.Message(), notLoadedPrefix); ok {
-		return hash, true
-	}
-	return "", false
-}
 
 // ChunkBytes is the most weights bytes one AdapterPart carries.
 const ChunkBytes = 1 << 20
@@ -95,7 +77,7 @@ func (r *Registry) Retry(ctx context.Context, client controlpb.WorkerClient, a *
 	if a == nil {
 		return err
 	}
-	if h, ok := NotLoaded(err); !ok || h != a.Hash {
+	if h, ok := controlpb.IsAdapterNotLoaded(err); !ok || h != a.Hash {
 		return err
 	}
 	n, err := r.Push(ctx, client, *a)

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -192,6 +193,7 @@ func (s *server) updateAdapter(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	before := a.Clone()
 	if p.SharedWith != nil {
 		a.SharedWith = *p.SharedWith
 	}
@@ -201,8 +203,36 @@ func (s *server) updateAdapter(w http.ResponseWriter, r *http.Request) error {
 	if a, err = s.adapters.Store().UpdateAdapter(r.Context(), a); err != nil {
 		return err
 	}
+	s.evictAdapter(r.Context(), before, a)
 	writeJSON(w, http.StatusOK, a)
 	return nil
+}
+
+// adapterEvictor is a store that evicts a tenant's cache domains under
+// an adapter it lost (domainevict.Store).
+type adapterEvictor interface {
+	EvictAdapter(ctx context.Context, id, adapter string) error
+}
+
+// evictAdapter evicts, on every worker, the cache domains under before's
+// adapter of each tenant that could use before and cannot use after (a
+// zero after: the adapter was deleted). Isolation does not depend on it
+// (a later request of such a tenant is refused the adapter); it frees the
+// pages and honours the removal.
+func (s *server) evictAdapter(ctx context.Context, before, after tenant.Adapter) {
+	ev, ok := s.store.(adapterEvictor)
+	if !ok {
+		return
+	}
+	for _, id := range append([]string{before.Owner}, before.SharedWith...) {
+		if after.MayUse(id) {
+			continue
+		}
+		if err := ev.EvictAdapter(ctx, id, before.Hash); err != nil && !errors.Is(err, tenant.ErrNotFound) {
+			s.logger.Warn("evicting the cache domains of a removed adapter failed; they age out instead",
+				"tenant", id, "adapter", before.Name, "err", err)
+		}
+	}
 }
 
 func (s *server) deleteAdapter(w http.ResponseWriter, r *http.Request) error {
@@ -210,9 +240,14 @@ func (s *server) deleteAdapter(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	a, err := s.adapters.Store().GetAdapter(r.Context(), name)
+	if err != nil {
+		return err
+	}
 	if err := s.adapters.Store().DeleteAdapter(r.Context(), name); err != nil {
 		return err
 	}
+	s.evictAdapter(r.Context(), a, tenant.Adapter{})
 	writeJSON(w, http.StatusOK, adminclient.Deleted{ID: name, Deleted: true})
 	return nil
 }

@@ -1,12 +1,16 @@
 // Package domainevict evicts a tenant's prefix-cache domains from every
 // worker when the tenant's cached pages must go (DESIGN I8): the tenant
 // is deleted or disabled, an API key of a tenant with per-key domains is
-// revoked, or the tenant's prefix_cache setting changes.
+// revoked, the tenant's prefix_cache setting changes, or the tenant may no
+// longer use a LoRA adapter.
 //
 // Store wraps the tenant store the admin API writes through: after such a
 // change succeeded, it derives the domains concerned (the tenant domain
 // and every per-key domain of the tenant's incarnation, or the revoked
-// key's) and Evictor calls EvictCacheDomains on every registered worker,
+// key's, each on the base model and under every adapter the tenant may
+// use, Config.Adapters: an adapter is part of the domain, DESIGN I8a; or,
+// through Store.EvictAdapter, those of one adapter the tenant lost) and
+// Evictor calls EvictCacheDomains on every registered worker,
 // in parallel and bounded by a timeout. Each worker's answer is its
 // acknowledgement: the pages it freed or retired, and their hashes, which
 // the routing index forgets at once (other gateways learn them from the

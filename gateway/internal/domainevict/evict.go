@@ -31,6 +31,11 @@ type Config struct {
 	// Derive derives a domain (cachekey.Derive under the gateway's
 	// secret); false when the scope has none.
 	Derive func(mode cachekey.Mode, s cachekey.Scope) (cachekey.Domain, bool)
+	// Adapters lists the content hashes (lora.Hash) of the LoRA adapters
+	// tenant id's requests may have run under: its own and those shared
+	// with it. Each has its own domains (cachekey.Scope.Adapter, DESIGN
+	// I8a), evicted with the tenant's. Nil: no adapters (no registry).
+	Adapters func(ctx context.Context, id string) ([]string, error)
 	// Forget applies a worker's acknowledged evictions to the routing
 	// index (a report with evicted hashes only).
 	Forget func(worker, model string, r *controlpb.PrefixCacheReport)
@@ -50,7 +55,7 @@ func New(cfg Config) *Evictor {
 	e := &Evictor{cfg: cfg, calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "warden_gateway_cache_domain_evictions_total",
 		Help: "EvictCacheDomains calls to workers, by reason (tenant_deleted, tenant_disabled, key_revoked, " +
-			"prefix_cache_changed) and outcome (acked: the worker evicted the domains' pages; failed: it was not reached).",
+			"prefix_cache_changed, adapter_removed) and outcome (acked: the worker evicted the domains' pages; failed: it was not reached).",
 	}, []string{"reason", "outcome"})}
 	for _, r := range controlpb.EvictReasons {
 		for _, o := range []string{OutcomeAcked, OutcomeFailed} {
@@ -68,15 +73,54 @@ func (e *Evictor) Collect(ch chan<- prometheus.Metric) { e.calls.Collect(ch) }
 
 // tenantDomains is every domain a tenant's requests may have used: the
 // tenant domain and the per-key domain of each of keyIDs, all of
-// incarnation inc. Evicting them all covers whichever mode the tenant
-// had when its pages were sealed.
-func (e *Evictor) tenantDomains(id, inc string, keyIDs []string) []cachekey.Domain {
+// incarnation inc, on the base model and under each adapter the tenant
+// may use (Config.Adapters). Evicting them all covers whichever mode the
+// tenant had when its pages were sealed. An adapter list that cannot be
+// read leaves the adapters' domains to age out, unreachable by any later
+// request all the same (they derive from the incarnation).
+func (e *Evictor) tenantDomains(ctx context.Context, id, inc string, keyIDs []string) []cachekey.Domain {
 	var ds []cachekey.Domain
-	if d, ok := e.cfg.Derive(cachekey.ModeTenant, cachekey.Scope{Tenant: id, Incarnation: inc}); ok {
+	for _, a := range e.adapters(ctx, id) {
+		ds = append(ds, e.scopeDomains(id, inc, keyIDs, a)...)
+	}
+	return ds
+}
+
+// keyDomains is the per-key domain of keyID of tenant id at incarnation
+// inc, on the base model and under each adapter the tenant may use.
+func (e *Evictor) keyDomains(ctx context.Context, id, inc, keyID string) []cachekey.Domain {
+	var ds []cachekey.Domain
+	for _, a := range e.adapters(ctx, id) {
+		if d, ok := e.cfg.Derive(cachekey.ModeKey, cachekey.Scope{Tenant: id, Incarnation: inc, KeyID: keyID, Adapter: a}); ok {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// adapters is "" (the base model) and the adapters tenant id may use.
+func (e *Evictor) adapters(ctx context.Context, id string) []string {
+	out := []string{""}
+	if e.cfg.Adapters == nil {
+		return out
+	}
+	more, err := e.cfg.Adapters(ctx, id)
+	if err != nil {
+		e.cfg.Logger.Warn("listing the tenant's adapters failed; their cache domains age out instead", "tenant", id, "err", err)
+	}
+	return append(out, more...)
+}
+
+// scopeDomains is the tenant domain and the per-key domain of each of
+// keyIDs of tenant id at incarnation inc, under adapter ("" for the base
+// model).
+func (e *Evictor) scopeDomains(id, inc string, keyIDs []string, adapter string) []cachekey.Domain {
+	var ds []cachekey.Domain
+	if d, ok := e.cfg.Derive(cachekey.ModeTenant, cachekey.Scope{Tenant: id, Incarnation: inc, Adapter: adapter}); ok {
 		ds = append(ds, d)
 	}
 	for _, k := range keyIDs {
-		if d, ok := e.cfg.Derive(cachekey.ModeKey, cachekey.Scope{Tenant: id, Incarnation: inc, KeyID: k}); ok {
+		if d, ok := e.cfg.Derive(cachekey.ModeKey, cachekey.Scope{Tenant: id, Incarnation: inc, KeyID: k, Adapter: adapter}); ok {
 			ds = append(ds, d)
 		}
 	}

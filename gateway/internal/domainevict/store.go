@@ -22,16 +22,18 @@ type Store struct {
 func Wrap(s tenant.Store, ev *Evictor) Store { return Store{Store: s, ev: ev} }
 
 // DeleteTenant implements tenant.Store: the tenant's domains are evicted
-// after the deletion.
+// after the deletion. They are listed before it, while the adapters the
+// tenant owns (deleted with it) are still there to list.
 func (s Store) DeleteTenant(ctx context.Context, id string) error {
 	t, keys, err := s.current(ctx, id)
 	if err != nil {
 		return err
 	}
+	domains := s.ev.tenantDomains(ctx, t.ID, t.Incarnation, keys)
 	if err := s.Store.DeleteTenant(ctx, id); err != nil {
 		return err
 	}
-	s.ev.Evict(ctx, controlpb.EvictTenantDeleted, s.ev.tenantDomains(t.ID, t.Incarnation, keys))
+	s.ev.Evict(ctx, controlpb.EvictTenantDeleted, domains)
 	return nil
 }
 
@@ -54,7 +56,7 @@ func (s Store) UpdateTenant(ctx context.Context, t tenant.Tenant) (tenant.Tenant
 		reason = controlpb.EvictPrefixCacheChanged
 	}
 	if reason != "" {
-		s.ev.Evict(ctx, reason, s.ev.tenantDomains(old.ID, old.Incarnation, keys))
+		s.ev.Evict(ctx, reason, s.ev.tenantDomains(ctx, old.ID, old.Incarnation, keys))
 	}
 	return upd, nil
 }
@@ -77,10 +79,25 @@ func (s Store) RevokeKey(ctx context.Context, keyID string) error {
 		if err != nil || mode(t.PrefixCache) != cachekey.ModeKey {
 			return nil // the tenant is gone (its deletion evicted) or shares one domain
 		}
-		if d, ok := s.ev.cfg.Derive(cachekey.ModeKey, cachekey.Scope{Tenant: t.ID, Incarnation: t.Incarnation, KeyID: keyID}); ok {
-			s.ev.Evict(ctx, controlpb.EvictKeyRevoked, []cachekey.Domain{d})
-		}
+		s.ev.Evict(ctx, controlpb.EvictKeyRevoked, s.ev.keyDomains(ctx, t.ID, t.Incarnation, keyID))
 	}
+	return nil
+}
+
+// EvictAdapter evicts the cache domains of tenant id's requests under the
+// LoRA adapter whose content hash is adapter (the tenant domain's and
+// every key's): the adapter registry calls it once the tenant may no
+// longer use the adapter (deleted, or no longer shared with the tenant).
+// A tenant that is gone has nothing left to evict (its deletion did).
+func (s Store) EvictAdapter(ctx context.Context, id, adapter string) error {
+	if adapter == "" {
+		return fmt.Errorf("evict adapter domains of tenant %q: no adapter", id)
+	}
+	t, keys, err := s.current(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.ev.Evict(ctx, controlpb.EvictAdapterRemoved, s.ev.scopeDomains(t.ID, t.Incarnation, keys, adapter))
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,10 +59,16 @@ func derive(t *testing.T, mode cachekey.Mode, s cachekey.Scope) []byte {
 	return d[:]
 }
 
+// adapterA is a LoRA adapter's content hash (the form of lora.Hash).
+var adapterA = strings.Repeat("a", 64)
+
 // TestStoreEvicts: each change that ends a cache domain evicts exactly
 // the domains concerned on every worker, with its reason, after the
-// change succeeded; the acknowledged hashes reach the routing index, an
-// unreachable worker is counted failed; other changes evict nothing.
+// change succeeded: on the base model and under every adapter the tenant
+// may use (DESIGN I8a), or one adapter's when the tenant loses it; the
+// acknowledged hashes reach the routing index, an unreachable worker is
+// counted failed; other changes evict nothing. A tenant whose adapters
+// cannot be listed still has its base-model domains evicted.
 func TestStoreEvicts(t *testing.T) {
 	ctx := context.Background()
 	ok, down := &fakeWorker{}, &fakeWorker{fail: true}
@@ -70,7 +77,13 @@ func TestStoreEvicts(t *testing.T) {
 		Workers: func() []Worker {
 			return []Worker{{ID: "w1", Model: "m", Client: ok}, {ID: "w2", Model: "m", Client: down}}
 		},
-		Derive:  func(m cachekey.Mode, s cachekey.Scope) (cachekey.Domain, bool) { return cachekey.Derive(secret, m, s) },
+		Derive: func(m cachekey.Mode, s cachekey.Scope) (cachekey.Domain, bool) { return cachekey.Derive(secret, m, s) },
+		Adapters: func(_ context.Context, id string) ([]string, error) {
+			if id == "rc1" {
+				return []string{adapterA}, nil
+			}
+			return nil, errors.New("registry unavailable")
+		},
 		Forget:  func(worker, model string, r *controlpb.PrefixCacheReport) { forgot = append(forgot, worker+"/"+model) },
 		Timeout: time.Second,
 		Logger:  slog.New(slog.DiscardHandler),
@@ -100,11 +113,15 @@ func TestStoreEvicts(t *testing.T) {
 	}
 	_, k1, _ := s.IssueKey(ctx, "rc1", "")
 	_, k2, _ := s.IssueKey(ctx, "rc1", "")
-	all := [][]byte{
-		derive(t, cachekey.ModeTenant, cachekey.Scope{Tenant: "rc1", Incarnation: rc1.Incarnation}),
-		derive(t, cachekey.ModeKey, cachekey.Scope{Tenant: "rc1", Incarnation: rc1.Incarnation, KeyID: k1.ID}),
-		derive(t, cachekey.ModeKey, cachekey.Scope{Tenant: "rc1", Incarnation: rc1.Incarnation, KeyID: k2.ID}),
+	scope := func(adapter string) [][]byte {
+		return [][]byte{
+			derive(t, cachekey.ModeTenant, cachekey.Scope{Tenant: "rc1", Incarnation: rc1.Incarnation, Adapter: adapter}),
+			derive(t, cachekey.ModeKey, cachekey.Scope{Tenant: "rc1", Incarnation: rc1.Incarnation, KeyID: k1.ID, Adapter: adapter}),
+			derive(t, cachekey.ModeKey, cachekey.Scope{Tenant: "rc1", Incarnation: rc1.Incarnation, KeyID: k2.ID, Adapter: adapter}),
+		}
 	}
+	base, underA := scope(""), scope(adapterA)
+	all := slices.Concat(base, underA)
 	rc1.Name = "renamed"
 	if _, err := s.UpdateTenant(ctx, rc1); err != nil {
 		t.Fatal(err)
@@ -122,7 +139,15 @@ func TestStoreEvicts(t *testing.T) {
 	if err := s.RevokeKey(ctx, k2.ID); err != nil {
 		t.Fatal(err)
 	}
-	want("revoking a key of a per-key tenant", controlpb.EvictKeyRevoked, all[2])
+	want("revoking a key of a per-key tenant", controlpb.EvictKeyRevoked, base[2], underA[2])
+	if err := s.EvictAdapter(ctx, "rc1", adapterA); err != nil {
+		t.Fatal(err)
+	}
+	want("the tenant loses adapter A", controlpb.EvictAdapterRemoved, underA...)
+	if err := s.EvictAdapter(ctx, "rc1", ""); err == nil {
+		t.Fatal("EvictAdapter without an adapter succeeded")
+	}
+	want("EvictAdapter without an adapter", "")
 	rc1.Disabled = true
 	if _, err := s.UpdateTenant(ctx, rc1); err != nil {
 		t.Fatal(err)
@@ -144,13 +169,31 @@ func TestStoreEvicts(t *testing.T) {
 		t.Fatal("revoking an unknown key succeeded")
 	}
 	want("a failed revoke", "")
+	if err := s.EvictAdapter(ctx, "rc1", adapterA); !errors.Is(err, tenant.ErrNotFound) {
+		t.Fatalf("EvictAdapter of a deleted tenant: %v", err)
+	}
+	want("EvictAdapter of a deleted tenant", "")
 
-	if len(forgot) != 4 || forgot[0] != "w1/m" {
+	rc2, err := s.CreateTenant(ctx, tenant.Tenant{ID: "rc2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTenant(ctx, "rc2"); err != nil {
+		t.Fatal(err)
+	}
+	want("delete while the adapters cannot be listed", controlpb.EvictTenantDeleted,
+		derive(t, cachekey.ModeTenant, cachekey.Scope{Tenant: "rc2", Incarnation: rc2.Incarnation}))
+
+	if len(forgot) != 6 || forgot[0] != "w1/m" {
 		t.Fatalf("routing index told %q, want w1/m once per acknowledged eviction", forgot)
 	}
 	for _, r := range controlpb.EvictReasons {
-		if a, f := count(ev, r, OutcomeAcked), count(ev, r, OutcomeFailed); a != 1 || f != 1 {
-			t.Errorf("%s: %v acked, %v failed; want 1 and 1 (one worker up, one down)", r, a, f)
+		n := 1.0
+		if r == controlpb.EvictTenantDeleted {
+			n = 2
+		}
+		if a, f := count(ev, r, OutcomeAcked), count(ev, r, OutcomeFailed); a != n || f != n {
+			t.Errorf("%s: %v acked, %v failed; want %v and %v (one worker up, one down)", r, a, f, n, n)
 		}
 	}
 }

@@ -15,7 +15,7 @@ func TestHolderQueueBoundsTheWaitForTheHolder(t *testing.T) {
 	ix := NewIndex(100)
 	prompt := seq(4*16 + 1) // 4 pages a hit can cover
 	r := &Request{Model: "m", Domain: dom(t, "a"), Cached: true, Prompt: prompt}
-	h := workerHashes(r.Domain, ver, prompt, 16)
+	h := workerHashes(r.Domain, ver, "", prompt, 16)
 	ix.Apply("m", "full", Events{Sealed: h})
 	ix.Apply("m", "half", Events{Sealed: h[:2]})
 	f := HolderQueue{Index: ix, Share: DefaultHolderQueueShare}
@@ -63,7 +63,7 @@ func TestRouterPrefersAShortQueueAtTheHolder(t *testing.T) {
 	ix := NewIndex(100)
 	prompt := seq(4*16 + 1)
 	r := &Request{Model: "m", Domain: dom(t, "a"), Cached: true, Prompt: prompt}
-	ix.Apply("m", "hot", Events{Sealed: workerHashes(r.Domain, ver, prompt, 16)})
+	ix.Apply("m", "hot", Events{Sealed: workerHashes(r.Domain, ver, "", prompt, 16)})
 	rt := Default(ix)
 	idle := registry.Candidate{ID: "idle", PageTokens: 16, FreePages: 100, TotalPages: 100, CacheVersion: ver, Slots: 8, Budget: 10}
 	hot := func(inFlight int64) registry.Candidate {

@@ -26,8 +26,9 @@ type Request struct {
 	// Cached is false when the request uses no prefix cache.
 	Cached bool
 	Prompt []int32
-	// Adapter is the content hash of the request's LoRA adapter ("" for
-	// none), AdapterBytes its size in a worker's adapter memory.
+	// Adapter is the content hash of the request's LoRA adapter, "" for
+	// the base model (the workers' chain hashes cover it, DESIGN I8a);
+	// AdapterBytes its size in a worker's adapter memory.
 	Adapter      string
 	AdapterBytes int64
 
@@ -47,7 +48,8 @@ type chainKey struct {
 
 // Hashes returns the chain hashes of the prompt's full pages of
 // pageTokens tokens but the last token (the pages a hit can cover) under
-// a worker's cache version, computed once per page size and version.
+// a worker's cache version and the request's adapter, computed once per
+// page size and version: the hashes the worker computes for the request.
 func (r *Request) Hashes(pageTokens int32, version uint64) []cachekey.Hash {
 	if pageTokens <= 0 || len(r.Prompt) == 0 {
 		return nil
@@ -61,7 +63,7 @@ func (r *Request) Hashes(pageTokens int32, version uint64) []cachekey.Hash {
 	if r.chains == nil {
 		r.chains = make(map[chainKey][]cachekey.Hash)
 	}
-	h := cachekey.Chain(r.Domain, version, r.Prompt[:len(r.Prompt)-1], int(pageTokens))
+	h := cachekey.Chain(r.Domain, version, r.Adapter, r.Prompt[:len(r.Prompt)-1], int(pageTokens))
 	r.chains[k] = h
 	return h
 }

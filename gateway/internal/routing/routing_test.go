@@ -2,11 +2,13 @@ package routing
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/worker/kvpool"
 )
 
 func dom(t testing.TB, tenant string) cachekey.Domain {
@@ -17,10 +19,16 @@ func dom(t testing.TB, tenant string) cachekey.Domain {
 	return d
 }
 
-// workerHashes are the chain hashes a worker seals for prompt: every full
-// page of the whole prompt, computed independently of Request.Hashes.
-func workerHashes(d cachekey.Domain, version uint64, prompt []int32, pt int) []cachekey.Hash {
-	return cachekey.Chain(d, version, prompt, pt)
+// workerHashes are the chain hashes a worker seals for prompt under
+// adapter: every full page of the whole prompt, computed as the worker
+// does (kvpool.Tags, which the engine calls with the request's
+// Owner.Adapter), independently of Request.Hashes.
+func workerHashes(d cachekey.Domain, version uint64, adapter string, prompt []int32, pt int) []cachekey.Hash {
+	var out []cachekey.Hash
+	for _, tag := range kvpool.Tags(d, version, adapter, prompt, pt) {
+		out = append(out, tag.Hash)
+	}
+	return out
 }
 
 func seq(n int) []int32 {
@@ -38,7 +46,7 @@ func TestPrefixScoreNeverCrossesDomains(t *testing.T) {
 	prompt := seq(4*16 + 1)
 	a := &Request{Model: "m", Domain: dom(t, "a"), Cached: true, Prompt: prompt}
 	b := &Request{Model: "m", Domain: dom(t, "b"), Cached: true, Prompt: prompt}
-	ix.Apply("m", "w1", Events{Sealed: workerHashes(a.Domain, ver, prompt, 16)[:3]})
+	ix.Apply("m", "w1", Events{Sealed: workerHashes(a.Domain, ver, "", prompt, 16)[:3]})
 	s := PrefixScorer{Index: ix}
 	w1 := registry.Candidate{ID: "w1", PageTokens: 16, CacheVersion: ver}
 	if got := s.Score(a, w1); got != 0.75 {
@@ -64,7 +72,7 @@ func TestPrefixScoreNeverCrossesDomains(t *testing.T) {
 		t.Fatalf("a request without the cache scored %v", got)
 	}
 	// Both tenants' pages on one worker: each matches only its own.
-	ix.Apply("m", "w1", Events{Sealed: workerHashes(b.Domain, ver, prompt, 16)[:1]})
+	ix.Apply("m", "w1", Events{Sealed: workerHashes(b.Domain, ver, "", prompt, 16)[:1]})
 	if sa, sb := s.Score(a, w1), s.Score(b, w1); sa != 0.75 || sb != 0.25 {
 		t.Fatalf("scores a %v b %v, want 0.75 and 0.25", sa, sb)
 	}
@@ -77,7 +85,7 @@ func TestPrefixScoreNeverCrossesDomains(t *testing.T) {
 func TestIndexFollowsEvictionsAndSnapshots(t *testing.T) {
 	ix := NewIndex(100)
 	prompt := seq(4*4 + 1)
-	h := workerHashes(dom(t, "a"), ver, prompt, 4)
+	h := workerHashes(dom(t, "a"), ver, "", prompt, 4)
 	ix.Apply("m", "w", Events{Sealed: h})
 	ix.Apply("m", "v", Events{Sealed: h[:2]})
 	if ix.Match("m", "w", h) != 4 || ix.Len() != 6 {
@@ -91,7 +99,7 @@ func TestIndexFollowsEvictionsAndSnapshots(t *testing.T) {
 		t.Fatal("an eviction on one worker removed another worker's entry")
 	}
 	// An eviction of a page never reported is a no-op.
-	ix.Apply("m", "w", Events{Evicted: workerHashes(dom(t, "b"), ver, prompt, 4)})
+	ix.Apply("m", "w", Events{Evicted: workerHashes(dom(t, "b"), ver, "", prompt, 4)})
 	if ix.Len() != 5 {
 		t.Fatalf("len %d after a no-op eviction", ix.Len())
 	}
@@ -103,7 +111,7 @@ func TestIndexFollowsEvictionsAndSnapshots(t *testing.T) {
 
 func TestIndexIsBounded(t *testing.T) {
 	ix := NewIndex(3)
-	h := workerHashes(dom(t, "a"), ver, make([]int32, 5*4), 4)
+	h := workerHashes(dom(t, "a"), ver, "", make([]int32, 5*4), 4)
 	ix.Apply("m", "w", Events{Sealed: h[:3]})
 	ix.Apply("m", "w", Events{Sealed: h[3:5]}) // drops the two least recent: pages 0, 1
 	if ix.Len() != 3 || ix.Match("m", "w", h) != 0 || ix.Match("m", "w", h[2:]) != 3 || ix.Dropped() != 2 {
@@ -137,7 +145,7 @@ func TestRouterWeighsScorers(t *testing.T) {
 	ix := NewIndex(10)
 	prompt := seq(33)
 	r := &Request{Model: "m", Domain: dom(t, "a"), Cached: true, Prompt: prompt}
-	ix.Apply("m", "hot", Events{Sealed: workerHashes(r.Domain, ver, prompt, 16)})
+	ix.Apply("m", "hot", Events{Sealed: workerHashes(r.Domain, ver, "", prompt, 16)})
 	rt := Default(ix)
 	hot := registry.Candidate{ID: "hot", PageTokens: 16, FreePages: 10, TotalPages: 100, Load: 3, CacheVersion: ver}
 	cold := registry.Candidate{ID: "cold", PageTokens: 16, FreePages: 100, TotalPages: 100, Load: 0, CacheVersion: ver}
@@ -179,6 +187,38 @@ func TestRoundRobinTakesEachRoleInTurn(t *testing.T) {
 	for _, id := range []string{"d1", "d2", "p1", "p2"} {
 		if counts[id] != 4 {
 			t.Fatalf("round robin over 8 requests: %v, want 4 each", counts)
+		}
+	}
+}
+
+// TestPrefixScoreSeparatesAdapters (DESIGN I8a): the gateway's hashes of
+// a request under a LoRA adapter are the ones the worker seals for it
+// (kvpool.Tags with the request's adapter), and pages sealed under
+// adapter A score nothing for a request under adapter B or the base
+// model with the same tokens, even in the same domain.
+func TestPrefixScoreSeparatesAdapters(t *testing.T) {
+	const adapterA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	const adapterB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	prompt := seq(4*16 + 1)
+	d := dom(t, "a")
+	a := &Request{Model: "m", Domain: d, Adapter: adapterA, Cached: true, Prompt: prompt}
+	sealedA := workerHashes(d, ver, adapterA, prompt, 16)
+	if got := a.Hashes(16, ver); !slices.Equal(got, sealedA[:4]) {
+		t.Fatalf("gateway hashes %x, worker's %x", got, sealedA[:4])
+	}
+	if slices.Equal(a.Hashes(16, ver), workerHashes(d, ver, "", prompt, 16)[:4]) {
+		t.Fatal("the adapter request hashes like the base model")
+	}
+	ix := NewIndex(100)
+	ix.Apply("m", "w1", Events{Sealed: sealedA})
+	s := PrefixScorer{Index: ix}
+	w1 := registry.Candidate{ID: "w1", PageTokens: 16, CacheVersion: ver}
+	if got := s.Score(a, w1); got != 1 {
+		t.Fatalf("adapter A's request scored %v on adapter A's pages, want 1", got)
+	}
+	for _, other := range []string{adapterB, ""} {
+		if got := s.Score(&Request{Model: "m", Domain: d, Adapter: other, Cached: true, Prompt: prompt}, w1); got != 0 {
+			t.Fatalf("a request under adapter %q scored %v on adapter A's pages", other, got)
 		}
 	}
 }

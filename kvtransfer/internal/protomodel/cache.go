@@ -12,15 +12,24 @@ import "fmt"
 // one writer per transfer).
 //
 // Three requests reserve one page each — the same one-page prompt
-// prefix, so their tags differ only by domain: A and B share domain 0, C
-// is in domain 1 — from a pool of CachePages pages. Actions and the code
-// they mirror:
+// prefix, so their tags differ only by cache domain and LoRA adapter
+// (DESIGN I8a: the chain hash covers the adapter) — from a pool of
+// CachePages pages. A CacheConfig says which: Domains (A and B share
+// domain 0, C is in domain 1; all on the base model) or Adapters (all in
+// domain 0, as when a caller presents one domain for every adapter; A and
+// B under adapter 0, C under adapter 1; A's prefill may compute its KV
+// under the other adapter, a request misrouted on the way). Actions and
+// the code they mirror:
 //
 //	Reserve        worker.reserve → kvpool.Pool.ReservePrefix: a sealed
 //	               page with the request's tag is shared (the ticket holds
 //	               it: Ticket.HeldPages, nothing is transferred); else a
 //	               free page, else an unreferenced sealed page is evicted
-//	               (LRU order is one of the choices) and reserved
+//	               (LRU order is one of the choices) and reserved. Its
+//	               writer then opens the transfer: one whose Hello names
+//	               another adapter than the reservation's (the owner tag,
+//	               kvtransfer's handshake) is refused before it writes, and
+//	               the transfer fails (ReserveMisrouted)
 //	Write          Stream.pushSHM: the writer's one-sided copy, no check
 //	SendComplete   Stream.Complete (possibly short: nothing written)
 //	WriterAbort    Stream.abort: DRAIN_ACK, the writer writes no more
@@ -53,7 +62,8 @@ import "fmt"
 // another request while a writer may still land a write in it; I3 — no
 // read that passed the pool's check sees a page that is not whole, not
 // verified, or written for another cache domain (a reader never sees an
-// unsealed or foreign page); pool identity — a sealed page's reference
+// unsealed or foreign page); I8a — no read that passed the pool's check
+// sees KV computed under another adapter than the reader's; pool identity — a sealed page's reference
 // count is the number of holdings that share it, a holding shares only
 // sealed pages, at most one sealed page per tag; quiescence — every
 // request ends, and a page stays quarantined only while its writer may
@@ -67,8 +77,22 @@ const (
 	CacheReqs  = 3
 )
 
-// cacheDomain is each request's cache domain.
-var cacheDomain = [CacheReqs]uint8{0, 0, 1}
+// CacheConfig is what the cache model's requests are: each one's cache
+// domain and LoRA adapter (0 or 1), and whether its prefill may compute
+// the KV under the other adapter.
+type CacheConfig struct {
+	Domain, Adapter [CacheReqs]uint8
+	Misrouted       [CacheReqs]bool
+}
+
+// The cache model's configurations.
+var (
+	// Domains: A and B share domain 0, C is in domain 1; the base model.
+	Domains = CacheConfig{Domain: [CacheReqs]uint8{0, 0, 1}}
+	// Adapters: one domain; A and B under adapter 0, C under adapter 1;
+	// A's prefill may compute under adapter 1.
+	Adapters = CacheConfig{Adapter: [CacheReqs]uint8{0, 0, 1}, Misrouted: [CacheReqs]bool{true, false, false}}
+)
 
 // CacheVariant switches one rule of the cache model to a plausible bug.
 type CacheVariant struct {
@@ -99,10 +123,21 @@ type CacheVariant struct {
 	// NoTombstone: the pool does not remember the evicted domain, so a
 	// request running at the eviction seals its page after it.
 	NoTombstone bool
+	// TagWithoutAdapter: the tag (chain hash) leaves out the adapter, so
+	// pages are reused across adapters of one domain.
+	TagWithoutAdapter bool
+	// TransferWithoutAdapter: the transfer's owner tag (Hello, page
+	// headers) leaves out the adapter, so decode accepts KV a prefill
+	// computed under another adapter.
+	TransferWithoutAdapter bool
 }
 
-// CacheModel is the cache protocol with a variant.
-type CacheModel struct{ V CacheVariant }
+// CacheModel is the cache protocol with a variant, over the requests of
+// Cfg.
+type CacheModel struct {
+	V   CacheVariant
+	Cfg CacheConfig
+}
 
 // Cache page states.
 const cpFree, cpOwned, cpSealed, cpQuar uint8 = 0, 1, 2, 3
@@ -124,22 +159,29 @@ type CPage struct {
 	Retired bool
 	Data    int8 // the writer whose bytes are in the page, -1 none
 	Whole   bool // Data is that writer's whole page (not torn)
+	// TagAd: sealed, the adapter of its tag. DataAd: the adapter the
+	// bytes were computed under.
+	TagAd, DataAd uint8
 }
 
 // CReq is one request of the cache model.
 type CReq struct {
-	Ph       uint8
-	Page     int8
-	Shared   bool // the holding shares a sealed page
-	Hit      bool // shared at reservation: the ticket holds the page
-	Fenced   bool
-	W        uint8
-	Wrote    bool // the writer's one write happened
-	Verified bool
-	Failed   bool
-	Read     bool
-	BadRead  bool // ghost: a read saw a page it must not
-	StaleHit bool // ghost: reserved after the eviction, hit the evicted domain
+	Ph     uint8
+	Page   int8
+	Shared bool // the holding shares a sealed page
+	Hit    bool // shared at reservation: the ticket holds the page
+	Fenced bool
+	W      uint8
+	// Misrouted: the writer computes under the other adapter.
+	Misrouted bool
+	Wrote     bool // the writer's one write happened
+	Verified  bool
+	Failed    bool
+	Read      bool
+	BadRead   bool // ghost: a read saw a page it must not
+	// ghost: a read saw KV computed under another adapter
+	AdapterRead bool
+	StaleHit    bool // ghost: reserved after the eviction, hit the evicted domain
 }
 
 // CacheState is the whole cache model.
@@ -181,7 +223,16 @@ func (m *CacheModel) Init() CacheState {
 
 // tagMatch says whether sealed page g carries the tag request r computes.
 func (m *CacheModel) tagMatch(g CPage, r int) bool {
-	return g.St == cpSealed && !g.Retired && (g.Tag == cacheDomain[r] || m.V.TagWithoutDomain)
+	return g.St == cpSealed && !g.Retired && (g.Tag == m.Cfg.Domain[r] || m.V.TagWithoutDomain) &&
+		(g.TagAd == m.Cfg.Adapter[r] || m.V.TagWithoutAdapter)
+}
+
+// writerAdapter is the adapter r's writer computes under.
+func (m *CacheModel) writerAdapter(q CReq, r int) uint8 {
+	if q.Misrouted {
+		return m.Cfg.Adapter[r] ^ 1
+	}
+	return m.Cfg.Adapter[r]
 }
 
 // Next calls yield with every enabled action and its successor.
@@ -208,7 +259,7 @@ func (m *CacheModel) Next(s CacheState, yield func(CacheStep, CacheState)) {
 			switch {
 			case g.St != cpSealed || g.Tag != 0 || g.Retired:
 			case g.Refs == 0:
-				n.Page[p] = CPage{Owner: -1, Data: g.Data, Whole: g.Whole} // free (content stale)
+				n.Page[p] = CPage{Owner: -1, Data: g.Data, Whole: g.Whole, DataAd: g.DataAd} // free (content stale)
 			case !m.V.EvictIdleOnly:
 				n.Page[p].Retired = true
 			}
@@ -233,7 +284,7 @@ func (m *CacheModel) next(s CacheState, r int, yield func(CacheStep, CacheState)
 	case cwOpen:
 		if !q.Wrote {
 			do("Write", q.Page, func(n *CacheState, q *CReq) {
-				n.Page[q.Page].Data, n.Page[q.Page].Whole = int8(r), true
+				n.Page[q.Page].Data, n.Page[q.Page].Whole, n.Page[q.Page].DataAd = int8(r), true, m.writerAdapter(*q, r)
 				q.Wrote = true
 			})
 		}
@@ -243,7 +294,7 @@ func (m *CacheModel) next(s CacheState, r int, yield func(CacheStep, CacheState)
 	case cwZombie:
 		if !q.Wrote {
 			do("LateWrite", q.Page, func(n *CacheState, q *CReq) {
-				n.Page[q.Page].Data, n.Page[q.Page].Whole = int8(r), false
+				n.Page[q.Page].Data, n.Page[q.Page].Whole, n.Page[q.Page].DataAd = int8(r), false, m.writerAdapter(*q, r)
 				q.Wrote = true
 			})
 		}
@@ -265,10 +316,10 @@ func (m *CacheModel) next(s CacheState, r int, yield func(CacheStep, CacheState)
 			}
 		})
 	}
-	tombstoned := s.Evicted && cacheDomain[r] == 0 && !m.V.NoTombstone
+	tombstoned := s.Evicted && m.Cfg.Domain[r] == 0 && !m.V.NoTombstone
 	if own && !q.Failed && (q.Verified || (m.V.SealBeforeVerify && q.W == cwComplete)) && !m.sealedTag(s, r) && !tombstoned {
 		do("Seal", p, func(n *CacheState, q *CReq) {
-			n.Page[p] = CPage{Owner: -1, St: cpSealed, Tag: cacheDomain[r], Refs: 1, Data: g.Data, Whole: g.Whole}
+			n.Page[p] = CPage{Owner: -1, St: cpSealed, Tag: m.Cfg.Domain[r], TagAd: m.Cfg.Adapter[r], Refs: 1, Data: g.Data, Whole: g.Whole, DataAd: g.DataAd}
 			q.Shared = true
 		})
 	}
@@ -279,8 +330,10 @@ func (m *CacheModel) next(s CacheState, r int, yield func(CacheStep, CacheState)
 				q.Failed = true // owner violation: no output
 				return
 			}
-			if g.Data < 0 || !g.Whole || cacheDomain[g.Data] != cacheDomain[r] || (!q.Shared && g.Data != int8(r)) {
+			if g.Data < 0 || !g.Whole || m.Cfg.Domain[g.Data] != m.Cfg.Domain[r] || (!q.Shared && g.Data != int8(r)) {
 				q.BadRead = true
+			} else if g.DataAd != m.Cfg.Adapter[r] {
+				q.AdapterRead = true
 			}
 		})
 	}
@@ -332,6 +385,16 @@ func (m *CacheModel) reserve(s CacheState, r int, yield func(CacheStep, CacheSta
 		q := &n.Req[r]
 		q.Ph, q.Page, q.W = crHeld, int8(p), cwOpen
 		yield(CacheStep{Act: act, R: uint8(r), P: int8(p)}, n)
+		if !m.Cfg.Misrouted[r] {
+			return
+		}
+		// The writer computed under the other adapter: decode's handshake
+		// refuses its owner tag before it writes, and the transfer fails.
+		q.Misrouted = true
+		if !m.V.TransferWithoutAdapter {
+			q.W, q.Failed = cwGone, true
+		}
+		yield(CacheStep{Act: act + "Misrouted", R: uint8(r), P: int8(p)}, n)
 	}
 	free := false
 	for p, g := range s.Page {
@@ -366,13 +429,13 @@ func (s *CacheState) unshareOrFree(r int, quarantine, cacheRetired bool) {
 			if cacheRetired {
 				g.Retired = false
 			} else {
-				*g = CPage{Owner: -1, Data: g.Data, Whole: g.Whole} // free (content stale)
+				*g = CPage{Owner: -1, Data: g.Data, Whole: g.Whole, DataAd: g.DataAd} // free (content stale)
 			}
 		}
 	case g.St == cpOwned && g.Owner == int8(r) && quarantine:
 		g.St = cpQuar
 	case g.St == cpOwned && g.Owner == int8(r):
-		*g = CPage{Owner: -1, Data: g.Data, Whole: g.Whole} // free (content stale)
+		*g = CPage{Owner: -1, Data: g.Data, Whole: g.Whole, DataAd: g.DataAd} // free (content stale)
 	}
 }
 
@@ -387,6 +450,9 @@ func (m *CacheModel) Check(s CacheState, quiescent bool) *Violation {
 		}
 		if q.BadRead {
 			return &Violation{"I3", fmt.Sprintf("%s read a page that is unsealed, torn, unverified or of another domain", reqName(w))}
+		}
+		if q.AdapterRead {
+			return &Violation{"I8a", fmt.Sprintf("%s read KV computed under another adapter", reqName(w))}
 		}
 		if q.StaleHit {
 			return &Violation{"I8", fmt.Sprintf("%s reserved after its domain was evicted and hit a page of it", reqName(w))}
@@ -406,7 +472,7 @@ func (m *CacheModel) Check(s CacheState, quiescent bool) *Violation {
 			return &Violation{"identity", fmt.Sprintf("%d holdings share page %d, which is %s", refs, p, cpName(g))}
 		}
 		for p2 := p + 1; p2 < CachePages; p2++ {
-			if g.St == cpSealed && !g.Retired && s.Page[p2].St == cpSealed && !s.Page[p2].Retired && s.Page[p2].Tag == g.Tag {
+			if g.St == cpSealed && !g.Retired && s.Page[p2].St == cpSealed && !s.Page[p2].Retired && s.Page[p2].Tag == g.Tag && s.Page[p2].TagAd == g.TagAd {
 				return &Violation{"identity", fmt.Sprintf("pages %d and %d are sealed with one tag", p, p2)}
 			}
 		}

@@ -131,6 +131,10 @@
 // and reclaimed from quarantine, and whose domain 0 may be evicted for
 // good at any moment (its tenant deleted: EvictCacheDomains,
 // Pool.EvictDomains); its doc comment lists the actions, the code they
-// mirror and the invariants (I5, I3, pool identity, quiescence, I8).
-// CacheVariant holds its mutants; each is caught.
+// mirror and the invariants (I5, I3, I8a, pool identity, quiescence, I8).
+// It runs over two configurations of its requests (CacheConfig): three
+// requests in two cache domains (Domains), and three in one domain under
+// two LoRA adapters, one of whose prefill may compute under the other
+// adapter (Adapters: the adapter is part of the tag and of the transfer's
+// owner tag, DESIGN I8a). CacheVariant holds its mutants; each is caught.
 package protomodel

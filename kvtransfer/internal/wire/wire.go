@@ -17,8 +17,9 @@ import (
 )
 
 // Version is the protocol version carried by handshake messages and frames.
-// Version 3 added the trace context to the Hello.
-const Version = 3
+// Version 3 added the trace context to the Hello, version 4 the owner tag
+// (tenant, request and LoRA adapter the sender computed the KV for).
+const Version = 4
 
 // ErrMalformed is wrapped by every parse error in this package.
 var ErrMalformed = errors.New("malformed message")
@@ -35,12 +36,15 @@ const (
 // Sizes of the fixed-size messages.
 const (
 	ChallengeSize = 40
-	HelloSize     = 120
+	HelloSize     = 168
 	AcceptSize    = 40
 	HeaderSize    = 80
 	NonceSize     = 32
 	ProofSize     = 32
 	MACSize       = 16
+	// OwnerTagSize is the size of an owner tag: three 16-byte digests
+	// (tenant; tenant and request; adapter), computed by kvtransfer.
+	OwnerTagSize = 48
 	// macOffset is where the truncated MAC sits in the frame header; the
 	// MAC covers header bytes [0, macOffset).
 	macOffset = HeaderSize - MACSize
@@ -108,19 +112,23 @@ type TraceContext struct {
 }
 
 // Hello answers the Challenge: which transfer, the sender's nonce, the
-// sender's trace context and its proof that it holds the transfer's auth
-// token (the proof covers the trace context too). Layout (little-endian):
+// sender's trace context, the tag of the owner (tenant, request, LoRA
+// adapter) whose KV the sender computed, and its proof that it holds the
+// transfer's auth token (the proof covers the trace context and the owner
+// tag too). Layout (little-endian):
 //
-//	 0 magic u32 | 4 version u8 | 5 backend u8 | 6 reserved [2]
-//	 8 transfer ID [16] | 24 client nonce [32]
-//	56 trace ID [16] | 72 span ID [8] | 80 trace flags u8 | 81 reserved [7]
-//	88 client proof [32]
+//	  0 magic u32 | 4 version u8 | 5 backend u8 | 6 reserved [2]
+//	  8 transfer ID [16] | 24 client nonce [32]
+//	 56 trace ID [16] | 72 span ID [8] | 80 trace flags u8 | 81 reserved [7]
+//	 88 owner tag [48]
+//	136 client proof [32]
 type Hello struct {
 	Version     uint8
 	Backend     uint8
 	TransferID  [16]byte
 	ClientNonce [NonceSize]byte
 	Trace       TraceContext
+	Owner       [OwnerTagSize]byte
 	ClientProof [ProofSize]byte
 }
 
@@ -133,7 +141,8 @@ func (h *Hello) Marshal() [HelloSize]byte {
 	copy(b[8:24], h.TransferID[:])
 	copy(b[24:56], h.ClientNonce[:])
 	putTrace(b[56:88], h.Trace)
-	copy(b[88:120], h.ClientProof[:])
+	copy(b[88:136], h.Owner[:])
+	copy(b[136:168], h.ClientProof[:])
 	return b
 }
 
@@ -167,7 +176,8 @@ func ParseHello(b []byte) (Hello, error) {
 	copy(h.Trace.TraceID[:], b[56:72])
 	copy(h.Trace.SpanID[:], b[72:80])
 	h.Trace.Flags = b[80]
-	copy(h.ClientProof[:], b[88:120])
+	copy(h.Owner[:], b[88:136])
+	copy(h.ClientProof[:], b[136:168])
 	return h, nil
 }
 
@@ -235,11 +245,11 @@ func derive(token []byte, label string, tid [16]byte, cn, sn [NonceSize]byte, ex
 }
 
 // ClientProof is the sender's proof of the auth token, bound to both
-// nonces and to the trace context the Hello carries.
-func ClientProof(token []byte, tid [16]byte, cn, sn [NonceSize]byte, tc TraceContext) [32]byte {
+// nonces and to the trace context and owner tag the Hello carries.
+func ClientProof(token []byte, tid [16]byte, cn, sn [NonceSize]byte, tc TraceContext, owner [OwnerTagSize]byte) [32]byte {
 	var tb [32]byte
 	putTrace(tb[:], tc)
-	return derive(token, labelClientProof, tid, cn, sn, tb[:])
+	return derive(token, labelClientProof, tid, cn, sn, tb[:], owner[:])
 }
 
 // SessionKeys derives the per-connection MAC keys, one per direction.

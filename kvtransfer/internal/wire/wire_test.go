@@ -59,7 +59,7 @@ func TestHandshakeMessages(t *testing.T) {
 		t.Errorf("challenge %+v %v", got, err)
 	}
 	h := Hello{Version: Version, Backend: 2, TransferID: [16]byte{9}, ClientNonce: [32]byte{7}, ClientProof: [32]byte{3},
-		Trace: TraceContext{TraceID: [16]byte{5, 6}, SpanID: [8]byte{8}, Flags: 1}}
+		Trace: TraceContext{TraceID: [16]byte{5, 6}, SpanID: [8]byte{8}, Flags: 1}, Owner: [OwnerTagSize]byte{1, 47: 2}}
 	hb := h.Marshal()
 	if got, err := ParseHello(hb[:]); err != nil || got != h {
 		t.Errorf("hello %+v %v", got, err)
@@ -77,20 +77,26 @@ func TestHandshakeMessages(t *testing.T) {
 	tok := []byte("token")
 	c2s, s2c := SessionKeys(tok, tid, cn, sn)
 	var none TraceContext
-	proof := ClientProof(tok, tid, cn, sn, none)
+	owner := [OwnerTagSize]byte{4}
+	proof := ClientProof(tok, tid, cn, sn, none, owner)
 	if c2s == s2c || c2s == proof || s2c == proof {
 		t.Error("keys and proof coincide")
 	}
 	sn2 := sn
 	sn2[0] ^= 1
-	if ClientProof(tok, tid, cn, sn2, none) == proof {
+	if ClientProof(tok, tid, cn, sn2, none, owner) == proof {
 		t.Error("proof does not depend on the server nonce")
 	}
-	if ClientProof(tok, [16]byte{2}, cn, sn, none) == proof {
+	if ClientProof(tok, [16]byte{2}, cn, sn, none, owner) == proof {
 		t.Error("proof does not depend on the transfer")
 	}
-	if ClientProof(tok, tid, cn, sn, TraceContext{SpanID: [8]byte{1}}) == proof {
+	if ClientProof(tok, tid, cn, sn, TraceContext{SpanID: [8]byte{1}}, owner) == proof {
 		t.Error("proof does not cover the trace context")
+	}
+	other := owner
+	other[OwnerTagSize-1] ^= 1 // the adapter's digest
+	if ClientProof(tok, tid, cn, sn, none, other) == proof {
+		t.Error("proof does not cover the owner tag")
 	}
 }
 
@@ -159,7 +165,7 @@ func FuzzParseHeader(f *testing.F) {
 }
 
 func FuzzParseMessages(f *testing.F) {
-	hb := (&Hello{Version: Version, Backend: 1}).Marshal()
+	hb := (&Hello{Version: Version, Backend: 1, Owner: [OwnerTagSize]byte{9, 47: 9}}).Marshal()
 	f.Add(hb[:])
 	cb := (&Challenge{Version: Version}).Marshal()
 	f.Add(cb[:])

@@ -1,7 +1,8 @@
 // Element-wise and per-row kernels of the forward step: embedding gather,
 // RMSNorm, the q/k/v bias and per-head q/k norm of the Qwen families, RoPE
-// with the KV write into owner-tagged pages, greedy argmax, and the
-// owner-tag and page-fill maintenance kernels.
+// with the KV write into owner-tagged pages, greedy argmax, the owner-tag
+// and page-fill maintenance kernels, and the SwiGLU of unfused gate and up
+// outputs (a step with LoRA gate/up updates).
 #include "common.cuh"
 
 // embed_*: x[r] = E[tokens[r]] as float32. Grid: rows; any block size.
@@ -179,4 +180,17 @@ extern "C" __global__ void fill_pages(float* kv, const int* ids, i64 page_floats
   unsigned* page = reinterpret_cast<unsigned*>(kv) + (i64)ids[blockIdx.y] * page_floats;
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < page_floats; i += (i64)gridDim.x * blockDim.x)
     page[i] = (unsigned)word;
+}
+
+// swiglu: y[i] = silu(g[i])·u[i] for i < n — the linear kernels'
+// MODE_SWIGLU epilogue (the sigmoid in double, rounded once, then one
+// float multiplication) on unfused gate and up outputs, so the rows of a
+// step computed unfused (a LoRA gate/up update) get the bits the fused
+// kernel gives. Grid: ceil(n / block); any block size.
+extern "C" __global__ void swiglu(float* y, const float* g, const float* u, i64 n) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const double gd = (double)g[i];
+  const float s = (float)(gd / (1.0 + exp(-gd)));
+  y[i] = s * u[i];
 }

@@ -141,6 +141,8 @@ type Backend struct {
 	layer            int
 	nextTile         atomic.Int64
 	attnFunc         func(lo, hi int)
+	lora             loraState    // the batch's adapter rows (lora.go)
+	outs             [3][]float32 // a layer's product outputs, reused
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -311,6 +313,9 @@ func (b *Backend) Forward(ctx context.Context, batch []engine.Chunk) error {
 			r++
 		}
 	}
+	if err := b.planLoRA(batch); err != nil {
+		return err
+	}
 	b.buildTiles()
 	for l := range b.w.Layers {
 		if err := ctx.Err(); err != nil {
@@ -330,17 +335,26 @@ func (b *Backend) layerForward(l, rows int) {
 	hid, qDim, kvDim, inter := s.Hidden, s.Heads*s.HeadDim, s.KVDim(), s.Intermediate
 	h := b.h[:rows*hid]
 	b.runStage(stageAttnIn, l, rows)
-	b.pool.MatMulTWShared(h, rows, [][]float32{b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]},
-		[]*kernels.Matrix{w.Wq, w.Wk, w.Wv})
+	q, k, v := b.q[:rows*qDim], b.k[:rows*kvDim], b.v[:rows*kvDim]
+	b.outs[0], b.outs[1], b.outs[2] = q, k, v
+	b.pool.MatMulTWShared(h, rows, b.outs[:3], []*kernels.Matrix{w.Wq, w.Wk, w.Wv})
+	b.applyLoRA(l, h, hid, stageModsQKV, b.outs[:3])
 	b.runStage(stageQKV, l, rows)
 	b.layer = l
 	b.attend()
-	b.pool.MatMulTW(h, b.att[:rows*qDim], w.Wo, rows)
+	att := b.att[:rows*qDim]
+	b.pool.MatMulTW(h, att, w.Wo, rows)
+	b.outs[0] = h
+	b.applyLoRA(l, att, qDim, stageModsO, b.outs[:1])
 	b.runStage(stageMLPIn, l, rows)
-	gate := b.gate[:rows*inter]
-	b.pool.MatMulTWShared(h, rows, [][]float32{gate, b.up[:rows*inter]}, []*kernels.Matrix{w.WGate, w.WUp})
+	gate, up := b.gate[:rows*inter], b.up[:rows*inter]
+	b.outs[0], b.outs[1] = gate, up
+	b.pool.MatMulTWShared(h, rows, b.outs[:2], []*kernels.Matrix{w.WGate, w.WUp})
+	b.applyLoRA(l, h, hid, stageModsGateUp, b.outs[:2])
 	b.runStage(stageSiLU, l, rows)
 	b.pool.MatMulTW(h, gate, w.WDown, rows)
+	b.outs[0] = h
+	b.applyLoRA(l, gate, inter, stageModsDown, b.outs[:1])
 }
 
 // computeLogits normalises the rows of every chunk that wants logits (its

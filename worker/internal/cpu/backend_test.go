@@ -113,11 +113,17 @@ func randTokens(r *rand.Rand, n, vocab int) []int32 {
 // the logits after every chunk's last position.
 func runPrompt(t *testing.T, b *Backend, tokens []int32, pages []kvpool.PageID, chunk int) map[int][]float32 {
 	t.Helper()
+	return runPromptUnder(t, b, nil, tokens, pages, chunk)
+}
+
+// runPromptUnder is runPrompt under adapter ad (nil: the base model).
+func runPromptUnder(t *testing.T, b *Backend, ad engine.Adapter, tokens []int32, pages []kvpool.PageID, chunk int) map[int][]float32 {
+	t.Helper()
 	out := map[int][]float32{}
 	for start := 0; start < len(tokens); start += chunk {
 		end := min(start+chunk, len(tokens))
 		logits := make([]float32, b.VocabSize())
-		c := engine.Chunk{Tokens: tokens[start:end], Start: start, Pages: pages, Logits: logits}
+		c := engine.Chunk{Tokens: tokens[start:end], Start: start, Pages: pages, Logits: logits, Adapter: ad}
 		if err := b.Forward(context.Background(), []engine.Chunk{c}); err != nil {
 			t.Fatal(err)
 		}
@@ -293,5 +299,19 @@ func checkDecodeAllocs(t *testing.T, s Spec) {
 	})
 	if allocs != 0 {
 		t.Fatalf("a decode step allocates %.1f times", allocs)
+	}
+	// Nor under adapters, mixed with the base model.
+	for i, ad := range prepare(t, b, testAdapters(t, specConfig(s))) {
+		batch[i].Adapter = ad
+	}
+	if err := b.Forward(ctx, batch); err != nil { // sizes the adapter scratch
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(20, func() {
+		if err := b.Forward(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}); allocs != 0 {
+		t.Fatalf("a decode step under adapters allocates %.1f times", allocs)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 	"github.com/warden-ai/warden/worker/model"
@@ -108,30 +109,33 @@ func TestPublishedFamiliesMatchFloat64Reference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runFamily(t, m, spec, w)
+			r := rand.New(rand.NewPCG(21, 22))
+			runFamily(t, m, spec, w, [][]int32{randTokens(r, 37, spec.Vocab), randTokens(r, 9, spec.Vocab)}, nil)
 		})
 	}
 }
 
-// runFamily generates from two prompts at once through the engine and
-// compares each sequence with the reference.
-func runFamily(t *testing.T, m *model.Model, spec Spec, w Weights) {
+// runFamily generates from the prompts at once through the engine, prompt
+// i under adapters[i] (nil or absent: the base model), and compares each
+// sequence with the reference under the same adapter. It returns the
+// generated tokens.
+func runFamily(t *testing.T, m *model.Model, spec Spec, w Weights, prompts [][]int32, adapters []*lora.Adapter) [][]int32 {
 	const (
 		pt        = 8
 		maxTokens = 24
 		chunk     = 16
 	)
 	ctx, cancel := context.WithCancel(context.Background())
-	pool, err := kvpool.New(kvpool.Config{Pages: 32, PageTokens: pt, PageBytes: spec.PageBytes(pt)})
+	pool, err := kvpool.New(kvpool.Config{Pages: max(32, 16*len(prompts)), PageTokens: pt, PageBytes: spec.PageBytes(pt)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := FromModel(m, pool, Options{Threads: 2, MaxBatchTokens: chunk + 2, PageTokens: pt})
+	b, err := FromModel(m, pool, Options{Threads: 2, MaxBatchTokens: chunk + len(prompts), PageTokens: pt})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	eng, err := engine.New(engine.Config{PageTokens: pt, ChunkTokens: chunk, MaxBatch: 2, VocabSize: spec.Vocab}, b, pool, nil)
+	eng, err := engine.New(engine.Config{PageTokens: pt, ChunkTokens: chunk, MaxBatch: len(prompts), VocabSize: spec.Vocab}, b, pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,17 +150,26 @@ func runFamily(t *testing.T, m *model.Model, spec Spec, w Weights) {
 	}
 	defer stop()
 
-	r := rand.New(rand.NewPCG(21, 22))
-	prompts := [][]int32{randTokens(r, 37, spec.Vocab), randTokens(r, 9, spec.Vocab)}
+	prepared := make([]engine.Adapter, len(prompts))
+	for i, a := range adapters {
+		if a != nil {
+			if prepared[i], err = b.PrepareAdapter(a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	streams := make([]*engine.Stream, len(prompts))
 	for i, p := range prompts {
 		o := kvpool.Owner{Tenant: "t", Request: fmt.Sprint(i), Epoch: 1}
+		if prepared[i] != nil {
+			o.Adapter = prepared[i].Hash()
+		}
 		pages, err := pool.Reserve(o, len(p)+maxTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
 		streams[i], err = eng.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: p,
-			Sampling: engine.Sampling{MaxTokens: maxTokens}})
+			Sampling: engine.Sampling{MaxTokens: maxTokens}, Adapter: prepared[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,25 +201,31 @@ func runFamily(t *testing.T, m *model.Model, spec Spec, w Weights) {
 	// to itself.
 	stop()
 	for i, p := range prompts {
-		checkGreedy(t, b, spec, w, p, gens[i])
+		var a *lora.Adapter
+		if i < len(adapters) {
+			a = adapters[i]
+		}
+		checkGreedy(t, b, spec, w, a, prepared[i], p, gens[i])
 	}
 	// A sequence cannot go past the context the engine serves.
 	c := engine.Chunk{Tokens: []int32{1}, Start: spec.MaxPositions, Pages: pageIDs(0, 32)}
 	if err := b.Forward(context.Background(), []engine.Chunk{c}); err == nil {
 		t.Errorf("a token at position %d (the context is %d) was accepted", spec.MaxPositions, spec.MaxPositions)
 	}
+	return gens
 }
 
 // checkGreedy checks that every token of gen is the reference argmax
 // after prompt and the tokens before it, and that the backend's logits
-// (recomputed one position per step) are within 1e-4 of the reference's.
-func checkGreedy(t *testing.T, b *Backend, spec Spec, w Weights, prompt, gen []int32) {
+// (recomputed one position per step) are within 1e-4 of the reference's,
+// both under adapter a (prepared: ad; nil: the base model).
+func checkGreedy(t *testing.T, b *Backend, spec Spec, w Weights, a *lora.Adapter, ad engine.Adapter, prompt, gen []int32) {
 	t.Helper()
 	seq := slices.Concat(prompt, gen)
-	want := Reference(spec, w, seq)
+	want := ReferenceAdapter(spec, w, a, seq)
 	pages := pageIDs(0, (len(seq)+b.opt.PageTokens-1)/b.opt.PageTokens)
 	// The pool's pages are free again: reuse them for a step-by-step run.
-	got := runPrompt(t, b, seq[:len(seq)-1], pages, 1)
+	got := runPromptUnder(t, b, ad, seq[:len(seq)-1], pages, 1)
 	worst := 0.0
 	for i, tok := range gen {
 		pos := len(prompt) - 1 + i

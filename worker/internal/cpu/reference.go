@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/internal/kernels"
 )
 
@@ -12,17 +13,25 @@ import (
 // every head before RoPE) when the spec has them. It is the independent
 // reference the backends and the engine are tested against.
 func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
+	return ReferenceAdapter(s, w, nil, tokens)
+}
+
+// ReferenceAdapter is Reference under a LoRA adapter (nil: the base
+// model), merged into the weights in float64: every projection the
+// adapter targets is computed with W + Scale·B·A.
+func ReferenceAdapter(s Spec, w Weights, a *lora.Adapter, tokens []int32) [][]float64 {
 	n, hid, hd := len(tokens), s.Hidden, s.HeadDim
 	qDim, kvDim := s.Heads*hd, s.KVDim()
-	matmul := func(x [][]float64, wm *kernels.Matrix, out, in int) [][]float64 {
-		wt := dense(wm)
+	layer := 0
+	matmul := func(x [][]float64, wm *kernels.Matrix, mod lora.Module, out, in int) [][]float64 {
+		wt := merged(wm, a, layer, mod)
 		y := make([][]float64, len(x))
 		for i := range x {
 			y[i] = make([]float64, out)
 			for o := 0; o < out; o++ {
 				var acc float64
 				for j := 0; j < in; j++ {
-					acc += x[i][j] * float64(wt[o*in+j])
+					acc += x[i][j] * wt[o*in+j]
 				}
 				y[i][o] = acc
 			}
@@ -62,9 +71,10 @@ func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 			x[i][j] = float64(embed[int(t)*hid+j])
 		}
 	}
-	for _, lw := range w.Layers {
+	for l, lw := range w.Layers {
+		layer = l
 		h := rms(x, lw.AttnNorm)
-		q, k, v := matmul(h, lw.Wq, qDim, hid), matmul(h, lw.Wk, kvDim, hid), matmul(h, lw.Wv, kvDim, hid)
+		q, k, v := matmul(h, lw.Wq, lora.Q, qDim, hid), matmul(h, lw.Wk, lora.K, kvDim, hid), matmul(h, lw.Wv, lora.V, kvDim, hid)
 		if s.QKVBias {
 			for i := 0; i < n; i++ {
 				for j := range q[i] {
@@ -121,27 +131,52 @@ func Reference(s Spec, w Weights, tokens []int32) [][]float64 {
 				}
 			}
 		}
-		o := matmul(att, lw.Wo, hid, qDim)
+		o := matmul(att, lw.Wo, lora.O, hid, qDim)
 		for i := range x {
 			for j := range x[i] {
 				x[i][j] += o[i][j]
 			}
 		}
 		h = rms(x, lw.MLPNorm)
-		gt, up := matmul(h, lw.WGate, s.Intermediate, hid), matmul(h, lw.WUp, s.Intermediate, hid)
+		gt, up := matmul(h, lw.WGate, lora.Gate, s.Intermediate, hid), matmul(h, lw.WUp, lora.Up, s.Intermediate, hid)
 		for i := range gt {
 			for j := range gt[i] {
 				gt[i][j] = gt[i][j] / (1 + math.Exp(-gt[i][j])) * up[i][j]
 			}
 		}
-		d := matmul(gt, lw.WDown, hid, s.Intermediate)
+		d := matmul(gt, lw.WDown, lora.Down, hid, s.Intermediate)
 		for i := range x {
 			for j := range x[i] {
 				x[i][j] += d[i][j]
 			}
 		}
 	}
-	return matmul(rms(x, w.Norm), w.LMHead, s.Vocab, hid)
+	return matmul(rms(x, w.Norm), w.LMHead, "", s.Vocab, hid)
+}
+
+// merged returns m, layer l's projection mod, in float64 with adapter
+// a's update Scale·B·A added, or m alone when a (nil: the base model)
+// does not target it.
+func merged(m *kernels.Matrix, a *lora.Adapter, l int, mod lora.Module) []float64 {
+	d := dense(m)
+	w := make([]float64, len(d))
+	for i, v := range d {
+		w[i] = float64(v)
+	}
+	if a == nil || mod == "" || a.Layers[l][mod] == nil {
+		return w
+	}
+	p, r, in := a.Layers[l][mod], a.Config.Rank, m.Cols()
+	for o := range m.Rows() {
+		for j := range in {
+			var acc float64
+			for k := range r {
+				acc += float64(p.B[o*r+k]) * float64(p.A[k*in+j])
+			}
+			w[o*in+j] += a.Config.Scale * acc
+		}
+	}
+	return w
 }
 
 // dense returns m's rows as float32 (exact but for Q8).

@@ -290,3 +290,31 @@ func ArgMax(x []float32) int {
 	}
 	return best
 }
+
+// MatMulTMatrix is MatMulTStrided for a weight Matrix in F32, F16 or
+// BF16: row i of C (at c[i*ldc:][:w.Rows()]) is A[i,:]·Wᵀ for an m×k A
+// (k = w.Cols(), contiguous), each element equal to Dot(A[i,:], row j of
+// W widened to float32) bit for bit. It runs on the calling goroutine —
+// inside a Pool loop's task, say — and panics for a Q8 matrix or a slice
+// too short for its shape.
+func MatMulTMatrix(c []float32, ldc int, a []float32, m int, w *Matrix) {
+	n, k := w.rows, w.cols
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if w.format == Q8 || ldc < n || !fits(m-1, ldc, len(c)-n) || !fits(m, k, len(a)) {
+		panic(fmt.Sprintf("kernels: MatMulTMatrix of a %v %d×%d matrix, m=%d ldc=%d with len(c)=%d len(a)=%d",
+			w.format, n, k, m, ldc, len(c), len(a)))
+	}
+	if k == 0 {
+		for i := 0; i < m; i++ {
+			clear(c[i*ldc : i*ldc+n])
+		}
+		return
+	}
+	if w.format == F32 {
+		matMulT(c, ldc, a, k, w.f32, k, m, n, k)
+		return
+	}
+	matMul16(c, ldc, a, k, w.u16, w.format, k, m, n, k)
+}

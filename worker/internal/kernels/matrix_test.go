@@ -459,3 +459,36 @@ func TestMatrixConvert(t *testing.T) {
 		t.Fatal("Convert(Q8) succeeded; QuantizeQ8 makes Q8")
 	}
 }
+
+// TestMatMulTMatrix: the single-threaded product of a weight matrix in
+// every float format equals Dot with its widened rows, bit for bit, at an
+// output stride wider than its rows.
+func TestMatMulTMatrix(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	const m, n, k, ldc = 5, 13, 19, 17
+	a := make([]float32, m*k)
+	w32 := make([]float32, n*k)
+	for i := range a {
+		a[i] = r.Float32()*2 - 1
+	}
+	for i := range w32 {
+		w32[i] = r.Float32()*2 - 1
+	}
+	for _, f := range []Format{F32, F16, BF16} {
+		w, err := NewF32(n, k, w32).Convert(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := make([]float32, (m-1)*ldc+n)
+		MatMulTMatrix(c, ldc, a, m, w)
+		row := make([]float32, k)
+		for j := range n {
+			w.Row(j, row)
+			for i := range m {
+				if want := Dot(a[i*k:(i+1)*k], row); math.Float32bits(c[i*ldc+j]) != math.Float32bits(want) {
+					t.Fatalf("%v: c[%d][%d] = %v, want %v", f, i, j, c[i*ldc+j], want)
+				}
+			}
+		}
+	}
+}

@@ -53,14 +53,20 @@ const v1Unlimited = int64(1) << 62
 // the cgroup filesystem at /sys/fs/cgroup. Missing files (no cgroup
 // filesystem) give ErrNoLimit.
 func Self() (Limit, error) {
-	self, err := os.ReadFile("/proc/self/cgroup")
+	return selfAt("/proc/self/cgroup", "/sys/fs/cgroup")
+}
+
+// selfAt is Self reading the process's cgroup list from procFile and the
+// cgroup filesystem under root.
+func selfAt(procFile, root string) (Limit, error) {
+	self, err := os.ReadFile(procFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Limit{}, ErrNoLimit
 	}
 	if err != nil {
 		return Limit{}, fmt.Errorf("cgroupmem: %w", err)
 	}
-	return Read(os.DirFS("/sys/fs/cgroup"), self)
+	return Read(os.DirFS(root), self)
 }
 
 // Read finds the binding limit of the process whose /proc/self/cgroup is

@@ -2,6 +2,8 @@ package cgroupmem
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -194,6 +196,149 @@ func FuzzRead(f *testing.F) {
 		}
 		if _, ok := fsys[l.Dir+"/memory.stat"]; !ok {
 			t.Fatalf("Read names %q, not a group of the fake root", l.Dir)
+		}
+	})
+}
+
+// A Kubernetes node with the systemd cgroup driver on cgroup v2: the
+// groups of a burstable pod with a main container and a sidecar.
+const (
+	v2Pod  = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+	v2Main = v2Pod + "/cri-containerd-3f9a7c1e5b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c3e5b7d9f1a3c5e7b9d1f3a.scope"
+	// v2Stat is a v2 memory.stat as the kernel writes it (abridged).
+	v2Stat = "anon 104857600\nfile 73400320\nkernel 2097152\nkernel_stack 163840\npagetables 532480\nsock 0\nshmem 0\n" +
+		"file_mapped 10485760\nfile_dirty 0\nfile_writeback 0\nswapcached 0\nanon_thp 0\ninactive_anon 104857600\n" +
+		"active_anon 0\ninactive_file 41943040\nactive_file 31457280\nunevictable 0\nslab_reclaimable 1048576\n" +
+		"slab_unreclaimable 524288\npgfault 12345\npgmajfault 12\nworkingset_refault_anon 0\nworkingset_refault_file 0\n"
+)
+
+// writeTree writes files (path relative to the root: content) under a
+// new directory, as a cgroup filesystem lays them out, and returns it.
+func writeTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, data := range files {
+		f := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// v2Node returns the cgroup v2 files of a node running the pod: the root
+// (no memory.max, as the kernel has none there), kubepods.slice limited
+// to the allocatable memory, the QoS slice unlimited, the pod slice at
+// podMax, the main container at mainMax. The pod's usage includes the
+// sidecar's.
+func v2Node(podMax, mainMax string) map[string]string {
+	return map[string]string{
+		"cgroup.controllers":                                     "cpuset cpu io memory hugetlb pids rdma misc\n",
+		"cgroup.subtree_control":                                 "cpuset cpu io memory hugetlb pids\n",
+		"memory.stat":                                            v2Stat,
+		"kubepods.slice/memory.max":                              "16106127360\n",
+		"kubepods.slice/memory.current":                          "4294967296\n",
+		"kubepods.slice/memory.stat":                             v2Stat,
+		"kubepods.slice/kubepods-burstable.slice/memory.max":     "max\n",
+		"kubepods.slice/kubepods-burstable.slice/memory.current": "2147483648\n",
+		v2Pod + "/memory.max":                                    podMax,
+		v2Pod + "/memory.current":                                "985661440\n", // 940 MiB: main 200 + sidecar
+		v2Pod + "/memory.stat":                                   v2Stat,        // 40 MiB inactive_file
+		v2Main + "/memory.max":                                   mainMax,
+		v2Main + "/memory.current":                               "209715200\n", // 200 MiB
+		v2Main + "/memory.stat":                                  v2Stat,
+		v2Main + "/cgroup.procs":                                 "1\n",
+	}
+}
+
+// TestReadV2Tree reads cgroup v2 hierarchies written to disk, as the
+// kernel lays them out, from a /proc/self/cgroup "0::/path" line, through
+// Self's own code path (selfAt): the group with the least room binds
+// along nested paths, "max" is no limit at any level, a cgroup namespace
+// shows the container's group as the root, and systemd's named v1
+// hierarchy beside the unified one does not hide it.
+func TestReadV2Tree(t *testing.T) {
+	hostSelf := "0::/" + v2Main + "\n"
+	for _, tc := range []struct {
+		name    string
+		self    string
+		files   map[string]string
+		want    Limit
+		wantErr error
+	}{{
+		name:  "the pod's limit binds: the sidecar uses most of it",
+		self:  hostSelf,
+		files: v2Node("1073741824\n", "536870912\n"),
+		want:  Limit{Version: V2, Dir: v2Pod, Bytes: 1024 * mib, Usage: 940*mib - 40*mib},
+	}, {
+		name:  "the container's limit binds",
+		self:  hostSelf,
+		files: v2Node("4294967296\n", "268435456\n"),
+		want:  Limit{Version: V2, Dir: v2Main, Bytes: 256 * mib, Usage: 200*mib - 40*mib},
+	}, {
+		name:  "container unlimited (max): the pod's limit",
+		self:  hostSelf,
+		files: v2Node("1073741824\n", "max\n"),
+		want:  Limit{Version: V2, Dir: v2Pod, Bytes: 1024 * mib, Usage: 900 * mib},
+	}, {
+		name:  "pod and container unlimited: the node's allocatable (kubepods.slice)",
+		self:  hostSelf,
+		files: v2Node("max\n", "max\n"),
+		want:  Limit{Version: V2, Dir: "kubepods.slice", Bytes: 15 << 30, Usage: 4096*mib - 40*mib},
+	}, {
+		name:  "systemd's named v1 hierarchy beside the unified one",
+		self:  "1:name=systemd:/" + v2Main + "\n0::/" + v2Main + "\n",
+		files: v2Node("1073741824\n", "max\n"),
+		want:  Limit{Version: V2, Dir: v2Pod, Bytes: 1024 * mib, Usage: 900 * mib},
+	}, {
+		name: "cgroup namespace: the container's group is the root",
+		self: "0::/\n",
+		files: map[string]string{
+			"cgroup.controllers": "cpu io memory pids\n",
+			"memory.max":         "536870912\n",
+			"memory.current":     "209715200\n",
+			"memory.stat":        v2Stat,
+		},
+		want: Limit{Version: V2, Dir: ".", Bytes: 512 * mib, Usage: 160 * mib},
+	}, {
+		name:    "a process in the root group of a host: no limit",
+		self:    "0::/\n",
+		files:   v2Node("1073741824\n", "536870912\n"),
+		wantErr: ErrNoLimit,
+	}, {
+		name: "every level max, up to a root without memory.max: no limit",
+		self: hostSelf,
+		files: func() map[string]string {
+			n := v2Node("max\n", "max\n")
+			n["kubepods.slice/memory.max"] = "max\n"
+			return n
+		}(),
+		wantErr: ErrNoLimit,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := writeTree(t, tc.files)
+			proc := filepath.Join(t.TempDir(), "cgroup")
+			if err := os.WriteFile(proc, []byte(tc.self), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := selfAt(proc, root)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("selfAt = %+v, %v; want %v", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("selfAt = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+	t.Run("no /proc/self/cgroup: no limit", func(t *testing.T) {
+		if l, err := selfAt(filepath.Join(t.TempDir(), "absent"), t.TempDir()); !errors.Is(err, ErrNoLimit) {
+			t.Fatalf("selfAt = %+v, %v; want ErrNoLimit", l, err)
 		}
 	})
 }

@@ -1,0 +1,111 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/kvpool"
+)
+
+// chunkLog records every step's chunks as (tenant, start, end) and can
+// hold the first step until released.
+type chunkLog struct {
+	engine.Backend
+	mu      sync.Mutex
+	steps   [][]span
+	first   *hold
+	started bool
+}
+
+type span struct {
+	tenant     string
+	start, end int
+}
+
+func (b *chunkLog) Forward(ctx context.Context, batch []engine.Chunk) error {
+	var ss []span
+	for _, c := range batch {
+		ss = append(ss, span{c.Owner.Tenant, c.Start, c.Start + len(c.Tokens)})
+	}
+	b.mu.Lock()
+	b.steps = append(b.steps, ss)
+	first := !b.started
+	b.started = true
+	b.mu.Unlock()
+	if first {
+		close(b.first.reached)
+		<-b.first.release
+	}
+	return b.Backend.Forward(ctx, batch)
+}
+
+// TestShortPromptNotBlockedByLongPrefill: a short prompt arriving while a
+// long one prefills gets its chunk in the next step (least attained
+// service first), finishing its prefill long before the long prompt's;
+// with worker.prefill_order arrival it waits for the whole long prefill.
+// Both produce exactly their tokens run alone either way.
+func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
+	for _, arrival := range []bool{false, true} {
+		t.Run(fmt.Sprint("arrival=", arrival), func(t *testing.T) {
+			shortDone, longDone := prefillOrder(t, arrival)
+			if !arrival && (shortDone != 1 || longDone <= shortDone) {
+				t.Fatalf("the short prompt's prefill ended in step %d, the long one's in step %d: want the short one in step 1, the next after its arrival", shortDone, longDone)
+			}
+			if arrival && shortDone < longDone {
+				t.Fatalf("in arrival order the short prompt's prefill ended in step %d, before the long one's in step %d", shortDone, longDone)
+			}
+		})
+	}
+}
+
+// prefillOrder runs a 200-token prompt, then a 9-token one submitted
+// during the long one's first step, with a 32-token chunk budget, and
+// returns the steps in which each prompt's prefill ended.
+func prefillOrder(t *testing.T, arrival bool) (shortDone, longDone int) {
+	log := &chunkLog{first: newHold(nil)}
+	r := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4, arrival: arrival, wrap: func(b engine.Backend) engine.Backend {
+		log.Backend = b
+		return log
+	}})
+	vocab := r.m.Config.VocabSize
+	long, short := prompt(71, 200, vocab), prompt(72, 9, vocab)
+	longOwner := kvpool.Owner{Tenant: "long", Request: "l", Epoch: 1}
+	shortOwner := kvpool.Owner{Tenant: "short", Request: "s", Epoch: 1}
+
+	ls := r.submit(t, longOwner, long, greedy(3))
+	<-log.first.reached // the long prompt's first chunk is in the backend
+	ss := r.submit(t, shortOwner, short, greedy(3))
+	close(log.first.release)
+	lo, so := collect(t, ls), collect(t, ss)
+
+	shortDone, longDone = -1, -1
+	log.mu.Lock()
+	for i, st := range log.steps {
+		for _, c := range st {
+			if c.tenant == "short" && c.end == len(short) && shortDone < 0 {
+				shortDone = i
+			}
+			if c.tenant == "long" && c.end == len(long) && longDone < 0 {
+				longDone = i
+			}
+		}
+	}
+	log.mu.Unlock()
+
+	alone := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4})
+	for _, c := range []struct {
+		name   string
+		o      kvpool.Owner
+		prompt []int32
+		got    outcome
+	}{{"long", longOwner, long, lo}, {"short", shortOwner, short, so}} {
+		if want := alone.run(t, c.o, c.prompt, greedy(3)); !slices.Equal(c.got.tokens, want.tokens) {
+			t.Errorf("%s: %v, alone %v", c.name, c.got.tokens, want.tokens)
+		}
+	}
+	return shortDone, longDone
+}
