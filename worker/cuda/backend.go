@@ -249,11 +249,6 @@ func (b *Backend) check(batch []engine.Chunk, greedy bool) error {
 				return fmt.Errorf("cuda: token %d outside the vocabulary", t)
 			}
 		}
-		if c.Adapter != nil {
-			// The backend is not an engine.AdapterBackend: serving the
-			// base model for an adapter's request would be wrong output.
-			return fmt.Errorf("cuda: chunk %d: LoRA adapters are not computed on the cuda backend", i)
-		}
 		if n := len(c.Logits) / s.Vocab; !greedy && c.Logits != nil && (len(c.Logits)%s.Vocab != 0 || n < 1 || n > len(c.Tokens)) {
 			return fmt.Errorf("cuda: logits buffer has %d entries, want 1 to %d rows of %d", len(c.Logits), len(c.Tokens), s.Vocab)
 		}
