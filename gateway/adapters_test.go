@@ -283,3 +283,50 @@ func TestAdapterRouting(t *testing.T) {
 		t.Fatalf("the worker with room received %d loads, want tiny:ad2's files", len(other.loads))
 	}
 }
+
+// TestAdapterLimitsAliasesAndNoRoom: a tenant's allowed_models entry for
+// the base covers its adapters (and one without it gets the 404 of a
+// missing model); an alias may name an adapter; a worker without room
+// for it fails the request with a 503 to retry.
+func TestAdapterLimitsAliasesAndNoRoom(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	w.adapters = map[string]bool{}
+	w.start()
+	registerAdapter(t, tg, "ad", "acme", 6)
+	ctx := t.Context()
+	if _, err := tg.Store().UpdateTenant(ctx, tenant.Tenant{ID: "acme", Limits: tenant.Limits{AllowedModels: []string{"tiny"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := tg.post("/v1/chat/completions", adapterChat("tiny:ad")); status != 200 {
+		t.Fatalf("allowed tiny, chat with tiny:ad: %d %s", status, body)
+	}
+	if err := tg.Store().SetAlias(ctx, tenant.Alias{Name: "support", Target: "tiny:ad"}); err != nil {
+		t.Fatal(err)
+	}
+	tg.aliases.Invalidate()
+	status, _, body := tg.post("/v1/chat/completions", adapterChat("support"))
+	if status != 200 || !strings.Contains(string(body), `"model":"tiny:ad"`) {
+		t.Fatalf("chat with the alias of tiny:ad: %d %s", status, body)
+	}
+	if _, err := tg.Store().UpdateTenant(ctx, tenant.Tenant{ID: "acme", Limits: tenant.Limits{AllowedModels: []string{"other"}}}); err != nil {
+		t.Fatal(err)
+	}
+	s1, _, denied := tg.post("/v1/chat/completions", adapterChat("tiny:ad"))
+	s2, _, missing := tg.post("/v1/chat/completions", adapterChat("tiny:nope"))
+	if s1 != 404 || s2 != 404 || string(denied) != strings.ReplaceAll(string(missing), "tiny:nope", "tiny:ad") {
+		t.Fatalf("not allowed tiny, chat with tiny:ad: %d %s\nwith a missing model: %d %s", s1, denied, s2, missing)
+	}
+	if _, err := tg.Store().UpdateTenant(ctx, tenant.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+
+	registerAdapter(t, tg, "big", "acme", 7)
+	w.mu.Lock()
+	w.refuseLoad = true
+	w.mu.Unlock()
+	status, hdr, body := tg.post("/v1/chat/completions", adapterChat("tiny:big"))
+	if e := decodeEnvelope(t, body); status != 503 || e.Error.Code == nil || *e.Error.Code != "worker_unavailable" || hdr.Get("Retry-After") == "" {
+		t.Fatalf("no room for tiny:big: %d %s", status, body)
+	}
+}

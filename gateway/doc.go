@@ -26,7 +26,12 @@
 //
 //  1. the request is recorded in the lifecycle table (received), with the
 //     gateway's request ID; the client's ID is kept as client_request_id
-//     only when gateway.trust_client_request_id is set;
+//     only when gateway.trust_client_request_id is set; a model name that
+//     is a LoRA adapter the tenant may use (internal/adapters, after
+//     aliases) makes it a request for the base model under the adapter,
+//     whose hash joins the KV owner and whose name the usage is recorded
+//     under; an adapter the tenant may not use is a model that does not
+//     exist;
 //  2. it is tokenized with the model's tokenizer, fetched from the first
 //     worker that registered for it (ModelAssets): chat messages through
 //     the chat template with the generation prompt; a completion prompt as

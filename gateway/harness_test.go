@@ -387,6 +387,7 @@ type fakeWorker struct {
 	// LoadAdapter then loads it (loads records each). adapterMem, when
 	// set, is the adapter memory its heartbeats report.
 	adapters   map[string]bool
+	refuseLoad bool // LoadAdapter answers RESOURCE_EXHAUSTED: no room
 	loads      []*loadedAdapter
 	adapterMem *controlpb.AdapterMemory
 	refusals   []string // "<method> <hash>" of each call refused for its adapter
@@ -687,7 +688,7 @@ func (w *fakeWorker) needAdapter(method string, ref *controlpb.AdapterRef, owner
 		return nil
 	}
 	w.refusals = append(w.refusals, method+" "+ref.GetHash())
-	return status.Error(codes.FailedPrecondition, "adapter not loaded: "+ref.GetHash())
+	return controlpb.AdapterNotLoaded(ref.GetHash()).Err()
 }
 
 // LoadAdapter implements controlpb.WorkerServer: it keeps the files'
@@ -711,6 +712,9 @@ func (w *fakeWorker) LoadAdapter(srv grpc.ClientStreamingServer[controlpb.Adapte
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.refuseLoad {
+		return status.Error(codes.ResourceExhausted, "adapter memory full of pinned adapters")
+	}
 	if l.first == nil || int64(len(l.weights)) != l.first.GetWeightsSize() {
 		return status.Error(codes.InvalidArgument, "incomplete adapter")
 	}

@@ -51,4 +51,11 @@ func TestGGUFAssetsAndLayout(t *testing.T) {
 	if weightsBytes(m) == 0 {
 		t.Error("weightsBytes of a GGUF model is 0")
 	}
+	// The shape LoRA adapters are checked against at the gateway.
+	c, sh := m.Config, a.GetShape()
+	if int(sh.GetNumHiddenLayers()) != c.NumHiddenLayers || int(sh.GetHiddenSize()) != c.HiddenSize ||
+		int(sh.GetIntermediateSize()) != c.IntermediateSize || int(sh.GetNumAttentionHeads()) != c.NumAttentionHeads ||
+		int(sh.GetNumKeyValueHeads()) != c.NumKeyValueHeads || int(sh.GetHeadDim()) != c.HeadDim || c.HeadDim == 0 {
+		t.Errorf("shape %v, want the model's %+v", sh, c)
+	}
 }

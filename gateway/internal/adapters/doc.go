@@ -12,7 +12,7 @@
 //
 // Workers load adapters on demand: a worker that does not hold a
 // request's adapter refuses the call with FAILED_PRECONDITION "adapter
-// not loaded: <hash>" (NotLoaded), and the gateway pushes the files with
+// not loaded: <hash>" (controlpb.IsAdapterNotLoaded), and the gateway pushes the files with
 // LoadAdapter (Push) and calls once more (Retry). A worker without room
 // for it refuses the load with RESOURCE_EXHAUSTED (ErrNoRoom).
 package adapters

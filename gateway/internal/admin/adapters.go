@@ -32,9 +32,15 @@ func (s *server) createAdapter(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(s.cluster.Models(), func(m ModelView) bool { return m.Name == u.Base }) {
+	models := s.cluster.Models()
+	if !slices.ContainsFunc(models, func(m ModelView) bool { return m.Name == u.Base }) {
 		return apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, adminclient.AdapterFieldBase,
 			"The base model %q is not a configured model.", u.Base)
+	}
+	// Model names may hold ":": a model's own name is never an adapter's.
+	if full := tenant.AdapterName(u.Base, u.Name); slices.ContainsFunc(models, func(m ModelView) bool { return m.Name == full }) {
+		return apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, adminclient.AdapterFieldName,
+			"%q is the name of a configured model.", full)
 	}
 	a, err := s.adapters.Register(r.Context(), u)
 	if err != nil {

@@ -26,7 +26,9 @@ var tinyShape = &model.Config{NumHiddenLayers: 2, HiddenSize: 64, IntermediateSi
 func adapterFixture(t *testing.T, maxBytes int64) *fixture {
 	f := newFixture(t)
 	reg := adapters.New(f.store, func(base string) (*model.Config, bool) { return tinyShape, base == "tiny" }, maxBytes)
-	f.handler = admin.NewHandler(admin.Config{Token: token, Adapters: reg}, f.store, admintest.NewCluster(), f.requests, nil)
+	cluster := admintest.NewCluster()
+	cluster.ModelViews = append(cluster.ModelViews, admin.ModelView{Name: "tiny:ft"}) // model names may hold ":"
+	f.handler = admin.NewHandler(admin.Config{Token: token, Adapters: reg}, f.store, cluster, f.requests, nil)
 	for _, id := range []string{"acme", "beta"} {
 		if _, err := f.store.CreateTenant(t.Context(), tenant.Tenant{ID: id}); err != nil {
 			t.Fatal(err)
@@ -158,6 +160,7 @@ func TestAdapterUploadRefused(t *testing.T) {
 		{"base without workers", with(func(fm *form) { fm.fields[0][1] = "big/model" }), 503, adminclient.CodeBaseUnavailable, "base", `no worker serving "big/model"`},
 		{"missing owner tenant", with(func(fm *form) { fm.fields[2][1] = "ghost" }), 404, adminclient.CodeNotFound, "", `"ghost"`},
 		{"bad name", with(func(fm *form) { fm.fields[1][1] = "a b" }), 400, adminclient.CodeInvalidValue, "-", "spaces"},
+		{"a model's name", with(func(fm *form) { fm.fields[1][1] = "ft" }), 400, adminclient.CodeInvalidValue, "name", `"tiny:ft" is the name of a configured model`},
 	} {
 		status, body := f.upload(c.fm)
 		msg := checkError(t, c.name, status, body, c.status, c.code, c.param)
