@@ -14,13 +14,16 @@ import (
 	"github.com/openai/openai-go/v3"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/gateway/internal/registry"
 	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // TestPrefixCacheIsPerTenant: on a both worker, a tenant's repeated
@@ -525,5 +528,73 @@ func askCached(t *testing.T, tg *testGateway, key, content string, maxTokens int
 	}
 	if u.PromptTokensDetails.CachedTokens != wantCached {
 		t.Fatalf("cached_tokens %d, want %d", u.PromptTokensDetails.CachedTokens, wantCached)
+	}
+}
+
+// TestAdapterRemovalEvictsItsCache: a tenant's pages sealed under its
+// LoRA adapter (on a real worker) are evicted when the adapter is
+// deleted, and when the tenant is deleted (its adapters are listed
+// before the deletion removes them), each acknowledged before the admin
+// call returns.
+func TestAdapterRemovalEvictsItsCache(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	w := startReal(t, workerConfig(t, "both-1", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
+	ctx := context.Background()
+	mc, err := model.LoadModelConfig(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, weights, err := lora.Random(&mc, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 0.12, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme := tg // the test gateway's key is tenant acme's
+	cachedPages := func() int64 {
+		t.Helper()
+		st, err := w.client.Status(ctx, &controlpb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.GetPool().CachedPages
+	}
+	evictions := func(reason string) float64 {
+		return tg.metric("warden_gateway_cache_domain_evictions_total", map[string]string{"reason": reason, "outcome": "acked"})
+	}
+	content := strings.Repeat("An adapter's pages go with the adapter. ", 8)
+	body := map[string]any{"model": "tiny:ad", "max_tokens": 4, "temperature": 0,
+		"messages": []map[string]string{{"role": "user", "content": content}}}
+	fill := func() {
+		t.Helper()
+		if _, err := tg.adapters.Register(ctx, adapters.Upload{Base: "tiny", Name: "ad", Owner: "acme", ConfigJSON: cfg, Weights: weights}); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if code, _, b := acme.postKey(acme.key, "/v1/chat/completions", body); code != http.StatusOK {
+				t.Fatalf("chat under the adapter: %d %s", code, b)
+			}
+		}
+		w.poolQuiet()
+		if cachedPages() == 0 {
+			t.Fatal("no page sealed under the adapter")
+		}
+	}
+
+	fill()
+	if code, b := tg.admin(http.MethodDelete, "/admin/v1/adapters/tiny:ad"); code != http.StatusOK {
+		t.Fatalf("DELETE adapter: %d %s", code, b)
+	}
+	if n := cachedPages(); n != 0 {
+		t.Fatalf("%d cached pages after the adapter's deletion was acknowledged, want 0", n)
+	}
+	if got := evictions("adapter_removed"); got != 1 {
+		t.Fatalf("%v acknowledged adapter_removed evictions, want 1", got)
+	}
+
+	fill()
+	if code, b := tg.admin(http.MethodDelete, "/admin/v1/tenants/acme"); code != http.StatusOK {
+		t.Fatalf("DELETE tenant: %d %s", code, b)
+	}
+	if n := cachedPages(); n != 0 {
+		t.Fatalf("%d cached pages after the tenant's deletion was acknowledged, want 0", n)
 	}
 }

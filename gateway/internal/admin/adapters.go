@@ -165,12 +165,17 @@ func (s *server) listAdapters(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (s *server) getAdapter(w http.ResponseWriter, r *http.Request) error {
+// adapterParam is the adapter the route's {model} names.
+func (s *server) adapterParam(r *http.Request) (tenant.Adapter, error) {
 	name, err := modelParam(r)
 	if err != nil {
-		return err
+		return tenant.Adapter{}, err
 	}
-	a, err := s.adapters.Store().GetAdapter(r.Context(), name)
+	return s.adapters.Store().GetAdapter(r.Context(), name)
+}
+
+func (s *server) getAdapter(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.adapterParam(r)
 	if err != nil {
 		return err
 	}
@@ -181,15 +186,11 @@ func (s *server) getAdapter(w http.ResponseWriter, r *http.Request) error {
 // updateAdapter shares an adapter with other tenants (replacing the
 // list) or pins it.
 func (s *server) updateAdapter(w http.ResponseWriter, r *http.Request) error {
-	name, err := modelParam(r)
-	if err != nil {
-		return err
-	}
 	var p adminclient.AdapterPatch
 	if err := readBody(w, r, &p, false); err != nil {
 		return err
 	}
-	a, err := s.adapters.Store().GetAdapter(r.Context(), name)
+	a, err := s.adapterParam(r)
 	if err != nil {
 		return err
 	}
@@ -236,19 +237,15 @@ func (s *server) evictAdapter(ctx context.Context, before, after tenant.Adapter)
 }
 
 func (s *server) deleteAdapter(w http.ResponseWriter, r *http.Request) error {
-	name, err := modelParam(r)
+	a, err := s.adapterParam(r)
 	if err != nil {
 		return err
 	}
-	a, err := s.adapters.Store().GetAdapter(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	if err := s.adapters.Store().DeleteAdapter(r.Context(), name); err != nil {
+	if err := s.adapters.Store().DeleteAdapter(r.Context(), a.Name); err != nil {
 		return err
 	}
 	s.evictAdapter(r.Context(), a, tenant.Adapter{})
-	writeJSON(w, http.StatusOK, adminclient.Deleted{ID: name, Deleted: true})
+	writeJSON(w, http.StatusOK, adminclient.Deleted{ID: a.Name, Deleted: true})
 	return nil
 }
 
