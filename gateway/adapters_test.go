@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"mime/multipart"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/warden-ai/warden/gateway/internal/adapters"
+	"github.com/warden-ai/warden/internal/adminclient"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/tenant"
@@ -328,5 +332,106 @@ func TestAdapterLimitsAliasesAndNoRoom(t *testing.T) {
 	status, hdr, body := tg.post("/v1/chat/completions", adapterChat("tiny:big"))
 	if e := decodeEnvelope(t, body); status != 503 || e.Error.Code == nil || *e.Error.Code != "worker_unavailable" || hdr.Get("Retry-After") == "" {
 		t.Fatalf("no room for tiny:big: %d %s", status, body)
+	}
+}
+
+// tenantUpload posts the adapter files as tg's tenant to POST
+// /v1/adapters (the admin upload's form, fields in order).
+func (tg *testGateway) tenantUpload(fields [][2]string, cfg, weights []byte) (int, []byte) {
+	tg.t.Helper()
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	for _, kv := range fields {
+		mw.WriteField(kv[0], kv[1])
+	}
+	for name, b := range map[string][]byte{adminclient.AdapterFileConfig: cfg, adminclient.AdapterFileWeights: weights} {
+		w, _ := mw.CreateFormFile(name, name)
+		w.Write(b)
+	}
+	mw.Close()
+	return tg.send(http.MethodPost, "/v1/adapters", mw.FormDataContentType(), buf.Bytes())
+}
+
+// send makes an API request as tg's tenant.
+func (tg *testGateway) send(method, path, contentType string, body []byte) (int, []byte) {
+	tg.t.Helper()
+	req, _ := http.NewRequest(method, tg.base+path, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tg.key)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := tg.http.Do(req)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+// TestTenantRegistersOwnAdapter: a tenant registers adapters itself
+// (POST /v1/adapters) only within its policy, limits.max_adapters (0 by
+// default: none); it owns what it registers, may share it, lists its
+// own, and deletes only its own — another's is the 404 of a missing one.
+// The adapter it registered serves its requests.
+func TestTenantRegistersOwnAdapter(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
+	w.adapters = map[string]bool{}
+	w.start()
+	cfg, weights := testAdapterFiles(t, 3)
+	fields := [][2]string{{"base", "tiny"}, {"name", "mine"}, {"shared_with", "beta"}}
+	beta := tg.as("beta")
+
+	if code, body := tg.tenantUpload(fields, cfg, weights); code != http.StatusForbidden || !strings.Contains(string(body), "permission_denied") {
+		t.Fatalf("upload with max_adapters 0: %d %s", code, body)
+	}
+	acme, err := tg.Store().GetTenant(t.Context(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acme.Limits.MaxAdapters = 1
+	if _, err := tg.Store().UpdateTenant(t.Context(), acme); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := tg.tenantUpload(append(fields, [2]string{"owner", "beta"}), cfg, weights); code != http.StatusBadRequest || !strings.Contains(string(body), `"param":"owner"`) {
+		t.Fatalf("upload naming an owner: %d %s", code, body)
+	}
+	code, body := tg.tenantUpload(fields, cfg, weights)
+	var a tenant.Adapter
+	if err := json.Unmarshal(body, &a); code != http.StatusCreated || err != nil || a.Name != "tiny:mine" || a.Owner != "acme" ||
+		len(a.SharedWith) != 1 || a.SharedWith[0] != "beta" || a.Hash != lora.Hash(cfg, weights) {
+		t.Fatalf("acme's upload: %d %s", code, body)
+	}
+	fields[1][1] = "second"
+	if code, body := tg.tenantUpload(fields, cfg, weights); code != http.StatusForbidden {
+		t.Fatalf("a second upload over max_adapters 1: %d %s", code, body)
+	}
+
+	status, _, reply := tg.post("/v1/chat/completions", adapterChat("tiny:mine"))
+	if status != http.StatusOK || !strings.Contains(string(reply), fakeReply) {
+		t.Fatalf("acme's chat with its own adapter: %d %s", status, reply)
+	}
+	if status, _, reply := beta.post("/v1/chat/completions", adapterChat("tiny:mine")); status != http.StatusOK {
+		t.Fatalf("beta's chat with the adapter shared with it: %d %s", status, reply)
+	}
+	for _, c := range []struct {
+		tg   *testGateway
+		want string
+	}{{tg, `"name":"tiny:mine"`}, {beta, `"data":[]`}} {
+		if code, body := c.tg.send(http.MethodGet, "/v1/adapters", "", nil); code != http.StatusOK || !strings.Contains(string(body), c.want) {
+			t.Fatalf("GET /v1/adapters: %d %s, want %s", code, body, c.want)
+		}
+	}
+	s1, foreign := beta.send(http.MethodDelete, "/v1/adapters/tiny:mine", "", nil)
+	s2, missing := beta.send(http.MethodDelete, "/v1/adapters/tiny:none", "", nil)
+	if s1 != http.StatusNotFound || s2 != http.StatusNotFound || string(foreign) != strings.ReplaceAll(string(missing), "tiny:none", "tiny:mine") {
+		t.Fatalf("beta deleting acme's adapter: %d %s\na missing one: %d %s", s1, foreign, s2, missing)
+	}
+	if code, body := tg.send(http.MethodDelete, "/v1/adapters/tiny:mine", "", nil); code != http.StatusOK {
+		t.Fatalf("acme deleting its adapter: %d %s", code, body)
+	}
+	if status, _, _ := tg.post("/v1/chat/completions", adapterChat("tiny:mine")); status != http.StatusNotFound {
+		t.Fatalf("chat with the deleted adapter: %d", status)
 	}
 }

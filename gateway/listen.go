@@ -60,6 +60,13 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 			return fmt.Errorf("gateway: gateway.tls: %w", err)
 		}
 	}
+	// The admin API's store: deletions purge stored responses and evict
+	// cache domains (the tenant's own adapter routes share it).
+	adminStore := domainevict.Wrap(storedresp.Purging(g.store, g.responses, g.logger), g.evictor)
+	var tenantRoutes []api.TenantRoute
+	if g.adapters != nil {
+		tenantRoutes = admin.TenantAdapterRoutes(admin.TenantAdaptersConfig{Adapters: g.adapters, Store: adminStore, Cluster: clusterView{g}, Logger: g.logger})
+	}
 	var err error
 	if g.apiLn, err = net.Listen("tcp", gw.Listen); err != nil {
 		return fmt.Errorf("gateway: API listener (gateway.listen): %w", err)
@@ -75,6 +82,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		Ready:                   func(context.Context) error { return g.Ready() },
 		OnError:                 g.metrics.rejected,
 		Endpoints:               endpoints(tokenize.Endpoints(tokenizeModels{g}), embeddings.Endpoints(embedService{g})),
+		TenantRoutes:            tenantRoutes,
 		// Logged as client_request_id only when trusted.
 		TrustClientRequestID: gw.TrustClientRequestID,
 	}, g.auth, service{g}, g.logger)
@@ -90,7 +98,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		if g.adminLn, err = net.Listen("tcp", gw.AdminListen); err != nil {
 			return fmt.Errorf("gateway: admin listener (gateway.admin_listen): %w", err)
 		}
-		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token, Reload: g.adminReload(), Metrics: promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}), Aliases: g.aliases, Adapters: g.adapters}, domainevict.Wrap(storedresp.Purging(g.store, g.responses, g.logger), g.evictor), clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
+		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token, Reload: g.adminReload(), Metrics: promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}), Aliases: g.aliases, Adapters: g.adapters}, adminStore, clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
 	} else {
 		g.logger.Warn("no admin token configured: the admin API is not served")
 	}

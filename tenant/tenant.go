@@ -115,6 +115,11 @@ type Limits struct {
 	// queue only if an operator allowed it. A request above it is denied
 	// (KindPriority, ErrForbidden).
 	MaxPriority int `json:"max_priority"`
+	// MaxAdapters is how many LoRA adapters the tenant may register
+	// itself through the public API (POST /v1/adapters), counting all it
+	// owns; 0 (the default) lets it register none: the platform team
+	// registers adapters for it through the admin API.
+	MaxAdapters int64 `json:"max_adapters,omitempty"`
 }
 
 // ModelLimits are per-model limits set by the platform team. The gateway's
@@ -228,6 +233,7 @@ func (l Limits) Validate() error {
 		{"limits.tokens_per_minute", l.TokensPerMinute},
 		{"limits.max_concurrent", l.MaxConcurrent},
 		{"limits.budget", l.Budget},
+		{"limits.max_adapters", l.MaxAdapters},
 	} {
 		if err := validateCount(c.field, c.v); err != nil {
 			return err

@@ -252,6 +252,7 @@ type LimitsPatch struct {
 	BudgetPeriod      *tenant.BudgetPeriod `json:"budget_period,omitempty"`
 	AllowedModels     *[]string            `json:"allowed_models,omitempty"`
 	MaxPriority       *int                 `json:"max_priority,omitempty"`
+	MaxAdapters       *int64               `json:"max_adapters,omitempty"`
 }
 
 // Apply returns l with the patch applied.
@@ -262,6 +263,7 @@ func (p LimitsPatch) Apply(l tenant.Limits) tenant.Limits {
 	setIf(&l.Budget, p.Budget)
 	setIf(&l.BudgetPeriod, p.BudgetPeriod)
 	setIf(&l.MaxPriority, p.MaxPriority)
+	setIf(&l.MaxAdapters, p.MaxAdapters)
 	if p.AllowedModels != nil {
 		l.AllowedModels = append([]string(nil), (*p.AllowedModels)...)
 	}
@@ -325,6 +327,7 @@ const (
 	CodeRequestTooLarge  = "request_too_large"
 	CodeStoreUnavailable = "store_unavailable"
 	CodeInvalidAdapter   = "invalid_adapter"
+	CodeForbidden        = "permission_denied"
 	CodeBaseUnavailable  = "base_model_unavailable"
 	CodeInternal         = "internal_error"
 )

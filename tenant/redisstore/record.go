@@ -31,6 +31,7 @@ type tenantRecord struct {
 	PLen        int64    `json:"plen"`
 	Models      []string `json:"models,omitempty"`
 	MaxPriority int      `json:"max_priority"`
+	MaxAdapters int64    `json:"max_adapters,omitempty"`
 	Cache       string   `json:"cache,omitempty"`
 	CachedRate  *float64 `json:"cached_rate,omitempty"`
 }
@@ -40,7 +41,7 @@ func toRecord(t tenant.Tenant) tenantRecord {
 		ID: t.ID, Name: t.Name, Weight: t.Weight, CreatedAt: t.CreatedAt, Incarnation: t.Incarnation, Disabled: t.Disabled,
 		RPM: t.Limits.RequestsPerMinute, TPM: t.Limits.TokensPerMinute, Conc: t.Limits.MaxConcurrent,
 		Budget: t.Limits.Budget, Period: string(t.Limits.BudgetPeriod), PKind: string(t.Limits.BudgetPeriod),
-		Models: t.Limits.AllowedModels, MaxPriority: t.Limits.MaxPriority,
+		Models: t.Limits.AllowedModels, MaxPriority: t.Limits.MaxPriority, MaxAdapters: t.Limits.MaxAdapters,
 		Cache: string(t.PrefixCache), CachedRate: t.CachedTokenRate,
 	}
 	if d, ok := t.Limits.BudgetPeriod.Duration(); ok {
@@ -55,7 +56,7 @@ func (r tenantRecord) tenant() tenant.Tenant {
 		Limits: tenant.Limits{
 			RequestsPerMinute: r.RPM, TokensPerMinute: r.TPM, MaxConcurrent: r.Conc,
 			Budget: r.Budget, BudgetPeriod: tenant.BudgetPeriod(r.Period),
-			AllowedModels: r.Models, MaxPriority: r.MaxPriority,
+			AllowedModels: r.Models, MaxPriority: r.MaxPriority, MaxAdapters: r.MaxAdapters,
 		},
 		PrefixCache: cachekey.Mode(r.Cache), CachedTokenRate: r.CachedRate,
 	}

@@ -209,7 +209,7 @@ return {0, 0, 0, 0, 0, 0, 0, q[1], q[2], q[3], q[4], q[5], q[6], now, now + ttl,
 // ARGV: clock, lease ID, held tokens, acquired (us), prompt tokens,
 // completion tokens, model, usage key prefix, usage retention (ms), cached
 // prompt tokens, billed tokens (tenant.Consumed.Billed: what the token
-// bucket and the budget are charged), void ('1' or '').
+// bucket and the budget are charged), void ("1" to void, else empty).
 const releaseSrc = prelude + `
 local now = clock(ARGV[1])
 local void = ARGV[12] == '1'

@@ -17,6 +17,7 @@ import (
 type limitFlags struct {
 	fs                 *flag.FlagSet
 	rpm, tpm, conc, bg int64
+	adapters           int64
 	period, models     string
 	prio               int
 }
@@ -29,6 +30,7 @@ func addLimitFlags(fs *flag.FlagSet) *limitFlags {
 	fs.Int64Var(&l.bg, "budget", 0, "tokens per budget period (0 = unlimited)")
 	fs.StringVar(&l.period, "budget-period", "", "budget period: day, month or a duration such as 168h")
 	fs.StringVar(&l.models, "allowed-models", "", "comma-separated models the tenant may use (empty = all)")
+	fs.Int64Var(&l.adapters, "max-adapters", 0, "LoRA adapters the tenant may register itself with POST /v1/adapters (0 = none; the platform registers them)")
 	fs.IntVar(&l.prio, "max-priority", 0, fmt.Sprintf("highest request priority the tenant may ask for, 0 to %d (0 = priority 0 only)", tenant.MaxRequestPriority))
 	return l
 }
@@ -54,6 +56,8 @@ func (l *limitFlags) patch() *adminclient.LimitsPatch {
 			p.AllowedModels = &models
 		case "max-priority":
 			p.MaxPriority = &l.prio
+		case "max-adapters":
+			p.MaxAdapters = &l.adapters
 		}
 	})
 	if p == (adminclient.LimitsPatch{}) {

@@ -28,26 +28,36 @@ const maxUploadParts = 64
 // its record.
 func (s *server) createAdapter(w http.ResponseWriter, r *http.Request) error {
 	maxBytes := s.adapters.MaxBytes()
-	u, err := parseUpload(http.MaxBytesReader(w, r.Body, maxBytes+uploadFormBytes), r.Header.Get("Content-Type"), maxBytes)
+	u, err := parseUpload(http.MaxBytesReader(w, r.Body, maxBytes+uploadFormBytes), r.Header.Get("Content-Type"), maxBytes, "")
 	if err != nil {
 		return err
 	}
+	a, err := s.register(r, u)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, a)
+	return nil
+}
+
+// register registers an upload: its base must be a configured model and
+// its full name none.
+func (s *server) register(r *http.Request, u adapters.Upload) (tenant.Adapter, error) {
 	models := s.cluster.Models()
 	if !slices.ContainsFunc(models, func(m ModelView) bool { return m.Name == u.Base }) {
-		return apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, adminclient.AdapterFieldBase,
+		return tenant.Adapter{}, apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, adminclient.AdapterFieldBase,
 			"The base model %q is not a configured model.", u.Base)
 	}
 	// Model names may hold ":": a model's own name is never an adapter's.
 	if full := tenant.AdapterName(u.Base, u.Name); slices.ContainsFunc(models, func(m ModelView) bool { return m.Name == full }) {
-		return apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, adminclient.AdapterFieldName,
+		return tenant.Adapter{}, apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, adminclient.AdapterFieldName,
 			"%q is the name of a configured model.", full)
 	}
 	a, err := s.adapters.Register(r.Context(), u)
 	if err != nil {
-		return adapterError(err)
+		return tenant.Adapter{}, adapterError(err)
 	}
-	writeJSON(w, http.StatusCreated, a)
-	return nil
+	return a, nil
 }
 
 // adapterError maps a registration's failure; the store's errors are
@@ -67,9 +77,10 @@ func adapterError(err error) error {
 // parseUpload reads an adapter upload: multipart/form-data with the
 // fields base, name, owner, shared_with (repeated), pin and the files
 // adapter_config.json and adapter_model.safetensors, which together may
-// hold at most maxBytes. Every failure is a 4xx *adminclient.Error.
-func parseUpload(body io.Reader, contentType string, maxBytes int64) (adapters.Upload, error) {
-	var u adapters.Upload
+// hold at most maxBytes. A tenant's own upload (owner set: the caller)
+// carries no owner field. Every failure is a 4xx *adminclient.Error.
+func parseUpload(body io.Reader, contentType string, maxBytes int64, owner string) (adapters.Upload, error) {
+	u := adapters.Upload{Owner: owner}
 	bad := func(param, format string, args ...any) (adapters.Upload, error) {
 		return adapters.Upload{}, apiErr(http.StatusBadRequest, adminclient.CodeInvalidValue, param, format, args...)
 	}
@@ -115,6 +126,9 @@ func parseUpload(body io.Reader, contentType string, maxBytes int64) (adapters.U
 		case adminclient.AdapterFieldName:
 			u.Name = string(data)
 		case adminclient.AdapterFieldOwner:
+			if owner != "" {
+				return bad(name, "A tenant's upload names no owner: the adapter is the caller's.")
+			}
 			u.Owner = string(data)
 		case adminclient.AdapterFieldSharedWith:
 			u.SharedWith = append(u.SharedWith, string(data))
@@ -132,7 +146,7 @@ func parseUpload(body io.Reader, contentType string, maxBytes int64) (adapters.U
 	}
 	for _, f := range []string{adminclient.AdapterFieldBase, adminclient.AdapterFieldName, adminclient.AdapterFieldOwner,
 		adminclient.AdapterFileConfig, adminclient.AdapterFileWeights} {
-		if !seen[f] {
+		if !seen[f] && (f != adminclient.AdapterFieldOwner || owner == "") {
 			return adapters.Upload{}, apiErr(http.StatusBadRequest, adminclient.CodeMissingParameter, f, "The upload has no %q.", f)
 		}
 	}

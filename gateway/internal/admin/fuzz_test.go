@@ -121,7 +121,7 @@ func FuzzParseUpload(f *testing.F) {
 	}
 	const maxBytes = 256
 	f.Fuzz(func(t *testing.T, data []byte) {
-		u, err := parseUpload(bytes.NewReader(data), "multipart/form-data; boundary="+boundary, maxBytes)
+		u, err := parseUpload(bytes.NewReader(data), "multipart/form-data; boundary="+boundary, maxBytes, "")
 		if err != nil {
 			e, ok := err.(*adminclient.Error)
 			if !ok || e.Status/100 != 4 || e.Code == "" || e.Message == "" || !utf8.ValidString(e.Message) {

@@ -136,17 +136,19 @@ func (s *server) logAccess(r *http.Request, info *requestInfo, sw *obs.StatusRec
 	}
 }
 
-// limitBody answers 413 for a declared length over the limit and caps the
+// limitBodyTo answers 413 for a declared length over the limit and caps the
 // body reader for the rest (chunked bodies).
-func (s *server) limitBody(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > s.cfg.MaxBodyBytes {
-			writeError(w, RequestTooLarge(s.cfg.MaxBodyBytes))
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-		next.ServeHTTP(w, r)
-	})
+func (s *server) limitBodyTo(limit int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > limit {
+				writeError(w, RequestTooLarge(limit))
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, limit)
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 // requireJSON answers 415 unless the body is declared JSON. A missing

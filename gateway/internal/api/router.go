@@ -53,6 +53,10 @@ type Config struct {
 	// Endpoints are more authenticated POST endpoints with JSON bodies,
 	// by path (/tokenize and /detokenize: gateway/internal/tokenize).
 	Endpoints map[string]JSONEndpoint
+	// TenantRoutes are more authenticated routes the handler of which
+	// reads the body itself, under a limit of its own (a tenant's adapter
+	// uploads); the caller is PrincipalOf the request's context.
+	TenantRoutes []TenantRoute
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Responses keeps stored responses (previous_response_id, GET and
@@ -106,7 +110,7 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 	s := &server{cfg: cfg, auth: auth, svc: svc, logger: logger}
 
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.observe, s.cors, s.finishHeaders, s.limitBody)
+	r.Use(s.requestID, s.observe, s.cors, s.finishHeaders)
 	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		writeError(w, notFound(req.URL.Path))
 	})
@@ -124,8 +128,11 @@ func NewHandler(cfg Config, auth Authenticator, svc Service, logger *slog.Logger
 	// vLLM's /health, for clients and load balancers configured for it:
 	// 200 while the gateway can serve, 503 otherwise (as /readyz).
 	r.Get("/health", s.readyz)
+	for _, tr := range cfg.TenantRoutes {
+		r.With(s.authenticate, s.limitBodyTo(tr.MaxBodyBytes)).Method(tr.Method, tr.Pattern, tr.Handler)
+	}
 	r.Group(func(r chi.Router) {
-		r.Use(s.authenticate)
+		r.Use(s.limitBodyTo(cfg.MaxBodyBytes), s.authenticate)
 		r.Get("/v1/models", s.models)
 		r.Get("/v1/models/*", s.model)
 		r.With(requireJSON).Post("/v1/chat/completions", s.generate(KindChat))

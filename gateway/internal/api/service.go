@@ -16,6 +16,25 @@ type Principal struct {
 	Incarnation string
 }
 
+// PrincipalOf is the authenticated caller of the request whose context
+// is ctx (a TenantRoute's handler); false outside an authenticated route.
+func PrincipalOf(ctx context.Context) (Principal, bool) {
+	info := infoFrom(ctx)
+	if info == nil || info.principal.Tenant == "" {
+		return Principal{}, false
+	}
+	return info.principal, true
+}
+
+// TenantRoute is an authenticated route of Config.TenantRoutes.
+type TenantRoute struct {
+	// Method and Pattern route it (chi patterns: "/v1/adapters/*").
+	Method, Pattern string
+	// MaxBodyBytes caps its body (413 above).
+	MaxBodyBytes int64
+	Handler      http.Handler
+}
+
 // Authenticator resolves an API key to a Principal.
 //
 // A rejected key (unknown, wrong, revoked, tenant disabled) must be reported
