@@ -90,7 +90,7 @@ func testBadInput(t *testing.T, c *harness.Cluster) {
 		{name: "basic auth", rawAuth: "Basic dXNlcjpwYXNz", body: chatBody(""), status: 401, code: "invalid_api_key"},
 		{name: "missing key on a bad body", body: []byte(`{`), status: 401, code: "invalid_api_key"},
 		{name: "GET on a POST route", method: http.MethodGet, key: key, status: 405, code: "method_not_allowed"},
-		{name: "unknown route", key: key, path: "/v1/embeddings", body: chatBody(""), status: 404, code: "not_found"},
+		{name: "unknown route", key: key, path: "/v1/audio/speech", body: chatBody(""), status: 404, code: "not_found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { expectError(t, g, tc) })
