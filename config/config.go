@@ -498,7 +498,7 @@ type Worker struct {
 	// processes. Default 512.
 	PrefillChunkTokens int `yaml:"prefill_chunk_tokens"`
 	// PrefillOrder is which prompts get a step's prefill_chunk_tokens
-	// first. Default least_served.
+	// first. Default shortest_first.
 	PrefillOrder PrefillOrder `yaml:"prefill_order"`
 	// MaxBatch is the most sequences in one batched step. Default 32.
 	MaxBatch int `yaml:"max_batch"`
@@ -571,10 +571,11 @@ type PrefillOrder string
 
 // Prefill orders.
 const (
-	// PrefillLeastServed: the prompt with the fewest positions computed
-	// per tenant weight first (admission order one step in four), so a
-	// short prompt behind a long one starts at once.
-	PrefillLeastServed PrefillOrder = "least_served"
+	// PrefillShortestFirst: the prompt with the fewest positions left to
+	// compute per tenant weight first (admission order among equals, and
+	// one step in four), so a short prompt behind a long one starts at
+	// once and a prompt under way finishes before an equal new one.
+	PrefillShortestFirst PrefillOrder = "shortest_first"
 	// PrefillArrival: admission order (first come, first served).
 	PrefillArrival PrefillOrder = "arrival"
 )

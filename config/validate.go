@@ -487,7 +487,7 @@ func (c *Config) validateWorker(v *validator) {
 		v.add("worker.kv.memory_fraction", "must be in (0, 1] (got %g)", w.KV.MemoryFraction)
 	}
 	v.positiveInt("worker.prefill_chunk_tokens", w.PrefillChunkTokens)
-	oneOf(v, "worker.prefill_order", w.PrefillOrder, PrefillLeastServed, PrefillArrival)
+	oneOf(v, "worker.prefill_order", w.PrefillOrder, PrefillShortestFirst, PrefillArrival)
 	v.positiveInt("worker.max_batch", w.MaxBatch)
 	sp := &w.Speculative
 	oneOf(v, "worker.speculative.method", sp.Method, SpeculativeOff, SpeculativeNgram)

@@ -50,7 +50,7 @@ type Config struct {
 	// sequences (chunked prefill).
 	ChunkTokens int
 	// ArrivalOrder gives ChunkTokens to prompts in admission order; by
-	// default the least served go first (step).
+	// default the shortest left to compute go first (step).
 	ArrivalOrder bool
 	// MaxBatch bounds the sequences running at once.
 	MaxBatch int
@@ -551,11 +551,11 @@ func (e *Engine) preempt(s *sequence) bool {
 }
 
 // fcfsEvery: one step in fcfsEvery gives the chunk budget in admission
-// order rather than least served first (step).
+// order rather than shortest first (step).
 const fcfsEvery = 4
 
 // step builds one batch — every decoding sequence contributes one token,
-// prompts share the chunk budget least served first (prefill) — checks
+// prompts share the chunk budget shortest left first (prefill) — checks
 // ownership, runs the backend and samples.
 func (e *Engine) step(ctx context.Context) {
 	e.batch = e.batch[:0]
@@ -576,17 +576,17 @@ func (e *Engine) step(ctx context.Context) {
 		}
 		e.add(s, Chunk{Tokens: s.next[:], Start: s.pos})
 	}
-	// The prompt that has had the fewest positions computed per tenant
-	// weight goes first (least attained service; admission order among
-	// equals): a short prompt arriving behind a long one gets its chunk
-	// at once rather than after the long one's whole prefill, and so does
-	// a light tenant's behind a heavy one's. Outputs do not depend on how
-	// a prompt is split (chunk invariance). Every fcfsEvery-th step keeps
-	// admission order, so a long prompt progresses under a stream of short
-	// ones.
+	// The prompt with the fewest positions left to compute per tenant
+	// weight goes first (shortest remaining first; admission order among
+	// equals): a short prompt arriving behind a long one gets its chunk at
+	// once rather than after the long one's whole prefill, and a prompt
+	// already under way finishes before an equal newcomer starts. Outputs
+	// do not depend on how a prompt is split (chunk invariance). Every
+	// fcfsEvery-th step keeps admission order, so a long prompt progresses
+	// under a stream of short ones.
 	if !e.cfg.ArrivalOrder && e.steps.Load()%fcfsEvery != fcfsEvery-1 {
 		slices.SortStableFunc(e.prefilling, func(a, b *sequence) int {
-			return cmp.Compare(int64(a.pos-a.cached)*weightOf(b), int64(b.pos-b.cached)*weightOf(a))
+			return cmp.Compare(int64(len(a.req.Prompt)-a.pos)*weightOf(b), int64(len(b.req.Prompt)-b.pos)*weightOf(a))
 		})
 	}
 	budget := e.cfg.ChunkTokens

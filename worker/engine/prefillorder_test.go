@@ -44,14 +44,14 @@ func (b *chunkLog) Forward(ctx context.Context, batch []engine.Chunk) error {
 }
 
 // TestShortPromptNotBlockedByLongPrefill: a short prompt arriving while a
-// long one prefills gets its chunk in the next step (least attained
-// service first), finishing its prefill long before the long prompt's;
+// long one prefills gets its chunk in the next step (shortest remaining
+// first), finishing its prefill long before the long prompt's;
 // with worker.prefill_order arrival it waits for the whole long prefill.
 // Both produce exactly their tokens run alone either way.
 func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
 	for _, arrival := range []bool{false, true} {
 		t.Run(fmt.Sprint("arrival=", arrival), func(t *testing.T) {
-			shortDone, longDone := prefillOrder(t, arrival)
+			shortDone, longDone := prefillOrder(t, arrival, 200, 9)
 			if !arrival && (shortDone != 1 || longDone <= shortDone) {
 				t.Fatalf("the short prompt's prefill ended in step %d, the long one's in step %d: want the short one in step 1, the next after its arrival", shortDone, longDone)
 			}
@@ -62,17 +62,28 @@ func TestShortPromptNotBlockedByLongPrefill(t *testing.T) {
 	}
 }
 
-// prefillOrder runs a 200-token prompt, then a 9-token one submitted
-// during the long one's first step, with a 32-token chunk budget, and
-// returns the steps in which each prompt's prefill ended.
-func prefillOrder(t *testing.T, arrival bool) (shortDone, longDone int) {
+// TestPromptUnderWayBeforeNewcomer: a prompt whose prefill is under way
+// finishes before an equal prompt arriving meanwhile starts taking the
+// budget, so the engine keeps the order the gateway's fair queue admitted
+// them in.
+func TestPromptUnderWayBeforeNewcomer(t *testing.T) {
+	newDone, firstDone := prefillOrder(t, false, 40, 40)
+	if firstDone != 1 || newDone <= firstDone {
+		t.Fatalf("the first prompt's prefill ended in step %d, the newcomer's in step %d: want the first in step 1", firstDone, newDone)
+	}
+}
+
+// prefillOrder runs a prompt of first tokens, then one of second tokens
+// submitted during the first one's first step, with a 32-token chunk
+// budget, and returns the steps in which each prompt's prefill ended.
+func prefillOrder(t *testing.T, arrival bool, first, second int) (shortDone, longDone int) {
 	log := &chunkLog{first: newHold(nil)}
 	r := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4, arrival: arrival, wrap: func(b engine.Backend) engine.Backend {
 		log.Backend = b
 		return log
 	}})
 	vocab := r.m.Config.VocabSize
-	long, short := prompt(71, 200, vocab), prompt(72, 9, vocab)
+	long, short := prompt(71, first, vocab), prompt(72, second, vocab)
 	longOwner := kvpool.Owner{Tenant: "long", Request: "l", Epoch: 1}
 	shortOwner := kvpool.Owner{Tenant: "short", Request: "s", Epoch: 1}
 

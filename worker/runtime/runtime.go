@@ -52,7 +52,7 @@ type Options struct {
 	// step.
 	ChunkTokens, MaxBatch int
 	// ArrivalOrder gives the prefill chunk budget in admission order
-	// rather than least served first (engine.Config.ArrivalOrder).
+	// rather than shortest first (engine.Config.ArrivalOrder).
 	ArrivalOrder bool
 	// Speculation configures the engine's n-gram speculative decoding.
 	Speculation engine.Speculation
