@@ -106,7 +106,7 @@ func (w *Worker) serveChoices(ctx context.Context, e *entry, streams []*engine.S
 			ready = true
 			trace.SpanFromContext(ctx).AddEvent("prefilled")
 			w.setStage(e, stageDecoding)
-			if err := srv.Send(readyEvent(prompt)); err != nil {
+			if err := srv.Send(readyEvent(prompt, nil)); err != nil {
 				return abort(stoppedStatus(ctx))
 			}
 		}
