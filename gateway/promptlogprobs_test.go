@@ -118,7 +118,8 @@ func checkVLLMPrompt(t *testing.T, tok *tokenizer.Tokenizer, got vllmPromptLogpr
 //     completion's, text_offset indexing the echoed text, streaming
 //     included (the prompt's logprobs in the first chunk, with its text);
 //   - vLLM's prompt_logprobs 2, per choice on completions and on the
-//     response on chat.
+//     response on chat;
+//   - with n = 2, both in every choice.
 func TestRealPromptLogprobs(t *testing.T) {
 	tok, err := tokenizer.Load(modelDir)
 	if err != nil {
@@ -226,6 +227,40 @@ func TestRealPromptLogprobs(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkVLLMPrompt(t, tok, comp.Choices[0].PromptLogprobs, prompt, refPrompt, 2)
+
+		// n = 2: one prefill; every choice carries the prompt's logprobs,
+		// vLLM's and the echo's.
+		resp, err = client.Completions.New(context.Background(), openai.CompletionNewParams{Model: "tiny",
+			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(text)}, MaxTokens: openai.Int(3), Temperature: openai.Float(1),
+			Seed: openai.Int(4), N: openai.Int(2), Echo: openai.Bool(true), Logprobs: openai.Int(1)},
+			option.WithJSONSet("prompt_logprobs", 2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var two struct {
+			Choices []struct {
+				Text           string             `json:"text"`
+				PromptLogprobs vllmPromptLogprobs `json:"prompt_logprobs"`
+				Logprobs       struct {
+					TokenLogprobs []*float64 `json:"token_logprobs"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(resp.RawJSON()), &two); err != nil || len(two.Choices) != 2 {
+			t.Fatalf("n=2: %v %s", err, resp.RawJSON())
+		}
+		for k, c := range two.Choices {
+			checkVLLMPrompt(t, tok, c.PromptLogprobs, prompt, refPrompt, 2)
+			lps := c.Logprobs.TokenLogprobs
+			if !strings.HasPrefix(c.Text, text) || len(lps) <= len(prompt) || lps[0] != nil {
+				t.Fatalf("n=2 choice %d: %q with %d logprobs", k, c.Text, len(lps))
+			}
+			for i := 1; i < len(prompt); i++ {
+				if lps[i] == nil || *lps[i] != refPrompt[i-1].GetLogprob() {
+					t.Fatalf("n=2 choice %d prompt token %d: logprob %v, reference %v", k, i, lps[i], refPrompt[i-1].GetLogprob())
+				}
+			}
+		}
 		chatResp, err := client.Chat.Completions.New(context.Background(), realChat(2), option.WithJSONSet("prompt_logprobs", 2))
 		if err != nil {
 			t.Fatal(err)
@@ -262,9 +297,9 @@ func equalTokens(a, b []string) bool {
 	return strings.Join(a, "\x00") == strings.Join(b, "\x00") && len(a) == len(b)
 }
 
-// TestPromptLogprobsValidation: bad prompt_logprobs, prompt_logprobs
-// above 0 with stream, and the prompt's logprobs with n > 1 are 400s in
-// the error envelope naming the field; no worker is needed to refuse them.
+// TestPromptLogprobsValidation: bad prompt_logprobs, and prompt_logprobs
+// above 0 with stream, are 400s in the error envelope naming the field;
+// no worker is needed to refuse them.
 func TestPromptLogprobsValidation(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	for _, tc := range []struct {
@@ -278,8 +313,6 @@ func TestPromptLogprobsValidation(t *testing.T) {
 		{"/v1/chat/completions", map[string]any{"prompt_logprobs": 1.5}, "prompt_logprobs", "invalid_type"},
 		{"/v1/chat/completions", map[string]any{"prompt_logprobs": "2"}, "prompt_logprobs", "invalid_type"},
 		{"/v1/completions", map[string]any{"prompt_logprobs": 1, "stream": true}, "prompt_logprobs", "unsupported_value"},
-		{"/v1/completions", map[string]any{"prompt_logprobs": 1, "n": 2}, "prompt_logprobs", "unsupported_value"},
-		{"/v1/completions", map[string]any{"echo": true, "logprobs": 1, "n": 2}, "echo", "unsupported_value"},
 	} {
 		body := map[string]any{"model": "tiny", "max_tokens": 2}
 		if tc.path == "/v1/completions" {

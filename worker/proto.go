@@ -55,9 +55,6 @@ func samplingFrom(p *controlpb.SamplingParams) (engine.Sampling, error) {
 		}
 	}
 	if p != nil && p.PromptLogprobs != nil {
-		if p.GetN() > 1 {
-			return engine.Sampling{}, invalid("sampling: prompt_logprobs with n > 1 is not supported")
-		}
 		s.PromptLogprobs, s.PromptTopLogprobs = true, int(p.GetPromptLogprobs())
 	}
 	if p != nil && p.Speculative != nil {

@@ -1557,7 +1557,7 @@ type SamplingParams struct {
 	// PrefillResponse.prompt_logprobs). The worker then computes the whole
 	// prompt, taking no prefix-cache hit whatever the domain (the gateway
 	// sends none for such a request); a decode worker ignores it (prefill
-	// computed them). Refused with n > 1.
+	// computed them). With n > 1 the choices share them (one prefill).
 	PromptLogprobs *int32 `protobuf:"varint,150,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -82,7 +82,16 @@ func TestPromptLogprobsMatchFloat64Reference(t *testing.T) {
 
 	for _, o := range []rigOptions{{threads: 3, chunk: 7, maxBatch: 8}, {threads: 1, chunk: 1, maxBatch: 8}, {threads: 2, chunk: 64, maxBatch: 8}} {
 		t.Run(fmt.Sprintf("chunk%d", o.chunk), func(t *testing.T) {
+			rows := &rowCounter{}
+			o.wrap = func(b engine.Backend) engine.Backend { rows.Backend = b; return rows }
 			r := newRig(t, o)
+			defer func() {
+				// The prompt-logprob rows of a step stay bounded (32),
+				// whatever the chunk budget.
+				if rows.most > 32+o.maxBatch {
+					t.Errorf("a step computed %d logits rows", rows.most)
+				}
+			}()
 			var mates []*engine.Stream
 			for i := range 7 {
 				m := plain
@@ -104,6 +113,53 @@ func TestPromptLogprobsMatchFloat64Reference(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPromptLogprobsOfChoices: n = 3 choices of one prompt share its one
+// prefill: the first choice's stream carries the prompt's logprobs (the
+// single request's), before its first token; the others carry none, and
+// every choice's tokens are those without prompt logprobs.
+func TestPromptLogprobsOfChoices(t *testing.T) {
+	r := newRig(t, rigOptions{threads: 2, chunk: 16, maxBatch: 8})
+	vocab := r.m.Config.VocabSize
+	p := prompt(6, 40, vocab)
+	plain := engine.Sampling{Temperature: 1, Seed: 8, MaxTokens: 4, IgnoreEOS: true}
+	sp := plain
+	sp.PromptLogprobs, sp.PromptTopLogprobs = true, 3
+	alone := r.run(t, owner("single"), p, sp)
+	var want, got []outcome
+	for _, s := range r.submitChoices(t, owner("plain-n"), p, plain, 3, nil) {
+		want = append(want, collect(t, s))
+	}
+	for _, s := range r.submitChoices(t, owner("scored-n"), p, sp, 3, nil) {
+		got = append(got, collect(t, s))
+	}
+	for k := range got {
+		if !slices.Equal(got[k].tokens, want[k].tokens) || got[k].res.Err != nil {
+			t.Fatalf("choice %d: tokens %v (%v), without prompt logprobs %v", k, got[k].tokens, got[k].res.Err, want[k].tokens)
+		}
+		if k > 0 && got[k].prompt != nil {
+			t.Fatalf("choice %d carries prompt logprobs", k)
+		}
+	}
+	if !reflect.DeepEqual(got[0].prompt, alone.prompt) || got[0].promptAt != 0 {
+		t.Fatalf("the first choice's prompt logprobs (after %d tokens) differ from the single request's", got[0].promptAt)
+	}
+}
+
+// rowCounter records the most logits rows one step asked for.
+type rowCounter struct {
+	engine.Backend
+	most int
+}
+
+func (r *rowCounter) Forward(ctx context.Context, batch []engine.Chunk) error {
+	n := 0
+	for _, c := range batch {
+		n += len(c.Logits) / r.VocabSize()
+	}
+	r.most = max(r.most, n)
+	return r.Backend.Forward(ctx, batch)
 }
 
 func cmpFloat(a, b float64) int {

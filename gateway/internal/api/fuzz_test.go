@@ -119,8 +119,8 @@ func checkDecodeResult(t *testing.T, kind Kind, req *GenerateRequest, e *Error) 
 	if req.IncludeUsage && !req.Stream {
 		t.Fatal("include_usage without stream")
 	}
-	if k, ok := req.PromptScoring(); ok && (k < 0 || k > MaxTopLogprobs || req.N > 1 || (req.PromptLogprobs != nil && req.Stream)) {
-		t.Fatalf("prompt logprobs %d (prompt_logprobs %v) with n %d, stream %v", k, req.PromptLogprobs, req.N, req.Stream)
+	if k, ok := req.PromptScoring(); ok && (k < 0 || k > MaxTopLogprobs || (req.PromptLogprobs != nil && req.Stream)) {
+		t.Fatalf("prompt logprobs %d (prompt_logprobs %v) with stream %v", k, req.PromptLogprobs, req.Stream)
 	}
 }
 

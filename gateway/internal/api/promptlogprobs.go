@@ -47,10 +47,8 @@ func (r *GenerateRequest) PromptScoring() (top int, ok bool) {
 
 // promptLogprobs reads vLLM's prompt_logprobs (an integer 0..MaxTopLogprobs:
 // the alternatives per prompt token; vLLM's -1, the whole vocabulary, is
-// refused as too large) and checks what asks for the prompt's logprobs
-// against the rest of the request: vLLM refuses prompt_logprobs above 0
-// when streaming (and streams none at 0), and warden computes them for one
-// choice only.
+// refused as too large). Like vLLM it refuses prompt_logprobs above 0
+// when streaming, and streams none at 0.
 func (d *decoder) promptLogprobs() *Error {
 	if raw := d.f.take("prompt_logprobs"); raw != nil {
 		k, e := decodeIntIn(raw, "prompt_logprobs", 0, MaxTopLogprobs)
@@ -65,14 +63,6 @@ func (d *decoder) promptLogprobs() *Error {
 			n := int(k)
 			d.r.PromptLogprobs = &n
 		}
-	}
-	if _, ok := d.r.PromptScoring(); ok && d.r.N > 1 {
-		param := "prompt_logprobs"
-		if d.r.PromptLogprobs == nil {
-			param = "echo"
-		}
-		return InvalidRequest(param, CodeUnsupportedValue, "Invalid '"+param+
-			"': the prompt's logprobs are computed for requests of one choice (n = 1) only.")
 	}
 	return nil
 }
@@ -90,7 +80,8 @@ type wirePromptEntry struct {
 // wirePromptLogprobs renders prompt_logprobs as vLLM does: null for the
 // first prompt token, then for each later one a map from token id to its
 // entry, holding the prompt token and the top alternatives (at most
-// top); nil (absent) when not asked for.
+// top); nil (absent) when not asked for. Every choice of n > 1 carries
+// the same list, as in vLLM.
 func wirePromptLogprobs(asked *int, pts []PromptToken) []map[string]wirePromptEntry {
 	if asked == nil {
 		return nil
