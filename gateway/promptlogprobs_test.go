@@ -335,3 +335,41 @@ func TestPromptLogprobsValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptTokens: a worker's prompt logprobs become the API's entries
+// (token texts, the first token unscored); entries that do not fit the
+// prompt or the request are a protocol error, never shown.
+func TestPromptTokens(t *testing.T) {
+	tok := presetTokenizer(t)
+	ids := byteTokens("hé") // 'h' 0xc3 0xa9
+	entry := func(lp float64, rank int32, top ...int32) *controlpb.LogprobsToken {
+		e := &controlpb.LogprobsToken{Logprob: lp, Rank: rank, TopIds: top}
+		for range top {
+			e.TopLogprobs = append(e.TopLogprobs, lp)
+		}
+		return e
+	}
+	got, err := promptTokens(tok, ids, []*controlpb.LogprobsToken{entry(-2, 4, 'x', 'y'), entry(-1, 1, 0xa9)}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || got[0].Token != "h" || got[0].Logprob != 0 || got[0].Rank != 0 || got[1].Token != `bytes:\xc3` ||
+		got[1].Logprob != -2 || got[1].Rank != 4 || len(got[1].Top) != 2 || got[1].Top[1].Token != "y" || got[2].Top[0].ID != 0xa9 {
+		t.Fatalf("got %+v", got)
+	}
+	for _, tc := range []struct {
+		name string
+		lps  []*controlpb.LogprobsToken
+		want string
+	}{
+		{"one entry missing", []*controlpb.LogprobsToken{entry(-1, 1)}, "1 logprobs for a prompt of 3 tokens"},
+		{"no rank", []*controlpb.LogprobsToken{entry(-1, 0), entry(-1, 1)}, "rank 0"},
+		{"positive", []*controlpb.LogprobsToken{entry(-1, 1), entry(0.5, 1)}, "logprob 0.5"},
+		{"too many alternatives", []*controlpb.LogprobsToken{entry(-1, 1, 1, 2, 3), entry(-1, 1)}, "3 alternatives"},
+		{"unknown alternative", []*controlpb.LogprobsToken{entry(-1, 1, 99999), entry(-1, 1)}, "unknown token"},
+	} {
+		if _, err := promptTokens(tok, ids, tc.lps, 2); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
