@@ -237,8 +237,10 @@ func (d *driver) checkFirstChoices(w *registry.Worker, resp *controlpb.PrefillRe
 }
 
 // takeFirstChoices records each choice's first token's logprobs from a
-// Prefill response and, for n > 1, its first token (checkFirstChoices).
+// Prefill response and, for n > 1, its first token (checkFirstChoices);
+// and the prompt's logprobs when asked for.
 func (d *driver) takeFirstChoices(resp *controlpb.PrefillResponse) {
+	d.prefillPrompt = resp.GetPromptLogprobs()
 	if d.n == 1 {
 		d.firstLogprobs = []*controlpb.LogprobsToken{resp.GetFirstTokenLogprobs()}
 		return

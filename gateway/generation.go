@@ -110,6 +110,9 @@ type driver struct {
 	// token, which decode's Generate carries.
 	firstLogprobs []*controlpb.LogprobsToken
 	firstTokens   []int32
+	// prefillPrompt is the prompt's logprobs from the Prefill response,
+	// when the sampling asked for them (P/D: prefill computes them).
+	prefillPrompt []*controlpb.LogprobsToken
 
 	// results
 	prefilled  int64 // prompt tokens in the cache (Ready)

@@ -47,6 +47,43 @@ func tokenLogprobs(tok *tokenizer.Tokenizer, ids []int32, lps []*controlpb.Logpr
 	return out, nil
 }
 
+// promptTokens turns the prompt logprobs a worker sent (entry i for
+// prompt token i+1) into the API's form, with each token's text.
+func promptTokens(tok *tokenizer.Tokenizer, prompt []int32, lps []*controlpb.LogprobsToken, top int) ([]api.PromptToken, error) {
+	if len(lps) != len(prompt)-1 {
+		return nil, fmt.Errorf("%d logprobs for a prompt of %d tokens", len(lps), len(prompt))
+	}
+	out := make([]api.PromptToken, len(prompt))
+	for i, id := range prompt {
+		text, b, err := tokenText(tok, id)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = api.PromptToken{ID: id, Token: text, Bytes: b, Special: tok.IsSpecial(id)}
+		if i == 0 {
+			continue
+		}
+		lp := lps[i-1]
+		tids, tlps := lp.GetTopIds(), lp.GetTopLogprobs()
+		if len(tids) != len(tlps) || len(tids) > top || !validLogprob(lp.GetLogprob()) || lp.GetRank() < 1 {
+			return nil, fmt.Errorf("prompt token %d: logprob %v, rank %d, %d alternatives of %d logprobs (asked for %d)",
+				i, lp.GetLogprob(), lp.GetRank(), len(tids), len(tlps), top)
+		}
+		out[i].Logprob, out[i].Rank = lp.GetLogprob(), int(lp.GetRank())
+		for j, alt := range tids {
+			text, b, err := tokenText(tok, alt)
+			if err != nil {
+				return nil, err
+			}
+			if !validLogprob(tlps[j]) {
+				return nil, fmt.Errorf("prompt token %d: alternative %d has logprob %v", i, alt, tlps[j])
+			}
+			out[i].Top = append(out[i].Top, api.PromptAlternative{ID: alt, Token: text, Bytes: b, Logprob: tlps[j]})
+		}
+	}
+	return out, nil
+}
+
 // validLogprob: finite (the worker reports -9999 for impossible tokens)
 // and at most 0.
 func validLogprob(v float64) bool { return v <= 0 && v >= -1e300 }

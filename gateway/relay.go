@@ -131,8 +131,12 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		if started := d.req.Snapshot().Entered[lifecycle.Prefilling]; !started.IsZero() {
 			d.g.rates.observe(d.req.Info().Model, len(d.prompt), time.Since(started))
 		}
+		first := api.Event{Headers: rateLimitHeaders(d.lease.Info().Quota)}
+		if first.PromptLogprobs, err = d.promptLogprobs(ctx, e.Ready); err != nil {
+			return false, err
+		}
 		// The first event commits the response: its status and headers.
-		if err := d.emit(ctx, api.Event{Headers: rateLimitHeaders(d.lease.Info().Quota)}); err != nil {
+		if err := d.emit(ctx, first); err != nil {
 			return false, err
 		}
 		runHook(ctx, &d.g.hooks.afterReady)
@@ -205,6 +209,27 @@ func (d *driver) onEvent(ctx context.Context, w *registry.Worker, ev *controlpb.
 		return true, d.finishChoices(ctx, done, choices)
 	}
 	return false, protocol("unknown event %T", ev.GetEvent())
+}
+
+// promptLogprobs is the prompt's tokens with their logprobs when the
+// sampling asked for them (nil otherwise): a both worker's Ready carries
+// them, in P/D the Prefill response does (awaited).
+func (d *driver) promptLogprobs(ctx context.Context, ready *controlpb.Ready) ([]api.PromptToken, error) {
+	if d.sampling.PromptLogprobs == nil {
+		return nil, nil
+	}
+	lps := ready.GetPromptLogprobs()
+	if d.prefillDue != nil || d.prefillPrompt != nil {
+		if err := d.awaitPrefill(ctx); err != nil {
+			return nil, err
+		}
+		lps = d.prefillPrompt
+	}
+	pts, err := promptTokens(d.tok.tok, d.prompt, lps, int(d.sampling.GetPromptLogprobs()))
+	if err != nil {
+		return nil, failed(causeProtocol, api.Internal(), fmt.Errorf("prompt logprobs: %w", err))
+	}
+	return pts, nil
 }
 
 // onPrefilled takes the Prefill call's result: the first token's logprobs

@@ -379,6 +379,9 @@ func (s service) admit(ctx context.Context, r *lifecycle.Request, p api.Principa
 	}
 	d.markers = mt.keptMarkers(d.tools != nil, d.reason != nil)
 	d.domain, d.cacheOn = g.domains.of(p, g.auth.info(p.Tenant).cache, r.Info().Adapter)
+	// Prompt logprobs need every prompt position computed: no cache
+	// domain, so no worker takes a prefix hit (nor seals for others).
+	d.cacheOn = d.cacheOn && d.sampling.PromptLogprobs == nil
 	return d, nil
 }
 
@@ -393,6 +396,10 @@ func sampling(req *api.GenerateRequest, constraint string, maxTokens int64) *con
 		TopK: int32(req.TopK), MinP: float32(req.MinP),
 		PresencePenalty: float32(req.PresencePenalty), FrequencyPenalty: float32(req.FrequencyPenalty),
 		RepetitionPenalty: float32(req.RepetitionPenalty), Speculative: req.Speculative}
+	if top, ok := req.PromptScoring(); ok {
+		k := int32(top)
+		sp.PromptLogprobs = &k
+	}
 	for _, b := range req.LogitBias {
 		sp.LogitBias = append(sp.LogitBias, &controlpb.LogitBias{Token: b.Token, Bias: float32(b.Bias)})
 	}

@@ -89,24 +89,41 @@ func (w *Worker) serveChoices(ctx context.Context, e *entry, streams []*engine.S
 		return st
 	}
 	ready := !readyOnProgress
+	// held are the other choices' tokens the readers delivered before the
+	// first choice's progress event: the prompt's logprobs, which Ready
+	// carries, come on the first choice's stream just before it.
+	var held []choiceEvent
+	var promptLps []*controlpb.LogprobsToken
 	for left := len(streams); left > 0; {
 		var ce choiceEvent
-		select {
-		case ce = <-events:
-		case <-ctx.Done():
-			return abort(stoppedStatus(ctx))
+		if ready && len(held) > 0 {
+			ce, held = held[0], held[1:]
+		} else {
+			select {
+			case ce = <-events:
+			case <-ctx.Done():
+				return abort(stoppedStatus(ctx))
+			}
 		}
 		if ce.err != nil {
 			return abort(stoppedStatus(ctx))
 		}
-		// Every choice's first token comes after the one prefill: Ready
-		// goes out at its progress event or before the first token of
-		// any choice, whichever the readers deliver first.
+		switch {
+		case ce.ev.Kind == engine.EventPromptLogprobs:
+			promptLps = promptLogprobsToProto(ce.ev.PromptLogprobs)
+			continue
+		case !ready && ce.k > 0 && ce.ev.Kind == engine.EventToken:
+			held = append(held, ce)
+			continue
+		}
+		// Every choice's first token comes after the one prefill, which
+		// the first choice reports (Request.ReportProgress): Ready goes
+		// out at that progress event (or the first choice's first token).
 		if !ready && (ce.ev.Kind == engine.EventToken || (ce.ev.Kind == engine.EventProgress && ce.ev.Positions == prompt)) {
 			ready = true
 			trace.SpanFromContext(ctx).AddEvent("prefilled")
 			w.setStage(e, stageDecoding)
-			if err := srv.Send(readyEvent(prompt)); err != nil {
+			if err := srv.Send(readyEvent(prompt, promptLps)); err != nil {
 				return abort(stoppedStatus(ctx))
 			}
 		}

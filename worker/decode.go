@@ -153,6 +153,9 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 			w.mu.Unlock()
 			return err
 		}
+		if sp.PromptLogprobs {
+			px = nil // the whole prompt is computed: no cache hit can serve it
+		}
 		h, err := w.adapters.ForRequest(req.GetAdapter(), owner.Adapter)
 		if err != nil {
 			w.mu.Unlock()
@@ -174,6 +177,8 @@ func (w *Worker) generate(req *controlpb.GenerateRequest, srv grpc.ServerStreami
 	}
 	e.handler, e.cancel, e.stage, e.weight = true, cancel, stageWaiting, int(req.GetTenantWeight())
 	w.mu.Unlock()
+	// The prefill worker computed the prompt's logprobs.
+	sp.PromptLogprobs, sp.PromptTopLogprobs = false, 0
 	return w.runReserved(ctx, e, prompt, sp, req.GetFirstTokens(), srv)
 }
 
@@ -289,7 +294,7 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 		return st
 	}
 	w.setStage(e, stageDecoding)
-	if err := srv.Send(readyEvent(len(prompt))); err != nil {
+	if err := srv.Send(readyEvent(len(prompt), nil)); err != nil {
 		st := stoppedStatus(ctx)
 		w.finish(e, st)
 		return st
@@ -383,6 +388,7 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 	// A cancelled context makes Next return only what is already buffered.
 	buffered, cancel := context.WithCancel(context.Background())
 	cancel()
+	var promptLps []*controlpb.LogprobsToken // sent with Ready
 	for {
 		// Next returns buffered events even after ctx ended; an aborted
 		// request must not stream them.
@@ -397,11 +403,14 @@ func (w *Worker) relay(ctx context.Context, e *entry, es *engine.Stream, srv grp
 		switch ev.Kind {
 		case engine.EventDone:
 			return ev.Result, nil
+		case engine.EventPromptLogprobs:
+			promptLps = promptLogprobsToProto(ev.PromptLogprobs)
+			continue
 		case engine.EventProgress:
 			if readyOnProgress && ev.Positions == prompt {
 				trace.SpanFromContext(ctx).AddEvent("prefilled")
 				w.setStage(e, stageDecoding)
-				if err := srv.Send(readyEvent(prompt)); err != nil {
+				if err := srv.Send(readyEvent(prompt, promptLps)); err != nil {
 					return nil, err
 				}
 			}
@@ -446,8 +455,10 @@ func addToken(toks *controlpb.Tokens, ev engine.Event) {
 	}
 }
 
-func readyEvent(prompt int) *controlpb.GenerateEvent {
-	return &controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Ready{Ready: &controlpb.Ready{PromptTokens: int64(prompt)}}}
+// readyEvent is Ready for a prompt of prompt tokens, with its logprobs
+// when they were asked for.
+func readyEvent(prompt int, promptLps []*controlpb.LogprobsToken) *controlpb.GenerateEvent {
+	return &controlpb.GenerateEvent{Event: &controlpb.GenerateEvent_Ready{Ready: &controlpb.Ready{PromptTokens: int64(prompt), PromptLogprobs: promptLps}}}
 }
 
 // stopSequence closes an engine stream and waits for its final event,

@@ -103,8 +103,11 @@
 //     by either side Aborted; decode did not accept the ticket (expired,
 //     aborted, unknown) FailedPrecondition; decode unreachable Unavailable.
 //   - Generate(owner, prompt, sampling[, ticket]) streams Ready{prompt_tokens}
-//     once the prompt is in the cache (both: after the local prefill;
-//     decode: after the transfer verified), then Tokens{ids} events (tokens
+//     once the prompt is in the cache (both: after the local prefill,
+//     with the prompt's logprobs when sampling.prompt_logprobs asks for
+//     them — such a request takes no prefix-cache hit; decode: after the
+//     transfer verified, the Prefill response carrying those logprobs),
+//     then Tokens{ids} events (tokens
 //     produced in one step may share an event; none is held back), then
 //     Done{finish_reason "stop"|"length", prompt_tokens, completion_tokens}
 //     with the engine's counts (I7; completion_tokens includes a final stop

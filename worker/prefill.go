@@ -72,6 +72,9 @@ func (w *Worker) prefill(ctx context.Context, req *controlpb.PrefillRequest) (_ 
 	if err != nil {
 		return nil, err
 	}
+	if sp.PromptLogprobs {
+		px = nil // the whole prompt is computed: no cache hit can serve it
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -203,6 +206,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 	pushed := t.HeldPages
 	var res *engine.Result
 	var first *engine.Logprobs // the first token's, when asked for
+	var promptLps []engine.Logprobs
 	for res == nil {
 		ev, err := es.Next(ctx)
 		if err != nil {
@@ -239,6 +243,8 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 			}
 		case engine.EventToken:
 			first = ev.Logprobs
+		case engine.EventPromptLogprobs:
+			promptLps = ev.PromptLogprobs
 		case engine.EventDone:
 			res = ev.Result
 		}
@@ -286,6 +292,7 @@ func (w *Worker) runPrefill(ctx context.Context, e *entry, t *kvtransfer.Ticket,
 		FirstTokenLogprobs: logprobsToProto(first),
 		CachedTokens:       int64(res.CachedTokens),
 		Choices:            choices,
+		PromptLogprobs:     promptLogprobsToProto(promptLps),
 	}, nil
 }
 

@@ -54,6 +54,9 @@ func samplingFrom(p *controlpb.SamplingParams) (engine.Sampling, error) {
 			s.LogitBias[i] = engine.Bias{Token: b.GetToken(), Bias: b.GetBias()}
 		}
 	}
+	if p != nil && p.PromptLogprobs != nil {
+		s.PromptLogprobs, s.PromptTopLogprobs = true, int(p.GetPromptLogprobs())
+	}
 	if p != nil && p.Speculative != nil {
 		on := p.GetSpeculative()
 		s.Speculate = &on
@@ -70,10 +73,20 @@ func logprobsToProto(lp *engine.Logprobs) *controlpb.LogprobsToken {
 	if lp == nil {
 		return nil
 	}
-	out := &controlpb.LogprobsToken{Logprob: lp.Logprob,
+	out := &controlpb.LogprobsToken{Logprob: lp.Logprob, Rank: int32(lp.Rank),
 		TopIds: make([]int32, len(lp.Top)), TopLogprobs: make([]float64, len(lp.Top))}
 	for i, t := range lp.Top {
 		out.TopIds[i], out.TopLogprobs[i] = t.Token, t.Logprob
+	}
+	return out
+}
+
+// promptLogprobsToProto is a prompt's logprobs (engine.EventPromptLogprobs)
+// on the control plane.
+func promptLogprobsToProto(lps []engine.Logprobs) []*controlpb.LogprobsToken {
+	out := make([]*controlpb.LogprobsToken, len(lps))
+	for i := range lps {
+		out[i] = logprobsToProto(&lps[i])
 	}
 	return out
 }

@@ -1550,9 +1550,17 @@ type SamplingParams struct {
 	// speculative turns exact n-gram speculative decoding on or off for
 	// this request; absent follows the worker's worker.speculative.method.
 	// It never changes the output.
-	Speculative   *bool `protobuf:"varint,140,opt,name=speculative,proto3,oneof" json:"speculative,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Speculative *bool `protobuf:"varint,140,opt,name=speculative,proto3,oneof" json:"speculative,omitempty"`
+	// prompt_logprobs, when set (0..20), asks for the log probability and
+	// rank of every prompt token after the first, given the tokens before
+	// it, with that many most likely alternatives (Ready.prompt_logprobs,
+	// PrefillResponse.prompt_logprobs). The worker then computes the whole
+	// prompt, taking no prefix-cache hit whatever the domain (the gateway
+	// sends none for such a request); a decode worker ignores it (prefill
+	// computed them). With n > 1 the choices share them (one prefill).
+	PromptLogprobs *int32 `protobuf:"varint,150,opt,name=prompt_logprobs,json=promptLogprobs,proto3,oneof" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -1702,6 +1710,13 @@ func (x *SamplingParams) GetSpeculative() bool {
 		return *x.Speculative
 	}
 	return false
+}
+
+func (x *SamplingParams) GetPromptLogprobs() int32 {
+	if x != nil && x.PromptLogprobs != nil {
+		return *x.PromptLogprobs
+	}
+	return 0
 }
 
 // LogitBias is one entry of SamplingParams.logit_bias.
@@ -2266,9 +2281,13 @@ type PrefillResponse struct {
 	// choice order, each sampled from the prompt's last logits with the
 	// choice's seed; choices[0] is first_token, the one the transfer's
 	// COMPLETE carries.
-	Choices       []*ChoiceFirst `protobuf:"bytes,100,rep,name=choices,proto3" json:"choices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Choices []*ChoiceFirst `protobuf:"bytes,100,rep,name=choices,proto3" json:"choices,omitempty"`
+	// prompt_logprobs, when the sampling asked for them: entry i is prompt
+	// token i+1's (logprob, rank, alternatives), one fewer than the
+	// prompt's tokens.
+	PromptLogprobs []*LogprobsToken `protobuf:"bytes,50,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PrefillResponse) Reset() {
@@ -2346,6 +2365,13 @@ func (x *PrefillResponse) GetCachedTokens() int64 {
 func (x *PrefillResponse) GetChoices() []*ChoiceFirst {
 	if x != nil {
 		return x.Choices
+	}
+	return nil
+}
+
+func (x *PrefillResponse) GetPromptLogprobs() []*LogprobsToken {
+	if x != nil {
+		return x.PromptLogprobs
 	}
 	return nil
 }
@@ -2611,10 +2637,13 @@ func (*GenerateEvent_Tokens) isGenerateEvent_Event() {}
 func (*GenerateEvent_Done) isGenerateEvent_Event() {}
 
 type Ready struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PromptTokens  int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	PromptTokens int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	// prompt_logprobs, on a both worker when the sampling asked for them:
+	// as PrefillResponse.prompt_logprobs.
+	PromptLogprobs []*LogprobsToken `protobuf:"bytes,2,rep,name=prompt_logprobs,json=promptLogprobs,proto3" json:"prompt_logprobs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Ready) Reset() {
@@ -2652,6 +2681,13 @@ func (x *Ready) GetPromptTokens() int64 {
 		return x.PromptTokens
 	}
 	return 0
+}
+
+func (x *Ready) GetPromptLogprobs() []*LogprobsToken {
+	if x != nil {
+		return x.PromptLogprobs
+	}
+	return nil
 }
 
 type Tokens struct {
@@ -2727,8 +2763,12 @@ type LogprobsToken struct {
 	Logprob float64                `protobuf:"fixed64,20,opt,name=logprob,proto3" json:"logprob,omitempty"`
 	// top_ids and top_logprobs (same length) list the most likely tokens,
 	// most likely first.
-	TopIds        []int32   `protobuf:"varint,21,rep,packed,name=top_ids,json=topIds,proto3" json:"top_ids,omitempty"`
-	TopLogprobs   []float64 `protobuf:"fixed64,22,rep,packed,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	TopIds      []int32   `protobuf:"varint,21,rep,packed,name=top_ids,json=topIds,proto3" json:"top_ids,omitempty"`
+	TopLogprobs []float64 `protobuf:"fixed64,22,rep,packed,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// rank, for a prompt token (SamplingParams.prompt_logprobs) only: how
+	// many tokens are at least as likely as it, itself included (vLLM's
+	// rank); 0 otherwise.
+	Rank          int32 `protobuf:"varint,23,opt,name=rank,proto3" json:"rank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2782,6 +2822,13 @@ func (x *LogprobsToken) GetTopLogprobs() []float64 {
 		return x.TopLogprobs
 	}
 	return nil
+}
+
+func (x *LogprobsToken) GetRank() int32 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
 }
 
 type Done struct {
@@ -3762,7 +3809,7 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\x12\x16\n" +
 	"\x06loaded\x18\x03 \x03(\tR\x06loaded\x12\x16\n" +
-	"\x06pinned\x18\x04 \x03(\tR\x06pinned\"\xd3\x04\n" +
+	"\x06pinned\x18\x04 \x03(\tR\x06pinned\"\x96\x05\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x13\n" +
@@ -3785,8 +3832,10 @@ const file_control_proto_rawDesc = "" +
 	"\n" +
 	"logit_bias\x18, \x03(\v2\x1c.warden.control.v1.LogitBiasR\tlogitBias\x12\r\n" +
 	"\x01n\x18\x82\x01 \x01(\x05R\x01n\x12&\n" +
-	"\vspeculative\x18\x8c\x01 \x01(\bH\x00R\vspeculative\x88\x01\x01B\x0e\n" +
-	"\f_speculative\"5\n" +
+	"\vspeculative\x18\x8c\x01 \x01(\bH\x00R\vspeculative\x88\x01\x01\x12-\n" +
+	"\x0fprompt_logprobs\x18\x96\x01 \x01(\x05H\x01R\x0epromptLogprobs\x88\x01\x01B\x0e\n" +
+	"\f_speculativeB\x12\n" +
+	"\x10_prompt_logprobs\"5\n" +
 	"\tLogitBias\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x12\n" +
 	"\x04bias\x18\x02 \x01(\x02R\x04bias\"\xa7\x03\n" +
@@ -3833,7 +3882,7 @@ const file_control_proto_rawDesc = "" +
 	"\bsampling\x18\x03 \x01(\v2!.warden.control.v1.SamplingParamsR\bsampling\x121\n" +
 	"\x06ticket\x18\x04 \x01(\v2\x19.warden.control.v1.TicketR\x06ticket\x12 \n" +
 	"\vtraceparent\x18\x05 \x01(\tR\vtraceparent\x127\n" +
-	"\aadapter\x18x \x01(\v2\x1d.warden.control.v1.AdapterRefR\aadapter\"\xc8\x02\n" +
+	"\aadapter\x18x \x01(\v2\x1d.warden.control.v1.AdapterRefR\aadapter\"\x93\x03\n" +
 	"\x0fPrefillResponse\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12\x1f\n" +
 	"\vfirst_token\x18\x02 \x01(\x05R\n" +
@@ -3844,7 +3893,8 @@ const file_control_proto_rawDesc = "" +
 	"pages_sent\x18\x04 \x01(\x05R\tpagesSent\x12R\n" +
 	"\x14first_token_logprobs\x18\x14 \x01(\v2 .warden.control.v1.LogprobsTokenR\x12firstTokenLogprobs\x12#\n" +
 	"\rcached_tokens\x18( \x01(\x03R\fcachedTokens\x128\n" +
-	"\achoices\x18d \x03(\v2\x1e.warden.control.v1.ChoiceFirstR\achoices\"a\n" +
+	"\achoices\x18d \x03(\v2\x1e.warden.control.v1.ChoiceFirstR\achoices\x12I\n" +
+	"\x0fprompt_logprobs\x182 \x03(\v2 .warden.control.v1.LogprobsTokenR\x0epromptLogprobs\"a\n" +
 	"\vChoiceFirst\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x05R\x05token\x12<\n" +
 	"\blogprobs\x18\x02 \x01(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\"\xcc\x02\n" +
@@ -3860,17 +3910,19 @@ const file_control_proto_rawDesc = "" +
 	"\x05ready\x18\x01 \x01(\v2\x18.warden.control.v1.ReadyH\x00R\x05ready\x123\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x19.warden.control.v1.TokensH\x00R\x06tokens\x12-\n" +
 	"\x04done\x18\x03 \x01(\v2\x17.warden.control.v1.DoneH\x00R\x04doneB\a\n" +
-	"\x05event\",\n" +
+	"\x05event\"w\n" +
 	"\x05Ready\x12#\n" +
-	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\"q\n" +
+	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12I\n" +
+	"\x0fprompt_logprobs\x18\x02 \x03(\v2 .warden.control.v1.LogprobsTokenR\x0epromptLogprobs\"q\n" +
 	"\x06Tokens\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\x05R\x03ids\x12<\n" +
 	"\blogprobs\x18\x14 \x03(\v2 .warden.control.v1.LogprobsTokenR\blogprobs\x12\x17\n" +
-	"\x06choice\x18\x82\x01 \x01(\x05R\x06choice\"e\n" +
+	"\x06choice\x18\x82\x01 \x01(\x05R\x06choice\"y\n" +
 	"\rLogprobsToken\x12\x18\n" +
 	"\alogprob\x18\x14 \x01(\x01R\alogprob\x12\x17\n" +
 	"\atop_ids\x18\x15 \x03(\x05R\x06topIds\x12!\n" +
-	"\ftop_logprobs\x18\x16 \x03(\x01R\vtopLogprobs\"\xb9\x01\n" +
+	"\ftop_logprobs\x18\x16 \x03(\x01R\vtopLogprobs\x12\x12\n" +
+	"\x04rank\x18\x17 \x01(\x05R\x04rank\"\xb9\x01\n" +
 	"\x04Done\x12#\n" +
 	"\rfinish_reason\x18\x01 \x01(\tR\ffinishReason\x12#\n" +
 	"\rprompt_tokens\x18\x02 \x01(\x03R\fpromptTokens\x12+\n" +
@@ -4039,58 +4091,60 @@ var file_control_proto_depIdxs = []int32{
 	15, // 20: warden.control.v1.PrefillRequest.adapter:type_name -> warden.control.v1.AdapterRef
 	33, // 21: warden.control.v1.PrefillResponse.first_token_logprobs:type_name -> warden.control.v1.LogprobsToken
 	28, // 22: warden.control.v1.PrefillResponse.choices:type_name -> warden.control.v1.ChoiceFirst
-	33, // 23: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
-	14, // 24: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
-	19, // 25: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
-	21, // 26: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
-	15, // 27: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
-	31, // 28: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
-	32, // 29: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
-	34, // 30: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
-	33, // 31: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
-	35, // 32: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
-	14, // 33: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
-	42, // 34: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
-	9,  // 35: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
-	3,  // 36: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
-	2,  // 37: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
-	14, // 38: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
-	42, // 39: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
-	14, // 40: warden.control.v1.EmbedRequest.owner:type_name -> warden.control.v1.Owner
-	46, // 41: warden.control.v1.EmbedRequest.inputs:type_name -> warden.control.v1.EmbedInput
-	1,  // 42: warden.control.v1.EmbedRequest.pooling:type_name -> warden.control.v1.Pooling
-	48, // 43: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
-	6,  // 44: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	8,  // 45: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	11, // 46: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	22, // 47: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	24, // 48: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	26, // 49: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	29, // 50: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	36, // 51: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	43, // 52: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	40, // 53: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	38, // 54: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	16, // 55: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
-	45, // 56: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
-	7,  // 57: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	10, // 58: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	12, // 59: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	23, // 60: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	25, // 61: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	27, // 62: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	30, // 63: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	37, // 64: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	44, // 65: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	41, // 66: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	39, // 67: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	17, // 68: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
-	47, // 69: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
-	57, // [57:70] is the sub-list for method output_type
-	44, // [44:57] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	33, // 23: warden.control.v1.PrefillResponse.prompt_logprobs:type_name -> warden.control.v1.LogprobsToken
+	33, // 24: warden.control.v1.ChoiceFirst.logprobs:type_name -> warden.control.v1.LogprobsToken
+	14, // 25: warden.control.v1.GenerateRequest.owner:type_name -> warden.control.v1.Owner
+	19, // 26: warden.control.v1.GenerateRequest.sampling:type_name -> warden.control.v1.SamplingParams
+	21, // 27: warden.control.v1.GenerateRequest.ticket:type_name -> warden.control.v1.Ticket
+	15, // 28: warden.control.v1.GenerateRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	31, // 29: warden.control.v1.GenerateEvent.ready:type_name -> warden.control.v1.Ready
+	32, // 30: warden.control.v1.GenerateEvent.tokens:type_name -> warden.control.v1.Tokens
+	34, // 31: warden.control.v1.GenerateEvent.done:type_name -> warden.control.v1.Done
+	33, // 32: warden.control.v1.Ready.prompt_logprobs:type_name -> warden.control.v1.LogprobsToken
+	33, // 33: warden.control.v1.Tokens.logprobs:type_name -> warden.control.v1.LogprobsToken
+	35, // 34: warden.control.v1.Done.choices:type_name -> warden.control.v1.NChoicesDone
+	14, // 35: warden.control.v1.AbortRequest.owner:type_name -> warden.control.v1.Owner
+	42, // 36: warden.control.v1.AbortResponse.drain:type_name -> warden.control.v1.Drain
+	9,  // 37: warden.control.v1.EvictCacheDomainsResponse.evicted:type_name -> warden.control.v1.PrefixCacheReport
+	3,  // 38: warden.control.v1.WorkerStatus.worker:type_name -> warden.control.v1.WorkerInfo
+	2,  // 39: warden.control.v1.WorkerStatus.pool:type_name -> warden.control.v1.PoolStats
+	14, // 40: warden.control.v1.WriterDrainedRequest.owner:type_name -> warden.control.v1.Owner
+	42, // 41: warden.control.v1.WriterDrainedRequest.drain:type_name -> warden.control.v1.Drain
+	14, // 42: warden.control.v1.EmbedRequest.owner:type_name -> warden.control.v1.Owner
+	46, // 43: warden.control.v1.EmbedRequest.inputs:type_name -> warden.control.v1.EmbedInput
+	1,  // 44: warden.control.v1.EmbedRequest.pooling:type_name -> warden.control.v1.Pooling
+	48, // 45: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
+	6,  // 46: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	8,  // 47: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	11, // 48: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	22, // 49: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	24, // 50: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	26, // 51: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	29, // 52: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	36, // 53: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	43, // 54: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	40, // 55: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	38, // 56: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	16, // 57: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
+	45, // 58: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
+	7,  // 59: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	10, // 60: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	12, // 61: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	23, // 62: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	25, // 63: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	27, // 64: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	30, // 65: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	37, // 66: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	44, // 67: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	41, // 68: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	39, // 69: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	17, // 70: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
+	47, // 71: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
+	59, // [59:72] is the sub-list for method output_type
+	46, // [46:59] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }

@@ -149,9 +149,13 @@ type Engine struct {
 	// (embedding requests, embed.go).
 	prefilling []*sequence
 	hiddenAt   int
-	logits     [][]float32
-	sampler    sampler
-	lps        logprobScratch
+	// promptAt is the step's next free row of promptBuf, the logits rows
+	// of prompt-logprobs chunks (promptlogprobs.go).
+	promptAt  int
+	promptBuf []float32
+	logits    [][]float32
+	sampler   sampler
+	lps       logprobScratch
 
 	steps, prefillTokens, decodeTokens atomic.Uint64
 	cachedTokens                       atomic.Uint64
@@ -217,6 +221,10 @@ type sequence struct {
 	// row (last) of the prompt's hidden states, then the result.
 	pooled    []float64
 	embedding []float32
+
+	// promptLps collects the prompt's logprobs (Sampling.PromptLogprobs)
+	// until its prefill completes.
+	promptLps []Logprobs
 }
 
 // New creates an engine over backend and pool.
@@ -317,6 +325,9 @@ func (e *Engine) validate(req *Request) error {
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if err := validatePromptLogprobs(req); err != nil {
+		return err
 	}
 	if h := adapterHash(req.Adapter); h != req.Owner.Adapter {
 		return fmt.Errorf("%w: the request runs under adapter %q but its KV owner names adapter %q", ErrBadRequest, h, req.Owner.Adapter)
@@ -561,7 +572,7 @@ func (e *Engine) step(ctx context.Context) {
 	e.batch = e.batch[:0]
 	e.members = e.members[:0]
 	e.prefilling = e.prefilling[:0]
-	e.hiddenAt = 0
+	e.hiddenAt, e.promptAt = 0, 0
 	for _, s := range e.running {
 		if s.ctx.Err() != nil || s.stream.isClosed() {
 			e.finish(s, FinishError, ErrAborted)
@@ -594,7 +605,10 @@ func (e *Engine) step(ctx context.Context) {
 		if budget == 0 {
 			break
 		}
-		n := min(len(s.req.Prompt)-s.pos, budget)
+		n := e.promptChunk(s, min(len(s.req.Prompt)-s.pos, budget))
+		if n == 0 {
+			continue
+		}
 		budget -= n
 		e.add(s, Chunk{Tokens: s.req.Prompt[s.pos : s.pos+n], Start: s.pos})
 	}
@@ -620,7 +634,8 @@ func (e *Engine) step(ctx context.Context) {
 
 // add puts s's chunk c into the step's batch once its pages pass the
 // ownership check, with a logits row when the chunk ends the prompt or
-// decodes (hidden-state rows for an embedding request).
+// decodes (hidden-state rows for an embedding request, a row per position
+// for a prompt whose logprobs are asked for).
 func (e *Engine) add(s *sequence, c Chunk) {
 	c.Owner, c.Pages, c.Shared, c.Adapter = s.req.Owner, s.req.Pages, s.tags[:s.shared], s.req.Adapter
 	if err := e.checkPages(s, c); err != nil {
@@ -630,6 +645,8 @@ func (e *Engine) add(s *sequence, c Chunk) {
 	switch {
 	case s.req.Embed != PoolingNone:
 		e.hiddenAt = e.hiddenRows(s, &c, e.hiddenAt)
+	case s.req.Sampling.PromptLogprobs && c.Start < len(s.req.Prompt) && s.generated == 0:
+		e.promptRows(&c)
 	case (c.Start+len(c.Tokens) == len(s.req.Prompt) && s.generated == 0) || c.Start >= len(s.req.Prompt):
 		c.Logits = e.logits[len(e.batch)]
 	}
@@ -697,6 +714,9 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 	}
 	prefill := c.Start < len(s.req.Prompt)
 	s.pos = end
+	if prefill && s.generated == 0 && s.req.Sampling.PromptLogprobs {
+		e.scorePrompt(s, c)
+	}
 	if prefill && s.generated > 0 {
 		// A choice recomputing the prompt's partial last page (fork).
 		e.forkTokens.Add(uint64(len(c.Tokens)))
@@ -718,13 +738,15 @@ func (e *Engine) advance(s *sequence, c Chunk) {
 		e.poolHidden(s, c)
 		return
 	}
-	if c.Logits == nil {
+	if c.Logits == nil || s.pos < len(s.req.Prompt) {
 		return
 	}
+	// The position's row: the last one of a prompt-logprobs chunk.
+	row := c.Logits[len(c.Logits)-len(e.logits[0]):]
 	if s.forks != nil {
-		e.fork(s, func(f *sequence) (int32, *Logprobs) { return e.pick(f, c.Logits) })
+		e.fork(s, func(f *sequence) (int32, *Logprobs) { return e.pick(f, row) })
 	}
-	tok, lp := e.pick(s, c.Logits)
+	tok, lp := e.pick(s, row)
 	e.emit(s, tok, lp)
 }
 

@@ -124,7 +124,11 @@ func newRig(t testing.TB, o rigOptions) *rig {
 type outcome struct {
 	tokens []int32
 	lps    []*engine.Logprobs // one per token, when the request asked for logprobs
-	res    *engine.Result
+	// prompt is the EventPromptLogprobs' list (Sampling.PromptLogprobs),
+	// and promptAt the number of tokens received before it.
+	prompt   []engine.Logprobs
+	promptAt int
+	res      *engine.Result
 }
 
 // collect drains a stream.
@@ -147,6 +151,8 @@ func collect(t testing.TB, s *engine.Stream) outcome {
 			if ev.Logprobs != nil {
 				o.lps = append(o.lps, ev.Logprobs)
 			}
+		case engine.EventPromptLogprobs:
+			o.prompt, o.promptAt = ev.PromptLogprobs, len(o.tokens)
 		case engine.EventDone:
 			o.res = ev.Result
 		}

@@ -30,6 +30,11 @@ type Logprobs struct {
 	// Token is the sampled token and Logprob its log probability.
 	Token   int32
 	Logprob float64
+	// Rank, for a prompt token (Sampling.PromptLogprobs) only, is the
+	// number of tokens whose logit is at least Token's, NaN left out
+	// (vLLM's rank: 1 for the likeliest, ties counted against it); 0
+	// otherwise.
+	Rank int
 	// Top holds the most likely tokens, most likely first (ties: lower
 	// id first); as many as the request's TopLogprobs.
 	Top []TopLogprob
@@ -83,6 +88,21 @@ func (s *logprobScratch) logprobs(logits []float32, tok int32, top int) *Logprob
 		lp.Top[i] = TopLogprob{Token: id, Logprob: logprob(id)}
 	}
 	return lp
+}
+
+// rank is tok's Logprobs.Rank in logits.
+func rank(logits []float32, tok int32) int {
+	n, l := 0, logits[tok]
+	if l != l {
+		// A NaN logit: every other token is likelier.
+		l = float32(math.Inf(-1))
+	}
+	for _, v := range logits {
+		if v >= l {
+			n++
+		}
+	}
+	return max(n, 1)
 }
 
 // ahead orders tokens by logit descending, then id ascending.

@@ -69,6 +69,14 @@ type Sampling struct {
 	// Event.Logprobs (logprobs.go).
 	Logprobs    bool
 	TopLogprobs int
+	// PromptLogprobs asks for the log probability and rank of every
+	// prompt token after the first, given the tokens before it, with the
+	// PromptTopLogprobs (0..MaxTopLogprobs) most likely tokens at its
+	// position, in an EventPromptLogprobs (promptlogprobs.go). Such a
+	// sequence computes its whole prompt: it takes no prefix-cache hit
+	// and cannot be Prefilled.
+	PromptLogprobs    bool
+	PromptTopLogprobs int
 	// Speculate turns n-gram speculative decoding on or off for this
 	// request; nil follows Config.Speculation.On. It never changes the
 	// output, only how many tokens a step may emit (speculate.go).
@@ -119,6 +127,8 @@ func (s Sampling) Validate() error {
 		return fmt.Errorf("%w: logit_bias has %d entries, at most %d", ErrInvalidSampling, len(s.LogitBias), MaxLogitBias)
 	case s.TopLogprobs < 0 || s.TopLogprobs > MaxTopLogprobs || (s.TopLogprobs > 0 && !s.Logprobs):
 		return fmt.Errorf("%w: top_logprobs must be in [0, %d] and needs logprobs, got %d", ErrInvalidSampling, MaxTopLogprobs, s.TopLogprobs)
+	case s.PromptTopLogprobs < 0 || s.PromptTopLogprobs > MaxTopLogprobs || (s.PromptTopLogprobs > 0 && !s.PromptLogprobs):
+		return fmt.Errorf("%w: prompt top logprobs must be in [0, %d] and need prompt logprobs, got %d", ErrInvalidSampling, MaxTopLogprobs, s.PromptTopLogprobs)
 	}
 	for i, b := range s.LogitBias {
 		switch {

@@ -18,6 +18,10 @@ const (
 	EventToken
 	// EventDone is the last event of a stream and carries the Result.
 	EventDone
+	// EventPromptLogprobs carries the prompt's logprobs
+	// (Sampling.PromptLogprobs) once the whole prompt is in the KV cache,
+	// before that EventProgress and before the first token.
+	EventPromptLogprobs
 )
 
 // FinishReason says why a sequence ended.
@@ -48,6 +52,10 @@ type Event struct {
 	// (Sampling.Logprobs); nil for the first token of a Prefilled request,
 	// whose logits only the prefill worker had.
 	Logprobs *Logprobs
+	// PromptLogprobs comes with EventPromptLogprobs: entry i is prompt
+	// token i+1's (Token, Logprob, Rank and its PromptTopLogprobs most
+	// likely alternatives), one fewer than the prompt's tokens.
+	PromptLogprobs []Logprobs
 }
 
 // Result is a finished sequence's outcome.

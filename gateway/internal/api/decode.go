@@ -72,7 +72,7 @@ func decodeRequest(kind Kind, body []byte, maxTokens int64, grammars *constrain.
 		content = d.prompt
 	}
 	for _, step := range []func() *Error{
-		d.model, content, d.maxTokensField, d.sampling, d.samplingControls, d.echo, d.stop, d.stream, d.logprobs, d.n, d.user, d.priority, d.constraint, d.thinking, d.otherFields,
+		d.model, content, d.maxTokensField, d.sampling, d.samplingControls, d.echo, d.stop, d.stream, d.logprobs, d.n, d.promptLogprobs, d.user, d.priority, d.constraint, d.thinking, d.otherFields,
 	} {
 		if e := step(); e != nil {
 			return nil, e

@@ -131,7 +131,7 @@ func decodeLogitBias(raw json.RawMessage) ([]LogitBias, *Error) {
 }
 
 // echo reads completions' echo: the prompt's text is sent before the
-// completion.
+// completion (with logprobs, the prompt's logprobs too: promptLogprobs).
 func (d *decoder) echo() *Error {
 	if d.r.Kind != KindCompletion {
 		return nil // chat's echo stays with checkOtherField's policy
@@ -141,14 +141,6 @@ func (d *decoder) echo() *Error {
 		return nil
 	}
 	var e *Error
-	if d.r.Echo, e = decodeBool(raw, "echo"); e != nil {
-		return e
-	}
-	if d.r.Echo && d.f.get("logprobs") != nil {
-		// OpenAI then returns the prompt's logprobs too, which this server
-		// does not compute (prompt_logprobs is refused as well).
-		return InvalidRequest("echo", CodeUnsupportedValue,
-			"Invalid 'echo': echo with logprobs needs the prompt's logprobs, which this server does not compute; send one of them.")
-	}
-	return nil
+	d.r.Echo, e = decodeBool(raw, "echo")
+	return e
 }

@@ -145,8 +145,82 @@ func TestCompletionEcho(t *testing.T) {
 		out.Choices[0].Text != "hi abc" || out.Choices[1].Text != "hi xy" {
 		t.Fatalf("n=2 echo: %s", rec.Body.String())
 	}
+	// Without the prompt's logprobs on its first event, a generation
+	// asked for echo with logprobs broke the contract.
 	rec = do(h, "POST", "/v1/completions", `{"model":"tiny","prompt":"hi","echo":true,"logprobs":1}`, authJSON())
-	if _, code, param, _ := decodeEnvelope(t, rec.Body.Bytes()); rec.Code != 400 || code != CodeUnsupportedValue || param != "echo" {
-		t.Fatalf("echo with logprobs: %d %s", rec.Code, rec.Body.String())
+	if rec.Code != 500 {
+		t.Fatalf("echo with logprobs, none sent: %d %s", rec.Code, rec.Body.String())
+	}
+}
+
+// promptGen answers with the prompt "<s>hi!" (a special BOS, then "hi"
+// and "!") scored, then the token "ok".
+func promptGen(req *GenerateRequest) (Generation, error) {
+	u := fakeUsage
+	return newFakeGen(
+		Event{PromptLogprobs: []PromptToken{
+			{ID: 1, Token: "<s>", Bytes: []byte("<s>"), Special: true},
+			{ID: 7, Token: "hi", Bytes: []byte("hi"), Logprob: -2, Rank: 3, Top: []PromptAlternative{{ID: 9, Token: "yo", Logprob: -0.5}, {ID: 8, Token: "he", Logprob: -1}}},
+			{ID: 5, Token: "!", Bytes: []byte("!"), Logprob: -0.25, Rank: 1, Top: []PromptAlternative{{ID: 5, Token: "!", Logprob: -0.25}, {ID: 4, Token: "?", Logprob: -3}}},
+		}},
+		Event{TextDelta: "ok", Logprobs: []TokenLogprob{{Token: "ok", Bytes: []byte("ok"), Logprob: -1, Top: []TopLogprob{{Token: "ok", Logprob: -1}}}}},
+		Event{FinishReason: "stop", Usage: &u}), nil
+}
+
+// TestEchoLogprobsAndPromptLogprobs: echo with logprobs lists the
+// prompt's tokens first — null logprob and top_logprobs for the first,
+// the asked number of alternatives (and the token) for the others — then
+// the completion's, text_offset indexing the echoed text (a special
+// token takes no bytes); streamed, the first chunk carries the prompt
+// and its logprobs. prompt_logprobs is vLLM's list: null first, then a
+// map from token id to {logprob, rank, decoded_token} holding the token
+// and the asked alternatives (ranks 1..k), on the completion's choice
+// and at the chat response's top level.
+func TestEchoLogprobsAndPromptLogprobs(t *testing.T) {
+	svc := &fakeService{gen: promptGen}
+	h := newTestHandler(svc)
+	rec := do(h, "POST", "/v1/completions", `{"model":"tiny","prompt":"hi!","echo":true,"logprobs":1}`, authJSON())
+	want := `{"tokens":["<s>","hi","!","ok"],"token_logprobs":[null,-2,-0.25,-1],"top_logprobs":[null,{"hi":-2,"yo":-0.5},{"!":-0.25},{"ok":-1}],"text_offset":[0,0,2,3]}`
+	var out struct {
+		Choices []struct {
+			Text           string          `json:"text"`
+			Logprobs       json.RawMessage `json:"logprobs"`
+			PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
+		} `json:"choices"`
+		PromptLogprobs json.RawMessage `json:"prompt_logprobs"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != 200 || out.Choices[0].Text != "hi!ok" ||
+		string(out.Choices[0].Logprobs) != want || out.Choices[0].PromptLogprobs != nil {
+		t.Fatalf("echo with logprobs: %d %s\nwant logprobs %s", rec.Code, rec.Body.String(), want)
+	}
+	if k, ok := svc.last.PromptScoring(); !ok || k != 1 {
+		t.Fatalf("echo with logprobs 1 asks for the prompt's logprobs with %d alternatives (%v)", k, ok)
+	}
+	rec = do(h, "POST", "/v1/completions", `{"model":"tiny","prompt":"hi!","echo":true,"logprobs":1,"stream":true}`, authJSON())
+	first := `"choices":[{"text":"hi!","index":0,"logprobs":{"tokens":["<s>","hi","!"],"token_logprobs":[null,-2,-0.25],"top_logprobs":[null,{"hi":-2,"yo":-0.5},{"!":-0.25}],"text_offset":[0,0,2]},"finish_reason":null}]`
+	second := `"logprobs":{"tokens":["ok"],"token_logprobs":[-1],"top_logprobs":[{"ok":-1}],"text_offset":[3]}`
+	if body := rec.Body.String(); !strings.Contains(body, first) || !strings.Contains(body, second) || strings.Index(body, first) > strings.Index(body, second) {
+		t.Fatalf("streamed echo with logprobs:\n%s\nwant first %s\nthen %s", body, first, second)
+	}
+
+	wantPrompt := `[null,{"7":{"logprob":-2,"rank":3,"decoded_token":"hi"},"9":{"logprob":-0.5,"rank":1,"decoded_token":"yo"}},{"5":{"logprob":-0.25,"rank":1,"decoded_token":"!"}}]`
+	rec = do(h, "POST", "/v1/completions", `{"model":"tiny","prompt":"hi!","prompt_logprobs":1}`, authJSON())
+	out.Choices, out.PromptLogprobs = nil, nil
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || string(out.Choices[0].PromptLogprobs) != wantPrompt || out.PromptLogprobs != nil {
+		t.Fatalf("completions prompt_logprobs: %s\nwant %s", rec.Body.String(), wantPrompt)
+	}
+	rec = do(h, "POST", "/v1/chat/completions", chatWith(`"prompt_logprobs":1`), authJSON())
+	out.Choices, out.PromptLogprobs = nil, nil
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || string(out.PromptLogprobs) != wantPrompt || out.Choices[0].PromptLogprobs != nil {
+		t.Fatalf("chat prompt_logprobs: %s\nwant %s", rec.Body.String(), wantPrompt)
+	}
+	// At 0 only the prompt's own tokens; streaming at 0 asks for nothing.
+	rec = do(h, "POST", "/v1/chat/completions", chatWith(`"prompt_logprobs":0`), authJSON())
+	if !strings.Contains(rec.Body.String(), `"prompt_logprobs":[null,{"7":{"logprob":-2,"rank":3,"decoded_token":"hi"}},{"5":`) {
+		t.Fatalf("prompt_logprobs 0: %s", rec.Body.String())
+	}
+	do(h, "POST", "/v1/chat/completions", chatWith(`"prompt_logprobs":0,"stream":true`), authJSON())
+	if _, ok := svc.last.PromptScoring(); ok {
+		t.Fatalf("a stream with prompt_logprobs 0 asked for the prompt's logprobs")
 	}
 }

@@ -1,18 +1,25 @@
 package api
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // echoGeneration sends a completion's prompt text (echo) as each choice's
 // first text, then the generation's own events. The prompt goes out with
 // the first event of the generation, so that event's headers (rate-limit
 // state) still precede the response's first byte and a request rejected
-// after admission echoes nothing.
+// after admission echoes nothing. With logprobs (top alternatives each),
+// the prompt's tokens' logprobs, which that first event carries, go with
+// the echoed text.
 type echoGeneration struct {
 	Generation
-	prompt  string
-	choices int
-	queue   []Event
-	started bool
+	prompt   string
+	choices  int
+	logprobs bool
+	top      int
+	queue    []Event
+	started  bool
 }
 
 var _ Generation = (*echoGeneration)(nil)
@@ -25,8 +32,15 @@ func (g *echoGeneration) Next(ctx context.Context) (Event, error) {
 		if err != nil {
 			return ev, err
 		}
+		if g.logprobs && ev.PromptLogprobs == nil {
+			return ev, errors.New("api: the generation's first event carries no prompt logprobs for echo")
+		}
 		for k := range g.choices {
-			g.queue = append(g.queue, Event{TextDelta: g.prompt, Choice: k})
+			echo := Event{TextDelta: g.prompt, Choice: k}
+			if g.logprobs {
+				echo.Logprobs = echoLogprobs(ev.PromptLogprobs, g.top)
+			}
+			g.queue = append(g.queue, echo)
 		}
 		g.queue[0].Headers, ev.Headers = ev.Headers, nil
 		g.queue = append(g.queue, ev)

@@ -119,6 +119,9 @@ func checkDecodeResult(t *testing.T, kind Kind, req *GenerateRequest, e *Error) 
 	if req.IncludeUsage && !req.Stream {
 		t.Fatal("include_usage without stream")
 	}
+	if k, ok := req.PromptScoring(); ok && (k < 0 || k > MaxTopLogprobs || (req.PromptLogprobs != nil && req.Stream)) {
+		t.Fatalf("prompt logprobs %d (prompt_logprobs %v) with stream %v", k, req.PromptLogprobs, req.Stream)
+	}
 }
 
 // checkTools asserts the tools of a decoded request: unique valid names,
@@ -156,7 +159,8 @@ func FuzzDecodeChatRequest(f *testing.F) {
 }
 
 func FuzzDecodeCompletionRequest(f *testing.F) {
-	for _, s := range fuzzSeeds() {
+	for _, s := range append(fuzzSeeds(),
+		`{"model":"m","prompt":"p","echo":true,"logprobs":3,"prompt_logprobs":2}`, `{"model":"m","prompt":"p","prompt_logprobs":0,"stream":true}`) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) { checkDecoded(t, KindCompletion, body) })

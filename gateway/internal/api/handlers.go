@@ -150,7 +150,7 @@ func (s *server) serveGeneration(w http.ResponseWriter, r *http.Request, decode 
 	defer gen.Close()
 	defer s.clearDeadline(rc)
 	if req.Echo {
-		gen = &echoGeneration{Generation: gen, prompt: req.Prompt, choices: max(req.N, 1)}
+		gen = &echoGeneration{Generation: gen, prompt: req.Prompt, choices: max(req.N, 1), logprobs: req.Logprobs, top: req.TopLogprobs}
 	}
 	rep := newReply(req)
 	if req.Stream {
@@ -212,5 +212,8 @@ func (s *server) collect(w http.ResponseWriter, r *http.Request, gen Generation,
 		texts[ev.Choice].WriteString(ev.TextDelta)
 		reasoning[ev.Choice].WriteString(ev.ReasoningDelta)
 		res.choices[ev.Choice].logprobs = append(res.choices[ev.Choice].logprobs, ev.Logprobs...)
+		if ev.PromptLogprobs != nil {
+			res.prompt = ev.PromptLogprobs
+		}
 	}
 }

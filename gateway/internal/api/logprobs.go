@@ -17,6 +17,9 @@ type TokenLogprob struct {
 	Logprob float64
 	// Top lists the most likely tokens, most likely first.
 	Top []TopLogprob
+	// Unscored marks an echoed prompt's first token, which has no
+	// logprob (null, as its top_logprobs).
+	Unscored bool
 }
 
 // TopLogprob is one alternative of TokenLogprob.Top.
@@ -123,8 +126,10 @@ func chatLogprobsOf(asked bool, lps []TokenLogprob) *chatLogprobs {
 
 // completionLogprobs is the legacy completions' logprobs object.
 type completionLogprobs struct {
-	Tokens        []string             `json:"tokens"`
-	TokenLogprobs []float64            `json:"token_logprobs"`
+	Tokens []string `json:"tokens"`
+	// TokenLogprobs and TopLogprobs hold null for an echoed prompt's
+	// first token.
+	TokenLogprobs []*float64           `json:"token_logprobs"`
 	TopLogprobs   []map[string]float64 `json:"top_logprobs"`
 	// TextOffset is each token's byte offset in the choice's text.
 	TextOffset []int `json:"text_offset"`
@@ -138,8 +143,15 @@ func completionLogprobsOf(asked bool, lps []TokenLogprob, offset int) *completio
 	if !asked {
 		return nil
 	}
-	c := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+	c := &completionLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
 	for _, lp := range lps {
+		c.Tokens = append(c.Tokens, lp.Token)
+		c.TextOffset = append(c.TextOffset, offset)
+		offset += len(lp.Bytes)
+		if lp.Unscored {
+			c.TokenLogprobs, c.TopLogprobs = append(c.TokenLogprobs, nil), append(c.TopLogprobs, nil)
+			continue
+		}
 		top := make(map[string]float64, len(lp.Top)+1)
 		for _, t := range lp.Top {
 			if _, dup := top[t.Token]; !dup {
@@ -149,11 +161,8 @@ func completionLogprobsOf(asked bool, lps []TokenLogprob, offset int) *completio
 		if _, ok := top[lp.Token]; !ok {
 			top[lp.Token] = lp.Logprob
 		}
-		c.Tokens = append(c.Tokens, lp.Token)
-		c.TokenLogprobs = append(c.TokenLogprobs, lp.Logprob)
+		c.TokenLogprobs = append(c.TokenLogprobs, &lp.Logprob)
 		c.TopLogprobs = append(c.TopLogprobs, top)
-		c.TextOffset = append(c.TextOffset, offset)
-		offset += len(lp.Bytes)
 	}
 	return c
 }

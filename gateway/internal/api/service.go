@@ -92,6 +92,10 @@ type Event struct {
 	// They need not arrive with the text of the same tokens (text may be
 	// held back to match stop sequences).
 	Logprobs []TokenLogprob
+	// PromptLogprobs are the prompt's tokens with their log probabilities
+	// (PromptToken), on the first event, when the request asked for them
+	// (GenerateRequest.PromptScoring).
+	PromptLogprobs []PromptToken
 	// Choice is the index of the choice (GenerateRequest.N) the text,
 	// logprobs, tool calls and finish reason belong to.
 	Choice int
@@ -206,8 +210,14 @@ type GenerateRequest struct {
 	// LogitBias is sorted by token, tokens distinct; the core checks them
 	// against the model's vocabulary.
 	LogitBias []LogitBias
-	// Echo (completions) sends the prompt's text before the completion.
+	// Echo (completions) sends the prompt's text before the completion;
+	// with Logprobs, the prompt's tokens' logprobs before the
+	// completion's, with TopLogprobs alternatives each.
 	Echo bool
+	// PromptLogprobs is vLLM's prompt_logprobs (non-streaming only): the
+	// prompt tokens' logprobs with that many alternatives each
+	// (0..MaxTopLogprobs); nil when not asked for.
+	PromptLogprobs *int
 
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage (streaming only)

@@ -30,6 +30,8 @@ type shape interface {
 type result struct {
 	choices []choiceOut
 	usage   Usage
+	// prompt is the prompt's tokens with their logprobs, when asked for.
+	prompt []PromptToken
 }
 
 // choiceOut is one whole choice of a non-streamed response.
@@ -46,10 +48,11 @@ type choiceOut struct {
 func newShape(req *GenerateRequest, created int64) shape {
 	id := strings.TrimPrefix(req.RequestID, "req_")
 	if req.Kind == KindChat {
-		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs}
+		return &chatShape{id: "chatcmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs,
+			promptLogprobs: req.PromptLogprobs}
 	}
 	return &completionShape{id: "cmpl-" + id, created: created, model: req.Model, includeUsage: req.IncludeUsage, logprobs: req.Logprobs,
-		offsets: make([]int, max(req.N, 1))}
+		promptLogprobs: req.PromptLogprobs, offsets: make([]int, max(req.N, 1))}
 }
 
 type wireUsage struct {
@@ -102,6 +105,8 @@ type chatShape struct {
 	created      int64
 	includeUsage bool
 	logprobs     bool
+	// promptLogprobs is the request's prompt_logprobs (nil: not asked).
+	promptLogprobs *int
 }
 
 // chatMessage is the answer; content is null when the answer is only
@@ -149,6 +154,8 @@ type chatCompletion struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   *wireUsage   `json:"usage"`
+	// PromptLogprobs is vLLM's response-level prompt_logprobs.
+	PromptLogprobs []map[string]wirePromptEntry `json:"prompt_logprobs,omitempty"`
 }
 
 type chatDelta struct {
@@ -224,7 +231,7 @@ func (s *chatShape) response(r result) any {
 		out[k] = chatChoice{Index: k, Message: m, Logprobs: chatLogprobsOf(s.logprobs, c.logprobs), FinishReason: c.finish}
 	}
 	return chatCompletion{ID: s.id, Object: "chat.completion", Created: s.created, Model: s.model,
-		Choices: out, Usage: toWire(r.usage)}
+		Choices: out, Usage: toWire(r.usage), PromptLogprobs: wirePromptLogprobs(s.promptLogprobs, r.prompt)}
 }
 
 // --- /v1/completions ---
@@ -234,7 +241,9 @@ type completionShape struct {
 	created      int64
 	includeUsage bool
 	logprobs     bool
-	offsets      []int // text_offset of each choice's next streamed token
+	// promptLogprobs is the request's prompt_logprobs (nil: not asked).
+	promptLogprobs *int
+	offsets        []int // text_offset of each choice's next streamed token
 }
 
 type textChoice struct {
@@ -242,6 +251,8 @@ type textChoice struct {
 	Index        int                 `json:"index"`
 	Logprobs     *completionLogprobs `json:"logprobs"`
 	FinishReason *string             `json:"finish_reason"`
+	// PromptLogprobs is vLLM's choice-level prompt_logprobs.
+	PromptLogprobs []map[string]wirePromptEntry `json:"prompt_logprobs,omitempty"`
 }
 
 // textCompletion is both the response and each stream chunk, as in OpenAI.
@@ -285,7 +296,8 @@ func (s *completionShape) toolDelta(int, ToolCallDelta) any { return nil }
 func (s *completionShape) response(r result) any {
 	out := make([]textChoice, len(r.choices))
 	for k, c := range r.choices {
-		out[k] = textChoice{Text: c.text, Index: k, Logprobs: completionLogprobsOf(s.logprobs, c.logprobs, 0), FinishReason: &c.finish}
+		out[k] = textChoice{Text: c.text, Index: k, Logprobs: completionLogprobsOf(s.logprobs, c.logprobs, 0), FinishReason: &c.finish,
+			PromptLogprobs: wirePromptLogprobs(s.promptLogprobs, r.prompt)}
 	}
 	return s.object(out, true, toWire(r.usage))
 }

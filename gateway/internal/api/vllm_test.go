@@ -15,7 +15,7 @@ func TestEngineExtensionsRefused(t *testing.T) {
 		`"chat_template":"{{x}}"`,
 		`"add_generation_prompt":false`, `"continue_final_message":true`, `"bad_words":["x"]`, `"skip_special_tokens":false`,
 		`"spaces_between_special_tokens":false`, `"include_stop_str_in_output":true`, `"allowed_token_ids":[1]`,
-		`"truncate_prompt_tokens":5`, `"prompt_logprobs":1`, `"use_beam_search":true`, `"length_penalty":2`,
+		`"truncate_prompt_tokens":5`, `"use_beam_search":true`, `"length_penalty":2`,
 		`"logits_processors":["x"]`, `"add_special_tokens":true`, `"min_tokens":3`,
 	} {
 		name := strings.Trim(strings.SplitN(extra, ":", 2)[0], `"`)
@@ -26,7 +26,7 @@ func TestEngineExtensionsRefused(t *testing.T) {
 		}
 	}
 	defaults := chatWith(`"add_generation_prompt":true,"continue_final_message":false,"bad_words":[],"skip_special_tokens":true,` +
-		`"chat_template_kwargs":{},"guided_json":null,"include_stop_str_in_output":false,"prompt_logprobs":0`)
+		`"chat_template_kwargs":{},"guided_json":null,"include_stop_str_in_output":false`)
 	if rec := do(h, "POST", "/v1/chat/completions", defaults, authJSON()); rec.Code != 200 {
 		t.Errorf("engine extensions at their defaults: %d %s", rec.Code, rec.Body.String())
 	}
