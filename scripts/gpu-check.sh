@@ -155,7 +155,7 @@ run() {
 	step kernels 60 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 60s \
 		-test.run '^(TestLinear|TestEmbed|TestRMSNorm|TestQKVPrep|TestArgmax|TestRopeKVAttention|TestTagsAndFill|TestDeviceOwnerCheck)$'
 	step equivalence 75 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 75s \
-		-test.run '^(TestGreedyMatchesCPU|TestQ8MatchesCPU|TestBatchInvariance|TestLoRAMatchesCPU|TestLoRABatchInvariance|TestOwnerViolation|TestPageCopies|TestPoolFill|TestBadInput)$'
+		-test.run '^(TestGreedyMatchesCPU|TestQ8MatchesCPU|TestBatchInvariance|TestLoRAMatchesCPU|TestLoRABatchInvariance|TestHiddenMatchesCPU|TestOwnerViolation|TestPageCopies|TestPoolFill|TestBadInput)$'
 	step engine 90 worker/cuda "$bin/cuda.test" "${t[@]}" -test.timeout 90s \
 		-test.run '^(TestPrefixCacheHitsEqualMisses|TestSealedPageChecksOnDevice|TestMaskedRequestsOnDevice|TestChoicesOnDevice)$'
 	step runtime 45 worker/runtime "$bin/runtime.test" "${t[@]}" -test.timeout 45s -test.run CUDA

@@ -249,6 +249,9 @@ func (b *Backend) check(batch []engine.Chunk, greedy bool) error {
 				return fmt.Errorf("cuda: token %d outside the vocabulary", t)
 			}
 		}
+		if n := len(c.Hidden) / s.Hidden; c.Hidden != nil && (len(c.Hidden)%s.Hidden != 0 || n < 1 || n > len(c.Tokens)) {
+			return fmt.Errorf("cuda: hidden buffer has %d entries, want 1 to %d rows of %d", len(c.Hidden), len(c.Tokens), s.Hidden)
+		}
 		if n := len(c.Logits) / s.Vocab; !greedy && c.Logits != nil && (len(c.Logits)%s.Vocab != 0 || n < 1 || n > len(c.Tokens)) {
 			return fmt.Errorf("cuda: logits buffer has %d entries, want 1 to %d rows of %d", len(c.Logits), len(c.Tokens), s.Vocab)
 		}
@@ -347,6 +350,40 @@ func (b *Backend) run(ctx context.Context, batch []engine.Chunk, next []int32) e
 			return fmt.Errorf("cuda: forward step: %w", err)
 		}
 		b.deliver(batch, next, done, n)
+	}
+	return b.hiddenPass(batch, meta(off.hiddenRows))
+}
+
+// HiddenSize implements engine.HiddenStates.
+func (b *Backend) HiddenSize() int { return b.spec.Hidden }
+
+var _ engine.HiddenStates = (*Backend)(nil)
+
+// hiddenPass computes the final hidden states (the final norm of the
+// rows listed at rowList, as the logits pass computes it before the LM
+// head) of the chunks that want them and copies them into their Hidden,
+// through pinned memory in passes of at most MaxLogitRows rows. Inside
+// do, after the logits passes (it reuses b.h).
+func (b *Backend) hiddenPass(batch []engine.Chunk, rowList cu.DevicePtr) error {
+	p, s, hid := &b.plan, b.compute, b.spec.Hidden
+	rowsPerPass := max(1, len(b.outHost)/(hid*4))
+	for done := 0; done < len(p.hiddenRows); {
+		n := min(len(p.hiddenRows)-done, rowsPerPass)
+		if err := b.k.rmsNorm(s, b.h, b.x, b.w.norm, rowList+cu.DevicePtr(4*done), n, hid, b.geom.Eps); err != nil {
+			return b.abandon(err)
+		}
+		if err := cu.MemcpyDtoHAsync(unsafe.Pointer(&b.outHost[0]), b.h, int64(n*hid*4), s); err != nil {
+			return b.abandon(fmt.Errorf("cuda: read hidden states: %w", err))
+		}
+		if err := s.Synchronize(); err != nil {
+			return fmt.Errorf("cuda: forward step: %w", err)
+		}
+		rows := unsafe.Slice((*float32)(unsafe.Pointer(&b.outHost[0])), n*hid)
+		for i := range n {
+			c, at := &batch[p.hiddenChunks[done+i]], p.hiddenAt[done+i]
+			copy(c.Hidden[at:at+hid], rows[i*hid:(i+1)*hid])
+		}
+		done += n
 	}
 	return nil
 }

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"context"
 	"math"
 	"testing"
 
@@ -124,5 +125,52 @@ func TestLoRABatchInvariance(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestHiddenMatchesCPU: the final hidden states the device returns for
+// embeddings (every position of a chunked prompt, beside a chunk that
+// wants logits) are the cpu backend's within 1e-4, for every family.
+func TestHiddenMatchesCPU(t *testing.T) {
+	for _, family := range model.FamilyNames() {
+		t.Run(family, func(t *testing.T) {
+			m := openTinyFamily(t, family, model.BF16)
+			vocab, hid := m.Config.VocabSize, m.Config.HiddenSize
+			cb, cpool := newCPU(t, m, 16, false)
+			gb, gpool := newGPU(t, m, 16, kvpool.Config{}, false)
+			prompt := testPrompt(21, vocab, 12)
+			run := func(be engine.Backend, pool *kvpool.Pool) [][]float32 {
+				embed := newSeq(t, pool, "e", "r", prompt, 1)
+				other := newSeq(t, pool, "o", "r", testPrompt(9, vocab, 13), 1)
+				var out [][]float32
+				for embed.pos < len(prompt) {
+					end := min(len(prompt), embed.pos+8)
+					c := engine.Chunk{Owner: embed.owner, Start: embed.pos, Pages: embed.pages, Tokens: prompt[embed.pos:end],
+						Hidden: make([]float32, (end-embed.pos)*hid)}
+					batch := []engine.Chunk{c, other.chunk(64, vocab)}
+					if err := be.Forward(context.Background(), batch); err != nil {
+						t.Fatal(err)
+					}
+					for _, s := range []*seq{embed, other} {
+						i := 0
+						if s == other {
+							i = 1
+						}
+						s.pos = batch[i].Start + len(batch[i].Tokens)
+						if err := pool.MarkTokensWritten(s.owner, s.pages, s.pos); err != nil {
+							t.Fatal(err)
+						}
+					}
+					out = append(out, batch[0].Hidden)
+				}
+				return out
+			}
+			want, got := run(cb, cpool), run(gb, gpool)
+			for i := range want {
+				if diff, mag := maxDiff(got[i], want[i]); diff > 1e-4*(1+mag) {
+					t.Fatalf("chunk %d: hidden states differ by %g (largest %g)", i, diff, mag)
+				}
+			}
+		})
 	}
 }

@@ -32,6 +32,12 @@ type stepPlan struct {
 	logitRows   []int32
 	logitChunks []int
 	logitAt     []int
+	// hiddenRows are the rows whose final hidden state is wanted (each
+	// chunk's last len(Hidden)/Hidden rows), hiddenChunks their chunks
+	// and hiddenAt where each goes in its chunk's Hidden.
+	hiddenRows   []int32
+	hiddenChunks []int
+	hiddenAt     []int
 	// lora are the runs of rows under an adapter (planLoRA); loraGateUp
 	// says whether one of them updates gate or up.
 	lora       []loraSpan
@@ -45,7 +51,7 @@ type stepPlan struct {
 // metaOffsets are the byte offsets of the plan's sections in the uploaded
 // metadata.
 type metaOffsets struct {
-	chunks, upd, tokens, rowChunk, rowPos, tables, logitRows, updIDs, fills int
+	chunks, upd, tokens, rowChunk, rowPos, tables, logitRows, hiddenRows, updIDs, fills int
 }
 
 // buildPlan fills b.plan for batch (a Greedy step when greedy) and
@@ -56,6 +62,7 @@ func (b *Backend) buildPlan(batch []engine.Chunk, greedy bool) {
 	p.tokens, p.rowChunk, p.rowPos = p.tokens[:0], p.rowChunk[:0], p.rowPos[:0]
 	p.chunks, p.tables, p.sharedTags = p.chunks[:0], p.tables[:0], p.sharedTags[:0]
 	p.logitRows, p.logitChunks, p.logitAt = p.logitRows[:0], p.logitChunks[:0], p.logitAt[:0]
+	p.hiddenRows, p.hiddenChunks, p.hiddenAt = p.hiddenRows[:0], p.hiddenChunks[:0], p.hiddenAt[:0]
 	p.updIDs, p.upd, p.fills = p.updIDs[:0], p.upd[:0], p.fills[:0]
 	pt := b.opt.PageTokens
 	m := b.mirror
@@ -89,6 +96,14 @@ func (b *Backend) buildPlan(batch []engine.Chunk, greedy bool) {
 			p.tokens = append(p.tokens, t)
 			p.rowChunk = append(p.rowChunk, int32(ci))
 			p.rowPos = append(p.rowPos, int32(c.Start+i))
+		}
+		if c.Hidden != nil {
+			n := len(c.Hidden) / b.spec.Hidden
+			for i := range n {
+				p.hiddenRows = append(p.hiddenRows, int32(len(p.tokens)-n+i))
+				p.hiddenChunks = append(p.hiddenChunks, ci)
+				p.hiddenAt = append(p.hiddenAt, i*b.spec.Hidden)
+			}
 		}
 		if c.Logits != nil {
 			n := 1
@@ -128,6 +143,7 @@ func (b *Backend) upload() (metaOffsets, error) {
 	o.rowPos = section(len(p.rowPos) * 4)
 	o.tables = section(len(p.tables) * 4)
 	o.logitRows = section(len(p.logitRows) * 4)
+	o.hiddenRows = section(len(p.hiddenRows) * 4)
 	o.updIDs = section(len(p.updIDs) * 4)
 	o.fills = section(len(p.fills) * 4)
 	if size > len(b.metaHost) {
@@ -143,6 +159,7 @@ func (b *Backend) upload() (metaOffsets, error) {
 	copy(h[o.rowPos:], sliceBytes(p.rowPos))
 	copy(h[o.tables:], sliceBytes(p.tables))
 	copy(h[o.logitRows:], sliceBytes(p.logitRows))
+	copy(h[o.hiddenRows:], sliceBytes(p.hiddenRows))
 	copy(h[o.updIDs:], sliceBytes(p.updIDs))
 	copy(h[o.fills:], sliceBytes(p.fills))
 	if err := cu.MemcpyHtoDAsync(b.metaDev, unsafe.Pointer(&h[0]), int64(size), b.compute); err != nil {
