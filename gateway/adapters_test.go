@@ -371,16 +371,17 @@ func (tg *testGateway) send(method, path, contentType string, body []byte) (int,
 
 // TestTenantRegistersOwnAdapter: a tenant registers adapters itself
 // (POST /v1/adapters) only within its policy, limits.max_adapters (0 by
-// default: none); it owns what it registers, may share it, lists its
-// own, and deletes only its own — another's is the 404 of a missing one.
-// The adapter it registered serves its requests.
+// default: none); it owns what it registers (naming an owner or sharing
+// is refused: sharing is the platform's), lists its own, and deletes
+// only its own — another's is the 404 of a missing one. The adapter it
+// registered serves its requests, and no other tenant's.
 func TestTenantRegistersOwnAdapter(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
 	w.adapters = map[string]bool{}
 	w.start()
 	cfg, weights := testAdapterFiles(t, 3)
-	fields := [][2]string{{"base", "tiny"}, {"name", "mine"}, {"shared_with", "beta"}}
+	fields := [][2]string{{"base", "tiny"}, {"name", "mine"}}
 	beta := tg.as("beta")
 
 	if code, body := tg.tenantUpload(fields, cfg, weights); code != http.StatusForbidden || !strings.Contains(string(body), "permission_denied") {
@@ -394,13 +395,15 @@ func TestTenantRegistersOwnAdapter(t *testing.T) {
 	if _, err := tg.Store().UpdateTenant(t.Context(), acme); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := tg.tenantUpload(append(fields, [2]string{"owner", "beta"}), cfg, weights); code != http.StatusBadRequest || !strings.Contains(string(body), `"param":"owner"`) {
-		t.Fatalf("upload naming an owner: %d %s", code, body)
+	for _, f := range [][2]string{{"owner", "beta"}, {"shared_with", "beta"}} {
+		if code, body := tg.tenantUpload(append(fields, f), cfg, weights); code != http.StatusBadRequest || !strings.Contains(string(body), `"param":"`+f[0]+`"`) {
+			t.Fatalf("upload with %s: %d %s", f[0], code, body)
+		}
 	}
 	code, body := tg.tenantUpload(fields, cfg, weights)
 	var a tenant.Adapter
 	if err := json.Unmarshal(body, &a); code != http.StatusCreated || err != nil || a.Name != "tiny:mine" || a.Owner != "acme" ||
-		len(a.SharedWith) != 1 || a.SharedWith[0] != "beta" || a.Hash != lora.Hash(cfg, weights) {
+		len(a.SharedWith) != 0 || a.Hash != lora.Hash(cfg, weights) {
 		t.Fatalf("acme's upload: %d %s", code, body)
 	}
 	fields[1][1] = "second"
@@ -412,8 +415,8 @@ func TestTenantRegistersOwnAdapter(t *testing.T) {
 	if status != http.StatusOK || !strings.Contains(string(reply), fakeReply) {
 		t.Fatalf("acme's chat with its own adapter: %d %s", status, reply)
 	}
-	if status, _, reply := beta.post("/v1/chat/completions", adapterChat("tiny:mine")); status != http.StatusOK {
-		t.Fatalf("beta's chat with the adapter shared with it: %d %s", status, reply)
+	if status, _, reply := beta.post("/v1/chat/completions", adapterChat("tiny:mine")); status != http.StatusNotFound {
+		t.Fatalf("beta's chat with acme's adapter: %d %s", status, reply)
 	}
 	for _, c := range []struct {
 		tg   *testGateway

@@ -78,7 +78,7 @@ func adapterError(err error) error {
 // fields base, name, owner, shared_with (repeated), pin and the files
 // adapter_config.json and adapter_model.safetensors, which together may
 // hold at most maxBytes. A tenant's own upload (owner set: the caller)
-// carries no owner field. Every failure is a 4xx *adminclient.Error.
+// carries no owner and no shared_with field. Every failure is a 4xx *adminclient.Error.
 func parseUpload(body io.Reader, contentType string, maxBytes int64, owner string) (adapters.Upload, error) {
 	u := adapters.Upload{Owner: owner}
 	bad := func(param, format string, args ...any) (adapters.Upload, error) {
@@ -131,6 +131,11 @@ func parseUpload(body io.Reader, contentType string, maxBytes int64, owner strin
 			}
 			u.Owner = string(data)
 		case adminclient.AdapterFieldSharedWith:
+			if owner != "" {
+				// Sharing checks that the tenants exist: the platform
+				// team's, so a tenant cannot probe other tenants' IDs.
+				return bad(name, "A tenant's upload shares with nobody; the platform team shares adapters (PATCH /admin/v1/adapters/{name}).")
+			}
 			u.SharedWith = append(u.SharedWith, string(data))
 		case adminclient.AdapterFieldPin:
 			switch string(data) {
