@@ -271,6 +271,7 @@ func untilDenied(t *testing.T, tg *testGateway, key string, most int) int {
 // Redis is back the gauge is 0 and the usage of the requests served
 // locally is recorded in the store.
 func TestStoreOutageServesKnownTenantsUnderLocalShares(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	srv := redistest.Start(t) // persisted: it restarts with its data
 	gws, _ := redisGateways(t, 2, func(r *config.Redis) { r.Addr = srv.Addr })
 	const rpm = 8
@@ -332,6 +333,7 @@ func TestStoreOutageServesKnownTenantsUnderLocalShares(t *testing.T) {
 // store's limits are exact again across both gateways: requests per
 // minute, tokens per minute and max_concurrent, and acme holds no lease.
 func TestStoreClusterFailover(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	cluster := redistest.StartClusterWith(t, redistest.ClusterConfig{Replicas: true, NodeTimeout: time.Second})
 	gws, v := redisGateways(t, 2, func(r *config.Redis) {
 		r.Cluster, r.Addrs = true, append(slices.Clone(cluster.Addrs), cluster.Replicas...)
@@ -556,6 +558,7 @@ func underFailover(t *testing.T, gws []*testGateway, fail func(ctx context.Conte
 // the failover plus 2 s, and afterwards the gateways write to the new
 // master: a tenant created then is served.
 func TestStoreSentinelFailover(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	s := redistest.StartSentinel(t, time.Second)
 	gws, _ := redisGateways(t, 2, func(r *config.Redis) {
 		r.Sentinel = config.Sentinel{MasterName: redistest.SentinelMaster, Addrs: []string{s.Addr}}

@@ -157,6 +157,7 @@ func TestPrefillDecodeFlow(t *testing.T) {
 }
 
 func TestEffectiveContextFollowsWorkers(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	cfg := testConfig()
 	cfg.Models = append(cfg.Models, config.Model{Name: "strict", ContextLength: 2048, ContextPolicy: config.ContextRefuse})
 	tg := startGateway(t, cfg)

@@ -87,6 +87,7 @@ func counters(ws ...*pdWorker) map[string]map[string]float64 {
 // disagreement. No rejected request reserves a page, reaches a worker or
 // starts a transfer.
 func TestIncidentShapeRejectedBeforeAnyWorker(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	pt := newPromptText(t)
 	size := incidentGeometry()
 	limit := size.limit()

@@ -69,6 +69,7 @@ func TestProbeListener(t *testing.T) {
 // 200 and requests are served with the worker's content. A gateway that
 // was ready and then lost every worker says model_unavailable.
 func TestStartingGatewayNotReady(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	tg := startGateway(t, testConfig())
 	starting := func(when string) {
 		t.Helper()

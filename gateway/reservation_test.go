@@ -54,6 +54,7 @@ func renewals(d *pdWorker) (renewed, expired float64) {
 // claimed the reservation and waits for the transfer; with n = 2 it is
 // sent only once Prefill returned, so the reservation waits unclaimed.
 func TestPDSlowPrefillKeepsReservation(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	pt := newPromptText(t)
 	ref := newRefWorker(t, workerPages)
 	text, ids := pt.text(t, 40, 11)
@@ -145,6 +146,7 @@ func askSlow(tg *testGateway, prompt string, n int, want reference) string {
 // worker_unavailable while both workers are alive; the abort fan-out
 // frees the reservation (no lease expired) and both pools balance.
 func TestPDSlowPrefillMeetsRequestDeadline(t *testing.T) {
+	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
 	pt := newPromptText(t)
 	text, _ := pt.text(t, 40, 12)
 	cfg := testConfig()
