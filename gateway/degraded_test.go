@@ -271,7 +271,7 @@ func untilDenied(t *testing.T, tg *testGateway, key string, most int) int {
 // Redis is back the gauge is 0 and the usage of the requests served
 // locally is recorded in the store.
 func TestStoreOutageServesKnownTenantsUnderLocalShares(t *testing.T) {
-	t.Parallel() // waits on timers, failovers and heartbeats: it overlaps with the others
+	t.Parallel()              // waits on timers, failovers and heartbeats: it overlaps with the others
 	srv := redistest.Start(t) // persisted: it restarts with its data
 	gws, _ := redisGateways(t, 2, func(r *config.Redis) { r.Addr = srv.Addr })
 	const rpm = 8
