@@ -37,9 +37,9 @@ phase() {
 # build and module caches and an empty npm cache of its own (in a
 # temporary folder, removed at the end). Debian packages already installed
 # stay installed; everything else is fetched and built again.
-events="$(mktemp)"
 cleanup() {
-  rm -f "$events" "${events}.report"
+  [[ -z "${rest_pid:-}" ]] || kill -- "$rest_pid" 2>/dev/null || true
+  [[ -z "${results:-}" ]] || rm -rf "$results"
   [[ -z "${own_redis:-}" ]] || scripts/redis-test.sh stop "$own_redis" || true
   # The module cache is read-only; --fresh's folder needs write bits back.
   [[ -z "${fresh:-}" ]] || { chmod -R u+w "$fresh" 2>/dev/null; rm -rf "$fresh"; }
@@ -134,13 +134,27 @@ if [[ -n "$unformatted" ]]; then
   echo "gofmt needed:" >&2; echo "$unformatted" >&2; exit 1
 fi
 
-phase "go vet (builds every package)" go vet ./...
+# go-nvml's cgo headers use deprecated declarations; the warnings are noise.
+# Set once for every step: cgo flags are part of what the build cache keys.
+export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
+# The client libraries only tests use (the OpenAI Go SDK, Helm's SDK and the
+# Kubernetes libraries it brings) are compiled without inlining: none of
+# them is in a warden binary, and it takes a third off their compile time,
+# which is most of a fresh machine's build.
+for pattern in github.com/openai/openai-go/v3/... k8s.io/... sigs.k8s.io/... helm.sh/...; do
+  GOFLAGS="${GOFLAGS:-} -gcflags=$pattern=-l"
+done
+export GOFLAGS
+
+govet() { go vet ./... && go vet -tags nvml ./internal/obs/gpu/; }
+phase "go vet (builds every package)" govet
 
 # Packages whose correctness is about concurrency run under -race; the rest
 # run plain, the end-to-end tests (test/: the real binary, real processes)
 # among them. Every step runs even if an earlier one failed, so one run
 # shows every failure; -timeout turns a hang into a goroutine dump well
-# inside CI's limit.
+# inside CI's limit. go vet has run every check above: the tests run
+# without go test's own vet pass.
 race_pkgs=(
   ./worker/kvpool/...
   ./worker/engine/...
@@ -150,7 +164,7 @@ race_pkgs=(
   ./gateway/...
   ./worker
 )
-failed=()
+results="$(mktemp -d)"
 step() { # step NAME CMD...: run CMD, time it, remember a failure
   local name="$1" start=$SECONDS
   shift
@@ -159,31 +173,40 @@ step() { # step NAME CMD...: run CMD, time it, remember a failure
     echo "-- $name: passed in $((SECONDS - start))s" >&2
   else
     echo "-- $name: FAILED after $((SECONDS - start))s" >&2
-    failed+=("$name")
+    echo "$name" >>"$results/failed"
   fi
 }
 
-# gotest ARGS...: go test -json ARGS, printed as plain go test would, the
-# events kept for the list of slowest tests at the end.
-go build -o "${events}.report" ./scripts/testreport
+# gotest EVENTS ARGS...: go test -json ARGS, printed as plain go test would,
+# the events kept in EVENTS for the list of slowest tests at the end.
+go build -o "$results/report" ./scripts/testreport
 gotest() {
-  go test -json "$@" 2>&1 | tee -a "$events" | "${events}.report" -slowest 0
+  local events="$1"
+  shift
+  go test -json -vet=off "$@" 2>&1 | tee -a "$events" | "$results/report" -slowest 0
 }
 
-step "go test -race" gotest -race -count=1 -timeout 9m "${race_pkgs[@]}"
-
-# go-nvml's cgo headers use deprecated declarations; the warnings are noise.
-export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
+# The race run and the rest run side by side: each ends in one long
+# package (gateway under -race, the end-to-end tests in test/) that waits
+# on processes and timers more than it computes, and each compiles while
+# the other tests. The rest's output is kept and printed when both end.
+#
 # The NVML collector is left out of the default build (no cgo warnings on
 # a cold build); its code is tested with the tag that builds it in.
-step "go test -tags nvml" gotest -count=1 -tags nvml ./internal/obs/gpu/
-
 # The rest includes the end-to-end packages: test/ and test/probezoo, whose
 # TestProbeZoo runs `warden probe` with its defaults against every leaky
-# proxy of the zoo, the broken builds and healthy warden, all at once
-# (about 2 minutes on a loaded 2-core machine).
+# proxy of the zoo, the broken builds and healthy warden, all at once.
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/worker/adapters|/kvtransfer|/tenant|/gateway|/worker$')
-step "go test" gotest -count=1 -timeout 9m "${rest[@]}"
+(
+  step "go test -tags nvml" gotest "$results/rest.events" -count=1 -tags nvml ./internal/obs/gpu/
+  step "go test" gotest "$results/rest.events" -count=1 -timeout 9m "${rest[@]}"
+) >"$results/rest.log" 2>&1 &
+rest_pid=$!
+step "go test -race" gotest "$results/race.events" -race -count=1 -timeout 9m "${race_pkgs[@]}"
+log "waiting for the rest (go test -tags nvml, go test), started beside the race run"
+wait "$rest_pid" || true
+rest_pid=""
+cat "$results/rest.log" >&2
 
 # The cuda backend (build tag cuda) is compile-checked where the CUDA
 # headers and nvcc are present (scripts/cuda-compile-check.sh install puts
@@ -195,10 +218,10 @@ else
 fi
 
 log "failure messages and slowest tests"
-{ "${events}.report" -slowest 15 <"$events" || true; } | sed -n '/^\(failure messages\|slowest tests\):/,$p' >&2
+{ cat "$results"/*.events | "$results/report" -slowest 15 || true; } | sed -n '/^\(failure messages\|slowest tests\):/,$p' >&2
 
-if ((${#failed[@]} > 0)); then
-  log "FAILED after $((SECONDS - suite_start))s: ${failed[*]}"
+if [[ -s $results/failed ]]; then
+  log "FAILED after $((SECONDS - suite_start))s: $(paste -sd, "$results/failed")"
   exit 1
 fi
 log "all tests passed in $((SECONDS - suite_start))s"
