@@ -38,7 +38,7 @@ phase() {
 # temporary folder, removed at the end). Debian packages already installed
 # stay installed; everything else is fetched and built again.
 cleanup() {
-  [[ -z "${rest_pid:-}" ]] || kill -- "$rest_pid" 2>/dev/null || true
+  for l in "${lanes[@]}"; do kill -- "-${l%%:*}" 2>/dev/null || true; done
   [[ -z "${results:-}" ]] || rm -rf "$results"
   [[ -z "${own_redis:-}" ]] || scripts/redis-test.sh stop "$own_redis" || true
   # The module cache is read-only; --fresh's folder needs write bits back.
@@ -146,24 +146,12 @@ for pattern in github.com/openai/openai-go/v3/... k8s.io/... sigs.k8s.io/... hel
 done
 export GOFLAGS
 
-govet() { go vet ./... && go vet -tags nvml ./internal/obs/gpu/; }
-phase "go vet (builds every package)" govet
-
 # Packages whose correctness is about concurrency run under -race; the rest
 # run plain, the end-to-end tests (test/: the real binary, real processes)
 # among them. Every step runs even if an earlier one failed, so one run
 # shows every failure; -timeout turns a hang into a goroutine dump well
-# inside CI's limit. go vet has run every check above: the tests run
-# without go test's own vet pass.
-race_pkgs=(
-  ./worker/kvpool/...
-  ./worker/engine/...
-  ./worker/adapters/...
-  ./kvtransfer/...
-  ./tenant/...
-  ./gateway/...
-  ./worker
-)
+# inside CI's limit. go vet runs every check once: the tests run without
+# go test's own vet pass.
 results="$(mktemp -d)"
 step() { # step NAME CMD...: run CMD, time it, remember a failure
   local name="$1" start=$SECONDS
@@ -186,27 +174,64 @@ gotest() {
   go test -json -vet=off "$@" 2>&1 | tee -a "$events" | "$results/report" -slowest 0
 }
 
-# The race run and the rest run side by side: each ends in one long
-# package (gateway under -race, the end-to-end tests in test/) that waits
-# on processes and timers more than it computes, and each compiles while
-# the other tests. The rest's output is kept and printed when both end.
-#
-# The NVML collector is left out of the default build (no cgo warnings on
-# a cold build); its code is tested with the tag that builds it in.
-# The rest includes the end-to-end packages: test/ and test/probezoo, whose
-# TestProbeZoo runs `warden probe` with its defaults against every leaky
-# proxy of the zoo, the broken builds and healthy warden, all at once.
-mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/worker/adapters|/kvtransfer|/tenant|/gateway|/worker$')
-(
+# The steps run in three lanes side by side, so that the 2 cores stay busy:
+# the gateway package under -race spends most of its 3 minutes waiting on
+# heartbeats, failovers and timers, the end-to-end tests on processes. A
+# lane runs in its own process group (stopped with the script); its output
+# is kept and printed when every lane has ended. Two go commands that
+# compile the same package do the work twice, so the lanes share no build:
+#   1. the gateway package under -race, from the start (it compiles the
+#      race build of nearly every dependency);
+#   2. go vet, which compiles the plain build of every package, then the
+#      other race packages;
+#   3. after go vet, the NVML collector (left out of the default build: no
+#      cgo warnings on a cold build; tested with the tag that builds it in)
+#      and every other package, the end-to-end tests among them (test/ and
+#      test/probezoo, whose TestProbeZoo runs `warden probe` against every
+#      leaky proxy of the zoo, the broken builds and healthy warden at once).
+lanes=()
+lane() { # lane NAME CMD...: run CMD in the background, its output in $results/NAME.log
+  local name="$1"
+  shift
+  set -m
+  "$@" >"$results/$name.log" 2>&1 &
+  set +m
+  lanes+=("$!:$name")
+}
+race_pkgs=(
+  ./worker/kvpool/...
+  ./worker/engine/...
+  ./worker/adapters/...
+  ./kvtransfer/...
+  ./tenant/...
+  ./gateway/internal/...
+  ./worker
+)
+govet() { go vet ./... && go vet -tags nvml ./internal/obs/gpu/; }
+lane_vet_race() {
+  step "go vet (builds every package)" govet
+  touch "$results/vetted"
+  step "go test -race (the other race packages)" gotest "$results/race.events" -race -count=1 -timeout 9m "${race_pkgs[@]}"
+}
+lane_rest() {
+  mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/worker/adapters|/kvtransfer|/tenant|/gateway|/worker$')
   step "go test -tags nvml" gotest "$results/rest.events" -count=1 -tags nvml ./internal/obs/gpu/
-  step "go test" gotest "$results/rest.events" -count=1 -timeout 9m "${rest[@]}"
-) >"$results/rest.log" 2>&1 &
-rest_pid=$!
-step "go test -race" gotest "$results/race.events" -race -count=1 -timeout 9m "${race_pkgs[@]}"
-log "waiting for the rest (go test -tags nvml, go test), started beside the race run"
-wait "$rest_pid" || true
-rest_pid=""
-cat "$results/rest.log" >&2
+  step "go test (the rest)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest[@]}"
+}
+lane gateway-race step "go test -race ./gateway" gotest "$results/gateway.events" -race -count=1 -timeout 9m ./gateway
+lane vet-race lane_vet_race
+log "lanes started: go test -race ./gateway; go vet, then the other race packages"
+while [[ ! -e $results/vetted ]] && kill -0 "${lanes[1]%%:*}" 2>/dev/null; do sleep 1; done
+lane rest lane_rest
+log "lane started: the rest (go test -tags nvml, go test)"
+for l in "${lanes[@]}"; do
+  wait "${l%%:*}" || true
+done
+for l in "${lanes[@]}"; do
+  log "lane ${l#*:}"
+  cat "$results/${l#*:}.log" >&2
+done
+lanes=()
 
 # The cuda backend (build tag cuda) is compile-checked where the CUDA
 # headers and nvcc are present (scripts/cuda-compile-check.sh install puts
