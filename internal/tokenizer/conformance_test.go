@@ -84,7 +84,7 @@ var conformanceTokenizers = []struct {
 // conformanceCorpusSize is the number of strings compared per real
 // tokenizer file and mode; variantCorpusSize, per variant.
 const (
-	conformanceCorpusSize = 50_000
+	conformanceCorpusSize = 30_000
 	variantCorpusSize     = 10_000
 )
 
