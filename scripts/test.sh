@@ -193,12 +193,13 @@ gotest() {
 #   2. the test binaries of the packages that run plain (go test -c: the
 #      plain build of nearly every package), then the other race packages,
 #      then go vet (by then an analysis of what is built);
-#   3. once lane 2 has built them, the packages that run plain, the longest
-#      first: the end-to-end tests (test/, and test/probezoo, whose
-#      TestProbeZoo runs `warden probe` against every leaky proxy of the
-#      zoo, the broken builds and healthy warden at once), then the NVML
-#      collector (left out of the default build, so no cgo warnings on a
-#      cold build; tested with the tag that builds it in).
+#   3. once lane 2 has built them, the packages that run plain, the
+#      end-to-end tests (test/) first, then the NVML collector (left out of
+#      the default build, so no cgo warnings on a cold build; tested with
+#      the tag that builds it in).
+# When every lane has ended, test/probezoo runs alone: its TestProbeZoo
+# runs `warden probe` against every leaky proxy of the zoo, the broken
+# builds and healthy warden at once.
 lanes=()
 lane() { # lane NAME CMD...: run CMD in the background, its output in $results/NAME.log
   local name="$1"
@@ -218,7 +219,11 @@ race_pkgs=(
   ./worker
 )
 mapfile -t rest < <(go list ./... | grep -v -E '/worker/kvpool|/worker/engine|/worker/adapters|/kvtransfer|/tenant|/gateway|/worker$' |
-  awk '/\/test$/ {print 0, $0; next} /\/test\/probezoo$/ {print 1, $0; next} {print 2, $0}' | sort -s -n -k1,1 | cut -d' ' -f2)
+  awk '/\/test$/ {print 0, $0; next} {print 1, $0}' | sort -s -n -k1,1 | cut -d' ' -f2)
+# TestProbeZoo loads the machine itself (every case at once) and must find
+# each broken build's race: it runs last, alone, as it did before the lanes.
+rest_now=()
+for p in "${rest[@]}"; do [[ $p == */test/probezoo ]] || rest_now+=("$p"); done
 govet() { go vet ./... && go vet -tags nvml ./internal/obs/gpu/; }
 lane_build_race_vet() {
   # -o DIR writes one binary per package, named after its last element.
@@ -228,7 +233,7 @@ lane_build_race_vet() {
   step "go vet" govet
 }
 lane_rest() {
-  step "go test (the packages that run plain)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest[@]}"
+  step "go test (the packages that run plain)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest_now[@]}"
   step "go test -tags nvml" gotest "$results/rest.events" -count=1 -tags nvml ./internal/obs/gpu/
 }
 lane gateway-race step "go test -race ./gateway" gotest "$results/gateway.events" -race -count=1 -timeout 9m ./gateway
@@ -245,6 +250,7 @@ for l in "${lanes[@]}"; do
   cat "$results/${l#*:}.log" >&2
 done
 lanes=()
+step "go test ./test/probezoo (alone)" gotest "$results/probezoo.events" -count=1 -timeout 9m ./test/probezoo
 if ! wait "$npm_pid"; then
   log "fetching the npm test packages failed (the tests that needed them fetched them again):"
   cat "$results/npm.log" >&2
