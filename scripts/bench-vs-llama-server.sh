@@ -38,13 +38,7 @@ trap cleanup EXIT
 log "building warden"
 go build -o "$work/warden" ./cmd/warden
 
-server=$LLAMA_CPP_SRC/build-native/bin/llama-server
-if [[ ! -x $server ]]; then
-	log "building llama-server in $LLAMA_CPP_SRC/build-native (native flags; many minutes)"
-	cmake -S "$LLAMA_CPP_SRC" -B "$LLAMA_CPP_SRC/build-native" -DCMAKE_BUILD_TYPE=Release \
-		-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON >/dev/null
-	cmake --build "$LLAMA_CPP_SRC/build-native" -j "$(nproc)" --target llama-server >/dev/null
-fi
+server=$(scripts/build-llamacpp.sh "$LLAMA_CPP_SRC" llama-server)
 log "llama-server: $server ($(git -C "$LLAMA_CPP_SRC" describe --tags --always 2>/dev/null || echo unknown))"
 
 src=$dtype

@@ -59,13 +59,7 @@ cp scripts/llamacpp-bench.mjs "$work/llama/"
 
 llama_bench=
 if [[ -n ${LLAMA_CPP_SRC:-} ]]; then
-	llama_bench=$LLAMA_CPP_SRC/build-native/bin/llama-bench
-	if [[ ! -x $llama_bench ]]; then
-		log "building llama-bench in $LLAMA_CPP_SRC/build-native (native flags; many minutes)"
-		cmake -S "$LLAMA_CPP_SRC" -B "$LLAMA_CPP_SRC/build-native" -DCMAKE_BUILD_TYPE=Release \
-			-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-		cmake --build "$LLAMA_CPP_SRC/build-native" -j "$(nproc)" --target llama-bench >/dev/null
-	fi
+	llama_bench=$(scripts/build-llamacpp.sh "$LLAMA_CPP_SRC" llama-bench)
 	log "llama.cpp: $llama_bench ($(git -C "$LLAMA_CPP_SRC" describe --tags --always 2>/dev/null || echo unknown))"
 fi
 
