@@ -332,9 +332,11 @@ func (r *run) setup(ctx context.Context) error {
 }
 
 // calibrate measures the prompt tokens of two prompts of known word counts.
-// The longer one is halved while the endpoint refuses it as past its
-// context: random filler words can take more tokens than a small model's
-// context holds.
+// The longer one is halved while the endpoint refuses it and took the
+// shorter one: random filler words can take more tokens than a small
+// model's context holds, and an endpoint without a working context check
+// refuses such a prompt with some other error (its admission check says
+// so later), so any refusal, not only 400 context_length_exceeded, halves.
 func (r *run) calibrate(ctx context.Context) error {
 	const w1 = 20
 	p1, err := r.promptTokens(ctx, w1)
@@ -343,7 +345,10 @@ func (r *run) calibrate(ctx context.Context) error {
 	}
 	w2 := 200
 	p2, err := r.promptTokens(ctx, w2)
-	for errors.Is(err, errPastContext) && w2/2 > w1 {
+	for errors.Is(err, errRefused) && w2/2 > w1 {
+		if !errors.Is(err, errPastContext) {
+			r.report.Notes = append(r.report.Notes, fmt.Sprintf("calibration: %v; not the 400 context_length_exceeded a prompt past the context gets, so the calibration prompt was halved", err))
+		}
 		w2 /= 2
 		p2, err = r.promptTokens(ctx, w2)
 	}
@@ -362,8 +367,13 @@ func (r *run) calibrate(ctx context.Context) error {
 	return nil
 }
 
-// errPastContext: the endpoint refused a prompt as longer than its context.
-var errPastContext = errors.New("prompt past the context")
+var (
+	// errRefused: the endpoint answered a prompt with an error status.
+	errRefused = errors.New("prompt refused")
+	// errPastContext: the endpoint refused a prompt as longer than its
+	// context (400 context_length_exceeded); it is also errRefused.
+	errPastContext = errors.New("prompt past the context")
+)
 
 // promptTokens sends a prompt of w filler words with key A and returns
 // its prompt tokens (counted with the endpoint's tokenizer when the probe
@@ -375,7 +385,7 @@ func (r *run) promptTokens(ctx context.Context, w int) (int, error) {
 		return 0, err
 	}
 	if res.Status != http.StatusOK {
-		err := fmt.Errorf("a %d-word prompt with key A: %d %s %s", w, res.Status, res.ErrCode, res.ErrMsg)
+		err := fmt.Errorf("%w: a %d-word prompt with key A: %d %s %s", errRefused, w, res.Status, res.ErrCode, res.ErrMsg)
 		if res.Status == http.StatusBadRequest && res.ErrCode == "context_length_exceeded" {
 			err = fmt.Errorf("%w: %w", errPastContext, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,12 @@ type fakeEndpoint struct {
 	// overBill is added to every prompt_tokens billed.
 	overBill  int
 	dropEvery int64
-	requests  atomic.Int64
+	// context, when not 0, replaces fakeContext; noContextCheck answers
+	// a prompt past it 503 model_unavailable, as a gateway without its
+	// context check does when no worker can hold the prompt.
+	context        int
+	noContextCheck bool
+	requests       atomic.Int64
 	ids       atomic.Int64
 	mu        sync.Mutex
 	rng       *rand.Rand
@@ -49,7 +55,7 @@ func (f *fakeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/models":
-		fmt.Fprintf(w, `{"object":"list","data":[{"id":"fake","context_length":%d}]}`, fakeContext)
+		fmt.Fprintf(w, `{"object":"list","data":[{"id":"fake","context_length":%d}]}`, f.contextLength())
 		return
 	case r.Method != http.MethodPost:
 		fail(http.StatusNotFound, "not_found")
@@ -87,8 +93,12 @@ func (f *fakeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	prompt := len(strings.Fields(text.String())) + 5
-	if prompt+maxTokens > fakeContext {
-		fail(http.StatusBadRequest, "context_length_exceeded")
+	if prompt+maxTokens > f.contextLength() {
+		if f.noContextCheck {
+			fail(http.StatusServiceUnavailable, "model_unavailable")
+		} else {
+			fail(http.StatusBadRequest, "context_length_exceeded")
+		}
 		return
 	}
 	select { // the prefill
@@ -131,6 +141,13 @@ func (f *fakeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(w, `{"id":%q,"choices":[%s],"usage":%s}`, id, strings.Join(choices, ","), usage)
 	}
+}
+
+func (f *fakeEndpoint) contextLength() int {
+	if f.context != 0 {
+		return f.context
+	}
+	return fakeContext
 }
 
 // probeFake runs the probe with its defaults against f.
@@ -207,5 +224,26 @@ func TestRunFindsOverBillingWithoutATokenizer(t *testing.T) {
 	}
 	if rep.ExitCode(false) != ExitFinding {
 		t.Errorf("exit %d, want 1", rep.ExitCode(false))
+	}
+}
+
+// An endpoint without a context check, whose context is shorter than the
+// 200-word calibration prompt, refuses that prompt with a 503: the probe
+// halves the prompt as it does on a 400 context_length_exceeded, says so
+// in a note, runs, and its admission check names the missing check.
+func TestRunFindsAMissingContextCheck(t *testing.T) {
+	rep := probeFake(t, &fakeEndpoint{context: 150, noContextCheck: true})
+	if rep.ExitCode(false) != ExitFinding {
+		t.Errorf("exit %d, want 1", rep.ExitCode(false))
+	}
+	found := false
+	for _, c := range rep.Checks {
+		found = found || (c.Name == nameAdmission && c.Verdict == VerdictFinding)
+	}
+	if !found {
+		t.Errorf("%s is not a finding", nameAdmission)
+	}
+	if !slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.Contains(n, "calibration prompt was halved") }) {
+		t.Errorf("no note says the calibration prompt was halved: %q", rep.Notes)
 	}
 }
