@@ -34,9 +34,9 @@ type fakeEndpoint struct {
 	context        int
 	noContextCheck bool
 	requests       atomic.Int64
-	ids       atomic.Int64
-	mu        sync.Mutex
-	rng       *rand.Rand
+	ids            atomic.Int64
+	mu             sync.Mutex
+	rng            *rand.Rand
 }
 
 const fakeContext = 2048
