@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"github.com/warden-ai/warden/internal/brokenmode"
 	"strconv"
 	"time"
 
@@ -292,6 +293,11 @@ func (w *Worker) runReserved(ctx context.Context, e *entry, prompt []int32, sp e
 		st := status.Errorf(codes.Internal, "activating pages: %v", err)
 		w.finish(e, st)
 		return st
+	}
+	if brokenmode.On(brokenmode.ReleaseWithoutDrain) {
+		if n := w.late.land(w.rt.Pool, e.pages); n > 0 {
+			w.log.WarnContext(ctx, "WARDEN_BROKEN=release-without-drain: an aborted writer's late write landed in this request's pages", "pages", n)
+		}
 	}
 	w.setStage(e, stageDecoding)
 	if err := srv.Send(readyEvent(len(prompt), nil)); err != nil {

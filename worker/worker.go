@@ -70,6 +70,9 @@ type Worker struct {
 	drain drainState
 	// constraints compiles structured-output constraints (constrain.go).
 	constraints constraints
+	// late: the broken release's owed writes (brokenrelease.go); only a
+	// warden_broken build ever adds to it.
+	late lateWrites
 
 	mu         sync.Mutex
 	closing    bool

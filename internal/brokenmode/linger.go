@@ -3,7 +3,7 @@ package brokenmode
 import "time"
 
 // WriterLinger bounds how long the aborted writer of ReleaseWithoutDrain
-// keeps writing: until the pages it wrote were reused by the next
-// reservation and let go again, at most this long. It is a constant in
-// every build; only a warden_broken build ever starts such a writer.
+// still owes its write: until the next request that holds one of its
+// pages activates it, at most this long. It is a constant in every build;
+// only a warden_broken build ever owes such a write.
 const WriterLinger = 30 * time.Second

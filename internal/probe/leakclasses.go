@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The checks of the leak classes a cache or proxy in front of an engine
@@ -37,12 +38,13 @@ const (
 
 // Sizes of the leak-class checks.
 const (
-	identicalRounds  = 3
-	multiTurnRounds  = 2
-	crossTalkWaves   = 2
-	crossTalkStreams = 4 // per key and wave
-	crossTalkTokens  = 32
-	cacheCheckWords  = 48
+	identicalRounds   = 3
+	multiTurnRounds   = 2
+	crossTalkWaves    = 2
+	crossTalkMaxWaves = 6
+	crossTalkStreams  = 4 // per key and wave
+	crossTalkTokens   = 32
+	cacheCheckWords   = 48
 )
 
 // prefixChars are the shared prefix lengths, in characters, as far as
@@ -383,22 +385,30 @@ func (r *run) tools(ctx context.Context) Check {
 	return c
 }
 
-// crossTalk: both keys open crossTalkStreams streams at once, twice. A
-// stream multiplexer that routes chunks by anything but the request mixes
-// them: a chunk with another response's id, or another prompt's text.
+// crossTalk: both keys open crossTalkStreams streams at once, in waves.
+// A stream multiplexer that routes chunks by anything but the request
+// mixes them: a chunk with another response's id, or another prompt's
+// text. It can only mix streams that flow at the same time, and on a
+// loaded endpoint (or probe machine) a wave's streams may run one after
+// another: after crossTalkWaves waves the check goes on, up to
+// crossTalkMaxWaves, until some wave had streams of both keys streaming
+// at once.
 func (r *run) crossTalk(ctx context.Context) Check {
 	c := Check{Name: nameCrossTalk}
 	var mu sync.Mutex
-	done := 0
-	for wave := range crossTalkWaves {
+	done, overlapped, wave := 0, 0, 0
+	for ; wave < crossTalkMaxWaves && (wave < crossTalkWaves || overlapped == 0); wave++ {
 		var wg sync.WaitGroup
-		for _, k := range r.clients {
+		var flows []streamFlow
+		for ki, k := range r.clients {
 			for s := range crossTalkStreams {
 				mp := r.gen.markedPrompt(cacheCheckWords + 8*s)
 				wg.Go(func() {
 					cc := Check{Name: c.Name}
+					sent := time.Now()
 					res, ok := r.ask(ctx, &cc, k, fmt.Sprintf("key %s, stream %d of wave %d, markers %s", k.label, s+1, wave+1, mp.Markers[0]),
 						chatRequest{Prompt: mp.Text, MaxTokens: crossTalkTokens}, mp)
+					ended := time.Now()
 					mu.Lock()
 					defer mu.Unlock()
 					if !ok && c.Verdict == "" {
@@ -406,6 +416,7 @@ func (r *run) crossTalk(ctx context.Context) Check {
 					}
 					if ok && res.Complete {
 						done++
+						flows = append(flows, streamFlow{key: ki, first: sent.Add(res.TTFT), end: ended})
 					}
 				})
 			}
@@ -414,7 +425,9 @@ func (r *run) crossTalk(ctx context.Context) Check {
 		if c.Verdict != "" {
 			break
 		}
+		overlapped += overlappingPairs(flows)
 	}
+	c.Data = map[string]any{"waves": wave, "completed": done, "overlapping_pairs": overlapped}
 	if c.Verdict == "" && done == 0 {
 		c.inconclusive("no stream completed", "an endpoint that streams")
 	}
@@ -422,8 +435,37 @@ func (r *run) crossTalk(ctx context.Context) Check {
 	if len(r.clients) < 2 {
 		who = "one key (cross-tenant cross-talk not tested)"
 	}
-	r.leakVerdict(&c, fmt.Sprintf("%d concurrent streams from %s completed: every chunk belonged to its own stream", done, who))
+	pass := fmt.Sprintf("%d concurrent streams from %s completed in %d waves, %d pairs of them streaming at the same time: every chunk belonged to its own stream", done, who, wave, overlapped)
+	if overlapped == 0 {
+		pass = fmt.Sprintf("%d streams from %s completed in %d waves: every chunk belonged to its own stream, but no two streamed at the same time (the endpoint ran them one after another)", done, who, wave)
+	}
+	r.leakVerdict(&c, pass)
 	return c
+}
+
+// streamFlow is when one stream's content flowed: from its first content
+// to its end.
+type streamFlow struct {
+	key        int
+	first, end time.Time
+}
+
+// overlappingPairs counts the pairs of flows of different keys (of any
+// two flows with one key) whose content flowed at the same time.
+func overlappingPairs(flows []streamFlow) int {
+	keys := map[int]bool{}
+	for _, f := range flows {
+		keys[f.key] = true
+	}
+	n := 0
+	for i, a := range flows {
+		for _, b := range flows[i+1:] {
+			if (a.key != b.key || len(keys) == 1) && a.first.Before(b.end) && b.first.Before(a.end) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // cachePair is B's cached_tokens for a prompt sharing A's text (cross)

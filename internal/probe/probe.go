@@ -275,8 +275,8 @@ func planFor(cfg Config) []PlanItem {
 		add("cache leak classes", n, n, "identical prompts, shared prefixes, multi-turn, n>1, stream vs plain, Responses API, tool results, cached_tokens")
 	}
 	if has(CheckCrossTalk) {
-		n := crossTalkWaves * crossTalkStreams * keys
-		add(nameCrossTalk, n, n, fmt.Sprintf("%d waves of %d concurrent streams per key", crossTalkWaves, crossTalkStreams))
+		n := crossTalkStreams * keys
+		add(nameCrossTalk, crossTalkWaves*n, crossTalkMaxWaves*n, fmt.Sprintf("%d waves of %d concurrent streams per key (up to %d until streams of both keys overlap)", crossTalkWaves, crossTalkStreams, crossTalkMaxWaves))
 	}
 	if has(CheckTiming) && cfg.TimingSamples > 0 {
 		add(nameTiming, 6*min(timingMinRounds, cfg.TimingSamples), 6*cfg.TimingSamples,

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // timings draws n synthetic times to first token in milliseconds: a base
@@ -118,5 +119,24 @@ func TestKSKnownValues(t *testing.T) {
 	}
 	if q := kolmogorovQ(1.36); math.Abs(q-0.05) > 0.002 {
 		t.Errorf("Q(1.36) = %v, want ≈ 0.05", q)
+	}
+}
+
+// Streams overlap when their content flowed at the same time; with two
+// keys only pairs across keys count.
+func TestOverlappingPairs(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	flows := []streamFlow{
+		{key: 0, first: at(0), end: at(10)},
+		{key: 0, first: at(5), end: at(15)},  // overlaps the first, same key: not counted
+		{key: 1, first: at(12), end: at(20)}, // overlaps the second only
+		{key: 1, first: at(20), end: at(30)}, // starts as the third ends: no overlap
+	}
+	if n := overlappingPairs(flows); n != 1 {
+		t.Errorf("%d overlapping pairs across keys, want 1", n)
+	}
+	if n := overlappingPairs(flows[:2]); n != 1 {
+		t.Errorf("one key: %d overlapping pairs, want 1", n)
 	}
 }

@@ -40,8 +40,16 @@ type Result struct {
 	// successful requests.
 	PromptTokens int64 `json:"prompt_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
-	// Elapsed sums the rounds' wall times.
+	// Elapsed sums the rounds' wall times, each until its last request
+	// ended (the drain after the clients stopped sending included).
 	Elapsed time.Duration `json:"elapsed_ns"`
+	// Window sums the rounds' sending windows: the time the clients kept
+	// every request slot busy, drains left out.
+	Window time.Duration `json:"window_ns"`
+	// WindowOutputTokens are the successful requests' output tokens that
+	// were streamed within the windows (a text chunk's share of its
+	// request's tokens each).
+	WindowOutputTokens float64 `json:"window_output_tokens"`
 	// TTFT is the time from sending a request to its first generated
 	// text; ITL the gaps between successive text chunks (a chunk may
 	// carry several tokens); TPOT each request's time per output token
@@ -61,8 +69,21 @@ func (r Result) Failed() int {
 	return n
 }
 
-// OutputTokensPerSecond is the output throughput over the measured time.
+// OutputTokensPerSecond is the steady-state output throughput: the tokens
+// streamed within the sending windows over the windows' time. Each round
+// ends with a drain at falling concurrency, as long as the slowest
+// request the round left running: counting it measures how a round ends,
+// not the load the clients keep up.
 func (r Result) OutputTokensPerSecond() float64 {
+	if r.Window <= 0 {
+		return 0
+	}
+	return r.WindowOutputTokens / r.Window.Seconds()
+}
+
+// DrainedOutputTokensPerSecond is the output of every successful request
+// over the rounds' whole wall time, drains included.
+func (r Result) DrainedOutputTokensPerSecond() float64 {
 	if r.Elapsed <= 0 {
 		return 0
 	}
@@ -87,8 +108,11 @@ type accumulator struct {
 	ttft, itl, tpot, latency []time.Duration
 }
 
-func (a *accumulator) add(samples []sample, elapsed time.Duration) {
+// add counts one round: its samples, its wall time, and its sending
+// window, which ended at end.
+func (a *accumulator) add(samples []sample, elapsed, window time.Duration, end time.Time) {
 	a.r.Elapsed += elapsed
+	a.r.Window += window
 	for _, s := range samples {
 		a.r.Requests++
 		if s.err != nil {
@@ -112,6 +136,11 @@ func (a *accumulator) add(samples []sample, elapsed time.Duration) {
 		if len(arr) == 0 {
 			continue
 		}
+		inWindow := 0
+		for inWindow < len(arr) && arr[inWindow].Before(end) {
+			inWindow++
+		}
+		a.r.WindowOutputTokens += float64(out) * float64(inWindow) / float64(len(arr))
 		a.ttft = append(a.ttft, arr[0].Sub(s.start))
 		for i := 1; i < len(arr); i++ {
 			a.itl = append(a.itl, arr[i].Sub(arr[i-1]))
@@ -171,7 +200,8 @@ func (rep Report) WriteMarkdown(w io.Writer) error {
 		b.WriteString("\n")
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	row("output tokens/s", Result.OutputTokensPerSecond, "%.1f")
+	row("output tokens/s (sending windows)", Result.OutputTokensPerSecond, "%.1f")
+	row("output tokens/s (drains included)", Result.DrainedOutputTokensPerSecond, "%.1f")
 	row("TTFT p50 (ms)", func(r Result) float64 { return ms(r.TTFT.P50) }, "%.1f")
 	row("TTFT p99 (ms)", func(r Result) float64 { return ms(r.TTFT.P99) }, "%.1f")
 	row("inter-token latency p50 (ms)", func(r Result) float64 { return ms(r.ITL.P50) }, "%.1f")
@@ -199,15 +229,16 @@ func (rep Report) WriteMarkdown(w io.Writer) error {
 func (rep Report) WriteJSON(w io.Writer) error {
 	type result struct {
 		Result
-		OutputTokensPerSecond float64 `json:"output_tokens_per_second"`
-		Failed                int     `json:"failed"`
+		OutputTokensPerSecond        float64 `json:"output_tokens_per_second"`
+		DrainedOutputTokensPerSecond float64 `json:"drained_output_tokens_per_second"`
+		Failed                       int     `json:"failed"`
 	}
 	out := struct {
 		Options Options  `json:"options"`
 		Results []result `json:"results"`
 	}{Options: rep.Options}
 	for _, r := range rep.Results {
-		out.Results = append(out.Results, result{r, r.OutputTokensPerSecond(), r.Failed()})
+		out.Results = append(out.Results, result{r, r.OutputTokensPerSecond(), r.DrainedOutputTokensPerSecond(), r.Failed()})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -128,8 +128,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	for r := range rounds {
 		for k := range o.Endpoints {
 			i := (k + r) % len(o.Endpoints) // rotate who goes first
-			samples, elapsed := runRound(ctx, &o, o.Endpoints[i], prefix, r, slice, 0)
-			acc[i].add(samples, elapsed)
+			samples, start, elapsed := runRound(ctx, &o, o.Endpoints[i], prefix, r, slice, 0)
+			acc[i].add(samples, elapsed, slice, start.Add(slice))
 		}
 		if err := ctx.Err(); err != nil {
 			return Report{}, err
@@ -144,9 +144,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 // runRound runs o.Clients clients against e: each sends requests until d
 // has passed (or, with d = 0, exactly count requests), and the round ends
-// when the last one finishes. It returns every request and the round's
-// elapsed time.
-func runRound(ctx context.Context, o *Options, e Endpoint, prefix []string, round int, d time.Duration, count int) ([]sample, time.Duration) {
+// when the last one finishes. It returns every request, the round's start
+// and its elapsed time.
+func runRound(ctx context.Context, o *Options, e Endpoint, prefix []string, round int, d time.Duration, count int) ([]sample, time.Time, time.Duration) {
 	var mu sync.Mutex
 	var all []sample
 	var wg sync.WaitGroup
@@ -169,7 +169,7 @@ func runRound(ctx context.Context, o *Options, e Endpoint, prefix []string, roun
 		})
 	}
 	wg.Wait()
-	return all, time.Since(start)
+	return all, start, time.Since(start)
 }
 
 // send runs one streamed chat completion.

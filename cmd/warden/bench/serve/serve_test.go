@@ -183,3 +183,34 @@ func TestParseRange(t *testing.T) {
 		}
 	}
 }
+
+// Throughput counts what was streamed within the sending window, each
+// chunk a share of its request's tokens; the drain after the window only
+// counts toward the drained figure.
+func TestThroughputCountsTheSendingWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms ...int) []time.Time {
+		var ts []time.Time
+		for _, m := range ms {
+			ts = append(ts, t0.Add(time.Duration(m)*time.Millisecond))
+		}
+		return ts
+	}
+	samples := []sample{
+		// 8 tokens in 4 chunks, 3 of them in the window: 6 tokens.
+		{start: t0, end: t0.Add(3 * time.Second), res: streamResult{OutputTokens: 8, Arrivals: at(100, 500, 900, 2500)}},
+		// 4 tokens, all streamed in the drain: none in the window.
+		{start: t0.Add(900 * time.Millisecond), end: t0.Add(4 * time.Second), res: streamResult{OutputTokens: 4, Arrivals: at(1500, 2000, 3000, 4000)}},
+		// failed: nothing counts.
+		{start: t0, end: t0.Add(time.Second), err: &statusError{code: 429}},
+	}
+	var a accumulator
+	a.add(samples, 4*time.Second, time.Second, t0.Add(time.Second))
+	r := a.result(Endpoint{Name: "x"})
+	if got := r.OutputTokensPerSecond(); got != 6 {
+		t.Errorf("window throughput %v tokens/s, want 6 (6 tokens in 1 s)", got)
+	}
+	if got := r.DrainedOutputTokensPerSecond(); got != 3 {
+		t.Errorf("drained throughput %v tokens/s, want 3 (12 tokens in 4 s)", got)
+	}
+}
