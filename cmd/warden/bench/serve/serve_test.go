@@ -119,7 +119,7 @@ func TestRunCountsWhatTheEndpointSent(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| figure | a | b | ratio (first ÷ second) |", "| output tokens/s |", "| TTFT p99 (ms) |", "a: " + fmt.Sprint(rep.Results[0].Failed()) + " failed requests"} {
+	for _, want := range []string{"| figure | a | b | ratio (first ÷ second) |", "| output tokens/s (sending windows) |", "| output tokens/s (drains included) |", "| TTFT p99 (ms) |", "a: " + fmt.Sprint(rep.Results[0].Failed()) + " failed requests"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown report lacks %q:\n%s", want, md.String())
 		}
