@@ -13,12 +13,14 @@
 # f32). Both servers get THREADS compute threads (default 2) and as many
 # parallel sequences as the most clients of a run; warden runs one worker
 # of role both. For each client count in CLIENTS (default "1 8 32") one
-# interleaved run of DURATION (default 60s) per endpoint, ~220-word
+# interleaved run of DURATION (default 60s) per endpoint in rounds of
+# ROUND (default 20s; a round's throughput counts its sending window, its
+# drain only in the "drains included" row), ~220-word
 # prompts and 64 output tokens at temperature 0; the reports (warden ÷
 # llama-server in the last column) go to stdout.
 #
 # Environment: LLAMA_CPP_SRC (required), DTYPE, THREADS, CLIENTS,
-# DURATION, PROMPT_WORDS (200:240), OUTPUT_TOKENS (64).
+# DURATION, ROUND, PROMPT_WORDS (200:240), OUTPUT_TOKENS (64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,7 @@ dtype=${DTYPE:-f32}
 threads=${THREADS:-2}
 clients_list=${CLIENTS:-1 8 32}
 duration=${DURATION:-60s}
+round=${ROUND:-20s}
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
 log() { printf '== %s\n' "$*" >&2; }
@@ -90,6 +93,6 @@ for c in $clients_list; do
 	"$work/warden" bench serve --url https://127.0.0.1:18443/v1 --key "$key" --ca "$ca" \
 		--model small --name warden \
 		--compare http://127.0.0.1:18080/v1 --compare-model small --compare-key none --compare-name llama-server \
-		--clients "$c" --duration "$duration" --prompt-words "${PROMPT_WORDS:-200:240}" \
+		--clients "$c" --duration "$duration" --round "$round" --prompt-words "${PROMPT_WORDS:-200:240}" \
 		--output-tokens "${OUTPUT_TOKENS:-64}"
 done
