@@ -5,6 +5,12 @@
 // optional prefix shared by every prompt. It reports output throughput,
 // time to first token, inter-token latency, request latency and errors.
 //
+// A round ends with a drain: the clients stop sending, and the round
+// lasts until its slowest request ends, at falling concurrency. The
+// throughput that compares endpoints counts the output streamed within
+// the sending windows over the windows' time (the steady load the clients
+// keep up); the figure with the drains included is reported beside it.
+//
 // With two endpoints the run is interleaved: rounds of each endpoint take
 // turns (who goes first rotates), both replay the same seeded sequence of
 // prompts, and the report gives the first endpoint's figures divided by
