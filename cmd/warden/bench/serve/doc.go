@@ -7,9 +7,10 @@
 //
 // A round ends with a drain: the clients stop sending, and the round
 // lasts until its slowest request ends, at falling concurrency. The
-// throughput that compares endpoints counts the output streamed within
-// the sending windows over the windows' time (the steady load the clients
-// keep up); the figure with the drains included is reported beside it.
+// throughput that compares endpoints counts the output produced within
+// the sending windows (each request's tokens spread over its life) over
+// the windows' time: the steady load the clients keep up. The figure with
+// the drains included is reported beside it.
 //
 // With two endpoints the run is interleaved: rounds of each endpoint take
 // turns (who goes first rotates), both replay the same seeded sequence of

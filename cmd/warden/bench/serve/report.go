@@ -46,9 +46,12 @@ type Result struct {
 	// Window sums the rounds' sending windows: the time the clients kept
 	// every request slot busy, drains left out.
 	Window time.Duration `json:"window_ns"`
-	// WindowOutputTokens are the successful requests' output tokens that
-	// were streamed within the windows (a text chunk's share of its
-	// request's tokens each).
+	// WindowOutputTokens are the successful requests' output tokens, each
+	// request's spread evenly over its lifetime (sent to ended) and counted
+	// for the part of it inside its round's window. Text chunk arrival
+	// times cannot place them: a server holds back text until it decodes
+	// to whole characters, and a model that emits many partial byte tokens
+	// streams its text in a few bursts.
 	WindowOutputTokens float64 `json:"window_output_tokens"`
 	// TTFT is the time from sending a request to its first generated
 	// text; ITL the gaps between successive text chunks (a chunk may
@@ -70,7 +73,7 @@ func (r Result) Failed() int {
 }
 
 // OutputTokensPerSecond is the steady-state output throughput: the tokens
-// streamed within the sending windows over the windows' time. Each round
+// produced within the sending windows over the windows' time. Each round
 // ends with a drain at falling concurrency, as long as the slowest
 // request the round left running: counting it measures how a round ends,
 // not the load the clients keep up.
@@ -109,10 +112,10 @@ type accumulator struct {
 }
 
 // add counts one round: its samples, its wall time, and its sending
-// window, which ended at end.
-func (a *accumulator) add(samples []sample, elapsed, window time.Duration, end time.Time) {
+// window, from start to end.
+func (a *accumulator) add(samples []sample, elapsed time.Duration, start, end time.Time) {
 	a.r.Elapsed += elapsed
-	a.r.Window += window
+	a.r.Window += end.Sub(start)
 	for _, s := range samples {
 		a.r.Requests++
 		if s.err != nil {
@@ -132,15 +135,13 @@ func (a *accumulator) add(samples []sample, elapsed, window time.Duration, end t
 		a.r.PromptTokens += s.res.PromptTokens
 		a.r.OutputTokens += out
 		a.latency = append(a.latency, s.end.Sub(s.start))
+		if from, to := later(s.start, start), earlier(s.end, end); to.After(from) {
+			a.r.WindowOutputTokens += float64(out) * to.Sub(from).Seconds() / s.end.Sub(s.start).Seconds()
+		}
 		arr := s.res.Arrivals
 		if len(arr) == 0 {
 			continue
 		}
-		inWindow := 0
-		for inWindow < len(arr) && arr[inWindow].Before(end) {
-			inWindow++
-		}
-		a.r.WindowOutputTokens += float64(out) * float64(inWindow) / float64(len(arr))
 		a.ttft = append(a.ttft, arr[0].Sub(s.start))
 		for i := 1; i < len(arr); i++ {
 			a.itl = append(a.itl, arr[i].Sub(arr[i-1]))
@@ -149,6 +150,20 @@ func (a *accumulator) add(samples []sample, elapsed, window time.Duration, end t
 			a.tpot = append(a.tpot, arr[len(arr)-1].Sub(arr[0])/time.Duration(out-1))
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (a *accumulator) result(e Endpoint) Result {

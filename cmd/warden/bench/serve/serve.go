@@ -129,7 +129,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		for k := range o.Endpoints {
 			i := (k + r) % len(o.Endpoints) // rotate who goes first
 			samples, start, elapsed := runRound(ctx, &o, o.Endpoints[i], prefix, r, slice, 0)
-			acc[i].add(samples, elapsed, slice, start.Add(slice))
+			acc[i].add(samples, elapsed, start, start.Add(slice))
 		}
 		if err := ctx.Err(); err != nil {
 			return Report{}, err
@@ -147,6 +147,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 // when the last one finishes. It returns every request, the round's start
 // and its elapsed time.
 func runRound(ctx context.Context, o *Options, e Endpoint, prefix []string, round int, d time.Duration, count int) ([]sample, time.Time, time.Duration) {
+	// Connections left idle through the other endpoint's round may have
+	// been closed by the server meanwhile (llama-server closes idle ones):
+	// a POST sent on one fails, and net/http does not retry a POST.
+	o.HTTPClient.CloseIdleConnections()
 	var mu sync.Mutex
 	var all []sample
 	var wg sync.WaitGroup
