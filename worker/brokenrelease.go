@@ -20,7 +20,9 @@ const writerByte = 0x3C
 // completed are freed at once, without the drain of the transfer's
 // writer (I5), and put first in line for the next reservation; a
 // stand-in for the aborted writer — a shm sender that did not stop —
-// writes into them once the next request holds them (lateWrites.land).
+// writes into them: once when the next request activates them
+// (lateWrites.land), and again whenever a request holds them in use until
+// they are let go (lingeringWriter), over the decode's own writes.
 // The receiver is still told to abort the transfer (its release
 // callbacks do nothing: the pages are gone already).
 func (w *Worker) releaseWithoutDrain(e *entry, owner kvpool.Owner) {
@@ -32,7 +34,9 @@ func (w *Worker) releaseWithoutDrain(e *entry, owner kvpool.Owner) {
 	w.log.WarnContext(e.ctx, "WARDEN_BROKEN=release-without-drain: aborted request's pages freed without the writer's drain and handed to the next reservation",
 		"epoch", e.epoch, "pages", len(pages))
 	w.receiver.Abort(e.ticket.TransferID, func() {}, func() {})
-	w.late.add(pages, time.Now().Add(brokenmode.WriterLinger))
+	deadline := time.Now().Add(brokenmode.WriterLinger)
+	w.late.add(pages, deadline)
+	go lingeringWriter(w.rt.Pool, pages, deadline)
 }
 
 // lateWrites are the writes the aborted writers of the broken release
@@ -40,10 +44,10 @@ func (w *Worker) releaseWithoutDrain(e *entry, owner kvpool.Owner) {
 // later request activates it or its deadline passes.
 //
 // The write lands when the next request activates the page — after its
-// transfer was verified, before its first decode step — rather than
-// whenever a concurrent writer gets the CPU: a late write that a loaded
-// machine delays past the victim's (short) decode would change nothing,
-// and the end-to-end test of the probe must see the failure on every run.
+// transfer was verified, before its first decode step — so the prompt KV
+// the transfer put there is overwritten whatever the machine's load;
+// lingeringWriter also writes over the decode's own writes, which only a
+// writer that gets the CPU during the (short) decode can do.
 type lateWrites struct {
 	mu    sync.Mutex
 	until map[kvpool.PageID]time.Time
@@ -82,4 +86,30 @@ func (l *lateWrites) land(pool *kvpool.Pool, pages []kvpool.PageID) int {
 		n++
 	}
 	return n
+}
+
+// lingeringWriter writes writerByte into pages whenever another request
+// holds them in use (its transfer complete and verified, its sequence
+// running), until every page it wrote has been let go again or the
+// deadline passes: a late one-sided write that lands after the next
+// request's checksums were checked, while it decodes.
+func lingeringWriter(pool *kvpool.Pool, pages []kvpool.PageID, deadline time.Time) {
+	reused := false
+	for time.Now().Before(deadline) {
+		inUse := 0
+		for _, id := range pages {
+			if info, ok := pool.Page(id); ok && info.Owner != (kvpool.Owner{}) && info.State == kvpool.InUse {
+				inUse++
+				b := pool.Data(id)
+				for i := range b {
+					b[i] = writerByte
+				}
+			}
+		}
+		if inUse == 0 && reused {
+			return
+		}
+		reused = reused || inUse > 0
+		time.Sleep(200 * time.Microsecond)
+	}
 }
