@@ -3,7 +3,8 @@ package brokenmode
 import "time"
 
 // WriterLinger bounds how long the aborted writer of ReleaseWithoutDrain
-// still owes its write: until the next request that holds one of its
-// pages activates it, at most this long. It is a constant in every build;
-// only a warden_broken build ever owes such a write.
+// goes on writing into the pages it was not drained from: at activation
+// by the next request that holds one, and over that request's decode
+// until the pages are let go, at most this long. It is a constant in
+// every build; only a warden_broken build ever starts such a writer.
 const WriterLinger = 30 * time.Second
