@@ -269,27 +269,41 @@ func gathered(t testing.TB, g prometheus.Gatherer, name string, labels map[strin
 // transferCounters are the worker metrics that move when a request reaches
 // a worker or a KV transfer starts: request RPCs by method and code (all
 // but Status and ModelAssets), transfer bytes and frames, prefilled tokens.
+// It reads them once no such RPC is in flight: a client can have its whole
+// answer before the worker's Generate handler has returned and been counted.
 func (w *pdWorker) transferCounters() map[string]float64 {
 	w.t.Helper()
-	mfs, err := w.prom.Gather()
-	if err != nil {
-		w.t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "warden_worker_requests_total" {
-			continue
+	waitFor(w.t, "worker "+w.id+" serving no request RPC", func() bool {
+		mfs, err := w.prom.Gather()
+		if err != nil {
+			w.t.Fatal(err)
 		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+		clear(out)
+		for _, mf := range mfs {
+			name := mf.GetName()
+			if name != "warden_worker_requests_total" && name != "warden_worker_requests_in_flight" {
+				continue
 			}
-			if rpc := labels["rpc"]; rpc != "Status" && rpc != "ModelAssets" {
-				out[rpc+"/"+labels["code"]] = m.GetCounter().GetValue()
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				rpc := labels["rpc"]
+				switch {
+				case rpc == "Status" || rpc == "ModelAssets":
+				case name == "warden_worker_requests_in_flight":
+					if m.GetGauge().GetValue() != 0 {
+						return false
+					}
+				default:
+					out[rpc+"/"+labels["code"]] = m.GetCounter().GetValue()
+				}
 			}
 		}
-	}
+		return true
+	})
 	for _, dir := range []string{"sent", "received"} {
 		out["bytes/"+dir] = w.metric("warden_transfer_bytes_total", map[string]string{"direction": dir})
 		out["frames/"+dir] = w.metric("warden_transfer_frames_total", map[string]string{"direction": dir})

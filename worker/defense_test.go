@@ -366,6 +366,7 @@ func TestMetricsAndShutdown(t *testing.T) {
 		`warden_kv_owner_violations_total 0`,
 		`warden_engine_tokens_total{kind="prefill"} 5`,
 		`warden_worker_requests_total{code="OK",rpc="Generate"} 1`,
+		`warden_worker_requests_in_flight{rpc="Generate"} 0`,
 		`warden_transfer_bytes_total{direction="received"} 0`,
 		`warden_decode_deferred_kv_release_total{outcome="drained"} 0`,
 		"warden_engine_steps_total",

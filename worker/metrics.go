@@ -20,6 +20,7 @@ import (
 // time (snapshotCollector); the rest are observed here.
 type metrics struct {
 	requests        *prometheus.CounterVec
+	inFlight        *prometheus.GaugeVec // rpc
 	transferSeconds *prometheus.HistogramVec // side
 	deferredRelease *prometheus.CounterVec
 	deferredSeconds prometheus.Histogram
@@ -44,6 +45,10 @@ func newMetrics() *metrics {
 			Name: "warden_worker_requests_total",
 			Help: "Control-plane RPCs served, by method and gRPC status code.",
 		}, []string{"rpc", "code"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "warden_worker_requests_in_flight",
+			Help: "Control-plane RPCs being served now, by method (a Generate stream until its handler returns).",
+		}, []string{"rpc"}),
 		transferSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "warden_transfer_duration_seconds",
 			Help: "Verified KV transfers by side: send (prefill: connection open to decode's verdict) " +
@@ -124,7 +129,7 @@ func (m *metrics) register(reg prometheus.Registerer, src sources, gpus promethe
 		ConstLabels: info,
 	})
 	infoGauge.Set(1)
-	for _, c := range []prometheus.Collector{m.requests, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays, m.leases,
+	for _, c := range []prometheus.Collector{m.requests, m.inFlight, m.transferSeconds, m.deferredRelease, m.deferredSeconds, m.aborts, m.drainRelays, m.leases,
 		m.domainEvictions, newSnapshotCollector(src), gpus, infoGauge} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("worker: registering metrics: %w", err)
@@ -161,19 +166,34 @@ func (m *metrics) aborted(stage, cause string) {
 	m.aborts.WithLabelValues(stage, cause).Inc()
 }
 
-// interceptors count every RPC by method and status code.
+// interceptors count every RPC by method and status code, and the RPCs
+// being served by method.
 func (m *metrics) interceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		done := m.serving(info.FullMethod)
 		resp, err := h(ctx, req)
-		m.requests.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Inc()
+		done(err)
 		return resp, err
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		done := m.serving(info.FullMethod)
 		err := h(srv, ss)
-		m.requests.WithLabelValues(methodName(info.FullMethod), status.Code(err).String()).Inc()
+		done(err)
 		return err
 	}
 	return unary, stream
+}
+
+// serving counts an RPC of fullMethod in flight; the function it returns
+// ends it with its handler's error.
+func (m *metrics) serving(fullMethod string) func(error) {
+	rpc := methodName(fullMethod)
+	g := m.inFlight.WithLabelValues(rpc)
+	g.Inc()
+	return func(err error) {
+		m.requests.WithLabelValues(rpc, status.Code(err).String()).Inc()
+		g.Dec()
+	}
 }
 
 // methodName returns the last element of a gRPC full method name.
