@@ -20,7 +20,7 @@ import (
 // time (snapshotCollector); the rest are observed here.
 type metrics struct {
 	requests        *prometheus.CounterVec
-	inFlight        *prometheus.GaugeVec // rpc
+	inFlight        *prometheus.GaugeVec     // rpc
 	transferSeconds *prometheus.HistogramVec // side
 	deferredRelease *prometheus.CounterVec
 	deferredSeconds prometheus.Histogram
