@@ -11,10 +11,17 @@ import (
 // Abort-reuse check: each round the other key sends a long prompt and hangs
 // up at a random point before its first token — while the endpoint is
 // still computing the prompt and moving its KV — and key A at once sends
-// the consistency prompt abortFollowers times. An endpoint that frees the
+// a consistency prompt abortFollowers times. An endpoint that frees the
 // aborted request's memory before its writers stopped, and hands it to
 // the next request, changes A's deterministic answer (or puts the aborted
 // prompt's markers into it).
+//
+// With two keys the consistency prompt is new each round, its answer
+// learnt from key B alone just before the abort: nothing of it is in key
+// A's prefix cache, so every page of A's prompt is computed into memory the
+// endpoint allocates then — the memory an abort would have freed. A
+// repeated prompt would come mostly from A's cache, and only its last,
+// partial page (if any) from freed memory.
 const (
 	// DefaultAbortRounds is how many aborts before the first token the
 	// check lands (it tries abortMaxRounds for them).
@@ -60,6 +67,17 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 	stopped := false
 	var landed, late, same, differ, failed, leaks, round int
 	for ; round < abortMaxRounds(r.cfg.AbortRounds) && landed < r.cfg.AbortRounds && differ+leaks == 0; round++ {
+		follow := consistencyPrompt{mp: b.mp, prompt: b.prompt, answers: b.answers, source: "key A"}
+		if victim != aborter {
+			var err error
+			if follow, err = r.freshConsistency(ctx, c.Name, aborter, round); errors.Is(err, errBudget) || ctx.Err() != nil {
+				stopped = true
+				break
+			} else if err != nil {
+				failed++
+				continue
+			}
+		}
 		// A random point in the middle half of the time to first token.
 		delay := ttft/4 + time.Duration(r.gen.intn(int(ttft/2)+1))
 		mp := r.gen.markedPrompt(r.wordsFor(tokens))
@@ -81,16 +99,16 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 		}
 		for i := range abortFollowers {
 			flabel := fmt.Sprintf("key %s, consistency prompt %d after round %d's abort", victim.label, i+1, round+1)
-			got, found, err := r.send(ctx, victim, c.Name, flabel, chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens}, b.mp)
+			got, found, err := r.send(ctx, victim, c.Name, flabel, chatRequest{Model: r.model, Prompt: follow.prompt, MaxTokens: consistencyMaxTokens}, follow.mp)
 			switch {
 			case err != nil || got.Status != http.StatusOK || !got.Complete:
 				failed++
 				continue
-			case b.answers[got.Text] > 0:
+			case follow.answers[got.Text] > 0:
 				same++
 			default:
 				differ++
-				c.evidence("%s: %q; alone: %q (after [%s])", flabel, got.Text, keys(b.answers), label)
+				c.evidence("%s: %q; alone (%s): %q (after [%s])", flabel, got.Text, follow.source, keys(follow.answers), label)
 			}
 			for _, l := range found {
 				leaks++
@@ -118,4 +136,28 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 		c.Summary = fmt.Sprintf("%d answers right after %d of %s aborts before the first token equal the answer alone", same, landed, who)
 	}
 	return c
+}
+
+// consistencyPrompt is a prompt the abort check follows an abort with, and
+// the answers it got alone from source.
+type consistencyPrompt struct {
+	mp      markedPrompt
+	prompt  string
+	answers map[string]int
+	source  string
+}
+
+// freshConsistency makes round's consistency prompt, as long as the
+// baseline's, and learns its answer from key k alone.
+func (r *run) freshConsistency(ctx context.Context, check string, k *client, round int) (consistencyPrompt, error) {
+	mp := r.gen.markedPrompt(r.wordsFor(consistencyTokens(r.ctxLen)))
+	res, _, err := r.send(ctx, k, check, fmt.Sprintf("key %s, round %d's consistency prompt alone", k.label, round+1),
+		chatRequest{Model: r.model, Prompt: mp.Text, MaxTokens: consistencyMaxTokens}, mp)
+	if err == nil && (res.Status != http.StatusOK || !res.Complete) {
+		err = fmt.Errorf("%d %s", res.Status, res.ErrCode)
+	}
+	if err != nil {
+		return consistencyPrompt{}, fmt.Errorf("round %d's consistency prompt alone: %w", round+1, err)
+	}
+	return consistencyPrompt{mp: mp, prompt: mp.Text, answers: map[string]int{res.Text: 1}, source: "key " + k.label}, nil
 }

@@ -21,7 +21,7 @@ type consistencyBaseline struct {
 // consistencyAlone sends the consistency prompt a few times with key A and
 // nothing else in flight, to learn the endpoint's own nondeterminism.
 func (r *run) consistencyAlone(ctx context.Context) consistencyBaseline {
-	words := r.wordsFor(min(r.ctxLen/4, 1024))
+	words := r.wordsFor(consistencyTokens(r.ctxLen))
 	mp := r.gen.markedPrompt(words)
 	b := consistencyBaseline{mp: mp, prompt: mp.Text, answers: map[string]int{}}
 	for i := range consistencyAloneRuns {
@@ -41,6 +41,10 @@ func (r *run) consistencyAlone(ctx context.Context) consistencyBaseline {
 	}
 	return b
 }
+
+// consistencyTokens is the length of a consistency prompt for a context of
+// ctxLen tokens.
+func consistencyTokens(ctxLen int) int { return min(ctxLen/4, 1024) }
 
 // consistencyLoaded sends the same prompt with key A while the marker test
 // loads the endpoint from every key, and compares with the baseline.

@@ -266,7 +266,11 @@ func planFor(cfg Config) []PlanItem {
 		add("consistency", consistencyAloneRuns+consistencyLoadedRuns, consistencyAloneRuns+consistencyLoadedRuns, "alone, then under the ladder's load")
 		add("usage by admission", 2, 2+bits.Len(uint(8<<20)), "a prompt's length as admission counts it: bisection on max_tokens")
 		if cfg.AbortRounds > 0 {
-			add(nameConsAborts, 1+(1+abortFollowers)*cfg.AbortRounds, 1+(1+abortFollowers)*abortMaxRounds(cfg.AbortRounds),
+			perRound := 1 + abortFollowers
+			if keys > 1 {
+				perRound++ // the round's consistency prompt alone, with key B
+			}
+			add(nameConsAborts, 1+perRound*cfg.AbortRounds, 1+perRound*abortMaxRounds(cfg.AbortRounds),
 				fmt.Sprintf("until %d aborts land before the first token (or a difference)", cfg.AbortRounds))
 		}
 	}

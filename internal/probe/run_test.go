@@ -33,6 +33,13 @@ type fakeEndpoint struct {
 	// context check does when no worker can hold the prompt.
 	context        int
 	noContextCheck bool
+	// reuseAfterAbort: a request aborted in its prefill leaves its memory
+	// owed to a late writer, which changes the answer of the next prompt
+	// computed into it — one its key has not sent before (a repeated
+	// prompt comes from the key's prefix cache).
+	reuseAfterAbort bool
+	owed            bool
+	seen            map[string]bool // key and prompt
 	requests       atomic.Int64
 	ids            atomic.Int64
 	mu             sync.Mutex
@@ -104,11 +111,24 @@ func (f *fakeEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	select { // the prefill
 	case <-time.After(time.Duration(prompt) * 5 * time.Microsecond):
 	case <-r.Context().Done():
+		f.mu.Lock()
+		f.owed = f.owed || f.reuseAfterAbort
+		f.mu.Unlock()
 		return
 	}
 	h := fnv.New64a()
 	h.Write([]byte(text.String()))
 	answer := []string{fmt.Sprintf("w%x", h.Sum64()%9973), fmt.Sprintf("v%x", h.Sum64()%7919)}
+	if f.reuseAfterAbort {
+		f.mu.Lock()
+		if seen := r.Header.Get("Authorization") + "\n" + text.String(); !f.seen[seen] {
+			f.seen[seen] = true
+			if f.owed {
+				answer[1], f.owed = "overwritten", false
+			}
+		}
+		f.mu.Unlock()
+	}
 	if f.noisy {
 		f.mu.Lock()
 		answer = append(answer, fmt.Sprintf("n%d", f.rng.IntN(1000)))
@@ -206,6 +226,23 @@ func TestRunOnANondeterministicEndpoint(t *testing.T) {
 	}
 	if len(rep.Notes) == 0 {
 		t.Error("no note says the endpoint is not deterministic")
+	}
+}
+
+// Memory of an aborted prefill reused while a late writer still writes it
+// changes only what is computed into it: a prompt the key sends for the
+// first time. The abort check is found with fresh consistency prompts,
+// learnt from the other key, where the one repeated prompt (cached after
+// the baseline) would never change.
+func TestRunFindsReuseAfterAbortBehindThePrefixCache(t *testing.T) {
+	rep := probeFake(t, &fakeEndpoint{reuseAfterAbort: true, seen: map[string]bool{}})
+	for _, c := range rep.Checks {
+		if c.Name == nameConsAborts && c.Verdict != VerdictFinding {
+			t.Errorf("%s: %s (%s), want a finding", c.Name, c.Verdict, c.Summary)
+		}
+	}
+	if rep.ExitCode(false) != ExitFinding {
+		t.Errorf("exit %d, want 1", rep.ExitCode(false))
 	}
 }
 
