@@ -257,15 +257,18 @@ func TestRunPD(t *testing.T) {
 }
 
 // TestRunFleet: on two both workers, cache-aware routing sends each later
-// turn to the worker holding its conversation (every later turn hits), and
-// round robin serves the same answers (RunFleet compares them).
+// turn to the worker holding its conversation (every later turn hits),
+// round robin spreads the turns over both, and both serve the same
+// answers (RunFleet compares them). Whether cache-aware routing puts the
+// two conversations on two workers depends on whether their first turns
+// overlap, which the test does not control.
 func TestRunFleet(t *testing.T) {
 	rep, err := RunFleet(context.Background(), FleetOptions{Both: 2, Conversations: 2, Turns: 3, TurnWords: 30, AnswerTokens: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := rep.Aware
-	if a.Requests != 6 || a.Cached == 0 || a.PromptTokens != rep.RoundRob.PromptTokens || len(a.Load) != 2 {
+	if a.Requests != 6 || a.Cached == 0 || a.PromptTokens != rep.RoundRob.PromptTokens || len(rep.RoundRob.Load) != 2 {
 		t.Fatalf("cache-aware tally %+v, round robin %+v", a, rep.RoundRob)
 	}
 	var served int64
