@@ -84,8 +84,8 @@ var conformanceTokenizers = []struct {
 // conformanceCorpusSize is the number of strings compared per real
 // tokenizer file and mode; variantCorpusSize, per variant.
 const (
-	conformanceCorpusSize = 30_000
-	variantCorpusSize     = 10_000
+	conformanceCorpusSize = 20_000
+	variantCorpusSize     = 6_000
 )
 
 // referenceParallel bounds the reference processes running at once (each

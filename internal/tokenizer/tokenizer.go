@@ -11,7 +11,7 @@
 // Compatibility: for the files it accepts, Encode/EncodeSpecial give the IDs
 // Hugging Face tokenizers gives. TestConformance checks this against the
 // Rust library itself (npm `tokenizers`) on the real Llama 3, Qwen3, Llama 2
-// and DeepSeek V3 files over a generated corpus of 30,000 strings.
+// and DeepSeek V3 files over a generated corpus of 20,000 strings.
 // Supported: model BPE (vocab, merges in both spellings, ignore_merges,
 // byte_fallback, unk_token, fuse_unk); added_tokens with their options;
 // normalizers NFC, NFD, NFKC, NFKD, Prepend, Replace (String pattern) and
