@@ -19,7 +19,7 @@ import (
 
 // BenchmarkGatewayOverhead compares one short chat request through the
 // gateway (HTTPS, authentication, tokenization, admission, tenant limits,
-// routing, detokenization, the official OpenAI client) with the same
+// routing, detokenization, a JSON client) with the same
 // generation asked of the worker directly over gRPC, in the same run. The
 // worker is a fake that answers at once, so the ratio bounds what the
 // gateway adds; against a real engine's time per request it is small.
@@ -27,7 +27,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 	tg := startGateway(b, testConfig())
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 4096, nil).start()
 	direct := dialWorker(b, w.addr)
-	client := tg.openai()
+	client := tg.api()
 	ctx := context.Background()
 	prompt := chatPromptTokens(b, tg)
 	params := chatParams(64)
@@ -54,7 +54,7 @@ func BenchmarkGatewayOverhead(b *testing.B) {
 		directTime += time.Since(start)
 
 		start = time.Now()
-		resp, err := client.Chat.Completions.New(ctx, params)
+		resp, err := client.chat(ctx, params)
 		if err != nil || resp.Choices[0].Message.Content != fakeReply {
 			b.Fatalf("%v", err)
 		}
@@ -103,13 +103,13 @@ func BenchmarkTracingOverhead(b *testing.B) {
 	// run serves benchRequests requests at once and returns the completion
 	// tokens and the wall time.
 	run := func(b *testing.B, tg *testGateway, maxTokens int64) (int64, time.Duration) {
-		client := tg.openai()
+		client := tg.api()
 		start := time.Now()
 		var tokens atomic.Int64
 		var wg sync.WaitGroup
 		for range benchRequests {
 			wg.Go(func() {
-				resp, err := client.Chat.Completions.New(context.Background(), realChat(maxTokens))
+				resp, err := client.chat(context.Background(), realChat(maxTokens))
 				if err != nil {
 					b.Error(err)
 					return

@@ -84,7 +84,7 @@ func TestQuarantineLowersTheAdvertisedContext(t *testing.T) {
 	if waited := time.Since(start); waited > cfg.Gateway.Queue.MaxWait/2 {
 		t.Errorf("the 400 came after %s: it waited", waited)
 	}
-	resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+	resp, err := tg.api().chat(context.Background(), chatParams(100))
 	if err != nil || resp.Choices[0].Message.Content != fakeReply {
 		t.Fatalf("a request that fits: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestFailoverToAnotherPrefill(t *testing.T) {
 	dead.kill() // its port now refuses connections
 
 	for i := range 6 {
-		resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+		resp, err := tg.api().chat(context.Background(), chatParams(100))
 		if err != nil {
 			t.Fatalf("request %d after the prefill worker died: %v", i, err)
 		}

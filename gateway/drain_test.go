@@ -27,7 +27,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 			w.holdTokens = make(chan struct{})
 			w.start()
 			waitFor(t, "the gateway to be ready", func() bool { code, _ := tg.get("/readyz"); return code == http.StatusOK })
-			stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+			stream := tg.api().chatStream(context.Background(), chatParams(50))
 			if !stream.Next() {
 				t.Fatalf("no first chunk: %v", stream.Err())
 			}

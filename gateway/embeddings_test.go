@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -61,7 +59,7 @@ func completionTokens(t *testing.T, text string) []int32 {
 	return append([]int32{bos}, ids...)
 }
 
-// TestRealEmbeddings: /v1/embeddings through the official client on a
+// TestRealEmbeddings: /v1/embeddings through the API client on a
 // real worker returns, for strings and token ids, float and base64
 // (the same vectors, bit for bit), the last position's normalised final
 // hidden state of each input matching the float64 reference; usage counts
@@ -75,7 +73,7 @@ func TestRealEmbeddings(t *testing.T) {
 	tg := startGateway(t, cfg)
 	w := startReal(t, workerConfig(t, "both-embed", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
 	ctx := context.Background()
-	client := tg.openai()
+	client := tg.api()
 	texts := []string{"Once upon a time", realPrompt, "a"}
 	var tokens [][]int32
 	var total int64
@@ -84,8 +82,7 @@ func TestRealEmbeddings(t *testing.T) {
 		total += int64(len(tokens[len(tokens)-1]))
 	}
 
-	resp, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "tiny",
-		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts}})
+	resp, err := client.embeddings(ctx, embeddingRequest{Model: "tiny", Input: texts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,9 +104,7 @@ func TestRealEmbeddings(t *testing.T) {
 	for _, ids := range tokens {
 		arrays = append(arrays, toInt64(ids))
 	}
-	b64, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "tiny",
-		Input:          openai.EmbeddingNewParamsInputUnion{OfArrayOfTokenArrays: arrays},
-		EncodingFormat: openai.EmbeddingNewParamsEncodingFormatBase64})
+	b64, err := client.embeddings(ctx, embeddingRequest{Model: "tiny", Input: arrays, EncodingFormat: "base64"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +113,8 @@ func TestRealEmbeddings(t *testing.T) {
 	}
 	for i, d := range b64.Data {
 		var s string
-		if err := json.Unmarshal([]byte(d.JSON.Embedding.Raw()), &s); err != nil {
-			t.Fatalf("base64 data[%d] is not a string: %s", i, d.JSON.Embedding.Raw())
+		if err := json.Unmarshal(d.Raw, &s); err != nil {
+			t.Fatalf("base64 data[%d] is not a string: %s", i, d.Raw)
 		}
 		raw, err := base64.StdEncoding.DecodeString(s)
 		if err != nil || len(raw) != 4*len(floats[i]) {
@@ -132,14 +127,12 @@ func TestRealEmbeddings(t *testing.T) {
 		}
 	}
 	// One array of token ids and one string are one input each.
-	one, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "tiny",
-		Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfTokens: toInt64(tokens[1])}})
+	one, err := client.embeddings(ctx, embeddingRequest{Model: "tiny", Input: toInt64(tokens[1])})
 	if err != nil || len(one.Data) != 1 || !slices.Equal(one.Data[0].Embedding, floats[1]) {
 		t.Fatalf("one token array: %v, %+v", err, one)
 	}
 	// Through an alias: the model it names serves it.
-	single, err := client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "embedder",
-		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String(texts[0])}})
+	single, err := client.embeddings(ctx, embeddingRequest{Model: "embedder", Input: texts[0]})
 	if err != nil || len(single.Data) != 1 || !slices.Equal(single.Data[0].Embedding, floats[0]) ||
 		single.Usage.PromptTokens != int64(len(tokens[0])) || single.Model != "tiny" {
 		t.Fatalf("one string: %v, %+v", err, single)
@@ -208,8 +201,7 @@ func TestRealEmbeddingsPrefillDecode(t *testing.T) {
 	d := startReal(t, workerConfig(t, "decode-embed", config.RoleDecode, config.TransferTCP, reg)).attach(tg)
 	p := startReal(t, workerConfig(t, "prefill-embed", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
 	text := strings.Repeat("a longer input that spans several pages ", 6)
-	resp, err := tg.openai().Embeddings.New(context.Background(), openai.EmbeddingNewParams{Model: "tiny",
-		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String(text)}})
+	resp, err := tg.api().embeddings(context.Background(), embeddingRequest{Model: "tiny", Input: text})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,14 +25,14 @@ import (
 
 const fakeReply = "Hello, wörld 🌍!"
 
-func chatParams(maxTokens int64) openai.ChatCompletionNewParams {
-	p := openai.ChatCompletionNewParams{
+func chatParams(maxTokens int64) chatCompletionRequest {
+	p := chatCompletionRequest{
 		Model:       "tiny",
-		Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")},
-		Temperature: openai.Float(0),
+		Messages:    []chatMessage{userMessage("Say hello.")},
+		Temperature: new(0.0),
 	}
 	if maxTokens > 0 {
-		p.MaxTokens = openai.Int(maxTokens)
+		p.MaxTokens = &maxTokens
 	}
 	return p
 }
@@ -53,12 +51,12 @@ func chatPromptTokens(t testing.TB, tg *testGateway) int64 {
 func TestSingleNodeChatAndCompletion(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil).start()
-	client := tg.openai()
+	client := tg.api()
 	ctx := context.Background()
 	prompt := chatPromptTokens(t, tg)
 	replyTokens := int64(len(fakeReply))
 
-	resp, err := client.Chat.Completions.New(ctx, chatParams(64))
+	resp, err := client.chat(ctx, chatParams(64))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +73,7 @@ func TestSingleNodeChatAndCompletion(t *testing.T) {
 		t.Fatalf("request %+v", s)
 	}
 
-	stream := client.Chat.Completions.NewStreaming(ctx, chatParams(64))
+	stream := client.chatStream(ctx, chatParams(64))
 	var text string
 	for stream.Next() {
 		for _, c := range stream.Current().Choices {
@@ -88,9 +86,8 @@ func TestSingleNodeChatAndCompletion(t *testing.T) {
 
 	// Completions get BOS before the prompt (the preset's config does not
 	// turn add_bos_token off).
-	cresp, err := client.Completions.New(ctx, openai.CompletionNewParams{
-		Model: "tiny", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon")},
-		MaxTokens: openai.Int(5), Temperature: openai.Float(0),
+	cresp, err := client.completions(ctx, completionRequest{
+		Model: "tiny", Prompt: "Once upon", MaxTokens: new(int64(5)), Temperature: new(0.0),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +117,7 @@ func TestPrefillDecodeFlow(t *testing.T) {
 	fab := &fabric{}
 	decode := newFake(tg, controlpb.Role_ROLE_DECODE, 256, fab).start()
 	prefill := newFake(tg, controlpb.Role_ROLE_PREFILL, 256, fab).start()
-	resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+	resp, err := tg.api().chat(context.Background(), chatParams(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +345,7 @@ func TestDefaultMaxTokensCappedByModel(t *testing.T) {
 	cfg.Models[0].MaxOutputTokens = 7
 	tg := startGateway(t, cfg)
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil).start()
-	resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(0))
+	resp, err := tg.api().chat(context.Background(), chatParams(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,14 +362,16 @@ func TestDefaultMaxTokensCappedByModel(t *testing.T) {
 }
 
 // TestSpeculativeReachesWorker: the "speculative" extension field, sent
-// with the official client, reaches the worker's sampling parameters as
-// given (absent stays absent: the worker's setting applies); a
-// non-boolean is a 400 naming it.
+// beside a chat request's OpenAI fields, reaches the worker's sampling
+// parameters as given (absent stays absent: the worker's setting applies);
+// a non-boolean is a 400 naming it.
 func TestSpeculativeReachesWorker(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil).start()
-	for _, opts := range [][]option.RequestOption{nil, {option.WithJSONSet("speculative", true)}, {option.WithJSONSet("speculative", false)}} {
-		resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(5), opts...)
+	for _, extra := range []map[string]any{nil, {"speculative": true}, {"speculative": false}} {
+		params := chatParams(5)
+		params.Extra = extra
+		resp, err := tg.api().chat(context.Background(), params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,9 +396,8 @@ func TestStopStringEndsGeneration(t *testing.T) {
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
 	w.reply = "Hello world. END more text after"
 	w.start()
-	resp, err := tg.openai().Completions.New(context.Background(), openai.CompletionNewParams{
-		Model: "tiny", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("x")},
-		Stop: openai.CompletionNewParamsStopUnion{OfString: openai.String("END")}, MaxTokens: openai.Int(100),
+	resp, err := tg.api().completions(context.Background(), completionRequest{
+		Model: "tiny", Prompt: "x", Stop: "END", MaxTokens: new(int64(100)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -426,12 +424,12 @@ func TestTransientShortageWaitsThenServes(t *testing.T) {
 	newFake(tg, controlpb.Role_ROLE_PREFILL, 64, fab).start()
 	decode.setFree(1) // fits the pool, not the free pages now
 	type result struct {
-		resp *openai.ChatCompletion
+		resp *chatCompletion
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+		resp, err := tg.api().chat(context.Background(), chatParams(100))
 		done <- result{resp, err}
 	}()
 	waitFor(t, "the request to wait in the queue", func() bool { return tg.queue.Len() == 1 })
@@ -469,7 +467,7 @@ func TestRequestViewNamesOnlyPlacedWorkers(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+		_, err := tg.api().chat(context.Background(), chatParams(100))
 		done <- err
 	}()
 	var id string
@@ -495,7 +493,7 @@ func TestRequestViewNamesOnlyPlacedWorkers(t *testing.T) {
 	}
 
 	decode.setFree(64)
-	resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(100))
+	resp, err := tg.api().chat(context.Background(), chatParams(100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +597,7 @@ func TestOwnerViolationMidStreamIsAnErrorEvent(t *testing.T) {
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
 	w.failGenerate = status.Error(codes.Internal, "kv owner violation: page 3 belongs to another request")
 	w.start()
-	stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+	stream := tg.api().chatStream(context.Background(), chatParams(50))
 	var text string
 	for stream.Next() {
 		for _, c := range stream.Current().Choices {
@@ -631,7 +629,7 @@ func TestClientDisconnectAbortsEverywhere(t *testing.T) {
 	decode.start()
 	prefill := newFake(tg, controlpb.Role_ROLE_PREFILL, 64, fab).start()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream := tg.openai().Chat.Completions.NewStreaming(ctx, chatParams(50))
+	stream := tg.api().chatStream(ctx, chatParams(50))
 	if !stream.Next() { // the role chunk: the request is decoding
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
@@ -739,7 +737,7 @@ func TestWorkerLostAbortsItsRequests(t *testing.T) {
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
 	w.holdTokens = make(chan struct{})
 	w.start()
-	stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+	stream := tg.api().chatStream(context.Background(), chatParams(50))
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
@@ -830,7 +828,7 @@ func TestShutdownAbortsInFlight(t *testing.T) {
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
 	w.holdTokens = make(chan struct{})
 	w.start()
-	stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+	stream := tg.api().chatStream(context.Background(), chatParams(50))
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
@@ -859,7 +857,7 @@ func TestDisabledTenantIsAbortedWithCauseQuota(t *testing.T) {
 	w := newFake(tg, controlpb.Role_ROLE_BOTH, 64, nil)
 	w.holdTokens = make(chan struct{})
 	w.start()
-	stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+	stream := tg.api().chatStream(context.Background(), chatParams(50))
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
@@ -898,13 +896,12 @@ func (tg *testGateway) adminSend(method, path, body string) (int, []byte) {
 	return resp.StatusCode, out.Bytes()
 }
 
-// TestModelAliases: with openai-go over HTTPS, a configured alias and
-// one the admin API sets are listed in /v1/models beside their targets
-// (metadata.alias_for) and serve their target's content; "default" is
-// repointed from one model to another while a request to it is in
-// flight, which ends on the old model while the next request gets the
-// new one; per-model limits follow the target; an unknown or deleted
-// alias is 404 model_not_found.
+// TestModelAliases: over HTTPS, a configured alias and one the admin API
+// sets are listed in /v1/models beside their targets (metadata.alias_for)
+// and serve their target's content; "default" is repointed from one model
+// to another while a request to it is in flight, which ends on the old
+// model while the next request gets the new one; per-model limits follow
+// the target; an unknown or deleted alias is 404 model_not_found.
 func TestModelAliases(t *testing.T) {
 	cfg := testConfig()
 	cfg.Models = []config.Model{
@@ -918,33 +915,25 @@ func TestModelAliases(t *testing.T) {
 	large := newFake(tg, controlpb.Role_ROLE_BOTH, 256, nil)
 	large.model, large.assets.Model, large.reply = "big", "big", "Big model here."
 	large.start()
-	client := tg.openai()
+	client := tg.api()
 	ctx := context.Background()
-	ask := func(model string) (*openai.ChatCompletion, error) {
+	ask := func(model string) (*chatCompletion, error) {
 		p := chatParams(64)
 		p.Model = model
-		return client.Chat.Completions.New(ctx, p)
+		return client.chat(ctx, p)
 	}
 
 	if code, body := tg.adminSend(http.MethodPut, "/admin/v1/aliases/default", `{"target": "tiny"}`); code != http.StatusOK ||
 		!strings.Contains(string(body), `"source":"admin"`) {
 		t.Fatalf("PUT alias: %d %s", code, body)
 	}
-	page, err := client.Models.List(ctx)
+	page, err := client.models(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	listed := map[string]string{}
 	for _, m := range page.Data {
-		var meta struct {
-			Metadata struct {
-				AliasFor string `json:"alias_for"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal([]byte(m.RawJSON()), &meta); err != nil {
-			t.Fatal(err)
-		}
-		listed[m.ID] = meta.Metadata.AliasFor
+		listed[m.ID] = m.Metadata.AliasFor
 	}
 	if want := map[string]string{"tiny": "", "big": "", "fast": "tiny", "default": "tiny"}; fmt.Sprint(listed) != fmt.Sprint(want) {
 		t.Fatalf("/v1/models: %v, want %v", listed, want)
@@ -952,7 +941,7 @@ func TestModelAliases(t *testing.T) {
 
 	// A request to default, held in flight on tiny.
 	type answer struct {
-		resp *openai.ChatCompletion
+		resp *chatCompletion
 		err  error
 	}
 	held := make(chan answer, 1)
@@ -984,7 +973,7 @@ func TestModelAliases(t *testing.T) {
 	if r, err := ask("fast"); err != nil || r.Choices[0].Message.Content != fakeReply {
 		t.Fatalf("configured alias: %v %v", r, err)
 	}
-	m, err := client.Models.Get(ctx, "default")
+	m, err := client.model(ctx, "default")
 	if err != nil || !strings.Contains(m.RawJSON(), `"alias_for":"big"`) {
 		t.Fatalf("GET /v1/models/default: %v %v", m, err)
 	}
@@ -995,7 +984,7 @@ func TestModelAliases(t *testing.T) {
 	}
 	_, direct := ask("big")
 	_, viaAlias := ask("default")
-	var de, ae *openai.Error
+	var de, ae *apiError
 	if !errors.As(direct, &de) || !errors.As(viaAlias, &ae) || de.StatusCode != ae.StatusCode || de.Code != ae.Code || de.StatusCode < 400 {
 		t.Fatalf("big closed to acme: direct %v, via the alias %v", direct, viaAlias)
 	}
@@ -1026,7 +1015,7 @@ func TestModelAliases(t *testing.T) {
 	}
 	for _, name := range []string{"default", "nope"} {
 		_, err := ask(name)
-		var e *openai.Error
+		var e *apiError
 		if !errors.As(err, &e) || e.StatusCode != http.StatusNotFound || e.Code != "model_not_found" {
 			t.Errorf("%s: %v, want 404 model_not_found", name, err)
 		}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -22,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
@@ -194,48 +191,30 @@ func httpsClient(t testing.TB) *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// openai returns the official OpenAI client pointed at the gateway.
-func (tg *testGateway) openai() *openai.Client { return tg.openaiAs(tg.key) }
-
-// openaiAs returns the official OpenAI client calling with API key key.
-func (tg *testGateway) openaiAs(key string) *openai.Client {
-	c := openai.NewClient(
-		option.WithBaseURL(tg.base+"/v1/"),
-		option.WithAPIKey(key),
-		option.WithHTTPClient(tg.http),
-		option.WithMaxRetries(0),
-	)
-	return &c
-}
-
 // post sends a JSON body to the API and returns status, headers and body.
 func (tg *testGateway) post(path string, body any) (int, http.Header, []byte) {
 	tg.t.Helper()
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, tg.base+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+tg.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := tg.http.Do(req)
+	return tg.exchange(http.MethodPost, path, body)
+}
+
+// get sends an authenticated GET to the API.
+func (tg *testGateway) get(path string) (int, []byte) {
+	tg.t.Helper()
+	code, _, out := tg.exchange(http.MethodGet, path, nil)
+	return code, out
+}
+
+// exchange sends a request with the gateway's key and returns the answer;
+// it fails the test if none came.
+func (tg *testGateway) exchange(method, path string, body any) (int, http.Header, []byte) {
+	tg.t.Helper()
+	resp, err := tg.api().send(context.Background(), method, path, body, nil)
 	if err != nil {
 		tg.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, out
-}
-
-// get sends an authenticated GET to the API.
-func (tg *testGateway) get(path string) (int, []byte) {
-	tg.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, tg.base+path, nil)
-	req.Header.Set("Authorization", "Bearer "+tg.key)
-	resp, err := tg.http.Do(req)
-	if err != nil {
-		tg.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, out
 }
 
 // admin sends a request to the admin API.

@@ -33,7 +33,7 @@ func TestMetricsExposition(t *testing.T) {
 	d := startReal(t, workerConfig(t, "decode-m", config.RoleDecode, config.TransferTCP, reg), worker.WithRegistry(dReg)).attach(tg)
 	p := startReal(t, workerConfig(t, "prefill-m", config.RolePrefill, config.TransferTCP, reg), worker.WithRegistry(pReg)).attach(tg)
 
-	if _, err := tg.openai().Chat.Completions.New(context.Background(), realChat(8)); err != nil {
+	if _, err := tg.api().chat(context.Background(), realChat(8)); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, body := tg.post("/v1/completions", map[string]any{"model": "tiny", "prompt": strings.Repeat("word ", 3000), "max_tokens": 8}); code != http.StatusBadRequest {
@@ -54,7 +54,7 @@ func TestMetricsExposition(t *testing.T) {
 	hold := func(ctx context.Context) { <-ctx.Done() }
 	tg.hooks.afterReady.Store(&hold)
 	ctx, cancel := context.WithCancel(context.Background())
-	stream := tg.openai().Chat.Completions.NewStreaming(ctx, realChat(32))
+	stream := tg.api().chatStream(ctx, realChat(32))
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -393,18 +391,11 @@ func (c completion) do(ctx context.Context) (res apiResult) {
 		body["stream"] = true
 		body["stream_options"] = map[string]any{"include_usage": true}
 	}
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.tg.base+"/v1/completions", bytes.NewReader(b))
-	if err != nil {
-		res.transport = err
-		return res
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/json")
+	header := http.Header{}
 	if c.clientID != "" {
-		req.Header.Set("X-Client-Request-Id", c.clientID)
+		header.Set("X-Client-Request-Id", c.clientID)
 	}
-	resp, err := c.tg.http.Do(req)
+	resp, err := c.tg.apiAs(c.key).send(ctx, http.MethodPost, "/v1/completions", body, header)
 	if err != nil {
 		res.transport = err
 		return res
@@ -420,29 +411,28 @@ func (c completion) do(ctx context.Context) (res apiResult) {
 		res.parse(raw)
 		return res
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	events := newSSEReader(resp.Body)
 	n := 0
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+	for {
+		data, ok := events.next()
 		if !ok {
-			continue
+			break
 		}
 		if res.sawDone {
 			res.errMsg = "data after [DONE]"
 			return res
 		}
-		if line == "[DONE]" {
+		if string(data) == "[DONE]" {
 			res.sawDone = true
 			continue
 		}
-		res.parse([]byte(line))
+		res.parse(data)
 		n++
 		if c.onChunk != nil {
 			c.onChunk(n)
 		}
 	}
-	res.transport = sc.Err()
+	res.transport = events.err()
 	return res
 }
 
@@ -457,12 +447,7 @@ func (res *apiResult) parse(raw []byte) {
 			PromptTokens     int64 `json:"prompt_tokens"`
 			CompletionTokens int64 `json:"completion_tokens"`
 		} `json:"usage"`
-		Error *struct {
-			Message string  `json:"message"`
-			Type    string  `json:"type"`
-			Param   *string `json:"param"`
-			Code    *string `json:"code"`
-		} `json:"error"`
+		envelope
 	}
 	if err := json.Unmarshal(raw, &v); err != nil {
 		res.errCode, res.errMsg = "unparsable", string(raw)
@@ -477,7 +462,7 @@ func (res *apiResult) parse(raw []byte) {
 	if v.Usage != nil {
 		res.usage = &struct{ PromptTokens, CompletionTokens int64 }{v.Usage.PromptTokens, v.Usage.CompletionTokens}
 	}
-	if e := v.Error; e != nil {
+	if e := v.Error; e.Message != "" || e.Type != "" || e.Param != nil || e.Code != nil {
 		res.errMsg, res.errType, res.errParam, res.errCode = e.Message, e.Type, str(e.Param), str(e.Code)
 		if res.errCode == "" {
 			res.errCode = e.Type

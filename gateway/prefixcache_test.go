@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/api"
@@ -79,7 +77,7 @@ func TestPrefixRoutingFollowsTheCache(t *testing.T) {
 	w2 := startReal(t, workerConfig(t, "both-2", config.RoleBoth, config.TransferTCP, reg)).attach(tg)
 	ask := func(key string) int64 {
 		t.Helper()
-		resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
+		resp := tg.greedyChat(key, []chatMessage{userMessage(content)}, maxTokens)
 		if got := resp.Choices[0].Message.Content; got != ref.text {
 			t.Fatalf("answer %q, reference %q", got, ref.text)
 		}
@@ -162,7 +160,7 @@ func TestConversationsFollowTheirPrefix(t *testing.T) {
 		answer         string
 		prompt, cached int64
 	}
-	say := func(key string, msgs []openai.ChatCompletionMessageParamUnion) turn {
+	say := func(key string, msgs []chatMessage) turn {
 		t.Helper()
 		resp := tg.greedyChat(key, msgs, maxTokens)
 		return turn{resp.Choices[0].Message.Content, resp.Usage.PromptTokens, resp.Usage.PromptTokensDetails.CachedTokens}
@@ -172,11 +170,11 @@ func TestConversationsFollowTheirPrefix(t *testing.T) {
 	var prompt, cached int64
 	for _, tenantID := range []string{"alpha", "beta", "nocache"} {
 		for conv, topic := range topics {
-			var msgs []openai.ChatCompletionMessageParamUnion
+			var msgs []chatMessage
 			holder := ""
 			var turnsOf []turn
 			for k := range turns {
-				msgs = append(msgs, openai.UserMessage(strings.Repeat(topic, 6/(1+k))))
+				msgs = append(msgs, userMessage(strings.Repeat(topic, 6/(1+k))))
 				var done func()
 				if holder != "" && tenantID != "nocache" {
 					// The holder looks busier: the registry alone would
@@ -207,7 +205,7 @@ func TestConversationsFollowTheirPrefix(t *testing.T) {
 				}
 				holder = w
 				turnsOf = append(turnsOf, tr)
-				msgs = append(msgs, openai.AssistantMessage(tr.answer))
+				msgs = append(msgs, assistantMessage(tr.answer))
 			}
 			got[tenantID] = append(got[tenantID], turnsOf)
 		}
@@ -232,10 +230,10 @@ func TestConversationsFollowTheirPrefix(t *testing.T) {
 // greedyChat sends msgs to model tiny with API key key, at temperature 0
 // for at most maxTokens, and returns the answer; it fails the test on an
 // error.
-func (tg *testGateway) greedyChat(key string, msgs []openai.ChatCompletionMessageParamUnion, maxTokens int64) *openai.ChatCompletion {
+func (tg *testGateway) greedyChat(key string, msgs []chatMessage, maxTokens int64) *chatCompletion {
 	tg.t.Helper()
-	resp, err := tg.openaiAs(key).Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model: "tiny", Messages: msgs, MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+	resp, err := tg.apiAs(key).chat(context.Background(), chatCompletionRequest{
+		Model: "tiny", Messages: msgs, MaxTokens: &maxTokens, Temperature: new(0.0),
 	})
 	if err != nil {
 		tg.t.Fatal(err)
@@ -271,12 +269,12 @@ func TestPrefixCacheOnPD(t *testing.T) {
 	if hit == 0 {
 		t.Fatalf("the prompt (%d tokens) fills no page", ref.prompt)
 	}
-	c := tg.openaiAs(key)
-	params := openai.ChatCompletionNewParams{
-		Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
-		MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+	c := tg.apiAs(key)
+	params := chatCompletionRequest{
+		Model: "tiny", Messages: []chatMessage{userMessage(content)},
+		MaxTokens: new(int64(maxTokens)), Temperature: new(0.0),
 	}
-	check := func(what, text string, u openai.CompletionUsage, wantCached int64) {
+	check := func(what, text string, u completionUsage, wantCached int64) {
 		t.Helper()
 		if text != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
 			t.Fatalf("%s: answer %q usage %d+%d, reference %q %d+%d", what, text, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)
@@ -286,16 +284,16 @@ func TestPrefixCacheOnPD(t *testing.T) {
 		}
 	}
 	for i, want := range []int64{0, hit} {
-		resp, err := c.Chat.Completions.New(ctx, params)
+		resp, err := c.chat(ctx, params)
 		if err != nil {
 			t.Fatal(err)
 		}
 		check(fmt.Sprintf("request %d", i+1), resp.Choices[0].Message.Content, resp.Usage, want)
 	}
-	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	stream := c.Chat.Completions.NewStreaming(ctx, params)
+	params.StreamOptions = &streamOptions{IncludeUsage: true}
+	stream := c.chatStream(ctx, params)
 	var text string
-	var usage openai.CompletionUsage
+	var usage completionUsage
 	for stream.Next() {
 		ch := stream.Current()
 		for _, c := range ch.Choices {
@@ -344,9 +342,9 @@ func TestPrefixIndexOnEveryGateway(t *testing.T) {
 	})
 	ctx := context.Background()
 	for i, tg := range []*testGateway{tg1, tg2} {
-		resp, err := tg.openai().Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-			Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)},
-			MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+		resp, err := tg.api().chat(ctx, chatCompletionRequest{
+			Model: "tiny", Messages: []chatMessage{userMessage(content)},
+			MaxTokens: new(int64(maxTokens)), Temperature: new(0.0),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -521,7 +519,7 @@ func TestDeleteEvictsTheTenantsCache(t *testing.T) {
 // and usage against ref and the reported cached_tokens against wantCached.
 func askCached(t *testing.T, tg *testGateway, key, content string, maxTokens int64, ref reference, wantCached int64) {
 	t.Helper()
-	resp := tg.greedyChat(key, []openai.ChatCompletionMessageParamUnion{openai.UserMessage(content)}, maxTokens)
+	resp := tg.greedyChat(key, []chatMessage{userMessage(content)}, maxTokens)
 	u := resp.Usage
 	if got := resp.Choices[0].Message.Content; got != ref.text || u.PromptTokens != ref.prompt || u.CompletionTokens != ref.completion {
 		t.Fatalf("answer %q usage %d+%d, reference %q %d+%d", got, u.PromptTokens, u.CompletionTokens, ref.text, ref.prompt, ref.completion)

@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/tokenizer"
@@ -109,10 +106,10 @@ func checkVLLMPrompt(t *testing.T, tok *tokenizer.Tokenizer, got vllmPromptLogpr
 	}
 }
 
-// TestRealPromptLogprobs: through the gateway with the official OpenAI
-// client, on a single worker and on a P/D pair (the prefill worker
-// computes them), the prompt's logprobs equal the reference worker's raw
-// logprobs of each prompt token given the tokens before it:
+// TestRealPromptLogprobs: through the gateway with the API client, on a
+// single worker and on a P/D pair (the prefill worker computes them), the
+// prompt's logprobs equal the reference worker's raw logprobs of each
+// prompt token given the tokens before it:
 //   - completions with echo and logprobs 3: the prompt's tokens first
 //     (null logprob and top_logprobs for the first), then the
 //     completion's, text_offset indexing the echoed text, streaming
@@ -136,10 +133,10 @@ func TestRealPromptLogprobs(t *testing.T) {
 	refChat := promptRef(ref, chat)
 
 	check := func(t *testing.T, tg *testGateway) {
-		client := tg.openai()
-		params := openai.CompletionNewParams{Model: "tiny", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(text)},
-			MaxTokens: openai.Int(5), Temperature: openai.Float(0), Echo: openai.Bool(true), Logprobs: openai.Int(3)}
-		resp, err := client.Completions.New(context.Background(), params)
+		client := tg.api()
+		params := completionRequest{Model: "tiny", Prompt: text,
+			MaxTokens: new(int64(5)), Temperature: new(0.0), Echo: new(true), Logprobs: new(int64(3))}
+		resp, err := client.completions(context.Background(), params)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +171,7 @@ func TestRealPromptLogprobs(t *testing.T) {
 			if c.Logprobs.TokenLogprobs[i] != r.GetLogprob() {
 				t.Fatalf("echo token %d: logprob %v, reference %v", i, c.Logprobs.TokenLogprobs[i], r.GetLogprob())
 			}
-			// (The client drops top_logprobs holding a null: read the body.)
+			// (top_logprobs hold a null, which the typed client leaves out: read the body.)
 			top := raw.Choices[0].Logprobs.TopLogprobs[i]
 			for j := range 3 {
 				alt, _, _ := tokenText(tok, r.GetTopIds()[j])
@@ -188,8 +185,8 @@ func TestRealPromptLogprobs(t *testing.T) {
 		}
 
 		// Streaming: the first chunk is the prompt with its logprobs.
-		stream := client.Completions.NewStreaming(context.Background(), params)
-		var chunks []openai.Completion
+		stream := client.completionsStream(context.Background(), params)
+		var chunks []completionResponse
 		for stream.Next() {
 			chunks = append(chunks, stream.Current())
 		}
@@ -212,9 +209,8 @@ func TestRealPromptLogprobs(t *testing.T) {
 		}
 
 		// vLLM's prompt_logprobs, on completions (per choice) and chat.
-		resp, err = client.Completions.New(context.Background(), openai.CompletionNewParams{Model: "tiny",
-			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(text)}, MaxTokens: openai.Int(2), Temperature: openai.Float(0)},
-			option.WithJSONSet("prompt_logprobs", 2))
+		resp, err = client.completions(context.Background(), completionRequest{Model: "tiny",
+			Prompt: text, MaxTokens: new(int64(2)), Temperature: new(0.0), Extra: map[string]any{"prompt_logprobs": 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,10 +226,9 @@ func TestRealPromptLogprobs(t *testing.T) {
 
 		// n = 2: one prefill; every choice carries the prompt's logprobs,
 		// vLLM's and the echo's.
-		resp, err = client.Completions.New(context.Background(), openai.CompletionNewParams{Model: "tiny",
-			Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(text)}, MaxTokens: openai.Int(3), Temperature: openai.Float(1),
-			Seed: openai.Int(4), N: openai.Int(2), Echo: openai.Bool(true), Logprobs: openai.Int(1)},
-			option.WithJSONSet("prompt_logprobs", 2))
+		resp, err = client.completions(context.Background(), completionRequest{Model: "tiny",
+			Prompt: text, MaxTokens: new(int64(3)), Temperature: new(1.0),
+			Seed: new(int64(4)), N: new(int64(2)), Echo: new(true), Logprobs: new(int64(1)), Extra: map[string]any{"prompt_logprobs": 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,19 +256,22 @@ func TestRealPromptLogprobs(t *testing.T) {
 				}
 			}
 		}
-		chatResp, err := client.Chat.Completions.New(context.Background(), realChat(2), option.WithJSONSet("prompt_logprobs", 2))
+		chatReq := realChat(2)
+		chatReq.Extra = map[string]any{"prompt_logprobs": 2}
+		chatResp, err := client.chat(context.Background(), chatReq)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var ch struct {
 			PromptLogprobs vllmPromptLogprobs `json:"prompt_logprobs"`
+			Choices        []json.RawMessage  `json:"choices"`
 		}
 		if err := json.Unmarshal([]byte(chatResp.RawJSON()), &ch); err != nil {
 			t.Fatal(err)
 		}
 		checkVLLMPrompt(t, tok, ch.PromptLogprobs, chat, refChat, 2)
-		if strings.Contains(chatResp.Choices[0].RawJSON(), "prompt_logprobs") {
-			t.Fatalf("chat's prompt_logprobs belong to the response, not the choice: %s", chatResp.Choices[0].RawJSON())
+		if strings.Contains(string(ch.Choices[0]), "prompt_logprobs") {
+			t.Fatalf("chat's prompt_logprobs belong to the response, not the choice: %s", ch.Choices[0])
 		}
 	}
 

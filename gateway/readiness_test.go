@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
-
 	"github.com/warden-ai/warden/gateway/internal/lifecycle"
 	"github.com/warden-ai/warden/internal/controlpb"
 )
@@ -90,7 +88,7 @@ func TestStartingGatewayNotReady(t *testing.T) {
 	starting("only a prefill worker registered")
 	decode := newFake(tg, controlpb.Role_ROLE_DECODE, 256, fab).start()
 	waitFor(t, "/readyz 200 once both roles registered", func() bool { code, _ := tg.get("/readyz"); return code == http.StatusOK })
-	resp, err := tg.openai().Chat.Completions.New(context.Background(), chatParams(50))
+	resp, err := tg.api().chat(context.Background(), chatParams(50))
 	if err != nil || len(resp.Choices) != 1 || resp.Choices[0].Message.Content != decode.reply {
 		t.Fatalf("served request: %+v, %v; want %q", resp, err, decode.reply)
 	}
@@ -144,12 +142,12 @@ func TestShutdownDelayKeepsServing(t *testing.T) {
 				}
 			}
 			tg.hooks.afterReady.Store(&hold)
-			stream := tg.openai().Chat.Completions.NewStreaming(context.Background(), chatParams(50))
+			stream := tg.api().chatStream(context.Background(), chatParams(50))
 			if !stream.Next() {
 				t.Fatalf("no first chunk: %v", stream.Err())
 			}
 			var text strings.Builder
-			collect := func(c openai.ChatCompletionChunk) {
+			collect := func(c chatChunk) {
 				if len(c.Choices) > 0 {
 					text.WriteString(c.Choices[0].Delta.Content)
 				}
@@ -264,7 +262,7 @@ func postWith(t *testing.T, c *http.Client, tg *testGateway, body []byte) (code 
 // chatContent is the first choice's message content of a chat response.
 func chatContent(t *testing.T, body []byte) string {
 	t.Helper()
-	var resp openai.ChatCompletion
+	var resp chatCompletion
 	if err := json.Unmarshal(body, &resp); err != nil || len(resp.Choices) == 0 {
 		return ""
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/openai/openai-go/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -235,21 +234,21 @@ func chatTokens(t *testing.T, content string) []int32 {
 
 const realPrompt = "Tell me a story about a tiny model."
 
-func realChat(maxTokens int64) openai.ChatCompletionNewParams {
-	return openai.ChatCompletionNewParams{
+func realChat(maxTokens int64) chatCompletionRequest {
+	return chatCompletionRequest{
 		Model:       "tiny",
-		Messages:    []openai.ChatCompletionMessageParamUnion{openai.UserMessage(realPrompt)},
-		MaxTokens:   openai.Int(maxTokens),
-		Temperature: openai.Float(0),
+		Messages:    []chatMessage{userMessage(realPrompt)},
+		MaxTokens:   &maxTokens,
+		Temperature: new(0.0),
 	}
 }
 
-// checkChat runs realChat non-streaming and streaming through the official
+// checkChat runs realChat non-streaming and streaming through the API
 // client and compares both with the reference.
 func checkChat(t *testing.T, tg *testGateway, ref reference, maxTokens int64) {
 	t.Helper()
-	client := tg.openai()
-	resp, err := client.Chat.Completions.New(context.Background(), realChat(maxTokens))
+	client := tg.api()
+	resp, err := client.chat(context.Background(), realChat(maxTokens))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,10 +260,10 @@ func checkChat(t *testing.T, tg *testGateway, ref reference, maxTokens int64) {
 		t.Fatalf("usage %d/%d, reference %d/%d", resp.Usage.PromptTokens, resp.Usage.CompletionTokens, ref.prompt, ref.completion)
 	}
 	params := realChat(maxTokens)
-	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	stream := client.Chat.Completions.NewStreaming(context.Background(), params)
+	params.StreamOptions = &streamOptions{IncludeUsage: true}
+	stream := client.chatStream(context.Background(), params)
 	var text, finish string
-	var usage openai.CompletionUsage
+	var usage completionUsage
 	for stream.Next() {
 		ch := stream.Current()
 		for _, c := range ch.Choices {
@@ -304,10 +303,9 @@ func TestRealWorkersMatchReference(t *testing.T) {
 		tg := startGateway(t, testConfig())
 		w := startReal(t, workerConfig(t, "both-1", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
 		checkChat(t, tg, ref, maxTokens)
-		client := tg.openai()
-		resp, err := client.Completions.New(context.Background(), openai.CompletionNewParams{
-			Model: "tiny", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("Once upon a time")},
-			MaxTokens: openai.Int(12), Temperature: openai.Float(0),
+		client := tg.api()
+		resp, err := client.completions(context.Background(), completionRequest{
+			Model: "tiny", Prompt: "Once upon a time", MaxTokens: new(int64(12)), Temperature: new(0.0),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -345,7 +343,7 @@ func TestRealClientDisconnectFreesEverything(t *testing.T) {
 	hold := func(ctx context.Context) { <-ctx.Done() }
 	tg.hooks.afterReady.Store(&hold)
 	ctx, cancel := context.WithCancel(context.Background())
-	stream := tg.openai().Chat.Completions.NewStreaming(ctx, realChat(64))
+	stream := tg.api().chatStream(ctx, realChat(64))
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
@@ -388,8 +386,8 @@ func TestRealWorkerKilledAndBack(t *testing.T) {
 	// its KV (Generate open, Prefill not sent yet).
 	kill := func(context.Context) { d.kill() }
 	tg.hooks.beforePrefill.Store(&kill)
-	_, err := tg.openai().Chat.Completions.New(context.Background(), realChat(16))
-	var apiErr *openai.Error
+	_, err := tg.api().chat(context.Background(), realChat(16))
+	var apiErr *apiError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || !strings.Contains(apiErr.Message, "retry") {
 		t.Fatalf("request on a killed worker: %v", err)
 	}
@@ -427,21 +425,21 @@ func TestRealPrefillDecodeChoices(t *testing.T) {
 	d := startReal(t, workerConfig(t, "decode-n", config.RoleDecode, config.TransferTCP, reg)).attach(tg)
 	p := startReal(t, workerConfig(t, "prefill-n", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
 	ctx := context.Background()
-	client := tg.openai()
+	client := tg.api()
 	const seed = 5
 	params := realChat(12)
-	params.Temperature, params.Seed, params.Logprobs, params.TopLogprobs = openai.Float(1), openai.Int(seed), openai.Bool(true), openai.Int(2)
-	params.N = openai.Int(3)
-	resp, err := client.Chat.Completions.New(ctx, params)
+	params.Temperature, params.Seed, params.Logprobs, params.TopLogprobs = new(1.0), new(int64(seed)), new(true), new(int64(2))
+	params.N = new(int64(3))
+	resp, err := client.chat(ctx, params)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var completion int64
 	single := params
-	single.N = openai.Int(1)
+	single.N = new(int64(1))
 	for k := range 3 {
-		single.Seed = openai.Int(int64(engine.ChoiceSeed(seed, k)))
-		alone, err := client.Chat.Completions.New(ctx, single)
+		single.Seed = new(int64(engine.ChoiceSeed(seed, k)))
+		alone, err := client.chat(ctx, single)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,9 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/worker/engine"
@@ -22,7 +19,7 @@ func hasRepeat(ids []int32) bool {
 }
 
 // TestRealSamplingControls: the sampling controls travel from the
-// official client through the gateway to real workers, alone and as
+// API client through the gateway to real workers, alone and as
 // prefill and decode (whose first token the prefill worker samples with
 // the same penalties and bias): the text equals a worker called directly
 // with the same parameters; logit_bias forces a token; a frequency
@@ -66,13 +63,13 @@ func TestRealSamplingControls(t *testing.T) {
 				startReal(t, workerConfig(t, "prefill-s", config.RolePrefill, config.TransferTCP, reg)).attach(tg)
 			}
 			ctx := context.Background()
-			client := tg.openai()
+			client := tg.api()
 
 			params := realChat(n)
-			params.Temperature, params.TopP, params.Seed = openai.Float(0.8), openai.Float(0.95), openai.Int(7)
-			params.PresencePenalty, params.FrequencyPenalty = openai.Float(0.5), openai.Float(1.5)
-			resp, err := client.Chat.Completions.New(ctx, params,
-				option.WithJSONSet("top_k", 30), option.WithJSONSet("min_p", 0.01), option.WithJSONSet("repetition_penalty", 1.3))
+			params.Temperature, params.TopP, params.Seed = new(0.8), new(0.95), new(int64(7))
+			params.PresencePenalty, params.FrequencyPenalty = new(0.5), new(1.5)
+			params.Extra = map[string]any{"top_k": 30, "min_p": 0.01, "repetition_penalty": 1.3}
+			resp, err := client.chat(ctx, params)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,15 +79,16 @@ func TestRealSamplingControls(t *testing.T) {
 
 			// n = 2: each choice is the single request with its seed, the
 			// penalties reading the choice's own output.
-			params.N = openai.Int(2)
-			two, err := client.Chat.Completions.New(ctx, params, option.WithJSONSet("repetition_penalty", 1.3))
+			params.N = new(int64(2))
+			params.Extra = map[string]any{"repetition_penalty": 1.3}
+			two, err := client.chat(ctx, params)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for k := range 2 {
 				one := params
-				one.N, one.Seed = openai.Int(1), openai.Int(int64(engine.ChoiceSeed(7, k)))
-				alone, err := client.Chat.Completions.New(ctx, one, option.WithJSONSet("repetition_penalty", 1.3))
+				one.N, one.Seed = new(int64(1)), new(int64(engine.ChoiceSeed(7, k)))
+				alone, err := client.chat(ctx, one) // with repetition_penalty 1.3
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -100,8 +98,8 @@ func TestRealSamplingControls(t *testing.T) {
 			}
 
 			params = realChat(long)
-			params.FrequencyPenalty, params.PresencePenalty = openai.Float(2), openai.Float(2)
-			resp, err = client.Chat.Completions.New(ctx, params)
+			params.FrequencyPenalty, params.PresencePenalty = new(2.0), new(2.0)
+			resp, err = client.chat(ctx, params)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,9 +108,9 @@ func TestRealSamplingControls(t *testing.T) {
 			}
 
 			params = realChat(6)
-			params.Temperature = openai.Float(1)
+			params.Temperature = new(1.0)
 			params.LogitBias = map[string]int64{strconv.Itoa(int(forced[0])): 100}
-			resp, err = client.Chat.Completions.New(ctx, params)
+			resp, err = client.chat(ctx, params)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -121,8 +119,8 @@ func TestRealSamplingControls(t *testing.T) {
 			}
 
 			params.LogitBias = map[string]int64{strconv.Itoa(ref.tok.VocabSize()): 5}
-			_, err = client.Chat.Completions.New(ctx, params)
-			var apiErr *openai.Error
+			_, err = client.chat(ctx, params)
+			var apiErr *apiError
 			if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "logit_bias" {
 				t.Fatalf("logit_bias outside the vocabulary: %v", err)
 			}

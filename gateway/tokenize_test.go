@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openai/openai-go/v3"
-
 	"github.com/warden-ai/warden/config"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
@@ -47,7 +45,7 @@ func TestRealTokenize(t *testing.T) {
 	startReal(t, workerConfig(t, "both-tok", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
 	ref := newRefWorker(t, 64)
 	ctx := context.Background()
-	client := tg.openai()
+	client := tg.api()
 
 	// Chat: the template's rendering, as the generation prefills it.
 	code, chat, raw := tokenizeCall(t, tg, "/tokenize", map[string]any{"model": "tiny",
@@ -55,7 +53,7 @@ func TestRealTokenize(t *testing.T) {
 	if code != 200 || !slices.Equal(chat.Tokens, chatTokens(t, realPrompt)) || chat.Count != len(chat.Tokens) || chat.MaxModelLen != 2048 {
 		t.Fatalf("tokenize chat: %d %s", code, raw)
 	}
-	resp, err := client.Chat.Completions.New(ctx, realChat(8))
+	resp, err := client.chat(ctx, realChat(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +82,8 @@ func TestRealTokenize(t *testing.T) {
 	if code != 200 || !slices.Equal(comp.Tokens, append([]int32{bos}, plain...)) {
 		t.Fatalf("tokenize prompt: %d %s", code, raw)
 	}
-	cresp, err := client.Completions.New(ctx, openai.CompletionNewParams{Model: "tiny",
-		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String(text)}, MaxTokens: openai.Int(6), Temperature: openai.Float(0)})
+	cresp, err := client.completions(ctx, completionRequest{Model: "tiny",
+		Prompt: text, MaxTokens: new(int64(6)), Temperature: new(0.0)})
 	if err != nil {
 		t.Fatal(err)
 	}

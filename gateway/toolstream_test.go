@@ -6,10 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/responses"
-	"github.com/openai/openai-go/v3/shared"
-
 	"github.com/warden-ai/warden/internal/controlpb"
 )
 
@@ -57,27 +53,24 @@ func tokenizerConfigWith(t testing.TB, template string) []byte {
 	return raw
 }
 
-func toolParams() openai.ChatCompletionNewParams {
-	fn := func(name string) openai.ChatCompletionToolUnionParam {
-		return openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{Name: name, Parameters: shared.FunctionParameters{"type": "object"}})
-	}
-	return openai.ChatCompletionNewParams{Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather?")},
-		Tools: []openai.ChatCompletionToolUnionParam{fn("get_weather"), fn("add")}, MaxTokens: openai.Int(256),
-		Temperature: openai.Float(0), Seed: openai.Int(7)}
+func toolParams() chatCompletionRequest {
+	fn := func(name string) chatTool { return functionTool(name, map[string]any{"type": "object"}) }
+	return chatCompletionRequest{Model: "tiny", Messages: []chatMessage{userMessage("Weather?")},
+		Tools: []chatTool{fn("get_weather"), fn("add")}, MaxTokens: new(int64(256)),
+		Temperature: new(0.0), Seed: new(int64(7))}
 }
 
-// TestToolCallsStream: with openai-go, a streamed chat completion carries
-// the text before the calls without any of their markup, each call's
-// first delta (index, ID, name) before its arguments, the arguments in
-// several fragments as the tokens arrive, and reassembles into the
-// non-streamed answer.
+// TestToolCallsStream: a streamed chat completion carries the text before
+// the calls without any of their markup, each call's first delta (index,
+// ID, name) before its arguments, the arguments in several fragments as
+// the tokens arrive, and reassembles into the non-streamed answer.
 func TestToolCallsStream(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	hermesToolsWorker(t, tg)
-	client := tg.openai()
+	client := tg.api()
 	ctx := context.Background()
 
-	resp, err := client.Chat.Completions.New(ctx, toolParams())
+	resp, err := client.chat(ctx, toolParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +83,12 @@ func TestToolCallsStream(t *testing.T) {
 		t.Fatalf("non-streamed answer: %s", resp.RawJSON())
 	}
 
-	stream := client.Chat.Completions.NewStreaming(ctx, toolParams())
-	var acc openai.ChatCompletionAccumulator
+	stream := client.chatStream(ctx, toolParams())
+	var acc chatAccumulator
 	fragments := map[int64]int{} // argument deltas of each call
 	for stream.Next() {
 		chunk := stream.Current()
-		acc.AddChunk(chunk)
+		acc.add(chunk)
 		for _, c := range chunk.Choices {
 			if strings.Contains(c.Delta.Content, "<") {
 				t.Errorf("content delta %q leaks markup", c.Delta.Content)
@@ -104,11 +97,11 @@ func TestToolCallsStream(t *testing.T) {
 				switch {
 				case d.ID != "":
 					if d.Index != int64(len(fragments)) || d.Function.Name == "" || d.Function.Arguments != "" {
-						t.Errorf("first delta of a call: %s", d.RawJSON())
+						t.Errorf("first delta of a call: %+v", d)
 					}
 					fragments[d.Index] = 0
 				case d.Index != int64(len(fragments)-1) || d.Function.Name != "":
-					t.Errorf("argument delta out of order: %s", d.RawJSON())
+					t.Errorf("argument delta out of order: %+v", d)
 				default:
 					fragments[d.Index]++
 				}
@@ -143,24 +136,24 @@ func TestToolCallsStream(t *testing.T) {
 func TestResponsesToolCallsStream(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	hermesToolsWorker(t, tg)
-	client := tg.openai()
+	client := tg.api()
 	ctx := context.Background()
-	params := responses.ResponseNewParams{Model: "tiny", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather?")},
-		Tools: []responses.ToolUnionParam{responses.ToolParamOfFunction("get_weather", map[string]any{"type": "object"}, false),
-			responses.ToolParamOfFunction("add", map[string]any{"type": "object"}, false)},
-		Temperature: openai.Float(0)}
-	items := func(out []responses.ResponseOutputItemUnion) (text string, calls []toolCallOut) {
+	params := responseRequest{Model: "tiny", Input: "Weather?",
+		Tools: []responseTool{responseFunction("get_weather", map[string]any{"type": "object"}),
+			responseFunction("add", map[string]any{"type": "object"})},
+		Temperature: new(0.0)}
+	items := func(out []responseItem) (text string, calls []toolCallOut) {
 		for _, it := range out {
 			switch it.Type {
 			case "message":
 				text += it.Content[0].Text
 			case "function_call":
-				calls = append(calls, toolCallOut{it.Name, it.Arguments.OfString})
+				calls = append(calls, toolCallOut{it.Name, it.Arguments})
 			}
 		}
 		return text, calls
 	}
-	resp, err := client.Responses.New(ctx, params)
+	resp, err := client.createResponse(ctx, params)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +161,12 @@ func TestResponsesToolCallsStream(t *testing.T) {
 		t.Fatalf("non-streamed response: %s", resp.RawJSON())
 	}
 
-	stream := client.Responses.NewStreaming(ctx, params)
+	stream := client.responseStream(ctx, params)
 	args := map[string]string{}
 	deltas := map[string]int{}
 	var opened []string // function_call items, in order
-	var final responses.Response
+	var final responseObject
+	var finalJSON string
 	for stream.Next() {
 		ev := stream.Current()
 		switch ev.Type {
@@ -182,7 +176,7 @@ func TestResponsesToolCallsStream(t *testing.T) {
 			}
 		case "response.output_item.added":
 			if ev.Item.Type == "function_call" {
-				if ev.Item.Name == "" || ev.Item.Arguments.OfString != "" {
+				if ev.Item.Name == "" || ev.Item.Arguments != "" {
 					t.Errorf("added function_call item: %s", ev.RawJSON())
 				}
 				opened = append(opened, ev.Item.ID)
@@ -198,18 +192,18 @@ func TestResponsesToolCallsStream(t *testing.T) {
 				t.Errorf("arguments deltas %q, done %q", args[ev.ItemID], ev.Arguments)
 			}
 		case "response.output_item.done":
-			if ev.Item.Type == "function_call" && ev.Item.Arguments.OfString != args[ev.Item.ID] {
+			if ev.Item.Type == "function_call" && ev.Item.Arguments != args[ev.Item.ID] {
 				t.Errorf("done item %s, deltas %q", ev.RawJSON(), args[ev.Item.ID])
 			}
 		case "response.completed":
-			final = ev.Response
+			final, finalJSON = ev.Response, ev.RawJSON()
 		}
 	}
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
 	if text, calls := items(final.Output); text != "Let me check." || !equalCalls(calls, toolReplyCalls) || len(opened) != 2 {
-		t.Fatalf("streamed response: %s", final.RawJSON())
+		t.Fatalf("streamed response: %s", finalJSON)
 	}
 	for i, id := range opened {
 		if deltas[id] < len(toolReplyCalls[i].Arguments)/3 {
@@ -244,19 +238,19 @@ func thinkingWorker(t *testing.T, tg *testGateway) {
 	w.start()
 }
 
-// TestReasoningContent: with openai-go, a reasoning model's thinking is
-// reasoning_content, apart from the content and the tool calls parsed
-// after it, in the non-streamed answer, in the stream's deltas (whose
-// cuts fall inside the tags) and as the Responses API's reasoning item;
+// TestReasoningContent: a reasoning model's thinking is reasoning_content,
+// apart from the content and the tool calls parsed after it, in the
+// non-streamed answer, in the stream's deltas (whose cuts fall inside the
+// tags) and as the Responses API's reasoning item;
 // chat_template_kwargs.enable_thinking reaches the template.
 func TestReasoningContent(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	thinkingWorker(t, tg)
-	client := tg.openai()
+	client := tg.api()
 	ctx := context.Background()
 	const thought = "Weather first, then the sum: ü."
 
-	resp, err := client.Chat.Completions.New(ctx, toolParams())
+	resp, err := client.chat(ctx, toolParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,19 +259,19 @@ func TestReasoningContent(t *testing.T) {
 	for _, c := range m.ToolCalls {
 		calls = append(calls, toolCallOut{c.Function.Name, c.Function.Arguments})
 	}
-	if reasoningOf(t, m.RawJSON()) != thought || m.Content != "Let me check." || !equalCalls(calls, toolReplyCalls) {
+	if m.ReasoningContent != thought || m.Content != "Let me check." || !equalCalls(calls, toolReplyCalls) {
 		t.Fatalf("non-streamed answer: %s", resp.RawJSON())
 	}
 
-	stream := client.Chat.Completions.NewStreaming(ctx, toolParams())
-	var acc openai.ChatCompletionAccumulator
+	stream := client.chatStream(ctx, toolParams())
+	var acc chatAccumulator
 	var reasoning strings.Builder
 	deltas := 0
 	for stream.Next() {
 		chunk := stream.Current()
-		acc.AddChunk(chunk)
+		acc.add(chunk)
 		for _, c := range chunk.Choices {
-			if r := reasoningOf(t, c.Delta.RawJSON()); r != "" {
+			if r := c.Delta.ReasoningContent; r != "" {
 				reasoning.WriteString(r)
 				deltas++
 			}
@@ -297,41 +291,29 @@ func TestReasoningContent(t *testing.T) {
 		t.Fatalf("streamed: reasoning %q in %d deltas, content %q, calls %+v", reasoning.String(), deltas, acc.Choices[0].Message.Content, calls)
 	}
 
-	r, err := client.Responses.New(ctx, responses.ResponseNewParams{Model: "tiny", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("Weather?")}})
+	r, err := client.createResponse(ctx, responseRequest{Model: "tiny", Input: "Weather?"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Output[0].Type != "reasoning" || r.Output[0].AsReasoning().Content[0].Text != thought || r.OutputText() != toolReply {
+	if r.Output[0].Type != "reasoning" || r.Output[0].Content[0].Text != thought || r.outputText() != toolReply {
 		t.Fatalf("response: %s", r.RawJSON())
 	}
 
 	// enable_thinking false renders the empty thinking into the prompt.
 	on := toolParams()
 	off := toolParams()
-	off.SetExtraFields(map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}})
-	a, err := client.Chat.Completions.New(ctx, on)
+	off.Extra = map[string]any{"chat_template_kwargs": map[string]any{"enable_thinking": false}}
+	a, err := client.chat(ctx, on)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := client.Chat.Completions.New(ctx, off)
+	b, err := client.chat(ctx, off)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.Usage.PromptTokens <= a.Usage.PromptTokens {
 		t.Errorf("enable_thinking false: %d prompt tokens, default %d", b.Usage.PromptTokens, a.Usage.PromptTokens)
 	}
-}
-
-// reasoningOf is the reasoning_content of a message or delta's JSON.
-func reasoningOf(t *testing.T, raw string) string {
-	t.Helper()
-	var m struct {
-		ReasoningContent string `json:"reasoning_content"`
-	}
-	if err := json.Unmarshal([]byte(raw), &m); err != nil {
-		t.Fatal(err)
-	}
-	return m.ReasoningContent
 }
 
 // TestReasoningStartsInThinking: a DeepSeek-R1 distill's template opens
@@ -349,21 +331,21 @@ func TestReasoningStartsInThinking(t *testing.T) {
 		return tg
 	}
 	tg := r1("Okay, so 2+2 </thin is 4.\n</think>\n\nFour.")
-	resp, err := tg.openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "tiny",
-		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")}})
+	resp, err := tg.api().chat(context.Background(), chatCompletionRequest{Model: "tiny",
+		Messages: []chatMessage{userMessage("2+2?")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := resp.Choices[0].Message; reasoningOf(t, m.RawJSON()) != "Okay, so 2+2 </thin is 4." || m.Content != "Four." {
+	if m := resp.Choices[0].Message; m.ReasoningContent != "Okay, so 2+2 </thin is 4." || m.Content != "Four." {
 		t.Fatalf("answer: %s", resp.RawJSON())
 	}
-	resp, err = r1(`{"answer": 4}`).openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{Model: "tiny",
-		Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("2+2?")},
-		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}})
+	resp, err = r1(`{"answer": 4}`).api().chat(context.Background(), chatCompletionRequest{Model: "tiny",
+		Messages:       []chatMessage{userMessage("2+2?")},
+		ResponseFormat: &responseFormat{Type: "json_object"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := resp.Choices[0].Message; reasoningOf(t, m.RawJSON()) != "" || m.Content != `{"answer": 4}` {
+	if m := resp.Choices[0].Message; m.ReasoningContent != "" || m.Content != `{"answer": 4}` {
 		t.Fatalf("structured answer: %s", resp.RawJSON())
 	}
 }
@@ -395,9 +377,9 @@ func TestMistralToolCalls(t *testing.T) {
 			w.assets.TokenizerConfigJson = tokenizerConfigWith(t, mistralTemplate)
 			w.reply = reply
 			w.start()
-			client := tg.openai()
+			client := tg.api()
 			ctx := context.Background()
-			resp, err := client.Chat.Completions.New(ctx, toolParams())
+			resp, err := client.chat(ctx, toolParams())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -412,10 +394,10 @@ func TestMistralToolCalls(t *testing.T) {
 			if m.Content != "Let me check." || resp.Choices[0].FinishReason != "tool_calls" || !equalCalls(calls, toolReplyCalls) {
 				t.Fatalf("non-streamed: %s", resp.RawJSON())
 			}
-			stream := client.Chat.Completions.NewStreaming(ctx, toolParams())
-			var acc openai.ChatCompletionAccumulator
+			stream := client.chatStream(ctx, toolParams())
+			var acc chatAccumulator
 			for stream.Next() {
-				acc.AddChunk(stream.Current())
+				acc.add(stream.Current())
 			}
 			if err := stream.Err(); err != nil {
 				t.Fatal(err)
@@ -433,11 +415,10 @@ func TestMistralToolCalls(t *testing.T) {
 			for _, id := range []string{m.ToolCalls[0].ID, "call_abc123_0"} {
 				next := toolParams()
 				next.Messages = append(next.Messages,
-					openai.ChatCompletionMessageParamUnion{OfAssistant: &openai.ChatCompletionAssistantMessageParam{
-						ToolCalls: []openai.ChatCompletionMessageToolCallUnionParam{{OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-							ID: id, Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: "get_weather", Arguments: `{"city": "Bern"}`}}}}}},
-					openai.ToolMessage("sunny", id))
-				if _, err := client.Chat.Completions.New(ctx, next); err != nil {
+					chatMessage{Role: "assistant", ToolCalls: []toolCall{{ID: id, Type: "function",
+						Function: functionCall{Name: "get_weather", Arguments: `{"city": "Bern"}`}}}},
+					toolMessage("sunny", id))
+				if _, err := client.chat(ctx, next); err != nil {
 					t.Errorf("next turn with call ID %q: %v", id, err)
 				}
 			}

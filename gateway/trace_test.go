@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/openai/openai-go/v3"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -251,7 +250,7 @@ func TestTraceFollowsRequest(t *testing.T) {
 	hold := func(ctx context.Context) { <-ctx.Done() }
 	tg.hooks.afterReady.Store(&hold)
 	ctx, cancel := context.WithCancel(context.Background())
-	stream := tg.openai().Chat.Completions.NewStreaming(ctx, realChat(64))
+	stream := tg.api().chatStream(ctx, realChat(64))
 	if !stream.Next() {
 		t.Fatalf("no first chunk: %v", stream.Err())
 	}
@@ -375,14 +374,14 @@ func TestVerifiedTransferOutlivesTheRequest(t *testing.T) {
 		worker.WithTracerProvider(tr.provider("warden-prefill"))).attach(tg)
 
 	type answer struct {
-		resp *openai.ChatCompletion
+		resp *chatCompletion
 		err  error
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		resp, err := tg.openai().Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-			Model: "tiny", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(realPrompt)},
-			MaxTokens: openai.Int(maxTokens), Temperature: openai.Float(0),
+		resp, err := tg.api().chat(context.Background(), chatCompletionRequest{
+			Model: "tiny", Messages: []chatMessage{userMessage(realPrompt)},
+			MaxTokens: new(int64(maxTokens)), Temperature: new(0.0),
 		})
 		answered <- answer{resp, err}
 	}()
