@@ -40,10 +40,10 @@ type fakeEndpoint struct {
 	reuseAfterAbort bool
 	owed            bool
 	seen            map[string]bool // key and prompt
-	requests       atomic.Int64
-	ids            atomic.Int64
-	mu             sync.Mutex
-	rng            *rand.Rand
+	requests        atomic.Int64
+	ids             atomic.Int64
+	mu              sync.Mutex
+	rng             *rand.Rand
 }
 
 const fakeContext = 2048
