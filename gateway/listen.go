@@ -112,8 +112,9 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 	if g.probe != nil {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}))
-		g.probe.SetReady(g.Ready)
+		// Ready last: a probe that sees /readyz 200 finds the API served.
 		g.probe.Handle(mux)
+		g.probe.SetReady(g.Ready)
 	}
 	return nil
 }

@@ -32,7 +32,10 @@
 #    against llama.cpp's Q8_0).
 #
 # Environment: REPS (default 3), PROMPT (512), DECODE (32), THREADS ("1 2"),
-# FORMATS ("f32 f16 bf16 q8_0"), LLAMA_CPP_SRC (unset).
+# FORMATS ("f32 f16 bf16 q8_0"; FILE:DTYPE, e.g. bf16:f16, runs warden on
+# FILE's GGUF converted at load to DTYPE, `warden bench engine --dtype`,
+# as a worker with worker.dtype, and llama.cpp on the same file),
+# LLAMA_CPP_SRC (unset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +67,7 @@ if [[ -n ${LLAMA_CPP_SRC:-} ]]; then
 fi
 
 for f in $formats; do
+	f=${f%%:*}
 	src=$f
 	[[ $f == q8_0 ]] && src=f32
 	if [[ ! -f $work/small-$src/config.json ]]; then
@@ -79,10 +83,10 @@ done
 # median prints the median of its arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-# warden_run GGUF THREADS QUANTIZE: "prefill_tps decode_tps ids" (ids comma-separated).
+# warden_run GGUF THREADS QUANTIZE DTYPE: "prefill_tps decode_tps ids" (ids comma-separated).
 warden_run() {
 	"$work/warden" bench engine --model-dir "$1" --threads "$2" --prompt "$prompt" --decode "$decode" \
-		--batch 2 --quantize "$3" --bandwidth-bytes $((64 << 20)) |
+		--batch 2 --quantize "$3" --dtype "$4" --bandwidth-bytes $((64 << 20)) |
 		awk -F'|' '/^\| prefill /{split($3,a," "); p=a[1]}
 			/^\| decode, batch 1 /{split($3,a," "); d=a[1]}
 			/^\| greedy ids/{ids=$3; gsub(/^ +| +$/,"",ids); gsub(/ +/,",",ids)}
@@ -107,7 +111,9 @@ llama_bench_run() {
 
 printf '| file | threads | warden prefill t/s | llama.cpp prefill t/s | ratio | warden decode t/s | llama.cpp decode t/s | ratio | greedy ids equal |\n'
 printf '|---|---|---|---|---|---|---|---|---|\n'
-for f in $formats; do
+for row in $formats; do
+	f=${row%%:*} dtype=auto
+	[[ $row == *:* ]] && dtype=${row#*:}
 	quant=file
 	[[ $f == q8_0 ]] && quant=q8
 	gguf=$work/small-$f.gguf
@@ -115,7 +121,7 @@ for f in $formats; do
 		wp=() wd=() lp=() ld=()
 		same=yes
 		for ((r = 0; r < reps; r++)); do
-			read -r p d wids < <(warden_run "$gguf" "$threads" "$quant")
+			read -r p d wids < <(warden_run "$gguf" "$threads" "$quant" "$dtype")
 			wp+=("$p") wd+=("$d")
 			if [[ -n $llama_bench ]]; then
 				# The ids once per row, from the same llama.cpp release.
@@ -125,12 +131,12 @@ for f in $formats; do
 				read -r p d lids < <(llama_run "$gguf" "$threads")
 			fi
 			lp+=("$p") ld+=("$d")
-			log "$f t$threads rep $r: prefill warden ${wp[-1]} llama.cpp ${lp[-1]}; decode warden ${wd[-1]} llama.cpp ${ld[-1]}"
-			log "$f t$threads rep $r: warden ids $wids; llama.cpp ids $lids"
+			log "$row t$threads rep $r: prefill warden ${wp[-1]} llama.cpp ${lp[-1]}; decode warden ${wd[-1]} llama.cpp ${ld[-1]}"
+			log "$row t$threads rep $r: warden ids $wids; llama.cpp ids $lids"
 			[[ $wids == "$lids" ]] || same=no
 		done
 		mwp=$(median "${wp[@]}") mwd=$(median "${wd[@]}") mlp=$(median "${lp[@]}") mld=$(median "${ld[@]}")
-		awk -v n="$f" -v t="$threads" -v a="$mwp" -v b="$mlp" -v c="$mwd" -v d="$mld" -v s="$same" \
+		awk -v n="$row" -v t="$threads" -v a="$mwp" -v b="$mlp" -v c="$mwd" -v d="$mld" -v s="$same" \
 			'BEGIN {printf "| %s | %d | %.1f | %.1f | %.2f× | %.2f | %.2f | %.2f× | %s |\n", n, t, a, b, a/b, c, d, c/d, s}'
 	done
 done

@@ -64,8 +64,9 @@ func (w *Worker) run(ctx context.Context) error {
 		}
 	}
 	if w.probe != nil {
-		w.probe.SetReady(w.ready)
+		// Ready last: a probe that sees /readyz 200 finds /metrics served.
 		w.probe.Handle(w.metricsHandler())
+		w.probe.SetReady(w.ready)
 		serving.Go(func() {
 			if err := w.probe.Err(); err != nil {
 				failed <- fmt.Errorf("worker: metrics server: %w", err)

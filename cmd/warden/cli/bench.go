@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -138,14 +139,14 @@ func runBenchTenants(ctx context.Context, e *env, args []string) error {
 }
 
 func runBenchEngine(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench engine", "bench engine [--model-dir DIR] [--dtype f32|f16|bf16] [--quantize q8] [--threads N] [--prompt N] [--decode N] [--batch N]")
+	fs := newFlags(e, "bench engine", "bench engine [--model-dir DIR] [--dtype auto|f32|f16|bf16] [--quantize q8] [--threads N] [--prompt N] [--decode N] [--batch N]")
 	dir := fs.String("model-dir", "", "model directory (default: the small preset, generated into the user cache on first use)")
 	threads := fs.Int("threads", goruntime.NumCPU(), "compute threads")
 	promptTokens := fs.Int("prompt", 512, "prefill prompt length")
 	decode := fs.Int("decode", 32, "tokens generated per decode sequence")
 	batch := fs.Int("batch", 8, "larger decode batch")
 	bw := fs.Int("bandwidth-bytes", 512<<20, "buffer size of the memory bandwidth probe")
-	dtype := fs.String("dtype", "f32", "element type of the generated small preset (without --model-dir): f32, f16 or bf16")
+	dtype := fs.String("dtype", "auto", "element type to compute with: f32, f16 or bf16 (with --model-dir the file's matrices are converted at load, as worker.dtype; without, the small preset is generated in it); auto keeps the file's (f32 for the preset)")
 	quantize := fs.String("quantize", string(config.WeightsFile), "q8 quantizes the weights at load; file keeps the file's type")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -153,18 +154,24 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 	if *quantize != string(config.WeightsFile) && *quantize != string(config.WeightsQ8) {
 		return fmt.Errorf("bench engine: --quantize %q: want file or q8", *quantize)
 	}
-	if *dir == "" {
+	var convert model.DType // at load: a --model-dir converted to --dtype
+	if *dtype != string(config.DTypeAuto) {
 		dt, err := model.ParseDType(*dtype)
 		if err != nil {
+			return fmt.Errorf("bench engine: --dtype: %w", err)
+		}
+		convert = dt
+	}
+	if *dir == "" {
+		var err error
+		if *dir, err = cachedPreset(e, model.PresetSmall, cmp.Or(convert, model.F32)); err != nil {
 			return err
 		}
-		if *dir, err = cachedPreset(e, model.PresetSmall, dt); err != nil {
-			return err
-		}
+		convert = ""
 	}
 	var rep runtime.BenchReport
 	err := withRuntime(ctx, runtime.Options{
-		ModelDir: *dir, Threads: *threads, PageTokens: 16, Quantize: *quantize == string(config.WeightsQ8),
+		ModelDir: *dir, Threads: *threads, PageTokens: 16, Quantize: *quantize == string(config.WeightsQ8), DType: convert,
 		KVBytes:     int64(*batch+1) * int64(*promptTokens+*decode+16) * 1 << 17,
 		ChunkTokens: *promptTokens, MaxBatch: max(*batch, 1),
 	}, func(rt *runtime.Runtime) (err error) {
