@@ -67,7 +67,7 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 	stopped := false
 	var landed, late, same, differ, failed, leaks, round int
 	for ; round < abortMaxRounds(r.cfg.AbortRounds) && landed < r.cfg.AbortRounds && differ+leaks == 0; round++ {
-		follow := consistencyPrompt{mp: b.mp, prompt: b.prompt, answers: b.answers, source: "key A"}
+		follow := consistencyPrompt{mp: b.mp, prompt: b.prompt, answers: b.answers, source: "key " + victim.label}
 		if victim != aborter {
 			var err error
 			if follow, err = r.freshConsistency(ctx, c.Name, aborter, round); errors.Is(err, errBudget) || ctx.Err() != nil {
