@@ -67,7 +67,7 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 	stopped := false
 	var landed, late, same, differ, failed, leaks, round int
 	for ; round < abortMaxRounds(r.cfg.AbortRounds) && landed < r.cfg.AbortRounds && differ+leaks == 0; round++ {
-		follow := consistencyPrompt{mp: b.mp, prompt: b.prompt, answers: b.answers, source: "key " + victim.label}
+		follow := b.consistencyPrompt
 		if victim != aborter {
 			var err error
 			if follow, err = r.freshConsistency(ctx, c.Name, aborter, round); errors.Is(err, errBudget) || ctx.Err() != nil {
@@ -99,7 +99,7 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 		}
 		for i := range abortFollowers {
 			flabel := fmt.Sprintf("key %s, consistency prompt %d after round %d's abort", victim.label, i+1, round+1)
-			got, found, err := r.send(ctx, victim, c.Name, flabel, chatRequest{Model: r.model, Prompt: follow.prompt, MaxTokens: consistencyMaxTokens}, follow.mp)
+			got, found, err := r.send(ctx, victim, c.Name, flabel, chatRequest{Model: r.model, Prompt: follow.mp.Text, MaxTokens: consistencyMaxTokens}, follow.mp)
 			switch {
 			case err != nil || got.Status != http.StatusOK || !got.Complete:
 				failed++
@@ -138,15 +138,6 @@ func (r *run) abortReuse(ctx context.Context, b consistencyBaseline) Check {
 	return c
 }
 
-// consistencyPrompt is a prompt the abort check follows an abort with, and
-// the answers it got alone from source.
-type consistencyPrompt struct {
-	mp      markedPrompt
-	prompt  string
-	answers map[string]int
-	source  string
-}
-
 // freshConsistency makes round's consistency prompt, as long as the
 // baseline's, and learns its answer from key k alone.
 func (r *run) freshConsistency(ctx context.Context, check string, k *client, round int) (consistencyPrompt, error) {
@@ -159,5 +150,5 @@ func (r *run) freshConsistency(ctx context.Context, check string, k *client, rou
 	if err != nil {
 		return consistencyPrompt{}, fmt.Errorf("round %d's consistency prompt alone: %w", round+1, err)
 	}
-	return consistencyPrompt{mp: mp, prompt: mp.Text, answers: map[string]int{res.Text: 1}, source: "key " + k.label}, nil
+	return consistencyPrompt{mp: mp, answers: map[string]int{res.Text: 1}, source: "key " + k.label}, nil
 }

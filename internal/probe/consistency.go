@@ -6,11 +6,17 @@ import (
 	"net/http"
 )
 
+// consistencyPrompt is a consistency prompt and the answers it got alone
+// from source (a key's label).
+type consistencyPrompt struct {
+	mp      markedPrompt
+	answers map[string]int
+	source  string
+}
+
 // consistencyBaseline is what the consistency prompt gives alone.
 type consistencyBaseline struct {
-	mp      markedPrompt
-	prompt  string
-	answers map[string]int
+	consistencyPrompt
 	// err says why the checks that need the baseline cannot run; needs
 	// what they would take.
 	err, needs string
@@ -23,10 +29,10 @@ type consistencyBaseline struct {
 func (r *run) consistencyAlone(ctx context.Context) consistencyBaseline {
 	words := r.wordsFor(consistencyTokens(r.ctxLen))
 	mp := r.gen.markedPrompt(words)
-	b := consistencyBaseline{mp: mp, prompt: mp.Text, answers: map[string]int{}}
+	b := consistencyBaseline{consistencyPrompt: consistencyPrompt{mp: mp, answers: map[string]int{}, source: "key " + r.clients[0].label}}
 	for i := range consistencyAloneRuns {
 		res, _, err := r.send(ctx, r.clients[0], nameConsLoaded, fmt.Sprintf("key A, consistency prompt alone %d", i+1),
-			chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens}, mp)
+			chatRequest{Model: r.model, Prompt: b.mp.Text, MaxTokens: consistencyMaxTokens}, mp)
 		if err != nil || res.Status != http.StatusOK || !res.Complete {
 			b.err = fmt.Sprintf("baseline request: %v %d %s", err, res.Status, res.ErrCode)
 			b.needs = "an endpoint that answers the consistency prompt"
@@ -57,7 +63,7 @@ func (r *run) consistencyLoaded(ctx context.Context, b consistencyBaseline) Chec
 	var same, differ, failed int
 	for i := range consistencyLoadedRuns {
 		res, _, err := r.send(ctx, r.clients[0], c.Name, fmt.Sprintf("key A, consistency prompt under load %d", i+1),
-			chatRequest{Model: r.model, Prompt: b.prompt, MaxTokens: consistencyMaxTokens}, b.mp)
+			chatRequest{Model: r.model, Prompt: b.mp.Text, MaxTokens: consistencyMaxTokens}, b.mp)
 		switch {
 		case err != nil || res.Status != http.StatusOK || !res.Complete:
 			failed++
