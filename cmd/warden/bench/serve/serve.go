@@ -204,6 +204,12 @@ func send(ctx context.Context, o *Options, e Endpoint, prompt string, maxTokens 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	// A server may close an idle keep-alive connection just as a request
+	// goes out on it (llama-server does, between a client's requests); the
+	// request never reached the server, and without this the transport
+	// does not resend a POST and the run counts a failure the server never
+	// saw. The nil value marks the request replayable and is not sent.
+	req.Header["X-Idempotency-Key"] = nil
 	if e.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+e.APIKey)
 	}

@@ -211,3 +211,61 @@ func TestThroughputCountsTheSendingWindow(t *testing.T) {
 		t.Errorf("drained throughput %v tokens/s, want 3.25 (13 tokens in 4 s)", got)
 	}
 }
+
+// oneRequestPerConn serves h for the first request on each connection
+// and closes the connection on the second without an answer, as a server
+// does that drops a keep-alive connection while the next request is on
+// its way.
+type oneRequestPerConn struct {
+	h http.Handler
+
+	mu      sync.Mutex
+	seen    map[string]bool
+	dropped int
+}
+
+func (o *oneRequestPerConn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	again := o.seen[r.RemoteAddr]
+	o.seen[r.RemoteAddr] = true
+	if again {
+		o.dropped++
+	}
+	o.mu.Unlock()
+	if !again {
+		o.h.ServeHTTP(w, r)
+		return
+	}
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+// TestRequestOnADroppedConnectionIsSentAgain: a request that went out on
+// a keep-alive connection the server then closed without answering never
+// reached the server's handler; the bench sends it again on a new
+// connection instead of counting a failure the server never saw.
+func TestRequestOnADroppedConnectionIsSentAgain(t *testing.T) {
+	f := &fakeEndpoint{}
+	srv := &oneRequestPerConn{h: f, seen: map[string]bool{}}
+	s := httptest.NewServer(srv)
+	defer s.Close()
+	rep, err := Run(t.Context(), Options{
+		Endpoints: []Endpoint{{Name: "a", URL: s.URL, Model: "m"}},
+		Clients:   2, Duration: 300 * time.Millisecond, Round: 300 * time.Millisecond,
+		PromptWords: Range{5, 9}, OutputTokens: Range{2, 4}, Seed: 3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Results[0]
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.dropped == 0 {
+		t.Fatalf("no request went out on a reused connection in %d requests", r.Requests)
+	}
+	if r.Failed() != 0 || r.Requests != f.n {
+		t.Errorf("%d of %d requests failed (%v); the server dropped %d and answered %d", r.Failed(), r.Requests, r.Errors, srv.dropped, f.n)
+	}
+}
