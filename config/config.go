@@ -497,6 +497,12 @@ type Worker struct {
 	// PrefillChunkTokens is how many prompt tokens one prefill step
 	// processes. Default 512.
 	PrefillChunkTokens int `yaml:"prefill_chunk_tokens"`
+	// PrefillChunkTokensDecoding bounds the prompt tokens of a step that
+	// also decodes running sequences: each of them waits for the whole
+	// step, so this bounds their inter-token latency while arriving
+	// prompts are prefilled; PrefillChunkTokens applies to a step with
+	// nothing to decode. Default 128.
+	PrefillChunkTokensDecoding int `yaml:"prefill_chunk_tokens_decoding"`
 	// PrefillOrder is which prompts get a step's prefill_chunk_tokens
 	// first. Default shortest_first.
 	PrefillOrder PrefillOrder `yaml:"prefill_order"`

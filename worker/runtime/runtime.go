@@ -51,6 +51,9 @@ type Options struct {
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
+	// DecodingChunk is the prefill chunk of a step that also decodes
+	// (engine.Config.DecodingChunkTokens).
+	DecodingChunk int
 	// ArrivalOrder gives the prefill chunk budget in admission order
 	// rather than shortest first (engine.Config.ArrivalOrder).
 	ArrivalOrder bool
@@ -179,13 +182,14 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}
 	eng, err := engine.New(engine.Config{
-		PageTokens:   opt.PageTokens,
-		ChunkTokens:  opt.ChunkTokens,
-		MaxBatch:     opt.MaxBatch,
-		ArrivalOrder: opt.ArrivalOrder,
-		EOS:          m.EOSTokenIDs(),
-		VocabSize:    m.Config.VocabSize,
-		Speculation:  opt.Speculation,
+		PageTokens:          opt.PageTokens,
+		ChunkTokens:         opt.ChunkTokens,
+		DecodingChunkTokens: opt.DecodingChunk,
+		MaxBatch:            opt.MaxBatch,
+		ArrivalOrder:        opt.ArrivalOrder,
+		EOS:                 m.EOSTokenIDs(),
+		VocabSize:           m.Config.VocabSize,
+		Speculation:         opt.Speculation,
 	}, be, pool, opt.Logger)
 	if err != nil {
 		return nil, err
