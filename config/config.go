@@ -500,7 +500,9 @@ type Worker struct {
 	// PrefillChunkTokensDecoding bounds the prompt tokens of a step that
 	// also decodes running sequences: each of them waits for the whole
 	// step, so this bounds their inter-token latency while arriving
-	// prompts are prefilled; PrefillChunkTokens applies to a step with
+	// prompts are prefilled; such a step still takes a quarter of the
+	// prompt tokens waiting when that is more (up to PrefillChunkTokens),
+	// so a backlog clears. PrefillChunkTokens applies to a step with
 	// nothing to decode. Default 128.
 	PrefillChunkTokensDecoding int `yaml:"prefill_chunk_tokens_decoding"`
 	// PrefillOrder is which prompts get a step's prefill_chunk_tokens

@@ -51,7 +51,9 @@ type Config struct {
 	ChunkTokens int
 	// DecodingChunkTokens, if in (0, ChunkTokens), bounds the prompt
 	// tokens of a step that also decodes: every decoding sequence waits
-	// for the whole step, so it bounds their inter-token latency.
+	// for the whole step, so it bounds their inter-token latency. Such a
+	// step still takes a quarter of the prompt tokens waiting when that is
+	// more (up to ChunkTokens), so a backlog of prompts clears.
 	DecodingChunkTokens int
 	// ArrivalOrder gives ChunkTokens to prompts in admission order; by
 	// default the shortest left to compute go first (step).
@@ -575,6 +577,10 @@ func (e *Engine) preempt(s *sequence) bool {
 	return true
 }
 
+// backlogSteps: a step that decodes prefills at least this fraction of
+// the prompt tokens waiting (step).
+const backlogSteps = 4
+
 // fcfsEvery: one step in fcfsEvery gives the chunk budget in admission
 // order rather than shortest first (step).
 const fcfsEvery = 4
@@ -617,8 +623,15 @@ func (e *Engine) step(ctx context.Context) {
 	budget := e.cfg.ChunkTokens
 	// A step that decodes holds back every decoding sequence's next token
 	// for its whole length: a smaller budget bounds inter-token latency.
+	// It still takes a backlogSteps-th of the prompt tokens waiting, so
+	// that prompts arriving faster than the small budget prefills them
+	// do not queue without bound (their first token matters too).
 	if len(e.batch) > 0 && e.cfg.DecodingChunkTokens > 0 {
-		budget = min(budget, e.cfg.DecodingChunkTokens)
+		backlog := 0
+		for _, s := range e.prefilling {
+			backlog += len(s.req.Prompt) - s.pos
+		}
+		budget = min(budget, max(e.cfg.DecodingChunkTokens, backlog/backlogSteps))
 	}
 	for _, s := range e.prefilling {
 		if budget == 0 {

@@ -894,9 +894,10 @@ func (b *chunkRecorder) Forward(ctx context.Context, batch []engine.Chunk) error
 }
 
 // TestDecodingStepsTakeTheSmallerChunk: a prompt arriving while another
-// sequence decodes is prefilled DecodingChunkTokens at a time, beside
-// that sequence's tokens; a prompt with nothing decoding beside it gets
-// ChunkTokens. The tokens are the unchunked run's.
+// sequence decodes is prefilled beside that sequence's tokens,
+// DecodingChunkTokens at a time or a quarter of what is left when that
+// is more; a prompt with nothing decoding beside it gets ChunkTokens. The
+// tokens are the unchunked run's.
 func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 	const chunk, decoding, promptA, promptB = 64, 8, 40, 100
 	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1})
@@ -924,6 +925,7 @@ func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 		t.Fatalf("first step %v, want a's whole %d-token prompt (nothing decodes beside it)", first, promptA)
 	}
 	var mixed, prefilled int
+	left := promptB
 	for i, step := range rec.steps {
 		var decodes, prompt int
 		for _, c := range step {
@@ -934,15 +936,16 @@ func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 				prompt += c.len
 			}
 		}
-		if decodes > 0 && prompt > decoding {
-			t.Errorf("step %d decodes and prefills %d prompt tokens, more than %d: %v", i, prompt, decoding, step)
+		if want := min(left, max(decoding, left/4)); decodes > 0 && prompt > 0 && prompt != want {
+			t.Errorf("step %d decodes and prefills %d prompt tokens of the %d left, want %d: %v", i, prompt, left, want, step)
 		}
 		if decodes > 0 && prompt > 0 {
 			mixed++
 		}
 		prefilled += prompt
+		left -= prompt
 	}
-	if prefilled != promptB || mixed < promptB/decoding {
-		t.Fatalf("b's prompt: %d tokens prefilled, %d steps beside a's decode; want %d in at least %d", prefilled, mixed, promptB, promptB/decoding)
+	if prefilled != promptB || mixed < 5 {
+		t.Fatalf("b's prompt: %d tokens prefilled, %d steps beside a's decode; want %d in at least 5", prefilled, mixed, promptB)
 	}
 }
