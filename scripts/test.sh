@@ -13,7 +13,7 @@
 # $HOME/.cache/warden-test. The Helm chart is linted and rendered with
 # Helm's Go SDK (a module in go.mod): no helm binary is built.
 # Every phase prints its duration: on a 2-core machine about 7 minutes
-# with warm caches and 15.5 to 16.5 with --fresh (README, "Tests"). The
+# with warm caches and 13 to 16.5 with --fresh, by machine (README, "Tests"). The
 # suite runs against a Redis server of its own (unless
 # $WARDEN_TEST_REDIS_ADDR names one), stopped at the end; it stops no
 # process it did not start. Concurrency-heavy packages run under the race
