@@ -12,7 +12,7 @@
 # packages and Node 22 (for the client libraries) into
 # $HOME/.cache/warden-test. The Helm chart is linted and rendered with
 # Helm's Go SDK (a module in go.mod): no helm binary is built.
-# Every phase prints its duration: on a 2-core machine about 7 minutes
+# Every phase prints its duration: on a 2-core machine 6.5 to 7 minutes
 # with warm caches and 13 to 16.5 with --fresh, by machine (README, "Tests"). The
 # suite runs against a Redis server of its own (unless
 # $WARDEN_TEST_REDIS_ADDR names one), stopped at the end; it stops no
