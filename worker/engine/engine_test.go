@@ -870,9 +870,11 @@ func TestStatsCountArrivalsDuringAStepAsRunning(t *testing.T) {
 	}
 }
 
-// chunkRecorder records each step's chunks: tenant, first position, length.
+// chunkRecorder records each step's chunks: tenant, first position,
+// length. If hold is set, the first step it matches waits for its release.
 type chunkRecorder struct {
 	engine.Backend
+	hold  *hold
 	mu    sync.Mutex
 	steps [][]recordedChunk
 }
@@ -888,8 +890,22 @@ func (b *chunkRecorder) Forward(ctx context.Context, batch []engine.Chunk) error
 		step = append(step, recordedChunk{c.Owner.Tenant, c.Start, len(c.Tokens)})
 	}
 	b.mu.Lock()
+	h := b.hold
+	if h != nil && h.at(batch) {
+		b.hold = nil
+	} else {
+		h = nil
+	}
 	b.steps = append(b.steps, step)
 	b.mu.Unlock()
+	if h != nil {
+		close(h.reached)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return b.Backend.Forward(ctx, batch)
 }
 
@@ -905,16 +921,19 @@ func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 	pa, pb := prompt(51, promptA, vocab), prompt(52, promptB, vocab)
 	wantB := ref.run(t, owner("ref"), pb, greedy(4)).tokens
 
-	rec := &chunkRecorder{}
+	// a's first decode step waits until b is submitted: b arrives while a
+	// decodes, with a's 39 tokens to go.
+	aDecodes := newHold(func(batch []engine.Chunk) bool { return batch[0].Start >= promptA })
+	rec := &chunkRecorder{hold: aDecodes}
 	r := newRig(t, rigOptions{threads: 1, chunk: chunk, decodingChunk: decoding, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
 		rec.Backend = b
 		return rec
 	}})
 	a := r.submit(t, kvpool.Owner{Tenant: "a", Request: "a", Epoch: 1}, pa, greedy(40))
-	if ev, err := a.Next(context.Background()); err != nil || ev.Kind != engine.EventToken {
-		t.Fatalf("a's first token: %+v, %v", ev, err)
-	}
-	b := collect(t, r.submit(t, kvpool.Owner{Tenant: "b", Request: "b", Epoch: 1}, pb, greedy(4)))
+	<-aDecodes.reached
+	bStream := r.submit(t, kvpool.Owner{Tenant: "b", Request: "b", Epoch: 1}, pb, greedy(4))
+	close(aDecodes.release)
+	b := collect(t, bStream)
 	if b.res.Err != nil || !slices.Equal(b.tokens, wantB) {
 		t.Fatalf("b: %v, tokens %v, want %v", b.res.Err, b.tokens, wantB)
 	}
