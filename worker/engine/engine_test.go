@@ -732,14 +732,21 @@ func idleStats(t *testing.T, e *engine.Engine) engine.Stats {
 	}
 }
 
-// recordingBackend records the tenants of every step's chunks. It stops
-// before the steps its holds name, in order: the first step that matches
-// holds[0] waits there until the test releases it.
+// recordingBackend records every step's chunks as (tenant, start, end).
+// It stops before the steps its holds name, in order: the first step that
+// matches holds[0] waits there until the test releases it.
 type recordingBackend struct {
 	engine.Backend
 	mu    sync.Mutex
-	steps [][]string
+	steps [][]span
 	holds []*hold
+}
+
+// span is one chunk of a step: its owner's tenant and the positions
+// [start, end) it computes.
+type span struct {
+	tenant     string
+	start, end int
 }
 
 // hold stops the engine before a step, between two steps of its loop.
@@ -755,18 +762,17 @@ func newHold(at func(batch []engine.Chunk) bool) *hold {
 }
 
 func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) error {
-	var ts []string
+	var ss []span
 	for _, c := range batch {
-		ts = append(ts, c.Owner.Tenant)
+		ss = append(ss, span{c.Owner.Tenant, c.Start, c.Start + len(c.Tokens)})
 	}
-	slices.Sort(ts)
 	b.mu.Lock()
 	var h *hold
 	if len(b.holds) > 0 && b.holds[0].at(batch) {
 		h, b.holds = b.holds[0], b.holds[1:]
 		h.step = len(b.steps)
 	}
-	b.steps = append(b.steps, ts)
+	b.steps = append(b.steps, ss)
 	b.mu.Unlock()
 	if h != nil {
 		close(h.reached)
@@ -779,10 +785,25 @@ func (b *recordingBackend) Forward(ctx context.Context, batch []engine.Chunk) er
 	return b.Backend.Forward(ctx, batch)
 }
 
-func (b *recordingBackend) tenants() [][]string {
+// spans returns every step's chunks so far.
+func (b *recordingBackend) spans() [][]span {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.steps)
+}
+
+// tenants returns every step's tenants, sorted.
+func (b *recordingBackend) tenants() [][]string {
+	var out [][]string
+	for _, step := range b.spans() {
+		var ts []string
+		for _, c := range step {
+			ts = append(ts, c.tenant)
+		}
+		slices.Sort(ts)
+		out = append(out, ts)
+	}
+	return out
 }
 
 // TestNoPreemptionBelowWeightedShare: a tenant of weight 1 does not
@@ -870,45 +891,6 @@ func TestStatsCountArrivalsDuringAStepAsRunning(t *testing.T) {
 	}
 }
 
-// chunkRecorder records each step's chunks: tenant, first position,
-// length. If hold is set, the first step it matches waits for its release.
-type chunkRecorder struct {
-	engine.Backend
-	hold  *hold
-	mu    sync.Mutex
-	steps [][]recordedChunk
-}
-
-type recordedChunk struct {
-	tenant     string
-	start, len int
-}
-
-func (b *chunkRecorder) Forward(ctx context.Context, batch []engine.Chunk) error {
-	var step []recordedChunk
-	for _, c := range batch {
-		step = append(step, recordedChunk{c.Owner.Tenant, c.Start, len(c.Tokens)})
-	}
-	b.mu.Lock()
-	h := b.hold
-	if h != nil && h.at(batch) {
-		b.hold = nil
-	} else {
-		h = nil
-	}
-	b.steps = append(b.steps, step)
-	b.mu.Unlock()
-	if h != nil {
-		close(h.reached)
-		select {
-		case <-h.release:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return b.Backend.Forward(ctx, batch)
-}
-
 // TestDecodingStepsTakeTheSmallerChunk: a prompt arriving while another
 // sequence decodes is prefilled beside that sequence's tokens,
 // DecodingChunkTokens at a time or a quarter of what is left when that
@@ -924,7 +906,7 @@ func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 	// a's first decode step waits until b is submitted: b arrives while a
 	// decodes, with a's 39 tokens to go.
 	aDecodes := newHold(func(batch []engine.Chunk) bool { return batch[0].Start >= promptA })
-	rec := &chunkRecorder{hold: aDecodes}
+	rec := &recordingBackend{holds: []*hold{aDecodes}}
 	r := newRig(t, rigOptions{threads: 1, chunk: chunk, decodingChunk: decoding, maxBatch: 4, wrap: func(b engine.Backend) engine.Backend {
 		rec.Backend = b
 		return rec
@@ -938,21 +920,20 @@ func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 		t.Fatalf("b: %v, tokens %v, want %v", b.res.Err, b.tokens, wantB)
 	}
 	collect(t, a)
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if first := rec.steps[0]; len(first) != 1 || first[0] != (recordedChunk{"a", 0, promptA}) {
+	steps := rec.spans()
+	if first := steps[0]; len(first) != 1 || first[0] != (span{"a", 0, promptA}) {
 		t.Fatalf("first step %v, want a's whole %d-token prompt (nothing decodes beside it)", first, promptA)
 	}
 	var mixed, prefilled int
 	left := promptB
-	for i, step := range rec.steps {
+	for i, step := range steps {
 		var decodes, prompt int
 		for _, c := range step {
 			switch {
 			case c.tenant == "a" && c.start >= promptA:
 				decodes++
 			case c.tenant == "b" && c.start < promptB:
-				prompt += c.len
+				prompt += c.end - c.start
 			}
 		}
 		if want := min(left, max(decoding, left/4)); decodes > 0 && prompt > 0 && prompt != want {

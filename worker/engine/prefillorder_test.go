@@ -1,47 +1,13 @@
 package engine_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
-
-// chunkLog records every step's chunks as (tenant, start, end) and can
-// hold the first step until released.
-type chunkLog struct {
-	engine.Backend
-	mu      sync.Mutex
-	steps   [][]span
-	first   *hold
-	started bool
-}
-
-type span struct {
-	tenant     string
-	start, end int
-}
-
-func (b *chunkLog) Forward(ctx context.Context, batch []engine.Chunk) error {
-	var ss []span
-	for _, c := range batch {
-		ss = append(ss, span{c.Owner.Tenant, c.Start, c.Start + len(c.Tokens)})
-	}
-	b.mu.Lock()
-	b.steps = append(b.steps, ss)
-	first := !b.started
-	b.started = true
-	b.mu.Unlock()
-	if first {
-		close(b.first.reached)
-		<-b.first.release
-	}
-	return b.Backend.Forward(ctx, batch)
-}
 
 // TestShortPromptNotBlockedByLongPrefill: a short prompt arriving while a
 // long one prefills gets its chunk in the next step (shortest remaining
@@ -77,10 +43,11 @@ func TestPromptUnderWayBeforeNewcomer(t *testing.T) {
 // submitted during the first one's first step, with a 32-token chunk
 // budget, and returns the steps in which each prompt's prefill ended.
 func prefillOrder(t *testing.T, arrival bool, first, second int) (shortDone, longDone int) {
-	log := &chunkLog{first: newHold(nil)}
+	firstStep := newHold(func([]engine.Chunk) bool { return true })
+	rec := &recordingBackend{holds: []*hold{firstStep}}
 	r := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4, arrival: arrival, wrap: func(b engine.Backend) engine.Backend {
-		log.Backend = b
-		return log
+		rec.Backend = b
+		return rec
 	}})
 	vocab := r.m.Config.VocabSize
 	long, short := prompt(71, first, vocab), prompt(72, second, vocab)
@@ -88,14 +55,13 @@ func prefillOrder(t *testing.T, arrival bool, first, second int) (shortDone, lon
 	shortOwner := kvpool.Owner{Tenant: "short", Request: "s", Epoch: 1}
 
 	ls := r.submit(t, longOwner, long, greedy(3))
-	<-log.first.reached // the long prompt's first chunk is in the backend
+	<-firstStep.reached // the long prompt's first chunk is in the backend
 	ss := r.submit(t, shortOwner, short, greedy(3))
-	close(log.first.release)
+	close(firstStep.release)
 	lo, so := collect(t, ls), collect(t, ss)
 
 	shortDone, longDone = -1, -1
-	log.mu.Lock()
-	for i, st := range log.steps {
+	for i, st := range rec.spans() {
 		for _, c := range st {
 			if c.tenant == "short" && c.end == len(short) && shortDone < 0 {
 				shortDone = i
@@ -105,7 +71,6 @@ func prefillOrder(t *testing.T, arrival bool, first, second int) (shortDone, lon
 			}
 		}
 	}
-	log.mu.Unlock()
 
 	alone := newRig(t, rigOptions{threads: 1, chunk: 32, maxBatch: 4})
 	for _, c := range []struct {
