@@ -51,9 +51,9 @@ type Options struct {
 	// ChunkTokens is the prefill chunk, MaxBatch the most sequences per
 	// step.
 	ChunkTokens, MaxBatch int
-	// DecodingChunk is the prefill chunk of a step that also decodes
+	// DecodingChunkTokens is the prefill chunk of a step that also decodes
 	// (engine.Config.DecodingChunkTokens).
-	DecodingChunk int
+	DecodingChunkTokens int
 	// ArrivalOrder gives the prefill chunk budget in admission order
 	// rather than shortest first (engine.Config.ArrivalOrder).
 	ArrivalOrder bool
@@ -184,7 +184,7 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	eng, err := engine.New(engine.Config{
 		PageTokens:          opt.PageTokens,
 		ChunkTokens:         opt.ChunkTokens,
-		DecodingChunkTokens: opt.DecodingChunk,
+		DecodingChunkTokens: opt.DecodingChunkTokens,
 		MaxBatch:            opt.MaxBatch,
 		ArrivalOrder:        opt.ArrivalOrder,
 		EOS:                 m.EOSTokenIDs(),
