@@ -470,6 +470,9 @@ type Worker struct {
 	// checkpoint's), f32, f16, bf16 (converted at load, cpu backend) or
 	// q8. See WeightsDType.
 	DType DType `yaml:"dtype"`
+	// Numerics is how bf16 weights are multiplied: exact (default) or
+	// bf16 (cpu backend). See NumericsBF16.
+	Numerics Numerics `yaml:"numerics"`
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int `yaml:"threads"`
 	// Listen is the host:port of the worker's gRPC control server
@@ -573,6 +576,21 @@ type Speculative struct {
 	NgramMax int `yaml:"ngram_max"`
 	NgramMin int `yaml:"ngram_min"`
 }
+
+// Numerics names how the cpu backend multiplies bf16 weights.
+type Numerics string
+
+// Numerics modes.
+const (
+	// NumericsExact widens bf16 (and f16) weights to float32 inside the
+	// kernels: every product equals the float32 one bit for bit.
+	NumericsExact Numerics = "exact"
+	// NumericsBF16 multiplies bf16 weights with activations rounded to
+	// bf16, two products per 32-bit lane (AVX512-BF16 VDPBF16PS, as
+	// llama.cpp's bf16 path): faster prefill, not exact. Outputs stay
+	// independent of batch, chunk and thread count.
+	NumericsBF16 Numerics = "bf16"
+)
 
 // PrefillOrder names how the engine shares a step's prompt tokens.
 type PrefillOrder string

@@ -446,6 +446,15 @@ func (c *Config) validateWorker(v *validator) {
 	oneOf(v, "worker.backend", w.Backend, BackendCPU, BackendCUDA)
 	oneOf(v, "worker.weights", w.Weights, WeightsFile, WeightsQ8)
 	oneOf(v, "worker.dtype", w.DType, DTypeAuto, DTypeF32, DTypeF16, DTypeBF16, DTypeQ8)
+	oneOf(v, "worker.numerics", w.Numerics, NumericsExact, NumericsBF16)
+	if w.Numerics == NumericsBF16 {
+		switch d := w.WeightsDType(); {
+		case w.Backend == BackendCUDA:
+			v.add("worker.numerics", "bf16 needs the cpu backend")
+		case d != DTypeAuto && d != DTypeBF16:
+			v.add("worker.numerics", "bf16 multiplies bf16 weights, and worker.dtype %s converts them away; use dtype bf16 or auto", d)
+		}
+	}
 	switch {
 	case w.Weights == WeightsQ8 && w.DType != DTypeAuto && w.DType != DTypeQ8:
 		v.add("worker.dtype", "%s contradicts worker.weights q8 (which is dtype q8); set one of them", w.DType)

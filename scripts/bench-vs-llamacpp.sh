@@ -34,7 +34,9 @@
 # Environment: REPS (default 3), PROMPT (512), DECODE (32), THREADS ("1 2"),
 # FORMATS ("f32 f16 bf16 q8_0"; FILE:DTYPE, e.g. bf16:f16, runs warden on
 # FILE's GGUF converted at load to DTYPE, `warden bench engine --dtype`,
-# as a worker with worker.dtype, and llama.cpp on the same file),
+# as a worker with worker.dtype, and llama.cpp on the same file; bf16:dot
+# runs the bf16 file with bf16 products, `--numerics bf16`, as
+# worker.numerics bf16),
 # LLAMA_CPP_SRC (unset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,10 +85,10 @@ done
 # median prints the median of its arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
-# warden_run GGUF THREADS QUANTIZE DTYPE: "prefill_tps decode_tps ids" (ids comma-separated).
+# warden_run GGUF THREADS QUANTIZE DTYPE NUMERICS: "prefill_tps decode_tps ids" (ids comma-separated).
 warden_run() {
 	"$work/warden" bench engine --model-dir "$1" --threads "$2" --prompt "$prompt" --decode "$decode" \
-		--batch 2 --quantize "$3" --dtype "$4" --bandwidth-bytes $((64 << 20)) |
+		--batch 2 --quantize "$3" --dtype "$4" --numerics "$5" --bandwidth-bytes $((64 << 20)) |
 		awk -F'|' '/^\| prefill /{split($3,a," "); p=a[1]}
 			/^\| decode, batch 1 /{split($3,a," "); d=a[1]}
 			/^\| greedy ids/{ids=$3; gsub(/^ +| +$/,"",ids); gsub(/ +/,",",ids)}
@@ -114,6 +116,8 @@ printf '|---|---|---|---|---|---|---|---|---|\n'
 for row in $formats; do
 	f=${row%%:*} dtype=auto
 	[[ $row == *:* ]] && dtype=${row#*:}
+	numerics=exact
+	[[ $dtype == dot ]] && dtype=auto numerics=bf16
 	quant=file
 	[[ $f == q8_0 ]] && quant=q8
 	gguf=$work/small-$f.gguf
@@ -121,7 +125,7 @@ for row in $formats; do
 		wp=() wd=() lp=() ld=()
 		same=yes
 		for ((r = 0; r < reps; r++)); do
-			read -r p d wids < <(warden_run "$gguf" "$threads" "$quant" "$dtype")
+			read -r p d wids < <(warden_run "$gguf" "$threads" "$quant" "$dtype" "$numerics")
 			wp+=("$p") wd+=("$d")
 			if [[ -n $llama_bench ]]; then
 				# The ids once per row, from the same llama.cpp release.

@@ -121,6 +121,7 @@ func (w *Worker) openRuntime() error {
 		Threads:             wc.Threads,
 		DType:               convertTo[wc.WeightsDType()],
 		Quantize:            wc.WeightsDType() == config.DTypeQ8,
+		BF16Dot:             wc.Numerics == config.NumericsBF16,
 		PageTokens:          wc.KV.PageTokens,
 		KVBytes:             int64(wc.KV.MemoryBytes),
 		KVFraction:          wc.KV.MemoryFraction,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/cpu"
+	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 	"github.com/warden-ai/warden/worker/model"
 )
@@ -204,20 +205,38 @@ func prompt(seed uint64, n, vocab int) []int32 {
 func greedy(n int) engine.Sampling { return engine.Sampling{MaxTokens: n, IgnoreEOS: true} }
 
 func TestGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
-	checkGreedyInvariance(t, false)
+	checkGreedyInvariance(t, rigOptions{})
 }
 
 // TestQ8GreedyTokensIndependentOfBatchChunkAndThreads is the same
 // contract with Q8 weights (and activations quantized per block).
 func TestQ8GreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
-	checkGreedyInvariance(t, true)
+	checkGreedyInvariance(t, rigOptions{q8: true})
+}
+
+// TestBF16DotGreedyTokensIndependentOfBatchChunkAndThreads is the same
+// contract in the bf16 numerics mode (worker.numerics bf16): bf16
+// weights multiplied with activations rounded to bf16. The tiny model's
+// down projection (176 columns) keeps exact products, so both kinds run
+// in one forward.
+func TestBF16DotGreedyTokensIndependentOfBatchChunkAndThreads(t *testing.T) {
+	checkGreedyInvariance(t, rigOptions{edit: func(w *cpu.Weights) {
+		c, err := cpu.ConvertWeights(*w, model.BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*w = cpu.BF16Dot(c)
+		if l := w.Layers[0]; l.Wq.Format() != kernels.BF16Dot || l.WDown.Format() != kernels.BF16 {
+			t.Fatalf("q_proj %v, down_proj %v; want bf16-dot and bf16", l.Wq.Format(), l.WDown.Format())
+		}
+	}})
 }
 
 // checkGreedyInvariance checks that a sequence's greedy tokens are those
 // of the single-sequence, single-thread run whatever its neighbours, the
-// prefill chunk and the thread count.
-func checkGreedyInvariance(t *testing.T, q8 bool) {
-	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1, q8: q8})
+// prefill chunk and the thread count, with base's weights (q8, edit).
+func checkGreedyInvariance(t *testing.T, base rigOptions) {
+	ref := newRig(t, rigOptions{threads: 1, chunk: 512, maxBatch: 1, q8: base.q8, edit: base.edit})
 	vocab := ref.m.Config.VocabSize
 	p := prompt(1, 45, vocab)
 	want := ref.run(t, owner("ref"), p, greedy(24))
@@ -233,7 +252,7 @@ func checkGreedyInvariance(t *testing.T, q8 bool) {
 		{threads: 4, chunk: 64, maxBatch: 8},
 		{threads: 2, chunk: 64, decodingChunk: 5, maxBatch: 8},
 	} {
-		o.q8 = q8
+		o.q8, o.edit = base.q8, base.edit
 		t.Run(fmt.Sprintf("threads%d-chunk%d-decoding%d", o.threads, o.chunk, o.decodingChunk), func(t *testing.T) {
 			r := newRig(t, o)
 			// Seven neighbours of different lengths join before and after.

@@ -178,3 +178,38 @@ func withTorchDType(t *testing.T, data []byte, dt model.DType) []byte {
 	}
 	return out
 }
+
+// TestBF16NumericsWeightsDType: Options.BF16Dot reports the weights as
+// bf16-dot where they are bf16 (the checkpoint's own, or converted at
+// load), changes nothing for other weights, and the cuda backend refuses
+// it.
+func TestBF16NumericsWeightsDType(t *testing.T) {
+	bf16, f32 := filepath.Join(t.TempDir(), "bf16"), filepath.Join(t.TempDir(), "f32")
+	if err := model.Init(bf16, model.PresetTiny, 5, model.BF16); err != nil {
+		t.Fatal(err)
+	}
+	if err := model.Init(f32, model.PresetTiny, 5, model.F32); err != nil {
+		t.Fatal(err)
+	}
+	opt := func(dir string, dt model.DType) Options {
+		return Options{ModelDir: dir, Threads: 1, PageTokens: 16, ChunkTokens: 32, MaxBatch: 2, KVBytes: 1 << 20, DType: dt, BF16Dot: true}
+	}
+	for _, c := range []struct {
+		name string
+		opt  Options
+		want string
+	}{
+		{"bf16 checkpoint", opt(bf16, ""), "bf16-dot"},
+		{"f32 checkpoint converted to bf16", opt(f32, model.BF16), "bf16-dot"},
+		{"f32 checkpoint", opt(f32, ""), "f32"},
+	} {
+		if r := start(t, c.opt); r.WeightsDType != c.want {
+			t.Errorf("%s: weights dtype %q, want %q", c.name, r.WeightsDType, c.want)
+		}
+	}
+	o := opt(bf16, "")
+	o.Backend = "cuda"
+	if _, err := Open(o); !errors.Is(err, ErrDType) {
+		t.Fatalf("Open with the cuda backend and bf16 products: %v", err)
+	}
+}

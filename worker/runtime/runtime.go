@@ -8,6 +8,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/cpu"
+	"github.com/warden-ai/warden/worker/internal/kernels"
 	"github.com/warden-ai/warden/worker/kvpool"
 	"github.com/warden-ai/warden/worker/model"
 )
@@ -38,6 +40,10 @@ type Options struct {
 	// Quantize holds the cpu backend's projection weights as Q8 (see
 	// kernels.Matrix.QuantizeQ8); false keeps the file's element type.
 	Quantize bool
+	// BF16Dot multiplies the cpu backend's bf16 matrices in bf16
+	// products (cpu.BF16Dot, worker.numerics bf16); false keeps exact
+	// widening.
+	BF16Dot bool
 	// PageTokens is the KV page size in tokens.
 	PageTokens int
 	// KVBytes is the pool budget; 0 means KVFraction of the memory left
@@ -135,6 +141,9 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 		}
 	}()
 	if opt.Backend == "cuda" {
+		if opt.BF16Dot {
+			return nil, fmt.Errorf("%w: bf16 products need the cpu backend", ErrDType)
+		}
 		if opt.DType != "" {
 			return nil, fmt.Errorf("%w: the cuda backend computes with the file's element type or q8, not %s (use the cpu backend)",
 				ErrDType, strings.ToLower(string(opt.DType)))
@@ -196,6 +205,13 @@ func open(m *model.Model, opt Options) (_ *Runtime, err error) {
 	}
 	rt := &Runtime{Model: m, Pool: pool, Engine: eng, Capacity: capacity, PageBytes: pageBytes, Memory: plan,
 		WeightsDType: weightsDType(m, opt), backend: be}
+	switch {
+	case opt.BF16Dot && rt.WeightsDType != kernels.BF16Dot.String():
+		opt.Logger.Warn("worker.numerics bf16 changes nothing: the weights are not bf16 (set worker.dtype bf16 to convert them)",
+			"weights_dtype", rt.WeightsDType)
+	case opt.BF16Dot && !kernels.BF16DotAccelerated():
+		opt.Logger.Warn("this CPU lacks AVX512-BF16: bf16 products run in pure Go, many times slower than worker.numerics exact")
+	}
 	if ab, ok := be.(engine.AdapterBackend); ok {
 		rt.PrepareAdapter = ab.PrepareAdapter
 	}
@@ -208,10 +224,12 @@ func weightsDType(m *model.Model, opt Options) string {
 	switch {
 	case opt.Quantize:
 		return "q8"
-	case opt.DType != "":
-		return strings.ToLower(string(opt.DType))
 	}
-	return strings.ToLower(string(m.Weights().Embed.DType))
+	dt := strings.ToLower(string(cmp.Or(opt.DType, m.Weights().Embed.DType)))
+	if opt.BF16Dot && dt == "bf16" {
+		return kernels.BF16Dot.String()
+	}
+	return dt
 }
 
 // closingBackend is an engine backend that holds resources.
@@ -230,7 +248,8 @@ func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend,
 	switch opt.Backend {
 	case "cpu":
 		b, err := cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
-			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, DType: opt.DType, Quantize: opt.Quantize})
+			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, DType: opt.DType, Quantize: opt.Quantize,
+			BF16Dot: opt.BF16Dot})
 		if err != nil {
 			return nil, err // not a nil *cpu.Backend in the interface: open would Close it
 		}

@@ -139,7 +139,7 @@ func runBenchTenants(ctx context.Context, e *env, args []string) error {
 }
 
 func runBenchEngine(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "bench engine", "bench engine [--model-dir DIR] [--dtype auto|f32|f16|bf16] [--quantize q8] [--threads N] [--prompt N] [--decode N] [--batch N]")
+	fs := newFlags(e, "bench engine", "bench engine [--model-dir DIR] [--dtype auto|f32|f16|bf16] [--quantize q8] [--numerics exact|bf16] [--threads N] [--prompt N] [--decode N] [--batch N]")
 	dir := fs.String("model-dir", "", "model directory (default: the small preset, generated into the user cache on first use)")
 	threads := fs.Int("threads", goruntime.NumCPU(), "compute threads")
 	promptTokens := fs.Int("prompt", 512, "prefill prompt length")
@@ -148,11 +148,15 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 	bw := fs.Int("bandwidth-bytes", 512<<20, "buffer size of the memory bandwidth probe")
 	dtype := fs.String("dtype", "auto", "element type to compute with: f32, f16 or bf16 (with --model-dir the file's matrices are converted at load, as worker.dtype; without, the small preset is generated in it); auto keeps the file's (f32 for the preset)")
 	quantize := fs.String("quantize", string(config.WeightsFile), "q8 quantizes the weights at load; file keeps the file's type")
+	numerics := fs.String("numerics", string(config.NumericsExact), "how bf16 weights are multiplied: exact, or bf16 (bf16 products, as worker.numerics)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *quantize != string(config.WeightsFile) && *quantize != string(config.WeightsQ8) {
 		return fmt.Errorf("bench engine: --quantize %q: want file or q8", *quantize)
+	}
+	if *numerics != string(config.NumericsExact) && *numerics != string(config.NumericsBF16) {
+		return fmt.Errorf("bench engine: --numerics %q: want exact or bf16", *numerics)
 	}
 	var convert model.DType // at load: a --model-dir converted to --dtype
 	if *dtype != string(config.DTypeAuto) {
@@ -172,6 +176,7 @@ func runBenchEngine(ctx context.Context, e *env, args []string) error {
 	var rep runtime.BenchReport
 	err := withRuntime(ctx, runtime.Options{
 		ModelDir: *dir, Threads: *threads, PageTokens: 16, Quantize: *quantize == string(config.WeightsQ8), DType: convert,
+		BF16Dot:     *numerics == string(config.NumericsBF16),
 		KVBytes:     int64(*batch+1) * int64(*promptTokens+*decode+16) * 1 << 17,
 		ChunkTokens: *promptTokens, MaxBatch: max(*batch, 1),
 	}, func(rt *runtime.Runtime) (err error) {

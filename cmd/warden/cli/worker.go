@@ -43,6 +43,8 @@ var workerFlags = []workerFlag{
 		func(c *config.Config, v string) error { c.Worker.Weights = config.WeightFormat(v); return nil }},
 	{"dtype", "element type to compute with: auto (the checkpoint's), f32, f16, bf16 (converted at load) or q8 (worker.dtype)",
 		func(c *config.Config, v string) error { c.Worker.DType = config.DType(v); return nil }},
+	{"numerics", "how bf16 weights are multiplied: exact, or bf16 (activations rounded to bf16, AVX512-BF16) (worker.numerics)",
+		func(c *config.Config, v string) error { c.Worker.Numerics = config.Numerics(v); return nil }},
 	{"id", "worker ID in the registry, logs and metrics (worker.id)",
 		func(c *config.Config, v string) error { c.Worker.ID = v; return nil }},
 }

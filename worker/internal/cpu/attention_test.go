@@ -280,10 +280,11 @@ func BenchmarkDecodeSmallLayers(b *testing.B) {
 
 // BenchmarkPrefillBF16Converted is a 256-token prefill through two layers
 // of the small preset's geometry with bf16 weights — widened to float32
-// inside the kernels, as a bf16 checkpoint runs by default — and with the
+// inside the kernels, as a bf16 checkpoint runs by default — with the
 // same weights converted to f16 at load (ConvertWeights, worker.dtype
-// f16), interleaved: "x-bf16" is the converted model's speed-up (fastest
-// runs of each).
+// f16), and with them in bf16 products (BF16Dot, worker.numerics bf16),
+// interleaved: "x-bf16" is the converted model's speed-up over the
+// widened one, "x-dot" the bf16 products' (fastest runs of each).
 func BenchmarkPrefillBF16Converted(b *testing.B) {
 	s := smallAttnSpec()
 	s.Layers, s.Intermediate, s.Vocab = 2, 2048, 32000
@@ -304,15 +305,15 @@ func BenchmarkPrefillBF16Converted(b *testing.B) {
 	tokens := randTokens(rand.New(rand.NewPCG(3, 4)), n, s.Vocab)
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("t%d", threads), func(b *testing.B) {
-			var bes [2]*Backend
-			for i, w := range []Weights{bf16, f16} {
+			var bes [3]*Backend
+			for i, w := range []Weights{bf16, f16, BF16Dot(bf16)} {
 				if bes[i], err = New(s, w, newTestPages(n/pt, s.PageBytes(pt)), Options{Threads: threads, MaxBatchTokens: n, PageTokens: pt}); err != nil {
 					b.Fatal(err)
 				}
 				defer bes[i].Close()
 			}
 			c := []engine.Chunk{{Tokens: tokens, Pages: pageIDs(0, n/pt), Logits: make([]float32, s.Vocab)}}
-			best := [2]time.Duration{math.MaxInt64, math.MaxInt64}
+			best := [3]time.Duration{math.MaxInt64, math.MaxInt64, math.MaxInt64}
 			for i := 0; i < b.N; i++ {
 				for j, be := range bes {
 					start := time.Now()
@@ -324,7 +325,9 @@ func BenchmarkPrefillBF16Converted(b *testing.B) {
 			}
 			b.ReportMetric(n/best[0].Seconds(), "bf16-tok/s")
 			b.ReportMetric(n/best[1].Seconds(), "f16-tok/s")
+			b.ReportMetric(n/best[2].Seconds(), "dot-tok/s")
 			b.ReportMetric(best[0].Seconds()/best[1].Seconds(), "x-bf16")
+			b.ReportMetric(best[0].Seconds()/best[2].Seconds(), "x-dot")
 		})
 	}
 }

@@ -115,6 +115,10 @@ type Options struct {
 	// Quantize selects Q8 weights for the projections and the LM head
 	// (FromModel); false keeps the file's element type.
 	Quantize bool
+	// BF16Dot multiplies the BF16 projections and LM head in bf16
+	// products (FromModel, BF16Dot): the bf16 numerics mode, faster and
+	// not exact; false keeps exact widening.
+	BF16Dot bool
 }
 
 // Backend implements engine.Backend on the CPU.

@@ -170,14 +170,13 @@ func TestForwardMatchesFloat64Reference(t *testing.T) {
 
 func TestChunkingAndBatchingAreBitIdentical(t *testing.T) {
 	for name, s := range familySpecs() {
-		t.Run(name, func(t *testing.T) { checkBitIdentical(t, s) })
+		t.Run(name, func(t *testing.T) { checkBitIdentical(t, s, randWeights(s, 3)) })
 	}
 }
 
 // checkBitIdentical checks that a prompt's logits and KV pages do not
 // depend on the prefill chunking, the thread count or batch neighbours.
-func checkBitIdentical(t *testing.T, s Spec) {
-	w := randWeights(s, 3)
+func checkBitIdentical(t *testing.T, s Spec, w Weights) {
 	const pt = 4
 	r := rand.New(rand.NewPCG(5, 6))
 	tokens := randTokens(r, 41, s.Vocab)

@@ -30,8 +30,9 @@ func SpecFor(c *model.Config) Spec {
 }
 
 // FromModel builds a backend over a loaded model (see WeightsOf), with
-// its matrices converted to opt.DType when set (see ConvertWeights) and
-// Q8 weights when opt.Quantize (see QuantizeQ8).
+// its matrices converted to opt.DType when set (see ConvertWeights), Q8
+// weights when opt.Quantize (see QuantizeQ8) and bf16 products when
+// opt.BF16Dot (see BF16Dot).
 func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
 	w, err := WeightsOf(m)
 	if err != nil {
@@ -44,6 +45,9 @@ func FromModel(m *model.Model, pages Pages, opt Options) (*Backend, error) {
 	}
 	if opt.Quantize {
 		w = QuantizeQ8(w)
+	}
+	if opt.BF16Dot {
+		w = BF16Dot(w)
 	}
 	return New(SpecFor(&m.Config), w, pages, opt)
 }
@@ -147,12 +151,35 @@ func ConvertWeights(w Weights, dt model.DType) (Weights, error) {
 // format, so a tied LM head becomes a Q8 copy; a matrix whose rows are
 // not whole 32-weight blocks keeps its format.
 func QuantizeQ8(w Weights) Weights {
-	q := func(m *kernels.Matrix) *kernels.Matrix {
+	return mapProducts(w, func(m *kernels.Matrix) (*kernels.Matrix, error) {
 		if m.Cols()%kernels.Q8Block != 0 {
-			return m
+			return m, nil
 		}
-		r, err := m.QuantizeQ8()
-		if err != nil { // unreachable: the shape was checked
+		return m.QuantizeQ8()
+	})
+}
+
+// BF16Dot returns w with its BF16 projections and LM head multiplied in
+// bf16 products (kernels.Matrix.BF16Dot: activations rounded to bfloat16,
+// VDPBF16PS), over the same memory; the embedding rows are read as they
+// are. A matrix in another format, or whose rows are not whole 32-column
+// runs, keeps exact products.
+func BF16Dot(w Weights) Weights {
+	return mapProducts(w, func(m *kernels.Matrix) (*kernels.Matrix, error) {
+		if m.Format() != kernels.BF16 || m.Cols()%kernels.BF16DotBlock != 0 {
+			return m, nil
+		}
+		return m.BF16Dot()
+	})
+}
+
+// mapProducts returns w with f applied to the projections and the LM
+// head, the matrices the backend multiplies with (not the embedding,
+// whose rows it only reads); f must not fail on the matrices it takes.
+func mapProducts(w Weights, f func(*kernels.Matrix) (*kernels.Matrix, error)) Weights {
+	q := func(m *kernels.Matrix) *kernels.Matrix {
+		r, err := f(m)
+		if err != nil { // unreachable: the callers check the shape
 			panic(err)
 		}
 		return r

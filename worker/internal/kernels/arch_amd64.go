@@ -20,6 +20,10 @@ var useAsm = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("WARDEN_KERNELS_PURE
 var use512 = useAsm && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL &&
 	os.Getenv("WARDEN_KERNELS_AVX2") == ""
 
+// useBF16Dot selects the AVX512-BF16 kernels of BF16Dot matrices; without
+// them dotBF16Go computes the same bits.
+var useBF16Dot = use512 && cpu.X86.HasAVX512BF16
+
 // q8Func is the signature of the q8 dot kernels: one quantized A row
 // (blocks Q8 blocks) against groups whole groups of W rows in the group
 // layout, q8GroupRows results per group.
@@ -62,112 +66,139 @@ var q8Active = q8Available()[0]
 // given; the Go wrappers check that.
 
 //go:noescape
-func gemm4x3(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x3(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x3(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x3(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x4(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x8(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm1x8(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x1(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm1x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x3h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x3h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x3h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x3h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x4h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x8h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm1x8h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x1h(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm1x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x3b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x3b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x3b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x3b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x4b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x8b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm1x8b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm1x1b(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm1x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x4z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x4z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x4z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x4zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x4zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x4zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x8z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x8z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x8zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x8zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x8zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x8zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm4x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm4x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm3x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm3x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
-func gemm2x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+func gemm2x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+// The bf16-products kernels (Matrix.BF16Dot): A and W in bfloat16,
+// VDPBF16PS, k a multiple of 32; lda and ldw in elements.
+//
+//go:noescape
+func gemm4x6p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm1x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
 func q8group(c *float32, a *byte, w *byte, blocks int, groups int)
@@ -230,7 +261,7 @@ func dot(a, b []float32) float32 {
 		return dotGo(a, b)
 	}
 	var r float32
-	gemm1x1(&r, 0, &a[0], 0, unsafe.Pointer(&b[0]), 0, len(a), 1)
+	gemm1x1(&r, 0, unsafe.Pointer(&a[0]), 0, unsafe.Pointer(&b[0]), 0, len(a), 1)
 	return r
 }
 
@@ -324,7 +355,7 @@ func mulScale(out, x, w []float32, s float32) {
 }
 
 // gemmFunc is the signature of the gemm micro-kernels.
-type gemmFunc func(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+type gemmFunc func(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 // gemmKernel is one register-blocked micro-kernel: a block of rows of A
 // against tiles of cols rows of W.
@@ -336,11 +367,12 @@ type gemmKernel struct {
 }
 
 // gemmKernels[f][r] serves a block of r rows of A (r = 1..4) against W
-// in format f (F32, F16, BF16).
-var gemmKernels = [3][5]gemmKernel{
-	F32:  {1: {8, gemm1x8, gemm1x1}, 2: {4, gemm2x4, gemm2x1}, 3: {3, gemm3x3, gemm3x1}, 4: {3, gemm4x3, gemm4x1}},
-	F16:  {1: {8, gemm1x8h, gemm1x1h}, 2: {4, gemm2x4h, gemm2x1h}, 3: {3, gemm3x3h, gemm3x1h}, 4: {3, gemm4x3h, gemm4x1h}},
-	BF16: {1: {8, gemm1x8b, gemm1x1b}, 2: {4, gemm2x4b, gemm2x1b}, 3: {3, gemm3x3b, gemm3x1b}, 4: {3, gemm4x3b, gemm4x1b}},
+// in format f (F32, F16, BF16, BF16Dot).
+var gemmKernels = [BF16Dot + 1][5]gemmKernel{
+	F32:     {1: {8, gemm1x8, gemm1x1}, 2: {4, gemm2x4, gemm2x1}, 3: {3, gemm3x3, gemm3x1}, 4: {3, gemm4x3, gemm4x1}},
+	F16:     {1: {8, gemm1x8h, gemm1x1h}, 2: {4, gemm2x4h, gemm2x1h}, 3: {3, gemm3x3h, gemm3x1h}, 4: {3, gemm4x3h, gemm4x1h}},
+	BF16:    {1: {8, gemm1x8b, gemm1x1b}, 2: {4, gemm2x4b, gemm2x1b}, 3: {3, gemm3x3b, gemm3x1b}, 4: {3, gemm4x3b, gemm4x1b}},
+	BF16Dot: {1: {8, gemm1x8p, gemm1x1p}, 2: {8, gemm2x8p, gemm2x1p}, 3: {8, gemm3x8p, gemm3x1p}, 4: {6, gemm4x6p, gemm4x1p}},
 }
 
 // gemm512Kernels[f][r] serves a block of r = 2..4 rows of A against
@@ -383,7 +415,7 @@ func matMulT(c []float32, ldc int, a []float32, lda int, w []float32, ldw, m, n,
 		matMulTGo(c, ldc, a, lda, w, ldw, m, n, k)
 		return
 	}
-	gemm(c, ldc, a, lda, unsafe.Pointer(&w[0]), F32, ldw, m, n, k)
+	gemm(c, ldc, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), F32, ldw, m, n, k)
 }
 
 // matMul16 is matMulT with W in F16 or BF16 (f), each row widened
@@ -393,13 +425,29 @@ func matMul16(c []float32, ldc int, a []float32, lda int, w []uint16, f Format, 
 		matMul16Go(c, ldc, a, lda, w, f, ldw, m, n, k)
 		return
 	}
-	gemm(c, ldc, a, lda, unsafe.Pointer(&w[0]), f, ldw, m, n, k)
+	gemm(c, ldc, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), f, ldw, m, n, k)
 }
 
-// gemm drives the micro-kernels of format f over W at w (elements of
+// matMulBF16 computes c[i*ldc+j] = the bf16-products dot product of
+// a[i*lda:][:k] and w[j*ldw:][:k] (see Matrix.BF16Dot); k is a multiple
+// of BF16DotBlock.
+func matMulBF16(c []float32, ldc int, a []uint16, lda int, w []uint16, ldw, m, n, k int) {
+	if !useAsm || !useBF16Dot {
+		matMulBF16Go(c, ldc, a, lda, w, ldw, m, n, k)
+		return
+	}
+	gemm(c, ldc, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), BF16Dot, ldw, m, n, k)
+}
+
+// gemm drives the micro-kernels of format f over A at a (float32, or
+// bfloat16 for BF16Dot, rows lda elements apart) and W at w (elements of
 // f's size, rows ldw elements apart).
-func gemm(c []float32, ldc int, a []float32, lda int, w unsafe.Pointer, f Format, ldw, m, n, k int) {
+func gemm(c []float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, f Format, ldw, m, n, k int) {
 	size := int(f.BytesPerWeight())
+	aSize := 4
+	if f == BF16Dot {
+		aSize = 2
+	}
 	// Panel height: a multiple of every kernel's cols, so only the last
 	// panel has leftover columns.
 	panel := n
@@ -407,7 +455,7 @@ func gemm(c []float32, ldc int, a []float32, lda int, w unsafe.Pointer, f Format
 		panel = max(24, l2Panel/(size*k)/24*24)
 	}
 	kernels := &gemmKernels[f]
-	wide := use512 && k%8 == 0
+	wide := use512 && k%8 == 0 && f != BF16Dot
 	for j0 := 0; j0 < n; j0 += panel {
 		nj := min(panel, n-j0)
 		for i := 0; i < m; i += 4 {
@@ -419,7 +467,7 @@ func gemm(c []float32, ldc int, a []float32, lda int, w unsafe.Pointer, f Format
 				}
 			}
 			ci := &c[i*ldc+j0]
-			ai := &a[i*lda]
+			ai := unsafe.Add(a, i*lda*aSize)
 			full := nj / kr.cols
 			if full > 0 {
 				kr.fn(ci, ldc, ai, lda, unsafe.Add(w, j0*ldw*size), ldw, k, full)

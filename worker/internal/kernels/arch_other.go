@@ -31,3 +31,9 @@ func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, r
 func siluMul(gate, up []float32)    { siluMulGo(gate, up) }
 func fmaPeakLoop(iters int) float64 { return fmaPeakGo(iters) }
 func streamRead(p []byte) uint64    { return streamReadGo(p) }
+func matMulBF16(c []float32, ldc int, a []uint16, lda int, w []uint16, ldw, m, n, k int) {
+	matMulBF16Go(c, ldc, a, lda, w, ldw, m, n, k)
+}
+
+// useBF16Dot is false: BF16Dot matrices use dotBF16Go.
+var useBF16Dot = false

@@ -24,6 +24,13 @@
 // the CPU has chosen at start-up (WARDEN_KERNELS_AVX2 keeps AVX2); the
 // float operations after them are the same, so all give the same bits.
 //
+// BF16Dot matrices (the bf16 numerics mode) are the exception to exact
+// widening: activations are rounded to bfloat16 and multiplied in pairs
+// by AVX512-BF16 VDPBF16PS, in their own canonical order (see
+// Matrix.BF16Dot), which a pure-Go loop reproduces bit for bit on every
+// other CPU. Like the other formats their products do not depend on
+// batch, tile or thread count.
+//
 // # Determinism contract
 //
 // Every kernel gives bit-identical results for the same inputs whatever the

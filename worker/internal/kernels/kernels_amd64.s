@@ -22,7 +22,7 @@ DATA ·maskTable+56(SB)/4, $0x00000000
 DATA ·maskTable+60(SB)/4, $0x00000000
 GLOBL ·maskTable(SB), RODATA|NOPTR, $64
 
-// func gemm4x3(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm4x3(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x3(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -255,7 +255,7 @@ gemm4x3_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm4x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x1(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -378,7 +378,7 @@ gemm4x1_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x3(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm3x3(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x3(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -567,7 +567,7 @@ gemm3x3_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm3x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x1(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -672,7 +672,7 @@ gemm3x1_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x4(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm2x4(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x4(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -850,7 +850,7 @@ gemm2x4_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm2x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x1(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -938,7 +938,7 @@ gemm2x1_done:
 	VZEROUPPER
 	RET
 
-// func gemm1x8(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm1x8(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm1x8(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ a+16(FP), R8
@@ -1144,7 +1144,7 @@ gemm1x8_done:
 	VZEROUPPER
 	RET
 
-// func gemm1x1(c *float32, ldc int, a *float32, lda int, w *float32, ldw int, k int, tiles int)
+// func gemm1x1(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm1x1(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ a+16(FP), R8
@@ -1224,7 +1224,7 @@ gemm1x1_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x3h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm4x3h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x3h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -1460,7 +1460,7 @@ gemm4x3h_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x1h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm4x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x1h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -1584,7 +1584,7 @@ gemm4x1h_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x3h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm3x3h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x3h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -1776,7 +1776,7 @@ gemm3x3h_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x1h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm3x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x1h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -1882,7 +1882,7 @@ gemm3x1h_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x4h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm2x4h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x4h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -2064,7 +2064,7 @@ gemm2x4h_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x1h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm2x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x1h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -2153,7 +2153,7 @@ gemm2x1h_done:
 	VZEROUPPER
 	RET
 
-// func gemm1x8h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm1x8h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm1x8h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ a+16(FP), R8
@@ -2403,7 +2403,7 @@ gemm1x8h_done:
 	VZEROUPPER
 	RET
 
-// func gemm1x1h(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm1x1h(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm1x1h(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ a+16(FP), R8
@@ -2489,7 +2489,7 @@ gemm1x1h_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x3b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm4x3b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x3b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -2737,7 +2737,7 @@ gemm4x3b_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x1b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm4x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x1b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -2865,7 +2865,7 @@ gemm4x1b_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x3b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm3x3b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x3b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -3069,7 +3069,7 @@ gemm3x3b_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x1b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm3x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x1b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -3179,7 +3179,7 @@ gemm3x1b_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x4b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm2x4b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x4b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -3377,7 +3377,7 @@ gemm2x4b_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x1b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm2x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x1b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -3470,7 +3470,7 @@ gemm2x1b_done:
 	VZEROUPPER
 	RET
 
-// func gemm1x8b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm1x8b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm1x8b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ a+16(FP), R8
@@ -3768,7 +3768,7 @@ gemm1x8b_done:
 	VZEROUPPER
 	RET
 
-// func gemm1x1b(c *float32, ldc int, a *float32, lda int, w *uint16, ldw int, k int, tiles int)
+// func gemm1x1b(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm1x1b(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ a+16(FP), R8
@@ -3860,7 +3860,7 @@ gemm1x1b_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm4x4z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x4z(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -4085,7 +4085,7 @@ gemm4x4z_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm3x4z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x4z(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -4267,7 +4267,7 @@ gemm3x4z_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x4z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm2x4z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x4z(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -4407,7 +4407,7 @@ gemm2x4z_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x8z(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm4x8z(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x8z(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -4798,7 +4798,7 @@ gemm4x8z_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm4x4zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x4zh(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -5029,7 +5029,7 @@ gemm4x4zh_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm3x4zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x4zh(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -5217,7 +5217,7 @@ gemm3x4zh_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x4zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm2x4zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x4zh(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -5363,7 +5363,7 @@ gemm2x4zh_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x8zh(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm4x8zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x8zh(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -5766,7 +5766,7 @@ gemm4x8zh_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm4x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x4zb(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -6009,7 +6009,7 @@ gemm4x4zb_done:
 	VZEROUPPER
 	RET
 
-// func gemm3x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm3x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm3x4zb(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -6209,7 +6209,7 @@ gemm3x4zb_done:
 	VZEROUPPER
 	RET
 
-// func gemm2x4zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm2x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm2x4zb(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -6367,7 +6367,7 @@ gemm2x4zb_done:
 	VZEROUPPER
 	RET
 
-// func gemm4x8zb(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+// func gemm4x8zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 TEXT ·gemm4x8zb(SB), NOSPLIT, $80-64
 	MOVQ c+0(FP), DI
 	MOVQ ldc+8(FP), SI
@@ -6791,6 +6791,1304 @@ gemm4x8zb_reduce:
 	DECQ 72(SP)
 	JNZ gemm4x8zb_tile
 gemm4x8zb_done:
+	VZEROUPPER
+	RET
+
+// func gemm4x6p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm4x6p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $6, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm4x6p_done
+gemm4x6p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm4x6p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R9)(AX*1), Z25
+	VMOVDQU32 (R10)(AX*1), Z26
+	VMOVDQU32 (R11)(AX*1), Z27
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z25, Z6
+	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z26, Z12
+	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z27, Z18
+	VMOVDQU32 (R12)(R13*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z24, Z1
+	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z7
+	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z26, Z13
+	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z27, Z19
+	VMOVDQU32 (R12)(R13*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z24, Z2
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z25, Z8
+	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z26, Z14
+	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z27, Z20
+	VMOVDQU32 (R12)(R14*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z24, Z3
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z25, Z9
+	BYTE $0x62; BYTE $0x12; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z26, Z15
+	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z27, Z21
+	VMOVDQU32 (R12)(R13*4), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z25, Z10
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z26, Z16
+	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z27, Z22
+	VMOVDQU32 (R12)(DX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z24, Z5
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z25, Z11
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z26, Z17
+	BYTE $0x62; BYTE $0x82; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z27, Z23
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm4x6p_loop
+	LEAQ (SI)(SI*2), BX
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 4(DI)
+	VEXTRACTF32X8 $1, Z2, Y30
+	VADDPS Y30, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X31
+	VADDPS X31, X2, X2
+	VMOVHLPS X2, X2, X31
+	VADDPS X31, X2, X2
+	VMOVSHDUP X2, X31
+	VADDSS X31, X2, X2
+	VMOVSS X2, 8(DI)
+	VEXTRACTF32X8 $1, Z3, Y30
+	VADDPS Y30, Y3, Y3
+	VEXTRACTF32X4 $1, Y3, X31
+	VADDPS X31, X3, X3
+	VMOVHLPS X3, X3, X31
+	VADDPS X31, X3, X3
+	VMOVSHDUP X3, X31
+	VADDSS X31, X3, X3
+	VMOVSS X3, 12(DI)
+	VEXTRACTF32X8 $1, Z4, Y30
+	VADDPS Y30, Y4, Y4
+	VEXTRACTF32X4 $1, Y4, X31
+	VADDPS X31, X4, X4
+	VMOVHLPS X4, X4, X31
+	VADDPS X31, X4, X4
+	VMOVSHDUP X4, X31
+	VADDSS X31, X4, X4
+	VMOVSS X4, 16(DI)
+	VEXTRACTF32X8 $1, Z5, Y30
+	VADDPS Y30, Y5, Y5
+	VEXTRACTF32X4 $1, Y5, X31
+	VADDPS X31, X5, X5
+	VMOVHLPS X5, X5, X31
+	VADDPS X31, X5, X5
+	VMOVSHDUP X5, X31
+	VADDSS X31, X5, X5
+	VMOVSS X5, 20(DI)
+	VEXTRACTF32X8 $1, Z6, Y30
+	VADDPS Y30, Y6, Y6
+	VEXTRACTF32X4 $1, Y6, X31
+	VADDPS X31, X6, X6
+	VMOVHLPS X6, X6, X31
+	VADDPS X31, X6, X6
+	VMOVSHDUP X6, X31
+	VADDSS X31, X6, X6
+	VMOVSS X6, 0(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z7, Y30
+	VADDPS Y30, Y7, Y7
+	VEXTRACTF32X4 $1, Y7, X31
+	VADDPS X31, X7, X7
+	VMOVHLPS X7, X7, X31
+	VADDPS X31, X7, X7
+	VMOVSHDUP X7, X31
+	VADDSS X31, X7, X7
+	VMOVSS X7, 4(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z8, Y30
+	VADDPS Y30, Y8, Y8
+	VEXTRACTF32X4 $1, Y8, X31
+	VADDPS X31, X8, X8
+	VMOVHLPS X8, X8, X31
+	VADDPS X31, X8, X8
+	VMOVSHDUP X8, X31
+	VADDSS X31, X8, X8
+	VMOVSS X8, 8(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z9, Y30
+	VADDPS Y30, Y9, Y9
+	VEXTRACTF32X4 $1, Y9, X31
+	VADDPS X31, X9, X9
+	VMOVHLPS X9, X9, X31
+	VADDPS X31, X9, X9
+	VMOVSHDUP X9, X31
+	VADDSS X31, X9, X9
+	VMOVSS X9, 12(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z10, Y30
+	VADDPS Y30, Y10, Y10
+	VEXTRACTF32X4 $1, Y10, X31
+	VADDPS X31, X10, X10
+	VMOVHLPS X10, X10, X31
+	VADDPS X31, X10, X10
+	VMOVSHDUP X10, X31
+	VADDSS X31, X10, X10
+	VMOVSS X10, 16(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z11, Y30
+	VADDPS Y30, Y11, Y11
+	VEXTRACTF32X4 $1, Y11, X31
+	VADDPS X31, X11, X11
+	VMOVHLPS X11, X11, X31
+	VADDPS X31, X11, X11
+	VMOVSHDUP X11, X31
+	VADDSS X31, X11, X11
+	VMOVSS X11, 20(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z12, Y30
+	VADDPS Y30, Y12, Y12
+	VEXTRACTF32X4 $1, Y12, X31
+	VADDPS X31, X12, X12
+	VMOVHLPS X12, X12, X31
+	VADDPS X31, X12, X12
+	VMOVSHDUP X12, X31
+	VADDSS X31, X12, X12
+	VMOVSS X12, 0(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z13, Y30
+	VADDPS Y30, Y13, Y13
+	VEXTRACTF32X4 $1, Y13, X31
+	VADDPS X31, X13, X13
+	VMOVHLPS X13, X13, X31
+	VADDPS X31, X13, X13
+	VMOVSHDUP X13, X31
+	VADDSS X31, X13, X13
+	VMOVSS X13, 4(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z14, Y30
+	VADDPS Y30, Y14, Y14
+	VEXTRACTF32X4 $1, Y14, X31
+	VADDPS X31, X14, X14
+	VMOVHLPS X14, X14, X31
+	VADDPS X31, X14, X14
+	VMOVSHDUP X14, X31
+	VADDSS X31, X14, X14
+	VMOVSS X14, 8(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z15, Y30
+	VADDPS Y30, Y15, Y15
+	VEXTRACTF32X4 $1, Y15, X31
+	VADDPS X31, X15, X15
+	VMOVHLPS X15, X15, X31
+	VADDPS X31, X15, X15
+	VMOVSHDUP X15, X31
+	VADDSS X31, X15, X15
+	VMOVSS X15, 12(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z16, Y30
+	VADDPS Y30, Y16, Y16
+	VEXTRACTF32X4 $1, Y16, X31
+	VADDPS X31, X16, X16
+	VMOVHLPS X16, X16, X31
+	VADDPS X31, X16, X16
+	VMOVSHDUP X16, X31
+	VADDSS X31, X16, X16
+	VMOVSS X16, 16(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z17, Y30
+	VADDPS Y30, Y17, Y17
+	VEXTRACTF32X4 $1, Y17, X31
+	VADDPS X31, X17, X17
+	VMOVHLPS X17, X17, X31
+	VADDPS X31, X17, X17
+	VMOVSHDUP X17, X31
+	VADDSS X31, X17, X17
+	VMOVSS X17, 20(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z18, Y30
+	VADDPS Y30, Y18, Y18
+	VEXTRACTF32X4 $1, Y18, X31
+	VADDPS X31, X18, X18
+	VMOVHLPS X18, X18, X31
+	VADDPS X31, X18, X18
+	VMOVSHDUP X18, X31
+	VADDSS X31, X18, X18
+	VMOVSS X18, 0(DI)(BX*1)
+	VEXTRACTF32X8 $1, Z19, Y30
+	VADDPS Y30, Y19, Y19
+	VEXTRACTF32X4 $1, Y19, X31
+	VADDPS X31, X19, X19
+	VMOVHLPS X19, X19, X31
+	VADDPS X31, X19, X19
+	VMOVSHDUP X19, X31
+	VADDSS X31, X19, X19
+	VMOVSS X19, 4(DI)(BX*1)
+	VEXTRACTF32X8 $1, Z20, Y30
+	VADDPS Y30, Y20, Y20
+	VEXTRACTF32X4 $1, Y20, X31
+	VADDPS X31, X20, X20
+	VMOVHLPS X20, X20, X31
+	VADDPS X31, X20, X20
+	VMOVSHDUP X20, X31
+	VADDSS X31, X20, X20
+	VMOVSS X20, 8(DI)(BX*1)
+	VEXTRACTF32X8 $1, Z21, Y30
+	VADDPS Y30, Y21, Y21
+	VEXTRACTF32X4 $1, Y21, X31
+	VADDPS X31, X21, X21
+	VMOVHLPS X21, X21, X31
+	VADDPS X31, X21, X21
+	VMOVSHDUP X21, X31
+	VADDSS X31, X21, X21
+	VMOVSS X21, 12(DI)(BX*1)
+	VEXTRACTF32X8 $1, Z22, Y30
+	VADDPS Y30, Y22, Y22
+	VEXTRACTF32X4 $1, Y22, X31
+	VADDPS X31, X22, X22
+	VMOVHLPS X22, X22, X31
+	VADDPS X31, X22, X22
+	VMOVSHDUP X22, X31
+	VADDSS X31, X22, X22
+	VMOVSS X22, 16(DI)(BX*1)
+	VEXTRACTF32X8 $1, Z23, Y30
+	VADDPS Y30, Y23, Y23
+	VEXTRACTF32X4 $1, Y23, X31
+	VADDPS X31, X23, X23
+	VMOVHLPS X23, X23, X31
+	VADDPS X31, X23, X23
+	VMOVSHDUP X23, X31
+	VADDSS X31, X23, X23
+	VMOVSS X23, 20(DI)(BX*1)
+	ADDQ $24, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm4x6p_tile
+gemm4x6p_done:
+	VZEROUPPER
+	RET
+
+// func gemm4x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm4x1p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	LEAQ (R10)(BX*1), R11
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $1, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm4x1p_done
+gemm4x1p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm4x1p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R9)(AX*1), Z25
+	VMOVDQU32 (R10)(AX*1), Z26
+	VMOVDQU32 (R11)(AX*1), Z27
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xcc // VDPBF16PS Z28, Z25, Z1
+	BYTE $0x62; BYTE $0x92; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z26, Z2
+	BYTE $0x62; BYTE $0x92; BYTE $0x26; BYTE $0x40; BYTE $0x52; BYTE $0xdc // VDPBF16PS Z28, Z27, Z3
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm4x1p_loop
+	LEAQ (SI)(SI*2), BX
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 0(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z2, Y30
+	VADDPS Y30, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X31
+	VADDPS X31, X2, X2
+	VMOVHLPS X2, X2, X31
+	VADDPS X31, X2, X2
+	VMOVSHDUP X2, X31
+	VADDSS X31, X2, X2
+	VMOVSS X2, 0(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z3, Y30
+	VADDPS Y30, Y3, Y3
+	VEXTRACTF32X4 $1, Y3, X31
+	VADDPS X31, X3, X3
+	VMOVHLPS X3, X3, X31
+	VADDPS X31, X3, X3
+	VMOVSHDUP X3, X31
+	VADDSS X31, X3, X3
+	VMOVSS X3, 0(DI)(BX*1)
+	ADDQ $4, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm4x1p_tile
+gemm4x1p_done:
+	VZEROUPPER
+	RET
+
+// func gemm3x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm3x8p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $8, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm3x8p_done
+gemm3x8p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	VPXORD Z18, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPXORD Z20, Z20, Z20
+	VPXORD Z21, Z21, Z21
+	VPXORD Z22, Z22, Z22
+	VPXORD Z23, Z23, Z23
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm3x8p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R9)(AX*1), Z25
+	VMOVDQU32 (R10)(AX*1), Z26
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z25, Z8
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z26, Z16
+	VMOVDQU32 (R12)(R13*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z24, Z1
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z25, Z9
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z26, Z17
+	VMOVDQU32 (R12)(R13*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z24, Z2
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z25, Z10
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z26, Z18
+	VMOVDQU32 (R12)(R14*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z24, Z3
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z25, Z11
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z26, Z19
+	VMOVDQU32 (R12)(R13*4), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z25, Z12
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z26, Z20
+	VMOVDQU32 (R12)(DX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z24, Z5
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z25, Z13
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z26, Z21
+	VMOVDQU32 (R12)(R14*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z24, Z6
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z25, Z14
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z26, Z22
+	VMOVDQU32 (R12)(CX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z24, Z7
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z15
+	BYTE $0x62; BYTE $0x82; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z26, Z23
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm3x8p_loop
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 4(DI)
+	VEXTRACTF32X8 $1, Z2, Y30
+	VADDPS Y30, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X31
+	VADDPS X31, X2, X2
+	VMOVHLPS X2, X2, X31
+	VADDPS X31, X2, X2
+	VMOVSHDUP X2, X31
+	VADDSS X31, X2, X2
+	VMOVSS X2, 8(DI)
+	VEXTRACTF32X8 $1, Z3, Y30
+	VADDPS Y30, Y3, Y3
+	VEXTRACTF32X4 $1, Y3, X31
+	VADDPS X31, X3, X3
+	VMOVHLPS X3, X3, X31
+	VADDPS X31, X3, X3
+	VMOVSHDUP X3, X31
+	VADDSS X31, X3, X3
+	VMOVSS X3, 12(DI)
+	VEXTRACTF32X8 $1, Z4, Y30
+	VADDPS Y30, Y4, Y4
+	VEXTRACTF32X4 $1, Y4, X31
+	VADDPS X31, X4, X4
+	VMOVHLPS X4, X4, X31
+	VADDPS X31, X4, X4
+	VMOVSHDUP X4, X31
+	VADDSS X31, X4, X4
+	VMOVSS X4, 16(DI)
+	VEXTRACTF32X8 $1, Z5, Y30
+	VADDPS Y30, Y5, Y5
+	VEXTRACTF32X4 $1, Y5, X31
+	VADDPS X31, X5, X5
+	VMOVHLPS X5, X5, X31
+	VADDPS X31, X5, X5
+	VMOVSHDUP X5, X31
+	VADDSS X31, X5, X5
+	VMOVSS X5, 20(DI)
+	VEXTRACTF32X8 $1, Z6, Y30
+	VADDPS Y30, Y6, Y6
+	VEXTRACTF32X4 $1, Y6, X31
+	VADDPS X31, X6, X6
+	VMOVHLPS X6, X6, X31
+	VADDPS X31, X6, X6
+	VMOVSHDUP X6, X31
+	VADDSS X31, X6, X6
+	VMOVSS X6, 24(DI)
+	VEXTRACTF32X8 $1, Z7, Y30
+	VADDPS Y30, Y7, Y7
+	VEXTRACTF32X4 $1, Y7, X31
+	VADDPS X31, X7, X7
+	VMOVHLPS X7, X7, X31
+	VADDPS X31, X7, X7
+	VMOVSHDUP X7, X31
+	VADDSS X31, X7, X7
+	VMOVSS X7, 28(DI)
+	VEXTRACTF32X8 $1, Z8, Y30
+	VADDPS Y30, Y8, Y8
+	VEXTRACTF32X4 $1, Y8, X31
+	VADDPS X31, X8, X8
+	VMOVHLPS X8, X8, X31
+	VADDPS X31, X8, X8
+	VMOVSHDUP X8, X31
+	VADDSS X31, X8, X8
+	VMOVSS X8, 0(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z9, Y30
+	VADDPS Y30, Y9, Y9
+	VEXTRACTF32X4 $1, Y9, X31
+	VADDPS X31, X9, X9
+	VMOVHLPS X9, X9, X31
+	VADDPS X31, X9, X9
+	VMOVSHDUP X9, X31
+	VADDSS X31, X9, X9
+	VMOVSS X9, 4(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z10, Y30
+	VADDPS Y30, Y10, Y10
+	VEXTRACTF32X4 $1, Y10, X31
+	VADDPS X31, X10, X10
+	VMOVHLPS X10, X10, X31
+	VADDPS X31, X10, X10
+	VMOVSHDUP X10, X31
+	VADDSS X31, X10, X10
+	VMOVSS X10, 8(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z11, Y30
+	VADDPS Y30, Y11, Y11
+	VEXTRACTF32X4 $1, Y11, X31
+	VADDPS X31, X11, X11
+	VMOVHLPS X11, X11, X31
+	VADDPS X31, X11, X11
+	VMOVSHDUP X11, X31
+	VADDSS X31, X11, X11
+	VMOVSS X11, 12(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z12, Y30
+	VADDPS Y30, Y12, Y12
+	VEXTRACTF32X4 $1, Y12, X31
+	VADDPS X31, X12, X12
+	VMOVHLPS X12, X12, X31
+	VADDPS X31, X12, X12
+	VMOVSHDUP X12, X31
+	VADDSS X31, X12, X12
+	VMOVSS X12, 16(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z13, Y30
+	VADDPS Y30, Y13, Y13
+	VEXTRACTF32X4 $1, Y13, X31
+	VADDPS X31, X13, X13
+	VMOVHLPS X13, X13, X31
+	VADDPS X31, X13, X13
+	VMOVSHDUP X13, X31
+	VADDSS X31, X13, X13
+	VMOVSS X13, 20(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z14, Y30
+	VADDPS Y30, Y14, Y14
+	VEXTRACTF32X4 $1, Y14, X31
+	VADDPS X31, X14, X14
+	VMOVHLPS X14, X14, X31
+	VADDPS X31, X14, X14
+	VMOVSHDUP X14, X31
+	VADDSS X31, X14, X14
+	VMOVSS X14, 24(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z15, Y30
+	VADDPS Y30, Y15, Y15
+	VEXTRACTF32X4 $1, Y15, X31
+	VADDPS X31, X15, X15
+	VMOVHLPS X15, X15, X31
+	VADDPS X31, X15, X15
+	VMOVSHDUP X15, X31
+	VADDSS X31, X15, X15
+	VMOVSS X15, 28(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z16, Y30
+	VADDPS Y30, Y16, Y16
+	VEXTRACTF32X4 $1, Y16, X31
+	VADDPS X31, X16, X16
+	VMOVHLPS X16, X16, X31
+	VADDPS X31, X16, X16
+	VMOVSHDUP X16, X31
+	VADDSS X31, X16, X16
+	VMOVSS X16, 0(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z17, Y30
+	VADDPS Y30, Y17, Y17
+	VEXTRACTF32X4 $1, Y17, X31
+	VADDPS X31, X17, X17
+	VMOVHLPS X17, X17, X31
+	VADDPS X31, X17, X17
+	VMOVSHDUP X17, X31
+	VADDSS X31, X17, X17
+	VMOVSS X17, 4(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z18, Y30
+	VADDPS Y30, Y18, Y18
+	VEXTRACTF32X4 $1, Y18, X31
+	VADDPS X31, X18, X18
+	VMOVHLPS X18, X18, X31
+	VADDPS X31, X18, X18
+	VMOVSHDUP X18, X31
+	VADDSS X31, X18, X18
+	VMOVSS X18, 8(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z19, Y30
+	VADDPS Y30, Y19, Y19
+	VEXTRACTF32X4 $1, Y19, X31
+	VADDPS X31, X19, X19
+	VMOVHLPS X19, X19, X31
+	VADDPS X31, X19, X19
+	VMOVSHDUP X19, X31
+	VADDSS X31, X19, X19
+	VMOVSS X19, 12(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z20, Y30
+	VADDPS Y30, Y20, Y20
+	VEXTRACTF32X4 $1, Y20, X31
+	VADDPS X31, X20, X20
+	VMOVHLPS X20, X20, X31
+	VADDPS X31, X20, X20
+	VMOVSHDUP X20, X31
+	VADDSS X31, X20, X20
+	VMOVSS X20, 16(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z21, Y30
+	VADDPS Y30, Y21, Y21
+	VEXTRACTF32X4 $1, Y21, X31
+	VADDPS X31, X21, X21
+	VMOVHLPS X21, X21, X31
+	VADDPS X31, X21, X21
+	VMOVSHDUP X21, X31
+	VADDSS X31, X21, X21
+	VMOVSS X21, 20(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z22, Y30
+	VADDPS Y30, Y22, Y22
+	VEXTRACTF32X4 $1, Y22, X31
+	VADDPS X31, X22, X22
+	VMOVHLPS X22, X22, X31
+	VADDPS X31, X22, X22
+	VMOVSHDUP X22, X31
+	VADDSS X31, X22, X22
+	VMOVSS X22, 24(DI)(SI*2)
+	VEXTRACTF32X8 $1, Z23, Y30
+	VADDPS Y30, Y23, Y23
+	VEXTRACTF32X4 $1, Y23, X31
+	VADDPS X31, X23, X23
+	VMOVHLPS X23, X23, X31
+	VADDPS X31, X23, X23
+	VMOVSHDUP X23, X31
+	VADDSS X31, X23, X23
+	VMOVSS X23, 28(DI)(SI*2)
+	ADDQ $32, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm3x8p_tile
+gemm3x8p_done:
+	VZEROUPPER
+	RET
+
+// func gemm3x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm3x1p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	LEAQ (R8)(BX*1), R9
+	LEAQ (R9)(BX*1), R10
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $1, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm3x1p_done
+gemm3x1p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm3x1p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R9)(AX*1), Z25
+	VMOVDQU32 (R10)(AX*1), Z26
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xcc // VDPBF16PS Z28, Z25, Z1
+	BYTE $0x62; BYTE $0x92; BYTE $0x2e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z26, Z2
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm3x1p_loop
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 0(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z2, Y30
+	VADDPS Y30, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X31
+	VADDPS X31, X2, X2
+	VMOVHLPS X2, X2, X31
+	VADDPS X31, X2, X2
+	VMOVSHDUP X2, X31
+	VADDSS X31, X2, X2
+	VMOVSS X2, 0(DI)(SI*2)
+	ADDQ $4, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm3x1p_tile
+gemm3x1p_done:
+	VZEROUPPER
+	RET
+
+// func gemm2x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm2x8p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	LEAQ (R8)(BX*1), R9
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $8, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm2x8p_done
+gemm2x8p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm2x8p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R9)(AX*1), Z25
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z25, Z8
+	VMOVDQU32 (R12)(R13*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z24, Z1
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z25, Z9
+	VMOVDQU32 (R12)(R13*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z24, Z2
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z25, Z10
+	VMOVDQU32 (R12)(R14*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z24, Z3
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z25, Z11
+	VMOVDQU32 (R12)(R13*4), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z25, Z12
+	VMOVDQU32 (R12)(DX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z24, Z5
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z25, Z13
+	VMOVDQU32 (R12)(R14*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z24, Z6
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z25, Z14
+	VMOVDQU32 (R12)(CX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z24, Z7
+	BYTE $0x62; BYTE $0x12; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z25, Z15
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm2x8p_loop
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 4(DI)
+	VEXTRACTF32X8 $1, Z2, Y30
+	VADDPS Y30, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X31
+	VADDPS X31, X2, X2
+	VMOVHLPS X2, X2, X31
+	VADDPS X31, X2, X2
+	VMOVSHDUP X2, X31
+	VADDSS X31, X2, X2
+	VMOVSS X2, 8(DI)
+	VEXTRACTF32X8 $1, Z3, Y30
+	VADDPS Y30, Y3, Y3
+	VEXTRACTF32X4 $1, Y3, X31
+	VADDPS X31, X3, X3
+	VMOVHLPS X3, X3, X31
+	VADDPS X31, X3, X3
+	VMOVSHDUP X3, X31
+	VADDSS X31, X3, X3
+	VMOVSS X3, 12(DI)
+	VEXTRACTF32X8 $1, Z4, Y30
+	VADDPS Y30, Y4, Y4
+	VEXTRACTF32X4 $1, Y4, X31
+	VADDPS X31, X4, X4
+	VMOVHLPS X4, X4, X31
+	VADDPS X31, X4, X4
+	VMOVSHDUP X4, X31
+	VADDSS X31, X4, X4
+	VMOVSS X4, 16(DI)
+	VEXTRACTF32X8 $1, Z5, Y30
+	VADDPS Y30, Y5, Y5
+	VEXTRACTF32X4 $1, Y5, X31
+	VADDPS X31, X5, X5
+	VMOVHLPS X5, X5, X31
+	VADDPS X31, X5, X5
+	VMOVSHDUP X5, X31
+	VADDSS X31, X5, X5
+	VMOVSS X5, 20(DI)
+	VEXTRACTF32X8 $1, Z6, Y30
+	VADDPS Y30, Y6, Y6
+	VEXTRACTF32X4 $1, Y6, X31
+	VADDPS X31, X6, X6
+	VMOVHLPS X6, X6, X31
+	VADDPS X31, X6, X6
+	VMOVSHDUP X6, X31
+	VADDSS X31, X6, X6
+	VMOVSS X6, 24(DI)
+	VEXTRACTF32X8 $1, Z7, Y30
+	VADDPS Y30, Y7, Y7
+	VEXTRACTF32X4 $1, Y7, X31
+	VADDPS X31, X7, X7
+	VMOVHLPS X7, X7, X31
+	VADDPS X31, X7, X7
+	VMOVSHDUP X7, X31
+	VADDSS X31, X7, X7
+	VMOVSS X7, 28(DI)
+	VEXTRACTF32X8 $1, Z8, Y30
+	VADDPS Y30, Y8, Y8
+	VEXTRACTF32X4 $1, Y8, X31
+	VADDPS X31, X8, X8
+	VMOVHLPS X8, X8, X31
+	VADDPS X31, X8, X8
+	VMOVSHDUP X8, X31
+	VADDSS X31, X8, X8
+	VMOVSS X8, 0(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z9, Y30
+	VADDPS Y30, Y9, Y9
+	VEXTRACTF32X4 $1, Y9, X31
+	VADDPS X31, X9, X9
+	VMOVHLPS X9, X9, X31
+	VADDPS X31, X9, X9
+	VMOVSHDUP X9, X31
+	VADDSS X31, X9, X9
+	VMOVSS X9, 4(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z10, Y30
+	VADDPS Y30, Y10, Y10
+	VEXTRACTF32X4 $1, Y10, X31
+	VADDPS X31, X10, X10
+	VMOVHLPS X10, X10, X31
+	VADDPS X31, X10, X10
+	VMOVSHDUP X10, X31
+	VADDSS X31, X10, X10
+	VMOVSS X10, 8(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z11, Y30
+	VADDPS Y30, Y11, Y11
+	VEXTRACTF32X4 $1, Y11, X31
+	VADDPS X31, X11, X11
+	VMOVHLPS X11, X11, X31
+	VADDPS X31, X11, X11
+	VMOVSHDUP X11, X31
+	VADDSS X31, X11, X11
+	VMOVSS X11, 12(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z12, Y30
+	VADDPS Y30, Y12, Y12
+	VEXTRACTF32X4 $1, Y12, X31
+	VADDPS X31, X12, X12
+	VMOVHLPS X12, X12, X31
+	VADDPS X31, X12, X12
+	VMOVSHDUP X12, X31
+	VADDSS X31, X12, X12
+	VMOVSS X12, 16(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z13, Y30
+	VADDPS Y30, Y13, Y13
+	VEXTRACTF32X4 $1, Y13, X31
+	VADDPS X31, X13, X13
+	VMOVHLPS X13, X13, X31
+	VADDPS X31, X13, X13
+	VMOVSHDUP X13, X31
+	VADDSS X31, X13, X13
+	VMOVSS X13, 20(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z14, Y30
+	VADDPS Y30, Y14, Y14
+	VEXTRACTF32X4 $1, Y14, X31
+	VADDPS X31, X14, X14
+	VMOVHLPS X14, X14, X31
+	VADDPS X31, X14, X14
+	VMOVSHDUP X14, X31
+	VADDSS X31, X14, X14
+	VMOVSS X14, 24(DI)(SI*1)
+	VEXTRACTF32X8 $1, Z15, Y30
+	VADDPS Y30, Y15, Y15
+	VEXTRACTF32X4 $1, Y15, X31
+	VADDPS X31, X15, X15
+	VMOVHLPS X15, X15, X31
+	VADDPS X31, X15, X15
+	VMOVSHDUP X15, X31
+	VADDSS X31, X15, X15
+	VMOVSS X15, 28(DI)(SI*1)
+	ADDQ $32, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm2x8p_tile
+gemm2x8p_done:
+	VZEROUPPER
+	RET
+
+// func gemm2x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm2x1p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	LEAQ (R8)(BX*1), R9
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $1, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm2x1p_done
+gemm2x1p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm2x1p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R9)(AX*1), Z25
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	BYTE $0x62; BYTE $0x92; BYTE $0x36; BYTE $0x40; BYTE $0x52; BYTE $0xcc // VDPBF16PS Z28, Z25, Z1
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm2x1p_loop
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 0(DI)(SI*1)
+	ADDQ $4, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm2x1p_tile
+gemm2x1p_done:
+	VZEROUPPER
+	RET
+
+// func gemm1x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm1x8p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $8, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm1x8p_done
+gemm1x8p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm1x8p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	VMOVDQU32 (R12)(R13*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xcd // VDPBF16PS Z29, Z24, Z1
+	VMOVDQU32 (R12)(R13*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xd4 // VDPBF16PS Z28, Z24, Z2
+	VMOVDQU32 (R12)(R14*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xdd // VDPBF16PS Z29, Z24, Z3
+	VMOVDQU32 (R12)(R13*4), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xe4 // VDPBF16PS Z28, Z24, Z4
+	VMOVDQU32 (R12)(DX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xed // VDPBF16PS Z29, Z24, Z5
+	VMOVDQU32 (R12)(R14*2), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xf4 // VDPBF16PS Z28, Z24, Z6
+	VMOVDQU32 (R12)(CX*1), Z29
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xfd // VDPBF16PS Z29, Z24, Z7
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm1x8p_loop
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	VEXTRACTF32X8 $1, Z1, Y30
+	VADDPS Y30, Y1, Y1
+	VEXTRACTF32X4 $1, Y1, X31
+	VADDPS X31, X1, X1
+	VMOVHLPS X1, X1, X31
+	VADDPS X31, X1, X1
+	VMOVSHDUP X1, X31
+	VADDSS X31, X1, X1
+	VMOVSS X1, 4(DI)
+	VEXTRACTF32X8 $1, Z2, Y30
+	VADDPS Y30, Y2, Y2
+	VEXTRACTF32X4 $1, Y2, X31
+	VADDPS X31, X2, X2
+	VMOVHLPS X2, X2, X31
+	VADDPS X31, X2, X2
+	VMOVSHDUP X2, X31
+	VADDSS X31, X2, X2
+	VMOVSS X2, 8(DI)
+	VEXTRACTF32X8 $1, Z3, Y30
+	VADDPS Y30, Y3, Y3
+	VEXTRACTF32X4 $1, Y3, X31
+	VADDPS X31, X3, X3
+	VMOVHLPS X3, X3, X31
+	VADDPS X31, X3, X3
+	VMOVSHDUP X3, X31
+	VADDSS X31, X3, X3
+	VMOVSS X3, 12(DI)
+	VEXTRACTF32X8 $1, Z4, Y30
+	VADDPS Y30, Y4, Y4
+	VEXTRACTF32X4 $1, Y4, X31
+	VADDPS X31, X4, X4
+	VMOVHLPS X4, X4, X31
+	VADDPS X31, X4, X4
+	VMOVSHDUP X4, X31
+	VADDSS X31, X4, X4
+	VMOVSS X4, 16(DI)
+	VEXTRACTF32X8 $1, Z5, Y30
+	VADDPS Y30, Y5, Y5
+	VEXTRACTF32X4 $1, Y5, X31
+	VADDPS X31, X5, X5
+	VMOVHLPS X5, X5, X31
+	VADDPS X31, X5, X5
+	VMOVSHDUP X5, X31
+	VADDSS X31, X5, X5
+	VMOVSS X5, 20(DI)
+	VEXTRACTF32X8 $1, Z6, Y30
+	VADDPS Y30, Y6, Y6
+	VEXTRACTF32X4 $1, Y6, X31
+	VADDPS X31, X6, X6
+	VMOVHLPS X6, X6, X31
+	VADDPS X31, X6, X6
+	VMOVSHDUP X6, X31
+	VADDSS X31, X6, X6
+	VMOVSS X6, 24(DI)
+	VEXTRACTF32X8 $1, Z7, Y30
+	VADDPS Y30, Y7, Y7
+	VEXTRACTF32X4 $1, Y7, X31
+	VADDPS X31, X7, X7
+	VMOVHLPS X7, X7, X31
+	VADDPS X31, X7, X7
+	VMOVSHDUP X7, X31
+	VADDSS X31, X7, X7
+	VMOVSS X7, 28(DI)
+	ADDQ $32, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm1x8p_tile
+gemm1x8p_done:
+	VZEROUPPER
+	RET
+
+// func gemm1x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+TEXT ·gemm1x1p(SB), NOSPLIT, $24-64
+	MOVQ c+0(FP), DI
+	MOVQ ldc+8(FP), SI
+	SHLQ $2, SI
+	MOVQ a+16(FP), R8
+	MOVQ lda+24(FP), BX
+	SHLQ $1, BX
+	MOVQ w+32(FP), R12
+	MOVQ R12, 0(SP)
+	MOVQ ldw+40(FP), BX
+	SHLQ $1, BX
+	MOVQ BX, R13
+	LEAQ (BX)(BX*2), R14
+	LEAQ (BX)(BX*4), DX
+	LEAQ (R14)(BX*4), CX
+	IMULQ $1, BX
+	MOVQ BX, 8(SP)
+	MOVQ tiles+56(FP), BX
+	MOVQ BX, 16(SP)
+	TESTQ BX, BX
+	JZ gemm1x1p_done
+gemm1x1p_tile:
+	MOVQ 0(SP), R12
+	VPXORD Z0, Z0, Z0
+	XORQ AX, AX
+	MOVQ k+48(FP), BX
+	SHRQ $5, BX
+gemm1x1p_loop:
+	VMOVDQU32 (R8)(AX*1), Z24
+	VMOVDQU32 (R12), Z28
+	BYTE $0x62; BYTE $0x92; BYTE $0x3e; BYTE $0x40; BYTE $0x52; BYTE $0xc4 // VDPBF16PS Z28, Z24, Z0
+	ADDQ $64, AX
+	ADDQ $64, R12
+	DECQ BX
+	JNZ gemm1x1p_loop
+	VEXTRACTF32X8 $1, Z0, Y30
+	VADDPS Y30, Y0, Y0
+	VEXTRACTF32X4 $1, Y0, X31
+	VADDPS X31, X0, X0
+	VMOVHLPS X0, X0, X31
+	VADDPS X31, X0, X0
+	VMOVSHDUP X0, X31
+	VADDSS X31, X0, X0
+	VMOVSS X0, 0(DI)
+	ADDQ $4, DI
+	MOVQ 8(SP), R12
+	ADDQ R12, 0(SP)
+	DECQ 16(SP)
+	JNZ gemm1x1p_tile
+gemm1x1p_done:
 	VZEROUPPER
 	RET
 

@@ -12,12 +12,15 @@ type Format uint8
 
 // The weight formats. F16 and BF16 are widened to float32 inside the
 // kernels, exactly, so their products equal those of the widened float32
-// matrix bit for bit; Q8 is block-quantized (see QuantizeQ8).
+// matrix bit for bit; Q8 is block-quantized (see QuantizeQ8). BF16Dot
+// holds the same elements as BF16 but multiplies them with activations
+// rounded to bfloat16 (see Matrix.BF16Dot): faster, not exact.
 const (
 	F32 Format = iota
 	F16
 	BF16
 	Q8
+	BF16Dot
 )
 
 // String returns the format's name: f32, f16, bf16 or q8.
@@ -31,6 +34,8 @@ func (f Format) String() string {
 		return "bf16"
 	case Q8:
 		return "q8"
+	case BF16Dot:
+		return "bf16-dot"
 	}
 	return fmt.Sprintf("Format(%d)", uint8(f))
 }
@@ -39,7 +44,7 @@ func (f Format) String() string {
 // a matrix-vector product streams per weight.
 func (f Format) BytesPerWeight() float64 {
 	switch f {
-	case F16, BF16:
+	case F16, BF16, BF16Dot:
 		return 2
 	case Q8:
 		return float64(Q8BlockBytes) / Q8Block
@@ -191,8 +196,8 @@ func newQ8(rows, cols int) *Matrix {
 	return &Matrix{format: Q8, rows: rows, cols: cols, q8: newWeights[byte](groups * q8GroupRows * (cols / Q8Block * Q8BlockBytes))}
 }
 
-// Row writes row i as float32 into dst (len Cols): exactly for F32, F16
-// and BF16, as q·d (one float32 multiplication) for Q8. It panics if i
+// Row writes row i as float32 into dst (len Cols): exactly for F32, F16,
+// BF16 and BF16Dot, as q·d (one float32 multiplication) for Q8. It panics if i
 // or len(dst) is out of range.
 func (m *Matrix) Row(i int, dst []float32) {
 	if i < 0 || i >= m.rows || len(dst) != m.cols {
@@ -204,7 +209,7 @@ func (m *Matrix) Row(i int, dst []float32) {
 		copy(dst, m.f32[o:o+m.cols])
 	case F16:
 		F16ToF32(dst, m.u16[o:o+m.cols])
-	case BF16:
+	case BF16, BF16Dot:
 		BF16ToF32(dst, m.u16[o:o+m.cols])
 	case Q8:
 		for b := range m.cols / Q8Block {

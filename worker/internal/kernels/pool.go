@@ -48,8 +48,9 @@ type Pool struct {
 	r        Ranger
 	next     atomic.Int64 // first index not yet claimed
 	mm       matMulJob
-	quant    quantizeJob
+	prep     prepareJob
 	qa       []byte    // A quantized for a Q8 MatMulTW, reused
+	abf      []uint16  // A rounded to bfloat16 for a BF16Dot MatMulTW, reused
 	apad     []float32 // A at a padded row stride for MatMulTW, reused
 }
 
@@ -200,7 +201,8 @@ func (p *Pool) For(n int, fn func(lo, hi int)) {
 
 // matMulJob is the loop body of Pool.MatMulT and Pool.MatMulTW, kept in
 // the Pool so that the interface conversion in Do does not allocate. W is
-// w32, w16 or wq by format; qa holds A quantized for Q8.
+// w32, w16 or wq by format; qa holds A quantized for Q8, abf A rounded to
+// bfloat16 for BF16Dot.
 type matMulJob struct {
 	format  Format
 	c, a    []float32
@@ -208,6 +210,7 @@ type matMulJob struct {
 	w32     []float32
 	w16     []uint16
 	wq, qa  []byte
+	abf     []uint16
 	m, n, k int
 }
 
@@ -220,6 +223,8 @@ func (j *matMulJob) Range(lo, hi int) {
 	case Q8:
 		rb := j.k / Q8Block * Q8BlockBytes
 		matMulQ8(j.c[lo:], j.n, j.qa, j.wq[lo*rb:], rb, j.m, hi-lo)
+	case BF16Dot:
+		matMulBF16(j.c[lo:], j.n, j.abf, j.k, j.w16[lo*j.k:], j.k, j.m, hi-lo, j.k)
 	}
 }
 
@@ -260,7 +265,9 @@ func (p *Pool) MatMulT(c, a, w []float32, m, n, k int) {
 // every row of A is first quantized in blocks of 32 (as QuantizeQ8 does
 // weights) and each element is the canonical Q8 dot product (exact
 // integer sums per block and lane, then fma(sum, wd·ad, acc) per lane
-// and the canonical tree). It panics if a slice is shorter than its
+// and the canonical tree). For BF16Dot every row of A is first rounded
+// to bfloat16 and each element is the canonical bf16-products dot
+// product (see Matrix.BF16Dot). It panics if a slice is shorter than its
 // shape or m is negative.
 func (p *Pool) MatMulTW(c, a []float32, w *Matrix, m int) {
 	p.MatMulTWShared(a, m, [][]float32{c}, []*Matrix{w})
@@ -271,20 +278,21 @@ func (p *Pool) MatMulTW(c, a []float32, w *Matrix, m int) {
 // and up), so every matrix has A's k columns. A is prepared once for all
 // of them: quantized for the Q8 matrices among ws, and copied to the row
 // stride the float kernels read fastest (paddedStride) where that differs
-// from k.
+// from k; rounded to bfloat16 for the BF16Dot ones.
 func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) {
 	if len(ws) == 0 {
 		return
 	}
 	k := ws[0].cols
-	var floats, q8 bool
+	var floats, q8, bf bool
 	for i, w := range ws {
 		if m < 0 || w.cols != k || !fits(m, w.rows, len(cs[i])) || !fits(m, k, len(a)) {
 			panic(fmt.Sprintf("kernels: MatMulTW m=%d n=%d k=%d (first matrix k=%d) with len(c)=%d len(a)=%d",
 				m, w.rows, w.cols, k, len(cs[i]), len(a)))
 		}
-		floats = floats || w.format != Q8
+		floats = floats || w.format != Q8 && w.format != BF16Dot
 		q8 = q8 || w.format == Q8
+		bf = bf || w.format == BF16Dot
 	}
 	aFloat, lda := a, k
 	if s := paddedStride(m, k); floats && s != k {
@@ -297,45 +305,64 @@ func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) 
 		aFloat, lda = p.apad, s
 	}
 	var qa []byte
-	if q8 && m > 0 && k > 0 {
-		if need := m * (k / Q8Block * Q8BlockBytes); len(p.qa) < need {
+	var abf []uint16
+	if (q8 || bf) && m > 0 && k > 0 {
+		if need := m * (k / Q8Block * Q8BlockBytes); q8 && len(p.qa) < need {
 			p.qa = make([]byte, need)
 		}
-		p.quantize(p.qa, a, m, k)
-		qa = p.qa
+		if need := m * k; bf && len(p.abf) < need {
+			p.abf = make([]uint16, need)
+		}
+		j := prepareJob{a: a, k: k}
+		if q8 {
+			qa, j.qa = p.qa, p.qa
+		}
+		if bf {
+			abf, j.abf = p.abf, p.abf
+		}
+		p.prepare(j, m)
 	}
 	for i, w := range ws {
 		p.run(matMulJob{format: w.format, c: cs[i], a: aFloat, lda: lda, w32: w.f32, w16: w.u16, wq: w.q8, qa: qa,
-			m: m, n: w.rows, k: k})
+			abf: abf, m: m, n: w.rows, k: k})
 	}
 }
 
-// quantizeJob is the loop body of Pool.quantize, kept in the Pool so
-// that the interface conversion in Do does not allocate.
-type quantizeJob struct {
-	qa []byte
-	a  []float32
-	k  int
+// prepareJob is the loop body of Pool.prepare, kept in the Pool so that
+// the interface conversion in Do does not allocate: each row of A is
+// quantized into qa and rounded to bfloat16 into abf, where those are
+// set.
+type prepareJob struct {
+	qa  []byte
+	abf []uint16
+	a   []float32
+	k   int
 }
 
-func (j *quantizeJob) Range(lo, hi int) {
+func (j *prepareJob) Range(lo, hi int) {
 	rb := j.k / Q8Block * Q8BlockBytes
 	for i := lo; i < hi; i++ {
-		quantizeQ8Row(j.qa[i*rb:(i+1)*rb], j.a[i*j.k:(i+1)*j.k])
+		row := j.a[i*j.k : (i+1)*j.k]
+		if j.qa != nil {
+			quantizeQ8Row(j.qa[i*rb:(i+1)*rb], row)
+		}
+		if j.abf != nil {
+			F32ToBF16(j.abf[i*j.k:(i+1)*j.k], row)
+		}
 	}
 }
 
-// quantRowGrain is the fewest rows of A a thread quantizes: fewer (a
+// prepRowGrain is the fewest rows of A a thread prepares: fewer (a
 // decode step's) cost less than waking the pool.
-const quantRowGrain = 8
+const prepRowGrain = 8
 
-// quantize fills qa with the m rows of A (k columns) quantized for Q8,
-// spread by rows over the threads; every row is quantized alone, so the
-// bytes do not depend on the thread count.
-func (p *Pool) quantize(qa []byte, a []float32, m, k int) {
-	p.quant = quantizeJob{qa: qa, a: a, k: k}
-	p.Do(m, max(quantRowGrain, (m+p.threads-1)/p.threads), &p.quant)
-	p.quant = quantizeJob{}
+// prepare runs j over the m rows of A, spread by rows over the threads;
+// every row is prepared alone, so the bytes do not depend on the thread
+// count.
+func (p *Pool) prepare(j prepareJob, m int) {
+	p.prep = j
+	p.Do(m, max(prepRowGrain, (m+p.threads-1)/p.threads), &p.prep)
+	p.prep = prepareJob{}
 }
 
 // run spreads the columns of j over the threads: chunks of about an equal

@@ -128,6 +128,9 @@ func main() {
 		}
 		g.gemm512Wide(f)
 	}
+	for _, s := range bf16Shapes {
+		g.gemmBF16(s[0], s[1])
+	}
 	for _, v := range q8SumVariants {
 		g.q8(v)
 	}
@@ -216,7 +219,7 @@ func (g *gen) gemm(m, n int, f wFormat) {
 	}
 	k := kernel{g: g, m: m, n: n, f: f, aRegs: aRegs, wRegs: wRegs, wY: wY, ya: ya, acc: acc, memOperand: memOperand}
 
-	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w *%s, ldw int, k int, tiles int)", name, map[int]string{4: "float32", 2: "uint16"}[f.size])
+	g.p("// func %s(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
 	g.p("\tMOVQ c+0(FP), DI")
 	if m > 1 {
@@ -1017,7 +1020,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 		wRegs := []string{"R12", "R13", "R14", "DX"}
 		wMem = func(j, disp int) string { return fmt.Sprintf("%d(%s)(AX*%d)", f.size*disp, wRegs[j], f.size) }
 	}
-	g.p("// func %s(c *float32, ldc int, a *float32, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
+	g.p("// func %s(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $%d-64", name, frameSize)
 	g.p("\tMOVQ c+0(FP), DI")
 	g.p("\tMOVQ ldc+8(FP), SI")

@@ -1,0 +1,109 @@
+package main
+
+import "fmt"
+
+// bf16Shapes lists the bf16-products micro-kernels, rows of A × rows of
+// W: at most 24 accumulators, so the A rows, two W registers and the
+// reduction's two temporaries fit in the 32 zmm registers.
+var bf16Shapes = [][2]int{{4, 6}, {4, 1}, {3, 8}, {3, 1}, {2, 8}, {2, 1}, {1, 8}, {1, 1}}
+
+// dpbf16 emits VDPBF16PS zmm(dst) += zmm(a)·zmm(b) (EVEX.512.F3.0F38.W0
+// 52 /r) as bytes: Go's assembler does not know AVX512-BF16. For each
+// 32-bit lane l the instruction adds a[2l+1]·b[2l+1] to dst[l], rounds,
+// then adds a[2l]·b[2l] and rounds again (bf16 products are exact in
+// float32), with bf16 subnormals read as zero and a subnormal sum
+// flushed to zero. Registers are 0-31.
+func (g *gen) dpbf16(dst, a, b int) {
+	inv := func(v, bit int) int { return (v>>bit&1 ^ 1) }
+	p1 := inv(dst, 3)<<7 | inv(b, 4)<<6 | inv(b, 3)<<5 | inv(dst, 4)<<4 | 0b10
+	p2 := (^a&15)<<3 | 1<<2 | 0b10
+	p3 := 0b10<<5 | inv(a, 4)<<3
+	modrm := 0b11<<6 | (dst&7)<<3 | b&7
+	g.p("\tBYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS %s, %s, %s",
+		p1, p2, p3, modrm, z(b), z(a), z(dst))
+}
+
+// gemmBF16 emits gemm<m>x<cols>p(c *float32, ldc int, a *uint16, lda int,
+// w *uint16, ldw int, k int, tiles int): the bf16-products gemm of m rows
+// of A (bf16) against tiles of cols rows of W (bf16), the package's
+// bf16-products canonical order: one zmm accumulator per output element
+// (lane l holds the pairs p ≡ l mod 16 of elements 2p, 2p+1), then
+// lanes l and l+8 added and the 8-lane tree. lda and ldw are in
+// elements; k must be a positive multiple of 32 (no tail).
+func (g *gen) gemmBF16(m, cols int) {
+	name := fmt.Sprintf("gemm%dx%dp", m, cols)
+	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
+	// R12 walks k along the tile's first W row; R13 = ldw, R14 = 3·ldw,
+	// DX = 5·ldw, CX = 7·ldw (bytes).
+	rows := []string{"(R12)", "(R12)(R13*1)", "(R12)(R13*2)", "(R12)(R14*1)", "(R12)(R13*4)", "(R12)(DX*1)", "(R12)(R14*2)", "(R12)(CX*1)"}
+	acc := func(i, j int) int { return i*cols + j }
+	const za, zw, tmp, scratch = 24, 28, 30, 31
+	const wBase, wStep, tilesLeft = 0, 8, 16
+	g.p("// func %s(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $24-64", name)
+	g.p("\tMOVQ c+0(FP), DI")
+	g.p("\tMOVQ ldc+8(FP), SI")
+	g.p("\tSHLQ $2, SI")
+	g.p("\tMOVQ a+16(FP), %s", aRegs[0])
+	g.p("\tMOVQ lda+24(FP), BX")
+	g.p("\tSHLQ $1, BX")
+	for i := 1; i < m; i++ {
+		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
+	}
+	g.p("\tMOVQ w+32(FP), R12")
+	g.p("\tMOVQ R12, %d(SP)", wBase)
+	g.p("\tMOVQ ldw+40(FP), BX")
+	g.p("\tSHLQ $1, BX")
+	g.p("\tMOVQ BX, R13")
+	g.p("\tLEAQ (BX)(BX*2), R14")
+	g.p("\tLEAQ (BX)(BX*4), DX")
+	g.p("\tLEAQ (R14)(BX*4), CX")
+	g.p("\tIMULQ $%d, BX", cols)
+	g.p("\tMOVQ BX, %d(SP)", wStep)
+	g.p("\tMOVQ tiles+56(FP), BX")
+	g.p("\tMOVQ BX, %d(SP)", tilesLeft)
+	g.p("\tTESTQ BX, BX")
+	g.p("\tJZ %s_done", name)
+	g.p("%s_tile:", name)
+	g.p("\tMOVQ %d(SP), R12", wBase)
+	for i := 0; i < m*cols; i++ {
+		g.p("\tVPXORD %s, %s, %s", z(i), z(i), z(i))
+	}
+	g.p("\tXORQ AX, AX")
+	g.p("\tMOVQ k+48(FP), BX")
+	g.p("\tSHRQ $5, BX")
+	g.p("%s_loop:", name)
+	for i := 0; i < m; i++ {
+		g.p("\tVMOVDQU32 (%s)(AX*1), %s", aRegs[i], z(za+i))
+	}
+	for j := 0; j < cols; j++ {
+		w := zw + j%2
+		g.p("\tVMOVDQU32 %s, %s", rows[j], z(w))
+		for i := 0; i < m; i++ {
+			g.dpbf16(acc(i, j), za+i, w)
+		}
+	}
+	g.p("\tADDQ $64, AX")
+	g.p("\tADDQ $64, R12")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_loop", name)
+	if m > 3 {
+		g.p("\tLEAQ (SI)(SI*2), BX")
+	}
+	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
+	for i := 0; i < m; i++ {
+		for j := 0; j < cols; j++ {
+			a := acc(i, j)
+			g.p("\tVEXTRACTF32X8 $1, %s, %s", z(a), y(tmp))
+			g.p("\tVADDPS %s, %s, %s", y(tmp), y(a), y(a))
+			g.reduceEVEX(a, scratch)
+			g.p("\tVMOVSS %s, %d%s", x(a), 4*j, rowAddr[i])
+		}
+	}
+	g.p("\tADDQ $%d, DI", 4*cols)
+	g.p("\tMOVQ %d(SP), R12", wStep)
+	g.p("\tADDQ R12, %d(SP)", wBase)
+	g.p("\tDECQ %d(SP)", tilesLeft)
+	g.p("\tJNZ %s_tile", name)
+	g.done(name)
+}
