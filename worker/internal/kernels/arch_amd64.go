@@ -201,6 +201,9 @@ func gemm1x8p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, 
 func gemm1x1p(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
+func roundBF16x32(dst *uint16, src *float32, n int)
+
+//go:noescape
 func q8group(c *float32, a *byte, w *byte, blocks int, groups int)
 
 //go:noescape
@@ -437,6 +440,18 @@ func matMulBF16(c []float32, ldc int, a []uint16, lda int, w []uint16, ldw, m, n
 		return
 	}
 	gemm(c, ldc, unsafe.Pointer(&a[0]), lda, unsafe.Pointer(&w[0]), BF16Dot, ldw, m, n, k)
+}
+
+// roundBF16 is roundBF16Go, 32 elements at a time by VCVTNE2PS2BF16 where
+// the CPU has it.
+func roundBF16(dst []uint16, src []float32) {
+	n := 0
+	if useAsm && useBF16Dot {
+		if n = len(src) &^ 31; n > 0 {
+			roundBF16x32(&dst[0], &src[0], n)
+		}
+	}
+	roundBF16Go(dst[n:], src[n:])
 }
 
 // gemm drives the micro-kernels of format f over A at a (float32, or

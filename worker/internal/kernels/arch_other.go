@@ -37,3 +37,5 @@ func matMulBF16(c []float32, ldc int, a []uint16, lda int, w []uint16, ldw, m, n
 
 // useBF16Dot is false: BF16Dot matrices use dotBF16Go.
 var useBF16Dot = false
+
+func roundBF16(dst []uint16, src []float32) { roundBF16Go(dst, src) }

@@ -16,7 +16,8 @@ var ErrBF16DotShape = errors.New("kernels: bf16 products need a bf16 matrix whos
 
 // BF16Dot returns m (a BF16 matrix) as a BF16Dot matrix over the same
 // elements, shared, not copied. Its products round every activation to
-// bfloat16 (F32ToBF16, round to nearest even) and multiply in bfloat16
+// bfloat16 (as F32ToBF16, round to nearest even, but a subnormal becomes
+// a zero of its sign, as VCVTNE2PS2BF16 does) and multiply in bfloat16
 // pairs, as llama.cpp's bf16 path and the AVX512-BF16 instruction
 // VDPBF16PS do; the canonical order of one output element over k
 // columns is:
@@ -54,6 +55,20 @@ func (m *Matrix) BF16Dot() (*Matrix, error) {
 // AVX512-BF16 instructions; without them a pure-Go loop computes the same
 // bits, many times slower.
 func BF16DotAccelerated() bool { return useAsm && useBF16Dot }
+
+// roundBF16Go rounds src to bfloat16 into dst as the BF16Dot products
+// read activations: F32ToBF16, with subnormals as zeros of their sign.
+func roundBF16Go(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	for i, f := range src {
+		b := math.Float32bits(f)
+		if b&0x7f800000 == 0 {
+			dst[i] = uint16(b>>16) & 0x8000
+			continue
+		}
+		dst[i] = f32ToBF16(b)
+	}
+}
 
 // bf16Widen is a bfloat16 value as VDPBF16PS reads it: exactly, but a
 // subnormal as a zero of its sign.

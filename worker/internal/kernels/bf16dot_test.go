@@ -40,7 +40,7 @@ func bf16Matrix(t *testing.T, rows, cols int, bits []uint16) *Matrix {
 }
 
 // TestBF16DotMatchesReference: products with a BF16Dot matrix equal the
-// canonical order of dotBF16Go (A rounded with F32ToBF16) bit for bit,
+// canonical order of dotBF16Go (A rounded with roundBF16Go) bit for bit,
 // on the AVX512-BF16 kernels (where the CPU has them) and on the Go
 // path, for every thread count, tile edge and batch size, with special
 // values (NaN, ±Inf, subnormals, huge) and with tiny values whose sums
@@ -75,7 +75,7 @@ func TestBF16DotMatchesReference(t *testing.T) {
 		}
 		w := bf16Matrix(t, n, k, wBits)
 		aBits := make([]uint16, m*k)
-		F32ToBF16(aBits, a)
+		roundBF16Go(aBits, a)
 		want := make([]float32, m*n)
 		for i := range m {
 			for j := range n {
@@ -91,6 +91,46 @@ func TestBF16DotMatchesReference(t *testing.T) {
 		what := fmt.Sprintf("trial %d m=%d n=%d k=%d threads=%d", trial, m, n, k, p.Threads())
 		sameSlices(t, what+" asm", asm, want)
 		sameSlices(t, what+" Go", pure, want)
+	}
+}
+
+// TestRoundBF16 checks the activations' rounding: F32ToBF16 (to nearest
+// even, NaNs quieted, overflow to infinity) but subnormals to zeros of
+// their sign, on the VCVTNE2PS2BF16 kernel (where the CPU has it) and the
+// Go path, over every exponent, the ties and the special values.
+func TestRoundBF16(t *testing.T) {
+	r := rand.New(rand.NewPCG(67, 68))
+	src := make([]float32, 4096+7)
+	for i := range src {
+		b := r.Uint32()
+		switch i % 8 {
+		case 0:
+			b = b&0xffff0000 | 0x8000 // a tie
+		case 1:
+			b &= 0x807fffff // subnormal (or zero)
+		case 2:
+			b |= 0x7f800000 // NaN or infinity
+		case 3:
+			b = b&0x80000000 | 0x7f7fffff // the largest finite: rounds to infinity
+		}
+		src[i] = math.Float32frombits(b)
+	}
+	want := make([]uint16, len(src))
+	F32ToBF16(want, src)
+	for i, f := range src {
+		if b := math.Float32bits(f); b&0x7f800000 == 0 {
+			want[i] = uint16(b>>16) & 0x8000
+		}
+	}
+	asm, pure := bothPaths(func() []uint16 {
+		got := make([]uint16, len(src))
+		roundBF16(got, src)
+		return got
+	})
+	for i := range src {
+		if asm[i] != want[i] || pure[i] != want[i] {
+			t.Fatalf("%#08x: asm %#04x, Go %#04x, want %#04x", math.Float32bits(src[i]), asm[i], pure[i], want[i])
+		}
 	}
 }
 

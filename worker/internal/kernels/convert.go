@@ -28,14 +28,17 @@ func BF16ToF32(dst []float32, src []uint16) {
 func F32ToBF16(dst []uint16, src []float32) {
 	checkConvert("F32ToBF16", len(dst), len(src))
 	for i, f := range src {
-		b := math.Float32bits(f)
-		if b&0x7fffffff > 0x7f800000 {
-			dst[i] = uint16(b>>16) | 0x40
-			continue
-		}
-		b += 0x7fff + (b >> 16 & 1)
-		dst[i] = uint16(b >> 16)
+		dst[i] = f32ToBF16(math.Float32bits(f))
 	}
+}
+
+// f32ToBF16 is F32ToBF16 of the float32 with bits b.
+func f32ToBF16(b uint32) uint16 {
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b >> 16 & 1)
+	return uint16(b >> 16)
 }
 
 // F16ToF32 widens IEEE 754 binary16 values (raw bits) to float32, exactly:

@@ -8092,6 +8092,26 @@ gemm1x1p_done:
 	VZEROUPPER
 	RET
 
+// func roundBF16x32(dst *uint16, src *float32, n int)
+TEXT ·roundBF16x32(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), BX
+	SHRQ $5, BX
+	JZ roundBF16x32_done
+roundBF16x32_loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	BYTE $0x62; BYTE $0xf2; BYTE $0x77; BYTE $0x48; BYTE $0x72; BYTE $0xd0 // VCVTNE2PS2BF16 Z0, Z1, Z2
+	VMOVDQU32 Z2, (DI)
+	ADDQ $128, SI
+	ADDQ $64, DI
+	DECQ BX
+	JNZ roundBF16x32_loop
+roundBF16x32_done:
+	VZEROUPPER
+	RET
+
 // func q8group(c *float32, a *byte, w *byte, blocks int, groups int)
 TEXT ·q8group(SB), NOSPLIT, $0-40
 	MOVQ c+0(FP), DI

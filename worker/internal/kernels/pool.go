@@ -330,8 +330,8 @@ func (p *Pool) MatMulTWShared(a []float32, m int, cs [][]float32, ws []*Matrix) 
 
 // prepareJob is the loop body of Pool.prepare, kept in the Pool so that
 // the interface conversion in Do does not allocate: each row of A is
-// quantized into qa and rounded to bfloat16 into abf, where those are
-// set.
+// quantized into qa and rounded to bfloat16 into abf (as roundBF16Go),
+// where those are set.
 type prepareJob struct {
 	qa  []byte
 	abf []uint16
@@ -340,15 +340,14 @@ type prepareJob struct {
 }
 
 func (j *prepareJob) Range(lo, hi int) {
-	rb := j.k / Q8Block * Q8BlockBytes
-	for i := lo; i < hi; i++ {
-		row := j.a[i*j.k : (i+1)*j.k]
-		if j.qa != nil {
-			quantizeQ8Row(j.qa[i*rb:(i+1)*rb], row)
+	if j.qa != nil {
+		rb := j.k / Q8Block * Q8BlockBytes
+		for i := lo; i < hi; i++ {
+			quantizeQ8Row(j.qa[i*rb:(i+1)*rb], j.a[i*j.k:(i+1)*j.k])
 		}
-		if j.abf != nil {
-			F32ToBF16(j.abf[i*j.k:(i+1)*j.k], row)
-		}
+	}
+	if j.abf != nil {
+		roundBF16(j.abf[lo*j.k:hi*j.k], j.a[lo*j.k:hi*j.k])
 	}
 }
 

@@ -7,20 +7,51 @@ import "fmt"
 // reduction's two temporaries fit in the 32 zmm registers.
 var bf16Shapes = [][2]int{{4, 6}, {4, 1}, {3, 8}, {3, 1}, {2, 8}, {2, 1}, {1, 8}, {1, 1}}
 
-// dpbf16 emits VDPBF16PS zmm(dst) += zmm(a)·zmm(b) (EVEX.512.F3.0F38.W0
-// 52 /r) as bytes: Go's assembler does not know AVX512-BF16. For each
-// 32-bit lane l the instruction adds a[2l+1]·b[2l+1] to dst[l], rounds,
-// then adds a[2l]·b[2l] and rounds again (bf16 products are exact in
-// float32), with bf16 subnormals read as zero and a subnormal sum
-// flushed to zero. Registers are 0-31.
-func (g *gen) dpbf16(dst, a, b int) {
+// evex0F38 emits a 512-bit EVEX.0F38.W0 instruction with register
+// operands (dst, a in vvvv, b in r/m; registers 0-31), no mask, as bytes:
+// Go's assembler does not know AVX512-BF16. pp is the implied prefix
+// (0b10 F3, 0b11 F2).
+func (g *gen) evex0F38(name string, pp, opcode, dst, a, b int) {
 	inv := func(v, bit int) int { return (v>>bit&1 ^ 1) }
 	p1 := inv(dst, 3)<<7 | inv(b, 4)<<6 | inv(b, 3)<<5 | inv(dst, 4)<<4 | 0b10
-	p2 := (^a&15)<<3 | 1<<2 | 0b10
+	p2 := (^a&15)<<3 | 1<<2 | pp
 	p3 := 0b10<<5 | inv(a, 4)<<3
 	modrm := 0b11<<6 | (dst&7)<<3 | b&7
-	g.p("\tBYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS %s, %s, %s",
-		p1, p2, p3, modrm, z(b), z(a), z(dst))
+	g.p("\tBYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x // %s %s, %s, %s",
+		p1, p2, p3, opcode, modrm, name, z(b), z(a), z(dst))
+}
+
+// dpbf16 emits VDPBF16PS zmm(dst) += zmm(a)·zmm(b) (EVEX.512.F3.0F38.W0
+// 52 /r). For each 32-bit lane l it adds a[2l+1]·b[2l+1] to dst[l],
+// rounds, then adds a[2l]·b[2l] and rounds again (bf16 products are
+// exact in float32), with bf16 subnormals read as zero and a subnormal
+// sum flushed to zero.
+func (g *gen) dpbf16(dst, a, b int) { g.evex0F38("VDPBF16PS", 0b10, 0x52, dst, a, b) }
+
+// roundBF16 emits roundBF16x32(dst *uint16, src *float32, n int): dst[i]
+// = src[i] rounded to bfloat16 for i < n, a positive multiple of 32, by
+// VCVTNE2PS2BF16 (EVEX.512.F2.0F38.W0 72 /r: the 16 floats of b to the
+// low half of dst, those of a to the high half; round to nearest even,
+// subnormals to zero, NaNs quieted).
+func (g *gen) roundBF16() {
+	const name = "roundBF16x32"
+	g.p("// func %s(dst *uint16, src *float32, n int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-24", name)
+	g.p("\tMOVQ dst+0(FP), DI")
+	g.p("\tMOVQ src+8(FP), SI")
+	g.p("\tMOVQ n+16(FP), BX")
+	g.p("\tSHRQ $5, BX")
+	g.p("\tJZ %s_done", name)
+	g.p("%s_loop:", name)
+	g.p("\tVMOVUPS (SI), Z0")
+	g.p("\tVMOVUPS 64(SI), Z1")
+	g.evex0F38("VCVTNE2PS2BF16", 0b11, 0x72, 2, 1, 0)
+	g.p("\tVMOVDQU32 Z2, (DI)")
+	g.p("\tADDQ $128, SI")
+	g.p("\tADDQ $64, DI")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_loop", name)
+	g.done(name)
 }
 
 // gemmBF16 emits gemm<m>x<cols>p(c *float32, ldc int, a *uint16, lda int,

@@ -131,6 +131,7 @@ func main() {
 	for _, s := range bf16Shapes {
 		g.gemmBF16(s[0], s[1])
 	}
+	g.roundBF16()
 	for _, v := range q8SumVariants {
 		g.q8(v)
 	}
