@@ -211,6 +211,14 @@ func TestBF16DotShape(t *testing.T) {
 	row := make([]float32, 64)
 	d.Row(2, row)
 	sameSlices(t, "Row", row, wide[128:])
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("MatMulTMatrix of a BF16Dot matrix did not panic")
+			}
+		}()
+		MatMulTMatrix(make([]float32, 3), 3, make([]float32, 64), 1, d)
+	}()
 	for _, bad := range []*Matrix{NewF32(3, 64, make([]float32, 3*64)), New16(F16, 3, 64, raw), New16(BF16, 4, 48, raw)} {
 		if _, err := bad.BF16Dot(); !errors.Is(err, ErrBF16DotShape) {
 			t.Errorf("%v %d×%d: %v, want ErrBF16DotShape", bad.Format(), bad.Rows(), bad.Cols(), err)

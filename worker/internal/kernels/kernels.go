@@ -295,14 +295,15 @@ func ArgMax(x []float32) int {
 // BF16: row i of C (at c[i*ldc:][:w.Rows()]) is A[i,:]·Wᵀ for an m×k A
 // (k = w.Cols(), contiguous), each element equal to Dot(A[i,:], row j of
 // W widened to float32) bit for bit. It runs on the calling goroutine —
-// inside a Pool loop's task, say — and panics for a Q8 matrix or a slice
-// too short for its shape.
+// inside a Pool loop's task, say — and panics for a Q8 or BF16Dot
+// matrix (their activations need preparing: Pool.MatMulTW) or a slice too
+// short for its shape.
 func MatMulTMatrix(c []float32, ldc int, a []float32, m int, w *Matrix) {
 	n, k := w.rows, w.cols
 	if m <= 0 || n <= 0 {
 		return
 	}
-	if w.format == Q8 || ldc < n || !fits(m-1, ldc, len(c)-n) || !fits(m, k, len(a)) {
+	if w.format == Q8 || w.format == BF16Dot || ldc < n || !fits(m-1, ldc, len(c)-n) || !fits(m, k, len(a)) {
 		panic(fmt.Sprintf("kernels: MatMulTMatrix of a %v %d×%d matrix, m=%d ldc=%d with len(c)=%d len(a)=%d",
 			w.format, n, k, m, ldc, len(c), len(a)))
 	}
