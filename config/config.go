@@ -504,9 +504,10 @@ type Worker struct {
 	// also decodes running sequences: each of them waits for the whole
 	// step, so this bounds their inter-token latency while arriving
 	// prompts are prefilled; such a step still takes a quarter of the
-	// prompt tokens waiting when that is more (up to PrefillChunkTokens),
-	// so a backlog clears. PrefillChunkTokens applies to a step with
-	// nothing to decode. Default 128.
+	// prompt tokens waiting, times the waiting sequences' share of the
+	// batch, when that is more (up to PrefillChunkTokens), so a backlog
+	// clears. PrefillChunkTokens applies to a step with nothing to decode.
+	// Default 80.
 	PrefillChunkTokensDecoding int `yaml:"prefill_chunk_tokens_decoding"`
 	// PrefillOrder is which prompts get a step's prefill_chunk_tokens
 	// first. Default shortest_first.

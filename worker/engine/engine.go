@@ -52,8 +52,9 @@ type Config struct {
 	// DecodingChunkTokens, if in (0, ChunkTokens), bounds the prompt
 	// tokens of a step that also decodes: every decoding sequence waits
 	// for the whole step, so it bounds their inter-token latency. Such a
-	// step still takes a quarter of the prompt tokens waiting when that is
-	// more (up to ChunkTokens), so a backlog of prompts clears.
+	// step still takes a quarter of the prompt tokens waiting times the
+	// waiting sequences' share of the batch when that is more (up to
+	// ChunkTokens), so a backlog of prompts clears.
 	DecodingChunkTokens int
 	// ArrivalOrder gives ChunkTokens to prompts in admission order; by
 	// default the shortest left to compute go first (step).
@@ -578,7 +579,8 @@ func (e *Engine) preempt(s *sequence) bool {
 }
 
 // backlogSteps: a step that decodes prefills at least this fraction of
-// the prompt tokens waiting (step).
+// the prompt tokens waiting, scaled by the waiting sequences' share of
+// the batch (step).
 const backlogSteps = 4
 
 // fcfsEvery: one step in fcfsEvery gives the chunk budget in admission
@@ -623,15 +625,17 @@ func (e *Engine) step(ctx context.Context) {
 	budget := e.cfg.ChunkTokens
 	// A step that decodes holds back every decoding sequence's next token
 	// for its whole length: a smaller budget bounds inter-token latency.
-	// It still takes a backlogSteps-th of the prompt tokens waiting, so
-	// that prompts arriving faster than the small budget prefills them
-	// do not queue without bound (their first token matters too).
-	if len(e.batch) > 0 && e.cfg.DecodingChunkTokens > 0 {
-		backlog := 0
+	// It still takes a backlogSteps-th of the prompt tokens waiting,
+	// scaled by the waiting sequences' share of the batch, so that
+	// prompts arriving faster than the small budget prefills them do not
+	// queue without bound (their first token matters too), while a few
+	// waiting prompts do not stall many decoding sequences.
+	if decoding := len(e.batch); decoding > 0 && e.cfg.DecodingChunkTokens > 0 {
+		backlog, waiting := 0, len(e.prefilling)
 		for _, s := range e.prefilling {
 			backlog += len(s.req.Prompt) - s.pos
 		}
-		budget = min(budget, max(e.cfg.DecodingChunkTokens, backlog/backlogSteps))
+		budget = min(budget, max(e.cfg.DecodingChunkTokens, backlog*waiting/(backlogSteps*(waiting+decoding))))
 	}
 	for _, s := range e.prefilling {
 		if budget == 0 {

@@ -912,8 +912,9 @@ func TestStatsCountArrivalsDuringAStepAsRunning(t *testing.T) {
 
 // TestDecodingStepsTakeTheSmallerChunk: a prompt arriving while another
 // sequence decodes is prefilled beside that sequence's tokens,
-// DecodingChunkTokens at a time or a quarter of what is left when that
-// is more; a prompt with nothing decoding beside it gets ChunkTokens. The
+// DecodingChunkTokens at a time or, when that is more, a quarter of what
+// is left times the waiting sequences' share of the batch (here one of
+// two); a prompt with nothing decoding beside it gets ChunkTokens. The
 // tokens are the unchunked run's.
 func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 	const chunk, decoding, promptA, promptB = 64, 8, 40, 100
@@ -955,7 +956,9 @@ func TestDecodingStepsTakeTheSmallerChunk(t *testing.T) {
 				prompt += c.end - c.start
 			}
 		}
-		if want := min(left, max(decoding, left/4)); decodes > 0 && prompt > 0 && prompt != want {
+		// One sequence waits (b) and one decodes (a): a backlogSteps-th of
+		// the backlog, halved.
+		if want := min(left, max(decoding, left/(4*2))); decodes > 0 && prompt > 0 && prompt != want {
 			t.Errorf("step %d decodes and prefills %d prompt tokens of the %d left, want %d: %v", i, prompt, left, want, step)
 		}
 		if decodes > 0 && prompt > 0 {
