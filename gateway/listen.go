@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/tokenize"
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/health"
+	"github.com/warden-ai/warden/internal/listenfd"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/tlsutil"
 )
@@ -68,7 +68,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		tenantRoutes = admin.TenantAdapterRoutes(admin.TenantAdaptersConfig{Adapters: g.adapters, Store: adminStore, Cluster: clusterView{g}, Logger: g.logger})
 	}
 	var err error
-	if g.apiLn, err = net.Listen("tcp", gw.Listen); err != nil {
+	if g.apiLn, err = listenfd.Listen(gw.Listen); err != nil {
 		return fmt.Errorf("gateway: API listener (gateway.listen): %w", err)
 	}
 	var h http.Handler = api.NewHandler(api.Config{
@@ -95,7 +95,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		return err
 	}
 	if token != "" {
-		if g.adminLn, err = net.Listen("tcp", gw.AdminListen); err != nil {
+		if g.adminLn, err = listenfd.Listen(gw.AdminListen); err != nil {
 			return fmt.Errorf("gateway: admin listener (gateway.admin_listen): %w", err)
 		}
 		g.adminSrv = httpServer(admin.NewHandler(admin.Config{Token: token, Reload: g.adminReload(), Metrics: promhttp.HandlerFor(g.promReg, promhttp.HandlerOpts{}), Aliases: g.aliases, Adapters: g.adapters}, adminStore, clusterView{g}, requestsView{g.table}, g.logger), serverTLS)
@@ -103,7 +103,7 @@ func (g *Gateway) listen(cluster *clusterAuth, tp trace.TracerProvider) error {
 		g.logger.Warn("no admin token configured: the admin API is not served")
 	}
 
-	if g.registryLn, err = net.Listen("tcp", gw.RegistryListen); err != nil {
+	if g.registryLn, err = listenfd.Listen(gw.RegistryListen); err != nil {
 		return fmt.Errorf("gateway: registry listener (gateway.registry_listen): %w", err)
 	}
 	g.grpcSrv = grpc.NewServer(cluster.server...)
@@ -127,7 +127,7 @@ func (g *Gateway) listenProbe() (err error) {
 	if addr == "" {
 		return nil
 	}
-	if g.metricsLn, err = net.Listen("tcp", addr); err != nil {
+	if g.metricsLn, err = listenfd.Listen(addr); err != nil {
 		return fmt.Errorf("gateway: metrics listener (observability.metrics.listen): %w", err)
 	}
 	g.probe = health.Serve(g.metricsLn)

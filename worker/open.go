@@ -2,7 +2,6 @@ package worker
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"regexp"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/faults"
 	"github.com/warden-ai/warden/internal/health"
+	"github.com/warden-ai/warden/internal/listenfd"
 	"github.com/warden-ai/warden/internal/obs"
 	"github.com/warden-ai/warden/internal/obs/gpu"
 	"github.com/warden-ai/warden/kvtransfer"
@@ -84,16 +84,16 @@ func (w *Worker) open(o options, hostname string) (err error) {
 
 func (w *Worker) listen() (err error) {
 	wc := &w.cfg.Worker
-	if w.controlLn, err = net.Listen("tcp", wc.Listen); err != nil {
+	if w.controlLn, err = listenfd.Listen(wc.Listen); err != nil {
 		return fmt.Errorf("worker: control listener (worker.listen): %w", err)
 	}
 	if w.role != config.RolePrefill {
-		if w.transferLn, err = net.Listen("tcp", wc.Transfer.Listen); err != nil {
+		if w.transferLn, err = listenfd.Listen(wc.Transfer.Listen); err != nil {
 			return fmt.Errorf("worker: transfer listener (worker.transfer.listen): %w", err)
 		}
 	}
 	if addr := w.cfg.Observability.Metrics.Listen; addr != "" {
-		if w.metricsLn, err = net.Listen("tcp", addr); err != nil {
+		if w.metricsLn, err = listenfd.Listen(addr); err != nil {
 			return fmt.Errorf("worker: metrics listener (observability.metrics.listen): %w", err)
 		}
 		// /livez answers from here on, while the weights load; /readyz

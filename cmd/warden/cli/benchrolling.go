@@ -258,7 +258,7 @@ var _ rolling.Process = (*benchProc)(nil)
 func (p *benchProc) Start() error {
 	var err error
 	if p.c == nil {
-		p.c, err = startChild(p.name, p.exe, p.args, p.env, p.logPath)
+		p.c, err = startChild(p.name, p.exe, p.args, p.env, p.logPath, nil)
 	} else {
 		p.c, err = p.c.restart()
 	}
@@ -289,7 +289,7 @@ func startBenchRedis(ctx context.Context, pl *upPlan) (_ *child, addr string, er
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	c, err := startChild("redis-server", bin, []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", pl.stateDir},
-		os.Environ(), filepath.Join(pl.stateDir, upLogDir, "redis.log"))
+		os.Environ(), filepath.Join(pl.stateDir, upLogDir, "redis.log"), nil)
 	if err != nil {
 		return nil, "", err
 	}

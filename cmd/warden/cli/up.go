@@ -164,19 +164,19 @@ func (u *upRun) start(ctx context.Context, exe string, timeout time.Duration) er
 		return err
 	}
 	env := childEnv()
-	// Each process's ports are freed right before it starts and binds
-	// them (the pinned ones with the gateway's).
+	// Each process takes over the sockets of the ports picked for it; the
+	// pinned addresses are freed for the gateway and the workers to bind.
 	pl.ports.releaseFor("")
-	pl.ports.releaseFor(pl.gateway.file)
-	if u.gateway, err = startChild(pl.gateway.name, exe, []string{"gateway", "--config", pl.configPath(pl.gateway)}, env, pl.logPath(pl.gateway)); err != nil {
+	if u.gateway, err = startChild(pl.gateway.name, exe, []string{"gateway", "--config", pl.configPath(pl.gateway)}, env,
+		pl.logPath(pl.gateway), pl.ports.takeFor(pl.gateway.file)); err != nil {
 		return err
 	}
 	u.say("started the gateway (pid %d), API %s, admin %s", u.gateway.cmd.Process.Pid, pl.apiURL, pl.adminURL)
 	for _, p := range pl.workers {
 		// A refused registration ends the worker with the gateway's
 		// cause, which the wait below reports at once.
-		pl.ports.releaseFor(p.file)
-		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p), "--exit-on-refusal"}, env, pl.logPath(p))
+		c, err := startChild(p.name, exe, []string{"worker", "--config", pl.configPath(p), "--exit-on-refusal"}, env,
+			pl.logPath(p), pl.ports.takeFor(p.file))
 		if err != nil {
 			return err
 		}

@@ -8,9 +8,9 @@ import (
 // portPicker hands out free loopback ports. It keeps every port it picked,
 // and every pinned address it checked, bound until it is released, so
 // that no two collide. The ports picked while owner names a process are
-// that process's: releaseFor frees them right before it starts and binds
-// them, so that the time another program on the machine could take one
-// of them is that process's own start, not the whole plan's.
+// that process's: takeFor hands their sockets over when it starts, and
+// the process listens on them as they are (listenfd), so no other
+// program on the machine can take one in between.
 type portPicker struct {
 	held []heldPort
 	// pinned are the pinned addresses held (hold).
@@ -22,7 +22,7 @@ type portPicker struct {
 
 // heldPort is a bound port and the process it is for.
 type heldPort struct {
-	ln    net.Listener
+	ln    *net.TCPListener
 	owner string
 }
 
@@ -32,7 +32,7 @@ func (pp *portPicker) pick(host string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("finding a free port on %s: %w", host, err)
 	}
-	pp.held = append(pp.held, heldPort{ln, pp.owner})
+	pp.held = append(pp.held, heldPort{ln.(*net.TCPListener), pp.owner})
 	return ln.Addr().String(), nil
 }
 
@@ -67,21 +67,32 @@ func (pp *portPicker) hold(addr, hint string) error {
 		pp.pinned = map[string]bool{}
 	}
 	pp.pinned[addr] = true
-	pp.held = append(pp.held, heldPort{ln, ""})
+	pp.held = append(pp.held, heldPort{ln.(*net.TCPListener), ""})
 	return nil
 }
 
-// releaseFor unbinds the ports picked for owner.
-func (pp *portPicker) releaseFor(owner string) {
+// takeFor removes the ports picked for owner from the picker and returns
+// their listeners (still bound), for the caller to hand to owner's
+// process and then close.
+func (pp *portPicker) takeFor(owner string) []*net.TCPListener {
+	var taken []*net.TCPListener
 	kept := pp.held[:0]
 	for _, h := range pp.held {
 		if h.owner == owner {
-			_ = h.ln.Close()
+			taken = append(taken, h.ln)
 		} else {
 			kept = append(kept, h)
 		}
 	}
 	pp.held = kept
+	return taken
+}
+
+// releaseFor unbinds the ports picked for owner.
+func (pp *portPicker) releaseFor(owner string) {
+	for _, ln := range pp.takeFor(owner) {
+		_ = ln.Close()
+	}
 }
 
 // release unbinds every port still held.

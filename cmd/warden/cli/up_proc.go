@@ -3,11 +3,15 @@ package cli
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/warden-ai/warden/internal/listenfd"
 )
 
 // child is a process started by `warden up`.
@@ -25,18 +29,38 @@ type child struct {
 // startChild runs exe with args, its output written to logPath (a new
 // log), in its own process group and tied to this process's life
 // (childAttr).
-func startChild(name, exe string, args, env []string, logPath string) (*child, error) {
-	return runChild(name, exe, args, env, logPath, os.O_TRUNC)
+//
+// lns are bound listeners the child takes over (listenfd): they are
+// closed here once it has started, or failed to. A restart binds its
+// addresses itself.
+func startChild(name, exe string, args, env []string, logPath string, lns []*net.TCPListener) (*child, error) {
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
+	files, fdEnv, err := listenfd.Pass(lns)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	return runChild(name, exe, args, env, logPath, os.O_TRUNC, files, fdEnv)
 }
 
 // restart runs c's command again as a new child whose output is appended
 // to c's log, after the lines that tell why c ended.
 func (c *child) restart() (*child, error) {
-	return runChild(c.name, c.cmd.Path, c.args, c.env, c.logPath, os.O_APPEND)
+	return runChild(c.name, c.cmd.Path, c.args, c.env, c.logPath, os.O_APPEND, nil, "")
 }
 
-// runChild starts a child; logMode is os.O_TRUNC or os.O_APPEND.
-func runChild(name, exe string, args, env []string, logPath string, logMode int) (*child, error) {
+// runChild starts a child; logMode is os.O_TRUNC or os.O_APPEND. files
+// and fdEnv (listenfd.Pass) hand it listening sockets; the child keeps
+// env alone, for a restart.
+func runChild(name, exe string, args, env []string, logPath string, logMode int, files []*os.File, fdEnv string) (*child, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|logMode, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%s log: %w", name, err)
@@ -44,6 +68,10 @@ func runChild(name, exe string, args, env []string, logPath string, logMode int)
 	defer log.Close()
 	cmd := exec.Command(exe, args...)
 	cmd.Env = env
+	if len(files) > 0 {
+		cmd.Env = append(slices.Clip(env), fdEnv)
+		cmd.ExtraFiles = files
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
