@@ -166,10 +166,10 @@ func QuantizeQ8(w Weights) Weights {
 // runs, keeps exact products.
 func BF16Dot(w Weights) Weights {
 	return mapProducts(w, func(m *kernels.Matrix) (*kernels.Matrix, error) {
-		if m.Format() != kernels.BF16 || m.Cols()%kernels.BF16DotBlock != 0 {
-			return m, nil
+		if d, err := m.BF16Dot(); err == nil {
+			return d, nil
 		}
-		return m.BF16Dot()
+		return m, nil // not BF16, or not whole 32-column runs (ErrBF16DotShape)
 	})
 }
 

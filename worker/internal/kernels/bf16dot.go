@@ -61,22 +61,14 @@ func BF16DotAccelerated() bool { return useAsm && useBF16Dot }
 func roundBF16Go(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	for i, f := range src {
-		b := math.Float32bits(f)
-		if b&0x7f800000 == 0 {
-			dst[i] = uint16(b>>16) & 0x8000
-			continue
-		}
-		dst[i] = f32ToBF16(b)
+		dst[i] = f32ToBF16(math.Float32bits(ftz32(f)))
 	}
 }
 
 // bf16Widen is a bfloat16 value as VDPBF16PS reads it: exactly, but a
 // subnormal as a zero of its sign.
 func bf16Widen(h uint16) float32 {
-	if h&0x7f80 == 0 {
-		h &= 0x8000
-	}
-	return math.Float32frombits(uint32(h) << 16)
+	return ftz32(math.Float32frombits(uint32(h) << 16))
 }
 
 // ftz32 turns a subnormal v into a zero of its sign.
