@@ -77,7 +77,13 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	rep.FMAPeak = kernels.MeasureFMAPeak(threads)
 
 	prompt := BenchPromptIDs(opt.PromptTokens, c.VocabSize)
-	// Prefill: one prompt, timed to its first token.
+	// Prefill: one prompt, timed to its first token, after an untimed
+	// one (as llama-bench warms up), so that the timed run does not pay
+	// for first touches: the KV pages' and scratch buffers' page faults,
+	// the compute threads' start.
+	if _, _, err := r.generate(ctx, "prefill-warmup", prompt, 1, true, nil); err != nil {
+		return rep, err
+	}
 	start := time.Now()
 	if _, _, err := r.generate(ctx, "prefill", prompt, 1, true, nil); err != nil {
 		return rep, err

@@ -234,13 +234,20 @@ func softmaxExpAVX2(x *float32, n int, mx float32) int
 func siluMulAVX2(gate *float32, up *float32, n int) int
 
 // softmaxExp512 and siluMul512 are softmaxExpAVX2 and siluMulAVX2 on
-// AVX-512, 16 elements at a time (two interleaved 8-lane exponentials).
+// AVX-512, 32 elements at a time (four interleaved 8-lane exponentials),
+// and the last n mod 32 through masked loads and stores.
 //
 //go:noescape
 func softmaxExp512(x *float32, n int, mx float32) int
 
 //go:noescape
 func siluMul512(gate *float32, up *float32, n int) int
+
+// maxOf512 returns the largest of x's n > 0 elements, and whether one of
+// them is NaN (then mx means nothing).
+//
+//go:noescape
+func maxOf512(x *float32, n int) (mx float32, nan bool)
 
 func fmaPeakAVX2(iters int)
 
@@ -525,6 +532,18 @@ func softmaxExp(x []float32, mx float32) {
 		func(lo, hi int) { softmaxExpGo(x[lo:hi], mx) })
 }
 
+// maxOf is maxOfGo, 64 elements at a time on AVX-512 for rows without a
+// NaN. Only the sign of a zero maximum may differ, which Softmax's x - mx
+// and exponential do not see.
+func maxOf(x []float32) float32 {
+	if useAsm && use512 && len(x) >= 16 {
+		if mx, nan := maxOf512(&x[0], len(x)); !nan {
+			return mx
+		}
+	}
+	return maxOfGo(x)
+}
+
 // siluMul is SiLUMul's loop (see vectorExp).
 func siluMul(gate, up []float32) {
 	vectorExp(len(gate),
@@ -534,22 +553,23 @@ func siluMul(gate, up []float32) {
 }
 
 // vectorExp runs an elementwise loop built on the vector exponential over
-// n elements: from index i, k512 (AVX-512, 16 at a time) and k4 (4 at a
-// time) each do as many as they can and return the count, stopping before
-// a group with a lane they cannot take (NaN, or an argument above 700);
-// scalar computes [lo, hi) with the scalar exp: that group, and the tail.
-// All three give the same bits.
+// n elements: from index i, k512 (AVX-512, 32 at a time and then the
+// tail, masked) and k4 (4 at a time) each do as many as they can and
+// return the count, stopping before a group with a lane they cannot take
+// (NaN, or an argument above 700); scalar computes [lo, hi) with the
+// scalar exp: that group, and the tail. All three give the same bits.
 func vectorExp(n int, k512, k4 func(i int) int, scalar func(lo, hi int)) {
 	i := 0
-	for useAsm && n-i >= 4 {
-		if use512 && n-i >= 16 {
-			i += k512(i)
-			if n-i < 4 {
-				break
+	for useAsm && i < n {
+		if use512 {
+			if i += k512(i); i == n {
+				return
 			}
 		}
-		i += k4(i)
 		if n-i < 4 {
+			break
+		}
+		if i += k4(i); n-i < 4 {
 			break
 		}
 		scalar(i, i+4)

@@ -24,6 +24,7 @@ func matMul16(c []float32, ldc int, a []float32, lda int, w []uint16, f Format, 
 func paddedStride(m, k int) int          { return k }
 func q8Groups(c []float32, a, w []byte)  { q8GroupsGo(c, a, w) }
 func softmaxExp(x []float32, mx float32) { softmaxExpGo(x, mx) }
+func maxOf(x []float32) float32          { return maxOfGo(x) }
 func divide(x []float32, d float64)      { divideGo(x, d) }
 func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
 	axpyTileGo(y, m, width, ldy, alpha, count, lda, rows, stride)

@@ -36,7 +36,7 @@ func expInputs(r *rand.Rand, n int) []float32 {
 func TestVectorExpPaths(t *testing.T) {
 	r := rand.New(rand.NewPCG(51, 52))
 	for trial := 0; trial < 2000; trial++ {
-		n := 1 + r.IntN(131) // several 16-element groups of the AVX-512 kernels, and tails
+		n := 1 + r.IntN(200) // several 32-element groups of the AVX-512 kernels, and tails
 		x := expInputs(r, n)
 		if trial%2 == 0 { // mostly finite rows, as attention scores are
 			for i := range x {
@@ -47,17 +47,20 @@ func TestVectorExpPaths(t *testing.T) {
 		}
 		up := randVec(r, n, trial%5 == 0)
 		what := fmt.Sprintf("trial %d n=%d", trial, n)
-		asm, pure := bothPaths(func() []float32 {
-			s := append([]float32(nil), x...)
-			Softmax(s)
-			return s
-		})
+		// Each runs on the front of a buffer 32 elements longer, whose
+		// rest must come back untouched: the masked tails write nothing
+		// past n.
+		guarded := func(f func(s []float32)) []float32 {
+			buf := append(append([]float32(nil), x...), make([]float32, 32)...)
+			for i := n; i < len(buf); i++ {
+				buf[i] = -7
+			}
+			f(buf[:n])
+			return buf
+		}
+		asm, pure := bothPaths(func() []float32 { return guarded(Softmax) })
 		sameSlices(t, what+" Softmax", asm, pure)
-		asm, pure = bothPaths(func() []float32 {
-			g := append([]float32(nil), x...)
-			SiLUMul(g, up)
-			return g
-		})
+		asm, pure = bothPaths(func() []float32 { return guarded(func(g []float32) { SiLUMul(g, up) }) })
 		sameSlices(t, what+" SiLUMul", asm, pure)
 	}
 }
@@ -76,6 +79,34 @@ func TestVectorExpAccuracy(t *testing.T) {
 		want := math.Exp(float64(v))
 		if d := math.Abs(float64(got[i]) - want); d > want*1.2e-7 && d > 1.5e-45 {
 			t.Fatalf("exp(%v) = %v, math.Exp %v", v, got[i], want)
+		}
+	}
+}
+
+// TestMaxOf: the vector maximum is the scalar one on rows of every length
+// around its 64- and 16-element steps, with NaNs (the first one is
+// returned), infinities and signed zeros (a zero maximum may have either
+// sign).
+func TestMaxOf(t *testing.T) {
+	r := rand.New(rand.NewPCG(53, 54))
+	for trial := 0; trial < 3000; trial++ {
+		n := 1 + r.IntN(200)
+		x := expInputs(r, n)
+		if trial%3 != 0 {
+			for i := range x {
+				if x[i] != x[i] {
+					x[i] = float32(math.Copysign(0, float64(r.IntN(2)-1)))
+				}
+			}
+		}
+		if trial%7 == 0 { // all at or below zero
+			for i := range x {
+				x[i] = -float32(math.Abs(float64(x[i])))
+			}
+		}
+		got, want := maxOf(x), maxOfGo(x)
+		if !same(got, want) && !(got == 0 && want == 0) {
+			t.Fatalf("trial %d n=%d: maxOf = %v, scalar %v", trial, n, got, want)
 		}
 	}
 }

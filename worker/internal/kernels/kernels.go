@@ -234,8 +234,8 @@ func SoftmaxRows(rows [][]float32) {
 	}
 }
 
-// maxOf is Softmax's mx: the largest element, or the first NaN.
-func maxOf(x []float32) float32 {
+// maxOfGo is Softmax's mx: the largest element, or the first NaN.
+func maxOfGo(x []float32) float32 {
 	mx := x[0]
 	for _, v := range x[1:] {
 		if v > mx || v != v {

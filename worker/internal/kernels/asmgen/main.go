@@ -117,6 +117,7 @@ func main() {
 	g.p(`#include "textflag.h"`)
 	g.p("")
 	g.maskTable()
+	g.reduceOrderTable()
 	for _, f := range wFormats {
 		for _, s := range gemmShapes {
 			g.gemm(s[0], s[1], f)
@@ -140,6 +141,7 @@ func main() {
 	g.expTables()
 	g.expKernels()
 	g.expKernels512()
+	g.maxOf512()
 	g.axpy()
 	g.axpyRows()
 	for _, m := range axpyTileRows {
@@ -1008,7 +1010,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 		wZ = append(wZ, 16+q)
 		hiZ = append(hiZ, 20+q)
 	}
-	const za, tmp, scratch = 26, 30, 31
+	const za = 26
 	// wMem addresses 8 elements of W row j at element disp along k.
 	var wMem func(j, disp int) string
 	wide := pairs > 2
@@ -1100,15 +1102,9 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 		g.p("\tLEAQ (SI)(SI*2), BX")
 	}
 	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
+	g.p("\tVMOVDQU32 ·reduceOrder(SB), Z29")
 	for i := 0; i < m; i++ {
-		for q := 0; q < pairs; q++ {
-			a := acc(i, q)
-			g.p("\tVEXTRACTF32X8 $1, %s, %s", z(a), y(tmp))
-			g.reduceEVEX(a, scratch)
-			g.p("\tVMOVSS %s, %d%s", x(a), 8*q, rowAddr[i])
-			g.reduceEVEX(tmp, scratch)
-			g.p("\tVMOVSS %s, %d%s", x(tmp), 8*q+4, rowAddr[i])
-		}
+		g.reduceRow512(acc(i, 0), pairs, rowAddr[i])
 	}
 	g.p("\tADDQ $%d, DI", 8*pairs)
 	if wide {
@@ -1133,6 +1129,52 @@ func (g *gen) reduceEVEX(r, t int) {
 	g.p("\tVADDPS %s, %s, %s", x(t), x(r), x(r))
 	g.p("\tVMOVSHDUP %s, %s", x(r), x(t))
 	g.p("\tVADDSS %s, %s, %s", x(t), x(r), x(r))
+}
+
+// reduceRow512 sums the 8 lanes of each of the 2·pairs (2 or 4 pairs)
+// outputs held in zmm accumulators first..first+pairs-1 (lanes 0-7 and
+// 8-15 of each: two outputs) in reduceEVEX's tree — ((l0+l4) + (l2+l6)) +
+// ((l1+l5) + (l3+l7)) — but for all of them at once, by a transposition
+// network of 128-bit and in-lane shuffles, and stores them side by side
+// at addr. Z29 must hold reduceOrder; it uses Z16-Z21.
+func (g *gen) reduceRow512(first, pairs int, addr string) {
+	// Z16 = the (l_j + l_j+4) of outputs 0-3, Z17 of outputs 4-7: one
+	// 128-bit chunk each.
+	for h := 0; h < pairs/2; h++ {
+		a, b, dst := z(first+2*h), z(first+2*h+1), z(16+h)
+		g.p("\tVSHUFF32X4 $0x88, %s, %s, %s", b, a, dst) // l0-3 of each output
+		g.p("\tVSHUFF32X4 $0xdd, %s, %s, Z18", b, a)     // l4-7
+		g.p("\tVADDPS Z18, %s, %s", dst, dst)
+	}
+	hi := "Z17"
+	if pairs == 2 {
+		hi = "Z16"
+	}
+	// In each chunk c: (l0+l4) + (l2+l6) and (l1+l5) + (l3+l7) of output
+	// c, then of output c+4 (or c again).
+	g.p("\tVSHUFPS $0x44, %s, Z16, Z19", hi)
+	g.p("\tVSHUFPS $0xee, %s, Z16, Z20", hi)
+	g.p("\tVADDPS Z20, Z19, Z19")
+	// Then their sum: chunk c holds output c in lane 0, output c+4 in 1.
+	g.p("\tVSHUFPS $0x88, Z19, Z19, Z20")
+	g.p("\tVSHUFPS $0xdd, Z19, Z19, Z21")
+	g.p("\tVADDPS Z21, Z20, Z20")
+	g.p("\tVPERMPS Z20, Z29, Z20")
+	if pairs == 2 {
+		g.p("\tVMOVUPS X20, %s", addr)
+	} else {
+		g.p("\tVMOVUPS Y20, %s", addr)
+	}
+}
+
+// reduceOrderTable writes reduceOrder, the VPERMPS indices that gather
+// reduceRow512's outputs: lane 0 of the four chunks, then lane 1.
+func (g *gen) reduceOrderTable() {
+	for l, v := range []int{0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0} {
+		g.p("DATA ·reduceOrder+%d(SB)/4, $%d", 4*l, v)
+	}
+	g.p("GLOBL ·reduceOrder(SB), RODATA|NOPTR, $64")
+	g.p("")
 }
 
 // expCoeffs are exp.go's Horner coefficients, highest degree first (1/13!
@@ -1284,37 +1326,43 @@ func (g *gen) expKernels() {
 
 // expChains is how many independent 8-lane exponentials the AVX-512
 // kernels interleave: one alone is a chain of ~30 dependent float64
-// operations, too long for the out-of-order window to overlap iterations.
-const expChains = 2
+// operations, so the multiply-add Horner steps of fewer chains leave the
+// floating-point pipes idle while they wait on one another.
+const expChains = 4
 
 // expChain is the registers of one exponential chain of the AVX-512
 // kernels: in holds the input lanes (and is clobbered), out the result;
-// k, r and t are scratch, d holds SiLU's input, low is the mask register
-// of lanes below -700 and ok that of lanes the kernel may take.
-type expChain struct{ in, k, r, out, t, d, low, ok int }
+// k, r and t are scratch, d holds SiLU's input, and mask is the mask
+// register of the chain's lanes in a group's tail.
+type expChain struct{ in, k, r, out, t, d, mask int }
 
-// expChainRegs are the chains' registers: zmm 0-11 and mask registers
-// 1-4; Z16-Z21 hold expK's first six constants and Z22 the 1 of SiLU.
-var expChainRegs = [expChains]expChain{
-	{in: 0, k: 1, r: 2, out: 3, t: 4, d: 5, low: 1, ok: 2},
-	{in: 6, k: 7, r: 8, out: 9, t: 10, d: 11, low: 3, ok: 4},
-}
+// expChainRegs are the chains' registers: zmm 0-23 and mask registers
+// 1-4; Z24-Z29 hold expK's first six constants, Z30 the 1 of SiLU and
+// Y31 softmax's mx. K5 and K6 gather the lanes the kernel may take.
+var expChainRegs = func() (c [expChains]expChain) {
+	for i := range c {
+		b := 6 * i
+		c[i] = expChain{in: b, k: b + 1, r: b + 2, out: b + 3, t: b + 4, d: b + 5, mask: 1 + i}
+	}
+	return c
+}()
 
 // expVec512 returns the instructions that compute, in c.out, exp of the 8
 // float64 lanes of c.in exactly as expVec does on 4 (same operations and
-// roundings, embedded-broadcast coefficients, lanes below -700 give +0).
+// roundings, embedded-broadcast coefficients), except that lanes below
+// -700 give exp(-700) instead of +0: every caller rounds the result to
+// float32 (where exp(-700) is +0) or adds it to 1 (where it vanishes), so
+// the outputs keep the scalar code's bits.
 func expVec512(c expChain) []string {
 	in, k, r, out, t := z(c.in), z(c.k), z(c.r), z(c.out), z(c.t)
-	low := fmt.Sprintf("K%d", c.low)
 	ins := []string{
-		fmt.Sprintf("VCMPPD $1, Z21, %s, %s", in, low), // x < -700
-		fmt.Sprintf("VMAXPD Z21, %s, %s", in, in),
-		fmt.Sprintf("VMULPD Z16, %s, %s", in, k),
-		fmt.Sprintf("VADDPD Z17, %s, %s", k, k),
+		fmt.Sprintf("VMAXPD Z29, %s, %s", in, in),
+		fmt.Sprintf("VMULPD Z24, %s, %s", in, k),
+		fmt.Sprintf("VADDPD Z25, %s, %s", k, k),
 		fmt.Sprintf("VRNDSCALEPD $1, %s, %s", k, k), // k = floor(x*log2e + 0.5)
-		fmt.Sprintf("VMULPD Z18, %s, %s", k, t),
+		fmt.Sprintf("VMULPD Z26, %s, %s", k, t),
 		fmt.Sprintf("VSUBPD %s, %s, %s", t, in, r),
-		fmt.Sprintf("VMULPD Z19, %s, %s", k, t),
+		fmt.Sprintf("VMULPD Z27, %s, %s", k, t),
 		fmt.Sprintf("VSUBPD %s, %s, %s", t, r, r), // r
 		fmt.Sprintf("VBROADCASTSD ·expC+0(SB), %s", out),
 	}
@@ -1329,8 +1377,7 @@ func expVec512(c expChain) []string {
 		fmt.Sprintf("VPMOVSXDQ %s, %s", yk, k),
 		fmt.Sprintf("VPADDQ.BCST ·expBias(SB), %s, %s", k, k),
 		fmt.Sprintf("VPSLLQ $52, %s, %s", k, k), // 2^k
-		fmt.Sprintf("VMULPD %s, %s, %s", k, out, out),
-		fmt.Sprintf("VXORPD %s, %s, %s, %s", out, out, low, out)) // lanes below -700: +0
+		fmt.Sprintf("VMULPD %s, %s, %s", k, out, out))
 }
 
 // interleave emits the chains' instruction lists one instruction of each
@@ -1352,22 +1399,26 @@ func (g *gen) interleave(lists [][]string) {
 
 // expKernels512 emits softmaxExp512 and siluMul512, the AVX-512 forms of
 // softmaxExpAVX2 and siluMulAVX2 (same signatures, same results): they
-// run expChains·8 elements at a time and stop before the first group with
-// a lane the vector exponential cannot take.
+// run expChains·8 elements at a time, then the last n mod expChains·8
+// through masked loads and stores, and stop before the first group with a
+// lane the vector exponential cannot take.
 func (g *gen) expKernels512() {
 	loadK := func() {
 		for i := 0; i < 6; i++ {
-			g.p("\tVBROADCASTSD ·expK+%d(SB), %s", 32*i, z(16+i))
+			g.p("\tVBROADCASTSD ·expK+%d(SB), %s", 32*i, z(24+i))
 		}
 	}
 	// check jumps to label unless every lane of every chain's input is at
-	// most 700 (false for NaN).
+	// most 700 (false for NaN); a tail's masked-off lanes hold 0.
 	check := func(label string) {
-		for _, c := range expChainRegs {
-			g.p("\tVCMPPD $0x12, Z20, %s, K%d", z(c.in), c.ok)
+		for i, c := range expChainRegs {
+			kr := 5 + min(i, 1)
+			g.p("\tVCMPPD $0x12, Z28, %s, K%d", z(c.in), kr)
+			if i > 0 {
+				g.p("\tKANDB K6, K5, K5")
+			}
 		}
-		g.p("\tKANDB K%d, K%d, K%d", expChainRegs[1].ok, expChainRegs[0].ok, expChainRegs[0].ok)
-		g.p("\tKMOVB K%d, DX", expChainRegs[0].ok)
+		g.p("\tKMOVB K5, DX")
 		g.p("\tCMPQ DX, $0xff")
 		g.p("\tJNE %s", label)
 	}
@@ -1378,12 +1429,15 @@ func (g *gen) expKernels512() {
 		}
 		return out
 	}
-	group := 8 * expChains
-	// kernel emits one of them: the prologue, then a loop over groups that
-	// runs load for every chain, stops before a group the vector
-	// exponential cannot take, computes exp of every chain's input and
-	// runs store; it returns how many elements it did.
-	kernel := func(sig, name, label string, prologue []string, load, store func(c expChain, i int) []string) {
+	const group = 8 * expChains
+	// kernel emits one of them: the prologue, then a loop over whole
+	// groups and a masked last group, each running load for every chain,
+	// stopping before a group the vector exponential cannot take,
+	// computing exp of every chain's input and running store; it returns
+	// how many elements it did. load and store get the masking suffix
+	// (".Z" or "") and the mask operand ("K<n>, " or "") of the chain's
+	// tail lanes.
+	kernel := func(sig, name, label string, prologue []string, load, store func(c expChain, i int, z, k string) []string) {
 		g.p("// func %s", sig)
 		g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
 		for _, l := range prologue {
@@ -1391,55 +1445,158 @@ func (g *gen) expKernels512() {
 		}
 		loadK()
 		g.p("\tXORQ AX, AX")
-		g.p("\tSHRQ $%d, CX", bits.TrailingZeros(uint(group)))
-		g.p("\tJZ %s_ret", label)
+		g.p("\tMOVQ CX, BX")
+		g.p("\tSHRQ $%d, BX", bits.TrailingZeros(uint(group)))
+		g.p("\tJZ %s_tail", label)
+		body := func(tail bool) {
+			masked := func(f func(c expChain, i int, z, k string) []string) func(c expChain, i int) []string {
+				return func(c expChain, i int) []string {
+					if tail {
+						return f(c, i, ".Z", fmt.Sprintf("K%d, ", c.mask))
+					}
+					return f(c, i, "", "")
+				}
+			}
+			g.interleave(chains(masked(load)))
+			check(label + "_ret")
+			g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
+			g.interleave(chains(masked(store)))
+		}
 		g.p("%s_loop:", label)
-		g.interleave(chains(load))
-		check(label + "_ret")
-		g.interleave(chains(func(c expChain, _ int) []string { return expVec512(c) }))
-		g.interleave(chains(store))
+		body(false)
 		g.p("\tADDQ $%d, AX", group)
-		g.p("\tDECQ CX")
+		g.p("\tDECQ BX")
 		g.p("\tJNZ %s_loop", label)
+		g.p("%s_tail:", label)
+		// K1..K4 = the chains' lanes among the last n mod group.
+		g.p("\tANDQ $%d, CX", group-1)
+		g.p("\tJZ %s_ret", label)
+		g.p("\tMOVL $1, DX")
+		g.p("\tSHLL CX, DX")
+		g.p("\tDECL DX")
+		g.p("\tKMOVD DX, K1")
+		for i := 1; i < expChains; i++ {
+			g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
+		}
+		body(true)
+		g.p("\tADDQ CX, AX")
 		g.p("%s_ret:", label)
 		g.p("\tMOVQ AX, ret+24(FP)")
 		g.done(label)
 	}
 
 	kernel("softmaxExp512(x *float32, n int, mx float32) int", "softmaxExp512", "sme512",
-		[]string{"MOVQ x+0(FP), SI", "MOVQ n+8(FP), CX", "VBROADCASTSS mx+16(FP), Y14"},
-		func(c expChain, i int) []string {
+		[]string{"MOVQ x+0(FP), SI", "MOVQ n+8(FP), CX", "VBROADCASTSS mx+16(FP), Y31"},
+		func(c expChain, i int, zs, k string) []string {
 			return []string{
-				fmt.Sprintf("VMOVUPS %d(SI)(AX*4), %s", 32*i, y(c.in)),
-				fmt.Sprintf("VSUBPS Y14, %s, %s", y(c.in), y(c.in)),
+				fmt.Sprintf("VMOVUPS%s %d(SI)(AX*4), %s%s", zs, 32*i, k, y(c.in)),
+				fmt.Sprintf("VSUBPS%s Y31, %s, %s%s", zs, y(c.in), k, y(c.in)),
 				fmt.Sprintf("VCVTPS2PD %s, %s", y(c.in), z(c.in)),
 			}
 		},
-		func(c expChain, i int) []string {
+		func(c expChain, i int, _, k string) []string {
 			return []string{
 				fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
-				fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
+				fmt.Sprintf("VMOVUPS %s, %s%d(SI)(AX*4)", y(c.out), k, 32*i),
 			}
 		})
 
 	kernel("siluMul512(gate *float32, up *float32, n int) int", "siluMul512", "silu512",
 		[]string{"MOVQ gate+0(FP), SI", "MOVQ up+8(FP), DI", "MOVQ n+16(FP), CX",
-			fmt.Sprintf("VBROADCASTSD ·expK+%d(SB), Z22", 32*6)}, // 1
-		func(c expChain, i int) []string {
+			fmt.Sprintf("VBROADCASTSD ·expK+%d(SB), Z30", 32*6)}, // 1
+		func(c expChain, i int, zs, k string) []string {
 			return []string{
-				fmt.Sprintf("VCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(c.d)), // d
+				fmt.Sprintf("VCVTPS2PD%s %d(SI)(AX*4), %s%s", zs, 32*i, k, z(c.d)), // d
 				fmt.Sprintf("VXORPD %s, %s, %s", z(c.in), z(c.in), z(c.in)),
 				// 0 - d: -d exactly, except 0 - (+0) = +0
 				fmt.Sprintf("VSUBPD %s, %s, %s", z(c.d), z(c.in), z(c.in)),
 			}
 		},
-		func(c expChain, i int) []string {
+		func(c expChain, i int, zs, k string) []string {
 			return []string{
-				fmt.Sprintf("VADDPD Z22, %s, %s", z(c.out), z(c.out)),        // 1 + e
+				fmt.Sprintf("VADDPD Z30, %s, %s", z(c.out), z(c.out)),        // 1 + e
 				fmt.Sprintf("VDIVPD %s, %s, %s", z(c.out), z(c.d), z(c.out)), // d / (1 + e)
 				fmt.Sprintf("VCVTPD2PS %s, %s", z(c.out), y(c.out)),
-				fmt.Sprintf("VMULPS %d(DI)(AX*4), %s, %s", 32*i, y(c.out), y(c.out)),
-				fmt.Sprintf("VMOVUPS %s, %d(SI)(AX*4)", y(c.out), 32*i),
+				fmt.Sprintf("VMULPS%s %d(DI)(AX*4), %s, %s%s", zs, 32*i, y(c.out), k, y(c.out)),
+				fmt.Sprintf("VMOVUPS %s, %s%d(SI)(AX*4)", y(c.out), k, 32*i),
 			}
 		})
+}
+
+// maxOf512 emits maxOf512(x *float32, n int) (mx float32, nan bool): the
+// largest of x's n > 0 elements by VMAXPS, 64 at a time in four
+// accumulators, then 16 at a time, then the last n mod 16 through a
+// masked load over -Inf; nan reports a NaN among them (K1 gathers the
+// unordered lanes), for which the Go side takes the scalar loop. Equal
+// zeros of either sign may give either sign.
+func (g *gen) maxOf512() {
+	const name = "maxOf512"
+	g.p("DATA ·negInf+0(SB)/4, $0xff800000")
+	g.p("GLOBL ·negInf(SB), RODATA|NOPTR, $4")
+	g.p("")
+	g.p("// func %s(x *float32, n int) (float32, bool)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-21", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	g.p("\tVBROADCASTSS ·negInf(SB), Z8")
+	for i := 0; i < 4; i++ {
+		g.p("\tVMOVAPS Z8, %s", z(i))
+	}
+	g.p("\tKXORW K1, K1, K1")
+	// take folds Z(4+i) into accumulator i.
+	take := func(i int) {
+		g.p("\tVCMPPS $3, %s, %s, K2", z(4+i), z(4+i))
+		g.p("\tKORW K2, K1, K1")
+		g.p("\tVMAXPS %s, %s, %s", z(4+i), z(i), z(i))
+	}
+	g.p("\tXORQ AX, AX")
+	g.p("\tMOVQ CX, BX")
+	g.p("\tSHRQ $6, BX")
+	g.p("\tJZ %s_sixteen", name)
+	g.p("%s_loop:", name)
+	for i := 0; i < 4; i++ {
+		g.p("\tVMOVUPS %d(SI)(AX*4), %s", 64*i, z(4+i))
+	}
+	for i := 0; i < 4; i++ {
+		take(i)
+	}
+	g.p("\tADDQ $64, AX")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_loop", name)
+	g.p("%s_sixteen:", name)
+	g.p("\tANDQ $63, CX")
+	g.p("%s_sixteenLoop:", name)
+	g.p("\tCMPQ CX, $16")
+	g.p("\tJLT %s_tail", name)
+	g.p("\tVMOVUPS (SI)(AX*4), Z4")
+	take(0)
+	g.p("\tADDQ $16, AX")
+	g.p("\tSUBQ $16, CX")
+	g.p("\tJMP %s_sixteenLoop", name)
+	g.p("%s_tail:", name)
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %s_reduce", name)
+	g.p("\tMOVL $1, DX")
+	g.p("\tSHLL CX, DX")
+	g.p("\tDECL DX")
+	g.p("\tKMOVW DX, K3")
+	g.p("\tVMOVAPS Z8, Z4")
+	g.p("\tVMOVUPS (SI)(AX*4), K3, Z4")
+	take(0)
+	g.p("%s_reduce:", name)
+	g.p("\tVMAXPS Z1, Z0, Z0")
+	g.p("\tVMAXPS Z3, Z2, Z2")
+	g.p("\tVMAXPS Z2, Z0, Z0")
+	g.p("\tVEXTRACTF32X8 $1, Z0, Y1")
+	g.p("\tVMAXPS Y1, Y0, Y0")
+	g.p("\tVEXTRACTF128 $1, Y0, X1")
+	g.p("\tVMAXPS X1, X0, X0")
+	g.p("\tVPERMILPS $0x4e, X0, X1")
+	g.p("\tVMAXPS X1, X0, X0")
+	g.p("\tVPERMILPS $0xb1, X0, X1")
+	g.p("\tVMAXPS X1, X0, X0")
+	g.p("\tMOVSS X0, mx+16(FP)")
+	g.p("\tKORTESTW K1, K1")
+	g.p("\tSETNE nan+20(FP)")
+	g.done(name)
 }
