@@ -81,6 +81,11 @@ func (g *gen) gemmBF16(m, cols int) {
 	for i := 1; i < m; i++ {
 		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
 	}
+	if cols > 1 {
+		g.p("\tVMOVDQU32 ·reduceOrder(SB), %s", z(scratch))
+		g.p("\tMOVL $0x3f, AX")
+		g.p("\tKMOVW AX, K1")
+	}
 	g.p("\tMOVQ w+32(FP), R12")
 	g.p("\tMOVQ R12, %d(SP)", wBase)
 	g.p("\tMOVQ ldw+40(FP), BX")
@@ -123,13 +128,25 @@ func (g *gen) gemmBF16(m, cols int) {
 	}
 	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
 	for i := 0; i < m; i++ {
-		for j := 0; j < cols; j++ {
-			a := acc(i, j)
+		if cols == 1 {
+			a := acc(i, 0)
 			g.p("\tVEXTRACTF32X8 $1, %s, %s", z(a), y(tmp))
 			g.p("\tVADDPS %s, %s, %s", y(tmp), y(a), y(a))
 			g.reduceEVEX(a, scratch)
-			g.p("\tVMOVSS %s, %d%s", x(a), 4*j, rowAddr[i])
+			g.p("\tVMOVSS %s, %s", x(a), rowAddr[i])
+			continue
 		}
+		// Lanes l and l+8 of outputs 2q and 2q+1 added side by side into
+		// output 2q's register, the layout reduceRow512 takes.
+		var row []int
+		for q := 0; q < cols/2; q++ {
+			a, b := acc(i, 2*q), acc(i, 2*q+1)
+			g.p("\tVSHUFF32X4 $0x44, %s, %s, %s", z(b), z(a), z(tmp))
+			g.p("\tVSHUFF32X4 $0xee, %s, %s, Z29", z(b), z(a))
+			g.p("\tVADDPS Z29, %s, %s", z(tmp), z(a))
+			row = append(row, a)
+		}
+		g.reduceRow512(row, [6]int{24, 25, 26, 27, 28, 29}, scratch, rowAddr[i])
 	}
 	g.p("\tADDQ $%d, DI", 4*cols)
 	g.p("\tMOVQ %d(SP), R12", wStep)

@@ -1104,7 +1104,11 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
 	g.p("\tVMOVDQU32 ·reduceOrder(SB), Z29")
 	for i := 0; i < m; i++ {
-		g.reduceRow512(acc(i, 0), pairs, rowAddr[i])
+		var row []int
+		for q := range pairs {
+			row = append(row, acc(i, q))
+		}
+		g.reduceRow512(row, [6]int{16, 17, 18, 19, 20, 21}, 29, rowAddr[i])
 	}
 	g.p("\tADDQ $%d, DI", 8*pairs)
 	if wide {
@@ -1131,39 +1135,46 @@ func (g *gen) reduceEVEX(r, t int) {
 	g.p("\tVADDSS %s, %s, %s", x(t), x(r), x(r))
 }
 
-// reduceRow512 sums the 8 lanes of each of the 2·pairs (2 or 4 pairs)
-// outputs held in zmm accumulators first..first+pairs-1 (lanes 0-7 and
-// 8-15 of each: two outputs) in reduceEVEX's tree — ((l0+l4) + (l2+l6)) +
-// ((l1+l5) + (l3+l7)) — but for all of them at once, by a transposition
-// network of 128-bit and in-lane shuffles, and stores them side by side
-// at addr. Z29 must hold reduceOrder; it uses Z16-Z21.
-func (g *gen) reduceRow512(first, pairs int, addr string) {
-	// Z16 = the (l_j + l_j+4) of outputs 0-3, Z17 of outputs 4-7: one
-	// 128-bit chunk each.
-	for h := 0; h < pairs/2; h++ {
-		a, b, dst := z(first+2*h), z(first+2*h+1), z(16+h)
-		g.p("\tVSHUFF32X4 $0x88, %s, %s, %s", b, a, dst) // l0-3 of each output
-		g.p("\tVSHUFF32X4 $0xdd, %s, %s, Z18", b, a)     // l4-7
-		g.p("\tVADDPS Z18, %s, %s", dst, dst)
+// reduceRow512 sums the 8 lanes of each of the outputs held in the zmm
+// registers pairs (lanes 0-7 and 8-15 of each: two outputs; 2, 3 or 4
+// registers) in reduceEVEX's tree — ((l0+l4) + (l2+l6)) + ((l1+l5) +
+// (l3+l7)) — but for all of them at once, by a transposition network of
+// 128-bit and in-lane shuffles, and stores them side by side at addr (six
+// outputs through mask register K1, which must hold 0x3f). Register
+// order must hold reduceOrder; t are six scratch registers.
+func (g *gen) reduceRow512(pairs []int, t [6]int, order int, addr string) {
+	// t0 = the (l_j + l_j+4) of outputs 0-3, t1 of outputs 4-7 (or 4, 5
+	// twice): one 128-bit chunk each.
+	for h := 0; 2*h < len(pairs); h++ {
+		a, b := pairs[2*h], pairs[2*h]
+		if 2*h+1 < len(pairs) {
+			b = pairs[2*h+1]
+		}
+		g.p("\tVSHUFF32X4 $0x88, %s, %s, %s", z(b), z(a), z(t[h])) // l0-3 of each output
+		g.p("\tVSHUFF32X4 $0xdd, %s, %s, %s", z(b), z(a), z(t[2])) // l4-7
+		g.p("\tVADDPS %s, %s, %s", z(t[2]), z(t[h]), z(t[h]))
 	}
-	hi := "Z17"
-	if pairs == 2 {
-		hi = "Z16"
+	hi := t[1]
+	if len(pairs) == 2 {
+		hi = t[0]
 	}
 	// In each chunk c: (l0+l4) + (l2+l6) and (l1+l5) + (l3+l7) of output
 	// c, then of output c+4 (or c again).
-	g.p("\tVSHUFPS $0x44, %s, Z16, Z19", hi)
-	g.p("\tVSHUFPS $0xee, %s, Z16, Z20", hi)
-	g.p("\tVADDPS Z20, Z19, Z19")
+	g.p("\tVSHUFPS $0x44, %s, %s, %s", z(hi), z(t[0]), z(t[3]))
+	g.p("\tVSHUFPS $0xee, %s, %s, %s", z(hi), z(t[0]), z(t[4]))
+	g.p("\tVADDPS %s, %s, %s", z(t[4]), z(t[3]), z(t[3]))
 	// Then their sum: chunk c holds output c in lane 0, output c+4 in 1.
-	g.p("\tVSHUFPS $0x88, Z19, Z19, Z20")
-	g.p("\tVSHUFPS $0xdd, Z19, Z19, Z21")
-	g.p("\tVADDPS Z21, Z20, Z20")
-	g.p("\tVPERMPS Z20, Z29, Z20")
-	if pairs == 2 {
-		g.p("\tVMOVUPS X20, %s", addr)
-	} else {
-		g.p("\tVMOVUPS Y20, %s", addr)
+	g.p("\tVSHUFPS $0x88, %s, %s, %s", z(t[3]), z(t[3]), z(t[4]))
+	g.p("\tVSHUFPS $0xdd, %s, %s, %s", z(t[3]), z(t[3]), z(t[5]))
+	g.p("\tVADDPS %s, %s, %s", z(t[5]), z(t[4]), z(t[4]))
+	g.p("\tVPERMPS %s, %s, %s", z(t[4]), z(order), z(t[4]))
+	switch len(pairs) {
+	case 2:
+		g.p("\tVMOVUPS %s, %s", x(t[4]), addr)
+	case 3:
+		g.p("\tVMOVUPS %s, K1, %s", y(t[4]), addr)
+	default:
+		g.p("\tVMOVUPS %s, %s", y(t[4]), addr)
 	}
 }
 
