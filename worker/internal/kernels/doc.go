@@ -53,16 +53,20 @@
 // be a multiple of 8: the tail behaves as if zero-padded, which is the same
 // as skipping the missing terms because an accumulator that starts at +0 can
 // never become -0. The eight lanes are the eight lanes of one ymm register.
+// The AVX-512 kernels form the final tree for a whole row of outputs at
+// once (a network of 128-bit and in-lane shuffles pairs the same lanes
+// in the same order), which is why they store 4, 6 or 8 outputs a time.
 //
 // Elementwise kernels apply one documented float32 expression per element
 // (Axpy: fma(alpha, x[i], y[i]); Scale: x[i]*s; Add: a[i]+b[i]). RMSNorm,
 // SiLUMul and Softmax document their exact operation order on the function.
 // The exponential they use is this package's own float64 routine built from
 // +, -, *, / only, so it does not depend on the platform's math.Exp. The
-// assembly evaluates it 4 lanes at a time with the very same float64
-// operations (a fixed degree-13 polynomial, no FMA), so its results are
-// the scalar routine's bit for bit; lanes it cannot take (NaN, arguments
-// above 700) go through the scalar code.
+// assembly evaluates it 4 lanes at a time (AVX-512: four interleaved
+// 8-lane chains, and a masked tail) with the very same float64 operations
+// (a fixed degree-13 polynomial, no FMA), so its results are the scalar
+// routine's bit for bit; lanes it cannot take (NaN, arguments above 700)
+// go through the scalar code.
 //
 // Parallel kernels (Pool) split work by output element, never inside one
 // reduction, so each element is computed by the same sequence of operations
