@@ -55,7 +55,7 @@
 // never become -0. The eight lanes are the eight lanes of one ymm register.
 // The AVX-512 kernels form the final tree for a whole row of outputs at
 // once (a network of 128-bit and in-lane shuffles pairs the same lanes
-// in the same order), which is why they store 4, 6 or 8 outputs a time.
+// in the same order), which is why they store 4, 6 or 8 outputs at a time.
 //
 // Elementwise kernels apply one documented float32 expression per element
 // (Axpy: fma(alpha, x[i], y[i]); Scale: x[i]*s; Add: a[i]+b[i]). RMSNorm,
