@@ -217,9 +217,13 @@ lane_build_race_vet() {
   step "go test -race (the other race packages)" gotest "$results/race.events" -race -count=1 -timeout 9m "${race_pkgs[@]}"
   step "go vet" govet
 }
+# purego: the cpu backend on the pure-Go kernels, which every machine
+# without amd64 assembly runs (the kernels' own tests compare both paths).
+purego() { WARDEN_KERNELS_PUREGO=1 gotest "$results/rest.events" -count=1 -timeout 9m ./worker/internal/cpu/; }
 lane_rest() {
   step "go test (the packages that run plain)" gotest "$results/rest.events" -count=1 -timeout 9m "${rest_now[@]}"
   step "go test -tags nvml" gotest "$results/rest.events" -count=1 -tags nvml ./internal/obs/gpu/
+  step "go test, pure-Go kernels" purego
 }
 # await_setup: wait for the set-up below (the tools, Node, Redis) and take
 # its environment; lane 2 starts compiling before it.

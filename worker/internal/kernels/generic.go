@@ -78,13 +78,20 @@ func mulScaleGo(out, x, w []float32, s float32) {
 // matMul16Go is matMulTGo with W in F16 or BF16 (f), each row widened
 // exactly first.
 func matMul16Go(c []float32, ldc int, a []float32, lda int, w []uint16, f Format, ldw, m, n, k int) {
-	row := make([]float32, k)
-	widen := F16ToF32
-	if f == BF16 {
-		widen = BF16ToF32
+	// A widened W row; on the stack up to 4096 columns, so that a decode
+	// step (LoRA's bf16 factors, a 16-bit model off amd64) allocates
+	// nothing.
+	var stack [4096]float32
+	row := stack[:min(k, len(stack))]
+	if k > len(stack) {
+		row = make([]float32, k)
 	}
 	for j := 0; j < n; j++ {
-		widen(row, w[j*ldw:j*ldw+k])
+		if f == BF16 {
+			BF16ToF32(row, w[j*ldw:j*ldw+k])
+		} else {
+			F16ToF32(row, w[j*ldw:j*ldw+k])
+		}
 		for i := 0; i < m; i++ {
 			c[i*ldc+j] = dotGo(a[i*lda:i*lda+k], row)
 		}
