@@ -1482,10 +1482,7 @@ func (g *gen) expKernels512() {
 		// K1..K4 = the chains' lanes among the last n mod group.
 		g.p("\tANDQ $%d, CX", group-1)
 		g.p("\tJZ %s_ret", label)
-		g.p("\tMOVL $1, DX")
-		g.p("\tSHLL CX, DX")
-		g.p("\tDECL DX")
-		g.p("\tKMOVD DX, K1")
+		g.tailMask("KMOVD", "K1")
 		for i := 1; i < expChains; i++ {
 			g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
 		}
@@ -1532,6 +1529,15 @@ func (g *gen) expKernels512() {
 				fmt.Sprintf("VMOVUPS %s, %s%d(SI)(AX*4)", y(c.out), k, 32*i),
 			}
 		})
+}
+
+// tailMask sets mask register k (by kmov, KMOVW or KMOVD) to the low CX
+// bits, CX below 32: the lanes of a masked tail. It clobbers DX.
+func (g *gen) tailMask(kmov, k string) {
+	g.p("\tMOVL $1, DX")
+	g.p("\tSHLL CX, DX")
+	g.p("\tDECL DX")
+	g.p("\t%s DX, %s", kmov, k)
 }
 
 // maxOf512 emits maxOf512(x *float32, n int) (mx float32, nan bool): the
@@ -1587,10 +1593,7 @@ func (g *gen) maxOf512() {
 	g.p("%s_tail:", name)
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %s_reduce", name)
-	g.p("\tMOVL $1, DX")
-	g.p("\tSHLL CX, DX")
-	g.p("\tDECL DX")
-	g.p("\tKMOVW DX, K3")
+	g.tailMask("KMOVW", "K3")
 	g.p("\tVMOVAPS Z8, Z4")
 	g.p("\tVMOVUPS (SI)(AX*4), K3, Z4")
 	take(0)
