@@ -3901,6 +3901,7 @@ TEXT ·gemm4x4z(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm4x4z_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm4x4z_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -3972,7 +3973,6 @@ gemm4x4z_single:
 	VFMADD231PS Z17, Z27, Z7
 gemm4x4z_reduce:
 	LEAQ (SI)(SI*2), BX
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4050,6 +4050,7 @@ TEXT ·gemm3x4z(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm3x4z_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm3x4z_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4109,7 +4110,6 @@ gemm3x4z_single:
 	VFMADD231PS Z16, Z26, Z4
 	VFMADD231PS Z17, Z26, Z5
 gemm3x4z_reduce:
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4175,6 +4175,7 @@ TEXT ·gemm2x4z(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm2x4z_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm2x4z_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4223,7 +4224,6 @@ gemm2x4z_single:
 	VFMADD231PS Z16, Z27, Z2
 	VFMADD231PS Z17, Z27, Z3
 gemm2x4z_reduce:
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4282,6 +4282,7 @@ TEXT ·gemm4x8z(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm4x8z_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm4x8z_tile:
 	MOVQ 0(SP), R12
 	VPXORD Z0, Z0, Z0
@@ -4399,7 +4400,6 @@ gemm4x8z_single:
 	VFMADD231PS Z19, Z27, Z15
 gemm4x8z_reduce:
 	LEAQ (SI)(SI*2), BX
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4488,6 +4488,7 @@ TEXT ·gemm4x4zh(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm4x4zh_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm4x4zh_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4565,7 +4566,6 @@ gemm4x4zh_single:
 	VFMADD231PS Z17, Z27, Z7
 gemm4x4zh_reduce:
 	LEAQ (SI)(SI*2), BX
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4643,6 +4643,7 @@ TEXT ·gemm3x4zh(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm3x4zh_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm3x4zh_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4708,7 +4709,6 @@ gemm3x4zh_single:
 	VFMADD231PS Z16, Z26, Z4
 	VFMADD231PS Z17, Z26, Z5
 gemm3x4zh_reduce:
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4774,6 +4774,7 @@ TEXT ·gemm2x4zh(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm2x4zh_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm2x4zh_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -4828,7 +4829,6 @@ gemm2x4zh_single:
 	VFMADD231PS Z16, Z27, Z2
 	VFMADD231PS Z17, Z27, Z3
 gemm2x4zh_reduce:
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -4887,6 +4887,7 @@ TEXT ·gemm4x8zh(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm4x8zh_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm4x8zh_tile:
 	MOVQ 0(SP), R12
 	VPXORD Z0, Z0, Z0
@@ -5016,7 +5017,6 @@ gemm4x8zh_single:
 	VFMADD231PS Z19, Z27, Z15
 gemm4x8zh_reduce:
 	LEAQ (SI)(SI*2), BX
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -5105,6 +5105,7 @@ TEXT ·gemm4x4zb(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm4x4zb_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm4x4zb_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5194,7 +5195,6 @@ gemm4x4zb_single:
 	VFMADD231PS Z17, Z27, Z7
 gemm4x4zb_reduce:
 	LEAQ (SI)(SI*2), BX
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -5272,6 +5272,7 @@ TEXT ·gemm3x4zb(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm3x4zb_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm3x4zb_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5349,7 +5350,6 @@ gemm3x4zb_single:
 	VFMADD231PS Z16, Z26, Z4
 	VFMADD231PS Z17, Z26, Z5
 gemm3x4zb_reduce:
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -5415,6 +5415,7 @@ TEXT ·gemm2x4zb(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm2x4zb_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm2x4zb_tile:
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -5481,7 +5482,6 @@ gemm2x4zb_single:
 	VFMADD231PS Z16, Z27, Z2
 	VFMADD231PS Z17, Z27, Z3
 gemm2x4zb_reduce:
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16
@@ -5540,6 +5540,7 @@ TEXT ·gemm4x8zb(SB), NOSPLIT, $80-64
 	MOVQ BX, 72(SP)
 	TESTQ BX, BX
 	JZ gemm4x8zb_done
+	VMOVDQU32 ·reduceOrder(SB), Z29
 gemm4x8zb_tile:
 	MOVQ 0(SP), R12
 	VPXORD Z0, Z0, Z0
@@ -5693,7 +5694,6 @@ gemm4x8zb_single:
 	VFMADD231PS Z19, Z27, Z15
 gemm4x8zb_reduce:
 	LEAQ (SI)(SI*2), BX
-	VMOVDQU32 ·reduceOrder(SB), Z29
 	VSHUFF32X4 $0x88, Z1, Z0, Z16
 	VSHUFF32X4 $0xdd, Z1, Z0, Z18
 	VADDPS Z18, Z16, Z16

@@ -1054,6 +1054,7 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	g.p("\tMOVQ BX, %d(SP)", frameTiles)
 	g.p("\tTESTQ BX, BX")
 	g.p("\tJZ %s_done", name)
+	g.p("\tVMOVDQU32 ·reduceOrder(SB), Z29") // for reduceRow512; the loop leaves Z29 alone
 	g.p("%s_tile:", name)
 	if wide {
 		g.p("\tMOVQ %d(SP), R12", frameWBase)
@@ -1102,7 +1103,6 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 		g.p("\tLEAQ (SI)(SI*2), BX")
 	}
 	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
-	g.p("\tVMOVDQU32 ·reduceOrder(SB), Z29")
 	for i := 0; i < m; i++ {
 		var row []int
 		for q := range pairs {
