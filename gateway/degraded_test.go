@@ -415,6 +415,13 @@ func TestStoreClusterFailover(t *testing.T) {
 	// TTL, as docs/tenants.md says.
 	cl := cluster.NewClient(t)
 	var left []redis.Z
+	defer func() {
+		if t.Failed() {
+			for _, z := range left {
+				t.Logf("acme lease %v expires %v after the failover was seen", z.Member, time.UnixMilli(int64(z.Score)).Sub(failedOver))
+			}
+		}
+	}()
 	waitFor(t, "acme's leases taken after the failover to be released", func() bool {
 		var err error
 		left, err = cl.ZRangeWithScores(context.Background(), prefix+"cc:acme", 0, -1).Result()
