@@ -412,13 +412,14 @@ func TestStoreClusterFailover(t *testing.T) {
 	// master took in its last moments may not have reached the replica
 	// that replaced it: such a lease (at most one per client in flight at
 	// the kill, each taken before the failover) holds its slot until its
-	// TTL, as docs/tenants.md says.
+	// TTL, as docs/tenants.md says. A lease's score is its expiry in
+	// microseconds on the server's clock.
 	cl := cluster.NewClient(t)
 	var left []redis.Z
 	defer func() {
 		if t.Failed() {
 			for _, z := range left {
-				t.Logf("acme lease %v expires %v after the failover was seen", z.Member, time.UnixMilli(int64(z.Score)).Sub(failedOver))
+				t.Logf("acme lease %v expires %v after the failover was seen", z.Member, time.UnixMicro(int64(z.Score)).Sub(failedOver))
 			}
 		}
 	}()
@@ -429,7 +430,7 @@ func TestStoreClusterFailover(t *testing.T) {
 			return false
 		}
 		for _, z := range left {
-			if expires := time.UnixMilli(int64(z.Score)); expires.After(failedOver.Add(redisstore.DefaultLeaseTTL + time.Second)) {
+			if expires := time.UnixMicro(int64(z.Score)); expires.After(failedOver.Add(redisstore.DefaultLeaseTTL + time.Second)) {
 				return false
 			}
 		}

@@ -308,6 +308,20 @@ func (tg *testGateway) metric(name string, labels map[string]string) float64 {
 	return 0
 }
 
+// waitMetric waits until a counter or gauge reads want. A request's
+// counts trail its terminal state in the table by a moment: driver.finish
+// marks it terminal, releases its lease, and only then counts it.
+func (tg *testGateway) waitMetric(name string, labels map[string]string, want float64) {
+	tg.t.Helper()
+	got := tg.metric(name, labels)
+	for deadline := time.Now().Add(30 * time.Second); got != want && time.Now().Before(deadline); got = tg.metric(name, labels) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got != want {
+		tg.t.Fatalf("%s%v = %v, want %v", name, labels, got, want)
+	}
+}
+
 func matches(m *dto.Metric, labels map[string]string) bool {
 	n := 0
 	for _, lp := range m.GetLabel() {

@@ -409,9 +409,7 @@ func TestPDCorruptTransferFailsCleanly(t *testing.T) {
 			if v := decode.metric("warden_transfer_checksum_failures_total", nil); v != 2 {
 				t.Errorf("decode counted %v checksum failures, want 2", v)
 			}
-			if v := tg.metric("warden_integrity_failures_total", map[string]string{"kind": causeDataLoss}); v != 2 {
-				t.Errorf("gateway counted %v integrity failures, want 2", v)
-			}
+			tg.waitMetric("warden_integrity_failures_total", map[string]string{"kind": causeDataLoss}, 2)
 			if v := tg.metric("warden_tokens_total", map[string]string{"kind": "prompt", "tenant": "acme"}); v != 0 {
 				t.Errorf("prompt tokens billed for failed transfers: %v", v)
 			}

@@ -60,9 +60,7 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	cancel()
 	stream.Close()
-	waitFor(t, "the abort", func() bool {
-		return tg.metric("warden_aborts_total", map[string]string{"cause": lifecycle.CauseClientDisconnect}) == 1
-	})
+	tg.waitMetric("warden_aborts_total", map[string]string{"cause": lifecycle.CauseClientDisconnect}, 1)
 	tg.hooks.afterReady.Store(nil)
 	// The client's disconnect cancels decode's Generate call and the
 	// gateway's Abort follows: it finds the request decoding or already
