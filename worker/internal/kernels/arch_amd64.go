@@ -4,6 +4,7 @@ package kernels
 
 import (
 	"os"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -172,6 +173,31 @@ func gemm3x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer,
 
 //go:noescape
 func gemm2x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+// The packed-panel kernels: pack8z<f> widens tiles of 8 W rows of format
+// f into a float32 panel (ldw in elements, k a multiple of 8), and
+// gemm<r>x8zw runs r rows of A against such a panel (its ldw is unused).
+//
+//go:noescape
+func pack8z(dst *float32, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func pack8zh(dst *float32, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func pack8zb(dst *float32, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm6x8zw(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x8zw(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm3x8zw(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm2x8zw(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 // The bf16-products kernels (Matrix.BF16Dot): A and W in bfloat16,
 // VDPBF16PS, k a multiple of 32; lda and ldw in elements.
@@ -404,6 +430,81 @@ var gemm512Wide = [3]gemmKernel{
 	BF16: {8, gemm4x8zb, gemm4x1b},
 }
 
+// packKernels[f] packs tiles of W in format f for the gemm<r>x8zw
+// kernels, packedKernels[r] (r = 2..4 rows of A).
+var (
+	packKernels   = [3]func(dst *float32, w unsafe.Pointer, ldw int, k int, tiles int){F32: pack8z, F16: pack8zh, BF16: pack8zb}
+	packedKernels = [7]gemmFunc{2: gemm2x8zw, 3: gemm3x8zw, 4: gemm4x8zw, 6: gemm6x8zw}
+)
+
+// packMinRows[f] is the fewest rows of A for which gemm packs W of format
+// f: packing costs about a pass of a block of A over the panel, and each
+// block after that reads the panel without widening or inserting a row
+// pair (on Intel cores those share the FMA ports). BenchmarkPackedPanels
+// on a Xeon with AVX-512 (2026-12-05): packing broke even at about 20
+// rows of A for F32 and F16 and 10 for BF16.
+var packMinRows = [3]int{F32: 24, F16: 24, BF16: 12}
+
+// packPanelBytes is the size of a packed panel: float32 tiles kept in L2
+// while every block of A sweeps over them.
+const packPanelBytes = 256 << 10
+
+// packBuffers recycles packed panels between calls; each gemm takes one
+// for the whole call.
+var packBuffers = sync.Pool{New: func() any { return new([]float32) }}
+
+// gemmPacked is gemm for m >= packMinRows with the AVX-512 kernels and k a
+// multiple of 8: each panel of W is widened once into a float32 buffer in
+// the order the gemm<r>x8zw kernels read, one zmm per row pair, so every
+// output element sees the same fma sequence as in the other kernels.
+// Rows of W past the last whole tile, and a last single row of A, go
+// through the unpacked kernels.
+func gemmPacked(c []float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, f Format, ldw, m, n, k int) {
+	size := int(f.BytesPerWeight())
+	// At least 3 tiles: with long rows, fewer would read each block of A
+	// (6 rows of k floats, 192 KiB at k = 8192) from L2 for too few FMAs.
+	panel := max(24, packPanelBytes/(4*k)/8*8)
+	bp := packBuffers.Get().(*[]float32)
+	defer packBuffers.Put(bp)
+	// 64-byte aligned: the kernels load whole cache lines.
+	need := min(panel, n/8*8)*k + 16
+	if cap(*bp) < need {
+		*bp = make([]float32, need)
+	}
+	buf := (*bp)[:need]
+	packed := unsafe.Pointer(&buf[(64-int(uintptr(unsafe.Pointer(&buf[0]))%64))%64/4])
+	for j0 := 0; j0 < n; j0 += panel {
+		nj := min(panel, n-j0)
+		tiles := nj / 8
+		if tiles > 0 {
+			packKernels[f]((*float32)(packed), unsafe.Add(w, j0*ldw*size), ldw, k, tiles)
+		}
+		for i := 0; i < m; {
+			r := min(6, m-i)
+			if r == 5 {
+				r = 3
+			}
+			ci := &c[i*ldc+j0]
+			ai := unsafe.Add(a, i*lda*4)
+			switch {
+			case tiles == 0:
+			case r > 1:
+				packedKernels[r](ci, ldc, ai, lda, packed, 0, k, tiles)
+			default:
+				gemmKernels[f][1].fn(ci, ldc, ai, lda, unsafe.Add(w, j0*ldw*size), ldw, k, tiles)
+			}
+			if left := nj - tiles*8; left > 0 {
+				j := j0 + tiles*8
+				for i1 := i; i1 < i+r; i1 += 4 {
+					r1 := min(4, i+r-i1)
+					gemmKernels[f][r1].one(&c[i1*ldc+j], ldc, unsafe.Add(a, i1*lda*4), lda, unsafe.Add(w, j*ldw*size), ldw, k, left)
+				}
+			}
+			i += r
+		}
+	}
+}
+
 // paddedStride returns the row stride for an m×k A that gemm reads
 // fastest: k+16 when the AVX-512 kernels take 4 rows of A at a time and
 // rows of k floats are a multiple of 4 KiB. Then the 4 rows fall into the
@@ -465,6 +566,10 @@ func roundBF16(dst []uint16, src []float32) {
 // bfloat16 for BF16Dot, rows lda elements apart) and W at w (elements of
 // f's size, rows ldw elements apart).
 func gemm(c []float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, f Format, ldw, m, n, k int) {
+	if use512 && k%8 == 0 && f != BF16Dot && m >= packMinRows[f] {
+		gemmPacked(c, ldc, a, lda, w, f, ldw, m, n, k)
+		return
+	}
 	size := int(f.BytesPerWeight())
 	aSize := 4
 	if f == BF16Dot {

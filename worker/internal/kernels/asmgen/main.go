@@ -28,16 +28,24 @@ type wFormat struct {
 	size   int    // bytes per element
 	// widen loads 8 elements at mem into ymm dst as float32.
 	widen func(g *gen, mem, dst string)
+	// packed: W is a panel packed by pack8z (float32 tiles of 4 row
+	// pairs, each 8 elements of a pair one zmm), read in order.
+	packed bool
 }
 
 var wFormats = []wFormat{
-	{"", 4, nil},
-	{"h", 2, func(g *gen, mem, dst string) { g.p("\tVCVTPH2PS %s, %s", mem, dst) }},
-	{"b", 2, func(g *gen, mem, dst string) {
+	{suffix: "", size: 4},
+	{suffix: "h", size: 2, widen: func(g *gen, mem, dst string) { g.p("\tVCVTPH2PS %s, %s", mem, dst) }},
+	{suffix: "b", size: 2, widen: func(g *gen, mem, dst string) {
 		g.p("\tVPMOVZXWD %s, %s", mem, dst)
 		g.p("\tVPSLLD $16, %s, %s", dst, dst)
 	}},
 }
+
+// packedW is the W of the gemm<m>x8zw kernels: a panel of tiles of 8 rows
+// that pack8z<f> widened from any of wFormats into the order the kernels
+// read, so the tile loop loads one zmm per row pair and widens nothing.
+var packedW = wFormat{suffix: "w", size: 4, packed: true}
 
 // Frame layout shared by the gemm kernels (offsets from the hardware SP).
 const (
@@ -128,6 +136,10 @@ func main() {
 			g.gemm512(m, f)
 		}
 		g.gemm512Wide(f)
+		g.pack8z(f)
+	}
+	for _, m := range []int{6, 4, 3, 2} {
+		g.gemm512Pairs(m, 4, packedW)
 	}
 	for _, s := range bf16Shapes {
 		g.gemmBF16(s[0], s[1])
@@ -1003,23 +1015,30 @@ func (g *gen) gemm512Wide(f wFormat) { g.gemm512Pairs(4, 4, f) }
 // gemm512Pairs emits gemm<m>x<2·pairs>z<f> (see gemm512).
 func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	name := fmt.Sprintf("gemm%dx%dz%s", m, 2*pairs, f.suffix)
-	aRegs := []string{"R8", "R9", "R10", "R11"}[:m]
+	// Packed kernels of more than 4 rows take R13 and R14 (no strides) for
+	// rows 4 and 5 of A, and registers above the 24 accumulators.
+	aRegs := []string{"R8", "R9", "R10", "R11", "R13", "R14"}[:m]
 	acc := func(i, q int) int { return i*pairs + q }
 	var wZ, hiZ []int
+	wBase, za := 16, [2]int{26, 27}
+	temps := [6]int{16, 17, 18, 19, 20, 21}
+	if m*pairs > 16 {
+		wBase, za, temps = 24, [2]int{28, 30}, [6]int{24, 25, 26, 27, 28, 30}
+	}
 	for q := range pairs {
-		wZ = append(wZ, 16+q)
+		wZ = append(wZ, wBase+q)
 		hiZ = append(hiZ, 20+q)
 	}
-	const za = 26
 	// wMem addresses 8 elements of W row j at element disp along k.
 	var wMem func(j, disp int) string
-	wide := pairs > 2
-	if wide {
-		// R12 walks k; R13 = ldw, R14 = 3·ldw, DX = 5·ldw, CX = 7·ldw
-		// (bytes).
-		rows := []string{"(R12)", "(R12)(R13*1)", "(R12)(R13*2)", "(R12)(R14*1)", "(R12)(R13*4)", "(R12)(DX*1)", "(R12)(R14*2)", "(R12)(CX*1)"}
+	wide := pairs > 2 && !f.packed
+	switch {
+	case f.packed:
+		// R12 walks the packed panel.
+	case wide:
+		rows := strideRows("R12")
 		wMem = func(j, disp int) string { return fmt.Sprintf("%d%s", f.size*disp, rows[j]) }
-	} else {
+	default:
 		wRegs := []string{"R12", "R13", "R14", "DX"}
 		wMem = func(j, disp int) string { return fmt.Sprintf("%d(%s)(AX*%d)", f.size*disp, wRegs[j], f.size) }
 	}
@@ -1035,21 +1054,20 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 		g.p("\tLEAQ (%s)(BX*1), %s", aRegs[i-1], aRegs[i])
 	}
 	g.p("\tMOVQ w+32(FP), R12")
-	g.p("\tMOVQ ldw+40(FP), BX")
-	g.p("\tIMULQ $%d, BX", f.size)
-	if wide {
-		g.p("\tMOVQ BX, R13")
-		g.p("\tLEAQ (BX)(BX*2), R14")
-		g.p("\tLEAQ (BX)(BX*4), DX")
-		g.p("\tLEAQ (R14)(BX*4), CX")
-		g.p("\tMOVQ R12, %d(SP)", frameWBase)
-	} else {
-		g.p("\tLEAQ (R12)(BX*1), R13")
-		g.p("\tLEAQ (R13)(BX*1), R14")
-		g.p("\tLEAQ (R14)(BX*1), DX")
+	if !f.packed {
+		g.p("\tMOVQ ldw+40(FP), BX")
+		g.p("\tIMULQ $%d, BX", f.size)
+		if wide {
+			g.strideRegs("BX")
+			g.p("\tMOVQ R12, %d(SP)", frameWBase)
+		} else {
+			g.p("\tLEAQ (R12)(BX*1), R13")
+			g.p("\tLEAQ (R13)(BX*1), R14")
+			g.p("\tLEAQ (R14)(BX*1), DX")
+		}
+		g.p("\tSHLQ $%d, BX", map[int]int{2: 2, 4: 3}[pairs]) // 2·pairs rows
+		g.p("\tMOVQ BX, %d(SP)", frameWStep)
 	}
-	g.p("\tSHLQ $%d, BX", map[int]int{2: 2, 4: 3}[pairs]) // 2·pairs rows
-	g.p("\tMOVQ BX, %d(SP)", frameWStep)
 	g.p("\tMOVQ tiles+56(FP), BX")
 	g.p("\tMOVQ BX, %d(SP)", frameTiles)
 	g.p("\tTESTQ BX, BX")
@@ -1064,6 +1082,10 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	}
 	step := func(disp int) {
 		for q := 0; q < pairs; q++ {
+			if f.packed {
+				g.p("\tVMOVUPS %d(R12), %s", 64*(pairs*disp/8+q), z(wZ[q]))
+				continue
+			}
 			if f.widen == nil {
 				g.p("\tVMOVUPS %s, %s", wMem(2*q, disp), y(wZ[q]))
 				g.p("\tVINSERTF32X8 $1, %s, %s, %s", wMem(2*q+1, disp), z(wZ[q]), z(wZ[q]))
@@ -1074,9 +1096,9 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 			g.p("\tVINSERTF32X8 $1, %s, %s, %s", y(hiZ[q]), z(wZ[q]), z(wZ[q]))
 		}
 		for i := 0; i < m; i++ {
-			g.p("\tVBROADCASTF32X8 %d(%s)(AX*4), %s", 4*disp, aRegs[i], z(za+i%2))
+			g.p("\tVBROADCASTF32X8 %d(%s)(AX*4), %s", 4*disp, aRegs[i], z(za[i%2]))
 			for q := 0; q < pairs; q++ {
-				g.p("\tVFMADD231PS %s, %s, %s", z(wZ[q]), z(za+i%2), z(acc(i, q)))
+				g.p("\tVFMADD231PS %s, %s, %s", z(wZ[q]), z(za[i%2]), z(acc(i, q)))
 			}
 		}
 	}
@@ -1088,8 +1110,11 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	step(0)
 	step(8)
 	g.p("\tADDQ $16, AX")
-	if wide {
+	switch {
+	case wide:
 		g.p("\tADDQ $%d, R12", 16*f.size)
+	case f.packed:
+		g.p("\tADDQ $%d, R12", 2*pairs*64)
 	}
 	g.p("\tDECQ BX")
 	g.p("\tJNZ %s_loop", name)
@@ -1098,28 +1123,101 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	g.p("\tTESTQ $8, BX")
 	g.p("\tJZ %s_reduce", name)
 	step(0)
+	if f.packed {
+		g.p("\tADDQ $%d, R12", pairs*64)
+	}
 	g.p("%s_reduce:", name)
 	if m > 3 {
 		g.p("\tLEAQ (SI)(SI*2), BX")
 	}
-	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)"}
+	if m > 5 {
+		g.p("\tLEAQ (SI)(SI*4), DX")
+	}
+	rowAddr := []string{"(DI)", "(DI)(SI*1)", "(DI)(SI*2)", "(DI)(BX*1)", "(DI)(SI*4)", "(DI)(DX*1)"}
 	for i := 0; i < m; i++ {
 		var row []int
 		for q := range pairs {
 			row = append(row, acc(i, q))
 		}
-		g.reduceRow512(row, [6]int{16, 17, 18, 19, 20, 21}, 29, rowAddr[i])
+		g.reduceRow512(row, temps, 29, rowAddr[i])
 	}
 	g.p("\tADDQ $%d, DI", 8*pairs)
-	if wide {
+	switch {
+	case wide:
 		g.p("\tMOVQ %d(SP), R12", frameWStep)
 		g.p("\tADDQ R12, %d(SP)", frameWBase)
-	} else {
+	case !f.packed: // a packed panel's next tile follows this one
 		for _, r := range []string{"R12", "R13", "R14", "DX"} {
 			g.p("\tADDQ %d(SP), %s", frameWStep, r)
 		}
 	}
 	g.p("\tDECQ %d(SP)", frameTiles)
+	g.p("\tJNZ %s_tile", name)
+	g.done(name)
+}
+
+// strideRows addresses the 8 rows of a tile from base, which walks k,
+// through the registers strideRegs sets.
+func strideRows(base string) []string {
+	rows := []string{"", "(R13*1)", "(R13*2)", "(R14*1)", "(R13*4)", "(DX*1)", "(R14*2)", "(CX*1)"}
+	for j := range rows {
+		rows[j] = "(" + base + ")" + rows[j]
+	}
+	return rows
+}
+
+// strideRegs sets R13 = ldw, R14 = 3·ldw, DX = 5·ldw, CX = 7·ldw from ldw
+// (bytes) in reg.
+func (g *gen) strideRegs(reg string) {
+	g.p("\tMOVQ %s, R13", reg)
+	g.p("\tLEAQ (%s)(%s*2), R14", reg, reg)
+	g.p("\tLEAQ (%s)(%s*4), DX", reg, reg)
+	g.p("\tLEAQ (R14)(%s*4), CX", reg)
+}
+
+// pack8z emits pack8z<f>(dst *float32, w unsafe.Pointer, ldw int, k int,
+// tiles int): tiles of 8 rows of W (f, rows ldw elements apart; k a
+// positive multiple of 8), widened exactly into the order the
+// gemm<m>x8zw kernels read: tile after tile, and within a tile, for each
+// 8 elements along k, the 4 row pairs (2q, 2q+1) as one 16-float line
+// each, row 2q in the low half.
+func (g *gen) pack8z(f wFormat) {
+	name := "pack8z" + f.suffix
+	g.p("// func %s(dst *float32, w unsafe.Pointer, ldw int, k int, tiles int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	g.p("\tMOVQ dst+0(FP), DI")
+	g.p("\tMOVQ w+8(FP), R12")
+	g.p("\tMOVQ ldw+16(FP), BX")
+	g.p("\tIMULQ $%d, BX", f.size)
+	g.strideRegs("BX")
+	g.p("\tSHLQ $3, BX")
+	g.p("\tMOVQ BX, SI") // bytes from one tile to the next
+	g.p("\tMOVQ tiles+32(FP), R8")
+	g.p("\tTESTQ R8, R8")
+	g.p("\tJZ %s_done", name)
+	rows := strideRows("R9")
+	g.p("%s_tile:", name)
+	g.p("\tMOVQ R12, R9")
+	g.p("\tMOVQ k+24(FP), BX")
+	g.p("\tSHRQ $3, BX")
+	g.p("%s_chunk:", name)
+	for q := range 4 {
+		if f.widen == nil {
+			g.p("\tVMOVUPS %s, Y16", rows[2*q])
+			g.p("\tVINSERTF32X8 $1, %s, Z16, Z16", rows[2*q+1])
+		} else {
+			f.widen(g, rows[2*q], "Y16")
+			f.widen(g, rows[2*q+1], "Y17")
+			g.p("\tVINSERTF32X8 $1, Y17, Z16, Z16")
+		}
+		g.p("\tVMOVUPS Z16, %d(DI)", 64*q)
+	}
+	g.p("\tADDQ $256, DI")
+	g.p("\tADDQ $%d, R9", 8*f.size)
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_chunk", name)
+	g.p("\tADDQ SI, R12")
+	g.p("\tDECQ R8")
 	g.p("\tJNZ %s_tile", name)
 	g.done(name)
 }
