@@ -277,6 +277,8 @@ func maxOf512(x *float32, n int) (mx float32, nan bool)
 
 func fmaPeakAVX2(iters int)
 
+func fmaPeak512(iters int)
+
 //go:noescape
 func axpyTile2z(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int)
 
@@ -684,8 +686,12 @@ func vectorExp(n int, k512, k4 func(i int) int, scalar func(lo, hi int)) {
 }
 
 func fmaPeakLoop(iters int) (flops float64) {
-	if !useAsm {
+	switch {
+	case !useAsm:
 		return fmaPeakGo(iters)
+	case use512:
+		fmaPeak512(iters)
+		return float64(iters) * 12 * 16 * 2
 	}
 	fmaPeakAVX2(iters)
 	return float64(iters) * 12 * 8 * 2

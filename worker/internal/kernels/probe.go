@@ -42,8 +42,9 @@ func MeasureCopyBandwidth(bytes int, threads int) (bytesPerSec float64) {
 
 // MeasureFMAPeak measures the float32 FMA throughput of threads goroutines
 // running register-only loops of independent fused multiply-adds (12 chains
-// of 8-lane VFMADD231PS under AVX2, the width the kernels use; 8 scalar
-// chains of multiply and add in the pure-Go fallback). An FMA counts as 2
+// of VFMADD231PS at the widest width the kernels use: 16 lanes with
+// AVX-512, 8 under AVX2; 8 scalar chains of multiply and add in the pure-Go
+// fallback). An FMA counts as 2
 // FLOPs per lane. The result is FLOP/s, the best of several runs of about
 // 20 ms.
 func MeasureFMAPeak(threads int) (flopsPerSec float64) {

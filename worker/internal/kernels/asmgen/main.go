@@ -723,27 +723,30 @@ func (g *gen) mulScale() {
 		})
 }
 
-// fmaPeak runs iters rounds of 12 independent VFMADD231PS chains: enough
-// to cover the FMA latency × throughput product of current x86 cores.
+// fmaPeak emits fmaPeakAVX2 and fmaPeak512: iters rounds of 12
+// independent VFMADD231PS chains on ymm or zmm registers, enough to cover
+// the FMA latency × throughput product of current x86 cores.
 func (g *gen) fmaPeak() {
-	g.p("// func fmaPeakAVX2(iters int)")
-	g.p("TEXT ·fmaPeakAVX2(SB), NOSPLIT, $0-8")
-	g.p("\tMOVQ iters+0(FP), CX")
-	for i := 0; i < 14; i++ {
-		g.p("\tVXORPS %s, %s, %s", y(i), y(i), y(i))
+	for _, v := range []struct {
+		name string
+		reg  func(int) string
+	}{{"fmaPeakAVX2", y}, {"fmaPeak512", z}} {
+		g.p("// func %s(iters int)", v.name)
+		g.p("TEXT ·%s(SB), NOSPLIT, $0-8", v.name)
+		g.p("\tMOVQ iters+0(FP), CX")
+		for i := 0; i < 14; i++ {
+			g.p("\tVXORPS %s, %s, %s", v.reg(i), v.reg(i), v.reg(i))
+		}
+		g.p("\tTESTQ CX, CX")
+		g.p("\tJZ %s_done", v.name)
+		g.p("%s_loop:", v.name)
+		for i := 0; i < 12; i++ {
+			g.p("\tVFMADD231PS %s, %s, %s", v.reg(12), v.reg(13), v.reg(i))
+		}
+		g.p("\tDECQ CX")
+		g.p("\tJNZ %s_loop", v.name)
+		g.done(v.name)
 	}
-	g.p("\tTESTQ CX, CX")
-	g.p("\tJZ fmaPeak_done")
-	g.p("fmaPeak_loop:")
-	for i := 0; i < 12; i++ {
-		g.p("\tVFMADD231PS Y12, Y13, %s", y(i))
-	}
-	g.p("\tDECQ CX")
-	g.p("\tJNZ fmaPeak_loop")
-	g.p("fmaPeak_done:")
-	g.p("\tVZEROUPPER")
-	g.p("\tRET")
-	g.p("")
 }
 
 // streamRead reads n bytes (a multiple of 256) as 4 interleaved streams,
