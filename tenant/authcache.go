@@ -105,8 +105,13 @@ func (c *AuthCache) Authenticate(ctx context.Context, presented string) (Princip
 	}
 
 	ch := c.group.DoChan(string(digest[:]), func() (any, error) {
+		// The entry ages from when the store was asked, not from when a
+		// caller that joined later arrived: a change made to the tenant
+		// after the lookup began must show within TTL of that change.
+		asked := c.cfg.Now()
 		// Shared by concurrent callers, so not cancelled by the first one.
-		return c.next.Authenticate(context.WithoutCancel(ctx), presented)
+		p, err := c.next.Authenticate(context.WithoutCancel(ctx), presented)
+		return authEntry{p: p, verified: asked}, err
 	})
 	var res singleflight.Result
 	select {
@@ -118,7 +123,7 @@ func (c *AuthCache) Authenticate(ctx context.Context, presented string) (Princip
 	switch {
 	case res.Err == nil:
 		c.stale.Store(false)
-		e := authEntry{p: res.Val.(Principal), verified: now}
+		e := res.Val.(authEntry)
 		c.put(digest, e)
 		return e.principal(), nil
 	case errors.Is(res.Err, ErrUnauthenticated):

@@ -191,6 +191,41 @@ func TestAuthCacheCollapsesConcurrentLookups(t *testing.T) {
 	})
 }
 
+// TestAuthCacheEntryAgesFromItsLookup: a caller that joins a lookup in
+// progress caches the answer as of when the store was asked, so a change
+// to the tenant made meanwhile shows TTL after the lookup began, not TTL
+// after the late caller arrived.
+func TestAuthCacheEntryAgesFromItsLookup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		key := newKey(t)
+		f := &fakeAuth{keys: map[string]Principal{key: {KeyID: "x"}}, gate: make(chan struct{})}
+		c := NewAuthCache(f, AuthCacheConfig{})
+		first, cancel := context.WithCancel(t.Context())
+		go func() { _, _ = c.Authenticate(first, key) }() // cancelled below: it caches nothing
+		synctest.Wait()                                   // the lookup is in the store
+		time.Sleep(DefaultAuthTTL / 2)
+		late := make(chan error, 1)
+		go func() {
+			_, err := c.Authenticate(t.Context(), key)
+			late <- err
+		}()
+		synctest.Wait()
+		cancel() // only the late caller stores the answer
+		synctest.Wait()
+		close(f.gate) // and every later lookup passes
+		if err := <-late; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(DefaultAuthTTL / 2)
+		if _, err := c.Authenticate(t.Context(), key); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.calls.Load(); n != 2 {
+			t.Fatalf("%d store calls, want 2: the entry must expire TTL after its lookup began", n)
+		}
+	})
+}
+
 func TestAuthCacheCancel(t *testing.T) {
 	key := newKey(t)
 	f := &fakeAuth{keys: map[string]Principal{key: {}}, gate: make(chan struct{})}
