@@ -433,7 +433,7 @@ var gemm512Wide = [3]gemmKernel{
 }
 
 // packKernels[f] packs tiles of W in format f for the gemm<r>x8zw
-// kernels, packedKernels[r] (r = 2..4 rows of A).
+// kernels, packedKernels[r] (r = 2, 3, 4 or 6 rows of A).
 var (
 	packKernels   = [3]func(dst *float32, w unsafe.Pointer, ldw int, k int, tiles int){F32: pack8z, F16: pack8zh, BF16: pack8zb}
 	packedKernels = [7]gemmFunc{2: gemm2x8zw, 3: gemm3x8zw, 4: gemm4x8zw, 6: gemm6x8zw}
