@@ -255,18 +255,21 @@ func BenchmarkAttentionPage(b *testing.B) {
 }
 
 // benchMatrices returns w (n×k float32) in every Format, the F16 and
-// BF16 ones narrowed from it and Q8 quantized from it.
+// BF16 ones narrowed from it and Q8 quantized from it (only when k is a
+// multiple of Q8Block, as Q8 needs).
 func benchMatrices(n, k int, w []float32) map[Format]*Matrix {
 	out := map[Format]*Matrix{F32: NewF32(n, k, w)}
 	for _, f := range []Format{F16, BF16} {
 		raw, _ := as16(f, w)
 		out[f] = New16(f, n, k, raw)
 	}
-	q, err := out[F32].QuantizeQ8()
-	if err != nil {
-		panic(err)
+	if k%Q8Block == 0 {
+		q, err := out[F32].QuantizeQ8()
+		if err != nil {
+			panic(err)
+		}
+		out[Q8] = q
 	}
-	out[Q8] = q
 	return out
 }
 

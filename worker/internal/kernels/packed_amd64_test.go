@@ -17,16 +17,6 @@ func withPacking(minRows int, fn func()) {
 	fn()
 }
 
-// packedMatrices returns w as a matrix of each format packing serves.
-func packedMatrices(n, k int, w []float32) map[Format]*Matrix {
-	out := map[Format]*Matrix{F32: NewF32(n, k, w)}
-	for _, f := range []Format{F16, BF16} {
-		raw, _ := as16(f, w)
-		out[f] = New16(f, n, k, raw)
-	}
-	return out
-}
-
 // TestPackedPanels: the packed-panel kernels give the unpacked AVX-512
 // kernels' results bit for bit, for every format and thread count, over
 // shapes that leave 1 to 5 rows of A after the 6-row blocks, end a panel
@@ -51,7 +41,9 @@ func TestPackedPanels(t *testing.T) {
 		special := trial%3 == 0
 		a := randVec(r, m*k, special)
 		p := pools[trial%len(pools)]
-		for f, w := range packedMatrices(n, k, randVec(r, n*k, special)) {
+		ms := benchMatrices(n, k, randVec(r, n*k, special))
+		for _, f := range []Format{F32, F16, BF16} {
+			w := ms[f]
 			product := func(minRows int) []float32 {
 				c := make([]float32, m*n)
 				withPacking(minRows, func() { p.MatMulTW(c, a, w, m) })
@@ -74,7 +66,7 @@ func BenchmarkPackedPanels(b *testing.B) {
 		m, n, k := s[0], s[1], s[2]
 		r := rand.New(rand.NewPCG(10, 10))
 		a := randVec(r, m*k, false)
-		ms := packedMatrices(n, k, randVec(r, n*k, false))
+		ms := benchMatrices(n, k, randVec(r, n*k, false))
 		c := make([]float32, m*n)
 		for _, f := range []Format{F32, F16, BF16} {
 			b.Run(fmt.Sprintf("%v/m%d_%dx%d", f, m, n, k), func(b *testing.B) {
