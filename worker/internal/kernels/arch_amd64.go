@@ -166,6 +166,15 @@ func gemm4x8zh(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer,
 func gemm4x8zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
+func gemm4x8zpf(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x8zhpf(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
+func gemm4x8zbpf(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
+
+//go:noescape
 func gemm4x4zb(c *float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, ldw int, k int, tiles int)
 
 //go:noescape
@@ -432,6 +441,15 @@ var gemm512Wide = [3]gemmKernel{
 	BF16: {8, gemm4x8zb, gemm4x1b},
 }
 
+// gemm512WideFirst[f] is gemm512Wide[f] for the first block of A over a
+// panel, which streams the panel from memory: it also reads the next tile
+// ahead, as the one-row kernels do (asmgen's prefetchedLoop).
+var gemm512WideFirst = [3]gemmKernel{
+	F32:  {8, gemm4x8zpf, gemm4x1},
+	F16:  {8, gemm4x8zhpf, gemm4x1h},
+	BF16: {8, gemm4x8zbpf, gemm4x1b},
+}
+
 // packKernels[f] packs tiles of W in format f for the gemm<r>x8zw
 // kernels, packedKernels[r] (r = 2, 3, 4 or 6 rows of A).
 var (
@@ -591,7 +609,10 @@ func gemm(c []float32, ldc int, a unsafe.Pointer, lda int, w unsafe.Pointer, f F
 			kr := &kernels[min(4, m-i)]
 			if wide && m-i > 1 {
 				kr = &gemm512Kernels[f][min(4, m-i)]
-				if m-i >= 4 {
+				switch {
+				case m-i >= 4 && i == 0:
+					kr = &gemm512WideFirst[f]
+				case m-i >= 4:
 					kr = &gemm512Wide[f]
 				}
 			}

@@ -51,6 +51,7 @@ var packedW = wFormat{suffix: "w", size: 4, packed: true}
 const (
 	frameMask  = 0  // 32 bytes: the tail load mask
 	frameWBase = 0  // 8 bytes, gemm512Wide (no tail, no mask): the tile's first W row
+	frameCount = 8  // 8 bytes, gemm512Wide prefetching: loop iterations left
 	frameSpill = 32 // 32 bytes: one accumulator spilled during the tail
 	frameWStep = 64 // 8 bytes: bytes to advance each W row pointer per tile
 	frameTiles = 72 // 8 bytes: tiles left
@@ -68,13 +69,14 @@ const (
 // read them as one stream; see q8GroupRows.)
 const prefetchTileMax = 32 << 10
 
-// prefetchedLoop emits a loop of BX iterations of body twice: when
-// tileBytes (an operand) is at most prefetchTileMax, each iteration also
-// prefetches (into L2) the next perIter bytes at register pf and advances
-// it, so pf walks the W rows of the next tile (they follow this tile's) at
-// the pace this tile is read; otherwise the copy without prefetches runs.
-// Prefetches are hints: one past the matrix's end cannot fault.
-func (g *gen) prefetchedLoop(label, tileBytes, pf string, perIter int, body func()) {
+// prefetchedLoop emits a loop of count iterations (a register or a frame
+// slot) of body twice: when tileBytes (an operand) is at most
+// prefetchTileMax, each iteration also prefetches (into L2) the next
+// perIter bytes at register pf and advances it, so pf walks the W rows of
+// the next tile (they follow this tile's) at the pace this tile is read;
+// otherwise the copy without prefetches runs. Prefetches are hints: one
+// past the matrix's end cannot fault.
+func (g *gen) prefetchedLoop(label, tileBytes, pf, count string, perIter int, body func()) {
 	g.p("\tCMPQ %s, $%d", tileBytes, prefetchTileMax)
 	g.p("\tJA %s_far", label)
 	g.p("%s:", label)
@@ -83,12 +85,12 @@ func (g *gen) prefetchedLoop(label, tileBytes, pf string, perIter int, body func
 		g.p("\tPREFETCHT1 %d(%s)", off, pf)
 	}
 	g.p("\tADDQ $%d, %s", perIter, pf)
-	g.p("\tDECQ BX")
+	g.p("\tDECQ %s", count)
 	g.p("\tJNZ %s", label)
 	g.p("\tJMP %s_end", label)
 	g.p("%s_far:", label)
 	body()
-	g.p("\tDECQ BX")
+	g.p("\tDECQ %s", count)
 	g.p("\tJNZ %s_far", label)
 	g.p("%s_end:", label)
 }
@@ -135,11 +137,12 @@ func main() {
 		for _, m := range gemm512Rows {
 			g.gemm512(m, f)
 		}
-		g.gemm512Wide(f)
+		g.gemm512Wide(f, false)
+		g.gemm512Wide(f, true)
 		g.pack8z(f)
 	}
 	for _, m := range []int{6, 4, 3, 2} {
-		g.gemm512Pairs(m, 4, packedW)
+		g.gemm512Pairs(m, 4, packedW, false)
 	}
 	for _, s := range bf16Shapes {
 		g.gemmBF16(s[0], s[1])
@@ -290,7 +293,7 @@ func (g *gen) gemm(m, n int, f wFormat) {
 		g.p("\tADDQ $16, AX")
 	}
 	if pf != "" {
-		g.prefetchedLoop(name+"_loop", fmt.Sprintf("%d(SP)", frameWStep), pf, 16*f.size*n, body)
+		g.prefetchedLoop(name+"_loop", fmt.Sprintf("%d(SP)", frameWStep), pf, "BX", 16*f.size*n, body)
 	} else {
 		g.p("%s_loop:", name)
 		body()
@@ -1005,7 +1008,7 @@ func z(i int) string { return fmt.Sprintf("Z%d", i) }
 // element sees the same fma sequence and the same tree as on 8 lanes,
 // at twice the FMA width. k must be a positive multiple of 8 (no tail).
 func (g *gen) gemm512(m int, f wFormat) {
-	g.gemm512Pairs(m, 2, f)
+	g.gemm512Pairs(m, 2, f, false)
 }
 
 // gemm512Wide emits gemm4x8z<f>: gemm4x4z over tiles of 8 W rows (4
@@ -1013,11 +1016,18 @@ func (g *gen) gemm512(m int, f wFormat) {
 // broadcast. There are not enough general registers for 8 W row
 // pointers, so one base register walks k and the rows are addressed as
 // base + j·ldw through stride registers.
-func (g *gen) gemm512Wide(f wFormat) { g.gemm512Pairs(4, 4, f) }
+func (g *gen) gemm512Wide(f wFormat, prefetch bool) { g.gemm512Pairs(4, 4, f, prefetch) }
 
-// gemm512Pairs emits gemm<m>x<2·pairs>z<f> (see gemm512).
-func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
+// gemm512Pairs emits gemm<m>x<2·pairs>z<f> (see gemm512), or with
+// prefetch (wide kernels only) gemm<m>x<2·pairs>z<f>pf, which also reads
+// the next tile ahead (see prefetchedLoop): the first block of A over a
+// panel streams it from memory, and a tile of short rows is eight
+// streams too short for the hardware prefetcher, as with one row of A.
+func (g *gen) gemm512Pairs(m, pairs int, f wFormat, prefetch bool) {
 	name := fmt.Sprintf("gemm%dx%dz%s", m, 2*pairs, f.suffix)
+	if prefetch {
+		name += "pf"
+	}
 	// Packed kernels of more than 4 rows take R13 and R14 (no strides) for
 	// rows 4 and 5 of A, and registers above the 24 accumulators.
 	aRegs := []string{"R8", "R9", "R10", "R11", "R13", "R14"}[:m]
@@ -1109,18 +1119,32 @@ func (g *gen) gemm512Pairs(m, pairs int, f wFormat) {
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tSHRQ $4, BX")
 	g.p("\tJZ %s_single", name)
-	g.p("%s_loop:", name)
-	step(0)
-	step(8)
-	g.p("\tADDQ $16, AX")
-	switch {
-	case wide:
-		g.p("\tADDQ $%d, R12", 16*f.size)
-	case f.packed:
-		g.p("\tADDQ $%d, R12", 2*pairs*64)
+	body := func() {
+		step(0)
+		step(8)
+		g.p("\tADDQ $16, AX")
+		switch {
+		case wide:
+			g.p("\tADDQ $%d, R12", 16*f.size)
+		case f.packed:
+			g.p("\tADDQ $%d, R12", 2*pairs*64)
+		}
 	}
-	g.p("\tDECQ BX")
-	g.p("\tJNZ %s_loop", name)
+	if prefetch {
+		if !wide {
+			log.Fatalf("%s: only the wide kernels prefetch", name)
+		}
+		// BX walks the next tile; the iterations are counted in the frame.
+		g.p("\tMOVQ BX, %d(SP)", frameCount)
+		g.p("\tMOVQ %d(SP), BX", frameWStep)
+		g.p("\tADDQ R12, BX")
+		g.prefetchedLoop(name+"_loop", fmt.Sprintf("%d(SP)", frameWStep), "BX", fmt.Sprintf("%d(SP)", frameCount), 16*f.size*2*pairs, body)
+	} else {
+		g.p("%s_loop:", name)
+		body()
+		g.p("\tDECQ BX")
+		g.p("\tJNZ %s_loop", name)
+	}
 	g.p("%s_single:", name)
 	g.p("\tMOVQ k+48(FP), BX")
 	g.p("\tTESTQ $8, BX")
