@@ -62,9 +62,11 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	rep := BenchReport{Threads: threads, Params: c.NumParameters(), Batch: opt.Batch}
 	// Per decode step the matmuls read every layer weight and the LM head
 	// once (the embedding row is negligible).
-	matmulParams := int64(c.NumHiddenLayers)*int64(
+	layerParams := int64(c.NumHiddenLayers) * int64(
 		c.QDim()*c.HiddenSize+2*c.KVDim()*c.HiddenSize+c.HiddenSize*c.QDim()+
-			3*c.IntermediateSize*c.HiddenSize) + int64(c.VocabSize)*int64(c.HiddenSize)
+			3*c.IntermediateSize*c.HiddenSize)
+	lmHeadParams := int64(c.VocabSize) * int64(c.HiddenSize)
+	matmulParams := layerParams + lmHeadParams
 	if sb, ok := r.backend.(streamingBackend); ok {
 		rep.WeightFormat, rep.WeightBytesPerToken = sb.WeightFormat(), sb.StreamedWeightBytes()
 	} else {
@@ -92,7 +94,9 @@ func (r *Runtime) BenchEngine(ctx context.Context, threads int, opt BenchOptions
 	rep.PrefillTokensPerSec = float64(len(prompt)) / el
 	n := float64(len(prompt))
 	attn := float64(c.NumHiddenLayers) * 2 * 2 * float64(c.QDim()) * n * (n + 1) / 2
-	rep.PrefillFLOPs = (2*float64(matmulParams)*n + attn) / el
+	// Every position goes through the layers; only the last one's logits
+	// are computed.
+	rep.PrefillFLOPs = (2*float64(layerParams)*n + 2*float64(lmHeadParams) + attn) / el
 	rep.PrefillOfPeak = rep.PrefillFLOPs / rep.FMAPeak
 
 	short := prompt[:16]
