@@ -13,18 +13,21 @@ import (
 	"time"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/internal/controlpb"
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/worker/engine"
+	"github.com/warden-ai/warden/worker/model"
 	float64ref "github.com/warden-ai/warden/worker/reference"
 )
 
 // checkEmbedding compares a served embedding with the float64 reference
 // of tokens: cosine > 0.9999 and every element within 1e-4.
-func checkEmbedding(t *testing.T, what string, got []float64, tokens []int32, p engine.Pooling) {
+func checkEmbedding(t *testing.T, what string, got []float64, a *lora.Adapter, tokens []int32, p engine.Pooling) {
 	t.Helper()
-	want, err := float64ref.Embedding(modelDir, tokens, p)
+	want, err := float64ref.Embedding(modelDir, a, tokens, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +98,7 @@ func TestRealEmbeddings(t *testing.T) {
 		if d.Index != int64(i) || d.Object != "embedding" {
 			t.Fatalf("data[%d]: index %d, object %s", i, d.Index, d.Object)
 		}
-		checkEmbedding(t, "input "+texts[i], d.Embedding, tokens[i], engine.PoolingLast)
+		checkEmbedding(t, "input "+texts[i], d.Embedding, nil, tokens[i], engine.PoolingLast)
 		floats[i] = d.Embedding
 	}
 
@@ -207,8 +210,8 @@ func TestRealEmbeddingsPrefillDecode(t *testing.T) {
 	if len(resp.Data) != 1 || resp.Usage.PromptTokens != int64(len(ids)) {
 		t.Fatalf("%d vectors, usage %+v; want 1, %d tokens", len(resp.Data), resp.Usage, len(ids))
 	}
-	checkEmbedding(t, "mean pooling", resp.Data[0].Embedding, ids, engine.PoolingMean)
-	last, err := float64ref.Embedding(modelDir, ids, engine.PoolingLast)
+	checkEmbedding(t, "mean pooling", resp.Data[0].Embedding, nil, ids, engine.PoolingMean)
+	last, err := float64ref.Embedding(modelDir, nil, ids, engine.PoolingLast)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,4 +254,79 @@ func TestEmbeddingsUnsupportedBackend(t *testing.T) {
 	if err != nil {
 		t.Fatalf("store usage: %v; want no token billed", err)
 	}
+}
+
+// TestRealEmbeddingsUnderAdapter: /v1/embeddings of a LoRA adapter the
+// tenant owns runs on its base model under the adapter, which the gateway
+// pushes to the worker when the worker refuses it for want of it: the
+// vectors match the float64 reference with the adapter merged, far from
+// the base model's, the base model's own vectors are unchanged, the
+// response and the usage name the adapter, and a tenant it is not shared
+// with gets the 404 of a missing model.
+func TestRealEmbeddingsUnderAdapter(t *testing.T) {
+	tg := startGateway(t, testConfig())
+	w := startReal(t, workerConfig(t, "both-embed-ad", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
+	ctx := context.Background()
+	mc, err := model.LoadModelConfig(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, weights, err := lora.Random(&mc, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 0.12, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := lora.Parse(cfg, weights, &mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tg.adapters.Register(ctx, adapters.Upload{Base: "tiny", Name: "ad", Owner: "acme", ConfigJSON: cfg, Weights: weights}); err != nil {
+		t.Fatal(err)
+	}
+	texts := []string{"Once upon a time", realPrompt}
+	var tokens [][]int32
+	var total int64
+	for _, s := range texts {
+		tokens = append(tokens, completionTokens(t, s))
+		total += int64(len(tokens[len(tokens)-1]))
+	}
+	resp, err := tg.api().embeddings(ctx, embeddingRequest{Model: "tiny:ad", Input: texts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Model != "tiny:ad" || len(resp.Data) != len(texts) || resp.Usage.PromptTokens != total {
+		t.Fatalf("response for model %q with %d vectors, usage %+v; want tiny:ad, %d vectors, %d tokens", resp.Model, len(resp.Data), resp.Usage, len(texts), total)
+	}
+	for i, d := range resp.Data {
+		checkEmbedding(t, "under the adapter: "+texts[i], d.Embedding, a, tokens[i], engine.PoolingLast)
+		base, err := float64ref.Embedding(modelDir, nil, tokens[i], engine.PoolingLast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dot float64
+		for j, v := range d.Embedding {
+			dot += v * base[j]
+		}
+		if dot > 0.999 {
+			t.Fatalf("input %d: cosine %.5f to the base model's vector; the adapter should move it", i, dot)
+		}
+	}
+	base, err := tg.api().embeddings(ctx, embeddingRequest{Model: "tiny", Input: texts[0]})
+	if err != nil || len(base.Data) != 1 || base.Model != "tiny" {
+		t.Fatalf("the base model's embedding: %v, %+v", err, base)
+	}
+	checkEmbedding(t, "the base model", base.Data[0].Embedding, nil, tokens[0], engine.PoolingLast)
+
+	usage, err := tg.Store().Usage(ctx, "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Minute))
+	if err != nil || len(usage) != 2 || usage[0].Model != "tiny" || usage[1].Model != "tiny:ad" ||
+		usage[1].Requests != 1 || usage[1].PromptTokens != total || usage[0].PromptTokens != int64(len(tokens[0])) {
+		t.Fatalf("acme's usage %+v, %v; want one request of %d prompt tokens under tiny:ad, one of %d under tiny", usage, err, total, len(tokens[0]))
+	}
+
+	beta := tg.as("beta")
+	s1, _, forbidden := beta.post("/v1/embeddings", map[string]any{"model": "tiny:ad", "input": "x"})
+	s2, _, missing := beta.post("/v1/embeddings", map[string]any{"model": "tiny:nope", "input": "x"})
+	if s1 != 404 || s2 != 404 || string(forbidden) != strings.ReplaceAll(string(missing), "tiny:nope", "tiny:ad") {
+		t.Fatalf("beta's embeddings of acme's adapter: %d %s\nof a missing one: %d %s\nwant the same 404", s1, forbidden, s2, missing)
+	}
+	w.poolQuiet()
 }

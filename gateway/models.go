@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/warden-ai/warden/config"
+	"github.com/warden-ai/warden/gateway/internal/adapters"
 	"github.com/warden-ai/warden/gateway/internal/admission"
 	"github.com/warden-ai/warden/gateway/internal/api"
 	"github.com/warden-ai/warden/gateway/internal/embeddings"
@@ -303,7 +304,9 @@ var _ embeddings.Service = embedService{}
 // checked as for any request, the inputs tokenized (strings as a
 // completion prompt) and each held to the model's context window; the
 // tenant's limits admit the inputs' tokens, which are billed as prompt
-// tokens once the vectors are computed (nothing on a failure).
+// tokens once the vectors are computed (nothing on a failure). A LoRA
+// adapter p may use runs on its base model, whose limits and pooling
+// apply, under the adapter; the result and the usage name the adapter.
 func (s embedService) Embed(ctx context.Context, p api.Principal, requestID string, req *embeddings.Request) (*embeddings.Result, error) {
 	g := s.g
 	if !g.admission.Has(req.Model) {
@@ -311,26 +314,35 @@ func (s embedService) Embed(ctx context.Context, p api.Principal, requestID stri
 			req.Model = target
 		}
 	}
-	mt, err := g.openModel(ctx, p, req.Model, req.Model)
+	// req.Model is what p asked for (errors and usage name it); model
+	// is what serves it.
+	model, ar := req.Model, tenant.AcquireRequest{Model: req.Model}
+	ad, err := service{g}.resolveAdapter(ctx, p.Tenant, req.Model)
+	if err != nil {
+		return nil, err
+	} else if ad != nil {
+		model, ar.Model, ar.UsageModel = ad.BaseModel, ad.BaseModel, req.Model
+	}
+	mt, err := g.openModel(ctx, p, model, req.Model)
 	if err != nil {
 		return nil, err
 	}
 	if e := embeddings.CheckVocab(req, mt.tok.VocabSize()); e != nil {
 		return nil, e
 	}
-	st, _, err := g.admission.State(ctx, req.Model)
+	st, _, err := g.admission.State(ctx, model)
 	if err != nil {
 		return nil, service{g}.storeError(err)
 	}
 	if !st.Serving {
-		return nil, api.ModelUnavailable(req.Model, st.Reason)
+		return nil, api.ModelUnavailable(model, st.Reason)
 	}
 	inputs := make([]*controlpb.EmbedInput, len(req.Inputs))
 	var total int64
 	for i, in := range req.Inputs {
 		ids, param := in.Tokens, embeddings.InputParam(req, i)
 		if ids == nil {
-			if ids, err = mt.Encode(&api.GenerateRequest{Kind: api.KindCompletion, Model: req.Model, Prompt: in.Text}, true, true); err != nil {
+			if ids, err = mt.Encode(&api.GenerateRequest{Kind: api.KindCompletion, Model: model, Prompt: in.Text}, true, true); err != nil {
 				var e *api.Error
 				if errors.As(err, &e) {
 					e.Param = param
@@ -349,19 +361,19 @@ func (s embedService) Embed(ctx context.Context, p api.Principal, requestID stri
 		return nil, abortedError(lifecycle.CauseShutdown, 0)
 	}
 	defer g.running.Done()
-	ar := tenant.AcquireRequest{Model: req.Model, Tokens: total}
+	ar.Tokens = total
 	lease, err := g.store.Acquire(ctx, p.Tenant, ar)
 	if err != nil {
 		return nil, limitError(req.Model, ar, "input", err)
 	}
 	pooling := controlpb.Pooling_POOLING_LAST
-	if g.pooling(req.Model) == config.PoolingMean {
+	if g.pooling(model) == config.PoolingMean {
 		pooling = controlpb.Pooling_POOLING_MEAN
 	}
 	// Bounded like a generation (gateway.request_timeout): a worker
 	// waiting for pages gives up then.
 	rctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.RequestTimeout)
-	vectors, err := s.run(rctx, p, requestID, req.Model, pooling, inputs)
+	vectors, err := s.run(rctx, p, requestID, model, ad, pooling, inputs)
 	cancel()
 	var used tenant.Consumed
 	if err == nil {
@@ -375,13 +387,14 @@ func (s embedService) Embed(ctx context.Context, p api.Principal, requestID stri
 	return &embeddings.Result{Model: req.Model, Vectors: vectors, PromptTokens: total}, nil
 }
 
-// run computes the inputs' embeddings on workers that prefill: as many
-// inputs in one Embed call (one engine batch) as the chosen worker's pool
-// holds at once, the next ones in the next call.
-func (s embedService) run(ctx context.Context, p api.Principal, requestID, model string, pooling controlpb.Pooling, inputs []*controlpb.EmbedInput) ([][]float32, error) {
+// run computes the inputs' embeddings on workers that prefill, under
+// adapter ad (nil: the base model), pushed to a worker that does not
+// hold it: as many inputs in one Embed call (one engine batch) as the
+// chosen worker's pool holds at once, the next ones in the next call.
+func (s embedService) run(ctx context.Context, p api.Principal, requestID, model string, ad *tenant.Adapter, pooling controlpb.Pooling, inputs []*controlpb.EmbedInput) ([][]float32, error) {
 	g := s.g
 	out := make([][]float32, 0, len(inputs))
-	for call := uint64(1); len(inputs) > 0; call++ {
+	for call := uint64(1); len(inputs) > 0; {
 		w, err := g.reg.PickPrefiller(model, int64(len(inputs[0].GetTokens())))
 		if err != nil {
 			return nil, api.ModelUnavailable(model, "no worker that computes it is available")
@@ -397,11 +410,21 @@ func (s embedService) run(ctx context.Context, p api.Principal, requestID, model
 			pages += np
 		}
 		done := w.BeginFor(p.Tenant, pages)
-		// Each call is its own attempt (epoch) of the request's owner.
-		resp, err := w.Client().Embed(ctx, &controlpb.EmbedRequest{
-			Owner:  &controlpb.Owner{Tenant: p.Tenant, RequestId: requestID, Epoch: call},
-			Inputs: inputs[:n], Pooling: pooling, TenantWeight: int32(g.auth.info(p.Tenant).weight),
-		})
+		// Each call is its own attempt (epoch) of the request's owner; the
+		// one after an adapter push too.
+		var resp *controlpb.EmbedResponse
+		err = g.adapters.Retry(ctx, w.Client(), ad, func() (err error) {
+			owner := &controlpb.Owner{Tenant: p.Tenant, RequestId: requestID, Epoch: call}
+			if ad != nil {
+				owner.Adapter = ad.Hash
+			}
+			call++
+			resp, err = w.Client().Embed(ctx, &controlpb.EmbedRequest{
+				Owner: owner, Inputs: inputs[:n], Pooling: pooling, TenantWeight: int32(g.auth.info(p.Tenant).weight),
+				Adapter: adapters.Ref(ad),
+			})
+			return err
+		}, func(bytes int64) { w.AdapterLoaded(ad.Hash, bytes) })
 		done()
 		if err != nil {
 			return nil, s.workerError(ctx, w, model, err)

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -146,6 +147,54 @@ func TestGenerateUnderAdapter(t *testing.T) {
 	if s := w.adapters.Stats(); !slices.Equal(s.Loaded, []string{b.ref.Hash}) {
 		t.Fatalf("loaded %v, want only %s", s.Loaded, b.ref.Hash)
 	}
+}
+
+// TestEmbedUnderAdapter: an Embed naming an adapter the worker does not
+// hold fails with FAILED_PRECONDITION "adapter not loaded: <hash>"; after
+// LoadAdapter it returns vectors unlike the base model's (the cpu
+// backend's tests hold them to the float64 reference with the adapter
+// merged), each the same batched as alone; a ref that is not the owner's
+// adapter is refused, and no page stays reserved.
+func TestEmbedUnderAdapter(t *testing.T) {
+	a := newTestAdapter(t, 1)
+	w := startWorker(t, testConfig(t, config.RoleBoth, config.TransferTCP, testPages))
+	ctx := context.Background()
+	inputs := embedInputs(37, 5)
+	under := func(id string, in []*controlpb.EmbedInput) ([]*controlpb.Embedding, error) {
+		resp, err := w.client.Embed(ctx, &controlpb.EmbedRequest{Owner: a.owner("acme", id), Inputs: in,
+			Pooling: controlpb.Pooling_POOLING_LAST, Adapter: a.ref})
+		return resp.GetEmbeddings(), err
+	}
+	if _, err := under("e1", inputs); code(err) != codes.FailedPrecondition {
+		t.Fatalf("Embed under an adapter not loaded: %v, want FAILED_PRECONDITION", err)
+	} else if h, ok := adapters.IsNotLoaded(err); !ok || h != a.ref.Hash {
+		t.Fatalf("Embed under an adapter not loaded: %v, want adapter not loaded: %s", err, a.ref.Hash)
+	}
+	if _, err := a.load(w.client, false); err != nil {
+		t.Fatalf("LoadAdapter: %v", err)
+	}
+	got, err := under("e2", inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := w.client.Embed(ctx, &controlpb.EmbedRequest{Owner: owner("acme", "e3", 1), Inputs: inputs, Pooling: controlpb.Pooling_POOLING_LAST})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range inputs {
+		if slices.Equal(got[i].GetValues(), base.GetEmbeddings()[i].GetValues()) {
+			t.Fatalf("input %d: the adapter does not change the vector", i)
+		}
+		alone, err := under(fmt.Sprint("alone-", i), inputs[i:i+1])
+		if err != nil || !slices.Equal(alone[0].GetValues(), got[i].GetValues()) {
+			t.Fatalf("input %d: %v, or a vector alone unlike the batched one", i, err)
+		}
+	}
+	bad := &controlpb.EmbedRequest{Owner: owner("acme", "e4", 1), Inputs: inputs, Pooling: controlpb.Pooling_POOLING_LAST, Adapter: a.ref}
+	if _, err := w.client.Embed(ctx, bad); code(err) != codes.InvalidArgument {
+		t.Fatalf("an adapter ref without the owner's adapter: %v, want INVALID_ARGUMENT", err)
+	}
+	waitQuiet(t, w)
 }
 
 // TestPrefillDecodeUnderAdapter: through P/D (tcp and shm) a request

@@ -379,9 +379,10 @@ const maxEmbedInputs = 2048
 
 // embed handles Embed (prefill, both): every input is prefilled as its
 // own sequence (submitted together, so the engine batches them) into
-// pages reserved for the call, pooled into a normalised embedding, and
-// the pages are freed on every path. Like a prefill it waits for pages
-// when the pool is momentarily full.
+// pages reserved for the call, under the call's LoRA adapter if it names
+// one (held until the pages are freed), pooled into a normalised
+// embedding, and the pages are freed on every path. Like a prefill it
+// waits for pages when the pool is momentarily full.
 func (w *Worker) embed(ctx context.Context, req *controlpb.EmbedRequest) (_ *controlpb.EmbedResponse, err error) {
 	if w.role == config.RoleDecode {
 		return nil, status.Error(codes.FailedPrecondition, "Embed: this is a decode worker")
@@ -392,9 +393,6 @@ func (w *Worker) embed(ctx context.Context, req *controlpb.EmbedRequest) (_ *con
 	owner, err := ownerFrom(req.GetOwner())
 	if err != nil {
 		return nil, err
-	}
-	if owner.Adapter != "" {
-		return nil, invalid("Embed runs on the base model: owner adapter must be empty")
 	}
 	var pooling engine.Pooling
 	switch req.GetPooling() {
@@ -428,8 +426,13 @@ func (w *Worker) embed(ctx context.Context, req *controlpb.EmbedRequest) (_ *con
 	defer func() { endSpan(span, err) }()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	e, err := w.reservePrefill(ctx, cancel, owner, int(tokens), nil, nil)
+	h, err := w.adapters.ForRequest(req.GetAdapter(), owner.Adapter)
 	if err != nil {
+		return nil, err
+	}
+	e, err := w.reservePrefill(ctx, cancel, owner, int(tokens), nil, h)
+	if err != nil {
+		h.Release()
 		return nil, err
 	}
 	e.weight = int(req.GetTenantWeight())
@@ -457,6 +460,7 @@ func (w *Worker) runEmbed(ctx context.Context, e *entry, inputs []*controlpb.Emb
 		np := (len(in.GetTokens()) + pt - 1) / pt
 		es, err := w.rt.Engine.Submit(ctx, engine.Request{
 			Owner: e.owner, Weight: e.weight, Pages: e.pages[at : at+np], Prompt: in.GetTokens(), Embed: pooling,
+			Adapter: e.adapter.Adapter(),
 		})
 		if err != nil {
 			stopAll()

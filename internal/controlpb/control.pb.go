@@ -3480,7 +3480,10 @@ type EmbedRequest struct {
 	Inputs  []*EmbedInput `protobuf:"bytes,2,rep,name=inputs,proto3" json:"inputs,omitempty"`
 	Pooling Pooling       `protobuf:"varint,3,opt,name=pooling,proto3,enum=warden.control.v1.Pooling" json:"pooling,omitempty"`
 	// tenant_weight is the owner's fair-scheduling weight (0 means 1).
-	TenantWeight  int32 `protobuf:"varint,4,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
+	TenantWeight int32 `protobuf:"varint,4,opt,name=tenant_weight,json=tenantWeight,proto3" json:"tenant_weight,omitempty"`
+	// adapter: the LoRA adapter the inputs run under (absent: the base
+	// model); its hash equals owner.adapter.
+	Adapter       *AdapterRef `protobuf:"bytes,5,opt,name=adapter,proto3" json:"adapter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3541,6 +3544,13 @@ func (x *EmbedRequest) GetTenantWeight() int32 {
 		return x.TenantWeight
 	}
 	return 0
+}
+
+func (x *EmbedRequest) GetAdapter() *AdapterRef {
+	if x != nil {
+		return x.Adapter
+	}
+	return nil
 }
 
 type EmbedInput struct {
@@ -3961,12 +3971,13 @@ const file_control_proto_rawDesc = "" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x12.\n" +
 	"\x05drain\x18\x02 \x01(\v2\x18.warden.control.v1.DrainR\x05drain\"1\n" +
 	"\x15WriterDrainedResponse\x12\x18\n" +
-	"\aapplied\x18\x01 \x01(\bR\aapplied\"\xd0\x01\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\"\x89\x02\n" +
 	"\fEmbedRequest\x12.\n" +
 	"\x05owner\x18\x01 \x01(\v2\x18.warden.control.v1.OwnerR\x05owner\x125\n" +
 	"\x06inputs\x18\x02 \x03(\v2\x1d.warden.control.v1.EmbedInputR\x06inputs\x124\n" +
 	"\apooling\x18\x03 \x01(\x0e2\x1a.warden.control.v1.PoolingR\apooling\x12#\n" +
-	"\rtenant_weight\x18\x04 \x01(\x05R\ftenantWeight\"$\n" +
+	"\rtenant_weight\x18\x04 \x01(\x05R\ftenantWeight\x127\n" +
+	"\aadapter\x18\x05 \x01(\v2\x1d.warden.control.v1.AdapterRefR\aadapter\"$\n" +
 	"\n" +
 	"EmbedInput\x12\x16\n" +
 	"\x06tokens\x18\x01 \x03(\x05R\x06tokens\"r\n" +
@@ -4113,38 +4124,39 @@ var file_control_proto_depIdxs = []int32{
 	14, // 42: warden.control.v1.EmbedRequest.owner:type_name -> warden.control.v1.Owner
 	46, // 43: warden.control.v1.EmbedRequest.inputs:type_name -> warden.control.v1.EmbedInput
 	1,  // 44: warden.control.v1.EmbedRequest.pooling:type_name -> warden.control.v1.Pooling
-	48, // 45: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
-	6,  // 46: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
-	8,  // 47: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
-	11, // 48: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
-	22, // 49: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
-	24, // 50: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
-	26, // 51: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
-	29, // 52: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
-	36, // 53: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
-	43, // 54: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
-	40, // 55: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
-	38, // 56: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
-	16, // 57: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
-	45, // 58: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
-	7,  // 59: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
-	10, // 60: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
-	12, // 61: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
-	23, // 62: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
-	25, // 63: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
-	27, // 64: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
-	30, // 65: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
-	37, // 66: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
-	44, // 67: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
-	41, // 68: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
-	39, // 69: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
-	17, // 70: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
-	47, // 71: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
-	59, // [59:72] is the sub-list for method output_type
-	46, // [46:59] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	15, // 45: warden.control.v1.EmbedRequest.adapter:type_name -> warden.control.v1.AdapterRef
+	48, // 46: warden.control.v1.EmbedResponse.embeddings:type_name -> warden.control.v1.Embedding
+	6,  // 47: warden.control.v1.Registry.Register:input_type -> warden.control.v1.RegisterRequest
+	8,  // 48: warden.control.v1.Registry.Heartbeat:input_type -> warden.control.v1.HeartbeatRequest
+	11, // 49: warden.control.v1.Worker.ModelAssets:input_type -> warden.control.v1.ModelAssetsRequest
+	22, // 50: warden.control.v1.Worker.Reserve:input_type -> warden.control.v1.ReserveRequest
+	24, // 51: warden.control.v1.Worker.RenewReservation:input_type -> warden.control.v1.RenewReservationRequest
+	26, // 52: warden.control.v1.Worker.Prefill:input_type -> warden.control.v1.PrefillRequest
+	29, // 53: warden.control.v1.Worker.Generate:input_type -> warden.control.v1.GenerateRequest
+	36, // 54: warden.control.v1.Worker.Abort:input_type -> warden.control.v1.AbortRequest
+	43, // 55: warden.control.v1.Worker.WriterDrained:input_type -> warden.control.v1.WriterDrainedRequest
+	40, // 56: warden.control.v1.Worker.Status:input_type -> warden.control.v1.StatusRequest
+	38, // 57: warden.control.v1.Worker.EvictCacheDomains:input_type -> warden.control.v1.EvictCacheDomainsRequest
+	16, // 58: warden.control.v1.Worker.LoadAdapter:input_type -> warden.control.v1.AdapterPart
+	45, // 59: warden.control.v1.Worker.Embed:input_type -> warden.control.v1.EmbedRequest
+	7,  // 60: warden.control.v1.Registry.Register:output_type -> warden.control.v1.RegisterResponse
+	10, // 61: warden.control.v1.Registry.Heartbeat:output_type -> warden.control.v1.HeartbeatResponse
+	12, // 62: warden.control.v1.Worker.ModelAssets:output_type -> warden.control.v1.ModelAssetsResponse
+	23, // 63: warden.control.v1.Worker.Reserve:output_type -> warden.control.v1.ReserveResponse
+	25, // 64: warden.control.v1.Worker.RenewReservation:output_type -> warden.control.v1.RenewReservationResponse
+	27, // 65: warden.control.v1.Worker.Prefill:output_type -> warden.control.v1.PrefillResponse
+	30, // 66: warden.control.v1.Worker.Generate:output_type -> warden.control.v1.GenerateEvent
+	37, // 67: warden.control.v1.Worker.Abort:output_type -> warden.control.v1.AbortResponse
+	44, // 68: warden.control.v1.Worker.WriterDrained:output_type -> warden.control.v1.WriterDrainedResponse
+	41, // 69: warden.control.v1.Worker.Status:output_type -> warden.control.v1.WorkerStatus
+	39, // 70: warden.control.v1.Worker.EvictCacheDomains:output_type -> warden.control.v1.EvictCacheDomainsResponse
+	17, // 71: warden.control.v1.Worker.LoadAdapter:output_type -> warden.control.v1.LoadAdapterResponse
+	47, // 72: warden.control.v1.Worker.Embed:output_type -> warden.control.v1.EmbedResponse
+	60, // [60:73] is the sub-list for method output_type
+	47, // [47:60] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }

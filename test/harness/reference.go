@@ -137,7 +137,7 @@ func (r *Reference) Embedding(prompt string, p engine.Pooling) ([]float64, error
 	if err != nil {
 		return nil, err
 	}
-	return reference.Embedding(r.dir, ids, p)
+	return reference.Embedding(r.dir, nil, ids, p)
 }
 
 // Chat is the greedy output for chat messages with maxTokens.

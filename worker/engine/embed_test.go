@@ -16,7 +16,8 @@ type plainBackend struct{ engine.Backend }
 
 // TestEmbedRequests: embedding requests are refused on a backend without
 // hidden states (ErrNoEmbeddings) and when they ask for anything but
-// their own prefill (ErrBadRequest); a valid one runs beside a
+// their own prefill or name an adapter their KV owner does not
+// (ErrBadRequest); a valid one runs beside a
 // generation and leaves the pool as it found it once released.
 func TestEmbedRequests(t *testing.T) {
 	ctx := context.Background()
@@ -42,6 +43,7 @@ func TestEmbedRequests(t *testing.T) {
 		"prefix":       {Owner: o, Pages: pages, Prompt: p, Embed: engine.PoolingMean, Prefix: &engine.Prefix{}},
 		"pages":        {Owner: o, Pages: pages[:1], Prompt: p, Embed: engine.PoolingMean},
 		"pooling":      {Owner: o, Pages: pages, Prompt: p, Embed: engine.Pooling(9)},
+		"adapter":      {Owner: o, Pages: pages, Prompt: p, Embed: engine.PoolingMean, Adapter: hashAdapter("a")},
 	} {
 		if _, err := r.eng.Submit(ctx, req); !errors.Is(err, engine.ErrBadRequest) {
 			t.Errorf("%s: %v, want ErrBadRequest", name, err)

@@ -333,6 +333,12 @@ func (e *Engine) validate(req *Request) error {
 			return fmt.Errorf("%w: prompt token %d at position %d is outside the vocabulary (%d)", ErrBadRequest, t, i, e.cfg.VocabSize)
 		}
 	}
+	if h := adapterHash(req.Adapter); h != req.Owner.Adapter {
+		return fmt.Errorf("%w: the request runs under adapter %q but its KV owner names adapter %q", ErrBadRequest, h, req.Owner.Adapter)
+	}
+	if _, ok := e.backend.(AdapterBackend); req.Adapter != nil && !ok {
+		return fmt.Errorf("%w: the backend does not serve LoRA adapters", ErrBadRequest)
+	}
 	if req.Embed != PoolingNone {
 		return e.validateEmbed(req)
 	}
@@ -341,12 +347,6 @@ func (e *Engine) validate(req *Request) error {
 	}
 	if err := validatePromptLogprobs(req); err != nil {
 		return err
-	}
-	if h := adapterHash(req.Adapter); h != req.Owner.Adapter {
-		return fmt.Errorf("%w: the request runs under adapter %q but its KV owner names adapter %q", ErrBadRequest, h, req.Owner.Adapter)
-	}
-	if _, ok := e.backend.(AdapterBackend); req.Adapter != nil && !ok {
-		return fmt.Errorf("%w: the backend does not serve LoRA adapters", ErrBadRequest)
 	}
 	if lb := req.Sampling.LogitBias; len(lb) > 0 && int(lb[len(lb)-1].Token) >= e.cfg.VocabSize {
 		return fmt.Errorf("%w: logit_bias token %d is outside the vocabulary (%d)", ErrBadRequest, lb[len(lb)-1].Token, e.cfg.VocabSize)

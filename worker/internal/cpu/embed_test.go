@@ -7,14 +7,16 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/kvpool"
 )
 
 // embedThroughEngine runs prompts as one batch of embedding requests
 // through an engine over the cpu backend, with prefill chunks of chunk
-// tokens, and returns each prompt's embedding.
-func embedThroughEngine(t *testing.T, s Spec, w Weights, prompts [][]int32, p engine.Pooling, chunk int) [][]float32 {
+// tokens, prompt i under adapter ads[i] (base model when ads is short or
+// the entry nil), and returns each prompt's embedding.
+func embedThroughEngine(t *testing.T, s Spec, w Weights, prompts [][]int32, ads []*lora.Adapter, p engine.Pooling, chunk int) [][]float32 {
 	t.Helper()
 	const pt = 4
 	ctx, cancel := context.WithCancel(context.Background())
@@ -38,11 +40,16 @@ func embedThroughEngine(t *testing.T, s Spec, w Weights, prompts [][]int32, p en
 	streams := make([]*engine.Stream, len(prompts))
 	for i, pr := range prompts {
 		o := kvpool.Owner{Tenant: "t", Request: fmt.Sprint(i), Epoch: 1}
+		var ad engine.Adapter
+		if i < len(ads) && ads[i] != nil {
+			ad = prepare(t, b, ads[i:i+1])[0]
+			o.Adapter = ad.Hash()
+		}
 		pages, err := pool.Reserve(o, len(pr))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if streams[i], err = eng.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: pr, Embed: p}); err != nil {
+		if streams[i], err = eng.Submit(ctx, engine.Request{Owner: o, Pages: pages, Prompt: pr, Embed: p, Adapter: ad}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -73,7 +80,9 @@ func embedThroughEngine(t *testing.T, s Spec, w Weights, prompts [][]int32, p en
 // hidden state the engine computes on the cpu backend, for last and mean
 // pooling, several prompts in one batch and prompts split into chunks,
 // matches the float64 reference (cosine > 0.9999, every element within
-// 1e-4), and does not depend on the chunking (bit-identical).
+// 1e-4), and does not depend on the chunking (bit-identical). Under LoRA
+// adapters, beside a base-model prompt in the same batch, each matches
+// the reference with its adapter merged, far from the base model's.
 func TestEmbeddingsMatchFloat64Reference(t *testing.T) {
 	for name, s := range familySpecs() {
 		for _, p := range []engine.Pooling{engine.PoolingLast, engine.PoolingMean} {
@@ -81,32 +90,26 @@ func TestEmbeddingsMatchFloat64Reference(t *testing.T) {
 				w := randWeights(s, 11)
 				r := rand.New(rand.NewPCG(3, 4))
 				prompts := [][]int32{randTokens(r, 37, s.Vocab), randTokens(r, 9, s.Vocab), randTokens(r, 1, s.Vocab)}
-				got := embedThroughEngine(t, s, w, prompts, p, 7)
-				for i, pr := range prompts {
-					want := ReferenceEmbedding(s, w, pr, p)
-					if len(got[i]) != s.Hidden {
-						t.Fatalf("prompt %d: %d dimensions, want %d", i, len(got[i]), s.Hidden)
-					}
-					var dot, gg, ww, maxDiff float64
-					for j, v := range got[i] {
-						dot += float64(v) * want[j]
-						gg += float64(v) * float64(v)
-						ww += want[j] * want[j]
-						maxDiff = math.Max(maxDiff, math.Abs(float64(v)-want[j]))
-					}
-					if cos := dot / math.Sqrt(gg*ww); !(cos > 0.9999) || maxDiff > 1e-4 {
-						t.Fatalf("prompt %d: cosine %.7f, max element error %.3g (want > 0.9999, <= 1e-4)", i, cos, maxDiff)
-					}
-					if norm := math.Sqrt(gg); math.Abs(norm-1) > 1e-5 {
-						t.Fatalf("prompt %d: norm %v, want 1", i, norm)
-					}
-				}
-				// The same prompts prefilled in one chunk each, one at a time.
-				for i, pr := range prompts {
-					one := embedThroughEngine(t, s, w, [][]int32{pr}, p, 40)[0]
-					for j := range one {
-						if math.Float32bits(one[j]) != math.Float32bits(got[i][j]) {
-							t.Fatalf("prompt %d: element %d is %v alone in one chunk, %v batched in chunks of 7", i, j, one[j], got[i][j])
+				as := testAdapters(t, specConfig(s))
+				for _, ads := range [][]*lora.Adapter{nil, {as[0], nil, as[1]}} {
+					got := embedThroughEngine(t, s, w, prompts, ads, p, 7)
+					for i, pr := range prompts {
+						var ad *lora.Adapter
+						if ads != nil {
+							ad = ads[i]
+						}
+						want := ReferenceEmbedding(s, w, ad, pr, p)
+						checkEmbedding(t, i, got[i], want)
+						// An adapter that hardly moves the embedding would make a weak test.
+						if base := ReferenceEmbedding(s, w, nil, pr, p); ad != nil && cosine(want, base) > 0.999 {
+							t.Fatalf("prompt %d: the adapter leaves the embedding at cosine %.5f to the base model's", i, cosine(want, base))
+						}
+						// The same prompt prefilled in one chunk, alone.
+						one := embedThroughEngine(t, s, w, [][]int32{pr}, []*lora.Adapter{ad}, p, 40)[0]
+						for j := range one {
+							if math.Float32bits(one[j]) != math.Float32bits(got[i][j]) {
+								t.Fatalf("prompt %d: element %d is %v alone in one chunk, %v batched in chunks of 7", i, j, one[j], got[i][j])
+							}
 						}
 					}
 				}
@@ -114,3 +117,35 @@ func TestEmbeddingsMatchFloat64Reference(t *testing.T) {
 		}
 	}
 }
+
+// checkEmbedding fails t unless prompt i's embedding got has want's
+// dimensions, is within 1e-4 of it in every element, at cosine > 0.9999,
+// and has norm 1.
+func checkEmbedding(t *testing.T, i int, got []float32, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("prompt %d: %d dimensions, want %d", i, len(got), len(want))
+	}
+	g := make([]float64, len(got))
+	var maxDiff float64
+	for j, v := range got {
+		g[j] = float64(v)
+		maxDiff = math.Max(maxDiff, math.Abs(g[j]-want[j]))
+	}
+	if cos := cosine(g, want); !(cos > 0.9999) || maxDiff > 1e-4 {
+		t.Fatalf("prompt %d: cosine %.7f, max element error %.3g (want > 0.9999, <= 1e-4)", i, cos, maxDiff)
+	}
+	if norm := math.Sqrt(dot64(g, g)); math.Abs(norm-1) > 1e-5 {
+		t.Fatalf("prompt %d: norm %v, want 1", i, norm)
+	}
+}
+
+func dot64(a, b []float64) float64 {
+	var d float64
+	for i := range a {
+		d += a[i] * b[i]
+	}
+	return d
+}
+
+func cosine(a, b []float64) float64 { return dot64(a, b) / math.Sqrt(dot64(a, a)*dot64(b, b)) }

@@ -37,11 +37,12 @@ func ReferenceAdapter(s Spec, w Weights, a *lora.Adapter, tokens []int32) [][]fl
 	return y
 }
 
-// ReferenceEmbedding is the float64 reference of an embedding request:
-// the final hidden states (ReferenceHidden) pooled as p says (the last
-// position's, or the mean of all) and divided by their L2 norm.
-func ReferenceEmbedding(s Spec, w Weights, tokens []int32, p engine.Pooling) []float64 {
-	h := ReferenceHidden(s, w, tokens)
+// ReferenceEmbedding is the float64 reference of an embedding request
+// under adapter a (nil: the base model, see ReferenceAdapter): the final
+// hidden states (ReferenceHidden) pooled as p says (the last position's,
+// or the mean of all) and divided by their L2 norm.
+func ReferenceEmbedding(s Spec, w Weights, a *lora.Adapter, tokens []int32, p engine.Pooling) []float64 {
+	h := referenceHidden(s, w, a, tokens)
 	v := make([]float64, s.Hidden)
 	switch p {
 	case engine.PoolingLast:
