@@ -394,8 +394,13 @@ func (s embedService) Embed(ctx context.Context, p api.Principal, requestID stri
 func (s embedService) run(ctx context.Context, p api.Principal, requestID, model string, ad *tenant.Adapter, pooling controlpb.Pooling, inputs []*controlpb.EmbedInput) ([][]float32, error) {
 	g := s.g
 	out := make([][]float32, 0, len(inputs))
+	var hash string
+	var bytes int64
+	if ad != nil {
+		hash, bytes = ad.Hash, ad.Bytes
+	}
 	for call := uint64(1); len(inputs) > 0; {
-		w, err := g.reg.PickPrefiller(model, int64(len(inputs[0].GetTokens())))
+		w, err := g.reg.PickPrefiller(model, int64(len(inputs[0].GetTokens())), hash, bytes)
 		if err != nil {
 			return nil, api.ModelUnavailable(model, "no worker that computes it is available")
 		}

@@ -127,3 +127,44 @@ func TestPickScoredWeighsRoom(t *testing.T) {
 		t.Fatalf("equal scores chose %s busy %v, %v; want the worker with room", rt.Decode.ID(), rt.Busy, err)
 	}
 }
+
+// TestPickPrefillerUnderAdapter: for the base model the least loaded
+// worker that prefills wins; under an adapter one holding it wins over
+// less loaded ones, and without a holder the least loaded with room for
+// it; when none has room, the least loaded of all (its load then says
+// whether it has room after all).
+func TestPickPrefillerUnderAdapter(t *testing.T) {
+	h := newHarness(t, nil)
+	mem := map[string]*controlpb.AdapterMemory{
+		"p1": nil, // has not reported adapter memory
+		"p2": {CapacityBytes: 100, UsedBytes: 100, Loaded: []string{"other"}, Pinned: []string{"other"}},
+		"p3": {CapacityBytes: 100, UsedBytes: 50, Loaded: []string{"ad"}, Pinned: []string{"ad"}},
+		"p4": {CapacityBytes: 100},
+	}
+	free := map[string]int64{"p1": 100, "p2": 90, "p3": 60, "p4": 70}
+	for _, id := range []string{"p1", "p2", "p3", "p4"} {
+		if _, err := h.Register(context.Background(), &controlpb.RegisterRequest{
+			Worker: info(id, controlpb.Role_ROLE_PREFILL, "h", "tcp"), Pool: pool(100, free[id])}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Heartbeat(context.Background(), &controlpb.HeartbeatRequest{WorkerId: id, Pool: pool(100, free[id]), Adapters: mem[id]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		adapter string
+		bytes   int64
+		want    string
+	}{
+		{"", 0, "p1"},       // the base model: the least loaded
+		{"ad", 60, "p3"},    // the holder
+		{"new", 60, "p4"},   // the only one with room
+		{"new", 200, "p1"},  // none has room: the least loaded
+		{"other", 10, "p2"}, // the holder, though full
+	} {
+		w, err := h.PickPrefiller("tiny", 10, c.adapter, c.bytes)
+		if err != nil || w.ID() != c.want {
+			t.Errorf("adapter %q of %d bytes: %v, %v; want %s", c.adapter, c.bytes, w, err, c.want)
+		}
+	}
+}
