@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"cmp"
 	"fmt"
 	"runtime"
 	"sync"
@@ -41,9 +40,8 @@ func (f RangeFunc) Range(lo, hi int) { f(lo, hi) }
 // spinning waiter yields its processor every few microseconds
 // (runtime.Gosched), so the process's other goroutines (the streams that
 // deliver tokens, incoming requests) run in the gaps rather than wait up
-// to 10ms to preempt it. The spin shortens while the waits outlast it
-// (await): a pool left idle blocks and takes no CPU, and one woken now
-// and then spins briefly.
+// to 10ms to preempt it. A pool left idle blocks after spinFor and takes
+// no CPU.
 type Pool struct {
 	threads int
 	workers []waiter      // one per worker goroutine
@@ -66,13 +64,10 @@ type Pool struct {
 }
 
 // A waiter is a goroutine that may block on wake: it sets parked before
-// it blocks, and whoever clears parked owes it one send on wake. spin is
-// how long its next await spins (0: spinFor); only its own goroutine
-// touches it.
+// it blocks, and whoever clears parked owes it one send on wake.
 type waiter struct {
 	parked atomic.Bool
 	wake   chan struct{}
-	spin   time.Duration
 }
 
 // notify unblocks w if it is blocked, or about to block.
@@ -82,39 +77,17 @@ func (w *waiter) notify() {
 	}
 }
 
-// await returns once done() holds: it spins, then blocks until
-// notified. A notify can come late (from a loop this waiter already saw
-// done, its notifier delayed past the end of that loop), so done() is
+// await returns once done() holds: it spins for spinFor, then blocks
+// until notified. A notify can come late (from a loop this waiter already
+// saw done, its notifier delayed past the end of that loop), so done() is
 // checked again after every wake-up.
-//
-// The spin adapts to how long the waits are: after a wait within
-// spinFor (spinning would have caught it) the next spins for spinFor;
-// after a longer one (the pool between requests, or idle) half as long
-// as this one, down to minSpin, so a pool that is mostly idle burns
-// little CPU at each wake-up while one running steps back to back keeps
-// its threads on their CPUs.
 func (w *waiter) await(done func() bool) {
-	if done() {
-		return
-	}
 	t0 := time.Now()
-	limit := cmp.Or(w.spin, spinFor)
-	w.spinThenBlock(done, t0, limit)
-	if time.Since(t0) <= spinFor {
-		w.spin = spinFor
-	} else {
-		w.spin = max(limit/2, minSpin)
-	}
-}
-
-// spinThenBlock is await's wait: it spins until limit past t0, yielding
-// past yieldAfter, then blocks.
-func (w *waiter) spinThenBlock(done func() bool, t0 time.Time, limit time.Duration) {
 	for i := 1; !done(); i++ {
 		if i%64 != 0 {
 			continue
 		}
-		if spun := time.Since(t0); spun <= limit {
+		if spun := time.Since(t0); spun <= spinFor {
 			if spun > yieldAfter {
 				runtime.Gosched()
 			}
@@ -133,13 +106,11 @@ func (w *waiter) spinThenBlock(done func() bool, t0 time.Time, limit time.Durati
 	}
 }
 
-// spinFor is the longest a worker spins for the next loop, and a caller
-// for its workers, before blocking, and minSpin the shortest (await);
-// yieldAfter is how long it spins before it starts yielding its
-// processor.
+// spinFor is how long a worker spins for the next loop, and a caller for
+// its workers, before blocking; yieldAfter is how long it spins before it
+// starts yielding its processor.
 const (
 	spinFor    = 2 * time.Millisecond
-	minSpin    = 50 * time.Microsecond
 	yieldAfter = 100 * time.Microsecond
 )
 

@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
-	"time"
 )
 
 func TestPoolMatMulTMatchesSerial(t *testing.T) {
@@ -123,46 +122,6 @@ func TestWaiterIgnoresLateNotify(t *testing.T) {
 	returned.Store(true)
 	if !done.Load() {
 		t.Fatal("await returned on a notify while done() was false")
-	}
-}
-
-// TestWaiterSpinAdapts: waits longer than spinFor halve the next spin,
-// down to minSpin; a wait that spinning would have caught restores
-// spinFor.
-func TestWaiterSpinAdapts(t *testing.T) {
-	w := waiter{wake: make(chan struct{}, 1)}
-	var done atomic.Bool
-	// long waits until the waiter has blocked and spinFor has passed
-	// (so the wait outlasts any spin), then ends it.
-	long := func() {
-		done.Store(false)
-		go func() {
-			for !w.parked.Load() {
-				runtime.Gosched()
-			}
-			time.Sleep(spinFor)
-			done.Store(true)
-			w.notify()
-		}()
-		w.await(done.Load)
-	}
-	for want := spinFor / 2; ; want = max(want/2, minSpin) {
-		long()
-		if w.spin != want {
-			t.Fatalf("spin %v after a long wait, want %v", w.spin, want)
-		}
-		if want == minSpin {
-			break
-		}
-	}
-	// A wait that ends at its second check is short unless the test was
-	// descheduled for spinFor in between: one of a hundred is.
-	for i := 0; w.spin != spinFor; i++ {
-		if i == 100 {
-			t.Fatalf("spin %v after a hundred short waits, want %v", w.spin, spinFor)
-		}
-		checks := 0
-		w.await(func() bool { checks++; return checks > 1 })
 	}
 }
 
