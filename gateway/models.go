@@ -395,12 +395,12 @@ func (s embedService) run(ctx context.Context, p api.Principal, requestID, model
 	g := s.g
 	out := make([][]float32, 0, len(inputs))
 	var hash string
-	var bytes int64
+	var size int64
 	if ad != nil {
-		hash, bytes = ad.Hash, ad.Bytes
+		hash, size = ad.Hash, ad.Bytes
 	}
 	for call := uint64(1); len(inputs) > 0; {
-		w, err := g.reg.PickPrefiller(model, int64(len(inputs[0].GetTokens())), hash, bytes)
+		w, err := g.reg.PickPrefiller(model, int64(len(inputs[0].GetTokens())), hash, size)
 		if err != nil {
 			return nil, api.ModelUnavailable(model, "no worker that computes it is available")
 		}
@@ -429,7 +429,7 @@ func (s embedService) run(ctx context.Context, p api.Principal, requestID, model
 				Adapter: adapters.Ref(ad),
 			})
 			return err
-		}, func(bytes int64) { w.AdapterLoaded(ad.Hash, bytes) })
+		}, func(loaded int64) { w.AdapterLoaded(ad.Hash, loaded) })
 		done()
 		if err != nil {
 			return nil, s.workerError(ctx, w, model, err)
