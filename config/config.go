@@ -475,6 +475,13 @@ type Worker struct {
 	Numerics Numerics `yaml:"numerics"`
 	// Threads is the number of compute threads; 0 uses every core.
 	Threads int `yaml:"threads"`
+	// ComputeSpin is how long an idle compute thread spins for the next
+	// piece of a step before it blocks (cpu backend). Steps run their
+	// loops tens to hundreds of microseconds apart, and a thread woken
+	// from blocking often runs late, after its waker on the same CPU;
+	// a shorter spin leaves more CPU to other processes on an
+	// oversubscribed host at that cost. Default 2ms.
+	ComputeSpin time.Duration `yaml:"compute_spin"`
 	// Listen is the host:port of the worker's gRPC control server
 	// (cluster auth). Default "127.0.0.1:9001".
 	Listen string `yaml:"listen"`

@@ -495,6 +495,7 @@ func (c *Config) validateWorker(v *validator) {
 	if !(w.KV.MemoryFraction > 0 && w.KV.MemoryFraction <= 1) {
 		v.add("worker.kv.memory_fraction", "must be in (0, 1] (got %g)", w.KV.MemoryFraction)
 	}
+	v.positiveDuration("worker.compute_spin", w.ComputeSpin)
 	v.positiveInt("worker.prefill_chunk_tokens", w.PrefillChunkTokens)
 	v.positiveInt("worker.prefill_chunk_tokens_decoding", w.PrefillChunkTokensDecoding)
 	oneOf(v, "worker.prefill_order", w.PrefillOrder, PrefillShortestFirst, PrefillArrival)

@@ -144,6 +144,8 @@ func TestValidationRules(t *testing.T) {
 			[]string{`worker.numerics: bf16 multiplies bf16 weights, and worker.dtype q8 converts them away; use dtype bf16 or auto`}},
 		{"threads", func(c *Config) { c.Worker.Threads = -1 },
 			[]string{`worker.threads: must be >= 0 (got -1)`}},
+		{"compute spin", func(c *Config) { c.Worker.ComputeSpin = 0 },
+			[]string{`worker.compute_spin: must be > 0 (got 0s)`}},
 		{"wildcard listen needs advertise", func(c *Config) { c.Worker.Listen = "0.0.0.0:9001" },
 			[]string{`worker.advertise_addr: required when worker.listen binds every interface ("0.0.0.0:9001")`}},
 		{"advertise must be dialable", func(c *Config) { c.Worker.Listen, c.Worker.AdvertiseAddr = ":9001", ":9001" },

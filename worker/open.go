@@ -119,6 +119,7 @@ func (w *Worker) openRuntime() error {
 		ModelDir:            wc.ModelDir,
 		Backend:             string(wc.Backend),
 		Threads:             wc.Threads,
+		ComputeSpin:         wc.ComputeSpin,
 		DType:               convertTo[wc.WeightsDType()],
 		Quantize:            wc.WeightsDType() == config.DTypeQ8,
 		BF16Dot:             wc.Numerics == config.NumericsBF16,

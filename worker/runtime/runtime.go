@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	goruntime "runtime"
 	"strings"
+	"time"
 
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/worker/engine"
@@ -33,6 +34,9 @@ type Options struct {
 	Backend string
 	// Threads is the number of compute threads; 0 means every core.
 	Threads int
+	// ComputeSpin is how long an idle compute thread spins before it
+	// blocks (cpu backend; 0: the kernels' default, 2ms).
+	ComputeSpin time.Duration
 	// DType, when set (model.F32, F16 or BF16), converts the cpu
 	// backend's matrices to it at load (cpu.ConvertWeights), as a bf16
 	// checkpoint served as f16; "" keeps the file's element type.
@@ -247,7 +251,7 @@ type poolMaker interface {
 func newBackend(opt Options, m *model.Model, pool *kvpool.Pool) (closingBackend, error) {
 	switch opt.Backend {
 	case "cpu":
-		b, err := cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads,
+		b, err := cpu.FromModel(m, pool, cpu.Options{Threads: opt.Threads, Spin: opt.ComputeSpin,
 			MaxBatchTokens: opt.ChunkTokens + opt.MaxBatch, PageTokens: opt.PageTokens, DType: opt.DType, Quantize: opt.Quantize,
 			BF16Dot: opt.BF16Dot})
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/warden-ai/warden/worker/engine"
@@ -104,6 +105,9 @@ var _ Pages = (*kvpool.Pool)(nil)
 type Options struct {
 	// Threads for the kernels' pool (0 = 1).
 	Threads int
+	// Spin is how long the pool's idle threads spin before blocking (0:
+	// kernels.DefaultSpin).
+	Spin time.Duration
 	// MaxBatchTokens bounds the tokens of one Forward call.
 	MaxBatchTokens int
 	// PageTokens is the KV page size.
@@ -173,7 +177,7 @@ func New(spec Spec, w Weights, pages Pages, opt Options) (*Backend, error) {
 		w:     w,
 		pages: pages,
 		opt:   opt,
-		pool:  kernels.NewPool(opt.Threads),
+		pool:  kernels.NewPool(opt.Threads, opt.Spin),
 		scale: float32(1 / math.Sqrt(float64(spec.HeadDim))),
 	}
 	b.buildRope()

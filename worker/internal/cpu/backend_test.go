@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/warden-ai/warden/worker/engine"
 	"github.com/warden-ai/warden/worker/internal/kernels"
@@ -312,5 +313,34 @@ func checkDecodeAllocs(t *testing.T, s Spec) {
 		}
 	}); allocs != 0 {
 		t.Fatalf("a decode step under adapters allocates %.1f times", allocs)
+	}
+}
+
+// TestComputeSpin: the backend's pool spins as Options.Spin says
+// (kernels.DefaultSpin when 0), and a spin so short that its threads
+// block between loops computes the same logits, bit for bit.
+func TestComputeSpin(t *testing.T) {
+	s := familySpecs()["llama"]
+	w := randWeights(s, 7)
+	const pt = 4
+	tokens := randTokens(rand.New(rand.NewPCG(1, 2)), 37, s.Vocab)
+	var logits []map[int][]float32
+	for _, c := range []struct{ spin, want time.Duration }{{0, kernels.DefaultSpin}, {time.Microsecond, time.Microsecond}} {
+		b, err := New(s, w, newTestPages(16, s.PageBytes(pt)), Options{Threads: 2, Spin: c.spin, MaxBatchTokens: 96, PageTokens: pt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.pool.Spin(); got != c.want {
+			t.Fatalf("Options.Spin %v: the pool spins %v, want %v", c.spin, got, c.want)
+		}
+		logits = append(logits, runPrompt(t, b, tokens, pageIDs(0, 10), 5))
+		b.Close()
+	}
+	for pos, want := range logits[0] {
+		for j, v := range logits[1][pos] {
+			if math.Float32bits(v) != math.Float32bits(want[j]) {
+				t.Fatalf("position %d logit %d: %v with a 1µs spin, %v with the default", pos, j, v, want[j])
+			}
+		}
 	}
 }

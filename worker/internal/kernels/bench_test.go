@@ -70,7 +70,7 @@ func BenchmarkMatVec(b *testing.B) {
 		c := make([]float32, n)
 		for _, threads := range benchThreads {
 			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
-				p := NewPool(threads)
+				p := NewPool(threads, 0)
 				defer p.Close()
 				b.SetBytes(int64(4 * n * k))
 				b.ResetTimer()
@@ -91,7 +91,7 @@ func BenchmarkMatMulT(b *testing.B) {
 		c := make([]float32, m*n)
 		for _, threads := range benchThreads {
 			b.Run(fmt.Sprintf("m%d_%dx%d/t%d", m, n, k, threads), func(b *testing.B) {
-				p := NewPool(threads)
+				p := NewPool(threads, 0)
 				defer p.Close()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
@@ -173,7 +173,7 @@ func BenchmarkDecodeRatio(b *testing.B) {
 		rr := &readRanger{buf: unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w))}
 		for _, threads := range benchThreads {
 			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
-				p := NewPool(threads)
+				p := NewPool(threads, 0)
 				defer p.Close()
 				ts := alternate(b.N,
 					func() { p.Do(len(rr.buf), len(rr.buf)/threads, rr) },
@@ -199,7 +199,7 @@ func BenchmarkPrefillRatio(b *testing.B) {
 		c := make([]float32, m*n)
 		for _, threads := range benchThreads {
 			b.Run(fmt.Sprintf("m%d_%dx%d/t%d", m, n, k, threads), func(b *testing.B) {
-				p := NewPool(threads)
+				p := NewPool(threads, 0)
 				defer p.Close()
 				flops := 2 * float64(m*n*k)
 				// As many FMA probe iterations per thread as the GEMM's
@@ -303,7 +303,7 @@ func BenchmarkFormatRatio(b *testing.B) {
 			rr.buf = rr.buf[:len(rr.buf)&^255]
 			for _, threads := range benchThreads {
 				b.Run(fmt.Sprintf("%v/%dx%d/t%d", f, n, k, threads), func(b *testing.B) {
-					p := NewPool(threads)
+					p := NewPool(threads, 0)
 					defer p.Close()
 					ts := alternate(b.N,
 						func() { p.Do(len(rr.buf), len(rr.buf)/threads/256*256, rr) },
@@ -329,7 +329,7 @@ func BenchmarkFormatPrefill(b *testing.B) {
 	c := make([]float32, m*n)
 	for _, f := range []Format{F16, BF16, Q8} {
 		b.Run(fmt.Sprintf("%v/m%d_%dx%d", f, m, n, k), func(b *testing.B) {
-			p := NewPool(1)
+			p := NewPool(1, 0)
 			defer p.Close()
 			ts := alternate(b.N, func() { p.MatMulTW(c, a, ms[F32], m) }, func() { p.MatMulTW(c, a, ms[f], m) })
 			tF32, tFmt := ts[0], ts[1]
@@ -352,7 +352,7 @@ func BenchmarkPrefill512(b *testing.B) {
 		a, w := randVec(r, m*k, false), randVec(r, n*k, false)
 		c := make([]float32, m*n)
 		b.Run(fmt.Sprintf("m%d_%dx%d/t1", m, n, k), func(b *testing.B) {
-			p := NewPool(1)
+			p := NewPool(1, 0)
 			defer p.Close()
 			flops := 2 * float64(m*n*k)
 			fr := &fmaRanger{iters: int(flops / fmaPeakLoop(1))}
@@ -435,7 +435,7 @@ func BenchmarkHugePages(b *testing.B) {
 		c := make([]float32, n)
 		for _, threads := range benchThreads {
 			b.Run(fmt.Sprintf("%dx%d/t%d", n, k, threads), func(b *testing.B) {
-				p := NewPool(threads)
+				p := NewPool(threads, 0)
 				defer p.Close()
 				ts := alternate(b.N, func() { p.MatMulTW(c, a, small, 1) }, func() { p.MatMulTW(c, a, huge, 1) })
 				tSmall, tHuge := ts[0], ts[1]

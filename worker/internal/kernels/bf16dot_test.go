@@ -50,7 +50,7 @@ func TestBF16DotMatchesReference(t *testing.T) {
 		t.Log("no AVX512-BF16 on this CPU: only the Go path runs")
 	}
 	r := rand.New(rand.NewPCG(61, 62))
-	pools := []*Pool{NewPool(1), NewPool(2), NewPool(3)}
+	pools := []*Pool{NewPool(1, 0), NewPool(2, 0), NewPool(3, 0)}
 	defer func() {
 		for _, p := range pools {
 			p.Close()

@@ -36,7 +36,7 @@ func as16(f Format, v []float32) ([]byte, []float32) {
 // for every thread count, shape, tail and the special values.
 func TestMatMulTW16EqualsWidened(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
-	pools := []*Pool{NewPool(1), NewPool(2), NewPool(3)}
+	pools := []*Pool{NewPool(1, 0), NewPool(2, 0), NewPool(3, 0)}
 	defer func() {
 		for _, p := range pools {
 			p.Close()
@@ -125,7 +125,7 @@ func TestQ8GroupLayout(t *testing.T) {
 // close to its float64 reference and to the float32 product.
 func TestQ8Paths(t *testing.T) {
 	r := rand.New(rand.NewPCG(43, 44))
-	p1, p3 := NewPool(1), NewPool(3)
+	p1, p3 := NewPool(1, 0), NewPool(3, 0)
 	defer p1.Close()
 	defer p3.Close()
 	for trial := 0; trial < 60; trial++ {
@@ -285,7 +285,7 @@ func FuzzMatrix16(f *testing.F) {
 			}
 			want := make([]float32, 2*n)
 			MatMulT(want, a, wide, 2, n, k)
-			p := NewPool(2)
+			p := NewPool(2, 0)
 			asm, pure := bothPaths(func() []float32 {
 				c := make([]float32, 2*n)
 				p.MatMulTW(c, a, w, 2)
@@ -338,7 +338,7 @@ func TestGemm512MatchesAVX2(t *testing.T) {
 		for _, f := range []Format{F16, BF16} {
 			raw, wide := as16(f, w)
 			MatMulT(want, a, wide, m, n, k)
-			p := NewPool(1 + trial%3)
+			p := NewPool(1+trial%3, 0)
 			p.MatMulTW(got, a, New16(f, n, k, raw), m)
 			p.Close()
 			sameSlices(t, fmt.Sprintf("%v m=%d n=%d k=%d", f, m, n, k), got, want)
@@ -370,11 +370,11 @@ func TestMatMulTWPaddedStride(t *testing.T) {
 				t.Fatal(err)
 			}
 			q8Alone := make([]float32, m*n)
-			p1 := NewPool(1)
+			p1 := NewPool(1, 0)
 			p1.MatMulTW(q8Alone, a, q8, m)
 			p1.Close()
 			for threads := 1; threads <= 3; threads++ {
-				p := NewPool(threads)
+				p := NewPool(threads, 0)
 				for _, f := range []Format{F32, F16, BF16} {
 					c, c2, c3 := make([]float32, m*n), make([]float32, m*n), make([]float32, m*n)
 					p.MatMulTWShared(a, m, [][]float32{c, c3, c2}, []*Matrix{ms[f], q8, ms[F32]})

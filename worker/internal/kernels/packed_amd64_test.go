@@ -27,7 +27,7 @@ func TestPackedPanels(t *testing.T) {
 		t.Skip("no AVX-512 on this machine")
 	}
 	r := rand.New(rand.NewPCG(61, 62))
-	pools := []*Pool{NewPool(1), NewPool(2), NewPool(3)}
+	pools := []*Pool{NewPool(1, 0), NewPool(2, 0), NewPool(3, 0)}
 	defer func() {
 		for _, p := range pools {
 			p.Close()
@@ -70,7 +70,7 @@ func BenchmarkPackedPanels(b *testing.B) {
 		c := make([]float32, m*n)
 		for _, f := range []Format{F32, F16, BF16} {
 			b.Run(fmt.Sprintf("%v/m%d_%dx%d", f, m, n, k), func(b *testing.B) {
-				p := NewPool(1)
+				p := NewPool(1, 0)
 				defer p.Close()
 				ts := alternate(b.N,
 					func() { withPacking(m+1, func() { p.MatMulTW(c, a, ms[f], m) }) },

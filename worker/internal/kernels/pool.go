@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
 	"sync"
@@ -28,8 +29,9 @@ func (f RangeFunc) Range(lo, hi int) { f(lo, hi) }
 // Work is split by index, so kernels that compute each output element
 // independently give the same bits for every thread count.
 //
-// A worker that finishes a loop spins for up to spinFor for the next one,
-// and a caller spins as long for its workers, before blocking: a decode
+// A worker that finishes a loop spins for up to the pool's spin
+// (DefaultSpin unless NewPool is told otherwise) for the next one, and a
+// caller spins as long for its workers, before blocking: a decode
 // step runs about ten loops per layer, tens to hundreds of microseconds
 // apart, and a blocked worker comes back late. Waking it makes its
 // goroutine runnable on the caller's processor, so it often runs there,
@@ -40,10 +42,11 @@ func (f RangeFunc) Range(lo, hi int) { f(lo, hi) }
 // spinning waiter yields its processor every few microseconds
 // (runtime.Gosched), so the process's other goroutines (the streams that
 // deliver tokens, incoming requests) run in the gaps rather than wait up
-// to 10ms to preempt it. A pool left idle blocks after spinFor and takes
+// to 10ms to preempt it. A pool left idle blocks after its spin and takes
 // no CPU.
 type Pool struct {
 	threads int
+	spin    time.Duration // how long a waiter spins before blocking
 	workers []waiter      // one per worker goroutine
 	loop    atomic.Uint64 // loops started << 16 | workers taking part
 	pending atomic.Int64  // workers of the loop in progress not yet done
@@ -77,17 +80,17 @@ func (w *waiter) notify() {
 	}
 }
 
-// await returns once done() holds: it spins for spinFor, then blocks
+// await returns once done() holds: it spins for spin, then blocks
 // until notified. A notify can come late (from a loop this waiter already
 // saw done, its notifier delayed past the end of that loop), so done() is
 // checked again after every wake-up.
-func (w *waiter) await(done func() bool) {
+func (w *waiter) await(done func() bool, spin time.Duration) {
 	t0 := time.Now()
 	for i := 1; !done(); i++ {
 		if i%64 != 0 {
 			continue
 		}
-		if spun := time.Since(t0); spun <= spinFor {
+		if spun := time.Since(t0); spun <= spin {
 			if spun > yieldAfter {
 				runtime.Gosched()
 			}
@@ -106,18 +109,22 @@ func (w *waiter) await(done func() bool) {
 	}
 }
 
-// spinFor is how long a worker spins for the next loop, and a caller for
-// its workers, before blocking; yieldAfter is how long it spins before it
-// starts yielding its processor.
+// DefaultSpin is how long a pool's worker spins for the next loop, and
+// its caller for the workers, before blocking, unless NewPool is told
+// otherwise; yieldAfter is how long a waiter spins before it starts
+// yielding its processor.
 const (
-	spinFor    = 2 * time.Millisecond
-	yieldAfter = 100 * time.Microsecond
+	DefaultSpin = 2 * time.Millisecond
+	yieldAfter  = 100 * time.Microsecond
 )
 
-// NewPool starts a pool of threads threads (at least 1).
-func NewPool(threads int) *Pool {
+// NewPool starts a pool of threads threads (at least 1) whose idle
+// threads spin for spin before blocking (0: DefaultSpin). A shorter spin
+// leaves more CPU to other processes on an oversubscribed host and costs
+// steps that run back to back their speed (see Pool).
+func NewPool(threads int, spin time.Duration) *Pool {
 	threads = max(1, threads)
-	p := &Pool{threads: threads, workers: make([]waiter, threads-1)}
+	p := &Pool{threads: threads, spin: cmp.Or(spin, DefaultSpin), workers: make([]waiter, threads-1)}
 	p.caller.wake = make(chan struct{}, 1)
 	p.exited.Add(threads - 1)
 	for i := range p.workers {
@@ -129,6 +136,9 @@ func NewPool(threads int) *Pool {
 
 // Threads reports the number of threads, the caller included.
 func (p *Pool) Threads() int { return p.threads }
+
+// Spin reports how long the pool's idle threads spin before blocking.
+func (p *Pool) Spin() time.Duration { return p.spin }
 
 // Close stops the worker goroutines and waits for them to exit. The pool
 // must not be used afterwards; Close is idempotent.
@@ -153,7 +163,7 @@ func (p *Pool) worker(i int) {
 	w := &p.workers[i]
 	var seen uint64 // the pool's start: no loop can have begun before it
 	for {
-		w.await(func() bool { return p.loop.Load()>>16 != seen>>16 })
+		w.await(func() bool { return p.loop.Load()>>16 != seen>>16 }, p.spin)
 		seen = p.loop.Load()
 		if p.quit.Load() {
 			return
@@ -202,7 +212,7 @@ func (p *Pool) Do(n, grain int, r Ranger) {
 		p.workers[i].notify()
 	}
 	p.claim()
-	p.caller.await(p.loopDone)
+	p.caller.await(p.loopDone, p.spin)
 	p.r = nil
 }
 

@@ -12,7 +12,7 @@ func TestPoolMatMulTMatchesSerial(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	shapes := [][3]int{{1, 1, 1}, {1, 97, 33}, {3, 5, 7}, {7, 131, 65}, {17, 301, 129}, {2, 1000, 24}, {5, 49, 1}}
 	for _, threads := range []int{1, 2, 3, 7} {
-		p := NewPool(threads)
+		p := NewPool(threads, 0)
 		for _, s := range shapes {
 			m, n, k := s[0], s[1], s[2]
 			a, w := randVec(r, m*k, true), randVec(r, n*k, true)
@@ -42,7 +42,7 @@ func (c *countRanger) Range(lo, hi int) {
 }
 
 func TestPoolDoCoversEachIndexOnce(t *testing.T) {
-	p := NewPool(3)
+	p := NewPool(3, 0)
 	defer p.Close()
 	for _, n := range []int{0, 1, 2, 3, 10, 1001} {
 		for _, grain := range []int{0, 1, 7, 5000} {
@@ -72,7 +72,7 @@ func TestPoolDoCoversEachIndexOnce(t *testing.T) {
 // state is never touched by a worker still on an earlier loop.
 func TestPoolLoopsBackToBack(t *testing.T) {
 	for _, threads := range []int{2, 3, 4} {
-		p := NewPool(threads)
+		p := NewPool(threads, 0)
 		c := &countRanger{hits: make([]atomic.Int32, 64)}
 		for it := range 3000 {
 			n := 1 + it%64
@@ -118,7 +118,7 @@ func TestWaiterIgnoresLateNotify(t *testing.T) {
 		done.Store(true)
 		w.notify()
 	}()
-	w.await(done.Load)
+	w.await(done.Load, DefaultSpin)
 	returned.Store(true)
 	if !done.Load() {
 		t.Fatal("await returned on a notify while done() was false")
@@ -130,7 +130,7 @@ func TestPoolNoAllocations(t *testing.T) {
 	m, n, k := 2, 200, 64
 	a, w := randVec(r, m*k, false), randVec(r, n*k, false)
 	c := make([]float32, m*n)
-	p := NewPool(2)
+	p := NewPool(2, 0)
 	defer p.Close()
 	if allocs := testing.AllocsPerRun(50, func() { p.MatMulT(c, a, w, m, n, k) }); allocs != 0 {
 		t.Errorf("Pool.MatMulT allocates %v times per call", allocs)

@@ -93,7 +93,7 @@ func BenchmarkQ8MatVec(b *testing.B) {
 		a, c := randVec(r, k, false), make([]float32, n)
 		for _, set := range q8Available() {
 			b.Run(fmt.Sprintf("%dx%d/%s", n, k, set.name), func(b *testing.B) {
-				p := NewPool(1)
+				p := NewPool(1, 0)
 				defer p.Close()
 				ts := alternate(b.N,
 					func() { q8Active = &q8AVX2; p.MatMulTW(c, a, w, 1) },
