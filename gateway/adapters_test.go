@@ -17,6 +17,7 @@ import (
 	"github.com/warden-ai/warden/internal/controlpb"
 	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/tenant"
+	"github.com/warden-ai/warden/worker/model"
 )
 
 // testAdapterFiles draws a LoRA adapter for the fakes' model (q and v,
@@ -28,6 +29,24 @@ func testAdapterFiles(t testing.TB, seed uint64) (configJSON, weights []byte) {
 		t.Fatal(err)
 	}
 	return cfg, w
+}
+
+// realAdapterFiles draws a LoRA adapter for the real workers' model
+// (every projection, rank 4) and returns its files and its parsed form,
+// which the float64 reference merges.
+func realAdapterFiles(t testing.TB, seed uint64) (configJSON, weights []byte, parsed *lora.Adapter) {
+	t.Helper()
+	mc, err := model.LoadModelConfig(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if configJSON, weights, err = lora.Random(&mc, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 0.12, seed); err != nil {
+		t.Fatal(err)
+	}
+	if parsed, err = lora.Parse(configJSON, weights, &mc); err != nil {
+		t.Fatal(err)
+	}
+	return configJSON, weights, parsed
 }
 
 // registerAdapter registers tiny:<name> for owner through the registry.

@@ -19,7 +19,6 @@ import (
 	"github.com/warden-ai/warden/internal/tokenizer"
 	"github.com/warden-ai/warden/tenant"
 	"github.com/warden-ai/warden/worker/engine"
-	"github.com/warden-ai/warden/worker/model"
 	float64ref "github.com/warden-ai/warden/worker/reference"
 )
 
@@ -267,18 +266,7 @@ func TestRealEmbeddingsUnderAdapter(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	w := startReal(t, workerConfig(t, "both-embed-ad", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
 	ctx := context.Background()
-	mc, err := model.LoadModelConfig(modelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, weights, err := lora.Random(&mc, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 0.12, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := lora.Parse(cfg, weights, &mc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, weights, a := realAdapterFiles(t, 7)
 	if _, err := tg.adapters.Register(ctx, adapters.Upload{Base: "tiny", Name: "ad", Owner: "acme", ConfigJSON: cfg, Weights: weights}); err != nil {
 		t.Fatal(err)
 	}

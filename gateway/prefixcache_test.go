@@ -19,9 +19,7 @@ import (
 	"github.com/warden-ai/warden/gateway/internal/routing"
 	"github.com/warden-ai/warden/internal/cachekey"
 	"github.com/warden-ai/warden/internal/controlpb"
-	"github.com/warden-ai/warden/internal/lora"
 	"github.com/warden-ai/warden/tenant"
-	"github.com/warden-ai/warden/worker/model"
 )
 
 // TestPrefixCacheIsPerTenant: on a both worker, a tenant's repeated
@@ -538,14 +536,7 @@ func TestAdapterRemovalEvictsItsCache(t *testing.T) {
 	tg := startGateway(t, testConfig())
 	w := startReal(t, workerConfig(t, "both-1", config.RoleBoth, config.TransferTCP, tg.RegistryAddr().String())).attach(tg)
 	ctx := context.Background()
-	mc, err := model.LoadModelConfig(modelDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, weights, err := lora.Random(&mc, lora.Config{Rank: 4, Alpha: 8, Targets: lora.Modules[:]}, 0.12, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, weights, _ := realAdapterFiles(t, 5)
 	acme := tg // the test gateway's key is tenant acme's
 	cachedPages := func() int64 {
 		t.Helper()
