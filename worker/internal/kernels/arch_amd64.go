@@ -298,7 +298,14 @@ func axpyTile3z(y *float32, ldy int, alpha *float32, lda int, count int, rows *f
 func axpyTile4z(y *float32, ldy int, alpha *float32, lda int, count int, rows *float32, stride int, width int)
 
 //go:noescape
-func divideAVX2(x *float32, n int, d float64)
+func scaleF64AVX2(x *float32, n int, s float64)
+
+// sum512 is sumF64Go on AVX-512: four 8-lane float64 accumulators over 32
+// elements at a time, the last n mod 32 through masked loads (zeros,
+// which leave a partial sum as it is), then Softmax's tree.
+//
+//go:noescape
+func sum512(x *float32, n int) float64
 
 //go:noescape
 func streamReadAVX2(p *byte, n int) uint64
@@ -366,15 +373,22 @@ func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, r
 
 // divide sets x[i] = float32(float64(x[i]) / d), 4 lanes at a time in
 // assembly.
-func divide(x []float32, d float64) {
+func scaleF64(x []float32, s float64) {
 	i := 0
 	if useAsm {
 		i = len(x) &^ 3
 		if i > 0 {
-			divideAVX2(&x[0], i, d)
+			scaleF64AVX2(&x[0], i, s)
 		}
 	}
-	divideGo(x[i:], d)
+	scaleF64Go(x[i:], s)
+}
+
+func sumF64(x []float32) float64 {
+	if useAsm && use512 && len(x) > 0 {
+		return sum512(&x[0], len(x))
+	}
+	return sumF64Go(x)
 }
 
 func scale(x []float32, s float32) {

@@ -25,7 +25,8 @@ func paddedStride(m, k int) int          { return k }
 func q8Groups(c []float32, a, w []byte)  { q8GroupsGo(c, a, w) }
 func softmaxExp(x []float32, mx float32) { softmaxExpGo(x, mx) }
 func maxOf(x []float32) float32          { return maxOfGo(x) }
-func divide(x []float32, d float64)      { divideGo(x, d) }
+func scaleF64(x []float32, s float64)    { scaleF64Go(x, s) }
+func sumF64(x []float32) float64         { return sumF64Go(x) }
 func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, rows []float32, stride int) {
 	axpyTileGo(y, m, width, ldy, alpha, count, lda, rows, stride)
 }

@@ -66,12 +66,13 @@
 // (Axpy: fma(alpha, x[i], y[i]); Scale: x[i]*s; Add: a[i]+b[i]). RMSNorm,
 // SiLUMul and Softmax document their exact operation order on the function.
 // The exponential they use is this package's own float64 routine built from
-// +, -, *, / only, so it does not depend on the platform's math.Exp. The
-// assembly evaluates it 4 lanes at a time (AVX-512: four interleaved
-// 8-lane chains, and a masked tail) with the very same float64 operations
-// (a fixed degree-13 polynomial, no FMA), so its results are the scalar
-// routine's bit for bit; lanes it cannot take (NaN, arguments above 700)
-// go through the scalar code.
+// exactly specified operations (a round-half-even reduction, fused
+// multiply-adds, a fixed degree-10 polynomial, an exact 2^k scaling), so it
+// does not depend on the platform's math.Exp. The assembly evaluates it 4
+// lanes at a time (AVX-512: four interleaved 8-lane chains, and a masked
+// tail) with the very same float64 operations, so its results are the
+// scalar routine's bit for bit; lanes it cannot take (NaN, arguments above
+// 700) go through the scalar code.
 //
 // Parallel kernels (Pool) split work by output element, never inside one
 // reduction, so each element is computed by the same sequence of operations

@@ -12,11 +12,22 @@ const (
 	expMin = -745.1332191019412
 )
 
-// exp returns e^x in float64 using only +, -, *, / and exact scaling, each
-// wrapped in an explicit conversion so that no compiler may fuse them: the
-// result is the same on every platform, unlike math.Exp, whose amd64
-// assembly differs from its pure-Go version. The error is a few ulps of
-// float64, far below the float32 precision the callers round to.
+// expCoeffs are the Horner coefficients of exp's polynomial, highest
+// degree first: the Taylor series of e^r to degree 10 (1/10! down to 1).
+// The assembly's vector exponential uses the very same float64s.
+var expCoeffs = [...]float64{
+	1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720,
+	1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1,
+}
+
+// exp returns e^x in float64 from exactly specified operations, so that
+// the result is the same on every platform, unlike math.Exp, whose amd64
+// assembly differs from its pure-Go version: k = round-half-even(x·log2e),
+// r = fma(-k, ln2Lo, fma(-k, ln2Hi, x)), the degree-10 polynomial of
+// expCoeffs by fused multiply-adds (math.FMA rounds once on every
+// platform, as VFMADD does), and an exact scaling by 2^k. The relative
+// error is at most about 3e-13 (the series' remainder at r = -ln2/2), far
+// below the float32 precision every caller rounds to.
 func exp(x float64) float64 {
 	switch {
 	case x != x:
@@ -26,28 +37,11 @@ func exp(x float64) float64 {
 	case x < expMin:
 		return 0
 	}
-	// x = k*ln2 + r with |r| <= ln2/2.
-	k := math.Floor(float64(x*log2e) + 0.5)
-	r := float64(x-float64(k*ln2Hi)) - float64(k*ln2Lo)
-	// e^r by its Taylor series to degree 13 (the remainder is about 2^-58
-	// relative at |r| = ln2/2), evaluated by Horner's rule.
-	p := 1.0 / 6227020800 // 1/13!
-	for _, c := range [...]float64{
-		1.0 / 479001600, // 1/12!
-		1.0 / 39916800,
-		1.0 / 3628800,
-		1.0 / 362880,
-		1.0 / 40320,
-		1.0 / 5040,
-		1.0 / 720,
-		1.0 / 120,
-		1.0 / 24,
-		1.0 / 6,
-		1.0 / 2,
-		1,
-		1,
-	} {
-		p = float64(p*r) + c
+	k := math.RoundToEven(float64(x * log2e))
+	r := math.FMA(-k, ln2Lo, math.FMA(-k, ln2Hi, x))
+	p := expCoeffs[0]
+	for _, c := range expCoeffs[1:] {
+		p = math.FMA(p, r, c)
 	}
 	return math.Ldexp(p, int(k))
 }

@@ -137,10 +137,10 @@ func axpyTileGo(y []float32, m, width, ldy int, alpha []float32, count, lda int,
 	}
 }
 
-// divideGo sets x[i] = float32(float64(x[i]) / d).
-func divideGo(x []float32, d float64) {
+// scaleF64Go sets x[i] = float32(float64(x[i]) * s).
+func scaleF64Go(x []float32, s float64) {
 	for i, e := range x {
-		x[i] = float32(float64(e) / d)
+		x[i] = float32(float64(e) * s)
 	}
 }
 

@@ -202,35 +202,28 @@ func SiLUMul(gate, up []float32) {
 //
 //	mx   = the largest element (float32 comparisons)
 //	e[i] = float32(exp(float64(x[i] - mx)))   // float32 subtraction, float64 exp
-//	sum  = e[0] + e[1] + … in index order, in float64
-//	x[i] = float32(float64(e[i]) / sum)
+//	acc[i mod 32] += float64(e[i])             // in index order, from +0
+//	s[l] = (acc[l] + acc[l+16]) + (acc[l+8] + acc[l+24])   // l = 0..7
+//	sum  = ((s[0]+s[4]) + (s[2]+s[6])) + ((s[1]+s[5]) + (s[3]+s[7]))
+//	x[i] = float32(float64(e[i]) * (1 / sum))  // float64 reciprocal and product
 //
-// Elements equal to -Inf get 0 (masked positions). If x contains a NaN or
-// +Inf, or every element is -Inf, the result is all NaN. An empty x is
-// left alone.
+// The 32 partial sums are the lanes of four 8-lane float64 registers, so
+// the additions of a long row do not wait on one another. Elements equal
+// to -Inf get 0 (masked positions). If x contains a NaN or +Inf, or every
+// element is -Inf, the result is all NaN. An empty x is left alone.
 func Softmax(x []float32) {
-	rows := [1][]float32{x}
-	SoftmaxRows(rows[:])
+	if len(x) == 0 {
+		return
+	}
+	softmaxExp(x, maxOf(x))
+	scaleF64(x, 1/sumF64(x))
 }
 
-// SoftmaxRows applies Softmax to every row, each bit-identical to
-// Softmax alone; the rows' float64 sums, each still in index order, run
-// side by side, so their additions overlap instead of waiting on one
-// another. Rows may have different lengths; they must not overlap.
+// SoftmaxRows applies Softmax to every row. Rows may have different
+// lengths; they must not overlap.
 func SoftmaxRows(rows [][]float32) {
 	for _, x := range rows {
-		if len(x) > 0 {
-			softmaxExp(x, maxOf(x))
-		}
-	}
-	for g := 0; g < len(rows); g += 4 {
-		group := rows[g:min(g+4, len(rows))]
-		sums := sumRows(group)
-		for i, x := range group {
-			if len(x) > 0 {
-				divide(x, sums[i])
-			}
-		}
+		Softmax(x)
 	}
 }
 
@@ -245,31 +238,17 @@ func maxOfGo(x []float32) float32 {
 	return mx
 }
 
-// sumRows returns the float64 sum of each of up to 4 rows, each in index
-// order: four independent chains over the rows' common length, then each
-// row's tail.
-func sumRows(rows [][]float32) (sums [4]float64) {
-	common := 0
-	if len(rows) == 4 {
-		common = min(len(rows[0]), len(rows[1]), len(rows[2]), len(rows[3]))
-		a, b, c, d := rows[0][:common], rows[1][:common], rows[2][:common], rows[3][:common]
-		var s0, s1, s2, s3 float64
-		for i := range a {
-			s0 += float64(a[i])
-			s1 += float64(b[i])
-			s2 += float64(c[i])
-			s3 += float64(d[i])
-		}
-		sums = [4]float64{s0, s1, s2, s3}
+// sumF64Go is Softmax's sum of e, one element at a time.
+func sumF64Go(x []float32) float64 {
+	var acc [32]float64
+	for i, v := range x {
+		acc[i%32] += float64(v)
 	}
-	for i, x := range rows {
-		s := sums[i]
-		for _, e := range x[common:] {
-			s += float64(e)
-		}
-		sums[i] = s
+	var s [8]float64
+	for l := range s {
+		s[l] = (acc[l] + acc[l+16]) + (acc[l+8] + acc[l+24])
 	}
-	return sums
+	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))
 }
 
 // ArgMax returns the index of the largest element of x; the lowest index

@@ -162,7 +162,8 @@ func main() {
 	for _, m := range axpyTileRows {
 		g.axpyTile512(m)
 	}
-	g.divide()
+	g.scaleF64()
+	g.sum512()
 	g.scale()
 	g.add()
 	g.mulScale()
@@ -666,27 +667,81 @@ func (g *gen) axpyTile512(m int) {
 	g.done(name)
 }
 
-// divide emits divideAVX2(x *float32, n int, d float64): x[i] =
-// float32(float64(x[i]) / d) for i < n&^3, 4 lanes of VDIVPD at a time
-// (each lane the scalar division's correctly rounded quotient, then the
-// same rounding to float32). The Go side does the last n&3.
-func (g *gen) divide() {
-	name := "divideAVX2"
-	g.p("// func %s(x *float32, n int, d float64)", name)
+// scaleF64 emits scaleF64AVX2(x *float32, n int, s float64): x[i] =
+// float32(float64(x[i]) * s) for i < n&^3, 4 lanes of VMULPD at a time
+// (each lane the scalar product, then the same rounding to float32). The
+// Go side does the last n&3.
+func (g *gen) scaleF64() {
+	name := "scaleF64AVX2"
+	g.p("// func %s(x *float32, n int, s float64)", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-24", name)
 	g.p("\tMOVQ x+0(FP), SI")
 	g.p("\tMOVQ n+8(FP), CX")
-	g.p("\tVBROADCASTSD d+16(FP), Y15")
+	g.p("\tVBROADCASTSD s+16(FP), Y15")
 	g.p("\tSHRQ $2, CX")
 	g.p("\tJZ %s_done", name)
 	g.p("%s_loop:", name)
 	g.p("\tVCVTPS2PD (SI), Y0")
-	g.p("\tVDIVPD Y15, Y0, Y0")
+	g.p("\tVMULPD Y15, Y0, Y0")
 	g.p("\tVCVTPD2PSY Y0, X0")
 	g.p("\tVMOVUPS X0, (SI)")
 	g.p("\tADDQ $16, SI")
 	g.p("\tDECQ CX")
 	g.p("\tJNZ %s_loop", name)
+	g.done(name)
+}
+
+// sum512 emits sum512(x *float32, n int) float64: Softmax's 32 partial
+// sums are the lanes of Z0..Z3 (Z0 lane l takes elements 32j+l, Z1
+// 32j+8+l, Z2 32j+16+l, Z3 32j+24+l), the last n mod 32 come through
+// zero-masked loads, and the tree ends in X0.
+func (g *gen) sum512() {
+	name := "sum512"
+	g.p("// func %s(x *float32, n int) float64", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-24", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	for i := 0; i < 4; i++ {
+		g.p("\tVXORPD %s, %s, %s", z(i), z(i), z(i))
+	}
+	g.p("\tXORQ AX, AX")
+	g.p("\tMOVQ CX, BX")
+	g.p("\tSHRQ $5, BX")
+	g.p("\tJZ %s_tail", name)
+	g.p("%s_loop:", name)
+	for i := 0; i < 4; i++ {
+		g.p("\tVCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(4+i))
+	}
+	for i := 0; i < 4; i++ {
+		g.p("\tVADDPD %s, %s, %s", z(4+i), z(i), z(i))
+	}
+	g.p("\tADDQ $32, AX")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %s_loop", name)
+	g.p("%s_tail:", name)
+	g.p("\tANDQ $31, CX")
+	g.p("\tJZ %s_reduce", name)
+	g.tailMask("KMOVD", "K1")
+	for i := 1; i < 4; i++ {
+		g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
+	}
+	for i := 0; i < 4; i++ {
+		g.p("\tVCVTPS2PD.Z %d(SI)(AX*4), K%d, %s", 32*i, 1+i, z(4+i))
+	}
+	for i := 0; i < 4; i++ {
+		g.p("\tVADDPD %s, %s, %s", z(4+i), z(i), z(i))
+	}
+	g.p("%s_reduce:", name)
+	g.p("\tVADDPD Z2, Z0, Z0") // acc[l] + acc[l+16]
+	g.p("\tVADDPD Z3, Z1, Z1") // acc[l+8] + acc[l+24]
+	g.p("\tVADDPD Z1, Z0, Z0") // s[l]
+	g.p("\tVEXTRACTF64X4 $1, Z0, Y1")
+	g.p("\tVADDPD Y1, Y0, Y0") // s[l] + s[l+4]
+	g.p("\tVEXTRACTF128 $1, Y0, X1")
+	g.p("\tVADDPD X1, X0, X0") // (s0+s4)+(s2+s6), (s1+s5)+(s3+s7)
+	g.p("\tVPERMILPD $1, X0, X1")
+	g.p("\tVADDSD X1, X0, X0")
+	g.p("\tVMOVSD X0, ret+16(FP)")
 	g.done(name)
 }
 
@@ -1313,17 +1368,17 @@ func (g *gen) reduceOrderTable() {
 	g.p("")
 }
 
-// expCoeffs are exp.go's Horner coefficients, highest degree first (1/13!
+// expCoeffs are exp.go's Horner coefficients, highest degree first (1/10!
 // down to 1): the vector exponential must use the very same float64s.
 var expCoeffs = []float64{
-	1.0 / 6227020800, 1.0 / 479001600, 1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880,
-	1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1,
+	1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720,
+	1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1, 1,
 }
 
 // expConsts are the other constants of the vector exponential, in order:
-// log2e, 0.5, ln2Hi, ln2Lo (as exp.go), the input bounds ±700 within
-// which every step stays in the float64 normal range, and 1.
-var expConsts = []float64{1.4426950408889634, 0.5, 6.93147180369123816490e-01, 1.90821492927058770002e-10, 700, -700, 1}
+// log2e, ln2Hi, ln2Lo (as exp.go), the input bounds ±700 within which
+// every step stays in the float64 normal range, and 1.
+var expConsts = []float64{1.4426950408889634, 6.93147180369123816490e-01, 1.90821492927058770002e-10, 700, -700, 1}
 
 // expTables writes expC (the coefficients) and expK (the constants), each
 // value repeated in 4 float64 lanes.
@@ -1349,21 +1404,17 @@ func (g *gen) expTables() {
 // by 2^k is exact because every lane is within ±700, so the result is a
 // normal float64), except that lanes below -700 give +0 instead of a
 // tiny value. Y0 must hold no lane above 700 or NaN (the caller checks).
-// Uses Y1, Y2, Y4, Y5; Y8..Y13 hold expK's first six constants.
+// Clobbers Y0 and uses Y1, Y5; Y8..Y12 hold expK's first five constants.
 func (g *gen) expVec() {
-	g.p("\tVCMPPD $1, Y13, Y0, Y5") // Y5 = x < -700
-	g.p("\tVMAXPD Y13, Y0, Y0")
+	g.p("\tVCMPPD $1, Y12, Y0, Y5") // Y5 = x < -700
+	g.p("\tVMAXPD Y12, Y0, Y0")
 	g.p("\tVMULPD Y8, Y0, Y1")
-	g.p("\tVADDPD Y9, Y1, Y1")
-	g.p("\tVROUNDPD $1, Y1, Y1") // k = floor(x*log2e + 0.5)
-	g.p("\tVMULPD Y10, Y1, Y4")
-	g.p("\tVSUBPD Y4, Y0, Y2")
-	g.p("\tVMULPD Y11, Y1, Y4")
-	g.p("\tVSUBPD Y4, Y2, Y2") // r
+	g.p("\tVROUNDPD $0, Y1, Y1")      // k = round-half-even(x*log2e)
+	g.p("\tVFNMADD231PD Y9, Y1, Y0")  // x - k*ln2Hi
+	g.p("\tVFNMADD231PD Y10, Y1, Y0") // r
 	g.p("\tVMOVUPD ·expC+0(SB), Y3")
 	for i := 1; i < len(expCoeffs); i++ {
-		g.p("\tVMULPD Y2, Y3, Y3")
-		g.p("\tVADDPD ·expC+%d(SB), Y3, Y3", 32*i)
+		g.p("\tVFMADD213PD ·expC+%d(SB), Y0, Y3", 32*i)
 	}
 	g.p("\tVCVTPD2DQY Y1, X1")
 	g.p("\tVPMOVSXDQ X1, Y1")
@@ -1390,13 +1441,13 @@ func (g *gen) expKernels() {
 	g.p("GLOBL ·expBias(SB), RODATA|NOPTR, $32")
 	g.p("")
 	loadK := func() {
-		for i := 0; i < 6; i++ {
+		for i := 0; i < 5; i++ {
 			g.p("\tVMOVUPD ·expK+%d(SB), %s", 32*i, y(8+i))
 		}
 	}
 	// check jumps to label when a lane of Y0 is NaN or above 700.
 	check := func(label string) {
-		g.p("\tVCMPPD $0x12, Y12, Y0, Y4") // x <= 700, false for NaN
+		g.p("\tVCMPPD $0x12, Y11, Y0, Y4") // x <= 700, false for NaN
 		g.p("\tVMOVMSKPD Y4, DX")
 		g.p("\tCMPQ DX, $15")
 		g.p("\tJNE %s", label)
@@ -1434,7 +1485,7 @@ func (g *gen) expKernels() {
 	g.p("\tMOVQ up+8(FP), DI")
 	g.p("\tMOVQ n+16(FP), CX")
 	loadK()
-	g.p("\tVMOVUPD ·expK+%d(SB), Y15", 32*6) // 1
+	g.p("\tVMOVUPD ·expK+%d(SB), Y15", 32*5) // 1
 	g.p("\tXORQ AX, AX")
 	g.p("\tSHRQ $2, CX")
 	g.p("\tJZ silu_done")
@@ -1461,59 +1512,49 @@ func (g *gen) expKernels() {
 }
 
 // expChains is how many independent 8-lane exponentials the AVX-512
-// kernels interleave: one alone is a chain of ~30 dependent float64
-// operations, so the multiply-add Horner steps of fewer chains leave the
-// floating-point pipes idle while they wait on one another.
+// kernels interleave: one alone is a chain of ~15 dependent float64
+// operations, so the fused multiply-add Horner steps of fewer chains leave
+// the floating-point pipes idle while they wait on one another.
 const expChains = 4
 
 // expChain is the registers of one exponential chain of the AVX-512
-// kernels: in holds the input lanes (and is clobbered), out the result;
-// k, r and t are scratch, d holds SiLU's input, and mask is the mask
+// kernels: in holds the input lanes (and is clobbered: it becomes r), out
+// the result; k is scratch, d holds SiLU's input, and mask is the mask
 // register of the chain's lanes in a group's tail.
-type expChain struct{ in, k, r, out, t, d, mask int }
+type expChain struct{ in, k, out, d, mask int }
 
-// expChainRegs are the chains' registers: zmm 0-23 and mask registers
-// 1-4; Z24-Z29 hold expK's first six constants, Z30 the 1 of SiLU and
+// expChainRegs are the chains' registers: zmm 0-15 and mask registers
+// 1-4; Z24-Z28 hold expK's first five constants, Z30 the 1 of SiLU and
 // Y31 softmax's mx. K5 and K6 gather the lanes the kernel may take.
 var expChainRegs = func() (c [expChains]expChain) {
 	for i := range c {
-		b := 6 * i
-		c[i] = expChain{in: b, k: b + 1, r: b + 2, out: b + 3, t: b + 4, d: b + 5, mask: 1 + i}
+		b := 4 * i
+		c[i] = expChain{in: b, k: b + 1, out: b + 2, d: b + 3, mask: 1 + i}
 	}
 	return c
 }()
 
 // expVec512 returns the instructions that compute, in c.out, exp of the 8
-// float64 lanes of c.in exactly as expVec does on 4 (same operations and
-// roundings, embedded-broadcast coefficients), except that lanes below
+// float64 lanes of c.in exactly as exp.go's scalar exp does (same
+// operations and roundings, embedded-broadcast coefficients; VSCALEFPD's
+// 2^k scaling is exact for these normal results), except that lanes below
 // -700 give exp(-700) instead of +0: every caller rounds the result to
 // float32 (where exp(-700) is +0) or adds it to 1 (where it vanishes), so
 // the outputs keep the scalar code's bits.
 func expVec512(c expChain) []string {
-	in, k, r, out, t := z(c.in), z(c.k), z(c.r), z(c.out), z(c.t)
+	in, k, out := z(c.in), z(c.k), z(c.out)
 	ins := []string{
-		fmt.Sprintf("VMAXPD Z29, %s, %s", in, in),
+		fmt.Sprintf("VMAXPD Z28, %s, %s", in, in),
 		fmt.Sprintf("VMULPD Z24, %s, %s", in, k),
-		fmt.Sprintf("VADDPD Z25, %s, %s", k, k),
-		fmt.Sprintf("VRNDSCALEPD $1, %s, %s", k, k), // k = floor(x*log2e + 0.5)
-		fmt.Sprintf("VMULPD Z26, %s, %s", k, t),
-		fmt.Sprintf("VSUBPD %s, %s, %s", t, in, r),
-		fmt.Sprintf("VMULPD Z27, %s, %s", k, t),
-		fmt.Sprintf("VSUBPD %s, %s, %s", t, r, r), // r
+		fmt.Sprintf("VRNDSCALEPD $0, %s, %s", k, k),    // k = round-half-even(x*log2e)
+		fmt.Sprintf("VFNMADD231PD Z25, %s, %s", k, in), // x - k*ln2Hi
+		fmt.Sprintf("VFNMADD231PD Z26, %s, %s", k, in), // r
 		fmt.Sprintf("VBROADCASTSD ·expC+0(SB), %s", out),
 	}
 	for i := 1; i < len(expCoeffs); i++ {
-		ins = append(ins,
-			fmt.Sprintf("VMULPD %s, %s, %s", r, out, out),
-			fmt.Sprintf("VADDPD.BCST ·expC+%d(SB), %s, %s", 32*i, out, out))
+		ins = append(ins, fmt.Sprintf("VFMADD213PD.BCST ·expC+%d(SB), %s, %s", 32*i, in, out))
 	}
-	yk := y(c.k)
-	return append(ins,
-		fmt.Sprintf("VCVTPD2DQ %s, %s", k, yk),
-		fmt.Sprintf("VPMOVSXDQ %s, %s", yk, k),
-		fmt.Sprintf("VPADDQ.BCST ·expBias(SB), %s, %s", k, k),
-		fmt.Sprintf("VPSLLQ $52, %s, %s", k, k), // 2^k
-		fmt.Sprintf("VMULPD %s, %s, %s", k, out, out))
+	return append(ins, fmt.Sprintf("VSCALEFPD %s, %s, %s", k, out, out)) // ·2^k
 }
 
 // interleave emits the chains' instruction lists one instruction of each
@@ -1540,7 +1581,7 @@ func (g *gen) interleave(lists [][]string) {
 // lane the vector exponential cannot take.
 func (g *gen) expKernels512() {
 	loadK := func() {
-		for i := 0; i < 6; i++ {
+		for i := 0; i < 5; i++ {
 			g.p("\tVBROADCASTSD ·expK+%d(SB), %s", 32*i, z(24+i))
 		}
 	}
@@ -1549,7 +1590,7 @@ func (g *gen) expKernels512() {
 	check := func(label string) {
 		for i, c := range expChainRegs {
 			kr := 5 + min(i, 1)
-			g.p("\tVCMPPD $0x12, Z28, %s, K%d", z(c.in), kr)
+			g.p("\tVCMPPD $0x12, Z27, %s, K%d", z(c.in), kr)
 			if i > 0 {
 				g.p("\tKANDB K6, K5, K5")
 			}
@@ -1636,7 +1677,7 @@ func (g *gen) expKernels512() {
 
 	kernel("siluMul512(gate *float32, up *float32, n int) int", "siluMul512", "silu512",
 		[]string{"MOVQ gate+0(FP), SI", "MOVQ up+8(FP), DI", "MOVQ n+16(FP), CX",
-			fmt.Sprintf("VBROADCASTSD ·expK+%d(SB), Z30", 32*6)}, // 1
+			fmt.Sprintf("VBROADCASTSD ·expK+%d(SB), Z30", 32*5)}, // 1
 		func(c expChain, i int, zs, k string) []string {
 			return []string{
 				fmt.Sprintf("VCVTPS2PD%s %d(SI)(AX*4), %s%s", zs, 32*i, k, z(c.d)), // d
