@@ -239,6 +239,12 @@ phase "Debian packages (redis-server, python3-jinja2, npm, prometheus for promto
 # Redis, promtool, haproxy, jinja2 and npm are now present: tests that need them must fail, not
 # skip, when they are missing (they skip only outside this script and CI).
 export CI="${CI:-true}"
+# The end-to-end tests run dozens of warden processes beside the other
+# lanes on 2 cores: their compute threads spin 50 µs (worker.compute_spin)
+# before blocking, not the default 2 ms, which would keep idle threads on
+# CPUs the other lanes' processes wait for. Results do not depend on the
+# spin (TestComputeSpin).
+export WARDEN_WORKER_COMPUTE_SPIN="${WARDEN_WORKER_COMPUTE_SPIN:-50us}"
 
 # The client libraries the tests drive (openai, ai, @langchain/openai)
 # declare Node >= 22, Debian 12 has 18 and some machines 20: the tests run
