@@ -704,17 +704,26 @@ func (g *gen) sum512() {
 	for i := 0; i < 4; i++ {
 		g.p("\tVXORPD %s, %s, %s", z(i), z(i), z(i))
 	}
+	// add widens the next 32 elements (through mask registers K1..K4 if
+	// masked) and adds them to the partial sums.
+	add := func(masked bool) {
+		for i := 0; i < 4; i++ {
+			if masked {
+				g.p("\tVCVTPS2PD.Z %d(SI)(AX*4), K%d, %s", 32*i, 1+i, z(4+i))
+			} else {
+				g.p("\tVCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(4+i))
+			}
+		}
+		for i := 0; i < 4; i++ {
+			g.p("\tVADDPD %s, %s, %s", z(4+i), z(i), z(i))
+		}
+	}
 	g.p("\tXORQ AX, AX")
 	g.p("\tMOVQ CX, BX")
 	g.p("\tSHRQ $5, BX")
 	g.p("\tJZ %s_tail", name)
 	g.p("%s_loop:", name)
-	for i := 0; i < 4; i++ {
-		g.p("\tVCVTPS2PD %d(SI)(AX*4), %s", 32*i, z(4+i))
-	}
-	for i := 0; i < 4; i++ {
-		g.p("\tVADDPD %s, %s, %s", z(4+i), z(i), z(i))
-	}
+	add(false)
 	g.p("\tADDQ $32, AX")
 	g.p("\tDECQ BX")
 	g.p("\tJNZ %s_loop", name)
@@ -725,12 +734,7 @@ func (g *gen) sum512() {
 	for i := 1; i < 4; i++ {
 		g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
 	}
-	for i := 0; i < 4; i++ {
-		g.p("\tVCVTPS2PD.Z %d(SI)(AX*4), K%d, %s", 32*i, 1+i, z(4+i))
-	}
-	for i := 0; i < 4; i++ {
-		g.p("\tVADDPD %s, %s, %s", z(4+i), z(i), z(i))
-	}
+	add(true)
 	g.p("%s_reduce:", name)
 	g.p("\tVADDPD Z2, Z0, Z0") // acc[l] + acc[l+16]
 	g.p("\tVADDPD Z3, Z1, Z1") // acc[l+8] + acc[l+24]
