@@ -371,7 +371,7 @@ func axpyTile(y []float32, m, width, ldy int, alpha []float32, count, lda int, r
 	}
 }
 
-// divide sets x[i] = float32(float64(x[i]) / d), 4 lanes at a time in
+// scaleF64 sets x[i] = float32(float64(x[i]) * s), 4 lanes at a time in
 // assembly.
 func scaleF64(x []float32, s float64) {
 	i := 0
@@ -384,6 +384,7 @@ func scaleF64(x []float32, s float64) {
 	scaleF64Go(x[i:], s)
 }
 
+// sumF64 is Softmax's sum of x, on AVX-512 in sum512.
 func sumF64(x []float32) float64 {
 	if useAsm && use512 && len(x) > 0 {
 		return sum512(&x[0], len(x))
