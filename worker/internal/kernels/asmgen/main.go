@@ -730,10 +730,7 @@ func (g *gen) sum512() {
 	g.p("%s_tail:", name)
 	g.p("\tANDQ $31, CX")
 	g.p("\tJZ %s_reduce", name)
-	g.tailMask("KMOVD", "K1")
-	for i := 1; i < 4; i++ {
-		g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
-	}
+	g.laneGroupMasks(4)
 	add(true)
 	g.p("%s_reduce:", name)
 	g.p("\tVADDPD Z2, Z0, Z0") // acc[l] + acc[l+16]
@@ -1652,10 +1649,7 @@ func (g *gen) expKernels512() {
 		// K1..K4 = the chains' lanes among the last n mod group.
 		g.p("\tANDQ $%d, CX", group-1)
 		g.p("\tJZ %s_ret", label)
-		g.tailMask("KMOVD", "K1")
-		for i := 1; i < expChains; i++ {
-			g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
-		}
+		g.laneGroupMasks(expChains)
 		body(true)
 		g.p("\tADDQ CX, AX")
 		g.p("%s_ret:", label)
@@ -1699,6 +1693,16 @@ func (g *gen) expKernels512() {
 				fmt.Sprintf("VMOVUPS %s, %s%d(SI)(AX*4)", y(c.out), k, 32*i),
 			}
 		})
+}
+
+// laneGroupMasks sets K1..Kgroups to the 8-lane groups of the low CX
+// bits, CX below 8·groups: the lanes of each 8-element group of a masked
+// tail. It clobbers DX.
+func (g *gen) laneGroupMasks(groups int) {
+	g.tailMask("KMOVD", "K1")
+	for i := 1; i < groups; i++ {
+		g.p("\tKSHIFTRD $%d, K1, K%d", 8*i, 1+i)
+	}
 }
 
 // tailMask sets mask register k (by kmov, KMOVW or KMOVD) to the low CX
